@@ -1,0 +1,235 @@
+/*
+ * dlock.h — distributed locks over the systems you already run.
+ *
+ * One API over every backend (file, redis, redlock, zk, etcd, postgres,
+ * mysql, memcached), chosen by URL scheme. All functions return 0 on success
+ * or a negative DLOCK_E* code; detail lives in the handle's last-error message
+ * (dlock_client_errmsg / dlock_lock_errmsg). Handles are opaque and created and
+ * destroyed in pairs. A client may be shared between threads; one lock handle
+ * belongs to one thread at a time, except dlock_cancel, dlock_state,
+ * dlock_token and dlock_lost_fd, which may be called from any thread.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_EXTERN __attribute__((visibility("default")))
+#else
+#define DLOCK_EXTERN
+#endif
+
+/* The version is written here once; CMake reads it from these lines. */
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_STRING "0.1.0"
+#define DLOCK_VERSION_HEX \
+    ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) | DLOCK_VERSION_PATCH)
+
+/* The library's version string at run time (may differ from the header's). */
+DLOCK_EXTERN const char *dlock_version(void);
+
+/*
+ * The one error table: X(name, value, message). Codes are negative and are
+ * never renumbered or removed; new codes are appended.
+ */
+#define DLOCK_ERRNO_MAP(X)                                                   \
+    X(EINVAL, -1, "invalid argument")                                       \
+    X(ENOTSUP, -2, "operation not supported by this backend")               \
+    X(EBUSY, -3, "lock is held by another owner")                           \
+    X(ETIMEDOUT, -4, "timed out waiting for the lock")                      \
+    X(ELOST, -5, "lock was lost while held")                                \
+    X(ENOTHELD, -6, "lock is not held by this handle")                      \
+    X(EUNREACHABLE, -7, "backend is unreachable")                           \
+    X(EPROTO, -8, "backend protocol error")                                 \
+    X(ENOMEM, -9, "out of memory")                                          \
+    X(ECANCELED, -10, "acquisition was canceled")                           \
+    X(EIO, -11, "input/output error")                                       \
+    X(EPERM, -12, "permission denied")                                      \
+    X(ENOENT, -13, "no such lock")                                          \
+    X(EURL, -14, "malformed backend url")                                   \
+    X(ENAME, -15, "invalid lock name")
+
+typedef enum dlock_err {
+    DLOCK_OK = 0,
+#define DLOCK_ERR_ENUM_(name, value, msg) DLOCK_##name = value,
+    DLOCK_ERRNO_MAP(DLOCK_ERR_ENUM_)
+#undef DLOCK_ERR_ENUM_
+} dlock_err;
+
+/* A static English message for a code ("unknown error" for unknown codes). */
+DLOCK_EXTERN const char *dlock_strerror(int code);
+/* The code's symbolic name without prefix, e.g. "ETIMEDOUT". */
+DLOCK_EXTERN const char *dlock_err_name(int code);
+
+typedef struct dlock_client dlock_client;
+typedef struct dlock_lock dlock_lock;
+
+typedef enum dlock_kind {
+    DLOCK_EXCLUSIVE = 0, /* mutex, reentrant per handle */
+    DLOCK_SHARED = 1,    /* reader side of a read-write lock */
+    DLOCK_SEMAPHORE = 2  /* at most `permits` holders of one name */
+} dlock_kind;
+
+typedef enum dlock_state_t {
+    DLOCK_STATE_IDLE = 0,    /* not held, not waiting */
+    DLOCK_STATE_WAITING = 1, /* inside dlock_acquire */
+    DLOCK_STATE_HELD = 2,
+    DLOCK_STATE_LOST = 3     /* was held; lease or session is gone */
+} dlock_state_t;
+
+/* Capability flags of a backend (dlock_backend_info.caps). */
+enum {
+    DLOCK_CAP_FENCING = 1 << 0,       /* strictly increasing tokens */
+    DLOCK_CAP_FAIR = 1 << 1,          /* FIFO waiting available */
+    DLOCK_CAP_SHARED = 1 << 2,        /* read-write locks */
+    DLOCK_CAP_SEMAPHORE = 1 << 3,     /* counting semaphores */
+    DLOCK_CAP_SESSION = 1 << 4,       /* liveness bound to a session/connection */
+    DLOCK_CAP_LEASE = 1 << 5,         /* liveness by lease + background renewal */
+    DLOCK_CAP_NATIVE_BLOCKING = 1 << 6, /* waiters sleep in the server/kernel */
+    DLOCK_CAP_ELECTION = 1 << 7,      /* native leader election */
+    DLOCK_CAP_FENCING_WEAK = 1 << 8   /* tokens can go back after server failure */
+};
+
+typedef struct dlock_client_opts {
+    int connect_timeout_ms; /* 0: default (2000) */
+    int op_timeout_ms;      /* per request; 0: default (2000) */
+} dlock_client_opts;
+
+typedef void (*dlock_lost_cb)(dlock_lock *lock, void *arg);
+
+typedef struct dlock_lock_opts {
+    dlock_kind kind;
+    unsigned permits; /* semaphore size, >= 1 */
+    int ttl_ms;       /* lease length for lease backends; 0: default (30000) */
+    int fair;         /* 1 FIFO, 0 any order, -1 backend default */
+    /* Called once, from the client's background thread, when a held lock is
+     * lost. Must not block; dlock_lost_fd is the poll-friendly alternative. */
+    dlock_lost_cb on_lost;
+    void *on_lost_arg;
+} dlock_lock_opts;
+
+DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);
+DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts);
+
+/*
+ * Open a client for `url` (NULL or "": the embedded file backend in its
+ * default directory, or $DLOCK_URL if set). On failure *out is NULL and the
+ * reason is in dlock_client_errmsg(NULL) for the calling thread.
+ */
+DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
+                                   const dlock_client_opts *opts);
+/* Releases every lock still held through this client, then frees it. */
+DLOCK_EXTERN void dlock_client_close(dlock_client *client);
+/* Last error message of the client (thread-local last open error for NULL). */
+DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client);
+/* The client's URL with any password replaced by "***". */
+DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client);
+/* Name of the client's backend ("file", "redis", ...). */
+DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
+
+/*
+ * Lock names: 1..200 bytes of printable ASCII other than '/' and '\\'; they
+ * may not be "." or "..", nor start with '.'. Backends map names to keys,
+ * paths and identifiers safely.
+ */
+DLOCK_EXTERN int dlock_name_valid(const char *name, char *errbuf, size_t errlen);
+
+DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const char *name,
+                                const dlock_lock_opts *opts);
+/* Releases the lock if held, then frees the handle. */
+DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock);
+DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock);
+DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
+
+/*
+ * Acquire: timeout_ms 0 tries once (DLOCK_EBUSY if held elsewhere), -1 waits
+ * forever, > 0 waits at most that long (DLOCK_ETIMEDOUT). Re-acquiring a held
+ * handle increments its count and keeps its token. DLOCK_ECANCELED if
+ * dlock_cancel was called while waiting.
+ */
+DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms);
+/* Counts down one re-entry; releases at zero. DLOCK_ENOTHELD if not held,
+ * DLOCK_ELOST if the lock had been lost (the handle returns to idle). */
+DLOCK_EXTERN int dlock_release(dlock_lock *lock);
+/* Wake a waiting dlock_acquire on this handle from any thread. */
+DLOCK_EXTERN void dlock_cancel(dlock_lock *lock);
+/* The fencing token of the current holding (0 when not held). */
+DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock);
+DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock);
+/* A descriptor that becomes readable when the held lock is lost. Owned by the
+ * handle; valid until dlock_lock_free. */
+DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
+/* Re-entry count (0 when not held). */
+DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock);
+
+/*
+ * Acquire all n locks or none, in canonical (byte-wise name) order so that
+ * two callers never deadlock. The timeout covers the whole set.
+ */
+DLOCK_EXTERN int dlock_acquire_all(dlock_lock **locks, size_t n, int timeout_ms);
+/* Releases every held lock in the set; returns the first error seen. */
+DLOCK_EXTERN int dlock_release_all(dlock_lock **locks, size_t n);
+
+/*
+ * Leader election on the lock's name. campaign waits (as dlock_acquire) to
+ * become leader and publishes `value` (<= 255 bytes) for observers; resign
+ * gives leadership up. dlock_leader copies the current leader's value into
+ * buf (DLOCK_ENOENT when there is none).
+ */
+DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout_ms);
+DLOCK_EXTERN int dlock_resign(dlock_lock *lock);
+DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf, size_t len);
+
+/* What is known about a lock name without taking it. */
+typedef struct dlock_info {
+    int held;             /* 1 held, 0 free, -1 unknown */
+    int holders;          /* number of holders (shared/semaphore), -1 unknown */
+    int waiters;          /* -1 unknown */
+    uint64_t token;       /* last token issued, 0 unknown */
+    long long held_ms;    /* how long the current holder has held it, -1 unknown */
+    long long lease_ms;   /* remaining lease, -1 none/unknown */
+    char holder[256];     /* holder description ("pid 123 on host"), "" unknown */
+} dlock_info;
+
+DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_info *info);
+
+/* Calls fn for every lock name starting with prefix (NULL: all). A non-zero
+ * return from fn stops the walk and is returned. */
+typedef int (*dlock_list_fn)(const char *name, void *arg);
+DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_fn fn,
+                            void *arg);
+
+/* The registry of backends, built or not. */
+typedef struct dlock_backend_info {
+    const char *name;     /* "file", "redis", ... */
+    const char *schemes;  /* "redis redis+sentinel redis+cluster" */
+    unsigned caps;        /* DLOCK_CAP_* */
+    int available;        /* 1 if usable in this build */
+    const char *missing;  /* what is missing when not available */
+    const char *liveness; /* how a dead holder loses the lock */
+    const char *fencing;  /* what the tokens promise */
+} dlock_backend_info;
+
+/* Number of registered backends; dlock_backend_at returns NULL past the end. */
+DLOCK_EXTERN size_t dlock_backend_count(void);
+DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i);
+
+/*
+ * Test hook: make a held lock behave as if its lease or session were lost
+ * (the file backend cannot lose a lock by itself). Returns DLOCK_ENOTHELD if
+ * not held. Intended for tests of loss handling; never needed in production.
+ */
+DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

@@ -1,0 +1,163 @@
+/*
+ * internal.h — what the core shares with backends. Not installed.
+ *
+ * A backend is a dl_backend descriptor: a version, its URL schemes, capability
+ * flags and a table of operations (the shape of SQLite's VFS). The table only
+ * grows by appending; `version` says how much of it a backend fills in.
+ */
+#ifndef DLOCK_INTERNAL_H
+#define DLOCK_INTERNAL_H
+
+#include "dlock.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DL_ERRMSG_MAX 512
+#define DL_NAME_MAX 200
+#define DL_OWNER_HEX 32 /* 128-bit owner id as lowercase hex */
+#define DL_DEFAULT_TTL_MS 30000
+#define DL_DEFAULT_TIMEOUT_MS 2000
+
+/* ---- URLs (url.c) ---------------------------------------------------- */
+
+typedef struct dl_host {
+    char *host; /* without brackets for IPv6 literals */
+    int port;   /* scheme default when the URL has none */
+} dl_host;
+
+typedef struct dl_param {
+    char *key;
+    char *value; /* "" when given as a bare key */
+} dl_param;
+
+typedef struct dl_url {
+    char *scheme;   /* lowercase: "file", "redis", "redis+sentinel", "postgres", ... */
+    char *user;     /* NULL when absent; percent-decoded */
+    char *password; /* NULL when absent; percent-decoded; never printed */
+    dl_host *hosts; /* nhosts >= 1 for network schemes, 0 for file */
+    size_t nhosts;
+    /* file: absolute directory; redis: db number ("" = 0); sentinel: master
+     * name; zk: chroot ("" = none); postgres/mysql: database name. */
+    char *path;
+    dl_param *params; /* ?k=v&k2=v2, percent-decoded */
+    size_t nparams;
+    char *original; /* as given (contains secrets: pass to client libraries only) */
+    char *redacted; /* password replaced by "***": safe to print */
+} dl_url;
+
+/*
+ * Parse `s` into a new dl_url. On error returns DLOCK_EURL (or DLOCK_ENOMEM)
+ * and writes one line to err that never contains the password.
+ */
+int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen);
+void dl_url_free(dl_url *url);
+/* Value of query parameter `key`, or NULL. */
+const char *dl_url_param(const dl_url *url, const char *key);
+/* Default port of a scheme, 0 for none/unknown. */
+int dl_url_default_port(const char *scheme);
+
+/* ---- backends --------------------------------------------------------- */
+
+#define DL_BACKEND_V1 1
+
+typedef struct dl_backend {
+    int version; /* DL_BACKEND_V1 */
+    const char *name;
+    const char *schemes; /* space separated */
+    unsigned caps;       /* DLOCK_CAP_* */
+    const char *liveness;
+    const char *fencing;
+    const char *missing; /* non-NULL: not built; what is missing */
+
+    /* Version 1 operations. Any may be NULL except in a built backend
+     * client_open/acquire/release. Each returns 0 or a DLOCK_E* code and sets
+     * a message with dl_lock_err / dl_client_err. */
+    int (*client_open)(dlock_client *c, const dl_url *url);
+    void (*client_close)(dlock_client *c);
+    int (*lock_init)(dlock_lock *l);
+    void (*lock_fini)(dlock_lock *l);
+    /* Take the lock once (no re-entry logic: the core handles counts).
+     * deadline_ns: 0 = try once, -1 = forever, else CLOCK_MONOTONIC ns.
+     * Must watch l->cancel_fd while waiting. Sets l->token on success. */
+    int (*acquire)(dlock_lock *l, int64_t deadline_ns);
+    int (*release)(dlock_lock *l);
+    /* Lease backends: extend the lease; DLOCK_ELOST when no longer owner. */
+    int (*renew)(dlock_lock *l);
+    /* Drop a lock that is lost without touching anyone else's state. */
+    void (*abandon)(dlock_lock *l);
+    int (*inspect)(dlock_client *c, const char *name, dlock_info *info);
+    int (*list)(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg);
+    /* Publish a leader value for a held lock / read the current one. */
+    int (*set_value)(dlock_lock *l, const char *value);
+    int (*get_value)(dlock_client *c, const char *name, char *buf, size_t len);
+} dl_backend;
+
+extern const dl_backend dl_backend_file;
+
+/* ---- handles ---------------------------------------------------------- */
+
+struct dlock_client {
+    const dl_backend *be;
+    dl_url *url;
+    void *bstate; /* backend's per-client state */
+    dlock_client_opts opts;
+    pthread_mutex_t mu; /* guards errmsg, the renewal list and thread */
+    char errmsg[DL_ERRMSG_MAX];
+
+    /* Lease renewal: one background thread per client, started on first use. */
+    pthread_t renew_thread;
+    bool renew_started;
+    bool stopping;
+    pthread_cond_t renew_cv;
+    dlock_lock *leased; /* held lease locks, linked by next_leased */
+};
+
+struct dlock_lock {
+    dlock_client *c;
+    char *name;
+    dlock_lock_opts opts;
+    char owner[DL_OWNER_HEX + 1]; /* 128-bit random id, fresh per acquisition */
+    pthread_mutex_t mu;           /* serialises backend calls on this handle */
+    _Atomic int state;            /* dlock_state_t */
+    _Atomic uint64_t token;
+    unsigned count; /* re-entry count */
+    int cancel_fd;  /* eventfd: written by dlock_cancel */
+    int lost_fd;    /* eventfd: written on loss */
+    atomic_bool lost_notified;
+    char errmsg[DL_ERRMSG_MAX];
+    void *bstate; /* backend's per-lock state */
+
+    /* Lease bookkeeping (guarded by c->mu). */
+    int64_t acquired_ns;     /* monotonic time the acquisition was started */
+    int64_t lease_deadline_ns;
+    int64_t next_renew_ns;
+    dlock_lock *next_leased;
+    bool in_lease_list;
+};
+
+/* Set an error message on the handle and return code (printf-like). */
+int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Mark a held lock lost (idempotent): state, lost fd, callback. */
+void dl_mark_lost(dlock_lock *l, const char *why);
+
+/* Monotonic and wall clocks in nanoseconds. */
+int64_t dl_now_ns(void);
+int64_t dl_realtime_ms(void);
+/* Milliseconds left until deadline (-1 forever, 0 expired/try). */
+int dl_ms_left(int64_t deadline_ns);
+/* Fill buf with n random bytes from getrandom(2). */
+int dl_random(void *buf, size_t n);
+/* "pid 123 on host" style description of this process. */
+void dl_self_desc(char *buf, size_t len);
+
+/* Find a backend by URL scheme (NULL if unknown). */
+const dl_backend *dl_backend_for_scheme(const char *scheme);
+
+#endif
