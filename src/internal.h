@@ -20,6 +20,10 @@
 #define DL_OWNER_HEX 32 /* 128-bit owner id as lowercase hex */
 #define DL_DEFAULT_TTL_MS 30000
 #define DL_DEFAULT_TIMEOUT_MS 2000
+/* Default directory of the embedded backend: shared by every user of the host
+ * (sticky and world-writable, like /tmp) and kept across reboots, so that
+ * fencing tokens survive them. */
+#define DL_FILE_DEFAULT_DIR "/var/tmp/dlock"
 
 /* ---- URLs (url.c) ---------------------------------------------------- */
 

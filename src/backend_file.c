@@ -1,0 +1,853 @@
+/*
+ * backend_file.c — the embedded backend, `file:///DIR`: open file description
+ * (F_OFD_*) locks on one file per lock name.
+ *
+ * Why OFD locks: they belong to an open file description, not to a process,
+ * so two handles in one process exclude each other, a child inherits nothing
+ * by accident (descriptors are CLOEXEC), and the kernel drops them the moment
+ * the holder dies. Everything lives in byte-range locks on the lock file at
+ * offsets far past its data:
+ *
+ *   MAIN      the lock itself (write lock: exclusive, read lock: shared)
+ *   META      taken briefly around the token update
+ *   TURN      the turnstile of fair and read-write locks: a waiter holds it
+ *             while it sleeps on MAIN, so later arrivals queue behind it
+ *   GATE      the semaphore's waiting room (one waiter at a time waits on
+ *             all permits; the rest queue on GATE)
+ *   SLOT+i    permit i of a semaphore
+ *
+ * The file's data holds the fencing token (a fixed-width header) and one
+ * record per holder (who, since when, token, leader value) for inspection.
+ *
+ * Waiting sleeps in the kernel (F_OFD_SETLKW) and must still honour timeouts
+ * and dlock_cancel. A blocked fcntl cannot be interrupted without a signal,
+ * and a library must not take over a process's signal handlers, so the
+ * blocking call is made by a tiny helper task sharing our memory and
+ * descriptors (clone with CLONE_VM). The waiting thread polls the helper's
+ * pidfd, the cancel eventfd and the deadline; to stop waiting it SIGKILLs the
+ * helper, which removes the blocked request from the kernel's queue. Linux
+ * (since 5.0) wakes only the first blocked waiter of a released lock and
+ * queues conflicting waiters behind each other, so release wakes one waiter,
+ * in arrival order.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#define OFF_BASE ((off_t)1 << 40)
+#define OFF_MAIN (OFF_BASE + 0)
+#define OFF_META (OFF_BASE + 1)
+#define OFF_TURN (OFF_BASE + 2)
+#define OFF_GATE (OFF_BASE + 3)
+#define OFF_SLOT(i) (OFF_BASE + 16 + (off_t)(i))
+
+#define HEADER_LEN 28 /* "dlock1 " + 20 digits + "\n" */
+#define RECORD_LEN 1024
+#define RECORD_OFF(i) (64 + (off_t)(i) * RECORD_LEN) /* 0: exclusive holder, 1+i: permit i */
+#define HELPER_STACK (64 * 1024)
+
+typedef struct file_client {
+    int dirfd;
+    char *dir;
+    bool sync;       /* fdatasync the token on every acquisition */
+    mode_t filemode; /* lock files get the directory's rw bits */
+    char self[300];  /* "pid N on host" */
+} file_client;
+
+typedef struct file_lock {
+    int fd;   /* open while held */
+    int slot; /* semaphore permit held, -1 otherwise */
+} file_lock;
+
+static file_client *fc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+/* ---- the waiting helper ------------------------------------------------ */
+
+typedef struct wait_job {
+    int fd;
+    pid_t parent;
+    int nsteps;
+    short type[2];
+    off_t start[2];
+} wait_job;
+
+typedef struct helper {
+    int pidfd;
+    void *stack;
+    bool done;
+    bool won;
+} helper;
+
+/* Runs in the helper task: no sanitizer instrumentation (it shares our
+ * memory but not our thread identity) and raw system calls only. */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize("undefined")))
+static int helper_main(void *arg)
+{
+    const wait_job *job = arg;
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (syscall(SYS_getppid) != job->parent)
+        return 90; /* our creator died before we armed the death signal */
+    for (int i = 0; i < job->nsteps; i++) {
+        struct flock fl = {.l_type = job->type[i], .l_whence = SEEK_SET,
+                           .l_start = job->start[i], .l_len = 1};
+        if (syscall(SYS_fcntl, job->fd, F_OFD_SETLKW, &fl) != 0)
+            return 10 + i;
+    }
+    return 0;
+}
+
+static int helper_start(helper *h, wait_job *job)
+{
+    h->done = h->won = false;
+    h->pidfd = -1;
+    h->stack = NULL;
+    if (!RUNNING_ON_VALGRIND) {
+        h->stack = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (h->stack == MAP_FAILED) {
+            h->stack = NULL;
+            return -1;
+        }
+        /* Exit signal 0: no SIGCHLD reaches the application, and its own
+         * waitpid(-1) cannot reap our helper. */
+        pid_t pid = clone(helper_main, (char *)h->stack + HELPER_STACK, CLONE_VM | CLONE_PIDFD,
+                          job, &h->pidfd);
+        if (pid > 0)
+            return 0;
+        munmap(h->stack, HELPER_STACK);
+        h->stack = NULL;
+        if (errno != EINVAL && errno != EPERM && errno != ENOSYS)
+            return -1;
+    }
+    /* Fallback (valgrind, or clone flags refused): a plain fork; OFD locks
+     * taken on the inherited descriptor still belong to our description. */
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0)
+        _exit(helper_main(job));
+    h->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (h->pidfd < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reap a finished helper; returns its exit code, or -signal if killed. */
+static int helper_reap(helper *h)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    while (waitid(P_PIDFD, (id_t)h->pidfd, &si, WEXITED | __WALL) != 0) {
+        if (errno != EINTR) {
+            si.si_code = CLD_KILLED;
+            si.si_status = SIGKILL;
+            break;
+        }
+    }
+    close(h->pidfd);
+    h->pidfd = -1;
+    if (h->stack)
+        munmap(h->stack, HELPER_STACK);
+    h->stack = NULL;
+    h->done = true;
+    return si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
+}
+
+static void unlock_range(int fd, off_t start)
+{
+    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+static void job_undo(const wait_job *job)
+{
+    for (int i = 0; i < job->nsteps; i++)
+        unlock_range(job->fd, job->start[i]);
+}
+
+/*
+ * Sleep until one of the jobs has taken all its steps, the deadline passes,
+ * or the lock is canceled. On success *winner is that job and its ranges are
+ * held; every other job's ranges are given back.
+ */
+static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline, int *winner)
+{
+    helper hs[njobs];
+    struct pollfd pfd[njobs + 1];
+    int rc = 1; /* 1: still waiting */
+    int started = 0;
+    for (; started < njobs; started++) {
+        jobs[started].parent = getpid();
+        if (helper_start(&hs[started], &jobs[started]) != 0) {
+            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot start a waiting task: %s",
+                             l->name, strerror(errno));
+            break;
+        }
+    }
+    *winner = -1;
+    while (rc == 1) {
+        int n = 0;
+        for (int i = 0; i < njobs; i++)
+            if (!hs[i].done)
+                pfd[n++] = (struct pollfd){.fd = hs[i].pidfd, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = l->cancel_fd, .events = POLLIN};
+        int ms = dl_ms_left(deadline);
+        if (deadline > 0 && ms == 0) {
+            rc = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            break;
+        }
+        int pr = poll(pfd, (nfds_t)n, ms);
+        if (pr < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = dl_lock_err(l, DLOCK_EIO, "poll: %s", strerror(errno));
+            break;
+        }
+        if (pfd[n - 1].revents) {
+            rc = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
+            break;
+        }
+        for (int i = 0; i < njobs && rc == 1; i++) {
+            if (hs[i].done)
+                continue;
+            struct pollfd q = {.fd = hs[i].pidfd, .events = POLLIN};
+            if (poll(&q, 1, 0) <= 0)
+                continue;
+            int status = helper_reap(&hs[i]);
+            if (status == 0) {
+                hs[i].won = true;
+                *winner = i;
+                rc = 0;
+            } else if (status < 0) {
+                /* Killed by someone else's signal (a terminal's ^C reaches
+                 * our whole process group): give back what it took, wait on. */
+                job_undo(&jobs[i]);
+                if (helper_start(&hs[i], &jobs[i]) != 0)
+                    rc = dl_lock_err(l, DLOCK_EIO, "cannot restart a waiting task: %s",
+                                     strerror(errno));
+            } else {
+                job_undo(&jobs[i]);
+                rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": waiting task failed (code %d)",
+                                 l->name, status);
+            }
+        }
+    }
+    /* Stop the rest; one may have won a range meanwhile: give it back. */
+    for (int i = 0; i < started; i++) {
+        if (hs[i].done)
+            continue;
+        (void)syscall(SYS_pidfd_send_signal, hs[i].pidfd, SIGKILL, NULL, 0);
+        (void)helper_reap(&hs[i]);
+        job_undo(&jobs[i]);
+    }
+    return rc;
+}
+
+/* ---- byte-range helpers ------------------------------------------------ */
+
+/* Try once: 0 taken, 1 busy, <0 error. */
+static int try_range(dlock_lock *l, int fd, short type, off_t start)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+        return 0;
+    if (errno == EAGAIN || errno == EACCES)
+        return 1;
+    return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fcntl: %s", l->name, strerror(errno));
+}
+
+/* Take one range, waiting until deadline (0 = try once). */
+static int take_range(dlock_lock *l, int fd, short type, off_t start, int64_t deadline)
+{
+    int rc = try_range(l, fd, type, start);
+    if (rc <= 0)
+        return rc;
+    if (deadline == 0)
+        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    wait_job job = {.fd = fd, .nsteps = 1, .type = {type}, .start = {start}};
+    int w;
+    return wait_jobs(l, &job, 1, deadline, &w);
+}
+
+/* ---- the lock file ----------------------------------------------------- */
+
+static int open_lock_file(dlock_lock *l, int *out)
+{
+    file_client *fc = fc_of(l->c);
+    char path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", l->name);
+    for (;;) {
+        int fd = openat(fc->dirfd, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            *out = fd;
+            return 0;
+        }
+        if (errno != ENOENT)
+            break;
+        fd = openat(fc->dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    fc->filemode);
+        if (fd >= 0) {
+            /* umask must not stop other users of a shared directory. */
+            if (fchmod(fd, fc->filemode) != 0) {
+                /* not fatal: the file is still usable by us */
+            }
+            *out = fd;
+            return 0;
+        }
+        if (errno != EEXIST)
+            break;
+    }
+    int e = errno;
+    return dl_lock_err(l, e == EACCES || e == EPERM || e == EROFS ? DLOCK_EPERM : DLOCK_EIO,
+                       "cannot open lock file %s/%s: %s", fc->dir, path, strerror(e));
+}
+
+/* The file we locked must still be the one the name points to (nobody may
+ * have removed or replaced it while we waited). */
+static bool still_linked(dlock_lock *l, int fd)
+{
+    file_client *fc = fc_of(l->c);
+    char path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", l->name);
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || fstatat(fc->dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
+        return false;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int read_token(dlock_lock *l, int fd, uint64_t *token)
+{
+    char buf[HEADER_LEN + 1];
+    ssize_t n = pread(fd, buf, HEADER_LEN, 0);
+    if (n < 0)
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": read: %s", l->name, strerror(errno));
+    if (n == 0) {
+        *token = 0;
+        return 0;
+    }
+    buf[n] = '\0';
+    uint64_t v = 0;
+    bool ok = n == HEADER_LEN && memcmp(buf, "dlock1 ", 7) == 0 && buf[HEADER_LEN - 1] == '\n';
+    for (int i = 7; ok && i < HEADER_LEN - 1; i++) {
+        if (buf[i] < '0' || buf[i] > '9')
+            ok = false;
+        else
+            v = v * 10 + (uint64_t)(buf[i] - '0');
+    }
+    if (!ok)
+        return dl_lock_err(l, DLOCK_EPROTO,
+                           "lock file of \"%s\" has a corrupt token header (refusing to reset "
+                           "the fencing token; inspect or remove the file)",
+                           l->name);
+    *token = v;
+    return 0;
+}
+
+/* Issue the next fencing token: META serialises concurrent shared holders. */
+static int bump_token(dlock_lock *l, int fd, int64_t deadline)
+{
+    /* META is held only for a read and a write; even a try waits briefly. */
+    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
+    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    if (rc)
+        return rc;
+    uint64_t token;
+    rc = read_token(l, fd, &token);
+    if (rc == 0) {
+        token++;
+        char buf[HEADER_LEN + 1];
+        snprintf(buf, sizeof buf, "dlock1 %020" PRIu64 "\n", token);
+        if (pwrite(fd, buf, HEADER_LEN, 0) != HEADER_LEN)
+            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write token: %s", l->name,
+                             strerror(errno));
+        else if (fc_of(l->c)->sync && fdatasync(fd) != 0)
+            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name,
+                             strerror(errno));
+        if (rc == 0)
+            atomic_store(&l->token, token);
+    }
+    unlock_range(fd, OFF_META);
+    return rc;
+}
+
+static int write_record(dlock_lock *l, int fd, int idx, const char *value)
+{
+    char rec[RECORD_LEN];
+    memset(rec, 0, sizeof rec);
+    snprintf(rec, sizeof rec, "owner %s\nholder %s\nsince %" PRId64 "\ntoken %" PRIu64
+             "\nvalue %zu:%s\n",
+             l->owner, fc_of(l->c)->self, dl_realtime_ms(), atomic_load(&l->token),
+             value ? strlen(value) : 0, value ? value : "");
+    if (pwrite(fd, rec, sizeof rec, RECORD_OFF(idx)) != (ssize_t)sizeof rec)
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write holder record: %s",
+                           l->name, strerror(errno));
+    return 0;
+}
+
+typedef struct record {
+    char holder[256];
+    int64_t since;
+    uint64_t token;
+    char value[256];
+    bool present;
+} record;
+
+static void read_record(int fd, int idx, record *r)
+{
+    char rec[RECORD_LEN + 1];
+    memset(r, 0, sizeof *r);
+    ssize_t n = pread(fd, rec, RECORD_LEN, RECORD_OFF(idx));
+    if (n <= 0 || rec[0] != 'o')
+        return;
+    rec[n] = '\0';
+    char *p = strstr(rec, "\nholder ");
+    if (p) {
+        p += 8;
+        size_t w = strcspn(p, "\n");
+        if (w >= sizeof r->holder)
+            w = sizeof r->holder - 1;
+        memcpy(r->holder, p, w);
+        r->holder[w] = '\0';
+    }
+    if ((p = strstr(rec, "\nsince ")))
+        r->since = strtoll(p + 7, NULL, 10);
+    if ((p = strstr(rec, "\ntoken ")))
+        r->token = strtoull(p + 7, NULL, 10);
+    if ((p = strstr(rec, "\nvalue "))) {
+        char *end;
+        unsigned long len = strtoul(p + 7, &end, 10);
+        if (*end == ':' && len < sizeof r->value && end + 1 + len <= rec + n) {
+            memcpy(r->value, end + 1, len);
+            r->value[len] = '\0';
+        }
+    }
+    r->present = true;
+}
+
+/* ---- operations -------------------------------------------------------- */
+
+static int file_client_open(dlock_client *c, const dl_url *url)
+{
+    file_client *fc = calloc(1, sizeof *fc);
+    if (!fc)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    fc->dirfd = -1;
+    fc->dir = strdup(url->path);
+    if (!fc->dir) {
+        free(fc);
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    }
+    const char *sync = dl_url_param(url, "sync");
+    fc->sync = sync && (strcmp(sync, "1") == 0 || strcmp(sync, "true") == 0 || !*sync);
+    bool shared_default = strcmp(fc->dir, DL_FILE_DEFAULT_DIR) == 0;
+    int rc = 0;
+    /* Create the last component only: a missing parent is a mistake in the
+     * URL, not something to paper over. */
+    if (mkdir(fc->dir, shared_default ? 01777 : 0700) == 0) {
+        if (shared_default && chmod(fc->dir, 01777) != 0)
+            rc = dl_client_err(c, DLOCK_EIO, "cannot set permissions of %s: %s", fc->dir,
+                               strerror(errno));
+    } else if (errno != EEXIST) {
+        rc = dl_client_err(c, errno == EACCES || errno == EROFS ? DLOCK_EPERM : DLOCK_EIO,
+                           "cannot create lock directory %s: %s", fc->dir, strerror(errno));
+    }
+    if (rc == 0) {
+        fc->dirfd = open(fc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fc->dirfd < 0) {
+            rc = dl_client_err(c, errno == EACCES ? DLOCK_EPERM : DLOCK_EIO,
+                               "cannot open lock directory %s: %s", fc->dir,
+                               errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        } else if (fstat(fc->dirfd, &st) != 0) {
+            rc = dl_client_err(c, DLOCK_EIO, "cannot stat %s: %s", fc->dir, strerror(errno));
+        } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid()) {
+            /* Someone could have planted the shared directory to tamper
+             * with everyone's lock files. */
+            rc = dl_client_err(c, DLOCK_EPERM,
+                               "refusing lock directory %s: owned by uid %ld, not root or you",
+                               fc->dir, (long)st.st_uid);
+        } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+            rc = dl_client_err(c, DLOCK_EPERM,
+                               "refusing lock directory %s: world-writable without the sticky "
+                               "bit, anyone could replace lock files",
+                               fc->dir);
+        } else {
+            fc->filemode = st.st_mode & 0666;
+            fc->filemode |= S_IRUSR | S_IWUSR;
+        }
+    }
+    if (rc) {
+        if (fc->dirfd >= 0)
+            close(fc->dirfd);
+        free(fc->dir);
+        free(fc);
+        return rc;
+    }
+    dl_self_desc(fc->self, sizeof fc->self);
+    c->bstate = fc;
+    return 0;
+}
+
+static void file_client_close(dlock_client *c)
+{
+    file_client *fc = fc_of(c);
+    close(fc->dirfd);
+    free(fc->dir);
+    free(fc);
+}
+
+static int file_lock_init(dlock_lock *l)
+{
+    file_lock *fl = calloc(1, sizeof *fl);
+    if (!fl)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    fl->fd = -1;
+    fl->slot = -1;
+    l->bstate = fl;
+    return 0;
+}
+
+static void file_lock_fini(dlock_lock *l)
+{
+    file_lock *fl = l->bstate;
+    if (fl->fd >= 0)
+        close(fl->fd);
+    free(fl);
+}
+
+/* Exclusive or shared: MAIN, behind TURN when fairness is wanted. */
+static int take_main(dlock_lock *l, int fd, int64_t deadline)
+{
+    short type = l->opts.kind == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
+    /* Readers always queue at the turnstile, or a stream of them would
+     * starve a waiting writer (the kernel grants a read lock whenever no
+     * write lock is granted). */
+    bool fair = l->opts.fair != 0 || l->opts.kind == DLOCK_SHARED;
+    if (!fair) {
+        int rc = try_range(l, fd, type, OFF_MAIN);
+        if (rc <= 0)
+            return rc;
+        if (deadline == 0)
+            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        wait_job job = {.fd = fd, .nsteps = 1, .type = {type}, .start = {OFF_MAIN}};
+        int w;
+        return wait_jobs(l, &job, 1, deadline, &w);
+    }
+    int rc = try_range(l, fd, F_WRLCK, OFF_TURN);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        rc = try_range(l, fd, type, OFF_MAIN);
+        if (rc == 1 && deadline != 0) {
+            wait_job job = {.fd = fd, .nsteps = 1, .type = {type}, .start = {OFF_MAIN}};
+            int w;
+            rc = wait_jobs(l, &job, 1, deadline, &w);
+        } else if (rc == 1) {
+            rc = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        }
+    } else if (deadline == 0) {
+        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    } else {
+        /* One helper queues at the turnstile, then on the lock itself. */
+        wait_job job = {.fd = fd, .nsteps = 2, .type = {F_WRLCK, type},
+                        .start = {OFF_TURN, OFF_MAIN}};
+        int w;
+        rc = wait_jobs(l, &job, 1, deadline, &w);
+    }
+    unlock_range(fd, OFF_TURN);
+    return rc;
+}
+
+/* Semaphore: any free permit; waiters queue on GATE, the first of them
+ * sleeps on every permit at once. */
+static int take_permit(dlock_lock *l, int fd, int64_t deadline, int *slot)
+{
+    unsigned n = l->opts.permits;
+    bool fair = l->opts.fair != 0;
+    bool gated = false;
+    int rc;
+    if (fair) {
+        rc = take_range(l, fd, F_WRLCK, OFF_GATE, deadline);
+        if (rc)
+            return rc;
+        gated = true;
+    }
+    for (;;) {
+        for (unsigned i = 0; i < n; i++) {
+            rc = try_range(l, fd, F_WRLCK, OFF_SLOT(i));
+            if (rc <= 0) {
+                if (rc == 0)
+                    *slot = (int)i;
+                goto out;
+            }
+        }
+        if (deadline == 0) {
+            rc = dl_lock_err(l, DLOCK_EBUSY, "semaphore \"%s\": all %u permits are taken",
+                             l->name, n);
+            goto out;
+        }
+        if (!gated) {
+            rc = take_range(l, fd, F_WRLCK, OFF_GATE, deadline);
+            if (rc)
+                goto out;
+            gated = true;
+            continue; /* a permit may have freed while we queued */
+        }
+        wait_job *jobs = calloc(n, sizeof *jobs);
+        if (!jobs) {
+            rc = dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (unsigned i = 0; i < n; i++)
+            jobs[i] = (wait_job){.fd = fd, .nsteps = 1, .type = {F_WRLCK},
+                                 .start = {OFF_SLOT(i)}};
+        int w;
+        rc = wait_jobs(l, jobs, (int)n, deadline, &w);
+        free(jobs);
+        if (rc == 0)
+            *slot = w;
+        goto out;
+    }
+out:
+    if (gated)
+        unlock_range(fd, OFF_GATE);
+    return rc;
+}
+
+static int file_acquire(dlock_lock *l, int64_t deadline)
+{
+    file_lock *fl = l->bstate;
+    for (;;) {
+        int fd;
+        int rc = open_lock_file(l, &fd);
+        if (rc)
+            return rc;
+        int slot = -1;
+        if (l->opts.kind == DLOCK_SEMAPHORE)
+            rc = take_permit(l, fd, deadline, &slot);
+        else
+            rc = take_main(l, fd, deadline);
+        if (rc) {
+            close(fd); /* gives back every range this description holds */
+            return rc;
+        }
+        if (!still_linked(l, fd)) {
+            close(fd);
+            continue;
+        }
+        rc = bump_token(l, fd, deadline);
+        if (rc == 0 && l->opts.kind != DLOCK_SHARED)
+            rc = write_record(l, fd, slot < 0 ? 0 : 1 + slot, NULL);
+        if (rc) {
+            close(fd);
+            return rc;
+        }
+        fl->fd = fd;
+        fl->slot = slot;
+        return 0;
+    }
+}
+
+static int file_release(dlock_lock *l)
+{
+    file_lock *fl = l->bstate;
+    if (fl->fd < 0)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    if (l->opts.kind != DLOCK_SHARED) {
+        /* Clear our record while we still hold the lock; a stale record
+         * would only mislead `dlock status`, never the lock itself. */
+        char zero[RECORD_LEN] = {0};
+        int idx = fl->slot < 0 ? 0 : 1 + fl->slot;
+        if (pwrite(fl->fd, zero, sizeof zero, RECORD_OFF(idx)) < 0) {
+            /* harmless: inspection checks the lock before trusting records */
+        }
+    }
+    /* Closing the description releases every range it holds, atomically. */
+    int rc = close(fl->fd) == 0 || errno == EINTR
+                 ? 0
+                 : dl_lock_err(l, DLOCK_EIO, "close: %s", strerror(errno));
+    fl->fd = -1;
+    fl->slot = -1;
+    return rc;
+}
+
+static void file_abandon(dlock_lock *l)
+{
+    file_lock *fl = l->bstate;
+    if (fl->fd >= 0)
+        close(fl->fd);
+    fl->fd = -1;
+    fl->slot = -1;
+}
+
+/* Who holds range `start` right now: F_UNLCK, F_RDLCK or F_WRLCK. */
+static short probe(int fd, off_t start)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return -1;
+    return fl.l_type;
+}
+
+static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    file_client *fc = fc_of(c);
+    char path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", name);
+    int fd = openat(fc->dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            info->held = 0;
+            info->holders = 0;
+            return 0;
+        }
+        return dl_client_err(c, DLOCK_EIO, "cannot open %s/%s: %s", fc->dir, path,
+                             strerror(errno));
+    }
+    char hdr[HEADER_LEN + 1] = {0};
+    if (pread(fd, hdr, HEADER_LEN, 0) == HEADER_LEN && memcmp(hdr, "dlock1 ", 7) == 0)
+        info->token = strtoull(hdr + 7, NULL, 10);
+    short t = probe(fd, OFF_MAIN);
+    record r = {0};
+    if (t == F_WRLCK) {
+        info->held = 1;
+        info->holders = 1;
+        read_record(fd, 0, &r);
+    } else if (t == F_RDLCK) {
+        info->held = 1; /* readers: how many is not knowable from one probe */
+    } else {
+        /* Semaphore permits: records tell which slots were used; the
+         * kernel tells which are held now. */
+        struct stat st;
+        int holders = 0;
+        if (fstat(fd, &st) == 0 && st.st_size > RECORD_OFF(1)) {
+            long slots = (long)((st.st_size - RECORD_OFF(1)) / RECORD_LEN);
+            for (long i = 0; i < slots && i < 4096; i++) {
+                if (probe(fd, OFF_SLOT(i)) == F_WRLCK) {
+                    if (holders++ == 0)
+                        read_record(fd, 1 + (int)i, &r);
+                }
+            }
+        }
+        info->held = holders > 0;
+        info->holders = holders;
+    }
+    if (r.present) {
+        snprintf(info->holder, sizeof info->holder, "%s", r.holder);
+        if (r.since > 0)
+            info->held_ms = dl_realtime_ms() - r.since;
+    }
+    close(fd);
+    return 0;
+}
+
+static int file_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    file_client *fc = fc_of(c);
+    int dfd = openat(fc->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        return dl_client_err(c, DLOCK_EIO, "cannot read %s: %s", fc->dir, strerror(errno));
+    }
+    size_t plen = strlen(prefix);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".lock") != 0)
+            continue;
+        char name[DL_NAME_MAX + 8];
+        if (len - 5 >= sizeof name)
+            continue;
+        memcpy(name, e->d_name, len - 5);
+        name[len - 5] = '\0';
+        if (strncmp(name, prefix, plen) != 0 || dlock_name_valid(name, NULL, 0) != 0)
+            continue;
+        rc = fn(name, arg);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int file_set_value(dlock_lock *l, const char *value)
+{
+    file_lock *fl = l->bstate;
+    if (fl->fd < 0)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    return write_record(l, fl->fd, 0, value);
+}
+
+static int file_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    file_client *fc = fc_of(c);
+    char path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s.lock", name);
+    int fd = openat(fc->dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
+    record r;
+    int rc = DLOCK_ENOENT;
+    if (probe(fd, OFF_MAIN) == F_WRLCK) {
+        read_record(fd, 0, &r);
+        if (r.present) {
+            snprintf(buf, len, "%s", r.value);
+            rc = 0;
+        }
+    }
+    close(fd);
+    return rc ? dl_client_err(c, rc, "no leader for \"%s\"", name) : 0;
+}
+
+const dl_backend dl_backend_file = {
+    .version = DL_BACKEND_V1,
+    .name = "file",
+    .schemes = "file",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
+    .liveness = "kernel releases the lock when the holder's process dies",
+    .fencing = "counter in the lock file; survives crashes of processes, and of the host "
+               "only with ?sync=1",
+    .client_open = file_client_open,
+    .client_close = file_client_close,
+    .lock_init = file_lock_init,
+    .lock_fini = file_lock_fini,
+    .acquire = file_acquire,
+    .release = file_release,
+    .abandon = file_abandon,
+    .inspect = file_inspect,
+    .list = file_list,
+    .set_value = file_set_value,
+    .get_value = file_get_value,
+};

@@ -1,0 +1,937 @@
+/*
+ * core.c — the part of libdlock every backend shares: errors, the backend
+ * registry, clients and lock handles, re-entry, lease renewal and loss
+ * notification, multi-lock and election. Backends only take and give back a
+ * lock once; everything about counts, tokens seen by the caller, deadlines
+ * and notification lives here.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- version and errors ------------------------------------------------ */
+
+DLOCK_EXTERN const char *dlock_version(void)
+{
+    return DLOCK_VERSION_STRING;
+}
+
+DLOCK_EXTERN const char *dlock_strerror(int code)
+{
+    switch (code) {
+    case DLOCK_OK:
+        return "success";
+#define DL_STRERR_(name, value, msg) \
+    case value:                      \
+        return msg;
+        DLOCK_ERRNO_MAP(DL_STRERR_)
+#undef DL_STRERR_
+    default:
+        return "unknown error";
+    }
+}
+
+DLOCK_EXTERN const char *dlock_err_name(int code)
+{
+    switch (code) {
+    case DLOCK_OK:
+        return "OK";
+#define DL_ERRNAME_(name, value, msg) \
+    case value:                       \
+        return #name;
+        DLOCK_ERRNO_MAP(DL_ERRNAME_)
+#undef DL_ERRNAME_
+    default:
+        return "EUNKNOWN";
+    }
+}
+
+static _Thread_local char open_errmsg[DL_ERRMSG_MAX];
+
+__attribute__((format(printf, 2, 0))) static void vset(char *dst, const char *fmt, va_list ap)
+{
+    vsnprintf(dst, DL_ERRMSG_MAX, fmt, ap);
+}
+
+int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(l->errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
+{
+    char buf[DL_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vset(buf, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->mu);
+    memcpy(c->errmsg, buf, sizeof buf);
+    pthread_mutex_unlock(&c->mu);
+    /* Open failures are read through dlock_client_errmsg(NULL). */
+    memcpy(open_errmsg, buf, sizeof buf);
+    return code;
+}
+
+/* ---- small utilities --------------------------------------------------- */
+
+int64_t dl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t dl_realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+int dl_ms_left(int64_t deadline_ns)
+{
+    if (deadline_ns < 0)
+        return -1;
+    if (deadline_ns == 0)
+        return 0;
+    int64_t left = deadline_ns - dl_now_ns();
+    if (left <= 0)
+        return 0;
+    /* Round up so that a wait never ends before its deadline. */
+    int64_t ms = (left + 999999) / 1000000;
+    return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+int dl_random(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return DLOCK_EIO;
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+void dl_self_desc(char *buf, size_t len)
+{
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        strcpy(host, "?");
+    host[sizeof host - 1] = '\0';
+    snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
+}
+
+static int new_owner_id(char out[DL_OWNER_HEX + 1])
+{
+    unsigned char raw[DL_OWNER_HEX / 2];
+    int rc = dl_random(raw, sizeof raw);
+    if (rc)
+        return rc;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[DL_OWNER_HEX] = '\0';
+    return 0;
+}
+
+/* ---- the backend registry ---------------------------------------------- */
+
+/* Backends whose code is not written yet: listed with their capabilities so
+ * that `dlock backends` shows the whole product, answering DLOCK_ENOTSUP. */
+#define DL_PLANNED(nm, sch, cp, live, fence)                                   \
+    static const dl_backend dl_backend_##nm = {                                \
+        .version = DL_BACKEND_V1, .name = #nm, .schemes = sch, .caps = cp,      \
+        .liveness = live, .fencing = fence,                                    \
+        .missing = "the " #nm " backend is not implemented in this version"}
+
+DL_PLANNED(redis, "redis redis+sentinel redis+cluster",
+           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+               DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
+           "lease (PEXPIRE) renewed every ttl/3",
+           "per-name INCR counter; can go back if a failover loses writes");
+DL_PLANNED(redlock, "redlock",
+           DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
+           "lease on a quorum of masters, renewed with a quorum",
+           "quorum max + 1 written back; monotonic while a majority keeps its data");
+DL_PLANNED(zk, "zk",
+           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+               DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
+           "ephemeral znode, gone when the session expires",
+           "creation zxid of the lock znode; monotonic across leader changes");
+DL_PLANNED(etcd, "etcd etcds",
+           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+               DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
+           "lease with keep-alive", "create revision of the waiter key; monotonic");
+DL_PLANNED(postgres, "postgres postgresql",
+           DLOCK_CAP_FENCING | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE |
+               DLOCK_CAP_NATIVE_BLOCKING,
+           "advisory: the connection; lease mode: expiry column renewed",
+           "sequence-backed token row updated in the acquiring transaction");
+DL_PLANNED(mysql, "mysql mariadb",
+           DLOCK_CAP_FENCING | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
+           "GET_LOCK: the connection; lease mode: expiry column renewed",
+           "token row updated in the acquiring transaction");
+DL_PLANNED(memcached, "memcached",
+           DLOCK_CAP_FENCING | DLOCK_CAP_FENCING_WEAK | DLOCK_CAP_LEASE,
+           "item expiry renewed with touch",
+           "incr counter; eviction or restart can reset it (weak)");
+
+static const dl_backend *const registry[] = {
+    &dl_backend_file,     &dl_backend_redis, &dl_backend_redlock, &dl_backend_zk,
+    &dl_backend_etcd,     &dl_backend_postgres, &dl_backend_mysql, &dl_backend_memcached,
+};
+#define REGISTRY_N (sizeof registry / sizeof registry[0])
+
+static dlock_backend_info registry_info[REGISTRY_N];
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+static void registry_init(void)
+{
+    for (size_t i = 0; i < REGISTRY_N; i++) {
+        const dl_backend *b = registry[i];
+        registry_info[i] = (dlock_backend_info){
+            .name = b->name,
+            .schemes = b->schemes,
+            .caps = b->caps,
+            .available = b->missing == NULL,
+            .missing = b->missing,
+            .liveness = b->liveness,
+            .fencing = b->fencing,
+        };
+    }
+}
+
+DLOCK_EXTERN size_t dlock_backend_count(void)
+{
+    return REGISTRY_N;
+}
+
+DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i)
+{
+    pthread_once(&registry_once, registry_init);
+    return i < REGISTRY_N ? &registry_info[i] : NULL;
+}
+
+const dl_backend *dl_backend_for_scheme(const char *scheme)
+{
+    size_t n = strlen(scheme);
+    for (size_t i = 0; i < REGISTRY_N; i++) {
+        const char *s = registry[i]->schemes;
+        while (*s) {
+            size_t w = strcspn(s, " ");
+            if (w == n && strncmp(s, scheme, n) == 0)
+                return registry[i];
+            s += w;
+            while (*s == ' ')
+                s++;
+        }
+    }
+    return NULL;
+}
+
+/* ---- clients ----------------------------------------------------------- */
+
+DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+}
+
+DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->kind = DLOCK_EXCLUSIVE;
+    opts->permits = 1;
+    opts->fair = -1;
+}
+
+static int open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int open_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(open_errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
+                                   const dlock_client_opts *opts)
+{
+    if (!out)
+        return open_fail(DLOCK_EINVAL, "dlock_client_open: out is NULL");
+    *out = NULL;
+    if (!url || !*url)
+        url = getenv("DLOCK_URL");
+    char defbuf[64];
+    if (!url || !*url) {
+        snprintf(defbuf, sizeof defbuf, "file://%s", DL_FILE_DEFAULT_DIR);
+        url = defbuf;
+    }
+    char err[DL_ERRMSG_MAX];
+    dl_url *u = NULL;
+    int rc = dl_url_parse(url, &u, err, sizeof err);
+    if (rc)
+        return open_fail(rc, "%s", err);
+    const dl_backend *be = dl_backend_for_scheme(u->scheme);
+    if (!be) {
+        open_fail(DLOCK_EURL, "unknown url scheme \"%s\"", u->scheme);
+        dl_url_free(u);
+        return DLOCK_EURL;
+    }
+    if (be->missing) {
+        open_fail(DLOCK_ENOTSUP, "%s: %s (built: file)", u->redacted, be->missing);
+        dl_url_free(u);
+        return DLOCK_ENOTSUP;
+    }
+    dlock_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        dl_url_free(u);
+        return open_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    c->be = be;
+    c->url = u;
+    if (opts)
+        c->opts = *opts;
+    if (c->opts.connect_timeout_ms <= 0)
+        c->opts.connect_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
+    if (c->opts.op_timeout_ms <= 0)
+        c->opts.op_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->renew_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    rc = be->client_open(c, u);
+    if (rc) {
+        /* client_open reported through dl_client_err, which also fills
+         * open_errmsg for this thread. */
+        pthread_cond_destroy(&c->renew_cv);
+        pthread_mutex_destroy(&c->mu);
+        dl_url_free(u);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client)
+{
+    return client ? client->errmsg : open_errmsg;
+}
+
+DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client)
+{
+    return client ? client->url->redacted : "";
+}
+
+DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client)
+{
+    return client ? client->be->name : "";
+}
+
+static void renew_stop(dlock_client *c);
+
+DLOCK_EXTERN void dlock_client_close(dlock_client *client)
+{
+    if (!client)
+        return;
+    renew_stop(client);
+    if (client->be->client_close)
+        client->be->client_close(client);
+    pthread_cond_destroy(&client->renew_cv);
+    pthread_mutex_destroy(&client->mu);
+    dl_url_free(client->url);
+    free(client);
+}
+
+/* ---- lease renewal ----------------------------------------------------- */
+
+/*
+ * One thread per client renews every held lease at ttl/3 and declares a lock
+ * lost when renewal says so, or when its lease deadline (measured from the
+ * moment before the acquisition request was sent) passes without a renewal.
+ */
+static void *renew_main(void *arg)
+{
+    dlock_client *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        int64_t now = dl_now_ns();
+        int64_t wake = now + 3600LL * 1000000000LL;
+        dlock_lock *due = NULL;
+        for (dlock_lock *l = c->leased; l; l = l->next_leased) {
+            if (l->lease_deadline_ns <= now || l->next_renew_ns <= now) {
+                due = l;
+                break;
+            }
+            if (l->next_renew_ns < wake)
+                wake = l->next_renew_ns;
+            if (l->lease_deadline_ns < wake)
+                wake = l->lease_deadline_ns;
+        }
+        if (!due) {
+            struct timespec ts = {.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL};
+            pthread_cond_timedwait(&c->renew_cv, &c->mu, &ts);
+            continue;
+        }
+        if (due->lease_deadline_ns <= now) {
+            /* Take it off the list before notifying so a release racing
+             * with us sees a lost lock, not a held one. */
+            dlock_lock **pp = &c->leased;
+            while (*pp != due)
+                pp = &(*pp)->next_leased;
+            *pp = due->next_leased;
+            due->in_lease_list = false;
+            pthread_mutex_unlock(&c->mu);
+            dl_mark_lost(due, "lease deadline passed without a successful renewal");
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        /* Renew outside the client mutex: the backend call may take up to
+         * the op timeout, and other locks must not wait for it. The lock's
+         * own mutex keeps release from running concurrently. */
+        dlock_lock *l = due;
+        int ttl = l->opts.ttl_ms;
+        l->next_renew_ns = now + (int64_t)ttl * 1000000LL / 3;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&l->mu);
+        int64_t started = dl_now_ns();
+        int rc = DLOCK_ENOTHELD;
+        if (atomic_load(&l->state) == DLOCK_STATE_HELD)
+            rc = c->be->renew(l);
+        pthread_mutex_unlock(&l->mu);
+        pthread_mutex_lock(&c->mu);
+        if (!l->in_lease_list)
+            continue; /* released meanwhile */
+        if (rc == 0) {
+            l->lease_deadline_ns = started + (int64_t)ttl * 1000000LL;
+        } else if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
+            dlock_lock **pp = &c->leased;
+            while (*pp != l)
+                pp = &(*pp)->next_leased;
+            *pp = l->next_leased;
+            l->in_lease_list = false;
+            pthread_mutex_unlock(&c->mu);
+            dl_mark_lost(l, l->errmsg);
+            pthread_mutex_lock(&c->mu);
+        } else {
+            /* Transient failure: try again soon, the deadline still rules. */
+            l->next_renew_ns = dl_now_ns() + (int64_t)ttl * 1000000LL / 10;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static int lease_track(dlock_lock *l, int64_t started_ns)
+{
+    dlock_client *c = l->c;
+    int64_t ttl_ns = (int64_t)l->opts.ttl_ms * 1000000LL;
+    pthread_mutex_lock(&c->mu);
+    if (!c->renew_started) {
+        int rc = pthread_create(&c->renew_thread, NULL, renew_main, c);
+        if (rc) {
+            pthread_mutex_unlock(&c->mu);
+            return dl_lock_err(l, DLOCK_ENOMEM, "cannot start the lease renewal thread: %s",
+                               strerror(rc));
+        }
+        c->renew_started = true;
+    }
+    l->acquired_ns = started_ns;
+    l->lease_deadline_ns = started_ns + ttl_ns;
+    l->next_renew_ns = started_ns + ttl_ns / 3;
+    l->next_leased = c->leased;
+    c->leased = l;
+    l->in_lease_list = true;
+    pthread_cond_signal(&c->renew_cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static void lease_untrack(dlock_lock *l)
+{
+    dlock_client *c = l->c;
+    pthread_mutex_lock(&c->mu);
+    if (l->in_lease_list) {
+        dlock_lock **pp = &c->leased;
+        while (*pp != l)
+            pp = &(*pp)->next_leased;
+        *pp = l->next_leased;
+        l->in_lease_list = false;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void renew_stop(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stopping = true;
+    bool started = c->renew_started;
+    pthread_cond_signal(&c->renew_cv);
+    pthread_mutex_unlock(&c->mu);
+    if (started)
+        pthread_join(c->renew_thread, NULL);
+}
+
+static bool uses_lease(const dlock_lock *l)
+{
+    return (l->c->be->caps & DLOCK_CAP_LEASE) && l->c->be->renew;
+}
+
+void dl_mark_lost(dlock_lock *l, const char *why)
+{
+    int expected = DLOCK_STATE_HELD;
+    if (!atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST))
+        return;
+    if (why && why != l->errmsg)
+        dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" lost: %s", l->name, why);
+    uint64_t one = 1;
+    if (write(l->lost_fd, &one, sizeof one) < 0) {
+        /* eventfd only fails on counter overflow, which cannot happen here */
+    }
+    if (!atomic_exchange(&l->lost_notified, true) && l->opts.on_lost)
+        l->opts.on_lost(l, l->opts.on_lost_arg);
+}
+
+/* ---- lock handles ------------------------------------------------------ */
+
+DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const char *name,
+                                const dlock_lock_opts *opts)
+{
+    if (!out || !client)
+        return DLOCK_EINVAL;
+    *out = NULL;
+    char why[128];
+    int rc = dlock_name_valid(name, why, sizeof why);
+    if (rc)
+        return dl_client_err(client, rc, "%s", why);
+    dlock_lock_opts o;
+    if (opts)
+        o = *opts;
+    else
+        dlock_lock_opts_init(&o);
+    if (o.kind == DLOCK_SEMAPHORE && (o.permits < 1 || o.permits > 4096))
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "semaphore permits must be between 1 and 4096, not %u", o.permits);
+    if (o.kind != DLOCK_EXCLUSIVE && o.kind != DLOCK_SHARED && o.kind != DLOCK_SEMAPHORE)
+        return dl_client_err(client, DLOCK_EINVAL, "unknown lock kind %d", (int)o.kind);
+    if (o.kind != DLOCK_SEMAPHORE)
+        o.permits = 1;
+    if (o.ttl_ms < 0)
+        return dl_client_err(client, DLOCK_EINVAL, "ttl must be positive, not %d ms", o.ttl_ms);
+    if (o.ttl_ms == 0)
+        o.ttl_ms = DL_DEFAULT_TTL_MS;
+    /* Renewal at ttl/3 needs a few milliseconds of room to be meaningful. */
+    if (o.ttl_ms < 30)
+        return dl_client_err(client, DLOCK_EINVAL, "ttl of %d ms is too short (minimum 30 ms)",
+                             o.ttl_ms);
+    unsigned caps = client->be->caps;
+    if (o.kind == DLOCK_SHARED && !(caps & DLOCK_CAP_SHARED))
+        return dl_client_err(client, DLOCK_ENOTSUP,
+                             "the %s backend has no shared locks (file, redis, zk, etcd and "
+                             "postgres have)",
+                             client->be->name);
+    if (o.kind == DLOCK_SEMAPHORE && o.permits > 1 && !(caps & DLOCK_CAP_SEMAPHORE))
+        return dl_client_err(client, DLOCK_ENOTSUP,
+                             "the %s backend has no semaphores (file, redis, zk and etcd have)",
+                             client->be->name);
+
+    dlock_lock *l = calloc(1, sizeof *l);
+    if (!l)
+        return dl_client_err(client, DLOCK_ENOMEM, "out of memory");
+    l->c = client;
+    l->opts = o;
+    l->cancel_fd = l->lost_fd = -1;
+    l->name = strdup(name);
+    if (!l->name) {
+        free(l);
+        return dl_client_err(client, DLOCK_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    atomic_init(&l->state, DLOCK_STATE_IDLE);
+    atomic_init(&l->token, 0);
+    atomic_init(&l->lost_notified, false);
+    l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    l->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->cancel_fd < 0 || l->lost_fd < 0) {
+        rc = dl_client_err(client, DLOCK_EIO, "cannot create eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (client->be->lock_init) {
+        rc = client->be->lock_init(l);
+        if (rc) {
+            dl_client_err(client, rc, "%s", l->errmsg);
+            goto fail;
+        }
+    }
+    *out = l;
+    return 0;
+fail:
+    if (l->cancel_fd >= 0)
+        close(l->cancel_fd);
+    if (l->lost_fd >= 0)
+        close(l->lost_fd);
+    pthread_mutex_destroy(&l->mu);
+    free(l->name);
+    free(l);
+    return rc;
+}
+
+static int release_now(dlock_lock *l);
+
+DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
+{
+    if (!lock)
+        return;
+    int st = atomic_load(&lock->state);
+    if (st == DLOCK_STATE_HELD || st == DLOCK_STATE_LOST) {
+        lock->count = 1;
+        (void)release_now(lock);
+    }
+    if (lock->c->be->lock_fini)
+        lock->c->be->lock_fini(lock);
+    close(lock->cancel_fd);
+    close(lock->lost_fd);
+    pthread_mutex_destroy(&lock->mu);
+    free(lock->name);
+    free(lock);
+}
+
+DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock)
+{
+    return lock ? lock->errmsg : "";
+}
+
+DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock)
+{
+    return lock ? lock->name : "";
+}
+
+static void drain(int fd)
+{
+    uint64_t v;
+    while (read(fd, &v, sizeof v) > 0) {
+    }
+}
+
+static int64_t deadline_from(int timeout_ms)
+{
+    if (timeout_ms < 0)
+        return -1;
+    if (timeout_ms == 0)
+        return 0;
+    return dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+}
+
+static int acquire_until(dlock_lock *l, int64_t deadline_ns)
+{
+    int st = atomic_load(&l->state);
+    if (st == DLOCK_STATE_HELD) {
+        if (l->count == 0xffffffffu)
+            return dl_lock_err(l, DLOCK_EINVAL, "lock \"%s\": re-entry count overflow", l->name);
+        l->count++;
+        return 0;
+    }
+    if (st == DLOCK_STATE_LOST)
+        return dl_lock_err(l, DLOCK_ELOST,
+                           "lock \"%s\" was lost; release it before acquiring again", l->name);
+    int rc = new_owner_id(l->owner);
+    if (rc)
+        return dl_lock_err(l, rc, "cannot read random bytes for the owner id");
+    drain(l->cancel_fd);
+    drain(l->lost_fd);
+    atomic_store(&l->lost_notified, false);
+    atomic_store(&l->state, DLOCK_STATE_WAITING);
+    int64_t started = dl_now_ns();
+    pthread_mutex_lock(&l->mu);
+    rc = l->c->be->acquire(l, deadline_ns);
+    if (rc == 0) {
+        l->count = 1;
+        atomic_store(&l->state, DLOCK_STATE_HELD);
+    } else {
+        atomic_store(&l->state, DLOCK_STATE_IDLE);
+        atomic_store(&l->token, 0);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (rc == 0 && uses_lease(l)) {
+        rc = lease_track(l, started);
+        if (rc) {
+            l->count = 1;
+            (void)release_now(l);
+            return rc;
+        }
+    }
+    return rc;
+}
+
+DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms)
+{
+    if (!lock)
+        return DLOCK_EINVAL;
+    return acquire_until(lock, deadline_from(timeout_ms));
+}
+
+static int release_now(dlock_lock *l)
+{
+    lease_untrack(l);
+    pthread_mutex_lock(&l->mu);
+    int st = atomic_load(&l->state);
+    int rc;
+    if (st == DLOCK_STATE_LOST) {
+        if (l->c->be->abandon)
+            l->c->be->abandon(l);
+        rc = DLOCK_ELOST;
+        if (!l->errmsg[0])
+            dl_lock_err(l, rc, "lock \"%s\" was lost before release", l->name);
+    } else {
+        rc = l->c->be->release(l);
+    }
+    l->count = 0;
+    atomic_store(&l->token, 0);
+    atomic_store(&l->state, DLOCK_STATE_IDLE);
+    drain(l->lost_fd);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+DLOCK_EXTERN int dlock_release(dlock_lock *lock)
+{
+    if (!lock)
+        return DLOCK_EINVAL;
+    int st = atomic_load(&lock->state);
+    if (st != DLOCK_STATE_HELD && st != DLOCK_STATE_LOST)
+        return dl_lock_err(lock, DLOCK_ENOTHELD, "lock \"%s\" is not held by this handle",
+                           lock->name);
+    if (st == DLOCK_STATE_HELD && lock->count > 1) {
+        lock->count--;
+        return 0;
+    }
+    return release_now(lock);
+}
+
+DLOCK_EXTERN void dlock_cancel(dlock_lock *lock)
+{
+    if (!lock)
+        return;
+    uint64_t one = 1;
+    if (write(lock->cancel_fd, &one, sizeof one) < 0) {
+        /* counter overflow only: a cancel is already pending */
+    }
+}
+
+DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock)
+{
+    return lock ? atomic_load(&((dlock_lock *)lock)->token) : 0;
+}
+
+DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
+{
+    if (!lock)
+        return DLOCK_STATE_IDLE;
+    dlock_lock *l = (dlock_lock *)lock;
+    int st = atomic_load(&l->state);
+    if (st == DLOCK_STATE_HELD && uses_lease(l)) {
+        /* Do not trust a lease whose deadline has passed, even if the
+         * renewal thread has not run yet. */
+        pthread_mutex_lock(&l->c->mu);
+        bool expired = l->in_lease_list && dl_now_ns() >= l->lease_deadline_ns;
+        pthread_mutex_unlock(&l->c->mu);
+        if (expired)
+            return DLOCK_STATE_LOST;
+    }
+    return (dlock_state_t)st;
+}
+
+DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock)
+{
+    return lock ? lock->lost_fd : -1;
+}
+
+DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)
+{
+    return lock && atomic_load(&((dlock_lock *)lock)->state) == DLOCK_STATE_HELD ? lock->count
+                                                                                : 0;
+}
+
+DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
+{
+    if (!lock)
+        return DLOCK_EINVAL;
+    if (atomic_load(&lock->state) != DLOCK_STATE_HELD)
+        return dl_lock_err(lock, DLOCK_ENOTHELD, "lock \"%s\" is not held", lock->name);
+    lease_untrack(lock);
+    /* Let the lock go for real, as an expired lease would, so that another
+     * holder can take it and fencing matters. */
+    pthread_mutex_lock(&lock->mu);
+    if (lock->c->be->abandon)
+        lock->c->be->abandon(lock);
+    pthread_mutex_unlock(&lock->mu);
+    dl_mark_lost(lock, "forced loss (test hook)");
+    return 0;
+}
+
+/* ---- multi-lock -------------------------------------------------------- */
+
+static int by_name(const void *a, const void *b)
+{
+    const dlock_lock *x = *(dlock_lock *const *)a, *y = *(dlock_lock *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+DLOCK_EXTERN int dlock_acquire_all(dlock_lock **locks, size_t n, int timeout_ms)
+{
+    if (!locks || n == 0)
+        return DLOCK_EINVAL;
+    dlock_lock **sorted = malloc(n * sizeof *sorted);
+    if (!sorted)
+        return DLOCK_ENOMEM;
+    memcpy(sorted, locks, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, by_name);
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!sorted[i] || (i > 0 && strcmp(sorted[i]->name, sorted[i - 1]->name) == 0 &&
+                           sorted[i]->c == sorted[i - 1]->c)) {
+            rc = sorted[i] ? dl_lock_err(sorted[i], DLOCK_EINVAL,
+                                         "lock \"%s\" appears twice in one multi-lock",
+                                         sorted[i]->name)
+                           : DLOCK_EINVAL;
+            free(sorted);
+            return rc;
+        }
+    }
+    int64_t deadline = deadline_from(timeout_ms);
+    size_t got = 0;
+    for (; got < n; got++) {
+        rc = acquire_until(sorted[got], deadline);
+        if (rc)
+            break;
+    }
+    if (rc) {
+        /* All or nothing: give back what we took, newest first. The failing
+         * handle's message explains why; copy it to every handle so callers
+         * can read it from any of them. */
+        const char *why = sorted[got]->errmsg;
+        while (got-- > 0)
+            (void)dlock_release(sorted[got]);
+        for (size_t i = 0; i < n; i++)
+            if (sorted[i]->errmsg != why)
+                snprintf(sorted[i]->errmsg, DL_ERRMSG_MAX, "%s", why);
+    }
+    free(sorted);
+    return rc;
+}
+
+DLOCK_EXTERN int dlock_release_all(dlock_lock **locks, size_t n)
+{
+    if (!locks)
+        return DLOCK_EINVAL;
+    int first = 0;
+    for (size_t i = n; i-- > 0;) {
+        int rc = dlock_release(locks[i]);
+        if (rc && !first)
+            first = rc;
+    }
+    return first;
+}
+
+/* ---- election ---------------------------------------------------------- */
+
+DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout_ms)
+{
+    if (!lock || !value || strlen(value) > 255)
+        return lock ? dl_lock_err(lock, DLOCK_EINVAL, "leader value must be 0..255 bytes")
+                    : DLOCK_EINVAL;
+    if (!lock->c->be->set_value)
+        return dl_lock_err(lock, DLOCK_ENOTSUP, "the %s backend cannot publish a leader value",
+                           lock->c->be->name);
+    if (lock->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(lock, DLOCK_EINVAL, "elections need an exclusive lock");
+    int rc = dlock_acquire(lock, timeout_ms);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&lock->mu);
+    rc = lock->c->be->set_value(lock, value);
+    pthread_mutex_unlock(&lock->mu);
+    if (rc)
+        (void)dlock_release(lock);
+    return rc;
+}
+
+DLOCK_EXTERN int dlock_resign(dlock_lock *lock)
+{
+    if (!lock)
+        return DLOCK_EINVAL;
+    /* Resigning ends leadership whatever the re-entry count. */
+    if (atomic_load(&lock->state) == DLOCK_STATE_HELD)
+        lock->count = 1;
+    return dlock_release(lock);
+}
+
+DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf, size_t len)
+{
+    if (!client || !buf || len == 0)
+        return DLOCK_EINVAL;
+    char why[128];
+    int rc = dlock_name_valid(name, why, sizeof why);
+    if (rc)
+        return dl_client_err(client, rc, "%s", why);
+    if (!client->be->get_value)
+        return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend has no leader values",
+                             client->be->name);
+    return client->be->get_value(client, name, buf, len);
+}
+
+/* ---- inspection -------------------------------------------------------- */
+
+DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_info *info)
+{
+    if (!client || !info)
+        return DLOCK_EINVAL;
+    char why[128];
+    int rc = dlock_name_valid(name, why, sizeof why);
+    if (rc)
+        return dl_client_err(client, rc, "%s", why);
+    memset(info, 0, sizeof *info);
+    info->held = info->holders = info->waiters = -1;
+    info->held_ms = info->lease_ms = -1;
+    if (!client->be->inspect)
+        return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot inspect locks",
+                             client->be->name);
+    return client->be->inspect(client, name, info);
+}
+
+DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_fn fn,
+                            void *arg)
+{
+    if (!client || !fn)
+        return DLOCK_EINVAL;
+    if (!client->be->list)
+        return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot list locks",
+                             client->be->name);
+    return client->be->list(client, prefix ? prefix : "", fn, arg);
+}
