@@ -135,10 +135,12 @@ static int helper_start(helper *h, wait_job *job)
             h->stack = NULL;
             return -1;
         }
-        /* Exit signal 0: no SIGCHLD reaches the application, and its own
+        /* CLONE_FILES: the helper must not hold copies of our other lock
+         * descriptors, or closing them would not release their locks.
+         * Exit signal 0: no SIGCHLD reaches the application, and its own
          * waitpid(-1) cannot reap our helper. */
-        pid_t pid = clone(helper_main, (char *)h->stack + HELPER_STACK, CLONE_VM | CLONE_PIDFD,
-                          job, &h->pidfd);
+        pid_t pid = clone(helper_main, (char *)h->stack + HELPER_STACK,
+                          CLONE_VM | CLONE_FILES | CLONE_PIDFD, job, &h->pidfd);
         if (pid > 0)
             return 0;
         munmap(h->stack, HELPER_STACK);
@@ -151,8 +153,13 @@ static int helper_start(helper *h, wait_job *job)
     pid_t pid = fork();
     if (pid < 0)
         return -1;
-    if (pid == 0)
+    if (pid == 0) {
+        /* Drop the copies of every other descriptor at once (see above). */
+        if (job->fd > 0)
+            syscall(SYS_close_range, 0, job->fd - 1, 0);
+        syscall(SYS_close_range, job->fd + 1, ~0U, 0);
         _exit(helper_main(job));
+    }
     h->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (h->pidfd < 0) {
         kill(pid, SIGKILL);
@@ -181,6 +188,20 @@ static int helper_reap(helper *h)
     h->stack = NULL;
     h->done = true;
     return si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
+}
+
+/* Give back every range of the description, even if a forked child still
+ * shares it (closing alone would then not release anything). */
+static void unlock_all(int fd)
+{
+    struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+static void drop_fd(int fd)
+{
+    unlock_all(fd);
+    close(fd);
 }
 
 static void unlock_range(int fd, off_t start)
@@ -658,18 +679,18 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
         else
             rc = take_main(l, fd, deadline);
         if (rc) {
-            close(fd); /* gives back every range this description holds */
+            drop_fd(fd);
             return rc;
         }
         if (!still_linked(l, fd)) {
-            close(fd);
+            drop_fd(fd);
             continue;
         }
         rc = bump_token(l, fd, deadline);
         if (rc == 0 && l->opts.kind != DLOCK_SHARED)
             rc = write_record(l, fd, slot < 0 ? 0 : 1 + slot, NULL);
         if (rc) {
-            close(fd);
+            drop_fd(fd);
             return rc;
         }
         fl->fd = fd;
@@ -692,7 +713,7 @@ static int file_release(dlock_lock *l)
             /* harmless: inspection checks the lock before trusting records */
         }
     }
-    /* Closing the description releases every range it holds, atomically. */
+    unlock_all(fl->fd);
     int rc = close(fl->fd) == 0 || errno == EINTR
                  ? 0
                  : dl_lock_err(l, DLOCK_EIO, "close: %s", strerror(errno));
@@ -705,7 +726,7 @@ static void file_abandon(dlock_lock *l)
 {
     file_lock *fl = l->bstate;
     if (fl->fd >= 0)
-        close(fl->fd);
+        drop_fd(fl->fd);
     fl->fd = -1;
     fl->slot = -1;
 }
