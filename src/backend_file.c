@@ -99,8 +99,10 @@ typedef struct wait_job {
 } wait_job;
 
 typedef struct helper {
-    int pidfd;
-    void *stack;
+    int fd;      /* pidfd (cloned helper) or read end of a pipe (forked) */
+    pid_t pid;
+    void *stack; /* cloned helper's stack */
+    bool forked;
     bool done;
     bool won;
 } helper;
@@ -123,12 +125,38 @@ static int helper_main(void *arg)
     return 0;
 }
 
+/* Valgrind cannot run CLONE_VM tasks that are not threads, and TSan's
+ * runtime breaks in them: under both, helpers are forked processes. */
+static bool fork_helpers(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    return true;
+#endif
+#endif
+    return RUNNING_ON_VALGRIND;
+}
+
+static void close_except(int a, int b)
+{
+    if (a > b) {
+        int t = a;
+        a = b;
+        b = t;
+    }
+    if (a > 0)
+        syscall(SYS_close_range, 0, a - 1, 0);
+    if (b > a + 1)
+        syscall(SYS_close_range, a + 1, b - 1, 0);
+    syscall(SYS_close_range, b + 1, ~0U, 0);
+}
+
 static int helper_start(helper *h, wait_job *job)
 {
-    h->done = h->won = false;
-    h->pidfd = -1;
-    h->stack = NULL;
-    if (!RUNNING_ON_VALGRIND) {
+    *h = (helper){.fd = -1};
+    if (!fork_helpers()) {
         h->stack = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
         if (h->stack == MAP_FAILED) {
@@ -139,55 +167,79 @@ static int helper_start(helper *h, wait_job *job)
          * descriptors, or closing them would not release their locks.
          * Exit signal 0: no SIGCHLD reaches the application, and its own
          * waitpid(-1) cannot reap our helper. */
-        pid_t pid = clone(helper_main, (char *)h->stack + HELPER_STACK,
-                          CLONE_VM | CLONE_FILES | CLONE_PIDFD, job, &h->pidfd);
-        if (pid > 0)
+        h->pid = clone(helper_main, (char *)h->stack + HELPER_STACK,
+                       CLONE_VM | CLONE_FILES | CLONE_PIDFD, job, &h->fd);
+        if (h->pid > 0)
             return 0;
         munmap(h->stack, HELPER_STACK);
         h->stack = NULL;
         if (errno != EINVAL && errno != EPERM && errno != ENOSYS)
             return -1;
     }
-    /* Fallback (valgrind, or clone flags refused): a plain fork; OFD locks
-     * taken on the inherited descriptor still belong to our description. */
-    pid_t pid = fork();
-    if (pid < 0)
+    /* Fallback: a forked process reporting through a pipe. OFD locks taken
+     * on the inherited descriptor still belong to our description. */
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
         return -1;
-    if (pid == 0) {
+    h->pid = fork();
+    if (h->pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (h->pid == 0) {
         /* Drop the copies of every other descriptor at once (see above). */
-        if (job->fd > 0)
-            syscall(SYS_close_range, 0, job->fd - 1, 0);
-        syscall(SYS_close_range, job->fd + 1, ~0U, 0);
-        _exit(helper_main(job));
+        close_except(job->fd, p[1]);
+        unsigned char code = (unsigned char)helper_main(job);
+        if (write(p[1], &code, 1) != 1)
+            _exit(91);
+        _exit(code);
     }
-    h->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (h->pidfd < 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
+    close(p[1]);
+    h->fd = p[0];
+    h->forked = true;
     return 0;
+}
+
+static void helper_kill(helper *h)
+{
+    if (h->forked)
+        kill(h->pid, SIGKILL);
+    else
+        (void)syscall(SYS_pidfd_send_signal, h->fd, SIGKILL, NULL, 0);
 }
 
 /* Reap a finished helper; returns its exit code, or -signal if killed. */
 static int helper_reap(helper *h)
 {
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    while (waitid(P_PIDFD, (id_t)h->pidfd, &si, WEXITED | __WALL) != 0) {
-        if (errno != EINTR) {
-            si.si_code = CLD_KILLED;
-            si.si_status = SIGKILL;
-            break;
+    int result;
+    if (h->forked) {
+        unsigned char code;
+        ssize_t n;
+        do
+            n = read(h->fd, &code, 1);
+        while (n < 0 && errno == EINTR);
+        result = n == 1 ? code : -SIGKILL;
+        while (waitpid(h->pid, NULL, 0) < 0 && errno == EINTR) {
         }
-    }
-    close(h->pidfd);
-    h->pidfd = -1;
-    if (h->stack)
+    } else {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        while (waitid(P_PIDFD, (id_t)h->fd, &si, WEXITED | __WALL) != 0) {
+            if (errno != EINTR) {
+                si.si_code = CLD_KILLED;
+                si.si_status = SIGKILL;
+                break;
+            }
+        }
+        result = si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
         munmap(h->stack, HELPER_STACK);
-    h->stack = NULL;
+        h->stack = NULL;
+    }
+    close(h->fd);
+    h->fd = -1;
     h->done = true;
-    return si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
+    return result;
 }
 
 /* Give back every range of the description, even if a forked child still
@@ -240,7 +292,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
         int n = 0;
         for (int i = 0; i < njobs; i++)
             if (!hs[i].done)
-                pfd[n++] = (struct pollfd){.fd = hs[i].pidfd, .events = POLLIN};
+                pfd[n++] = (struct pollfd){.fd = hs[i].fd, .events = POLLIN};
         pfd[n++] = (struct pollfd){.fd = l->cancel_fd, .events = POLLIN};
         int ms = dl_ms_left(deadline);
         if (deadline > 0 && ms == 0) {
@@ -261,7 +313,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
         for (int i = 0; i < njobs && rc == 1; i++) {
             if (hs[i].done)
                 continue;
-            struct pollfd q = {.fd = hs[i].pidfd, .events = POLLIN};
+            struct pollfd q = {.fd = hs[i].fd, .events = POLLIN};
             if (poll(&q, 1, 0) <= 0)
                 continue;
             int status = helper_reap(&hs[i]);
@@ -287,7 +339,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
     for (int i = 0; i < started; i++) {
         if (hs[i].done)
             continue;
-        (void)syscall(SYS_pidfd_send_signal, hs[i].pidfd, SIGKILL, NULL, 0);
+        helper_kill(&hs[i]);
         (void)helper_reap(&hs[i]);
         job_undo(&jobs[i]);
     }
