@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install the Debian packages dlock needs to build and test. Idempotent and
+# quick when everything is already there: apt runs only for what is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config        # the build
+  clang libclang-rt-14-dev llvm           # libFuzzer, ASan/UBSan/TSan runtimes
+  libcmocka-dev                           # unit and integration tests
+  valgrind                                # memcheck run of the suite
+  python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
+  man-db                                  # render the man page in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: the ordinary build, then clang builds
+# with ASan+UBSan and with TSan, then valgrind memcheck, then the fuzzers for
+# a short while. Each step is a CTest run over the same tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+jobs=$(nproc)
+step() { echo; echo "=== $* ==="; }
+suite() { # build-dir label-args cmake-args...
+  local dir=$1 labels=$2; shift 2
+  cmake -S . -B "$dir" "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  (cd "$dir" && ctest --output-on-failure --timeout 900 $labels)
+}
+
+step "gcc, -Werror, full suite"
+suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+if [ -z "${DLOCK_QUICK:-}" ]; then
+  step "clang, ASan+UBSan"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    suite build-asan "" -DCMAKE_C_COMPILER=clang -DDLOCK_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
+
+  step "clang, TSan"
+  TSAN_OPTIONS=halt_on_error=1 \
+    suite build-tsan "" -DCMAKE_C_COMPILER=clang -DDLOCK_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug
+
+  step "valgrind memcheck"
+  suite build-memcheck "-L memcheck" -DCMAKE_BUILD_TYPE=Debug -DDLOCK_MEMCHECK=ON
+
+  step "fuzzing the URL and name parsers"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+fi
+echo
+echo "all test steps passed"
