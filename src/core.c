@@ -668,8 +668,11 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     atomic_store(&l->lost_notified, false);
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started = dl_now_ns();
+    l->lease_start_ns = 0;
     pthread_mutex_lock(&l->mu);
     rc = l->c->be->acquire(l, deadline_ns);
+    if (rc == 0 && l->lease_start_ns > started)
+        started = l->lease_start_ns;
     if (rc == 0) {
         l->count = 1;
         atomic_store(&l->state, DLOCK_STATE_HELD);

@@ -134,8 +134,14 @@ struct dlock_lock {
     char errmsg[DL_ERRMSG_MAX];
     void *bstate; /* backend's per-lock state */
 
+    /* Set by a lease backend's acquire when the lease was granted later than
+     * the call began (a queued waiter): the monotonic time before sending the
+     * last request that found the lock not yet granted to us. 0: the core
+     * uses the time acquire was called. */
+    int64_t lease_start_ns;
+
     /* Lease bookkeeping (guarded by c->mu). */
-    int64_t acquired_ns;     /* monotonic time the acquisition was started */
+    int64_t acquired_ns;     /* monotonic time the lease began, conservatively */
     int64_t lease_deadline_ns;
     int64_t next_renew_ns;
     dlock_lock *next_leased;
