@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets with clang and run each for SECONDS (default 20)
+# on a scratch copy of its seed corpus, so that runs never write into fuzz/.
+# Exits non-zero if any target crashes; the crashing input is left in
+# build-fuzz/artifacts/.
+set -euo pipefail
+
+seconds=${1:-20}
+case $seconds in
+    ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 64 ;;
+esac
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$top/build-fuzz
+targets=(fuzz_url fuzz_name)
+
+CC=clang cmake -S "$top" -B "$build" -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Only the fuzz targets: they compile the parsers themselves.
+cmake --build "$build" --target "${targets[@]}" -j"$(nproc)"
+
+mkdir -p "$build/artifacts"
+status=0
+for t in "${targets[@]}"; do
+    corpus=$build/corpus/${t#fuzz_}
+    rm -rf "$corpus"
+    mkdir -p "$corpus"
+    cp "$top/fuzz/corpus/${t#fuzz_}/." "$corpus/" -r
+    echo "== $t for ${seconds}s"
+    if ! "$build/fuzz/$t" -max_total_time="$seconds" -max_len=5000 -timeout=10 \
+        -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 "$corpus"; then
+        echo "== $t FAILED (see $build/artifacts/)" >&2
+        status=1
+    fi
+done
+exit $status
