@@ -2,6 +2,13 @@
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
 
+#include <dlock.h>
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
 /* Exit codes of the dlock command (documented in --help and dlock(1)). */
 enum {
     CLI_EXIT_NOT_ACQUIRED = 1, /* default for "not acquired in time" (-E overrides) */
@@ -17,5 +24,136 @@ enum {
  * name; url is the resolved backend URL (NULL: default). Return exit code. */
 int cli_bench(int argc, char **argv, const char *url);
 int cli_check(int argc, char **argv, const char *url);
+
+/* ---- global options (main.c) ------------------------------------------ */
+
+typedef struct cli_global {
+    const char *url; /* --url, else $DLOCK_URL, else NULL (library default) */
+    int verbose;     /* -v given before the subcommand */
+} cli_global;
+
+/* Per-command help (main.c); returns 0, or 64 for an unknown command. */
+int cli_help(const char *cmd, FILE *out);
+
+/* ---- run, hold, elect (run.c) ----------------------------------------- */
+
+/* argv[0] is "run", "hold" or "elect". Returns the exit code. */
+int cli_run(int argc, char **argv, const cli_global *g);
+
+/* Descriptors open when dlock started (besides 0-2): handed on to the
+ * command untouched, closed in the guardian. Filled by cli_note_fds(). */
+void cli_note_fds(void);
+size_t cli_inherited_fds(const int **fds);
+
+/* ---- signals (run.c) ------------------------------------------------- */
+
+/* Handled signals (INT TERM HUP QUIT USR1 USR2 WINCH CONT CHLD) are blocked
+ * in every thread but the one waiting for them, and their handler writes the
+ * signal number as one byte to a self-pipe. */
+int cli_sig_fd(void);
+/* Next signal from the self-pipe, 0 when none is pending. */
+int cli_sig_next(void);
+/* The mask for ppoll in the supervising thread: handled signals unblocked. */
+const sigset_t *cli_sig_pollmask(void);
+/* In a forked child: the caller's dispositions and signal mask back.
+ * Async-signal-safe. */
+void cli_sig_restore(void);
+/* In a forked process that is not the command (the guardian): close the
+ * self-pipe so that nothing holds it but dlock. Async-signal-safe. */
+void cli_sig_forget(void);
+/* INT, TERM, HUP, QUIT: the signals that end waiting or holding. */
+int cli_sig_terminates(int sig);
+
+/* ---- command supervision (child.c) ------------------------------------ */
+
+typedef struct cli_supervise_cfg {
+    const char *cmdname; /* "run" or "elect", for messages */
+    const char *name;    /* lock name */
+    char **cmd;          /* NULL-terminated argv of the command */
+    dlock_client *client;
+    dlock_lock *lock;    /* held */
+    int kill_sig;        /* sent to the command's group on loss */
+    int kill_grace_ms;   /* then SIGKILL after this long */
+    int verbose;
+    int64_t lose_at_ms;  /* test hook: force loss at this cli_now_ms(), -1 never */
+} cli_supervise_cfg;
+
+/* Run the command while the lock is held, forward signals, kill the command's
+ * process group if the lock is lost, and return dlock's exit code (the
+ * command's status, 75, 126, 127 or 70). The caller releases the lock. */
+int cli_supervise(const cli_supervise_cfg *cfg);
+
+/* ---- helpers (util.c) ------------------------------------------------- */
+
+/* One line on stderr, "dlock: " + message, written with a single write so
+ * that lines from concurrent processes do not interleave. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A usage error of subcommand cmd (NULL: global): prints the message with a
+ * pointer to --help and returns CLI_EXIT_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Exit code for a library error code (see dlock(1), EXIT STATUS). */
+int cli_exit_for(int dlock_code);
+
+/* s quoted for a one-line message: non-printable bytes escaped, long
+ * strings shortened. Returns buf. */
+const char *cli_show(const char *s, char *buf, size_t len);
+#define CLI_SHOW_MAX 96
+/* The same without quotes, for text from elsewhere (holder descriptions). */
+const char *cli_clean(const char *s, char *buf, size_t len);
+
+/* Seconds with optional decimals ("1", "0.25") to milliseconds, rounded
+ * up so that a positive value never becomes 0. Returns -1 if malformed,
+ * negative or too large for an int of milliseconds. */
+int cli_parse_secs(const char *s, int *ms);
+/* Decimal integer in [min, max]; -1 if malformed or out of range. */
+int cli_parse_long(const char *s, long min, long max, long *out);
+/* "TERM", "SIGTERM", "term" or "15"; -1 if unknown. */
+int cli_parse_signal(const char *s);
+/* "SIGTERM" for 15; "SIG<n>" for signals without a name. */
+const char *cli_signal_name(int sig, char *buf, size_t len);
+
+/* s as a JSON string literal, quotes included. */
+void cli_json_str(FILE *f, const char *s);
+
+/* Check a lock name; prints the error and returns 64 if invalid, else 0. */
+int cli_check_name(const char *cmd, const char *name);
+/* Open a client for url; on failure prints one line and returns the exit
+ * code (64 malformed url, 69 unreachable, 70 other), else 0. */
+int cli_open(const char *cmd, const char *url, dlock_client **out);
+
+/* Monotonic clock in milliseconds. */
+int64_t cli_now_ms(void);
+
+/* ---- a small option parser (util.c) ----------------------------------- */
+
+typedef struct cli_opt {
+    const char *lng; /* long name without "--", or NULL */
+    int shrt;        /* short letter, or 0 */
+    int has_arg;
+    int id;          /* returned by cli_next_opt */
+} cli_opt;
+
+enum {
+    CLI_OPT_END = -1,      /* no more arguments */
+    CLI_OPT_POS = -2,      /* a positional argument, in p->val */
+    CLI_OPT_DASHDASH = -3, /* "--": p->idx is the first argument after it */
+    CLI_OPT_ERROR = -4     /* message printed; exit 64 */
+};
+
+typedef struct cli_parser {
+    int argc;
+    char **argv;
+    int idx;            /* next argv index; start at 1 (argv[0] is the command) */
+    const char *cmd;    /* subcommand for messages */
+    const char *bundle; /* rest of a bundle of short options ("-nv") */
+    const char *val;    /* option argument or positional */
+    char optname[64];   /* the option as written, for messages */
+} cli_parser;
+
+void cli_parser_init(cli_parser *p, int argc, char **argv, const char *cmd);
+/* The id of the next option (terminated by an entry with id 0), or one of
+ * CLI_OPT_*. Options and positionals may be mixed. */
+int cli_next_opt(cli_parser *p, const cli_opt *opts);
 
 #endif

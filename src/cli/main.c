@@ -1,0 +1,625 @@
+/* main.c — dlock(1): global options, dispatch, help, and the inspection
+ * commands (status, list, backends). run/hold/elect live in run.c. */
+#include "cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: dlock [--url URL] [-v] COMMAND [ARGS...]\n"
+    "\n"
+    "Distributed locks over the systems you already run.\n"
+    "\n"
+    "commands:\n"
+    "  run [OPTIONS] NAME -- CMD [ARGS...]\n"
+    "                      take lock NAME, run CMD while holding it, release it\n"
+    "  hold [OPTIONS] NAME print the fencing token, hold NAME until SIGINT/SIGTERM\n"
+    "  elect [OPTIONS] NAME -- CMD [ARGS...]\n"
+    "                      become leader of NAME, run CMD while leader\n"
+    "  status NAME [--json]   who holds NAME, token, lease, waiters\n"
+    "  list [PREFIX] [--json] names of known locks\n"
+    "  backends [--json]      capabilities and guarantees of every backend\n"
+    "  bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')\n"
+    "  check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')\n"
+    "  help [COMMAND]         this text, or the options of COMMAND\n"
+    "\n"
+    "global options:\n"
+    "  --url URL      backend URL (default: $DLOCK_URL, else the embedded file\n"
+    "                 backend): file:///DIR, redis://[user:pass@]host:port[/db],\n"
+    "                 redlock://h1:p1,h2:p2,..., zk://h1:2181[/chroot],\n"
+    "                 etcd://h1:2379, postgres://..., mysql://..., memcached://h:p\n"
+    "  -v, --verbose  say what is happening (while waiting: who holds the lock)\n"
+    "  -h, --help     show help;  --version  show versions\n"
+    "\n"
+    "run options (hold and elect take the ones that apply):\n"
+    "  -w, --wait SECS       wait at most SECS (decimals allowed) for the lock\n"
+    "  -n, --nonblock        try once, do not wait (default: wait forever)\n"
+    "  -t, --ttl SECS        lease length for lease backends (default 30)\n"
+    "  -s, --shared          take the shared (reader) side of a read-write lock\n"
+    "      --permits N       semaphore: at most N holders of NAME\n"
+    "      --fair, --no-fair FIFO order among waiters, or not (default: backend's)\n"
+    "  -E, --conflict-exit-code CODE\n"
+    "                        exit code when the lock is not acquired (default 1)\n"
+    "      --kill-signal SIG signal for the command's process group when the lock\n"
+    "                        is lost (default TERM)\n"
+    "      --kill-grace SECS then SIGKILL after SECS if anything lives (default 5)\n"
+    "  -q, --quiet           no message when the lock is not acquired\n"
+    "\n"
+    "exit status:\n"
+    "  the command's exit status, or 128+N if it died of signal N\n"
+    "  0    hold, status, list, backends succeeded\n"
+    "  1    lock not acquired (busy with -n, timed out with -w), or -E CODE\n"
+    "  64   usage error: bad option, lock name or URL\n"
+    "  69   backend unreachable\n"
+    "  70   internal or backend failure\n"
+    "  75   lock lost while the command ran (the command was killed)\n"
+    "  126  command not executable\n"
+    "  127  command not found\n"
+    "  128+N  also: dlock was stopped by signal N while waiting for the lock\n"
+    "\n"
+    "environment: DLOCK_URL (default backend URL); the command gets DLOCK_NAME,\n"
+    "DLOCK_TOKEN (fencing token) and DLOCK_URL (password removed).\n"
+    "See dlock(1).\n";
+
+static const char run_help[] =
+    "usage: dlock [--url URL] [-v] run [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
+    "             [--fair | --no-fair] [-E CODE] [-q] [--kill-signal SIG]\n"
+    "             [--kill-grace SECS] NAME -- CMD [ARGS...]\n"
+    "\n"
+    "Take lock NAME, run CMD in its own process group while holding it, release\n"
+    "the lock when CMD exits and exit with CMD's status (128+N if it died of\n"
+    "signal N). CMD gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL in its environment.\n"
+    "Signals INT TERM HUP QUIT USR1 USR2 WINCH CONT sent to dlock go to CMD's group.\n"
+    "If the lock is lost, CMD's group gets --kill-signal, then SIGKILL after\n"
+    "--kill-grace seconds, and dlock exits 75. If dlock dies, CMD's group is killed.\n"
+    "\n"
+    "  -w, --wait SECS       wait at most SECS for the lock (default: forever)\n"
+    "  -n, --nonblock        try once\n"
+    "  -t, --ttl SECS        lease length for lease backends (default 30)\n"
+    "  -s, --shared          shared (reader) lock\n"
+    "      --permits N       semaphore with N permits\n"
+    "      --fair, --no-fair FIFO order among waiters, or not\n"
+    "  -E, --conflict-exit-code CODE  exit code when not acquired (default 1)\n"
+    "  -q, --quiet           no message when not acquired\n"
+    "      --kill-signal SIG signal on loss (name or number, default TERM)\n"
+    "      --kill-grace SECS seconds before SIGKILL (default 5)\n"
+    "  -v, --verbose         report waiting (holder and how long) and progress\n"
+    "\n"
+    "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
+    "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
+    "127 not found; 128+N CMD (or dlock while waiting) killed by signal N.\n";
+
+static const char hold_help[] =
+    "usage: dlock [--url URL] [-v] hold [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
+    "             [--fair | --no-fair] [-E CODE] [-q] NAME\n"
+    "\n"
+    "Take lock NAME, print its fencing token on a line of standard output, hold\n"
+    "the lock until SIGINT, SIGTERM or SIGHUP, release it and exit 0. Exits 75 if\n"
+    "the lock is lost, 1 (or -E CODE) if it is not acquired.\n";
+
+static const char elect_help[] =
+    "usage: dlock [--url URL] [-v] elect [-w SECS | -n] [-t TTL] [--value TEXT]\n"
+    "             [-E CODE] [-q] [--kill-signal SIG] [--kill-grace SECS]\n"
+    "             NAME -- CMD [ARGS...]\n"
+    "\n"
+    "Campaign for leadership of NAME, publishing TEXT (default \"pid N on HOST\"),\n"
+    "run CMD while leader exactly as 'dlock run' does, then resign. Losing\n"
+    "leadership kills CMD's process group and exits 75.\n";
+
+static const char status_help[] =
+    "usage: dlock [--url URL] status NAME [--json]\n"
+    "\n"
+    "Show what is known about lock NAME without taking it: held or not, holders,\n"
+    "waiters, last fencing token, how long it has been held, remaining lease and\n"
+    "who holds it. --json prints one JSON object with the keys name, held,\n"
+    "holders, waiters, token, held_ms, lease_ms, holder (null when unknown).\n";
+
+static const char list_help[] =
+    "usage: dlock [--url URL] list [PREFIX] [--json]\n"
+    "\n"
+    "Print the names of the backend's locks (starting with PREFIX), one a line,\n"
+    "sorted, or as a JSON array.\n";
+
+static const char backends_help[] =
+    "usage: dlock backends [--json]\n"
+    "\n"
+    "Print every backend known to this build, available or not: URL schemes,\n"
+    "capabilities (fencing, weak fencing, fair, shared, semaphore, session,\n"
+    "lease, native blocking, election), how a dead holder loses the lock, and\n"
+    "what the fencing tokens promise.\n";
+
+int cli_help(const char *cmd, FILE *out)
+{
+    static const struct {
+        const char *name, *text;
+    } helps[] = {{"run", run_help},           {"hold", hold_help},
+                 {"elect", elect_help},       {"status", status_help},
+                 {"list", list_help},         {"backends", backends_help},
+                 {"help", usage_text}};
+    if (!cmd) {
+        fputs(usage_text, out);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+        if (strcmp(cmd, helps[i].name) == 0) {
+            fputs(helps[i].text, out);
+            return 0;
+        }
+    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "check") == 0) {
+        char *argv[] = {(char *)cmd, (char *)"--help", NULL};
+        return strcmp(cmd, "bench") == 0 ? cli_bench(2, argv, NULL) : cli_check(2, argv, NULL);
+    }
+    char shown[CLI_SHOW_MAX];
+    return cli_usage("help", "unknown command %s", cli_show(cmd, shown, sizeof shown));
+}
+
+/* --json / --help handling shared by the inspection commands. */
+enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE };
+
+static const cli_opt inspect_opts[] = {
+    {"json", 0, 0, OPT_JSON},
+    {"help", 'h', 0, OPT_HELP},
+    {"url", 0, 1, OPT_URL},
+    {"verbose", 'v', 0, OPT_VERBOSE},
+    {NULL, 0, 0, 0},
+};
+
+/* Parse "[POSITIONAL] [--json]"; *pos gets the positional (at most one).
+ * Returns -1 to go on, else an exit code. */
+static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos, int *json)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv, argv[0]);
+    *json = 0;
+    *pos = NULL;
+    for (;;) {
+        int id = cli_next_opt(&p, inspect_opts);
+        switch (id) {
+        case CLI_OPT_END:
+            return -1;
+        case CLI_OPT_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_DASHDASH:
+            /* everything after "--" is positional (names may start with '-') */
+            while (p.idx < argc) {
+                if (*pos)
+                    return cli_usage(argv[0], "unexpected argument \"%s\"", argv[p.idx]);
+                *pos = argv[p.idx++];
+            }
+            return -1;
+        case CLI_OPT_POS:
+            if (*pos) {
+                char shown[CLI_SHOW_MAX];
+                return cli_usage(argv[0], "unexpected argument %s",
+                                 cli_show(p.val, shown, sizeof shown));
+            }
+            *pos = p.val;
+            break;
+        case OPT_JSON:
+            *json = 1;
+            break;
+        case OPT_HELP:
+            return cli_help(argv[0], stdout);
+        case OPT_URL:
+            g->url = p.val;
+            break;
+        case OPT_VERBOSE:
+            g->verbose = 1;
+            break;
+        }
+    }
+}
+
+static void print_ms(FILE *f, long long ms)
+{
+    if (ms < 0)
+        fputs("unknown", f);
+    else if (ms < 1000)
+        fprintf(f, "%lld ms", ms);
+    else
+        fprintf(f, "%.1f s", (double)ms / 1000.0);
+}
+
+static void json_int(FILE *f, const char *key, long long v, int known, int comma)
+{
+    fprintf(f, "\"%s\":", key);
+    if (known)
+        fprintf(f, "%lld", v);
+    else
+        fputs("null", f);
+    if (comma)
+        fputc(',', f);
+}
+
+static int finish_stdout(const char *cmd)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_err("%s: cannot write output: %s", cmd, strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    return 0;
+}
+
+static int cmd_status(int argc, char **argv, cli_global *g)
+{
+    const char *name;
+    int json;
+    int rc = parse_inspect(argc, argv, g, &name, &json);
+    if (rc >= 0)
+        return rc;
+    if (!name)
+        return cli_usage("status", "missing lock NAME");
+    if ((rc = cli_check_name("status", name)) != 0)
+        return rc;
+    dlock_client *c;
+    if ((rc = cli_open("status", g->url, &c)) != 0)
+        return rc;
+    dlock_info info;
+    memset(&info, 0, sizeof info);
+    rc = dlock_inspect(c, name, &info);
+    if (rc == DLOCK_ENOENT) {
+        /* A name nobody has used yet is simply free. */
+        memset(&info, 0, sizeof info);
+        info.held_ms = info.lease_ms = -1;
+        rc = 0;
+    }
+    if (rc) {
+        char shown[CLI_SHOW_MAX];
+        const char *why = dlock_client_errmsg(c);
+        cli_err("status: cannot inspect lock %s: %s", cli_show(name, shown, sizeof shown),
+                why && *why ? why : dlock_strerror(rc));
+        dlock_client_close(c);
+        return cli_exit_for(rc);
+    }
+    info.holder[sizeof info.holder - 1] = '\0';
+    if (json) {
+        fputs("{\"name\":", stdout);
+        cli_json_str(stdout, name);
+        fprintf(stdout, ",\"held\":%s,",
+                info.held < 0 ? "null" : info.held ? "true" : "false");
+        json_int(stdout, "holders", info.holders, info.holders >= 0, 1);
+        json_int(stdout, "waiters", info.waiters, info.waiters >= 0, 1);
+        json_int(stdout, "token", (long long)info.token, info.token != 0, 1);
+        json_int(stdout, "held_ms", info.held_ms, info.held_ms >= 0, 1);
+        json_int(stdout, "lease_ms", info.lease_ms, info.lease_ms >= 0, 1);
+        fputs("\"holder\":", stdout);
+        if (info.holder[0])
+            cli_json_str(stdout, info.holder);
+        else
+            fputs("null", stdout);
+        fputs("}\n", stdout);
+    } else {
+        printf("name:     %s\n", name);
+        printf("backend:  %s (%s)\n", dlock_client_backend(c), dlock_client_url(c));
+        printf("held:     %s", info.held < 0 ? "unknown" : info.held ? "yes" : "no");
+        if (info.held > 0 && info.holders > 1)
+            printf(" (%d holders)", info.holders);
+        putchar('\n');
+        if (info.held > 0) {
+            printf("holder:   %s\n", info.holder[0] ? info.holder : "unknown");
+            fputs("held for: ", stdout);
+            print_ms(stdout, info.held_ms);
+            putchar('\n');
+            fputs("lease:    ", stdout);
+            if (info.lease_ms < 0)
+                fputs("none or unknown", stdout);
+            else
+                print_ms(stdout, info.lease_ms);
+            puts(info.lease_ms >= 0 ? " left" : "");
+        }
+        if (info.waiters >= 0)
+            printf("waiters:  %d\n", info.waiters);
+        else
+            puts("waiters:  unknown");
+        if (info.token)
+            printf("token:    %llu (last issued)\n", (unsigned long long)info.token);
+        else
+            puts("token:    unknown");
+    }
+    dlock_client_close(c);
+    return finish_stdout("status");
+}
+
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+    int oom;
+} name_list;
+
+static int collect_name(const char *name, void *arg)
+{
+    name_list *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->oom = 1;
+            return 1;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(name))) {
+        l->oom = 1;
+        return 1;
+    }
+    l->n++;
+    return 0;
+}
+
+static int by_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmd_list(int argc, char **argv, cli_global *g)
+{
+    const char *prefix;
+    int json;
+    int rc = parse_inspect(argc, argv, g, &prefix, &json);
+    if (rc >= 0)
+        return rc;
+    dlock_client *c;
+    if ((rc = cli_open("list", g->url, &c)) != 0)
+        return rc;
+    name_list l = {0};
+    rc = dlock_list(c, prefix && *prefix ? prefix : NULL, collect_name, &l);
+    if (rc || l.oom) {
+        const char *why = l.oom ? "out of memory" : dlock_client_errmsg(c);
+        cli_err("list: cannot list locks: %s", why && *why ? why : dlock_strerror(rc));
+        rc = l.oom ? CLI_EXIT_SOFTWARE : cli_exit_for(rc);
+    } else {
+        /* Backends walk in their own order; sorted output diffs well. */
+        if (l.n)
+            qsort(l.v, l.n, sizeof *l.v, by_str);
+        if (json)
+            putchar('[');
+        for (size_t i = 0; i < l.n; i++) {
+            if (json) {
+                if (i)
+                    putchar(',');
+                cli_json_str(stdout, l.v[i]);
+            } else {
+                puts(l.v[i]);
+            }
+        }
+        if (json)
+            puts("]");
+        rc = finish_stdout("list");
+    }
+    for (size_t i = 0; i < l.n; i++)
+        free(l.v[i]);
+    free(l.v);
+    dlock_client_close(c);
+    return rc;
+}
+
+static const struct {
+    unsigned cap;
+    const char *name;
+} cap_names[] = {
+    {DLOCK_CAP_FENCING, "fencing"},
+    {DLOCK_CAP_FENCING_WEAK, "weak fencing"},
+    {DLOCK_CAP_FAIR, "fair"},
+    {DLOCK_CAP_SHARED, "shared"},
+    {DLOCK_CAP_SEMAPHORE, "semaphore"},
+    {DLOCK_CAP_SESSION, "session"},
+    {DLOCK_CAP_LEASE, "lease"},
+    {DLOCK_CAP_NATIVE_BLOCKING, "native blocking"},
+    {DLOCK_CAP_ELECTION, "election"},
+};
+
+static void json_words(FILE *f, const char *s)
+{
+    /* "redis redis+sentinel" -> ["redis","redis+sentinel"] */
+    fputc('[', f);
+    int first = 1;
+    while (s && *s) {
+        while (*s == ' ')
+            s++;
+        size_t n = strcspn(s, " ");
+        if (!n)
+            break;
+        char word[128];
+        snprintf(word, sizeof word, "%.*s", (int)(n < sizeof word - 1 ? n : sizeof word - 1), s);
+        if (!first)
+            fputc(',', f);
+        cli_json_str(f, word);
+        first = 0;
+        s += n;
+    }
+    fputc(']', f);
+}
+
+static int cmd_backends(int argc, char **argv, cli_global *g)
+{
+    const char *extra;
+    int json;
+    int rc = parse_inspect(argc, argv, g, &extra, &json);
+    if (rc >= 0)
+        return rc;
+    if (extra) {
+        char shown[CLI_SHOW_MAX];
+        return cli_usage("backends", "unexpected argument %s",
+                         cli_show(extra, shown, sizeof shown));
+    }
+    size_t n = dlock_backend_count();
+    int wname = 7, wschemes = 7; /* widths of "BACKEND" and "SCHEMES" */
+    for (size_t i = 0; i < n; i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        if (b && b->name && (int)strlen(b->name) > wname)
+            wname = (int)strlen(b->name);
+        if (b && b->schemes && (int)strlen(b->schemes) > wschemes)
+            wschemes = (int)strlen(b->schemes);
+    }
+    if (json)
+        putchar('[');
+    else
+        printf("%-*s  %-*s  %s\n", wname, "BACKEND", wschemes, "SCHEMES", "AVAILABLE");
+    for (size_t i = 0; i < n; i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        if (!b)
+            break;
+        if (json) {
+            fputs(i ? ",{" : "{", stdout);
+            fputs("\"name\":", stdout);
+            cli_json_str(stdout, b->name);
+            fputs(",\"schemes\":", stdout);
+            json_words(stdout, b->schemes);
+            fprintf(stdout, ",\"available\":%s,\"missing\":", b->available ? "true" : "false");
+            if (!b->available && b->missing)
+                cli_json_str(stdout, b->missing);
+            else
+                fputs("null", stdout);
+            fputs(",\"capabilities\":[", stdout);
+            int first = 1;
+            for (size_t k = 0; k < sizeof cap_names / sizeof cap_names[0]; k++)
+                if (b->caps & cap_names[k].cap) {
+                    fputs(first ? "" : ",", stdout);
+                    cli_json_str(stdout, cap_names[k].name);
+                    first = 0;
+                }
+            fputs("],\"liveness\":", stdout);
+            cli_json_str(stdout, b->liveness);
+            fputs(",\"fencing\":", stdout);
+            cli_json_str(stdout, b->fencing);
+            fputc('}', stdout);
+            continue;
+        }
+        printf("%-*s  %-*s  ", wname, b->name ? b->name : "?", wschemes,
+               b->schemes ? b->schemes : "");
+        if (b->available)
+            puts("yes");
+        else
+            printf("no: %s\n", b->missing ? b->missing : "not built");
+        printf("%*s  capabilities: ", wname, "");
+        int first = 1;
+        for (size_t k = 0; k < sizeof cap_names / sizeof cap_names[0]; k++)
+            if (b->caps & cap_names[k].cap) {
+                printf("%s%s", first ? "" : ", ", cap_names[k].name);
+                first = 0;
+            }
+        puts(first ? "none" : "");
+        printf("%*s  liveness:     %s\n", wname, "", b->liveness ? b->liveness : "unknown");
+        printf("%*s  fencing:      %s\n", wname, "", b->fencing ? b->fencing : "unknown");
+    }
+    if (json)
+        puts("]");
+    return finish_stdout("backends");
+}
+
+static int cmd_version(void)
+{
+    printf("dlock %s (libdlock %s)\n", DLOCK_VERSION_STRING, dlock_version());
+    return finish_stdout("version");
+}
+
+/* Record which descriptors the caller gave us (before anything of ours is
+ * open), so that the command inherits exactly those. */
+static int inherited[64];
+static size_t ninherited;
+
+void cli_note_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return; /* no /proc: hand nothing extra to the command */
+    int self = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && ninherited < sizeof inherited / sizeof inherited[0]) {
+        long fd;
+        if (cli_parse_long(e->d_name, 3, 1 << 30, &fd) == 0 && fd != self)
+            inherited[ninherited++] = (int)fd;
+    }
+    closedir(d);
+    /* ascending, for the child's close_range walk */
+    for (size_t i = 1; i < ninherited; i++)
+        for (size_t j = i; j > 0 && inherited[j - 1] > inherited[j]; j--) {
+            int t = inherited[j];
+            inherited[j] = inherited[j - 1];
+            inherited[j - 1] = t;
+        }
+}
+
+size_t cli_inherited_fds(const int **fds)
+{
+    *fds = inherited;
+    return ninherited;
+}
+
+enum { G_URL = 1, G_VERBOSE, G_HELP, G_VERSION };
+
+static const cli_opt global_opts[] = {
+    {"url", 0, 1, G_URL},
+    {"verbose", 'v', 0, G_VERBOSE},
+    {"help", 'h', 0, G_HELP},
+    {"version", 'V', 0, G_VERSION},
+    {NULL, 0, 0, 0},
+};
+
+int main(int argc, char **argv)
+{
+    cli_note_fds();
+    cli_global g = {.url = NULL, .verbose = 0};
+    const char *env = getenv("DLOCK_URL");
+    if (env && *env)
+        g.url = env;
+
+    cli_parser p;
+    cli_parser_init(&p, argc, argv, NULL);
+    const char *cmd = NULL;
+    while (!cmd) {
+        int id = cli_next_opt(&p, global_opts);
+        switch (id) {
+        case CLI_OPT_END:
+            return cli_usage(NULL, "missing command");
+        case CLI_OPT_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_DASHDASH:
+            return cli_usage(NULL, "missing command before \"--\"");
+        case CLI_OPT_POS:
+            cmd = p.val;
+            break;
+        case G_URL:
+            g.url = p.val;
+            break;
+        case G_VERBOSE:
+            g.verbose = 1;
+            break;
+        case G_HELP:
+            fputs(usage_text, stdout);
+            return finish_stdout("help");
+        case G_VERSION:
+            return cmd_version();
+        }
+    }
+    /* The subcommand sees itself as argv[0]. */
+    int sargc = argc - (p.idx - 1);
+    char **sargv = argv + (p.idx - 1);
+
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "hold") == 0 || strcmp(cmd, "elect") == 0)
+        return cli_run(sargc, sargv, &g);
+    if (strcmp(cmd, "status") == 0)
+        return cmd_status(sargc, sargv, &g);
+    if (strcmp(cmd, "list") == 0)
+        return cmd_list(sargc, sargv, &g);
+    if (strcmp(cmd, "backends") == 0)
+        return cmd_backends(sargc, sargv, &g);
+    if (strcmp(cmd, "bench") == 0)
+        return cli_bench(sargc, sargv, g.url);
+    if (strcmp(cmd, "check") == 0)
+        return cli_check(sargc, sargv, g.url);
+    if (strcmp(cmd, "version") == 0)
+        return cmd_version();
+    if (strcmp(cmd, "help") == 0) {
+        if (sargc > 2)
+            return cli_usage("help", "too many arguments");
+        int rc = cli_help(sargc > 1 ? sargv[1] : NULL, stdout);
+        return rc ? rc : finish_stdout("help");
+    }
+    char shown[CLI_SHOW_MAX];
+    return cli_usage(NULL, "unknown command %s", cli_show(cmd, shown, sizeof shown));
+}

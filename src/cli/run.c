@@ -1,0 +1,664 @@
+/* run.c — `dlock run`, `dlock hold` and `dlock elect`: options, signals,
+ * taking the lock (with a helper thread that reports and cancels), holding
+ * it, and giving it back. The command itself is supervised in child.c. */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- signals ------------------------------------------------------------ */
+
+static const int handled[] = {SIGINT,  SIGTERM,  SIGHUP,  SIGQUIT, SIGUSR1,
+                              SIGUSR2, SIGWINCH, SIGCONT, SIGCHLD};
+#define NHANDLED (sizeof handled / sizeof handled[0])
+
+static int sig_pipe[2] = {-1, -1};
+static struct sigaction old_act[NHANDLED], old_pipe_act;
+static int installed[NHANDLED], pipe_ignored;
+static sigset_t handled_set, orig_mask, poll_mask;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(sig_pipe[1], &b, 1) < 0) {
+        /* pipe full: plenty of wake-ups are already pending */
+    }
+    errno = saved;
+}
+
+/* Install the self-pipe handlers and block the signals in this thread (and
+ * so in every thread the library starts from it). */
+static int signals_setup(void)
+{
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    sigemptyset(&handled_set);
+    for (size_t i = 0; i < NHANDLED; i++)
+        sigaddset(&handled_set, handled[i]);
+    if (pthread_sigmask(SIG_BLOCK, &handled_set, &orig_mask) != 0)
+        return -1;
+    poll_mask = orig_mask;
+    for (size_t i = 0; i < NHANDLED; i++)
+        sigdelset(&poll_mask, handled[i]);
+    for (size_t i = 0; i < NHANDLED; i++) {
+        if (sigaction(handled[i], NULL, &old_act[i]) < 0)
+            return -1;
+        /* A signal our caller ignores (nohup, "cmd &" in a script ignoring
+         * INT and QUIT) stays ignored, for us and for the command. SIGCHLD
+         * is ours: ignoring it would reap the command behind our back. */
+        if (old_act[i].sa_handler == SIG_IGN && handled[i] != SIGCHLD)
+            continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sa.sa_flags = SA_RESTART;
+        sigfillset(&sa.sa_mask);
+        if (sigaction(handled[i], &sa, NULL) < 0)
+            return -1;
+        installed[i] = 1;
+    }
+    /* Writing to a closed stdout is an error to report, not a silent death. */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &ign, &old_pipe_act) < 0)
+        return -1;
+    pipe_ignored = 1;
+    return 0;
+}
+
+void cli_sig_restore(void)
+{
+    for (size_t i = 0; i < NHANDLED; i++)
+        if (installed[i])
+            sigaction(handled[i], &old_act[i], NULL);
+    if (pipe_ignored)
+        sigaction(SIGPIPE, &old_pipe_act, NULL);
+    sigprocmask(SIG_SETMASK, &orig_mask, NULL);
+}
+
+void cli_sig_forget(void)
+{
+    if (sig_pipe[0] >= 0)
+        close(sig_pipe[0]);
+    if (sig_pipe[1] >= 0)
+        close(sig_pipe[1]);
+}
+
+int cli_sig_fd(void)
+{
+    return sig_pipe[0];
+}
+
+int cli_sig_next(void)
+{
+    unsigned char b;
+    ssize_t r;
+    do
+        r = read(sig_pipe[0], &b, 1);
+    while (r < 0 && errno == EINTR);
+    return r == 1 ? b : 0;
+}
+
+const sigset_t *cli_sig_pollmask(void)
+{
+    return &poll_mask;
+}
+
+int cli_sig_terminates(int sig)
+{
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+static void signals_teardown(void)
+{
+    cli_sig_restore();
+    if (sig_pipe[0] >= 0)
+        close(sig_pipe[0]);
+    if (sig_pipe[1] >= 0)
+        close(sig_pipe[1]);
+    sig_pipe[0] = sig_pipe[1] = -1;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+typedef enum { MODE_RUN, MODE_HOLD, MODE_ELECT } run_mode;
+
+typedef struct run_cfg {
+    run_mode mode;
+    const char *cmdname;
+    const char *name;
+    char **cmd;          /* after "--" (run, elect) */
+    int timeout_ms;      /* -1 forever, 0 try once */
+    int wait_given, nonblock;
+    dlock_lock_opts lopts;
+    int shared, permits_given;
+    int conflict_code;
+    int quiet, verbose;
+    int kill_sig, kill_grace_ms;
+    const char *value;   /* elect: published leader value */
+    const char *url;
+    int64_t lose_after_ms; /* DLOCK_TEST_LOSE_AFTER_MS, -1 unset */
+} run_cfg;
+
+enum {
+    R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_HELP
+};
+
+static const cli_opt run_opts[] = {
+    {"wait", 'w', 1, R_WAIT},
+    {"timeout", 0, 1, R_WAIT},
+    {"nonblock", 'n', 0, R_NONBLOCK},
+    {"no-wait", 0, 0, R_NONBLOCK},
+    {"ttl", 't', 1, R_TTL},
+    {"shared", 's', 0, R_SHARED},
+    {"permits", 0, 1, R_PERMITS},
+    {"fair", 0, 0, R_FAIR},
+    {"no-fair", 0, 0, R_NOFAIR},
+    {"conflict-exit-code", 'E', 1, R_CONFLICT},
+    {"quiet", 'q', 0, R_QUIET},
+    {"verbose", 'v', 0, R_VERBOSE},
+    {"kill-signal", 0, 1, R_KILLSIG},
+    {"kill-grace", 0, 1, R_GRACE},
+    {"value", 0, 1, R_VALUE},
+    {"url", 0, 1, R_URL},
+    {"help", 'h', 0, R_HELP},
+    {NULL, 0, 0, 0},
+};
+
+/* Returns -1 to go on, else an exit code (0 after --help). */
+static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
+{
+    const char *cmd = argv[0];
+    char shown[CLI_SHOW_MAX];
+    memset(cfg, 0, sizeof *cfg);
+    cfg->cmdname = cmd;
+    cfg->mode = strcmp(cmd, "hold") == 0    ? MODE_HOLD
+                : strcmp(cmd, "elect") == 0 ? MODE_ELECT
+                                            : MODE_RUN;
+    cfg->timeout_ms = -1;
+    cfg->conflict_code = CLI_EXIT_NOT_ACQUIRED;
+    cfg->kill_sig = SIGTERM;
+    cfg->kill_grace_ms = 5000;
+    cfg->verbose = g->verbose;
+    cfg->url = g->url;
+    cfg->lose_after_ms = -1;
+    dlock_lock_opts_init(&cfg->lopts);
+
+    cli_parser p;
+    cli_parser_init(&p, argc, argv, cmd);
+    int dashdash = 0;
+    long n;
+    while (!dashdash) {
+        int id = cli_next_opt(&p, run_opts);
+        switch (id) {
+        case CLI_OPT_END:
+            goto done;
+        case CLI_OPT_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_DASHDASH:
+            dashdash = 1;
+            break;
+        case CLI_OPT_POS:
+            if (cfg->name)
+                return cfg->mode == MODE_HOLD
+                           ? cli_usage(cmd, "unexpected argument %s",
+                                       cli_show(p.val, shown, sizeof shown))
+                           : cli_usage(cmd, "missing \"--\" before the command %s",
+                                       cli_show(p.val, shown, sizeof shown));
+            cfg->name = p.val;
+            break;
+        case R_WAIT:
+            if (cli_parse_secs(p.val, &cfg->timeout_ms) < 0)
+                return cli_usage(cmd, "%s wants seconds (like 10 or 0.5), not %s", p.optname,
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg->wait_given = 1;
+            break;
+        case R_NONBLOCK:
+            cfg->nonblock = 1;
+            break;
+        case R_TTL:
+            if (cli_parse_secs(p.val, &cfg->lopts.ttl_ms) < 0 || cfg->lopts.ttl_ms == 0)
+                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            break;
+        case R_SHARED:
+            cfg->shared = 1;
+            break;
+        case R_PERMITS:
+            if (cli_parse_long(p.val, 1, 1000000, &n) < 0)
+                return cli_usage(cmd, "%s wants a number from 1 to 1000000, not %s", p.optname,
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg->lopts.permits = (unsigned)n;
+            cfg->permits_given = 1;
+            break;
+        case R_FAIR:
+            cfg->lopts.fair = 1;
+            break;
+        case R_NOFAIR:
+            cfg->lopts.fair = 0;
+            break;
+        case R_CONFLICT:
+            if (cli_parse_long(p.val, 0, 255, &n) < 0)
+                return cli_usage(cmd, "%s wants an exit code from 0 to 255, not %s", p.optname,
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg->conflict_code = (int)n;
+            break;
+        case R_QUIET:
+            cfg->quiet = 1;
+            break;
+        case R_VERBOSE:
+            cfg->verbose = 1;
+            break;
+        case R_KILLSIG:
+            if ((cfg->kill_sig = cli_parse_signal(p.val)) < 0)
+                return cli_usage(cmd, "%s wants a signal name or number (like TERM or 9), not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            break;
+        case R_GRACE:
+            if (cli_parse_secs(p.val, &cfg->kill_grace_ms) < 0)
+                return cli_usage(cmd, "%s wants seconds (like 5 or 0.5), not %s", p.optname,
+                                 cli_show(p.val, shown, sizeof shown));
+            break;
+        case R_VALUE:
+            if (strlen(p.val) > 255)
+                return cli_usage(cmd, "%s is limited to 255 bytes", p.optname);
+            cfg->value = p.val;
+            break;
+        case R_URL:
+            cfg->url = p.val;
+            break;
+        case R_HELP:
+            return cli_help(cmd, stdout);
+        }
+    }
+done:
+    if (cfg->mode != MODE_ELECT && cfg->value)
+        return cli_usage(cmd, "--value is an option of 'dlock elect'");
+    if (cfg->mode == MODE_ELECT && (cfg->shared || cfg->permits_given))
+        return cli_usage(cmd, "leadership is exclusive: -s and --permits do not apply");
+    if (cfg->mode == MODE_HOLD && (dashdash || p.idx < argc))
+        return cli_usage(cmd, "hold takes no command (use 'dlock run NAME -- CMD')");
+    if (cfg->wait_given && cfg->nonblock)
+        return cli_usage(cmd, "-w and -n exclude each other");
+    if (cfg->shared && cfg->permits_given)
+        return cli_usage(cmd, "-s and --permits exclude each other");
+    if (!cfg->name)
+        return cli_usage(cmd, "missing lock NAME");
+    if (cfg->mode != MODE_HOLD) {
+        if (!dashdash)
+            return cli_usage(cmd, "missing \"--\" and the command to run");
+        if (p.idx >= argc)
+            return cli_usage(cmd, "missing the command after \"--\"");
+        cfg->cmd = argv + p.idx;
+    }
+    if (cfg->nonblock)
+        cfg->timeout_ms = 0;
+    if (cfg->shared)
+        cfg->lopts.kind = DLOCK_SHARED;
+    else if (cfg->permits_given)
+        cfg->lopts.kind = DLOCK_SEMAPHORE;
+    const char *lose = getenv("DLOCK_TEST_LOSE_AFTER_MS");
+    if (lose && *lose) {
+        if (cli_parse_long(lose, 0, INT_MAX, &n) < 0)
+            return cli_usage(cmd, "DLOCK_TEST_LOSE_AFTER_MS wants milliseconds, not %s",
+                             cli_show(lose, shown, sizeof shown));
+        cfg->lose_after_ms = n;
+    }
+    return -1;
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+/* While the main thread sleeps inside dlock_acquire, this thread receives
+ * the signals (cancelling the acquisition on INT/TERM/HUP/QUIT) and, with
+ * -v, says every second who holds the lock. */
+typedef struct waiter {
+    const run_cfg *cfg;
+    dlock_client *client;
+    dlock_lock *lock;
+    int stop_fd;
+    atomic_int sig; /* terminating signal received, 0 none */
+    int64_t started_ms;
+} waiter;
+
+static void fmt_dur(char *buf, size_t len, long long ms)
+{
+    if (ms < 0)
+        snprintf(buf, len, "an unknown time");
+    else if (ms < 10000)
+        snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
+    else
+        snprintf(buf, len, "%lld s", ms / 1000);
+}
+
+static void report_holder(waiter *w)
+{
+    const run_cfg *cfg = w->cfg;
+    char shown[CLI_SHOW_MAX], waited[32], held[32];
+    cli_show(cfg->name, shown, sizeof shown);
+    fmt_dur(waited, sizeof waited, cli_now_ms() - w->started_ms);
+    if (cfg->mode == MODE_ELECT) {
+        char leader[256];
+        if (dlock_leader(w->client, cfg->name, leader, sizeof leader) == 0) {
+            char who[CLI_SHOW_MAX];
+            cli_err("%s: waiting %s to lead %s: leader is %s", cfg->cmdname, waited, shown,
+                    cli_clean(leader, who, sizeof who));
+            return;
+        }
+    }
+    dlock_info info;
+    memset(&info, 0, sizeof info);
+    int rc = dlock_inspect(w->client, cfg->name, &info);
+    if (rc) {
+        const char *why = dlock_client_errmsg(w->client);
+        cli_err("%s: waiting %s for lock %s: cannot inspect it: %s", cfg->cmdname, waited, shown,
+                why && *why ? why : dlock_strerror(rc));
+        return;
+    }
+    info.holder[sizeof info.holder - 1] = '\0';
+    char others[48] = "";
+    if (info.waiters > 0)
+        snprintf(others, sizeof others, ", %d waiting", info.waiters);
+    if (info.held > 0) {
+        char who[CLI_SHOW_MAX];
+        fmt_dur(held, sizeof held, info.held_ms);
+        cli_err("%s: waiting %s for lock %s: held by %s for %s%s", cfg->cmdname, waited, shown,
+                info.holder[0] ? cli_clean(info.holder, who, sizeof who) : "an unknown holder",
+                held, others);
+    } else {
+        cli_err("%s: waiting %s for lock %s: %s%s", cfg->cmdname, waited, shown,
+                info.held == 0 ? "free right now" : "holder unknown", others);
+    }
+}
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    /* The only thread with the signals unblocked: handlers run here, never
+     * inside the library's calls. */
+    pthread_sigmask(SIG_UNBLOCK, &handled_set, NULL);
+    int64_t next_report = w->started_ms + 1000;
+    for (;;) {
+        int timeout = -1;
+        int64_t now = cli_now_ms();
+        if (atomic_load(&w->sig))
+            timeout = 50; /* see below */
+        else if (w->cfg->verbose)
+            timeout = next_report > now ? (int)(next_report - now) : 0;
+        struct pollfd fds[2] = {{.fd = sig_pipe[0], .events = POLLIN},
+                                {.fd = w->stop_fd, .events = POLLIN}};
+        int n = poll(fds, 2, timeout);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n > 0 && fds[1].revents)
+            break;
+        int sig;
+        while (n > 0 && (sig = cli_sig_next()) != 0)
+            if (cli_sig_terminates(sig) && !atomic_load(&w->sig))
+                atomic_store(&w->sig, sig);
+        if (atomic_load(&w->sig)) {
+            /* Repeated, because dlock_acquire drops a cancel that arrives
+             * before it starts waiting; the main thread stops us soon. */
+            dlock_cancel(w->lock);
+            continue;
+        }
+        if (w->cfg->verbose && cli_now_ms() >= next_report) {
+            report_holder(w);
+            next_report = cli_now_ms() + 1000;
+        }
+    }
+    pthread_sigmask(SIG_BLOCK, &handled_set, NULL);
+    return NULL;
+}
+
+static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc)
+{
+    if (cfg->quiet)
+        return;
+    char shown[CLI_SHOW_MAX], why[320];
+    cli_show(cfg->name, shown, sizeof shown);
+    dlock_info info;
+    memset(&info, 0, sizeof info);
+    if (dlock_inspect(c, cfg->name, &info) == 0 && info.held > 0 && info.holder[0]) {
+        char who[CLI_SHOW_MAX];
+        info.holder[sizeof info.holder - 1] = '\0';
+        snprintf(why, sizeof why, "held by %s", cli_clean(info.holder, who, sizeof who));
+    } else {
+        snprintf(why, sizeof why, "%s", rc == DLOCK_EBUSY ? "held by another owner" : "busy");
+    }
+    if (rc == DLOCK_ETIMEDOUT)
+        cli_err("%s: lock %s not acquired within %.3g s: %s", cfg->cmdname, shown,
+                (double)cfg->timeout_ms / 1000.0, why);
+    else
+        cli_err("%s: lock %s not acquired: %s", cfg->cmdname, shown, why);
+}
+
+static void self_desc(char *buf, size_t len)
+{
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown host");
+    host[sizeof host - 1] = '\0';
+    snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
+}
+
+/* Take the lock (or leadership). Returns 0 when held, else the exit code. */
+static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock)
+{
+    waiter w = {.cfg = cfg, .client = c, .lock = lock, .started_ms = cli_now_ms()};
+    atomic_init(&w.sig, 0);
+    w.stop_fd = eventfd(0, EFD_CLOEXEC);
+    if (w.stop_fd < 0) {
+        cli_err("%s: cannot create eventfd: %s", cfg->cmdname, strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    pthread_t th;
+    int err = pthread_create(&th, NULL, waiter_main, &w);
+    if (err) {
+        close(w.stop_fd);
+        cli_err("%s: cannot start a thread: %s", cfg->cmdname, strerror(err));
+        return CLI_EXIT_SOFTWARE;
+    }
+    int rc;
+    if (cfg->mode == MODE_ELECT) {
+        char value[256];
+        if (cfg->value)
+            snprintf(value, sizeof value, "%s", cfg->value);
+        else
+            self_desc(value, sizeof value);
+        rc = dlock_campaign(lock, value, cfg->timeout_ms);
+    } else {
+        rc = dlock_acquire(lock, cfg->timeout_ms);
+    }
+    uint64_t one = 1;
+    if (write(w.stop_fd, &one, sizeof one) < 0) {
+        /* cannot fail for a fresh eventfd; the join below would hang, so say it */
+        cli_err("%s: cannot stop the waiting thread: %s", cfg->cmdname, strerror(errno));
+    }
+    pthread_join(th, NULL);
+    close(w.stop_fd);
+
+    int sig = atomic_load(&w.sig);
+    if (sig) {
+        /* Interrupted while waiting: leave nothing behind. */
+        if (rc == 0)
+            (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
+        return 128 + sig;
+    }
+    char shown[CLI_SHOW_MAX];
+    cli_show(cfg->name, shown, sizeof shown);
+    if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
+        not_acquired_msg(cfg, c, rc);
+        return cfg->conflict_code;
+    }
+    if (rc) {
+        const char *why = dlock_lock_errmsg(lock);
+        cli_err("%s: cannot acquire lock %s: %s", cfg->cmdname, shown,
+                why && *why ? why : dlock_strerror(rc));
+        return cli_exit_for(rc);
+    }
+    if (cfg->verbose) {
+        char waited[32];
+        fmt_dur(waited, sizeof waited, cli_now_ms() - w.started_ms);
+        cli_err("%s: acquired lock %s (token %" PRIu64 ") after %s", cfg->cmdname, shown,
+                dlock_token(lock), waited);
+    }
+    return 0;
+}
+
+/* ---- holding ------------------------------------------------------------ */
+
+/* `dlock hold`: print the token, then sleep until a terminating signal or
+ * the loss of the lock. Returns the exit code. */
+static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
+{
+    char shown[CLI_SHOW_MAX];
+    cli_show(cfg->name, shown, sizeof shown);
+    if (printf("%" PRIu64 "\n", dlock_token(lock)) < 0 || fflush(stdout) != 0) {
+        cli_err("hold: cannot print the token: %s", strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    int lost_fd = dlock_lost_fd(lock);
+    for (;;) {
+        struct pollfd fds[2] = {{.fd = sig_pipe[0], .events = POLLIN},
+                                {.fd = lost_fd, .events = POLLIN}};
+        struct timespec ts, *tsp = NULL;
+        if (lose_at >= 0) {
+            int64_t left = lose_at - cli_now_ms();
+            if (left <= 0) {
+                (void)dlock_debug_force_loss(lock);
+                lose_at = -1;
+                continue;
+            }
+            ts.tv_sec = left / 1000;
+            ts.tv_nsec = (left % 1000) * 1000000;
+            tsp = &ts;
+        }
+        int n = ppoll(fds, 2, tsp, cli_sig_pollmask());
+        if (n < 0 && errno != EINTR) {
+            cli_err("hold: poll: %s", strerror(errno));
+            return CLI_EXIT_SOFTWARE;
+        }
+        if (n > 0 && fds[1].revents) {
+            const char *why = dlock_lock_errmsg(lock);
+            if (why && *why)
+                cli_err("hold: %s", why); /* names the lock and says why */
+            else
+                cli_err("hold: lock %s lost", shown);
+            return CLI_EXIT_LOST;
+        }
+        int sig;
+        while ((sig = cli_sig_next()) != 0)
+            if (cli_sig_terminates(sig)) {
+                if (cfg->verbose) {
+                    char sname[16];
+                    cli_err("hold: %s received; releasing lock %s",
+                            cli_signal_name(sig, sname, sizeof sname), shown);
+                }
+                return 0;
+            }
+    }
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+int cli_run(int argc, char **argv, const cli_global *g)
+{
+    run_cfg cfg;
+    int rc = parse_run(argc, argv, g, &cfg);
+    if (rc >= 0)
+        return rc;
+    if ((rc = cli_check_name(cfg.cmdname, cfg.name)) != 0)
+        return rc;
+    /* Before the client exists, so that its threads inherit the mask. */
+    if (signals_setup() < 0) {
+        cli_err("%s: cannot set up signal handling: %s", cfg.cmdname, strerror(errno));
+        signals_teardown();
+        return CLI_EXIT_SOFTWARE;
+    }
+    dlock_client *c = NULL;
+    dlock_lock *lock = NULL;
+    char shown[CLI_SHOW_MAX];
+    cli_show(cfg.name, shown, sizeof shown);
+    if ((rc = cli_open(cfg.cmdname, cfg.url, &c)) != 0)
+        goto out;
+    if ((rc = dlock_lock_new(&lock, c, cfg.name, &cfg.lopts)) != 0) {
+        const char *why = dlock_client_errmsg(c);
+        cli_err("%s: cannot create lock %s: %s", cfg.cmdname, shown,
+                why && *why ? why : dlock_strerror(rc));
+        rc = cli_exit_for(rc);
+        lock = NULL;
+        goto out;
+    }
+    if ((rc = take(&cfg, c, lock)) != 0)
+        goto out;
+    int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
+
+    if (cfg.mode == MODE_HOLD) {
+        rc = hold(&cfg, lock, lose_at);
+    } else {
+        /* Do not start the command if we were told to stop while the lock
+         * was being taken. */
+        sigset_t pending;
+        int stop = 0;
+        if (sigpending(&pending) == 0)
+            for (int s = 1; s < 32; s++)
+                if (cli_sig_terminates(s) && sigismember(&pending, s))
+                    stop = s;
+        if (stop) {
+            rc = 128 + stop;
+        } else {
+            cli_supervise_cfg sc = {
+                .cmdname = cfg.cmdname,
+                .name = cfg.name,
+                .cmd = cfg.cmd,
+                .client = c,
+                .lock = lock,
+                .kill_sig = cfg.kill_sig,
+                .kill_grace_ms = cfg.kill_grace_ms,
+                .verbose = cfg.verbose,
+                .lose_at_ms = lose_at,
+            };
+            rc = cli_supervise(&sc);
+        }
+    }
+
+    /* Give the lock back. A loss discovered only now still means the
+     * command may have run unprotected: say so, exit 75. */
+    int lost = dlock_state(lock) == DLOCK_STATE_LOST;
+    int rel = cfg.mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock);
+    if ((lost || rel == DLOCK_ELOST) && rc != CLI_EXIT_LOST) {
+        const char *why = dlock_lock_errmsg(lock);
+        cli_err("%s: lock %s was lost before the command ended: %s", cfg.cmdname, shown,
+                why && *why ? why : "lost while held");
+        rc = CLI_EXIT_LOST;
+    } else if (rel && rel != DLOCK_ELOST) {
+        const char *why = dlock_lock_errmsg(lock);
+        cli_err("%s: cannot release lock %s: %s", cfg.cmdname, shown,
+                why && *why ? why : dlock_strerror(rel));
+        if (rc == 0)
+            rc = cli_exit_for(rel);
+    } else if (cfg.verbose && rc != CLI_EXIT_LOST) {
+        cli_err("%s: released lock %s", cfg.cmdname, shown);
+    }
+out:
+    if (lock)
+        dlock_lock_free(lock);
+    if (c)
+        dlock_client_close(c);
+    signals_teardown();
+    return rc;
+}

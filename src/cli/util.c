@@ -1,0 +1,350 @@
+/* util.c — messages, argument parsing and small conversions for dlock(1). */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+static void vline(const char *prefix, const char *fmt, va_list ap, const char *suffix)
+{
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "dlock: %s", prefix);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    int m = vsnprintf(buf + len, sizeof buf - len, fmt, ap);
+    if (m > 0)
+        len += (size_t)m < sizeof buf - len ? (size_t)m : sizeof buf - len - 1;
+    m = snprintf(buf + len, sizeof buf - len, "%s", suffix);
+    if (m > 0)
+        len += (size_t)m < sizeof buf - len ? (size_t)m : sizeof buf - len - 1;
+    /* Library messages are one line, but make sure of it: one line per error. */
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] == '\n' || buf[i] == '\r')
+            buf[i] = ' ';
+    if (len < sizeof buf - 1)
+        buf[len++] = '\n';
+    else
+        buf[sizeof buf - 2] = '\n', len = sizeof buf - 1;
+    fflush(stdout);
+    /* One write: lines of parallel dlock processes sharing stderr stay whole. */
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(STDERR_FILENO, buf + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+void cli_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vline("", fmt, ap, "");
+    va_end(ap);
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%s", cmd ? cmd : "", cmd ? ": " : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vline(prefix, fmt, ap, "; try 'dlock --help'");
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_exit_for(int code)
+{
+    switch (code) {
+    case DLOCK_OK:
+        return 0;
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEDOUT:
+        return CLI_EXIT_NOT_ACQUIRED;
+    case DLOCK_EUNREACHABLE:
+        return CLI_EXIT_UNAVAILABLE;
+    case DLOCK_ELOST:
+        return CLI_EXIT_LOST;
+    case DLOCK_ENAME:
+    case DLOCK_EURL:
+    case DLOCK_EINVAL:
+        return CLI_EXIT_USAGE;
+    default:
+        return CLI_EXIT_SOFTWARE;
+    }
+}
+
+static const char *show(const char *s, char *buf, size_t len, int quote)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0, limit = len > 8 ? len - 8 : 0; /* room for "...\"" and NUL */
+    if (len < 3) {
+        if (len)
+            buf[0] = '\0';
+        return buf;
+    }
+    if (quote)
+        buf[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (o + 4 > limit) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (quote && (*p == '"' || *p == '\\')) {
+            buf[o++] = '\\';
+            buf[o++] = (char)*p;
+        } else if (*p < 0x20 || *p >= 0x7f) {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[*p >> 4];
+            buf[o++] = hex[*p & 15];
+        } else {
+            buf[o++] = (char)*p;
+        }
+    }
+    if (quote)
+        buf[o++] = '"';
+    buf[o] = '\0';
+    return buf;
+}
+
+const char *cli_show(const char *s, char *buf, size_t len)
+{
+    return show(s, buf, len, 1);
+}
+
+const char *cli_clean(const char *s, char *buf, size_t len)
+{
+    return show(s, buf, len, 0);
+}
+
+int cli_parse_secs(const char *s, int *ms)
+{
+    if (!s || !*s || isspace((unsigned char)*s) || *s == '-' || *s == '+')
+        return -1;
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p) && *p != '.')
+            return -1; /* no exponents, hex, "inf" or "nan" */
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < 0)
+        return -1;
+    double m = ceil(v * 1000.0 - 1e-6); /* 0.3 -> 300, not 301 */
+    if (m < 0)
+        m = 0;
+    if (m > (double)INT_MAX)
+        return -1;
+    *ms = (int)m;
+    if (*ms == 0 && v > 0)
+        *ms = 1;
+    return 0;
+}
+
+int cli_parse_long(const char *s, long min, long max, long *out)
+{
+    if (!s || !*s || isspace((unsigned char)*s))
+        return -1;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int sig;
+} signames[] = {
+    {"HUP", SIGHUP},     {"INT", SIGINT},       {"QUIT", SIGQUIT},   {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},   {"ABRT", SIGABRT},     {"IOT", SIGABRT},    {"BUS", SIGBUS},
+    {"FPE", SIGFPE},     {"KILL", SIGKILL},     {"USR1", SIGUSR1},   {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},   {"PIPE", SIGPIPE},     {"ALRM", SIGALRM},   {"TERM", SIGTERM},
+#ifdef SIGSTKFLT
+    {"STKFLT", SIGSTKFLT},
+#endif
+    {"CHLD", SIGCHLD},   {"CONT", SIGCONT},     {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN},   {"TTOU", SIGTTOU},     {"URG", SIGURG},     {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ},   {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF},   {"WINCH", SIGWINCH},
+    {"IO", SIGIO},
+#ifdef SIGPWR
+    {"PWR", SIGPWR},
+#endif
+    {"SYS", SIGSYS},
+};
+
+int cli_parse_signal(const char *s)
+{
+    long n;
+    if (!s || !*s)
+        return -1;
+    if (isdigit((unsigned char)*s))
+        return cli_parse_long(s, 1, SIGRTMAX, &n) == 0 ? (int)n : -1;
+    if (strncasecmp(s, "SIG", 3) == 0)
+        s += 3;
+    for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
+        if (strcasecmp(s, signames[i].name) == 0)
+            return signames[i].sig;
+    return -1;
+}
+
+const char *cli_signal_name(int sig, char *buf, size_t len)
+{
+    for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
+        if (signames[i].sig == sig) {
+            snprintf(buf, len, "SIG%s", signames[i].name);
+            return buf;
+        }
+    snprintf(buf, len, "SIG%d", sig);
+    return buf;
+}
+
+void cli_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default:
+            /* Control bytes escaped; bytes >= 0x80 pass through (UTF-8 stays
+             * UTF-8), except that a lone 0x7f is escaped for readability. */
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+int cli_check_name(const char *cmd, const char *name)
+{
+    char why[256] = "";
+    char shown[CLI_SHOW_MAX];
+    if (dlock_name_valid(name, why, sizeof why) == 0)
+        return 0;
+    cli_err("%s: invalid lock name %s: %s", cmd, cli_show(name, shown, sizeof shown),
+            why[0] ? why : dlock_strerror(DLOCK_ENAME));
+    return CLI_EXIT_USAGE;
+}
+
+int cli_open(const char *cmd, const char *url, dlock_client **out)
+{
+    dlock_client_opts o;
+    dlock_client_opts_init(&o);
+    int rc = dlock_client_open(out, url, &o);
+    if (rc == 0)
+        return 0;
+    const char *why = dlock_client_errmsg(NULL);
+    /* The library's message never contains a password; the URL itself
+     * might, so it is not printed here. */
+    cli_err("%s: cannot open backend: %s", cmd, why && *why ? why : dlock_strerror(rc));
+    *out = NULL;
+    return cli_exit_for(rc);
+}
+
+int64_t cli_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- option parser ---------------------------------------------------- */
+
+void cli_parser_init(cli_parser *p, int argc, char **argv, const char *cmd)
+{
+    memset(p, 0, sizeof *p);
+    p->argc = argc;
+    p->argv = argv;
+    p->idx = 1;
+    p->cmd = cmd;
+}
+
+static int take_arg(cli_parser *p, const cli_opt *o, const char *inline_val)
+{
+    if (!o->has_arg) {
+        if (inline_val) {
+            cli_usage(p->cmd, "option %s takes no value", p->optname);
+            return CLI_OPT_ERROR;
+        }
+        p->val = NULL;
+        return o->id;
+    }
+    if (inline_val) {
+        p->val = inline_val;
+        return o->id;
+    }
+    if (p->idx >= p->argc) {
+        cli_usage(p->cmd, "option %s needs a value", p->optname);
+        return CLI_OPT_ERROR;
+    }
+    p->val = p->argv[p->idx++];
+    return o->id;
+}
+
+int cli_next_opt(cli_parser *p, const cli_opt *opts)
+{
+    char shown[CLI_SHOW_MAX];
+    if (p->bundle && *p->bundle) {
+        char c = *p->bundle++;
+        snprintf(p->optname, sizeof p->optname, "-%c", c);
+        for (const cli_opt *o = opts; o->id; o++) {
+            if (o->shrt != c)
+                continue;
+            if (o->has_arg) {
+                /* "-w5": the rest of the bundle is the value */
+                const char *rest = *p->bundle ? p->bundle : NULL;
+                p->bundle = NULL;
+                return take_arg(p, o, rest);
+            }
+            return take_arg(p, o, NULL);
+        }
+        cli_usage(p->cmd, "unknown option %s", cli_show(p->optname, shown, sizeof shown));
+        return CLI_OPT_ERROR;
+    }
+    p->bundle = NULL;
+    if (p->idx >= p->argc)
+        return CLI_OPT_END;
+    const char *a = p->argv[p->idx++];
+    if (strcmp(a, "--") == 0)
+        return CLI_OPT_DASHDASH;
+    if (a[0] != '-' || a[1] == '\0') {
+        p->val = a;
+        return CLI_OPT_POS;
+    }
+    if (a[1] == '-') {
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t n = eq ? (size_t)(eq - name) : strlen(name);
+        snprintf(p->optname, sizeof p->optname, "--%.*s", (int)(n < 60 ? n : 60), name);
+        for (const cli_opt *o = opts; o->id; o++)
+            if (o->lng && strlen(o->lng) == n && strncmp(o->lng, name, n) == 0)
+                return take_arg(p, o, eq ? eq + 1 : NULL);
+        cli_usage(p->cmd, "unknown option %s", cli_show(p->optname, shown, sizeof shown));
+        return CLI_OPT_ERROR;
+    }
+    p->bundle = a + 1;
+    return cli_next_opt(p, opts);
+}

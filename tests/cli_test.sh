@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# cli_test.sh — end-to-end tests of dlock(1) on the embedded file backend:
+# usage errors, exit codes, the command's environment, waiting, signals,
+# loss of the lock, death of dlock itself, and mutual exclusion.
+#
+# Needs: DLOCK (path of the built dlock binary), bash, python3 (JSON checks).
+set -euo pipefail
+
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-test.XXXXXX")
+URL="file://$TMP/locks"
+BG=() # background processes we started
+
+cleanup() {
+    local p
+    for p in "${BG[@]}"; do
+        kill -9 "$p" 2>/dev/null || true
+    done
+    # processes the tested commands wrote down (they should all be gone)
+    if compgen -G "$TMP/*.pids" >/dev/null; then
+        for p in $(cat "$TMP"/*.pids); do
+            kill -9 "$p" 2>/dev/null || true
+        done
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+passed=0
+fail() {
+    echo "FAIL: $*" >&2
+    if [[ -s $TMP/err ]]; then
+        echo "--- stderr of the last dlock:" >&2
+        cat "$TMP/err" >&2
+    fi
+    echo "$passed passed, 1 failed" >&2
+    exit 1
+}
+pass() { passed=$((passed + 1)); }
+
+dl() { "$DLOCK" --url "$URL" "$@"; }
+
+# expect CODE CMD...: run CMD, stdout to $TMP/out, stderr to $TMP/err.
+expect() {
+    local want=$1 rc=0
+    shift
+    "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    [[ $rc == "$want" ]] || fail "'$*' exited $rc, expected $want"
+}
+
+# usage_error ARGS...: exit 64 with exactly one line "dlock: ..." on stderr.
+usage_error() {
+    expect 64 "$DLOCK" "$@"
+    [[ $(wc -l <"$TMP/err") == 1 ]] || fail "'dlock $*': stderr is not one line"
+    grep -q '^dlock: ' "$TMP/err" || fail "'dlock $*': stderr does not start with 'dlock: '"
+    pass
+}
+
+# alive PID: the process exists and is not a zombie (a container's init may
+# not reap orphans, and zombies run nothing).
+alive() {
+    [[ -r /proc/$1/stat ]] || return 1
+    local st
+    st=$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ $st != Z && $st != X ]]
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# wait_until SECS CMD...: poll CMD until it succeeds or SECS seconds pass.
+wait_until() {
+    local end=$(($(now_ms) + $1 * 1000))
+    shift
+    until "$@"; do
+        (($(now_ms) < end)) || return 1
+        sleep 0.02
+    done
+}
+
+# has_lines FILE N: FILE exists and has N lines.
+has_lines() { [[ -e $1 && $(wc -l <"$1") == "$2" ]]; }
+
+json_ok() { python3 -c 'import json,sys; json.load(sys.stdin)' <"$1"; }
+
+# Start `dlock hold NAME` in the background; its token lands in $TMP/hold.NAME.
+# Start `dlock hold NAME OPTS...` in the background: $HOLD_PID, and its token
+# in the file $HOLD_OUT.
+HOLD_N=0
+start_hold() {
+    local name=$1
+    shift
+    HOLD_N=$((HOLD_N + 1))
+    HOLD_OUT=$TMP/hold.$HOLD_N
+    # not through dl(): $! must be dlock itself, not a subshell
+    "$DLOCK" --url "$URL" hold "$@" "$name" >"$HOLD_OUT" 2>"$HOLD_OUT.err" &
+    HOLD_PID=$!
+    BG+=("$HOLD_PID")
+    wait_until 5 test -s "$HOLD_OUT" || fail "dlock hold $name printed no token"
+}
+
+# SIGKILL a background process and reap it, without bash's "Killed" notice.
+kill9() {
+    exec 3>&2 2>/dev/null
+    kill -KILL "$1"
+    wait "$1" || true
+    exec 2>&3 3>&-
+}
+
+stop_hold() {
+    kill -TERM "$1"
+    local rc=0
+    wait "$1" || rc=$?
+    [[ $rc == 0 ]] || fail "dlock hold exited $rc after SIGTERM, expected 0"
+}
+
+# ---- help and version -------------------------------------------------------
+expect 0 "$DLOCK" --help
+grep -q 'exit status' "$TMP/out" && grep -q '127' "$TMP/out" && grep -q '75' "$TMP/out" ||
+    fail "--help does not list the exit codes"
+pass
+expect 0 "$DLOCK" --version
+grep -qE '^dlock [0-9]+\.[0-9]+\.[0-9]+ \(libdlock [0-9]' "$TMP/out" || fail "--version: $(cat "$TMP/out")"
+pass
+expect 0 "$DLOCK" help run
+grep -q -- '--kill-grace' "$TMP/out" || fail "help run lacks --kill-grace"
+expect 0 "$DLOCK" run --help
+pass
+
+# ---- usage errors -----------------------------------------------------------
+usage_error
+usage_error frobnicate
+usage_error --no-such-option status x
+usage_error --url "$URL" run -- true
+usage_error --url "$URL" run name true
+usage_error --url "$URL" run name --
+usage_error --url "$URL" run -w abc name -- true
+usage_error --url "$URL" run -w -1 name -- true
+usage_error --url "$URL" run -w 1 -n name -- true
+usage_error --url "$URL" run --kill-signal FOO name -- true
+usage_error --url "$URL" run --kill-grace x name -- true
+usage_error --url "$URL" run -E 300 name -- true
+usage_error --url "$URL" run --bogus name -- true
+usage_error --url "$URL" hold
+usage_error --url "$URL" status
+usage_error --url 'redis://h:99999' status x
+usage_error --url 'gopher://example.org/' status x
+usage_error --url "$URL" status ''
+usage_error --url "$URL" run 'a/b' -- true
+usage_error --url "$URL" run '..' -- true
+usage_error --url "$URL" hold "$(printf 'n%.0s' {1..201})"
+# a password in a URL never shows up in a message
+expect 70 "$DLOCK" --url 'postgres://user:s3cretpw@127.0.0.1:1/db' status x
+! grep -q s3cretpw "$TMP/err" || fail "password printed: $(cat "$TMP/err")"
+pass
+
+# ---- exit status of the command ---------------------------------------------
+expect 7 dl run st -- sh -c 'exit 7'
+pass
+expect 0 dl run st -- true
+pass
+expect $((128 + 10)) dl run st -- sh -c 'kill -USR1 $$'
+pass
+
+# ---- the command's environment ----------------------------------------------
+expect 0 dl run envtest -- sh -c 'echo "$DLOCK_NAME $DLOCK_TOKEN $DLOCK_URL"'
+read -r name tok1 url <"$TMP/out"
+[[ $name == envtest && $url == "$URL" && $tok1 =~ ^[0-9]+$ && $tok1 -gt 0 ]] ||
+    fail "child environment: $(cat "$TMP/out")"
+expect 0 dl run envtest -- sh -c 'echo "$DLOCK_TOKEN"'
+tok2=$(cat "$TMP/out")
+((tok2 > tok1)) || fail "token did not increase: $tok1 then $tok2"
+pass
+# DLOCK_URL from the environment selects the backend
+expect 0 env DLOCK_URL="$URL" "$DLOCK" run envtest -- sh -c 'echo "$DLOCK_TOKEN"'
+(($(cat "$TMP/out") > tok2)) || fail "DLOCK_URL not used: token $(cat "$TMP/out")"
+pass
+
+# ---- conflicts, timeouts, -v, status and list while held ---------------------
+start_hold busy
+holder=$HOLD_PID
+[[ $(cat "$HOLD_OUT") =~ ^[0-9]+$ ]] || fail "hold printed $(cat "$HOLD_OUT")"
+expect 1 dl run -n busy -- true
+pass
+expect 42 dl run -n -E 42 busy -- true
+pass
+t0=$(now_ms)
+expect 1 dl run -w 0.3 busy -- true
+dt=$(($(now_ms) - t0))
+((dt >= 250 && dt < 2000)) || fail "-w 0.3 returned after $dt ms"
+pass
+expect 1 dl -v run -w 1.4 busy -- true
+grep -q "held by pid $holder" "$TMP/err" || fail "-v printed no holder line"
+pass
+expect 0 dl status busy --json
+json_ok "$TMP/out" || fail "status --json is not JSON: $(cat "$TMP/out")"
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["name"]=="busy" and d["held"] is True, d' <"$TMP/out" ||
+    fail "status --json: $(cat "$TMP/out")"
+expect 0 dl status busy
+grep -q '^held: *yes' "$TMP/out" || fail "status: $(cat "$TMP/out")"
+pass
+expect 0 dl list
+grep -qx busy "$TMP/out" && grep -qx envtest "$TMP/out" || fail "list: $(cat "$TMP/out")"
+expect 0 dl list --json
+json_ok "$TMP/out" || fail "list --json is not JSON: $(cat "$TMP/out")"
+expect 0 dl list env --json
+[[ $(cat "$TMP/out") == '["envtest"]' ]] || fail "list PREFIX: $(cat "$TMP/out")"
+pass
+# SIGTERM while waiting: cancelled, exit 128+15, nothing left behind
+"$DLOCK" --url "$URL" run busy -- true 2>"$TMP/err" &
+waiter=$!
+BG+=("$waiter")
+sleep 0.3
+kill -TERM "$waiter"
+rc=0
+wait "$waiter" || rc=$?
+[[ $rc == 143 ]] || fail "SIGTERM while waiting: exit $rc, expected 143"
+pass
+stop_hold "$holder"
+expect 0 dl run -n busy -- true
+pass
+expect 0 dl status busy --json
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["held"] is False, d' <"$TMP/out" ||
+    fail "status after release: $(cat "$TMP/out")"
+pass
+
+# ---- shared locks and semaphores --------------------------------------------
+start_hold rw -s
+r1=$HOLD_PID
+expect 0 dl run -n -s rw -- true
+expect 1 dl run -n rw -- true
+stop_hold "$r1"
+start_hold sem --permits 2
+s1=$HOLD_PID
+expect 0 dl run -n --permits 2 sem -- true
+start_hold sem --permits 2
+s2=$HOLD_PID
+expect 1 dl run -n --permits 2 sem -- true
+stop_hold "$s1"
+stop_hold "$s2"
+pass
+
+# ---- command not found / not executable -------------------------------------
+expect 127 dl run nf -- "$TMP/no-such-command"
+grep -q "cannot execute \"$TMP/no-such-command\": No such file or directory" "$TMP/err" ||
+    fail "not found message: $(cat "$TMP/err")"
+expect 127 dl run nf -- no-such-command-in-path-xyz
+expect 0 dl run -n nf -- true # the lock was released
+pass
+printf 'echo hi\n' >"$TMP/noexec"
+chmod 644 "$TMP/noexec"
+expect 126 dl run nf -- "$TMP/noexec"
+grep -q 'Permission denied' "$TMP/err" || fail "not executable message: $(cat "$TMP/err")"
+pass
+
+# ---- signal forwarding ------------------------------------------------------
+"$DLOCK" --url "$URL" run fwd -- sh -c 'trap "echo usr1 >>$0.sig" USR1; trap "echo term >>$0.sig; exit 33" TERM
+                     echo ready >$0.ready; while :; do sleep 0.05; done' "$TMP/fwd" 2>"$TMP/err" &
+pid=$!
+BG+=("$pid")
+wait_until 5 test -e "$TMP/fwd.ready" || fail "forwarding: command did not start"
+kill -USR1 "$pid"
+wait_until 5 grep -qs usr1 "$TMP/fwd.sig" || fail "SIGUSR1 was not forwarded"
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc == 33 ]] || fail "forwarded SIGTERM: exit $rc, expected 33"
+grep -q term "$TMP/fwd.sig" || fail "SIGTERM was not forwarded"
+pass
+
+# ---- loss of the lock: the whole process group goes -------------------------
+t0=$(now_ms)
+DLOCK_TEST_LOSE_AFTER_MS=300 expect 75 dl run lose -- sh -c \
+    'sleep 100 & echo $! >>$0; sleep 100 & echo $! >>$0; echo $$ >>$0; wait' "$TMP/lose.pids"
+dt=$(($(now_ms) - t0))
+((dt < 3000)) || fail "loss took $dt ms"
+[[ $(wc -l <"$TMP/lose.pids") == 3 ]] || fail "loss: pids $(cat "$TMP/lose.pids")"
+for p in $(cat "$TMP/lose.pids"); do
+    ! alive "$p" || fail "process $p survived the loss of the lock"
+done
+grep -q 'lost' "$TMP/err" || fail "no message on loss"
+pass
+# a command that ignores the kill signal is SIGKILLed after --kill-grace
+t0=$(now_ms)
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --kill-grace 0.8 grace -- sh -c \
+    'trap "" TERM; echo $$ >>$0; sleep 100 & echo $! >>$0; wait; wait' "$TMP/grace.pids"
+dt=$(($(now_ms) - t0))
+((dt >= 950 && dt < 4000)) || fail "--kill-grace 0.8 after a loss at 0.2 s took $dt ms"
+for p in $(cat "$TMP/grace.pids"); do
+    ! alive "$p" || fail "process $p survived SIGKILL after the grace"
+done
+pass
+# --kill-signal chooses the signal
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --kill-signal USR2 ksig -- sh -c \
+    'trap "echo usr2 >$0; exit 0" USR2; while :; do sleep 0.05; done' "$TMP/ksig.out"
+grep -q usr2 "$TMP/ksig.out" || fail "--kill-signal USR2 not delivered"
+pass
+# hold exits 75 on loss
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl hold hloss
+pass
+
+# ---- dlock itself killed ----------------------------------------------------
+"$DLOCK" --url "$URL" run killed -- sh -c 'echo $$ >>$0; sleep 100 & echo $! >>$0; wait' "$TMP/killed.pids" 2>"$TMP/err" &
+pid=$!
+BG+=("$pid")
+wait_until 5 has_lines "$TMP/killed.pids" 2 ||
+    fail "killed: command did not start"
+kill9 "$pid"
+t0=$(now_ms)
+for p in $(cat "$TMP/killed.pids"); do
+    wait_until 1 eval "! alive $p" || fail "process $p outlived a SIGKILLed dlock"
+done
+dt=$(($(now_ms) - t0))
+((dt < 1000)) || fail "the command group took $dt ms to die"
+wait_until 2 dl run -n killed -- true 2>/dev/null || fail "lock not free after dlock was killed"
+pass
+# a SIGKILLed holder frees the lock at once
+start_hold crash
+kill9 "$HOLD_PID"
+expect 0 dl run -n crash -- true
+pass
+
+# ---- mutual exclusion -------------------------------------------------------
+echo 0 >"$TMP/counter"
+worker() {
+    local i
+    for ((i = 0; i < 25; i++)); do
+        dl run mutex -- sh -c 'n=$(cat "$0"); sleep 0.001; echo $((n + 1)) >"$0"' "$TMP/counter" ||
+            return 1
+    done
+}
+workers=()
+for w in 1 2 3 4; do
+    worker &
+    workers+=("$!")
+    BG+=("$!")
+done
+for p in "${workers[@]}"; do
+    wait "$p" || fail "a mutual exclusion worker failed"
+done
+[[ $(cat "$TMP/counter") == 100 ]] || fail "mutual exclusion: counter is $(cat "$TMP/counter"), expected 100"
+pass
+
+# ---- elect ------------------------------------------------------------------
+expect 0 dl elect leader -- sh -c 'echo "$DLOCK_NAME $DLOCK_TOKEN"'
+[[ $(cat "$TMP/out") =~ ^leader\ [0-9]+$ ]] || fail "elect: $(cat "$TMP/out")"
+pass
+
+# ---- backends ---------------------------------------------------------------
+expect 0 "$DLOCK" backends
+grep -q '^file ' "$TMP/out" && grep -q 'fencing' "$TMP/out" || fail "backends: $(cat "$TMP/out")"
+expect 0 "$DLOCK" backends --json
+json_ok "$TMP/out" || fail "backends --json is not JSON"
+python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+f = [x for x in b if x["name"] == "file"][0]
+assert f["available"] is True and "fencing" in f["capabilities"], f
+assert all(x["available"] or x["missing"] for x in b), b
+' <"$TMP/out" || fail "backends --json: $(cat "$TMP/out")"
+pass
+
+echo "$passed passed, 0 failed"
