@@ -7,6 +7,8 @@ packages=(
   build-essential cmake pkg-config        # the build
   clang libclang-rt-14-dev llvm           # libFuzzer, ASan/UBSan/TSan runtimes
   libcmocka-dev                           # unit and integration tests
+  libhiredis-dev                          # the redis backends
+  redis-server redis-sentinel redis-tools # real servers the redis tests start
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

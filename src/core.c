@@ -167,11 +167,17 @@ static int new_owner_id(char out[DL_OWNER_HEX + 1])
         .liveness = live, .fencing = fence,                                    \
         .missing = "the " #nm " backend is not implemented in this version"}
 
-DL_PLANNED(redis, "redis redis+sentinel redis+cluster",
-           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-               DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
-           "lease (PEXPIRE) renewed every ttl/3",
-           "per-name INCR counter; can go back if a failover loses writes");
+#ifdef DLOCK_HAVE_REDIS
+extern const dl_backend dl_backend_redis;
+#else
+static const dl_backend dl_backend_redis = {
+    .version = DL_BACKEND_V1, .name = "redis", .schemes = "redis redis+sentinel redis+cluster",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
+    .liveness = "lease (PEXPIRE) renewed every ttl/3",
+    .fencing = "per-name INCR counter; can go back if a failover loses writes",
+    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
+#endif
 DL_PLANNED(redlock, "redlock",
            DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
            "lease on a quorum of masters, renewed with a quorum",
@@ -302,7 +308,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         return DLOCK_EURL;
     }
     if (be->missing) {
-        open_fail(DLOCK_ENOTSUP, "%s: %s (built: file)", u->redacted, be->missing);
+        open_fail(DLOCK_ENOTSUP, "%s: %s", u->redacted, be->missing);
         dl_url_free(u);
         return DLOCK_ENOTSUP;
     }

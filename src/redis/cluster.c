@@ -1,0 +1,197 @@
+/*
+ * cluster.c — routing lock keys to the masters of a Redis Cluster.
+ *
+ * All keys of one lock share the {NAME} hash tag, so one lock lives on one
+ * master and its scripts run there atomically. The client keeps the slot map
+ * from CLUSTER SLOTS, follows MOVED (and updates the map) and ASK (one
+ * ASKING retry, map unchanged) redirections, and re-reads the map when a node
+ * cannot be reached.
+ */
+#include "redis_cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NSLOTS 16384
+#define MAX_NODES 128
+
+struct rcluster {
+    pthread_mutex_t mu;
+    rnode *nodes[MAX_NODES]; /* never freed before the cluster: pointers stay valid */
+    bool is_master[MAX_NODES];
+    int nnodes;
+    short slots[NSLOTS]; /* index into nodes, -1 unknown */
+};
+
+/* CRC16-CCITT (XMODEM), as the cluster specification defines it. */
+static unsigned crc16(const char *buf, size_t len)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)buf[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return crc;
+}
+
+unsigned rd_key_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        const char *close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1)
+            return crc16(open + 1, (size_t)(close - open - 1)) & (NSLOTS - 1);
+    }
+    return crc16(key, len) & (NSLOTS - 1);
+}
+
+/* Find or add a node; called with mu held. */
+static int node_index(rcluster *cl, const char *host, int port)
+{
+    for (int i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i]->port == port && strcmp(cl->nodes[i]->host, host) == 0)
+            return i;
+    if (cl->nnodes == MAX_NODES)
+        return -1;
+    rnode *n = malloc(sizeof *n);
+    if (!n)
+        return -1;
+    rnode_init(n, host, port);
+    cl->nodes[cl->nnodes] = n;
+    return cl->nnodes++;
+}
+
+rcluster *rd_cluster_new(const dl_host *seeds, size_t n)
+{
+    rcluster *cl = calloc(1, sizeof *cl);
+    if (!cl)
+        return NULL;
+    pthread_mutex_init(&cl->mu, NULL);
+    for (int i = 0; i < NSLOTS; i++)
+        cl->slots[i] = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (node_index(cl, seeds[i].host, seeds[i].port) < 0) {
+            rd_cluster_free(cl);
+            return NULL;
+        }
+    }
+    return cl;
+}
+
+void rd_cluster_free(rcluster *cl)
+{
+    for (int i = 0; i < cl->nnodes; i++) {
+        rnode_destroy(cl->nodes[i]);
+        free(cl->nodes[i]);
+    }
+    pthread_mutex_destroy(&cl->mu);
+    free(cl);
+}
+
+int rd_cluster_refresh(rcluster *cl, const rconf *cf)
+{
+    pthread_mutex_lock(&cl->mu);
+    int n = cl->nnodes;
+    rnode *known[MAX_NODES];
+    memcpy(known, cl->nodes, (size_t)n * sizeof *known);
+    pthread_mutex_unlock(&cl->mu);
+    for (int i = 0; i < n; i++) {
+        char err[256];
+        rconn *c = rconn_get(known[i], cf, err, sizeof err);
+        if (!c)
+            continue;
+        rcmd cmd;
+        rcmd_init(&cmd);
+        rcmd_add(&cmd, "CLUSTER");
+        rcmd_add(&cmd, "SLOTS");
+        redisReply *r;
+        if (rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, sizeof err) != RD_OK) {
+            rconn_drop(c);
+            continue;
+        }
+        rconn_put(c);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+            freeReplyObject(r);
+            continue;
+        }
+        pthread_mutex_lock(&cl->mu);
+        for (int s = 0; s < NSLOTS; s++)
+            cl->slots[s] = -1;
+        for (size_t k = 0; k < r->elements; k++) {
+            redisReply *e = r->element[k];
+            /* [start, end, [host, port, id...], replicas...] */
+            if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+                e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+                continue;
+            long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+            redisReply *m = e->element[2];
+            if (m->element[0]->type != REDIS_REPLY_STRING || lo < 0 || hi >= NSLOTS || lo > hi)
+                continue;
+            const char *host = m->element[0]->len ? m->element[0]->str : known[i]->host;
+            int idx = node_index(cl, host, (int)m->element[1]->integer);
+            if (idx < 0)
+                continue;
+            cl->is_master[idx] = true;
+            for (long long s = lo; s <= hi; s++)
+                cl->slots[s] = (short)idx;
+        }
+        pthread_mutex_unlock(&cl->mu);
+        freeReplyObject(r);
+        return RD_OK;
+    }
+    return RD_EIO;
+}
+
+rnode *rd_cluster_node(rcluster *cl, const char *key)
+{
+    unsigned slot = rd_key_slot(key, strlen(key));
+    pthread_mutex_lock(&cl->mu);
+    int idx = cl->slots[slot];
+    rnode *n = idx >= 0 ? cl->nodes[idx] : NULL;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+rnode *rd_cluster_redirect(rcluster *cl, const char *reply, bool update)
+{
+    unsigned slot;
+    char addr[300];
+    const char *rest = strchr(reply, ' ');
+    if (!rest || sscanf(rest, " %u %299s", &slot, addr) != 2 || slot >= NSLOTS)
+        return NULL;
+    char *colon = strrchr(addr, ':');
+    if (!colon)
+        return NULL;
+    *colon = '\0';
+    int port = atoi(colon + 1);
+    pthread_mutex_lock(&cl->mu);
+    int idx = node_index(cl, addr, port);
+    if (idx >= 0 && update) {
+        cl->is_master[idx] = true;
+        cl->slots[slot] = (short)idx;
+    }
+    rnode *n = idx >= 0 ? cl->nodes[idx] : NULL;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+int rd_cluster_each_master(rcluster *cl, int (*fn)(rnode *node, void *arg), void *arg)
+{
+    pthread_mutex_lock(&cl->mu);
+    int n = cl->nnodes;
+    rnode *masters[MAX_NODES];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (cl->is_master[i])
+            masters[m++] = cl->nodes[i];
+    pthread_mutex_unlock(&cl->mu);
+    for (int i = 0; i < m; i++) {
+        int x = fn(masters[i], arg);
+        if (x)
+            return x;
+    }
+    return 0;
+}

@@ -1,0 +1,372 @@
+/*
+ * conn.c — connections to Redis servers for the whole Redis family.
+ *
+ * hiredis does the protocol; this file adds what a lock needs on top of its
+ * blocking API: per-call deadlines and cancellation (we write with
+ * redisBufferWrite and poll the socket together with the lock's cancel
+ * eventfd before each redisBufferRead), pipelining, the same command on many
+ * servers at once (Redlock), and a small pool of idle connections per server
+ * so that one client serves many threads and many lock names.
+ */
+#include "redis_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POOL_MAX_IDLE 64
+
+void rcmd_init(rcmd *c)
+{
+    c->argc = 0;
+}
+
+void rcmd_addlen(rcmd *c, const char *s, size_t n)
+{
+    if (c->argc >= RD_MAXARGS)
+        abort(); /* a programming error: commands are built from constants */
+    c->argv[c->argc] = s;
+    c->len[c->argc] = n;
+    c->argc++;
+}
+
+void rcmd_add(rcmd *c, const char *s)
+{
+    rcmd_addlen(c, s, strlen(s));
+}
+
+void rcmd_addll(rcmd *c, long long v, char *buf)
+{
+    int n = snprintf(buf, 24, "%lld", v);
+    rcmd_addlen(c, buf, (size_t)n);
+}
+
+void rnode_init(rnode *n, const char *host, int port)
+{
+    memset(n, 0, sizeof *n);
+    snprintf(n->host, sizeof n->host, "%s", host);
+    n->port = port;
+    pthread_mutex_init(&n->mu, NULL);
+}
+
+static void free_idle(rconn *c)
+{
+    while (c) {
+        rconn *next = c->next;
+        redisFree(c->ctx);
+        free(c);
+        c = next;
+    }
+}
+
+void rnode_destroy(rnode *n)
+{
+    free_idle(n->idle);
+    n->idle = NULL;
+    pthread_mutex_destroy(&n->mu);
+}
+
+void rnode_reset(rnode *n, const char *host, int port)
+{
+    pthread_mutex_lock(&n->mu);
+    rconn *old = n->idle;
+    n->idle = NULL;
+    n->nidle = 0;
+    if (host) {
+        snprintf(n->host, sizeof n->host, "%s", host);
+        n->port = port;
+    }
+    n->epoch++;
+    pthread_mutex_unlock(&n->mu);
+    free_idle(old);
+}
+
+static struct timeval tv_ms(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+/* Describe a failed reply in one line (errors from the server are short). */
+static void reply_err(const redisReply *r, char *err, size_t errlen)
+{
+    if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(err, errlen, "%.*s", (int)(r->len > 200 ? 200 : r->len), r->str);
+    else
+        snprintf(err, errlen, "unexpected reply type %d", r ? r->type : -1);
+}
+
+rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&n->mu);
+    rconn *c = n->idle;
+    if (c) {
+        n->idle = c->next;
+        n->nidle--;
+    }
+    unsigned epoch = n->epoch;
+    char host[256];
+    snprintf(host, sizeof host, "%s", n->host);
+    int port = n->port;
+    pthread_mutex_unlock(&n->mu);
+    if (c) {
+        c->next = NULL;
+        return c;
+    }
+    redisContext *ctx = redisConnectWithTimeout(host, port, tv_ms(cf->connect_timeout_ms));
+    if (!ctx) {
+        snprintf(err, errlen, "redis %s:%d: out of memory", host, port);
+        return NULL;
+    }
+    if (ctx->err) {
+        snprintf(err, errlen, "redis %s:%d: %s", host, port, ctx->errstr);
+        redisFree(ctx);
+        return NULL;
+    }
+    /* A socket timeout bounds every blocking read or write hiredis does on
+     * its own; our calls poll with their own deadlines first. */
+    if (redisSetTimeout(ctx, tv_ms(cf->op_timeout_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "redis %s:%d: cannot set timeout", host, port);
+        redisFree(ctx);
+        return NULL;
+    }
+    (void)redisEnableKeepAlive(ctx);
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        redisFree(ctx);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->ctx = ctx;
+    c->node = n;
+    c->epoch = epoch;
+    rcmd cmds[2];
+    int ncmd = 0;
+    if (cf->password) {
+        rcmd_init(&cmds[ncmd]);
+        rcmd_add(&cmds[ncmd], "AUTH");
+        if (cf->user)
+            rcmd_add(&cmds[ncmd], cf->user);
+        rcmd_add(&cmds[ncmd], cf->password);
+        ncmd++;
+    }
+    char dbbuf[24];
+    if (cf->db > 0) {
+        rcmd_init(&cmds[ncmd]);
+        rcmd_add(&cmds[ncmd], "SELECT");
+        rcmd_addll(&cmds[ncmd], cf->db, dbbuf);
+        ncmd++;
+    }
+    if (ncmd > 0) {
+        redisReply *r[2] = {0};
+        char why[256];
+        int rc = rconn_call(c, cmds, ncmd, r, cf->connect_timeout_ms, -1, NULL, why, sizeof why);
+        if (rc != RD_OK) {
+            snprintf(err, errlen, "redis %s:%d: %s", host, port, why);
+            rconn_drop(c);
+            return NULL;
+        }
+        for (int i = 0; i < ncmd; i++) {
+            if (r[i]->type == REDIS_REPLY_ERROR && rc == RD_OK) {
+                char what[256];
+                reply_err(r[i], what, sizeof what);
+                /* The server's words never include the password we sent. */
+                snprintf(err, errlen, "redis %s:%d: %s failed: %s", host, port,
+                         i == 0 && cf->password ? "AUTH" : "SELECT", what);
+                rc = RD_EIO;
+            }
+            freeReplyObject(r[i]);
+        }
+        if (rc != RD_OK) {
+            rconn_drop(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void rconn_put(rconn *c)
+{
+    if (!c)
+        return;
+    rnode *n = c->node;
+    pthread_mutex_lock(&n->mu);
+    if (c->epoch == n->epoch && n->nidle < POOL_MAX_IDLE && !c->ctx->err) {
+        c->next = n->idle;
+        n->idle = c;
+        n->nidle++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (c) {
+        redisFree(c->ctx);
+        free(c);
+    }
+}
+
+void rconn_drop(rconn *c)
+{
+    if (!c)
+        return;
+    redisFree(c->ctx);
+    free(c);
+}
+
+static int append(rconn *c, const rcmd *cmd)
+{
+    /* hiredis 0.14 takes argv without const; it does not modify it. */
+    const char **argv = (const char **)(uintptr_t)cmd->argv;
+    return redisAppendCommandArgv(c->ctx, cmd->argc, argv, cmd->len) == REDIS_OK ? 0 : -1;
+}
+
+static int flush(rconn *c, char *err, size_t errlen)
+{
+    int done = 0;
+    while (!done) {
+        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
+            snprintf(err, errlen, "write: %s", c->ctx->errstr);
+            return RD_EIO;
+        }
+    }
+    return RD_OK;
+}
+
+int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
+               int cancel_fd, int64_t *sent_ns, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        if (append(c, &cmds[i]) != 0) {
+            snprintf(err, errlen, "cannot format command: %s", c->ctx->errstr);
+            return RD_EIO;
+        }
+    }
+    int64_t start = dl_now_ns();
+    if (sent_ns)
+        *sent_ns = start;
+    int rc = flush(c, err, errlen);
+    if (rc)
+        return rc;
+    int64_t deadline = timeout_ms < 0 ? -1 : start + (int64_t)timeout_ms * 1000000LL;
+    int got = 0;
+    while (got < n) {
+        void *reply = NULL;
+        if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK) {
+            snprintf(err, errlen, "protocol error: %s", c->ctx->errstr);
+            goto fail;
+        }
+        if (reply) {
+            out[got++] = reply;
+            continue;
+        }
+        struct pollfd p[2] = {{.fd = c->ctx->fd, .events = POLLIN},
+                              {.fd = cancel_fd, .events = POLLIN}};
+        int ms = deadline < 0 ? -1 : dl_ms_left(deadline);
+        if (deadline >= 0 && ms == 0) {
+            snprintf(err, errlen, "no reply within %d ms", timeout_ms);
+            goto fail;
+        }
+        int pr = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+        if (pr < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            goto fail;
+        }
+        if (cancel_fd >= 0 && p[1].revents) {
+            for (int i = 0; i < got; i++)
+                freeReplyObject(out[i]);
+            for (int i = 0; i < n; i++)
+                out[i] = NULL;
+            snprintf(err, errlen, "canceled");
+            return RD_CANCELED;
+        }
+        if (p[0].revents && redisBufferRead(c->ctx) != REDIS_OK) {
+            snprintf(err, errlen, "read: %s", c->ctx->errstr);
+            goto fail;
+        }
+    }
+    return RD_OK;
+fail:
+    for (int i = 0; i < got; i++)
+        freeReplyObject(out[i]);
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    return RD_EIO;
+}
+
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool *ok,
+                     int timeout_ms)
+{
+    char err[128];
+    bool pending[nc];
+    struct pollfd p[nc];
+    for (int i = 0; i < nc; i++) {
+        out[i] = NULL;
+        ok[i] = false;
+        pending[i] = cs[i] && append(cs[i], cmd) == 0 && flush(cs[i], err, sizeof err) == RD_OK;
+    }
+    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    for (;;) {
+        int n = 0;
+        int idx[nc];
+        for (int i = 0; i < nc; i++) {
+            if (!pending[i])
+                continue;
+            void *reply = NULL;
+            if (redisGetReplyFromReader(cs[i]->ctx, &reply) != REDIS_OK) {
+                pending[i] = false;
+                continue;
+            }
+            if (reply) {
+                out[i] = reply;
+                ok[i] = true;
+                pending[i] = false;
+                continue;
+            }
+            p[n] = (struct pollfd){.fd = cs[i]->ctx->fd, .events = POLLIN};
+            idx[n++] = i;
+        }
+        int ms = dl_ms_left(deadline);
+        if (n == 0 || ms == 0)
+            return;
+        int pr = poll(p, (nfds_t)n, ms);
+        if (pr < 0 && errno != EINTR)
+            return;
+        for (int k = 0; k < n && pr > 0; k++) {
+            if (p[k].revents && redisBufferRead(cs[idx[k]]->ctx) != REDIS_OK)
+                pending[idx[k]] = false;
+        }
+    }
+}
+
+int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
+{
+    rcmd cmd;
+    rcmd_init(&cmd);
+    rcmd_add(&cmd, "SCRIPT");
+    rcmd_add(&cmd, "LOAD");
+    rcmd_add(&cmd, rd_lock_script);
+    redisReply *r;
+    int rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
+    if (rc != RD_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        reply_err(r, err, errlen);
+        freeReplyObject(r);
+        return RD_EIO;
+    }
+    memcpy(cf->sha, r->str, 40);
+    cf->sha[40] = '\0';
+    freeReplyObject(r);
+    return RD_OK;
+}
+
+int rd_lock_key(const char *name, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "dlock:{%s}:lock", name);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}

@@ -1,0 +1,223 @@
+-- lock.lua — every state change of a dlock lock on Redis, one atomic script.
+--
+-- KEYS[1] = "dlock:{NAME}:lock"; every other key of the lock is derived from
+-- it and shares the {NAME} hash tag, so all live in one cluster slot:
+--   lock   hash    exclusive holder: owner, holder, since, token, value (PEXPIRE = lease)
+--   token  string  fencing counter (INCR), never expires
+--   q      list    fair waiters in arrival order (owner ids)
+--   qi     hash    owner -> "expiry kind ttl permits holder" of each queued waiter
+--   w:ID   list    where the release hands waiter ID its token (it BLPOPs here)
+--   rd     zset    shared holders, scored by lease expiry
+--   sem    zset    semaphore holders, scored by lease expiry
+--   nfw    zset    non-fair waiters, scored by expiry of their registration
+--   sig    list    one wake-up for one non-fair waiter
+-- ARGV[1] is the operation; kinds are x (exclusive), r (shared), s (semaphore).
+-- Times are the server's own clock (TIME), in milliseconds.
+
+local P = string.sub(KEYS[1], 1, #KEYS[1] - 4)
+local LOCK, TOKEN, Q, QI = KEYS[1], P .. 'token', P .. 'q', P .. 'qi'
+local RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local op = ARGV[1]
+
+local function purge()
+  redis.call('ZREMRANGEBYSCORE', RD, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', SEM, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', NFW, '-inf', now)
+end
+
+local function free_for(kind, permits)
+  if kind == 's' then return redis.call('ZCARD', SEM) < permits end
+  if redis.call('EXISTS', LOCK) == 1 then return false end
+  if kind == 'x' then return redis.call('ZCARD', RD) == 0 end
+  return true
+end
+
+local function holds(owner, kind)
+  if kind == 'x' then return redis.call('HGET', LOCK, 'owner') == owner end
+  local set = kind == 'r' and RD or SEM
+  local score = redis.call('ZSCORE', set, owner)
+  return score ~= false and tonumber(score) > now
+end
+
+local function grant(owner, kind, ttl, holder)
+  local tok = redis.call('INCR', TOKEN)
+  if kind == 'x' then
+    redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now, 'token', tok)
+    redis.call('PEXPIRE', LOCK, ttl)
+  else
+    redis.call('ZADD', kind == 'r' and RD or SEM, now + ttl, owner)
+  end
+  return tok
+end
+
+-- Milliseconds until whatever blocks us may expire by itself: a waiter sleeps
+-- at most this long before looking again, in case a holder died silently.
+local function blocker_ms(kind)
+  local ms = -1
+  if kind == 's' then
+    local first = redis.call('ZRANGE', SEM, 0, 0, 'WITHSCORES')
+    if first[2] then ms = tonumber(first[2]) - now end
+  else
+    ms = redis.call('PTTL', LOCK)
+    if ms < 0 then
+      local first = redis.call('ZRANGE', RD, 0, 0, 'WITHSCORES')
+      if first[2] then ms = tonumber(first[2]) - now end
+    end
+  end
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+-- Hand the lock to queued waiters, in order, as far as it can be granted:
+-- one writer, or a run of readers, or as many permits as are free. A waiter
+-- whose registration expired (it died while queued) is skipped.
+local function advance()
+  while true do
+    local head = redis.call('LINDEX', Q, 0)
+    if not head then break end
+    local info = redis.call('HGET', QI, head)
+    if not info then
+      redis.call('LPOP', Q)
+    else
+      local exp, kind, ttl, permits, holder = string.match(info, '^(%d+) (%a) (%d+) (%d+) (.*)$')
+      if tonumber(exp) < now then
+        redis.call('LPOP', Q)
+        redis.call('HDEL', QI, head)
+      elseif free_for(kind, tonumber(permits)) then
+        redis.call('LPOP', Q)
+        redis.call('HDEL', QI, head)
+        local w = P .. 'w:' .. head
+        redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder))
+        redis.call('PEXPIRE', w, 60000)
+        if kind == 'x' then break end
+      else
+        break
+      end
+    end
+  end
+  if redis.call('ZCARD', NFW) > 0 then
+    redis.call('DEL', SIG)
+    redis.call('RPUSH', SIG, 1)
+    redis.call('PEXPIRE', SIG, 60000)
+  end
+end
+
+local function give_back(owner, kind)
+  if kind == 'x' then
+    if redis.call('HGET', LOCK, 'owner') ~= owner then return 0 end
+    redis.call('DEL', LOCK)
+  else
+    if redis.call('ZREM', kind == 'r' and RD or SEM, owner) == 0 then return 0 end
+  end
+  return 1
+end
+
+local function enqueue(owner, kind, ttl, permits, holder, wl)
+  if redis.call('HEXISTS', QI, owner) == 0 then redis.call('RPUSH', Q, owner) end
+  redis.call('HSET', QI, owner, (now + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
+end
+
+-- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE
+-- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
+-- WAITLEASE > 0; ms: how long the current holder may still hold it).
+if op == 'acq' then
+  local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+  local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+  purge()
+  if fair then advance() end
+  local w = P .. 'w:' .. owner
+  local handed = redis.call('LPOP', w)
+  if handed then return {1, tonumber(handed)} end
+  if (not fair or redis.call('LLEN', Q) == 0) and free_for(kind, permits) then
+    redis.call('HDEL', QI, owner)
+    redis.call('ZREM', NFW, owner)
+    return {1, grant(owner, kind, ttl, holder)}
+  end
+  if wl > 0 then
+    if fair then enqueue(owner, kind, ttl, permits, holder, wl)
+    else redis.call('ZADD', NFW, now + wl, owner) end
+  end
+  return {0, blocker_ms(kind)}
+
+-- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
+-- periodic look: keep its place, hand over a lock whose holder vanished.
+elseif op == 'wait' then
+  local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+  local holder, wl = ARGV[7], tonumber(ARGV[8])
+  purge()
+  if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
+    enqueue(owner, kind, ttl, permits, holder, wl)
+  end
+  advance()
+  local handed = redis.call('LPOP', P .. 'w:' .. owner)
+  if handed then return {1, tonumber(handed)} end
+  return {0, blocker_ms(kind)}
+
+-- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
+elseif op == 'rel' then
+  purge()
+  local ok = give_back(ARGV[2], ARGV[3])
+  advance()
+  return ok
+
+-- abort OWNER KIND: a waiter gives up; if the lock was handed to it
+-- meanwhile, it is passed on at once. -> 1 if it had been handed the lock
+elseif op == 'abort' then
+  local owner, kind = ARGV[2], ARGV[3]
+  purge()
+  redis.call('LREM', Q, 0, owner)
+  redis.call('HDEL', QI, owner)
+  redis.call('ZREM', NFW, owner)
+  redis.call('DEL', P .. 'w:' .. owner)
+  local had = give_back(owner, kind)
+  advance()
+  return had
+
+-- renew OWNER KIND TTL -> 1 extended, 0 no longer ours (never re-created)
+elseif op == 'renew' then
+  local owner, kind, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  if not holds(owner, kind) then
+    if kind ~= 'x' then redis.call('ZREM', kind == 'r' and RD or SEM, owner) end
+    return 0
+  end
+  if kind == 'x' then redis.call('PEXPIRE', LOCK, ttl)
+  else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now + ttl, owner) end
+  return 1
+
+-- setval OWNER VALUE -> 1, or 0 when not the exclusive holder
+elseif op == 'setval' then
+  if redis.call('HGET', LOCK, 'owner') ~= ARGV[2] then return 0 end
+  redis.call('HSET', LOCK, 'value', ARGV[3])
+  return 1
+
+-- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
+elseif op == 'info' then
+  purge()
+  local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'since', 'token', 'value')
+  return {h[1] or '', h[2] or '', tonumber(h[3] or 0), tonumber(h[4] or 0),
+          redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
+          redis.call('LLEN', Q), redis.call('ZCARD', RD), redis.call('ZCARD', SEM),
+          redis.call('ZCARD', NFW), now, h[5] or ''}
+
+-- Redlock, on each of N independent masters (exclusive locks only):
+-- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
+elseif op == 'racq' then
+  local owner, ttl, holder = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  local cur = redis.call('HGET', LOCK, 'owner')
+  if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
+  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now)
+  redis.call('PEXPIRE', LOCK, ttl)
+  return {1, tonumber(redis.call('GET', TOKEN) or 0)}
+
+-- rtok OWNER TOKEN: store the quorum's token where we still hold the lock
+-- -> 1 stored, 0 not ours here
+elseif op == 'rtok' then
+  if redis.call('HGET', LOCK, 'owner') ~= ARGV[2] then return 0 end
+  local tok = tonumber(ARGV[3])
+  if tonumber(redis.call('GET', TOKEN) or 0) < tok then redis.call('SET', TOKEN, tok) end
+  redis.call('HSET', LOCK, 'token', tok)
+  return 1
+end
+return redis.error_reply('dlock: unknown operation ' .. tostring(op))

@@ -1,0 +1,829 @@
+/*
+ * redis.c — the `redis://`, `redis+sentinel://` and `redis+cluster://`
+ * backend: one master (found directly, through Sentinel, or per slot in a
+ * cluster) holding each lock's state, changed only by lock.lua.
+ *
+ * Acquire is one script call; release is one script call that also hands the
+ * lock to the next queued waiter (fair mode), who is blocked in BLPOP on its
+ * own list and wakes up already holding the lock, with its token. Non-fair
+ * waiters block on a shared list that each release pushes one wake-up to.
+ * A waiter re-registers every second or so (its registration is a short
+ * lease, so a waiter that died does not block the queue for long) and also
+ * looks again when the holder's lease would run out, in case the holder died
+ * without releasing. Leases are renewed by the core's renewal thread.
+ */
+#include "redis_int.h"
+#include "redis_cluster.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_LEASE_MS 3000   /* a queued waiter that does not look in this long is dead */
+#define WAIT_REFRESH_MS 1000 /* how often a waiter looks (and re-registers) */
+
+enum { MODE_SINGLE, MODE_SENTINEL, MODE_CLUSTER };
+
+typedef struct rclient {
+    rconf cf;
+    int mode;
+    rnode master; /* single and sentinel modes */
+    rnode *sentinels;
+    size_t nsentinels;
+    char *master_name;
+    pthread_mutex_t resolve_mu;
+    rcluster *cluster;
+    int wait_replicas; /* WAIT for this many replicas after acquiring */
+    int wait_timeout_ms;
+    char *user, *password;
+    char self[300];
+} rclient;
+
+typedef struct rlock {
+    char key[DL_NAME_MAX + 32];  /* dlock:{NAME}:lock */
+    char wake[DL_NAME_MAX + 64]; /* dlock:{NAME}:w:OWNER or dlock:{NAME}:sig */
+    char kind[2];
+} rlock;
+
+static rclient *rc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+/* ---- finding the master -------------------------------------------------- */
+
+/* Ask the sentinels where the master is now, and point `master` there. */
+static int sentinel_resolve(rclient *rc, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&rc->resolve_mu);
+    int rc_out = RD_EIO;
+    char why[768] = "no sentinel answered";
+    for (size_t i = 0; i < rc->nsentinels && rc_out != RD_OK; i++) {
+        rconf scf = rc->cf;
+        scf.user = scf.password = NULL; /* sentinels have their own auth */
+        scf.db = 0;
+        char e[256];
+        rconn *c = rconn_get(&rc->sentinels[i], &scf, e, sizeof e);
+        if (!c) {
+            snprintf(why, sizeof why, "%s", e);
+            continue;
+        }
+        rcmd cmd;
+        rcmd_init(&cmd);
+        rcmd_add(&cmd, "SENTINEL");
+        rcmd_add(&cmd, "get-master-addr-by-name");
+        rcmd_add(&cmd, rc->master_name);
+        redisReply *r;
+        if (rconn_call(c, &cmd, 1, &r, rc->cf.op_timeout_ms, -1, NULL, e, sizeof e) != RD_OK) {
+            snprintf(why, sizeof why, "sentinel %s:%d: %s", rc->sentinels[i].host,
+                     rc->sentinels[i].port, e);
+            rconn_drop(c);
+            continue;
+        }
+        rconn_put(c);
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
+            int port = atoi(r->element[1]->str);
+            if (strcmp(rc->master.host, r->element[0]->str) != 0 || rc->master.port != port)
+                rnode_reset(&rc->master, r->element[0]->str, port);
+            rc_out = RD_OK;
+        } else {
+            snprintf(why, sizeof why, "sentinel %s:%d does not know master \"%s\"",
+                     rc->sentinels[i].host, rc->sentinels[i].port, rc->master_name);
+        }
+        freeReplyObject(r);
+    }
+    pthread_mutex_unlock(&rc->resolve_mu);
+    if (rc_out != RD_OK)
+        snprintf(err, errlen, "%s", why);
+    return rc_out;
+}
+
+/* Is this error reply one that means "ask again elsewhere" (failover)? */
+static bool failover_error(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR &&
+           (strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+            strncmp(r->str, "LOADING", 7) == 0);
+}
+
+static rnode *node_for(rclient *rc, const char *key)
+{
+    if (rc->mode == MODE_CLUSTER)
+        return rd_cluster_node(rc->cluster, key);
+    return &rc->master;
+}
+
+/*
+ * Run cmds (pipelined) against the server owning `key`, taking care of what
+ * the family needs on every call: a script the server forgot (NOSCRIPT:
+ * load it, run again), a master that moved (sentinel failover, cluster
+ * MOVED/ASK). `retry` says whether the commands may run twice (idempotent
+ * ones); a non-idempotent call that failed after sending returns RD_EIO and
+ * the caller cleans up by owner id. The reply of the last command decides.
+ */
+static int run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply **out,
+               int timeout_ms, int cancel_fd, int64_t *sent_ns, bool retry, char *err,
+               size_t errlen)
+{
+    rnode *node = node_for(rc, key);
+    bool asking = false;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        if (!node) {
+            snprintf(err, errlen, "no cluster node serves this key's slot");
+            return RD_EIO;
+        }
+        rconn *c = rconn_get(node, &rc->cf, err, errlen);
+        if (!c) {
+            if (rc->mode == MODE_SENTINEL && attempt == 0 &&
+                sentinel_resolve(rc, err, errlen) == RD_OK)
+                continue;
+            if (rc->mode == MODE_CLUSTER && attempt == 0) {
+                rd_cluster_refresh(rc->cluster, &rc->cf);
+                node = node_for(rc, key);
+                continue;
+            }
+            return RD_EIO;
+        }
+        int rcode;
+        if (asking) {
+            rcmd all[n + 1];
+            rcmd_init(&all[0]);
+            rcmd_add(&all[0], "ASKING");
+            memcpy(&all[1], cmds, (size_t)n * sizeof *cmds);
+            redisReply *rs[n + 1];
+            rcode = rconn_call(c, all, n + 1, rs, timeout_ms, cancel_fd, sent_ns, err, errlen);
+            if (rcode == RD_OK) {
+                freeReplyObject(rs[0]);
+                memcpy(out, &rs[1], (size_t)n * sizeof *out);
+            }
+        } else {
+            rcode = rconn_call(c, cmds, n, out, timeout_ms, cancel_fd, sent_ns, err, errlen);
+        }
+        if (rcode != RD_OK) {
+            rconn_drop(c);
+            if (rcode == RD_EIO && retry && attempt == 0) {
+                if (rc->mode == MODE_SENTINEL)
+                    (void)sentinel_resolve(rc, err, errlen);
+                else if (rc->mode == MODE_CLUSTER)
+                    rd_cluster_refresh(rc->cluster, &rc->cf);
+                node = node_for(rc, key);
+                continue;
+            }
+            return rcode;
+        }
+        redisReply *last = out[n - 1];
+        bool again = false;
+        if (last->type == REDIS_REPLY_ERROR && strncmp(last->str, "NOSCRIPT", 8) == 0) {
+            /* Scripts are not replicated by SCRIPT LOAD and vanish on
+             * restart: load here and run again (it never ran). */
+            if (rd_load_script(c, &rc->cf, err, errlen) != RD_OK) {
+                rconn_drop(c);
+                for (int i = 0; i < n; i++)
+                    freeReplyObject(out[i]);
+                return RD_EIO;
+            }
+            again = true;
+        } else if (rc->mode == MODE_CLUSTER && last->type == REDIS_REPLY_ERROR &&
+                   (strncmp(last->str, "MOVED ", 6) == 0 || strncmp(last->str, "ASK ", 4) == 0)) {
+            bool ask = last->str[0] == 'A';
+            rnode *to = rd_cluster_redirect(rc->cluster, last->str, !ask);
+            if (to) {
+                node = to;
+                asking = ask;
+                again = true;
+            }
+        } else if (failover_error(last) && rc->mode == MODE_SENTINEL) {
+            snprintf(err, errlen, "%.200s", last->str);
+            (void)sentinel_resolve(rc, err, errlen);
+            again = retry;
+            if (!again) {
+                rconn_drop(c);
+                for (int i = 0; i < n; i++)
+                    freeReplyObject(out[i]);
+                return RD_EIO;
+            }
+        }
+        if (!again) {
+            rconn_put(c);
+            return RD_OK;
+        }
+        rconn_put(c);
+        for (int i = 0; i < n; i++)
+            freeReplyObject(out[i]);
+    }
+    snprintf(err, errlen, "too many redirections");
+    return RD_EIO;
+}
+
+/* EVALSHA sha 1 KEY op args... */
+static void script_cmd(rcmd *c, rclient *rc, const char *key, const char *op)
+{
+    rcmd_init(c);
+    rcmd_add(c, "EVALSHA");
+    rcmd_add(c, rc->cf.sha);
+    rcmd_add(c, "1");
+    rcmd_add(c, key);
+    rcmd_add(c, op);
+}
+
+static int unreachable(dlock_lock *l, const char *what, const char *err)
+{
+    return dl_lock_err(l, DLOCK_EUNREACHABLE, "lock \"%s\": %s: %s (%s)", l->name, what, err,
+                       l->c->url->redacted);
+}
+
+static int bad_reply(dlock_lock *l, const char *what, const redisReply *r)
+{
+    if (r && r->type == REDIS_REPLY_ERROR)
+        return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": %s: redis said: %.200s", l->name,
+                           what, r->str);
+    return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": %s: unexpected reply from redis", l->name,
+                       what);
+}
+
+/* {1, token} / {0, ms} */
+static bool pair_reply(const redisReply *r, long long *flag, long long *value)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
+        return false;
+    *flag = r->element[0]->integer;
+    *value = r->element[1]->integer;
+    return true;
+}
+
+/* ---- operations ---------------------------------------------------------- */
+
+static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long long wl)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    script_cmd(c, rc, rl->key, op);
+    rcmd_add(c, l->owner);
+    rcmd_add(c, rl->kind);
+    rcmd_addll(c, l->opts.ttl_ms, nb[0]);
+    rcmd_addll(c, l->opts.permits, nb[1]);
+    rcmd_add(c, l->opts.fair ? "1" : "0");
+    rcmd_add(c, rc->self);
+    rcmd_addll(c, wl, nb[2]);
+    return 0;
+}
+
+/* Give up waiting: leave the queue, and pass on a lock handed to us. */
+static void abort_wait(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    rcmd c;
+    script_cmd(&c, rc, rl->key, "abort");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, rl->kind);
+    redisReply *r;
+    char err[256];
+    if (run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err) ==
+        RD_OK)
+        freeReplyObject(r);
+    /* Unreachable: our registration and any handed lease expire by
+     * themselves, and nobody else can release them. */
+}
+
+/* After acquiring: make sure the grant reached `wait_replicas` replicas. */
+static int confirm_replicated(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    /* WAIT counts the writes of its own connection, so write (renew) and
+     * WAIT on one connection. */
+    rcmd c[2];
+    char nb[3][24];
+    script_cmd(&c[0], rc, rl->key, "renew");
+    rcmd_add(&c[0], l->owner);
+    rcmd_add(&c[0], rl->kind);
+    rcmd_addll(&c[0], l->opts.ttl_ms, nb[0]);
+    rcmd_init(&c[1]);
+    rcmd_add(&c[1], "WAIT");
+    rcmd_addll(&c[1], rc->wait_replicas, nb[1]);
+    rcmd_addll(&c[1], rc->wait_timeout_ms, nb[2]);
+    redisReply *r[2];
+    char err[256];
+    int x = run(rc, rl->key, c, 2, r, rc->cf.op_timeout_ms + rc->wait_timeout_ms, -1, NULL, true,
+                err, sizeof err);
+    if (x != RD_OK)
+        return unreachable(l, "confirming replication", err);
+    long long acks = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -1;
+    bool renewed = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer == 1;
+    freeReplyObject(r[0]);
+    freeReplyObject(r[1]);
+    if (!renewed)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost before replication", l->name);
+    if (acks < rc->wait_replicas)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": only %lld of %d replicas acknowledged the acquisition "
+                           "within %d ms",
+                           l->name, acks, rc->wait_replicas, rc->wait_timeout_ms);
+    return 0;
+}
+
+static int release_quietly(dlock_lock *l);
+
+static int redis_acquire(dlock_lock *l, int64_t deadline)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    bool fair = l->opts.fair != 0;
+    if (fair)
+        snprintf(rl->wake, sizeof rl->wake, "dlock:{%s}:w:%s", l->name, l->owner);
+    else
+        snprintf(rl->wake, sizeof rl->wake, "dlock:{%s}:sig", l->name);
+    /* A waiter looks again at least this often; small leases need it more
+     * often, since a handed lease is measured from the last look. */
+    int refresh = WAIT_REFRESH_MS;
+    if (l->opts.ttl_ms / 4 < refresh)
+        refresh = l->opts.ttl_ms / 4;
+    long long wl = deadline == 0 ? 0 : WAIT_LEASE_MS;
+    if (wl && wl < 3LL * refresh)
+        wl = 3LL * refresh;
+
+    rcmd c;
+    char nb[3][24];
+    lock_args(l, &c, "acq", nb, wl);
+    redisReply *r;
+    char err[256];
+    int64_t sent;
+    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, &sent, false, err, sizeof err);
+    if (x != RD_OK) {
+        abort_wait(l);
+        return unreachable(l, "acquire", err);
+    }
+    long long granted, value;
+    if (!pair_reply(r, &granted, &value)) {
+        int e = bad_reply(l, "acquire", r);
+        freeReplyObject(r);
+        return e;
+    }
+    freeReplyObject(r);
+    int64_t safe_start = sent;
+    int result = 1;
+    while (result == 1) {
+        if (granted) {
+            atomic_store(&l->token, (uint64_t)value);
+            l->lease_start_ns = safe_start;
+            result = 0;
+            break;
+        }
+        if (deadline == 0) {
+            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+            break;
+        }
+        int left = dl_ms_left(deadline);
+        if (deadline > 0 && left == 0) {
+            abort_wait(l);
+            result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            break;
+        }
+        long long slice = value + 2 < refresh ? value + 2 : refresh;
+        if (deadline > 0 && left < slice)
+            slice = left;
+        if (slice < 5)
+            slice = 5;
+        char tbuf[32];
+        snprintf(tbuf, sizeof tbuf, "%.3f", (double)slice / 1000.0);
+        rcmd b;
+        rcmd_init(&b);
+        rcmd_add(&b, "BLPOP");
+        rcmd_add(&b, rl->wake);
+        rcmd_add(&b, tbuf);
+        x = run(rc, rl->key, &b, 1, &r, (int)slice + rc->cf.op_timeout_ms, l->cancel_fd, &sent,
+                false, err, sizeof err);
+        if (x == RD_CANCELED) {
+            abort_wait(l);
+            result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
+            break;
+        }
+        if (x != RD_OK) {
+            abort_wait(l);
+            result = unreachable(l, "waiting", err);
+            break;
+        }
+        bool woken = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+        if (woken && fair) {
+            /* Handed over by the releaser: we hold it already. */
+            granted = 1;
+            value = strtoll(r->element[1]->str, NULL, 10);
+            freeReplyObject(r);
+            continue;
+        }
+        freeReplyObject(r);
+        if (!woken)
+            safe_start = sent; /* nothing was handed to us before this BLPOP ran */
+        /* Look again: a non-fair waiter tries to take the lock; a fair one
+         * keeps its place and collects a lock whose holder vanished. */
+        lock_args(l, &c, fair ? "wait" : "acq", nb, wl);
+        x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, &sent, false, err, sizeof err);
+        if (x != RD_OK) {
+            abort_wait(l);
+            result = unreachable(l, "waiting", err);
+            break;
+        }
+        if (!pair_reply(r, &granted, &value)) {
+            result = bad_reply(l, "waiting", r);
+            freeReplyObject(r);
+            abort_wait(l);
+            break;
+        }
+        freeReplyObject(r);
+        if (!granted)
+            safe_start = sent;
+        else if (!fair)
+            safe_start = sent; /* granted by this very call */
+    }
+    if (result == 0 && rc->wait_replicas > 0) {
+        result = confirm_replicated(l);
+        if (result)
+            (void)release_quietly(l);
+    }
+    return result;
+}
+
+static int release_quietly(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    rcmd c;
+    script_cmd(&c, rc, rl->key, "rel");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, rl->kind);
+    redisReply *r;
+    char err[256];
+    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    if (x != RD_OK)
+        return unreachable(l, "release", err);
+    int result = 0;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = bad_reply(l, "release", r);
+    else if (r->integer == 0)
+        /* The lease ran out and maybe someone else holds it now: we must
+         * not, and did not, touch their lock. */
+        result = dl_lock_err(l, DLOCK_ELOST,
+                             "lock \"%s\" had already expired when released (lease %d ms)",
+                             l->name, l->opts.ttl_ms);
+    freeReplyObject(r);
+    return result;
+}
+
+static int redis_release(dlock_lock *l)
+{
+    return release_quietly(l);
+}
+
+static int redis_renew(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    rcmd c;
+    char nb[24];
+    script_cmd(&c, rc, rl->key, "renew");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, rl->kind);
+    rcmd_addll(&c, l->opts.ttl_ms, nb);
+    redisReply *r;
+    char err[256];
+    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    if (x != RD_OK)
+        return unreachable(l, "renew", err);
+    int result = 0;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = bad_reply(l, "renew", r);
+    else if (r->integer != 1)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
+    freeReplyObject(r);
+    return result;
+}
+
+static void redis_abandon(dlock_lock *l)
+{
+    /* Best effort: the lease will expire anyway, but if the lock is still
+     * ours on the server, free it now. */
+    (void)release_quietly(l);
+}
+
+static int info_call(dlock_client *cl, const char *name, redisReply **out)
+{
+    rclient *rc = rc_of(cl);
+    char key[DL_NAME_MAX + 32];
+    rd_lock_key(name, key, sizeof key);
+    rcmd c;
+    script_cmd(&c, rc, key, "info");
+    char err[256];
+    int x = run(rc, key, &c, 1, out, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    if (x != RD_OK)
+        return dl_client_err(cl, DLOCK_EUNREACHABLE, "inspect \"%s\": %s (%s)", name, err,
+                             cl->url->redacted);
+    redisReply *r = *out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 12) {
+        freeReplyObject(r);
+        return dl_client_err(cl, DLOCK_EPROTO, "inspect \"%s\": unexpected reply", name);
+    }
+    return 0;
+}
+
+static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
+{
+    redisReply *r;
+    int x = info_call(cl, name, &r);
+    if (x)
+        return x;
+    redisReply **e = r->element;
+    bool owner = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
+    long long readers = e[7]->integer, permits = e[8]->integer;
+    info->held = owner || readers > 0 || permits > 0;
+    info->holders = owner ? 1 : (int)(readers > 0 ? readers : permits);
+    info->waiters = (int)(e[6]->integer + e[9]->integer);
+    info->token = (uint64_t)e[5]->integer;
+    if (owner) {
+        snprintf(info->holder, sizeof info->holder, "%s", e[1]->str);
+        info->held_ms = e[10]->integer - e[2]->integer;
+        info->lease_ms = e[4]->integer;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int redis_set_value(dlock_lock *l, const char *value)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    rcmd c;
+    script_cmd(&c, rc, rl->key, "setval");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, value);
+    redisReply *r;
+    char err[256];
+    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    if (x != RD_OK)
+        return unreachable(l, "publishing the leader value", err);
+    int result = r->type == REDIS_REPLY_INTEGER && r->integer == 1
+                     ? 0
+                     : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
+    freeReplyObject(r);
+    return result;
+}
+
+static int redis_get_value(dlock_client *cl, const char *name, char *buf, size_t len)
+{
+    redisReply *r;
+    int x = info_call(cl, name, &r);
+    if (x)
+        return x;
+    redisReply **e = r->element;
+    bool owner = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
+    if (owner)
+        snprintf(buf, len, "%s", e[11]->str);
+    freeReplyObject(r);
+    return owner ? 0 : dl_client_err(cl, DLOCK_ENOENT, "no leader for \"%s\"", name);
+}
+
+/* SCAN for token keys: a name is listed once it has been acquired. */
+typedef struct list_ctx {
+    dlock_client *cl;
+    const char *prefix;
+    dlock_list_fn fn;
+    void *arg;
+    int stop;
+} list_ctx;
+
+static int scan_node(rnode *node, void *arg)
+{
+    list_ctx *lc = arg;
+    rclient *rc = rc_of(lc->cl);
+    char pattern[2 * DL_NAME_MAX + 32];
+    size_t p = 0;
+    p += (size_t)snprintf(pattern, sizeof pattern, "dlock:{");
+    for (const char *s = lc->prefix; *s && p + 3 < sizeof pattern; s++) {
+        if (strchr("*?[]\\", *s))
+            pattern[p++] = '\\';
+        pattern[p++] = *s;
+    }
+    snprintf(pattern + p, sizeof pattern - p, "*}:token");
+    char cursor[32] = "0";
+    do {
+        rconn *c;
+        char err[256];
+        if (!(c = rconn_get(node, &rc->cf, err, sizeof err)))
+            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s", err);
+        rcmd cmd;
+        rcmd_init(&cmd);
+        rcmd_add(&cmd, "SCAN");
+        rcmd_add(&cmd, cursor);
+        rcmd_add(&cmd, "MATCH");
+        rcmd_add(&cmd, pattern);
+        rcmd_add(&cmd, "COUNT");
+        rcmd_add(&cmd, "1000");
+        redisReply *r;
+        if (rconn_call(c, &cmd, 1, &r, rc->cf.op_timeout_ms, -1, NULL, err, sizeof err) != RD_OK) {
+            rconn_drop(c);
+            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s", err);
+        }
+        rconn_put(c);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING) {
+            freeReplyObject(r);
+            return dl_client_err(lc->cl, DLOCK_EPROTO, "list: unexpected SCAN reply");
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        redisReply *keys = r->element[1];
+        for (size_t i = 0; i < keys->elements && !lc->stop; i++) {
+            const char *k = keys->element[i]->str;
+            size_t n = keys->element[i]->len;
+            /* dlock:{NAME}:token */
+            if (n < 15)
+                continue;
+            char name[DL_NAME_MAX + 1];
+            size_t nl = n - 7 - 8;
+            if (nl > DL_NAME_MAX)
+                continue;
+            memcpy(name, k + 7, nl);
+            name[nl] = '\0';
+            if (dlock_name_valid(name, NULL, 0) == 0)
+                lc->stop = lc->fn(name, lc->arg);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0 && !lc->stop);
+    return 0;
+}
+
+static int redis_list(dlock_client *cl, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    rclient *rc = rc_of(cl);
+    list_ctx lc = {.cl = cl, .prefix = prefix, .fn = fn, .arg = arg};
+    int x;
+    if (rc->mode == MODE_CLUSTER)
+        x = rd_cluster_each_master(rc->cluster, scan_node, &lc);
+    else
+        x = scan_node(&rc->master, &lc);
+    return x ? x : lc.stop;
+}
+
+/* ---- clients and handles ------------------------------------------------- */
+
+static void rclient_free(rclient *rc)
+{
+    if (!rc)
+        return;
+    rnode_destroy(&rc->master);
+    for (size_t i = 0; i < rc->nsentinels; i++)
+        rnode_destroy(&rc->sentinels[i]);
+    free(rc->sentinels);
+    if (rc->cluster)
+        rd_cluster_free(rc->cluster);
+    pthread_mutex_destroy(&rc->resolve_mu);
+    free(rc->master_name);
+    free(rc->user);
+    if (rc->password) {
+        explicit_bzero(rc->password, strlen(rc->password));
+        free(rc->password);
+    }
+    free(rc);
+}
+
+static int param_int(dlock_client *cl, const dl_url *u, const char *key, int def, int min,
+                     int max, int *out)
+{
+    const char *v = dl_url_param(u, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < min || x > max)
+        return dl_client_err(cl, DLOCK_EURL, "%s: parameter %s=%s is not a number in %d..%d",
+                             u->redacted, key, v, min, max);
+    *out = (int)x;
+    return 0;
+}
+
+static int redis_client_open(dlock_client *cl, const dl_url *u)
+{
+    rclient *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&rc->resolve_mu, NULL);
+    rnode_init(&rc->master, "", 0);
+    rc->mode = strcmp(u->scheme, "redis+sentinel") == 0   ? MODE_SENTINEL
+               : strcmp(u->scheme, "redis+cluster") == 0 ? MODE_CLUSTER
+                                                          : MODE_SINGLE;
+    int x = 0;
+    if ((u->user && !(rc->user = strdup(u->user))) ||
+        (u->password && !(rc->password = strdup(u->password)))) {
+        rclient_free(rc);
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    }
+    rc->cf.user = rc->user;
+    rc->cf.password = rc->password;
+    rc->cf.connect_timeout_ms = cl->opts.connect_timeout_ms;
+    rc->cf.op_timeout_ms = cl->opts.op_timeout_ms;
+    x = param_int(cl, u, "wait", 0, 0, 100, &rc->wait_replicas);
+    if (!x)
+        x = param_int(cl, u, "wait_timeout", 1000, 1, 600000, &rc->wait_timeout_ms);
+    if (!x && rc->mode == MODE_SINGLE && u->path && *u->path)
+        rc->cf.db = atoi(u->path);
+    dl_self_desc(rc->self, sizeof rc->self);
+    if (x) {
+        rclient_free(rc);
+        return x;
+    }
+    char err[300];
+    if (rc->mode == MODE_SINGLE) {
+        rnode_reset(&rc->master, u->hosts[0].host, u->hosts[0].port);
+    } else if (rc->mode == MODE_SENTINEL) {
+        rc->master_name = strdup(u->path);
+        rc->sentinels = calloc(u->nhosts, sizeof *rc->sentinels);
+        if (!rc->master_name || !rc->sentinels) {
+            rclient_free(rc);
+            return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < u->nhosts; i++)
+            rnode_init(&rc->sentinels[i], u->hosts[i].host, u->hosts[i].port);
+        rc->nsentinels = u->nhosts;
+        if (sentinel_resolve(rc, err, sizeof err) != RD_OK) {
+            rclient_free(rc);
+            return dl_client_err(cl, DLOCK_EUNREACHABLE, "%s: %s", u->redacted, err);
+        }
+    } else {
+        rc->cluster = rd_cluster_new(u->hosts, u->nhosts);
+        if (!rc->cluster) {
+            rclient_free(rc);
+            return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+        }
+        if (rd_cluster_refresh(rc->cluster, &rc->cf) != RD_OK) {
+            rclient_free(rc);
+            return dl_client_err(cl, DLOCK_EUNREACHABLE,
+                                 "%s: no seed node answered CLUSTER SLOTS", u->redacted);
+        }
+    }
+    /* Load the script now: it proves the server is there and the
+     * credentials work, and gives us its SHA for every later call. */
+    rnode *first = rc->mode == MODE_CLUSTER ? rd_cluster_node(rc->cluster, "dlock:{}:lock")
+                                            : &rc->master;
+    rconn *c = first ? rconn_get(first, &rc->cf, err, sizeof err) : NULL;
+    if (!first)
+        snprintf(err, sizeof err, "no node serves slot of the probe key");
+    if (!c || rd_load_script(c, &rc->cf, err, sizeof err) != RD_OK) {
+        rconn_drop(c);
+        rclient_free(rc);
+        return dl_client_err(cl, strstr(err, "AUTH") || strstr(err, "NOPERM") ? DLOCK_EPERM
+                                                                              : DLOCK_EUNREACHABLE,
+                             "%s: %s", u->redacted, err);
+    }
+    rconn_put(c);
+    cl->bstate = rc;
+    return 0;
+}
+
+static void redis_client_close(dlock_client *cl)
+{
+    rclient_free(rc_of(cl));
+}
+
+static int redis_lock_init(dlock_lock *l)
+{
+    rlock *rl = calloc(1, sizeof *rl);
+    if (!rl)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    rd_lock_key(l->name, rl->key, sizeof rl->key);
+    rl->kind[0] = l->opts.kind == DLOCK_SHARED ? 'r' : l->opts.kind == DLOCK_SEMAPHORE ? 's' : 'x';
+    l->bstate = rl;
+    return 0;
+}
+
+static void redis_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+}
+
+const dl_backend dl_backend_redis = {
+    .version = DL_BACKEND_V1,
+    .name = "redis",
+    .schemes = "redis redis+sentinel redis+cluster",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
+    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
+    .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
+               "writes can repeat tokens",
+    .client_open = redis_client_open,
+    .client_close = redis_client_close,
+    .lock_init = redis_lock_init,
+    .lock_fini = redis_lock_fini,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .renew = redis_renew,
+    .abandon = redis_abandon,
+    .inspect = redis_inspect,
+    .list = redis_list,
+    .set_value = redis_set_value,
+    .get_value = redis_get_value,
+};

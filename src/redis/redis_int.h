@@ -1,0 +1,106 @@
+/*
+ * redis_int.h — what the Redis family (redis://, redis+sentinel://,
+ * redis+cluster://, redlock://) shares: connections with timeouts and
+ * cancellation on top of hiredis, the one Lua script every lock operation
+ * runs, and key naming.
+ */
+#ifndef DLOCK_REDIS_INT_H
+#define DLOCK_REDIS_INT_H
+
+#include "internal.h"
+
+#include <hiredis/hiredis.h>
+
+/* One connection to one server. */
+typedef struct rconn {
+    redisContext *ctx;
+    struct rnode *node; /* the server it belongs to */
+    unsigned epoch;     /* node->epoch when connected (stale after failover) */
+    struct rconn *next; /* in the node's idle list */
+} rconn;
+
+/* One server and its pool of idle connections. */
+typedef struct rnode {
+    char host[256];
+    int port;
+    unsigned epoch; /* bumped when the address changes (sentinel failover) */
+    pthread_mutex_t mu;
+    rconn *idle;
+    int nidle;
+} rnode;
+
+/* Per-client settings every server of the family shares. */
+typedef struct rconf {
+    const char *user;     /* ACL user or NULL */
+    const char *password; /* or NULL */
+    int db;               /* SELECT on connect (not in cluster mode) */
+    int connect_timeout_ms;
+    int op_timeout_ms;
+    char sha[41]; /* SHA1 of the lock script, learned from SCRIPT LOAD */
+} rconf;
+
+/* A command as argv; at most RD_MAXARGS arguments. */
+#define RD_MAXARGS 16
+typedef struct rcmd {
+    int argc;
+    const char *argv[RD_MAXARGS];
+    size_t len[RD_MAXARGS];
+} rcmd;
+
+void rcmd_init(rcmd *c);
+void rcmd_add(rcmd *c, const char *s);
+void rcmd_addlen(rcmd *c, const char *s, size_t n);
+void rcmd_addll(rcmd *c, long long v, char *buf /* >= 24 bytes, kept alive */);
+
+/* Initialise/destroy a node (host copied). */
+void rnode_init(rnode *n, const char *host, int port);
+void rnode_destroy(rnode *n);
+/* Drop every idle connection and bump the epoch (address changed). */
+void rnode_reset(rnode *n, const char *host, int port);
+
+/*
+ * Take a connection to node (idle one or a new one: connect, AUTH, SELECT).
+ * On failure returns NULL and writes a one-line reason to err.
+ */
+rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen);
+/* Give a healthy connection back to its node's pool. */
+void rconn_put(rconn *c);
+/* Close a connection whose state is unknown (error, timeout, canceled). */
+void rconn_drop(rconn *c);
+
+/* Outcome of a round trip. */
+enum {
+    RD_OK = 0,
+    RD_EIO = -1,       /* connection failed or timed out: conn must be dropped */
+    RD_CANCELED = -2,  /* cancel_fd became readable: conn must be dropped */
+};
+
+/*
+ * Send cmds[0..n) on c (pipelined) and read n replies, waiting at most
+ * timeout_ms (-1: forever) and watching cancel_fd (-1: none). On RD_OK the
+ * replies are in out[] (caller frees with freeReplyObject). sent_ns gets the
+ * monotonic time just before sending, if not NULL.
+ */
+int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
+               int cancel_fd, int64_t *sent_ns, char *err, size_t errlen);
+
+/*
+ * The same on several connections at once: every command is written to every
+ * connection first, then replies are read as they arrive (one poll over all
+ * sockets), so the whole takes about the slowest round trip, not the sum.
+ * ok[i] tells which connections answered in time (out[i] valid); the others
+ * must be dropped by the caller.
+ */
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool *ok,
+                     int timeout_ms);
+
+/* The lock script (one script, an operation per first argument). */
+extern const char rd_lock_script[];
+
+/* Load the lock script on c; fills cf->sha. */
+int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);
+
+/* "dlock:{NAME}:lock" — every key of a lock shares the {NAME} hash tag. */
+int rd_lock_key(const char *name, char *buf, size_t len);
+
+#endif
