@@ -340,6 +340,17 @@ done
 [[ $(cat "$TMP/counter") == 100 ]] || fail "mutual exclusion: counter is $(cat "$TMP/counter"), expected 100"
 pass
 
+# ---- the terminal goes to the command's process group ----------------------
+if command -v script >/dev/null 2>&1; then
+    # In a pseudo-terminal: the command's group (field 5 of /proc/PID/stat)
+    # must be the terminal's foreground group (field 8).
+    script -qec "\"$DLOCK\" --url \"$URL\" run tty -- sh -c 'awk \"{print \\\$5, \\\$8}\" /proc/\$\$/stat >$TMP/tty.out'" \
+        /dev/null </dev/null >/dev/null 2>&1 || fail "run under a terminal failed"
+    read -r pgrp tpgid <"$TMP/tty.out" || fail "run under a terminal: no output"
+    [[ $pgrp == "$tpgid" ]] || fail "terminal not handed over: group $pgrp, foreground $tpgid"
+    pass
+fi
+
 # ---- elect ------------------------------------------------------------------
 expect 0 dl elect leader -- sh -c 'echo "$DLOCK_NAME $DLOCK_TOKEN"'
 [[ $(cat "$TMP/out") =~ ^leader\ [0-9]+$ ]] || fail "elect: $(cat "$TMP/out")"

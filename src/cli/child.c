@@ -84,6 +84,10 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
     size_t nargs = 0;
     while (cfg->cmd[nargs])
         nargs++;
+    if (nargs == 0) {
+        errno = EINVAL; /* the option parser guarantees a command */
+        return -1;
+    }
     const char *file = cfg->cmd[0];
 
     if (strchr(file, '/')) {
@@ -147,6 +151,7 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
     return 0;
 oom:
     plan_free(ep);
+    errno = ENOMEM;
     return -1;
 }
 
@@ -675,7 +680,7 @@ int cli_supervise(const cli_supervise_cfg *cfg)
 
     exec_plan ep;
     if (plan_build(cfg, &ep) < 0) {
-        cli_err("%s: cannot prepare the command: %s", cfg->cmdname, strerror(ENOMEM));
+        cli_err("%s: cannot prepare the command: %s", cfg->cmdname, strerror(errno));
         return CLI_EXIT_SOFTWARE;
     }
     /* Orphans of the command's group become ours, so their deaths wake us. */

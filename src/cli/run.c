@@ -452,7 +452,7 @@ static void self_desc(char *buf, size_t len)
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown host");
     host[sizeof host - 1] = '\0';
-    snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
+    snprintf(buf, len, "pid %ld on %.200s", (long)getpid(), host);
 }
 
 /* Take the lock (or leadership). Returns 0 when held, else the exit code. */

@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static void vline(const char *prefix, const char *fmt, va_list ap, const char *suffix)
+__attribute__((format(printf, 2, 0))) static void vline(const char *prefix, const char *fmt,
+                                                       va_list ap, const char *suffix)
 {
     char buf[1024];
     int n = snprintf(buf, sizeof buf, "dlock: %s", prefix);
