@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# servers.sh — start real servers on spare loopback ports for the tests, and
+# stop them afterwards. Source it from a test script, or run a command with
+# servers around it:
+#
+#   tests/servers.sh run redis redlock sentinel cluster -- CMD ARGS...
+#
+# exports, for what it started:
+#   DLOCK_TEST_REDIS      redis://127.0.0.1:P           one master
+#   DLOCK_TEST_REDLOCK    redlock://127.0.0.1:P1,...P5  five independent masters
+#   DLOCK_TEST_SENTINEL   redis+sentinel://127.0.0.1:S1,S2,S3/dlockmaster
+#                         (a master and two replicas watched by three sentinels)
+#   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
+#   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
+# Every server gets its own directory under DLOCK_TEST_SERVERS; only the
+# processes started here are ever signalled, by pid.
+set -u
+
+srv_dir=""
+
+# A free port below 50000 whose +10000 neighbour is free too (a cluster node
+# also listens there for its bus).
+srv_free_port() {
+  python3 - <<'PY'
+import random, socket
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+while True:
+    p = random.randint(20000, 49999)
+    if free(p) and free(p + 10000):
+        print(p)
+        break
+PY
+}
+
+srv_init() {
+  [ -n "$srv_dir" ] && return 0
+  srv_dir=$(mktemp -d /tmp/dlock-servers-XXXXXX)
+  export DLOCK_TEST_SERVERS=$srv_dir
+  trap srv_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+srv_cleanup() {
+  [ -n "$srv_dir" ] || return 0
+  local pidf pid
+  for pidf in "$srv_dir"/*.pid; do
+    [ -e "$pidf" ] || continue
+    pid=$(cat "$pidf")
+    kill -CONT "$pid" 2>/dev/null
+    kill -KILL "$pid" 2>/dev/null
+  done
+  wait 2>/dev/null
+  rm -rf "$srv_dir"
+  srv_dir=""
+}
+
+# srv_wait_redis PORT: until it answers PING (at most ~10 s)
+srv_wait_redis() {
+  local i
+  for i in $(seq 100); do
+    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: redis on port $1 did not start" >&2
+  return 1
+}
+
+# srv_redis NAME [redis-server args...]: start one server, print its port
+srv_redis() {
+  local name=$1; shift
+  local port; port=$(srv_free_port)
+  local d=$srv_dir/$name
+  mkdir -p "$d"
+  local cmd=(redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no
+             --dir "$d" --logfile "$d/log" "$@")
+  printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
+  "${cmd[@]}" </dev/null >/dev/null 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  echo "$port" >"$srv_dir/$name.port"
+  srv_wait_redis "$port" >&2 || return 1
+  echo "$port"
+}
+
+# srv_restart NAME: kill -9 and start again with the same command (data lost)
+srv_restart() {
+  local name=$1
+  kill -KILL "$(cat "$srv_dir/$name.pid")" 2>/dev/null
+  sleep 0.05
+  eval "$(cat "$srv_dir/$name.cmd") </dev/null >/dev/null 2>&1 &"
+  echo $! >"$srv_dir/$name.pid"
+  srv_wait_redis "$(cat "$srv_dir/$name.port")"
+}
+
+srv_start_redis() {
+  local p; p=$(srv_redis single) || return 1
+  export DLOCK_TEST_REDIS=redis://127.0.0.1:$p
+}
+
+srv_start_redlock() {
+  local hosts="" i p
+  for i in 1 2 3 4 5; do
+    p=$(srv_redis "redlock$i") || return 1
+    hosts="$hosts${hosts:+,}127.0.0.1:$p"
+  done
+  export DLOCK_TEST_REDLOCK=redlock://$hosts
+}
+
+srv_start_sentinel() {
+  local m r1 r2 i s hosts=""
+  m=$(srv_redis smaster) || return 1
+  r1=$(srv_redis sreplica1 --replicaof 127.0.0.1 "$m") || return 1
+  r2=$(srv_redis sreplica2 --replicaof 127.0.0.1 "$m") || return 1
+  for i in 1 2 3; do
+    s=$(srv_free_port)
+    mkdir -p "$srv_dir/sentinel$i"
+    cat >"$srv_dir/sentinel$i/sentinel.conf" <<EOF
+port $s
+bind 127.0.0.1
+dir $srv_dir/sentinel$i
+logfile $srv_dir/sentinel$i/log
+sentinel monitor dlockmaster 127.0.0.1 $m 2
+sentinel down-after-milliseconds dlockmaster 1000
+sentinel failover-timeout dlockmaster 3000
+EOF
+    echo "redis-sentinel $srv_dir/sentinel$i/sentinel.conf" >"$srv_dir/sentinel$i.cmd"
+    redis-sentinel "$srv_dir/sentinel$i/sentinel.conf" </dev/null >/dev/null 2>&1 &
+    disown $! 2>/dev/null || true
+    echo $! >"$srv_dir/sentinel$i.pid"
+    echo "$s" >"$srv_dir/sentinel$i.port"
+    srv_wait_redis "$s" || return 1
+    hosts="$hosts${hosts:+,}127.0.0.1:$s"
+  done
+  # Until the replicas are in sync, a failover could not promote anyone.
+  for i in $(seq 100); do
+    [ "$(redis-cli -p "$m" info replication | grep -c 'state=online')" -ge 2 ] && break
+    sleep 0.1
+  done
+  export DLOCK_TEST_SENTINEL=redis+sentinel://$hosts/dlockmaster
+}
+
+srv_start_cluster() {
+  local i p ports=() hosts=""
+  for i in 1 2 3; do
+    p=$(srv_redis "cluster$i" --cluster-enabled yes \
+        --cluster-config-file "$srv_dir/cluster$i/nodes.conf" --cluster-node-timeout 2000) || return 1
+    ports+=("$p")
+    hosts="$hosts${hosts:+,}127.0.0.1:$p"
+  done
+  echo yes | redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 \
+    >"$srv_dir/cluster-create.log" 2>&1 || { cat "$srv_dir/cluster-create.log" >&2; return 1; }
+  for i in $(seq 100); do
+    [ "$(redis-cli -p "${ports[0]}" cluster info | grep -c 'cluster_state:ok')" = 1 ] && break
+    sleep 0.1
+  done
+  export DLOCK_TEST_CLUSTER=redis+cluster://$hosts
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -e
+  [ "${1:-}" = run ] || { echo "usage: $0 run KIND... -- CMD ARGS..." >&2; exit 64; }
+  shift
+  srv_init
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    case $1 in
+      redis) srv_start_redis ;;
+      redlock) srv_start_redlock ;;
+      sentinel) srv_start_sentinel ;;
+      cluster) srv_start_cluster ;;
+      *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
+    esac
+    shift
+  done
+  [ "${1:-}" = -- ] && shift
+  set +e
+  "$@"
+  status=$?
+  exit $status
+fi
