@@ -513,6 +513,7 @@ static void on_loss(sup *s)
 {
     const cli_supervise_cfg *cfg = s->cfg;
     char sname[16];
+    cli_lost_ack(cfg->lock);
     const char *why = dlock_lock_errmsg(cfg->lock);
     s->lost = 1;
     char what[CLI_SHOW_MAX + 16];

@@ -122,6 +122,12 @@ int cli_check_name(const char *cmd, const char *name);
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);
 
+/* Call once dlock_lost_fd(lock) polled readable, before dlock_lock_errmsg:
+ * reads the event, which orders the library thread's loss message before our
+ * read of it for thread sanitizers too (poll alone does not). The descriptor
+ * must not be polled again afterwards. */
+void cli_lost_ack(dlock_lock *lock);
+
 /* Monotonic clock in milliseconds. */
 int64_t cli_now_ms(void);
 

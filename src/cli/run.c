@@ -553,6 +553,7 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
             return CLI_EXIT_SOFTWARE;
         }
         if (n > 0 && fds[1].revents) {
+            cli_lost_ack(lock);
             const char *why = dlock_lock_errmsg(lock);
             if (why && *why)
                 cli_err("hold: %s", why); /* names the lock and says why */
@@ -639,6 +640,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
     /* Give the lock back. A loss discovered only now still means the
      * command may have run unprotected: say so, exit 75. */
     int lost = dlock_state(lock) == DLOCK_STATE_LOST;
+    if (lost)
+        cli_lost_ack(lock);
     int rel = cfg.mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock);
     if ((lost || rel == DLOCK_ELOST) && rc != CLI_EXIT_LOST) {
         const char *why = dlock_lock_errmsg(lock);

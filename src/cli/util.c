@@ -266,6 +266,16 @@ int cli_open(const char *cmd, const char *url, dlock_client **out)
     return cli_exit_for(rc);
 }
 
+void cli_lost_ack(dlock_lock *lock)
+{
+    uint64_t n;
+    ssize_t r;
+    do
+        r = read(dlock_lost_fd(lock), &n, sizeof n);
+    while (r < 0 && errno == EINTR);
+    /* EAGAIN (already read) and the like change nothing: the loss is known. */
+}
+
 int64_t cli_now_ms(void)
 {
     struct timespec ts;
