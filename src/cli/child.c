@@ -573,7 +573,8 @@ static int supervise_loop(sup *s)
         if (s->lost && !s->killed)
             wake = s->grace_at;
         if (s->killed)
-            wake = s->kill_at;
+            /* after that, only the command's own end (SIGCHLD) matters */
+            wake = s->kill_at > now ? s->kill_at : -1;
 
         struct pollfd fds[3];
         nfds_t n = 0;

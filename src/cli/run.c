@@ -645,7 +645,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     int rel = cfg.mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock);
     if ((lost || rel == DLOCK_ELOST) && rc != CLI_EXIT_LOST) {
         const char *why = dlock_lock_errmsg(lock);
-        cli_err("%s: lock %s was lost before the command ended: %s", cfg.cmdname, shown,
+        cli_err("%s: lock %s was lost while held: %s", cfg.cmdname, shown,
                 why && *why ? why : "lost while held");
         rc = CLI_EXIT_LOST;
     } else if (rel && rel != DLOCK_ELOST) {
