@@ -169,6 +169,7 @@ static int new_owner_id(char out[DL_OWNER_HEX + 1])
 
 #ifdef DLOCK_HAVE_REDIS
 extern const dl_backend dl_backend_redis;
+extern const dl_backend dl_backend_redlock;
 #else
 static const dl_backend dl_backend_redis = {
     .version = DL_BACKEND_V1, .name = "redis", .schemes = "redis redis+sentinel redis+cluster",
@@ -177,11 +178,13 @@ static const dl_backend dl_backend_redis = {
     .liveness = "lease (PEXPIRE) renewed every ttl/3",
     .fencing = "per-name INCR counter; can go back if a failover loses writes",
     .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
+static const dl_backend dl_backend_redlock = {
+    .version = DL_BACKEND_V1, .name = "redlock", .schemes = "redlock",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE,
+    .liveness = "lease on a quorum of masters, renewed with a quorum",
+    .fencing = "quorum max + 1 written back; monotonic while a majority keeps its data",
+    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
 #endif
-DL_PLANNED(redlock, "redlock",
-           DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
-           "lease on a quorum of masters, renewed with a quorum",
-           "quorum max + 1 written back; monotonic while a majority keeps its data");
 DL_PLANNED(zk, "zk",
            DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
                DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
@@ -428,8 +431,11 @@ static void *renew_main(void *arg)
         pthread_mutex_lock(&l->mu);
         int64_t started = dl_now_ns();
         int rc = DLOCK_ENOTHELD;
+        l->lease_start_ns = 0;
         if (atomic_load(&l->state) == DLOCK_STATE_HELD)
             rc = c->be->renew(l);
+        if (rc == 0 && l->lease_start_ns)
+            started = l->lease_start_ns;
         pthread_mutex_unlock(&l->mu);
         pthread_mutex_lock(&c->mu);
         if (!l->in_lease_list)
@@ -677,7 +683,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     l->lease_start_ns = 0;
     pthread_mutex_lock(&l->mu);
     rc = l->c->be->acquire(l, deadline_ns);
-    if (rc == 0 && l->lease_start_ns > started)
+    if (rc == 0 && l->lease_start_ns)
         started = l->lease_start_ns;
     if (rc == 0) {
         l->count = 1;

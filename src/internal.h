@@ -134,10 +134,11 @@ struct dlock_lock {
     char errmsg[DL_ERRMSG_MAX];
     void *bstate; /* backend's per-lock state */
 
-    /* Set by a lease backend's acquire when the lease was granted later than
-     * the call began (a queued waiter): the monotonic time before sending the
-     * last request that found the lock not yet granted to us. 0: the core
-     * uses the time acquire was called. */
+    /* Set by a lease backend's acquire or renew when the lease must be
+     * counted from another moment than the call's start: a queued waiter
+     * (the time before sending the last request that found the lock not yet
+     * ours) or Redlock (its start minus the clock drift allowance). The
+     * lease then ends at lease_start_ns + ttl. 0: the call's start. */
     int64_t lease_start_ns;
 
     /* Lease bookkeeping (guarded by c->mu). */

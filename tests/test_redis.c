@@ -713,6 +713,94 @@ static void test_cluster(void **state)
     dlock_client_close(c);
 }
 
+/* Run a servers.sh function (srv_restart NAME, ...) on our servers. */
+static void servers(const char *fn, const char *name)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "bash -c '. \"%s/tests/servers.sh\"; srv_dir=\"%s\"; %s %s' >/dev/null",
+             getenv("DLOCK_SOURCE_DIR"), getenv("DLOCK_TEST_SERVERS"), fn, name);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void kill_server(const char *name, int sig)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.pid", getenv("DLOCK_TEST_SERVERS"), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long pid = 0;
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    assert_int_equal(kill((pid_t)pid, sig), 0);
+}
+
+static void test_redlock(void **state)
+{
+    (void)state;
+    if (!redlock_url || !getenv("DLOCK_SOURCE_DIR"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "redlock");
+    dlock_client *c = open_url(redlock_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *shared = NULL;
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.kind = DLOCK_SHARED;
+    assert_int_equal(dlock_lock_new(&shared, c, name, &o), DLOCK_ENOTSUP);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    uint64_t t1 = dlock_token(a);
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+    dlock_info info;
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, t1);
+    assert_int_equal(dlock_release(a), 0);
+    assert_int_equal(dlock_acquire(b, 1000), 0);
+    uint64_t t2 = dlock_token(b);
+    assert_true(t2 > t1);
+    assert_int_equal(dlock_release(b), 0);
+
+    /* Two of five masters down: still safe and available; tokens rise. */
+    kill_server("redlock1", SIGKILL);
+    kill_server("redlock2", SIGKILL);
+    dlock_lock *r = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, -1);
+    assert_int_equal(dlock_acquire(r, 1000), 0);
+    assert_true(dlock_token(r) > t2);
+    uint64_t t3 = dlock_token(r);
+    usleep(700 * 1000); /* renewed with a quorum of three */
+    assert_int_equal(dlock_state(r), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(r), 0);
+    /* A third one down: no quorum, the acquisition fails. */
+    kill_server("redlock3", SIGKILL);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_EUNREACHABLE);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    servers("srv_restart", "redlock1");
+    servers("srv_restart", "redlock2");
+    servers("srv_restart", "redlock3");
+    /* The restarted three lost their counters, but the quorum of any later
+     * acquisition includes one of the two that kept theirs. */
+    assert_int_equal(dlock_acquire(a, 2000), 0);
+    assert_true(dlock_token(a) > t3);
+    assert_int_equal(dlock_release(a), 0);
+    dlock_lock_free(r);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
+static void test_redlock_contention(void **state)
+{
+    (void)state;
+    if (!redlock_url)
+        skip();
+    char name[64];
+    unique(name, sizeof name, "redlock-contend");
+    contend(redlock_url, name, 4, 25, -1);
+}
+
 int main(void)
 {
     redis_url = getenv("DLOCK_TEST_REDIS");
@@ -742,6 +830,8 @@ int main(void)
         cmocka_unit_test(test_contention_fair_and_nonfair),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_redlock),
+        cmocka_unit_test(test_redlock_contention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -1,0 +1,435 @@
+/*
+ * redlock.c — `redlock://h1:p1,h2:p2,...`: Redlock over N independent Redis
+ * masters (exclusive locks).
+ *
+ * Acquire sends the same request to all N masters at once (not one after
+ * another) with a per-node timeout small next to the TTL, and succeeds when a
+ * quorum (N/2+1) granted it and time is left:
+ *
+ *   validity = ttl - (last reply - first send) - drift,  drift = ttl/100 + 2 ms
+ *
+ * all on the monotonic clock, measured from *before* the first send. Failed
+ * attempts are released on every node and retried after a random delay.
+ * Renewal needs a quorum too and computes its validity the same way.
+ *
+ * Fencing: each node keeps a counter. The acquisition reads it from the
+ * nodes that answer, takes the maximum plus one, and writes that back to the
+ * quorum it holds before reporting success. Any later quorum overlaps this
+ * one in at least one node, so the next token is larger — as long as a
+ * majority of the nodes keeps its data (a node restarted without persistence
+ * forgets its counter; that is the documented limit).
+ */
+#include "redis_int.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rlclient {
+    rconf cf;
+    rnode *nodes;
+    int n;
+    int quorum;
+    char *user, *password;
+    char self[300];
+} rlclient;
+
+typedef struct rllock {
+    char key[DL_NAME_MAX + 32];
+} rllock;
+
+static rlclient *rl_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+static int node_timeout(const rlclient *rc, int ttl_ms)
+{
+    int t = ttl_ms / 10;
+    if (t < 10)
+        t = 10;
+    return t < rc->cf.op_timeout_ms ? t : rc->cf.op_timeout_ms;
+}
+
+static int64_t drift_ns(int ttl_ms)
+{
+    return ((int64_t)ttl_ms * 1000000LL) / 100 + 2000000LL;
+}
+
+/*
+ * Run one script operation on every node in parallel. Nodes that cannot be
+ * reached, time out, or answer with an error other than a forgotten script
+ * get out[i] == NULL. A node that forgot the script gets it again and a
+ * second try.
+ */
+static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms)
+{
+    rconn *cs[rc->n];
+    bool ok[rc->n];
+    char err[256];
+    for (int i = 0; i < rc->n; i++)
+        cs[i] = rconn_get(&rc->nodes[i], &rc->cf, err, sizeof err);
+    rconn_call_many(cs, rc->n, cmd, out, ok, timeout_ms);
+    bool again = false;
+    for (int i = 0; i < rc->n; i++) {
+        if (!ok[i]) {
+            rconn_drop(cs[i]);
+            cs[i] = NULL;
+            continue;
+        }
+        if (out[i]->type == REDIS_REPLY_ERROR && strncmp(out[i]->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(out[i]);
+            out[i] = NULL;
+            if (rd_load_script(cs[i], &rc->cf, err, sizeof err) == RD_OK) {
+                again = true;
+                continue;
+            }
+            rconn_drop(cs[i]);
+            cs[i] = NULL;
+            continue;
+        }
+        rconn_put(cs[i]);
+        cs[i] = NULL;
+    }
+    if (again) {
+        redisReply *retry[rc->n];
+        rconn_call_many(cs, rc->n, cmd, retry, ok, timeout_ms);
+        for (int i = 0; i < rc->n; i++) {
+            if (!cs[i])
+                continue;
+            if (ok[i]) {
+                out[i] = retry[i];
+                rconn_put(cs[i]);
+            } else {
+                rconn_drop(cs[i]);
+            }
+        }
+    }
+}
+
+static void free_all(rlclient *rc, redisReply **r)
+{
+    for (int i = 0; i < rc->n; i++)
+        if (r[i])
+            freeReplyObject(r[i]);
+}
+
+static void script_cmd(rcmd *c, rlclient *rc, const char *key, const char *op)
+{
+    rcmd_init(c);
+    rcmd_add(c, "EVALSHA");
+    rcmd_add(c, rc->cf.sha);
+    rcmd_add(c, "1");
+    rcmd_add(c, key);
+    rcmd_add(c, op);
+}
+
+static bool int_is(const redisReply *r, long long v)
+{
+    return r && r->type == REDIS_REPLY_INTEGER && r->integer == v;
+}
+
+/* Release on every node (owner-checked there); returns how many had it. */
+static int release_all(dlock_lock *l)
+{
+    rlclient *rc = rl_of(l->c);
+    rllock *ll = l->bstate;
+    rcmd c;
+    script_cmd(&c, rc, ll->key, "rel");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, "x");
+    redisReply *r[rc->n];
+    on_all(rc, &c, r, rc->cf.op_timeout_ms);
+    int had = 0;
+    for (int i = 0; i < rc->n; i++)
+        had += int_is(r[i], 1);
+    free_all(rc, r);
+    return had;
+}
+
+/* Sleep a random 5..50 ms (less if the deadline is near); 1 if canceled. */
+static int backoff(dlock_lock *l, int64_t deadline, int attempt)
+{
+    unsigned rnd;
+    if (dl_random(&rnd, sizeof rnd))
+        rnd = (unsigned)attempt * 7919u;
+    int cap = 5 << (attempt < 4 ? attempt : 4); /* 5, 10, 20, 40, 80 */
+    if (cap > 50)
+        cap = 50;
+    int ms = 5 + (int)(rnd % (unsigned)cap);
+    int left = dl_ms_left(deadline);
+    if (deadline > 0 && left < ms)
+        ms = left;
+    struct pollfd p = {.fd = l->cancel_fd, .events = POLLIN};
+    return poll(&p, 1, ms) > 0;
+}
+
+static int rl_acquire(dlock_lock *l, int64_t deadline)
+{
+    rlclient *rc = rl_of(l->c);
+    rllock *ll = l->bstate;
+    int ttl = l->opts.ttl_ms;
+    char nb[24];
+    for (int attempt = 0;; attempt++) {
+        rcmd c;
+        script_cmd(&c, rc, ll->key, "racq");
+        rcmd_add(&c, l->owner);
+        rcmd_addll(&c, ttl, nb);
+        rcmd_add(&c, rc->self);
+        redisReply *r[rc->n];
+        int64_t t0 = dl_now_ns();
+        on_all(rc, &c, r, node_timeout(rc, ttl));
+        int granted = 0, answered = 0;
+        long long maxtok = 0;
+        bool got[rc->n];
+        for (int i = 0; i < rc->n; i++) {
+            got[i] = false;
+            if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 2)
+                continue;
+            answered++;
+            if (r[i]->element[0]->integer == 1) {
+                got[i] = true;
+                granted++;
+                if (r[i]->element[1]->integer > maxtok)
+                    maxtok = r[i]->element[1]->integer;
+            }
+        }
+        free_all(rc, r);
+        int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+        if (granted >= rc->quorum && validity > 0) {
+            /* Publish max+1 to the quorum we hold before anyone uses it. */
+            long long token = maxtok + 1;
+            char tb[24];
+            script_cmd(&c, rc, ll->key, "rtok");
+            rcmd_add(&c, l->owner);
+            rcmd_addll(&c, token, tb);
+            on_all(rc, &c, r, node_timeout(rc, ttl));
+            int stored = 0;
+            for (int i = 0; i < rc->n; i++)
+                stored += got[i] && int_is(r[i], 1);
+            free_all(rc, r);
+            validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+            if (stored >= rc->quorum && validity > 0) {
+                atomic_store(&l->token, (uint64_t)token);
+                l->lease_start_ns = t0 - drift_ns(ttl);
+                return 0;
+            }
+        }
+        release_all(l);
+        if (answered < rc->quorum && deadline == 0)
+            return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                               "lock \"%s\": only %d of %d redlock masters answered (quorum %d)",
+                               l->name, answered, rc->n, rc->quorum);
+        if (deadline == 0)
+            return dl_lock_err(l, DLOCK_EBUSY,
+                               "lock \"%s\" is held by another owner (%d of %d masters granted)",
+                               l->name, granted, rc->n);
+        if (deadline > 0 && dl_ms_left(deadline) == 0) {
+            if (answered < rc->quorum)
+                return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                                   "lock \"%s\": timed out; only %d of %d redlock masters "
+                                   "answered (quorum %d)",
+                                   l->name, answered, rc->n, rc->quorum);
+            return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+        }
+        if (backoff(l, deadline, attempt))
+            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
+    }
+}
+
+static int rl_release(dlock_lock *l)
+{
+    if (release_all(l) > 0)
+        return 0;
+    return dl_lock_err(l, DLOCK_ELOST,
+                       "lock \"%s\" had already expired on every master when released",
+                       l->name);
+}
+
+static int rl_renew(dlock_lock *l)
+{
+    rlclient *rc = rl_of(l->c);
+    rllock *ll = l->bstate;
+    int ttl = l->opts.ttl_ms;
+    rcmd c;
+    char nb[24];
+    script_cmd(&c, rc, ll->key, "renew");
+    rcmd_add(&c, l->owner);
+    rcmd_add(&c, "x");
+    rcmd_addll(&c, ttl, nb);
+    redisReply *r[rc->n];
+    int64_t t0 = dl_now_ns();
+    on_all(rc, &c, r, node_timeout(rc, ttl));
+    int yes = 0, no = 0;
+    for (int i = 0; i < rc->n; i++) {
+        yes += int_is(r[i], 1);
+        no += int_is(r[i], 0);
+    }
+    free_all(rc, r);
+    int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+    if (yes >= rc->quorum && validity > 0) {
+        l->lease_start_ns = t0 - drift_ns(ttl);
+        return 0;
+    }
+    if (no > rc->n - rc->quorum)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": a quorum of masters no longer has it",
+                           l->name);
+    return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                       "lock \"%s\": renewal reached only %d of %d masters (quorum %d)", l->name,
+                       yes, rc->n, rc->quorum);
+}
+
+static void rl_abandon(dlock_lock *l)
+{
+    (void)release_all(l);
+}
+
+static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
+{
+    rlclient *rc = rl_of(cl);
+    char key[DL_NAME_MAX + 32];
+    rd_lock_key(name, key, sizeof key);
+    rcmd c;
+    script_cmd(&c, rc, key, "info");
+    redisReply *r[rc->n];
+    on_all(rc, &c, r, rc->cf.op_timeout_ms);
+    int answered = 0, best = -1, best_votes = 0;
+    for (int i = 0; i < rc->n; i++) {
+        if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 12) {
+            if (r[i]) {
+                freeReplyObject(r[i]);
+                r[i] = NULL;
+            }
+            continue;
+        }
+        answered++;
+        if ((uint64_t)r[i]->element[5]->integer > info->token)
+            info->token = (uint64_t)r[i]->element[5]->integer;
+        if (!r[i]->element[0]->len)
+            continue;
+        int votes = 0;
+        for (int j = 0; j < rc->n; j++)
+            votes += r[j] && r[j]->type == REDIS_REPLY_ARRAY && r[j]->elements == 12 &&
+                     strcmp(r[j]->element[0]->str, r[i]->element[0]->str) == 0;
+        if (votes > best_votes) {
+            best_votes = votes;
+            best = i;
+        }
+    }
+    if (answered < rc->quorum) {
+        free_all(rc, r);
+        return dl_client_err(cl, DLOCK_EUNREACHABLE,
+                             "inspect \"%s\": only %d of %d masters answered", name, answered,
+                             rc->n);
+    }
+    info->held = best_votes >= rc->quorum;
+    info->holders = info->held ? 1 : 0;
+    if (info->held) {
+        redisReply **e = r[best]->element;
+        snprintf(info->holder, sizeof info->holder, "%s", e[1]->str);
+        info->held_ms = e[10]->integer - e[2]->integer;
+        info->lease_ms = e[4]->integer;
+    }
+    free_all(rc, r);
+    return 0;
+}
+
+static void rlclient_free(rlclient *rc)
+{
+    for (int i = 0; i < rc->n; i++)
+        rnode_destroy(&rc->nodes[i]);
+    free(rc->nodes);
+    free(rc->user);
+    if (rc->password) {
+        explicit_bzero(rc->password, strlen(rc->password));
+        free(rc->password);
+    }
+    free(rc);
+}
+
+static int rl_client_open(dlock_client *cl, const dl_url *u)
+{
+    rlclient *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    rc->nodes = calloc(u->nhosts, sizeof *rc->nodes);
+    if (!rc->nodes || (u->user && !(rc->user = strdup(u->user))) ||
+        (u->password && !(rc->password = strdup(u->password)))) {
+        rlclient_free(rc);
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    }
+    rc->n = (int)u->nhosts;
+    rc->quorum = rc->n / 2 + 1;
+    for (int i = 0; i < rc->n; i++)
+        rnode_init(&rc->nodes[i], u->hosts[i].host, u->hosts[i].port);
+    rc->cf.user = rc->user;
+    rc->cf.password = rc->password;
+    rc->cf.db = u->path && *u->path ? atoi(u->path) : 0;
+    rc->cf.connect_timeout_ms = cl->opts.connect_timeout_ms;
+    rc->cf.op_timeout_ms = cl->opts.op_timeout_ms;
+    dl_self_desc(rc->self, sizeof rc->self);
+    /* Learn the script's SHA from the first master that answers; the others
+     * load it when they first answer NOSCRIPT. */
+    char err[300] = "no master answered";
+    int loaded = 0;
+    for (int i = 0; i < rc->n && !loaded; i++) {
+        rconn *c = rconn_get(&rc->nodes[i], &rc->cf, err, sizeof err);
+        if (c && rd_load_script(c, &rc->cf, err, sizeof err) == RD_OK) {
+            loaded = 1;
+            rconn_put(c);
+        } else {
+            rconn_drop(c);
+        }
+    }
+    if (!loaded) {
+        rlclient_free(rc);
+        return dl_client_err(cl, strstr(err, "AUTH") ? DLOCK_EPERM : DLOCK_EUNREACHABLE, "%s: %s",
+                             u->redacted, err);
+    }
+    cl->bstate = rc;
+    return 0;
+}
+
+static void rl_client_close(dlock_client *cl)
+{
+    rlclient_free(rl_of(cl));
+}
+
+static int rl_lock_init(dlock_lock *l)
+{
+    if (l->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "redlock offers exclusive locks only (redis, file, zk and etcd have "
+                           "shared locks and semaphores)");
+    rllock *ll = calloc(1, sizeof *ll);
+    if (!ll)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    rd_lock_key(l->name, ll->key, sizeof ll->key);
+    l->bstate = ll;
+    return 0;
+}
+
+static void rl_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+}
+
+const dl_backend dl_backend_redlock = {
+    .version = DL_BACKEND_V1,
+    .name = "redlock",
+    .schemes = "redlock",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE,
+    .liveness = "lease on a quorum of independent masters, renewed with a quorum",
+    .fencing = "quorum max + 1 written back to the quorum; monotonic while a majority of "
+               "masters keeps its data",
+    .client_open = rl_client_open,
+    .client_close = rl_client_close,
+    .lock_init = rl_lock_init,
+    .lock_fini = rl_lock_fini,
+    .acquire = rl_acquire,
+    .release = rl_release,
+    .renew = rl_renew,
+    .abandon = rl_abandon,
+    .inspect = rl_inspect,
+};
