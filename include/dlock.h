@@ -159,7 +159,10 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms);
 /* Counts down one re-entry; releases at zero. DLOCK_ENOTHELD if not held,
  * DLOCK_ELOST if the lock had been lost (the handle returns to idle). */
 DLOCK_EXTERN int dlock_release(dlock_lock *lock);
-/* Wake a waiting dlock_acquire on this handle from any thread. */
+/* Make a waiting dlock_acquire on this handle return DLOCK_ECANCELED; may be
+ * called from any thread. A cancel that arrives before the acquisition
+ * starts waiting cancels it too (callers cannot tell when waiting begins);
+ * one that arrives after it returned is forgotten. */
 DLOCK_EXTERN void dlock_cancel(dlock_lock *lock);
 /* The fencing token of the current holding (0 when not held). */
 DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock);

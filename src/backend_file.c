@@ -454,7 +454,7 @@ static int bump_token(dlock_lock *l, int fd, int64_t deadline)
     int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
     if (rc)
         return rc;
-    uint64_t token;
+    uint64_t token = 0;
     rc = read_token(l, fd, &token);
     if (rc == 0) {
         token++;
@@ -721,7 +721,7 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
 {
     file_lock *fl = l->bstate;
     for (;;) {
-        int fd;
+        int fd = -1;
         int rc = open_lock_file(l, &fd);
         if (rc)
             return rc;

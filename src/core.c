@@ -57,6 +57,7 @@ DLOCK_EXTERN const char *dlock_err_name(int code)
 }
 
 static _Thread_local char open_errmsg[DL_ERRMSG_MAX];
+static _Thread_local bool in_renewal_thread;
 
 __attribute__((format(printf, 2, 0))) static void vset(char *dst, const char *fmt, va_list ap)
 {
@@ -67,7 +68,7 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vset(l->errmsg, fmt, ap);
+    vset(in_renewal_thread ? l->renew_err : l->errmsg, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -388,6 +389,7 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 static void *renew_main(void *arg)
 {
     dlock_client *c = arg;
+    in_renewal_thread = true;
     pthread_mutex_lock(&c->mu);
     while (!c->stopping) {
         int64_t now = dl_now_ns();
@@ -449,7 +451,7 @@ static void *renew_main(void *arg)
             *pp = l->next_leased;
             l->in_lease_list = false;
             pthread_mutex_unlock(&c->mu);
-            dl_mark_lost(l, l->errmsg);
+            dl_mark_lost(l, l->renew_err);
             pthread_mutex_lock(&c->mu);
         } else {
             /* Transient failure: try again soon, the deadline still rules. */
@@ -517,16 +519,20 @@ static bool uses_lease(const dlock_lock *l)
 
 void dl_mark_lost(dlock_lock *l, const char *why)
 {
+    /* One caller writes the message, then publishes it with the state
+     * change; readers that see LOST read a finished message. */
+    if (atomic_exchange(&l->lost_claimed, true))
+        return;
+    snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
+             why && *why ? why : "unknown reason");
     int expected = DLOCK_STATE_HELD;
     if (!atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST))
-        return;
-    if (why && why != l->errmsg)
-        dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" lost: %s", l->name, why);
+        return; /* released meanwhile */
     uint64_t one = 1;
     if (write(l->lost_fd, &one, sizeof one) < 0) {
         /* eventfd only fails on counter overflow, which cannot happen here */
     }
-    if (!atomic_exchange(&l->lost_notified, true) && l->opts.on_lost)
+    if (l->opts.on_lost)
         l->opts.on_lost(l, l->opts.on_lost_arg);
 }
 
@@ -587,7 +593,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     pthread_mutex_init(&l->mu, NULL);
     atomic_init(&l->state, DLOCK_STATE_IDLE);
     atomic_init(&l->token, 0);
-    atomic_init(&l->lost_notified, false);
+    atomic_init(&l->lost_claimed, false);
     l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     l->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->cancel_fd < 0 || l->lost_fd < 0) {
@@ -636,7 +642,11 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
 
 DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock)
 {
-    return lock ? lock->errmsg : "";
+    if (!lock)
+        return "";
+    if (atomic_load(&((dlock_lock *)lock)->state) == DLOCK_STATE_LOST)
+        return lock->lost_msg;
+    return lock->errmsg;
 }
 
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock)
@@ -675,14 +685,17 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     int rc = new_owner_id(l->owner);
     if (rc)
         return dl_lock_err(l, rc, "cannot read random bytes for the owner id");
-    drain(l->cancel_fd);
+    /* A cancel that arrived before we started still counts (the caller
+     * cannot tell when waiting begins); one left over from an acquisition
+     * that ended is drained when that acquisition returns. */
     drain(l->lost_fd);
-    atomic_store(&l->lost_notified, false);
+    atomic_store(&l->lost_claimed, false);
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started = dl_now_ns();
     l->lease_start_ns = 0;
     pthread_mutex_lock(&l->mu);
     rc = l->c->be->acquire(l, deadline_ns);
+    drain(l->cancel_fd);
     if (rc == 0 && l->lease_start_ns)
         started = l->lease_start_ns;
     if (rc == 0) {
@@ -721,8 +734,7 @@ static int release_now(dlock_lock *l)
         if (l->c->be->abandon)
             l->c->be->abandon(l);
         rc = DLOCK_ELOST;
-        if (!l->errmsg[0])
-            dl_lock_err(l, rc, "lock \"%s\" was lost before release", l->name);
+        snprintf(l->errmsg, sizeof l->errmsg, "%s", l->lost_msg);
     } else {
         rc = l->c->be->release(l);
     }

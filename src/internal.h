@@ -130,8 +130,10 @@ struct dlock_lock {
     unsigned count; /* re-entry count */
     int cancel_fd;  /* eventfd: written by dlock_cancel */
     int lost_fd;    /* eventfd: written on loss */
-    atomic_bool lost_notified;
-    char errmsg[DL_ERRMSG_MAX];
+    atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */
+    char errmsg[DL_ERRMSG_MAX];    /* written by the owner's thread only */
+    char renew_err[DL_ERRMSG_MAX]; /* written by the renewal thread only */
+    char lost_msg[DL_ERRMSG_MAX];  /* written once, before the state says LOST */
     void *bstate; /* backend's per-lock state */
 
     /* Set by a lease backend's acquire or renew when the lease must be
@@ -149,7 +151,9 @@ struct dlock_lock {
     bool in_lease_list;
 };
 
-/* Set an error message on the handle and return code (printf-like). */
+/* Set an error message on the handle and return code (printf-like). From
+ * the renewal thread the message goes to renew_err, so that the owner's
+ * thread never reads a buffer another thread is writing. */
 int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)

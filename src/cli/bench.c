@@ -1,10 +1,1200 @@
-/* bench.c — `dlock bench` (SPEC §7). Placeholder until the measurement issue lands. */
+/*
+ * bench.c — `dlock bench` (SPEC §7): the cost of locking on any backend.
+ *
+ * Waiters (worker processes, with several threads each past --max-procs)
+ * take and release locks for warm-up + D seconds. Every critical section is
+ * stamped four times with CLOCK_MONOTONIC — acquire start, acquired, release
+ * start, release end — into a shared anonymous mapping made before fork, so
+ * the timed path does no I/O and the harness sees the stamps even of a
+ * worker that died. From them the harness computes cycle, wait and handover
+ * percentiles, the fairness spread and the violations of mutual exclusion.
+ */
 #include "cli.h"
+#include "measure.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_WAITERS 512
+#define MAX_NAMES 100000
+#define DEFAULT_MAX_PROCS 64
+/* Stamps kept in total; pages are touched only when used (MAP_NORESERVE). */
+#define RECORD_BUDGET ((size_t)1 << 24)
+#define BASELINE_ITERS 20000
+#define BASELINE_MAX_NS 300000000LL
+
+static const char bench_help[] =
+    "usage: dlock [--url URL] bench [-P N] [-K N] [-H US] [-D SECS] [--warmup SECS]\n"
+    "                              [--fair] [--shared [--writers N] | --permits N]\n"
+    "                              [--ttl SECS] [--pick random|rr] [--baseline] [--rss]\n"
+    "                              [--handles cached|per-op] [--max-procs N] [--json]\n"
+    "\n"
+    "Measure the cost of locking: P waiters take and release locks on K names for\n"
+    "warm-up + D seconds, busy-waiting H microseconds inside each critical section.\n"
+    "Waiters are processes; above --max-procs (64) each process runs several\n"
+    "waiters as threads. Only sections started after the warm-up are counted;\n"
+    "violations are counted over the whole run.\n"
+    "\n"
+    "  -P, --processes N  waiters (1..512, default 1)\n"
+    "  -K, --names N      lock names (1..100000, default 1)\n"
+    "  -H, --hold US      busy-wait inside each section, microseconds (default 0)\n"
+    "  -D, --duration S   measured seconds after the warm-up (default 5)\n"
+    "      --warmup S     seconds not counted at the start (default 1)\n"
+    "      --fair         FIFO waiting (default: the backend's default)\n"
+    "      --shared       read-write lock: --writers waiters (default P/4) write,\n"
+    "                     the others read\n"
+    "      --permits N    semaphore of N permits\n"
+    "      --ttl S        lease length for lease backends\n"
+    "      --pick MODE    how a waiter chooses among K names: random (default), rr\n"
+    "      --handles M    cached: one handle per name and waiter, made before the\n"
+    "                     run; per-op: a new handle for every section (default:\n"
+    "                     cached if the descriptor limit allows it)\n"
+    "      --baseline     also measure the backend's cheapest round trip (file:\n"
+    "                     an uncontended F_OFD_SETLK lock+unlock) and the ratios\n"
+    "      --rss          measure client memory per held lock (default when K >= 1000)\n"
+    "      --no-prepare   do not use every name once before the run (by default\n"
+    "                     first uses, e.g. creating lock files, are not timed)\n"
+    "      --json         print one JSON object\n"
+    "\n"
+    "cycle = acquire start to release end; wait = acquire start to acquired;\n"
+    "handover = acquired minus the latest release start before it, when the\n"
+    "waiter was already waiting; violations = overlapping sections beyond what\n"
+    "the lock allows. Exit status: 0; 1 when violations were seen; 64 usage;\n"
+    "69 backend unreachable; 70 other failure; 128+N interrupted by signal N\n"
+    "(what was measured until then is still printed, marked \"interrupted\").\n";
+
+typedef struct brec {
+    int64_t acq_start, acquired, rel_start, rel_end;
+    uint32_t name;
+    uint32_t flags; /* BREC_WRITER */
+} brec;
+#define BREC_WRITER 1u
+
+typedef struct bwaiter {
+    _Atomic uint64_t n;       /* records written */
+    _Atomic uint64_t dropped; /* sections not recorded: buffer full */
+    _Atomic int failed;
+    char err[256];
+} bwaiter;
+
+typedef struct bshm {
+    _Atomic int ready;
+    _Atomic int64_t end_ns;   /* written before start_ns */
+    _Atomic int64_t start_ns; /* 0 until the harness says go */
+    /* the memory-per-lock probe */
+    int64_t rss_before, rss_after;
+    long rss_held, fds_before, fds_after;
+    _Atomic int rss_done;
+    char rss_err[256];
+    bwaiter w[MAX_WAITERS];
+} bshm;
+
+typedef enum { HANDLES_AUTO, HANDLES_CACHED, HANDLES_PER_OP } handles_mode;
+
+typedef struct bcfg {
+    const char *url;
+    long P, K, H, max_procs, writers;
+    int duration_ms, warmup_ms, ttl_ms;
+    int fair; /* -1 backend default */
+    bool shared, baseline, rss, json, pick_rr, no_prepare;
+    long permits; /* 0: not a semaphore */
+    handles_mode handles;
+} bcfg;
+
+typedef struct bctx {
+    bcfg c;
+    char backend[32];
+    char url[512];
+    char dir[4096]; /* file backend's directory, "" otherwise */
+    pid_t harness;
+    long procs, threads_max;
+    bool per_op;
+    bshm *sh;
+    brec *recs;
+    size_t cap; /* records per waiter */
+    /* for the worker being forked */
+    long proc_index;
+} bctx;
+
+static void lock_name(char *buf, size_t len, pid_t harness, uint32_t i)
+{
+    snprintf(buf, len, "bench-%ld-%" PRIu32, (long)harness, i);
+}
+
+static int64_t statm_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f)
+        return -1;
+    long size, resident;
+    int n = fscanf(f, "%ld %ld", &size, &resident);
+    fclose(f);
+    if (n != 2)
+        return -1;
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+static long count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* ---- one waiter --------------------------------------------------------- */
+
+typedef struct waiter {
+    bctx *x;
+    dlock_client *client;
+    long index; /* global waiter number */
+    bool writer;
+    dlock_lock **handles; /* K of them in cached mode */
+    uint64_t rng;
+} waiter;
+
+static uint64_t next_rand(uint64_t *s)
+{
+    /* xorshift64*: cheap, and good enough to spread names */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static void waiter_fail(waiter *w, const char *what, int rc, const char *msg)
+{
+    bwaiter *bw = &w->x->sh->w[w->index];
+    if (atomic_exchange(&bw->failed, 1) == 0)
+        snprintf(bw->err, sizeof bw->err, "waiter %ld: %s: %s", w->index, what,
+                 msg && *msg ? msg : dlock_strerror(rc));
+}
+
+static int make_handle(waiter *w, uint32_t i, dlock_lock **out)
+{
+    const bcfg *c = &w->x->c;
+    char name[64];
+    lock_name(name, sizeof name, w->x->harness, i);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    if (c->permits > 0) {
+        o.kind = DLOCK_SEMAPHORE;
+        o.permits = (unsigned)c->permits;
+    } else if (c->shared && !w->writer) {
+        o.kind = DLOCK_SHARED;
+    } else {
+        o.kind = DLOCK_EXCLUSIVE;
+    }
+    o.fair = c->fair;
+    o.ttl_ms = c->ttl_ms;
+    int rc = dlock_lock_new(out, w->client, name, &o);
+    if (rc)
+        waiter_fail(w, "cannot make a lock handle", rc, dlock_client_errmsg(w->client));
+    return rc;
+}
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    bctx *x = w->x;
+    bshm *sh = x->sh;
+    bwaiter *bw = &sh->w[w->index];
+    brec *out = x->recs + (size_t)w->index * x->cap;
+    uint64_t n = 0;
+    uint32_t K = (uint32_t)x->c.K;
+    uint32_t rr = (uint32_t)((uint64_t)w->index * K / (uint64_t)x->c.P);
+    int64_t hold = x->c.H * 1000;
+
+    int64_t start;
+    while ((start = atomic_load(&sh->start_ns)) == 0)
+        ms_sleep_ns(200000);
+    int64_t end = atomic_load(&sh->end_ns);
+    ms_sleep_ns(start - ms_now_ns() - 200000);
+    ms_spin_until(start);
+
+    for (;;) {
+        uint32_t name;
+        if (K == 1)
+            name = 0;
+        else if (x->c.pick_rr)
+            name = rr++ % K;
+        else
+            name = (uint32_t)(next_rand(&w->rng) % K);
+
+        int64_t a = ms_now_ns();
+        if (a >= end)
+            break;
+        dlock_lock *l = NULL;
+        if (x->per_op) {
+            if (make_handle(w, name, &l) != 0)
+                break;
+        } else {
+            l = w->handles[name];
+        }
+        int rc = dlock_acquire(l, -1);
+        int64_t b = ms_now_ns();
+        if (rc) {
+            waiter_fail(w, "acquire", rc, dlock_lock_errmsg(l));
+            if (x->per_op)
+                dlock_lock_free(l);
+            break;
+        }
+        if (hold > 0)
+            ms_spin_until(b + hold);
+        int64_t c = ms_now_ns();
+        rc = dlock_release(l);
+        if (rc)
+            waiter_fail(w, "release", rc, dlock_lock_errmsg(l));
+        if (x->per_op)
+            dlock_lock_free(l);
+        int64_t d = ms_now_ns();
+        if (rc)
+            break;
+        if (n < x->cap) {
+            out[n] = (brec){.acq_start = a, .acquired = b, .rel_start = c, .rel_end = d,
+                            .name = name, .flags = w->writer ? BREC_WRITER : 0};
+            n++;
+            atomic_store_explicit(&bw->n, n, memory_order_release);
+        } else {
+            atomic_fetch_add_explicit(&bw->dropped, 1, memory_order_relaxed);
+        }
+    }
+    return NULL;
+}
+
+/* A worker process: its waiters as threads sharing one client. */
+static int worker_main(void *arg)
+{
+    bctx *x = arg;
+    long p = x->proc_index;
+    /* Waiters p, p+procs, p+2*procs, ...: threads spread evenly. */
+    long nw = 0;
+    for (long i = p; i < x->c.P; i += x->procs)
+        nw++;
+    (void)ms_raise_nofile();
+    dlock_client *client = NULL;
+    waiter *ws = calloc((size_t)nw, sizeof *ws);
+    pthread_t *th = calloc((size_t)nw, sizeof *th);
+    int rc = ws && th ? dlock_client_open(&client, x->c.url, NULL) : DLOCK_ENOMEM;
+    if (rc) {
+        bwaiter *bw = &x->sh->w[p];
+        atomic_store(&bw->failed, 1);
+        snprintf(bw->err, sizeof bw->err, "worker %ld: cannot open backend: %s", p,
+                 rc == DLOCK_ENOMEM ? "out of memory" : dlock_client_errmsg(NULL));
+        free(ws);
+        free(th);
+        return 1;
+    }
+    int status = 0;
+    long started = 0;
+    for (long t = 0; t < nw; t++) {
+        waiter *w = &ws[t];
+        w->x = x;
+        w->client = client;
+        w->index = p + t * x->procs;
+        /* --shared: the first `writers` waiters write */
+        w->writer = x->c.shared && w->index < x->c.writers;
+        w->rng = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 20) ^ (uint64_t)w->index ^
+                 (uint64_t)ms_now_ns();
+        if (!x->per_op) {
+            w->handles = calloc((size_t)x->c.K, sizeof *w->handles);
+            if (!w->handles) {
+                waiter_fail(w, "setup", DLOCK_ENOMEM, "out of memory");
+                status = 1;
+                break;
+            }
+            for (uint32_t i = 0; i < (uint32_t)x->c.K; i++)
+                if (make_handle(w, i, &w->handles[i]) != 0) {
+                    status = 1;
+                    break;
+                }
+            if (status)
+                break;
+        }
+    }
+    if (status == 0) {
+        for (; started < nw; started++) {
+            int e = pthread_create(&th[started], NULL, waiter_main, &ws[started]);
+            if (e) {
+                waiter_fail(&ws[started], "cannot start a thread", DLOCK_EIO, strerror(e));
+                status = 1;
+                break;
+            }
+        }
+    }
+    /* Counted ready even on failure, so the harness does not wait for us:
+     * it checks the failure flags before starting the run. */
+    atomic_fetch_add(&x->sh->ready, (int)nw);
+    for (long t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    for (long t = 0; t < nw; t++) {
+        if (ws[t].handles) {
+            for (long i = 0; i < x->c.K; i++)
+                dlock_lock_free(ws[t].handles[i]);
+            free(ws[t].handles);
+        }
+        if (atomic_load(&x->sh->w[ws[t].index].failed))
+            status = 1;
+    }
+    free(ws);
+    free(th);
+    dlock_client_close(client);
+    return status;
+}
+
+/* The memory probe: hold as many of the K locks at once as the descriptor
+ * limit allows, and see what the client's resident set grew by. */
+static int rss_main(void *arg)
+{
+    bctx *x = arg;
+    bshm *sh = x->sh;
+    (void)ms_raise_nofile();
+    dlock_client *client = NULL;
+    dlock_lock **ls = calloc((size_t)x->c.K, sizeof *ls);
+    if (!ls || dlock_client_open(&client, x->c.url, NULL) != 0) {
+        snprintf(sh->rss_err, sizeof sh->rss_err, "cannot open backend: %s",
+                 ls ? dlock_client_errmsg(NULL) : "out of memory");
+        free(ls);
+        return 1;
+    }
+    memset(ls, 0, (size_t)x->c.K * sizeof *ls); /* touch it before measuring */
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = x->c.ttl_ms;
+    sh->fds_before = count_fds();
+    sh->rss_before = statm_rss_bytes();
+    long held = 0;
+    for (long i = 0; i < x->c.K; i++) {
+        char name[64];
+        lock_name(name, sizeof name, x->harness, (uint32_t)i);
+        if (dlock_lock_new(&ls[i], client, name, &o) != 0)
+            break; /* out of descriptors, typically: as many as possible */
+        if (dlock_acquire(ls[i], 0) != 0) {
+            dlock_lock_free(ls[i]);
+            ls[i] = NULL;
+            break;
+        }
+        held++;
+    }
+    sh->rss_after = statm_rss_bytes();
+    sh->fds_after = count_fds();
+    sh->rss_held = held;
+    atomic_store(&sh->rss_done, 1);
+    for (long i = 0; i < held; i++)
+        dlock_lock_free(ls[i]);
+    free(ls);
+    dlock_client_close(client);
+    return 0;
+}
+
+/* ---- the file backend's round trip ------------------------------------- */
+
+static int baseline_file(const char *dir, int64_t *p50, int64_t *p99, size_t *iters)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.bench-rtt-%ld", dir, (long)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        cli_err("bench: baseline: cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int64_t *v = malloc(BASELINE_ITERS * sizeof *v);
+    size_t n = 0;
+    int rc = v ? 0 : -1;
+    int64_t stop = ms_now_ns() + BASELINE_MAX_NS;
+    while (rc == 0 && n < BASELINE_ITERS && ms_now_ns() < stop) {
+        struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        struct flock un = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        int64_t t0 = ms_now_ns();
+        if (fcntl(fd, F_OFD_SETLK, &lk) != 0 || fcntl(fd, F_OFD_SETLK, &un) != 0) {
+            cli_err("bench: baseline: fcntl: %s", strerror(errno));
+            rc = -1;
+            break;
+        }
+        v[n++] = ms_now_ns() - t0;
+    }
+    close(fd);
+    if (unlink(path) != 0) {
+        /* a stray dot-file is ignored by `dlock list`; nothing to do */
+    }
+    if (rc == 0) {
+        ms_sort_i64(v, n);
+        *p50 = ms_pct(v, n, 500);
+        *p99 = ms_pct(v, n, 990);
+        *iters = n;
+    }
+    free(v);
+    return rc;
+}
+
+/* ---- statistics --------------------------------------------------------- */
+
+typedef struct bstats {
+    size_t total;  /* sections recorded, warm-up included */
+    size_t n;      /* counted (started in the measured window) */
+    uint64_t dropped;
+    double measured_s;
+    int64_t cycle50, cycle99, wait50, wait99, ho50, ho99;
+    size_t handovers;
+    uint64_t violations;
+    uint64_t fmin, fmax;
+} bstats;
+
+typedef struct heap_ent {
+    int64_t end;
+    bool writer;
+} heap_ent;
+
+static void heap_push(heap_ent *h, size_t *n, heap_ent e)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p].end <= e.end)
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+}
+
+static heap_ent heap_pop(heap_ent *h, size_t *n)
+{
+    heap_ent top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && h[c + 1].end < h[c].end)
+            c++;
+        if (last.end <= h[c].end)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
+}
+
+/* qsort has no context argument: the records being sorted */
+static const brec *sort_recs;
+static size_t sort_cap;
+
+static const brec *ref_rec(uint64_t r)
+{
+    return &sort_recs[(size_t)(r >> 32) * sort_cap + (uint32_t)r];
+}
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const brec *x = ref_rec(*(const uint64_t *)a), *y = ref_rec(*(const uint64_t *)b);
+    if (x->name != y->name)
+        return x->name < y->name ? -1 : 1;
+    return (x->acquired > y->acquired) - (x->acquired < y->acquired);
+}
+
+static int compute(const bctx *x, int64_t win_start, int64_t win_end, bstats *s)
+{
+    memset(s, 0, sizeof *s);
+    size_t total = 0;
+    uint64_t *per = calloc((size_t)x->c.P, sizeof *per);
+    if (!per)
+        return -1;
+    for (long w = 0; w < x->c.P; w++) {
+        total += (size_t)atomic_load(&x->sh->w[w].n);
+        s->dropped += atomic_load(&x->sh->w[w].dropped);
+    }
+    s->total = total;
+    uint64_t *refs = malloc((total ? total : 1) * sizeof *refs);
+    int64_t *cyc = malloc((total ? total : 1) * sizeof *cyc);
+    int64_t *wai = malloc((total ? total : 1) * sizeof *wai);
+    int64_t *ho = malloc((total ? total : 1) * sizeof *ho);
+    int64_t *rel = malloc((total ? total : 1) * sizeof *rel);
+    heap_ent *heap = malloc((total ? total : 1) * sizeof *heap);
+    if (!refs || !cyc || !wai || !ho || !rel || !heap) {
+        free(per), free(refs), free(cyc), free(wai), free(ho), free(rel), free(heap);
+        return -1;
+    }
+    size_t k = 0, n = 0;
+    for (long w = 0; w < x->c.P; w++) {
+        size_t cnt = (size_t)atomic_load(&x->sh->w[w].n);
+        const brec *r = x->recs + (size_t)w * x->cap;
+        for (size_t i = 0; i < cnt; i++) {
+            refs[k++] = ((uint64_t)w << 32) | i;
+            if (r[i].acq_start >= win_start && r[i].acq_start < win_end) {
+                cyc[n] = r[i].rel_end - r[i].acq_start;
+                wai[n] = r[i].acquired - r[i].acq_start;
+                n++;
+                per[w]++;
+            }
+        }
+    }
+    s->n = n;
+    sort_recs = x->recs;
+    sort_cap = x->cap;
+    if (total > 1)
+        qsort(refs, total, sizeof *refs, cmp_ref);
+
+    /* One name at a time, in order of acquisition. */
+    size_t nho = 0;
+    for (size_t g = 0; g < total;) {
+        uint32_t name = ref_rec(refs[g])->name;
+        size_t e = g;
+        while (e < total && ref_rec(refs[e])->name == name)
+            e++;
+        size_t m = e - g;
+        for (size_t i = 0; i < m; i++)
+            rel[i] = ref_rec(refs[g + i])->rel_start;
+        ms_sort_i64(rel, m);
+        size_t hn = 0, active_w = 0, j = 0;
+        for (size_t i = g; i < e; i++) {
+            const brec *r = ref_rec(refs[i]);
+            bool wr = (r->flags & BREC_WRITER) != 0;
+            /* sections that ended before this one began */
+            while (hn > 0 && heap[0].end <= r->acquired) {
+                heap_ent done = heap_pop(heap, &hn);
+                active_w -= done.writer;
+            }
+            if (x->c.permits > 0) {
+                if (hn >= (size_t)x->c.permits)
+                    s->violations += hn - (size_t)x->c.permits + 1;
+            } else if (x->c.shared) {
+                s->violations += wr ? hn : active_w;
+            } else {
+                s->violations += hn;
+            }
+            heap_push(heap, &hn, (heap_ent){.end = r->rel_start, .writer = wr});
+            active_w += wr;
+            /* handover: from the latest release start before we got it,
+             * if we were already waiting then */
+            while (j < m && rel[j] < r->acquired)
+                j++;
+            if (j > 0 && r->acq_start < rel[j - 1] && r->acq_start >= win_start &&
+                r->acq_start < win_end)
+                ho[nho++] = r->acquired - rel[j - 1];
+        }
+        g = e;
+    }
+    s->handovers = nho;
+    ms_sort_i64(cyc, n);
+    ms_sort_i64(wai, n);
+    ms_sort_i64(ho, nho);
+    s->cycle50 = ms_pct(cyc, n, 500);
+    s->cycle99 = ms_pct(cyc, n, 990);
+    s->wait50 = ms_pct(wai, n, 500);
+    s->wait99 = ms_pct(wai, n, 990);
+    s->ho50 = ms_pct(ho, nho, 500);
+    s->ho99 = ms_pct(ho, nho, 990);
+    s->fmin = UINT64_MAX;
+    for (long w = 0; w < x->c.P; w++) {
+        if (per[w] < s->fmin)
+            s->fmin = per[w];
+        if (per[w] > s->fmax)
+            s->fmax = per[w];
+    }
+    s->measured_s = (double)(win_end - win_start) / 1e9;
+    free(per), free(refs), free(cyc), free(wai), free(ho), free(rel), free(heap);
+    return 0;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+typedef struct extras {
+    bool have_rtt;
+    int64_t rtt50, rtt99;
+    size_t rtt_iters;
+    bool have_rss;
+    double rss_per_lock;
+    long rss_held;
+    double fds_per_lock;
+    int64_t prep_ns; /* -1: not prepared */
+    int interrupted;
+} extras;
+
+static void json_us(FILE *f, const char *key, int64_t ns, bool present)
+{
+    fprintf(f, ",");
+    cli_json_str(f, key);
+    if (present)
+        fprintf(f, ":%.2f", (double)ns / 1000.0);
+    else
+        fprintf(f, ":null");
+}
+
+static const char *kind_name(const bcfg *c)
+{
+    return c->permits > 0 ? "semaphore" : c->shared ? "shared" : "exclusive";
+}
+
+static void print_json(const bctx *x, const bstats *s, const extras *e)
+{
+    const bcfg *c = &x->c;
+    FILE *f = stdout;
+    fprintf(f, "{\"backend\":");
+    cli_json_str(f, x->backend);
+    fprintf(f, ",\"url\":");
+    cli_json_str(f, x->url);
+    fprintf(f, ",\"P\":%ld,\"K\":%ld,\"H\":%ld,\"D\":%.3f,\"warmup\":%.3f", c->P, c->K, c->H,
+            c->duration_ms / 1000.0, c->warmup_ms / 1000.0);
+    fprintf(f, ",\"n\":%zu,\"ops_per_s\":%.1f", s->n,
+            s->measured_s > 0 ? (double)s->n / s->measured_s : 0.0);
+    json_us(f, "cycle_p50_us", s->cycle50, s->n > 0);
+    json_us(f, "cycle_p99_us", s->cycle99, s->n > 0);
+    json_us(f, "wait_p50_us", s->wait50, s->n > 0);
+    json_us(f, "wait_p99_us", s->wait99, s->n > 0);
+    json_us(f, "handover_p50_us", s->ho50, s->handovers > 0);
+    json_us(f, "handover_p99_us", s->ho99, s->handovers > 0);
+    fprintf(f, ",\"handovers\":%zu,\"violations\":%" PRIu64 ",\"fairness_min_max\":[%" PRIu64
+               ",%" PRIu64 "]",
+            s->handovers, s->violations, s->fmin, s->fmax);
+    fprintf(f, ",\"kind\":\"%s\"", kind_name(c));
+    if (c->permits > 0)
+        fprintf(f, ",\"permits\":%ld", c->permits);
+    if (c->shared)
+        fprintf(f, ",\"writers\":%ld", c->writers);
+    fprintf(f, ",\"fair\":%s,\"pick\":\"%s\"", c->fair < 0 ? "null" : c->fair ? "true" : "false",
+            c->pick_rr ? "rr" : "random");
+    if (c->ttl_ms > 0)
+        fprintf(f, ",\"ttl_ms\":%d", c->ttl_ms);
+    else
+        fprintf(f, ",\"ttl_ms\":null");
+    fprintf(f, ",\"procs\":%ld,\"threads_per_proc\":%ld,\"handles\":\"%s\"", x->procs,
+            x->threads_max, x->per_op ? "per_op" : "cached");
+    fprintf(f, ",\"sections_checked\":%zu,\"dropped\":%" PRIu64, s->total, s->dropped);
+    json_us(f, "prepare_per_name_us", c->K > 0 ? e->prep_ns / c->K : 0, e->prep_ns >= 0);
+    json_us(f, "rtt_p50_us", e->rtt50, e->have_rtt);
+    json_us(f, "rtt_p99_us", e->rtt99, e->have_rtt);
+    if (e->have_rtt && e->rtt50 > 0 && s->n > 0)
+        fprintf(f, ",\"cycle_rtt_ratio\":%.2f", (double)s->cycle50 / (double)e->rtt50);
+    else
+        fprintf(f, ",\"cycle_rtt_ratio\":null");
+    if (e->have_rtt && e->rtt50 > 0 && s->handovers > 0)
+        fprintf(f, ",\"handover_rtt_ratio\":%.2f", (double)s->ho50 / (double)e->rtt50);
+    else
+        fprintf(f, ",\"handover_rtt_ratio\":null");
+    if (c->baseline) {
+        fprintf(f, ",\"baseline\":");
+        cli_json_str(f, e->have_rtt ? "uncontended F_OFD_SETLK lock+unlock on a scratch file "
+                                      "in the lock directory"
+                                    : "no baseline for this backend yet");
+    }
+    if (e->have_rss)
+        fprintf(f, ",\"rss_per_lock_bytes\":%.0f,\"rss_locks_held\":%ld,\"fds_per_lock\":%.2f",
+                e->rss_per_lock, e->rss_held, e->fds_per_lock);
+    else
+        fprintf(f, ",\"rss_per_lock_bytes\":null,\"rss_locks_held\":null,\"fds_per_lock\":null");
+    fprintf(f, ",\"version\":");
+    cli_json_str(f, dlock_version());
+    if (e->interrupted)
+        fprintf(f, ",\"interrupted\":true");
+    fprintf(f, "}\n");
+}
+
+static void human_us(const char *what, int64_t p50, int64_t p99, bool present)
+{
+    if (present)
+        printf("  %-9s p50 %10.2f us   p99 %10.2f us\n", what, (double)p50 / 1000.0,
+               (double)p99 / 1000.0);
+    else
+        printf("  %-9s (none)\n", what);
+}
+
+static void print_human(const bctx *x, const bstats *s, const extras *e)
+{
+    const bcfg *c = &x->c;
+    printf("dlock bench: %s backend (%s), %s lock", x->backend, x->url, kind_name(c));
+    if (c->permits > 0)
+        printf(" of %ld permits", c->permits);
+    if (c->shared)
+        printf(" (%ld writers)", c->writers);
+    printf("\n  %ld waiter%s (%ld process%s x %ld thread%s), %ld name%s (%s handles), hold %ld us, "
+           "%.1f s + %.1f s warm-up%s\n",
+           c->P, c->P == 1 ? "" : "s", x->procs, x->procs == 1 ? "" : "es", x->threads_max,
+           x->threads_max == 1 ? "" : "s", c->K, c->K == 1 ? "" : "s",
+           x->per_op ? "per-op" : "cached", c->H, c->duration_ms / 1000.0,
+           c->warmup_ms / 1000.0, e->interrupted ? " (interrupted)" : "");
+    printf("  %zu sections, %.1f ops/s, violations %" PRIu64 " (of %zu sections checked)\n",
+           s->n, s->measured_s > 0 ? (double)s->n / s->measured_s : 0.0, s->violations,
+           s->total);
+    human_us("cycle", s->cycle50, s->cycle99, s->n > 0);
+    human_us("wait", s->wait50, s->wait99, s->n > 0);
+    human_us("handover", s->ho50, s->ho99, s->handovers > 0);
+    printf("  %zu handovers; acquisitions per waiter: min %" PRIu64 ", max %" PRIu64 "\n",
+           s->handovers, s->fmin, s->fmax);
+    if (s->dropped)
+        printf("  warning: %" PRIu64 " sections not recorded (stamp buffer full)\n", s->dropped);
+    if (c->baseline) {
+        if (e->have_rtt) {
+            printf("  baseline: OFD lock+unlock p50 %.2f us, p99 %.2f us (%zu samples)\n",
+                   (double)e->rtt50 / 1000.0, (double)e->rtt99 / 1000.0, e->rtt_iters);
+            if (s->n > 0 && e->rtt50 > 0)
+                printf("  cycle/rtt %.2f", (double)s->cycle50 / (double)e->rtt50);
+            if (s->handovers > 0 && e->rtt50 > 0)
+                printf(", handover/rtt %.2f", (double)s->ho50 / (double)e->rtt50);
+            printf("\n");
+        } else {
+            printf("  baseline: no baseline for this backend yet\n");
+        }
+    }
+    if (e->prep_ns >= 0 && c->K > 1)
+        printf("  first use of each name (untimed preparation): %.2f us per name\n",
+               (double)e->prep_ns / 1000.0 / (double)c->K);
+    if (e->have_rss)
+        printf("  client memory: %.0f bytes per held lock (%ld locks held at once, %.2f fds "
+               "each)\n",
+               e->rss_per_lock, e->rss_held, e->fds_per_lock);
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+enum {
+    O_P = 1, O_K, O_H, O_D, O_WARMUP, O_FAIR, O_SHARED, O_WRITERS, O_PERMITS, O_TTL, O_PICK,
+    O_HANDLES, O_BASELINE, O_RSS, O_JSON, O_MAXPROCS, O_NOPREP, O_HELP
+};
+
+static const cli_opt bench_opts[] = {
+    {"processes", 'P', 1, O_P},   {"names", 'K', 1, O_K},
+    {"hold", 'H', 1, O_H},        {"duration", 'D', 1, O_D},
+    {"warmup", 0, 1, O_WARMUP},   {"fair", 0, 0, O_FAIR},
+    {"shared", 0, 0, O_SHARED},   {"writers", 0, 1, O_WRITERS},
+    {"permits", 0, 1, O_PERMITS}, {"ttl", 0, 1, O_TTL},
+    {"pick", 0, 1, O_PICK},       {"handles", 0, 1, O_HANDLES},
+    {"baseline", 0, 0, O_BASELINE}, {"rss", 0, 0, O_RSS},
+    {"json", 0, 0, O_JSON},       {"max-procs", 0, 1, O_MAXPROCS},
+    {"no-prepare", 0, 0, O_NOPREP}, {"help", 'h', 0, O_HELP},
+    {NULL, 0, 0, 0},
+};
+
+static int parse(int argc, char **argv, bcfg *c)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv, "bench");
+    char shown[CLI_SHOW_MAX];
+    for (;;) {
+        int id = cli_next_opt(&p, bench_opts);
+        long v;
+        int ms;
+        switch (id) {
+        case CLI_OPT_END:
+            return 0;
+        case CLI_OPT_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_POS:
+            return cli_usage("bench", "unexpected argument %s", cli_show(p.val, shown, sizeof shown));
+        case CLI_OPT_DASHDASH:
+            return cli_usage("bench", "unexpected \"--\"");
+        case O_HELP:
+            fputs(bench_help, stdout);
+            return -1;
+        case O_P:
+        case O_K:
+        case O_H:
+        case O_WRITERS:
+        case O_PERMITS:
+        case O_MAXPROCS: {
+            long lo = id == O_H || id == O_WRITERS ? 0 : 1;
+            long hi = id == O_P ? MAX_WAITERS
+                      : id == O_K ? MAX_NAMES
+                      : id == O_H ? 10000000
+                      : id == O_PERMITS ? 4096
+                      : id == O_MAXPROCS ? MAX_WAITERS
+                                         : MAX_WAITERS;
+            if (cli_parse_long(p.val, lo, hi, &v) != 0)
+                return cli_usage("bench", "%s wants an integer from %ld to %ld, not %s",
+                                 p.optname, lo, hi, cli_show(p.val, shown, sizeof shown));
+            if (id == O_P)
+                c->P = v;
+            else if (id == O_K)
+                c->K = v;
+            else if (id == O_H)
+                c->H = v;
+            else if (id == O_WRITERS)
+                c->writers = v;
+            else if (id == O_PERMITS)
+                c->permits = v;
+            else
+                c->max_procs = v;
+            break;
+        }
+        case O_D:
+        case O_WARMUP:
+        case O_TTL:
+            if (cli_parse_secs(p.val, &ms) != 0 || ms > 3600 * 1000 ||
+                (id != O_WARMUP && ms == 0))
+                return cli_usage("bench", "%s wants seconds (up to 3600%s), not %s", p.optname,
+                                 id == O_WARMUP ? "" : ", more than 0",
+                                 cli_show(p.val, shown, sizeof shown));
+            if (id == O_D)
+                c->duration_ms = ms;
+            else if (id == O_WARMUP)
+                c->warmup_ms = ms;
+            else
+                c->ttl_ms = ms;
+            break;
+        case O_FAIR:
+            c->fair = 1;
+            break;
+        case O_SHARED:
+            c->shared = true;
+            break;
+        case O_BASELINE:
+            c->baseline = true;
+            break;
+        case O_RSS:
+            c->rss = true;
+            break;
+        case O_NOPREP:
+            c->no_prepare = true;
+            break;
+        case O_JSON:
+            c->json = true;
+            break;
+        case O_PICK:
+            if (strcmp(p.val, "random") == 0)
+                c->pick_rr = false;
+            else if (strcmp(p.val, "rr") == 0)
+                c->pick_rr = true;
+            else
+                return cli_usage("bench", "--pick wants random or rr, not %s",
+                                 cli_show(p.val, shown, sizeof shown));
+            break;
+        case O_HANDLES:
+            if (strcmp(p.val, "cached") == 0)
+                c->handles = HANDLES_CACHED;
+            else if (strcmp(p.val, "per-op") == 0)
+                c->handles = HANDLES_PER_OP;
+            else
+                return cli_usage("bench", "--handles wants cached or per-op, not %s",
+                                 cli_show(p.val, shown, sizeof shown));
+            break;
+        }
+    }
+}
+
+/* Remove the lock files the run created (file backend only: other backends
+ * keep no per-name state worth removing through the public API). */
+static void remove_lock_files(const bctx *x)
+{
+    if (!x->dir[0])
+        return;
+    int dfd = open(x->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    for (long i = 0; i < x->c.K; i++) {
+        char name[64], path[80];
+        lock_name(name, sizeof name, x->harness, (uint32_t)i);
+        snprintf(path, sizeof path, "%s.lock", name);
+        if (unlinkat(dfd, path, 0) != 0) {
+            /* never created (a name no waiter picked) */
+        }
+    }
+    close(dfd);
+}
+
+/* Wait for `cond` over the shared memory, servicing signals and dead
+ * children. Returns 0, the signal number, or -1 when a child failed. */
+typedef bool (*wait_cond)(const bctx *x);
+
+static bool all_ready(const bctx *x)
+{
+    return atomic_load(&x->sh->ready) >= x->c.P;
+}
+
+static int sleep_until(const bctx *x, ms_group *g, int64_t until, wait_cond cond, size_t *exited)
+{
+    for (;;) {
+        int sig = ms_signal_pending();
+        if (sig)
+            return sig;
+        int st;
+        pid_t pid;
+        while ((pid = ms_reap_one(g, &st)) > 0) {
+            (*exited)++;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                return -1;
+        }
+        if (cond && cond(x))
+            return 0;
+        if (!cond && ms_alive(g) == 0)
+            return 0;
+        int64_t now = ms_now_ns();
+        if (now >= until)
+            return cond ? -2 : 0;
+        int64_t step = until - now;
+        ms_sleep_ns(step < 5000000 ? step : 5000000);
+    }
+}
+
+static void report_failures(const bctx *x)
+{
+    int shown = 0;
+    for (long w = 0; w < x->c.P && shown < 5; w++)
+        if (atomic_load(&x->sh->w[w].failed) && x->sh->w[w].err[0]) {
+            cli_err("bench: %s", x->sh->w[w].err);
+            shown++;
+        }
+    if (!shown)
+        cli_err("bench: a worker process failed");
+}
 
 int cli_bench(int argc, char **argv, const char *url)
 {
-    (void)argc; (void)argv; (void)url;
-    fprintf(stderr, "dlock: bench: not built yet\n");
-    return CLI_EXIT_SOFTWARE;
+    bctx x;
+    memset(&x, 0, sizeof x);
+    bcfg *c = &x.c;
+    *c = (bcfg){.url = url, .P = 1, .K = 1, .H = 0, .max_procs = DEFAULT_MAX_PROCS,
+                .writers = -1, .duration_ms = 5000, .warmup_ms = 1000, .fair = -1};
+    int rc = parse(argc, argv, c);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (c->shared && c->permits > 0)
+        return cli_usage("bench", "--shared and --permits exclude each other");
+    if (c->writers >= 0 && !c->shared)
+        return cli_usage("bench", "--writers goes with --shared");
+    if (c->shared && c->writers < 0)
+        c->writers = c->P / 4;
+    if (c->writers > c->P)
+        return cli_usage("bench", "--writers %ld is more than the %ld waiters", c->writers, c->P);
+    x.harness = getpid();
+
+    /* Validate the URL and learn the backend before forking anything. */
+    dlock_client *probe = NULL;
+    rc = cli_open("bench", url, &probe);
+    if (rc)
+        return rc;
+    snprintf(x.backend, sizeof x.backend, "%s", dlock_client_backend(probe));
+    snprintf(x.url, sizeof x.url, "%s", dlock_client_url(probe));
+    if (strcmp(x.backend, "file") != 0 || ms_file_dir(x.url, x.dir, sizeof x.dir) != 0)
+        x.dir[0] = '\0';
+    /* Unsupported lock kinds fail here, once, rather than in every worker. */
+    dlock_lock_opts lo;
+    dlock_lock_opts_init(&lo);
+    lo.kind = c->permits > 0 ? DLOCK_SEMAPHORE : c->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+    lo.permits = c->permits > 0 ? (unsigned)c->permits : 1;
+    lo.fair = c->fair;
+    lo.ttl_ms = c->ttl_ms;
+    {
+        dlock_lock *l = NULL;
+        char name[64];
+        lock_name(name, sizeof name, x.harness, 0);
+        rc = dlock_lock_new(&l, probe, name, &lo);
+        if (rc) {
+            cli_err("bench: %s", dlock_client_errmsg(probe));
+            dlock_client_close(probe);
+            return cli_exit_for(rc);
+        }
+        dlock_lock_free(l);
+    }
+    if (ms_signals_install() != 0) {
+        cli_err("bench: cannot install signal handlers: %s", strerror(errno));
+        dlock_client_close(probe);
+        return CLI_EXIT_SOFTWARE;
+    }
+    /* Use every name once, untimed: first uses (the file backend creates a
+     * lock file, hundreds of microseconds on a journaling file system) would
+     * otherwise be mixed into the figures by chance, depending on which names
+     * the warm-up happened to pick. */
+    int64_t prep_ns = -1;
+    if (!c->no_prepare) {
+        int64_t p0 = ms_now_ns();
+        for (long i = 0; i < c->K && rc == 0; i++) {
+            char name[64];
+            lock_name(name, sizeof name, x.harness, (uint32_t)i);
+            dlock_lock *l = NULL;
+            rc = dlock_lock_new(&l, probe, name, &lo);
+            if (rc == 0) {
+                rc = dlock_acquire(l, 10000);
+                if (rc == 0)
+                    rc = dlock_release(l);
+                if (rc)
+                    cli_err("bench: preparing lock \"%s\": %s", name, dlock_lock_errmsg(l));
+                dlock_lock_free(l);
+            } else {
+                cli_err("bench: preparing lock \"%s\": %s", name, dlock_client_errmsg(probe));
+            }
+            if (rc == 0 && ms_signal_pending())
+                rc = DLOCK_ECANCELED;
+        }
+        prep_ns = ms_now_ns() - p0;
+    }
+    dlock_client_close(probe);
+    if (rc) {
+        int sig = ms_signal_pending();
+        remove_lock_files(&x);
+        ms_signals_restore();
+        return sig ? 128 + sig : cli_exit_for(rc);
+    }
+
+    x.procs = c->P < c->max_procs ? c->P : c->max_procs;
+    x.threads_max = (c->P + x.procs - 1) / x.procs;
+    /* Cached handles cost descriptors (the file backend: two eventfds per
+     * handle); fall back to a handle per section when they would not fit. */
+    long nofile = ms_raise_nofile();
+    long need = x.threads_max * (c->K * 2 + 1) + 64;
+    x.per_op = c->handles == HANDLES_PER_OP || (c->handles == HANDLES_AUTO && need > nofile);
+    if (c->handles == HANDLES_CACHED && need > nofile) {
+        cli_err("bench: --handles cached needs about %ld descriptors per process, the limit is "
+                "%ld",
+                need, nofile);
+        remove_lock_files(&x);
+        ms_signals_restore();
+        return CLI_EXIT_USAGE;
+    }
+
+    int exit_code = 0;
+    extras e;
+    memset(&e, 0, sizeof e);
+    e.prep_ns = prep_ns;
+    if (c->baseline && x.dir[0]) {
+        if (baseline_file(x.dir, &e.rtt50, &e.rtt99, &e.rtt_iters) != 0) {
+            remove_lock_files(&x);
+            ms_signals_restore();
+            return CLI_EXIT_SOFTWARE;
+        }
+        e.have_rtt = true;
+    }
+
+    x.cap = RECORD_BUDGET / (size_t)c->P;
+    size_t rec_bytes = x.cap * (size_t)c->P * sizeof(brec);
+    x.sh = mmap(NULL, sizeof(bshm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    x.recs = mmap(NULL, rec_bytes, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (x.sh == MAP_FAILED || x.recs == MAP_FAILED) {
+        cli_err("bench: cannot map shared memory: %s", strerror(errno));
+        if (x.sh != MAP_FAILED)
+            munmap(x.sh, sizeof(bshm));
+        if (x.recs != MAP_FAILED)
+            munmap(x.recs, rec_bytes);
+        remove_lock_files(&x);
+        ms_signals_restore();
+        return CLI_EXIT_SOFTWARE;
+    }
+
+    ms_group g = {0};
+    size_t exited = 0;
+    int sig = 0;
+    bool started = false;
+    int64_t win_start = 0, win_end = 0;
+    for (long p = 0; p < x.procs; p++) {
+        x.proc_index = p;
+        if (ms_spawn(&g, worker_main, &x) < 0) {
+            cli_err("bench: cannot start a worker process: %s", strerror(errno));
+            exit_code = CLI_EXIT_SOFTWARE;
+            goto out;
+        }
+    }
+    /* Everyone set up (clients open, handles made) before the clock starts. */
+    rc = sleep_until(&x, &g, ms_now_ns() + 120 * 1000000000LL, all_ready, &exited);
+    for (long w = 0; w < c->P && rc == 0; w++)
+        if (atomic_load(&x.sh->w[w].failed))
+            rc = -1;
+    if (rc) {
+        if (rc > 0)
+            sig = rc;
+        else if (rc == -2)
+            cli_err("bench: workers not ready after 120 s");
+        else
+            report_failures(&x);
+        exit_code = rc > 0 ? 128 + rc : CLI_EXIT_SOFTWARE;
+        goto out;
+    }
+    int64_t t0 = ms_now_ns() + 20000000; /* every waiter is asleep on the flag by then */
+    win_start = t0 + (int64_t)c->warmup_ms * 1000000;
+    win_end = win_start + (int64_t)c->duration_ms * 1000000;
+    atomic_store(&x.sh->end_ns, win_end);
+    atomic_store(&x.sh->start_ns, t0);
+    started = true;
+    /* The run is bounded: the last sections started before the end must
+     * finish within a grace period, or the lock is stuck. */
+    int64_t grace = 10000000000LL + (int64_t)c->P * c->H * 1000 * 4;
+    rc = sleep_until(&x, &g, win_end + grace, NULL, &exited);
+    if (rc == 0 && ms_alive(&g) > 0) {
+        cli_err("bench: workers still running %.0f s after the end of the run (a lock that is "
+                "never granted?); killing them",
+                (double)grace / 1e9);
+        exit_code = CLI_EXIT_SOFTWARE;
+    } else if (rc > 0) {
+        sig = rc;
+        exit_code = 128 + rc;
+    } else if (rc < 0) {
+        report_failures(&x);
+        exit_code = CLI_EXIT_SOFTWARE;
+    }
+    ms_group_destroy(&g);
+    if (exit_code == 0 && (c->rss || c->K >= 1000)) {
+        if (ms_spawn(&g, rss_main, &x) < 0) {
+            cli_err("bench: cannot start the memory probe: %s", strerror(errno));
+            exit_code = CLI_EXIT_SOFTWARE;
+        } else {
+            rc = sleep_until(&x, &g, ms_now_ns() + 300 * 1000000000LL, NULL, &exited);
+            if (rc > 0) {
+                sig = rc;
+                exit_code = 128 + rc;
+            } else if (atomic_load(&x.sh->rss_done) && x.sh->rss_held > 0 &&
+                       x.sh->rss_before >= 0 && x.sh->rss_after >= 0) {
+                e.have_rss = true;
+                e.rss_held = x.sh->rss_held;
+                e.rss_per_lock = (double)(x.sh->rss_after - x.sh->rss_before) /
+                                 (double)x.sh->rss_held;
+                e.fds_per_lock = (double)(x.sh->fds_after - x.sh->fds_before) /
+                                 (double)x.sh->rss_held;
+            } else {
+                cli_err("bench: memory probe failed: %s",
+                        x.sh->rss_err[0] ? x.sh->rss_err : "no lock could be held");
+            }
+        }
+    }
+
+out:
+    ms_group_destroy(&g);
+    if (started && (exit_code == 0 || sig)) {
+        /* Interrupted: report what was measured so far, marked as such. */
+        e.interrupted = sig;
+        int64_t now = ms_now_ns();
+        if (now < win_end)
+            win_end = now > win_start ? now : win_start;
+        bstats s;
+        if (compute(&x, win_start, win_end, &s) != 0) {
+            cli_err("bench: out of memory computing the results");
+            exit_code = CLI_EXIT_SOFTWARE;
+        } else if (c->json) {
+            print_json(&x, &s, &e);
+        } else {
+            print_human(&x, &s, &e);
+        }
+        if (fflush(stdout) != 0 && exit_code == 0) {
+            cli_err("bench: cannot write the results: %s", strerror(errno));
+            exit_code = CLI_EXIT_SOFTWARE;
+        }
+        if (s.violations > 0 && exit_code == 0)
+            exit_code = 1; /* a lock that let two holders in is a failure */
+    } else if (sig) {
+        exit_code = 128 + sig;
+    }
+    remove_lock_files(&x);
+    munmap(x.recs, rec_bytes);
+    munmap(x.sh, sizeof(bshm));
+    ms_signals_restore();
+    return exit_code;
 }

@@ -226,7 +226,7 @@ static int flush(rconn *c, char *err, size_t errlen)
     int done = 0;
     while (!done) {
         if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
-            snprintf(err, errlen, "write: %s", c->ctx->errstr);
+            snprintf(err, errlen, "write: %.120s", c->ctx->errstr);
             return RD_EIO;
         }
     }
@@ -255,7 +255,7 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
     while (got < n) {
         void *reply = NULL;
         if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK) {
-            snprintf(err, errlen, "protocol error: %s", c->ctx->errstr);
+            snprintf(err, errlen, "protocol error: %.120s", c->ctx->errstr);
             goto fail;
         }
         if (reply) {
@@ -285,7 +285,7 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
             return RD_CANCELED;
         }
         if (p[0].revents && redisBufferRead(c->ctx) != REDIS_OK) {
-            snprintf(err, errlen, "read: %s", c->ctx->errstr);
+            snprintf(err, errlen, "read: %.120s", c->ctx->errstr);
             goto fail;
         }
     }
@@ -301,7 +301,7 @@ fail:
 void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool *ok,
                      int timeout_ms)
 {
-    char err[128];
+    char err[256];
     bool pending[nc];
     struct pollfd p[nc];
     for (int i = 0; i < nc; i++) {

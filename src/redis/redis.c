@@ -642,7 +642,7 @@ static int scan_node(rnode *node, void *arg)
             if (n < 15)
                 continue;
             char name[DL_NAME_MAX + 1];
-            size_t nl = n - 7 - 8;
+            size_t nl = n - 7 - 7; /* "dlock:{" and "}:token" */
             if (nl > DL_NAME_MAX)
                 continue;
             memcpy(name, k + 7, nl);
