@@ -37,7 +37,8 @@
 
 static const char bench_help[] =
     "usage: dlock [--url URL] bench [-P N] [-K N] [-H US] [-D SECS] [--warmup SECS]\n"
-    "                              [--fair] [--shared [--writers N] | --permits N]\n"
+    "                              [--fair | --no-fair]\n"
+    "                              [--shared [--writers N] | --permits N]\n"
     "                              [--ttl SECS] [--pick random|rr] [--baseline] [--rss]\n"
     "                              [--handles cached|per-op] [--max-procs N] [--json]\n"
     "\n"
@@ -52,7 +53,7 @@ static const char bench_help[] =
     "  -H, --hold US      busy-wait inside each section, microseconds (default 0)\n"
     "  -D, --duration S   measured seconds after the warm-up (default 5)\n"
     "      --warmup S     seconds not counted at the start (default 1)\n"
-    "      --fair         FIFO waiting (default: the backend's default)\n"
+    "      --fair, --no-fair  FIFO waiting or not (default: the backend's default)\n"
     "      --shared       read-write lock: --writers waiters (default P/4) write,\n"
     "                     the others read\n"
     "      --permits N    semaphore of N permits\n"
@@ -70,9 +71,13 @@ static const char bench_help[] =
     "\n"
     "cycle = acquire start to release end; wait = acquire start to acquired;\n"
     "handover = acquired minus the latest release start before it, when the\n"
-    "waiter was already waiting; violations = overlapping sections beyond what\n"
-    "the lock allows. Exit status: 0; 1 when violations were seen; 64 usage;\n"
-    "69 backend unreachable; 70 other failure; 128+N interrupted by signal N\n"
+    "waiter was already waiting; overtaken = sections granted after a section\n"
+    "whose acquire started later (about 0 for a FIFO lock); violations =\n"
+    "overlapping sections beyond what the lock allows (counted over the whole\n"
+    "run, warm-up included).\n"
+    "\n"
+    "Exit status: 0; 1 when violations were seen; 64 usage; 69 backend\n"
+    "unreachable; 70 other failure; 128+N interrupted by signal N\n"
     "(what was measured until then is still printed, marked \"interrupted\").\n";
 
 typedef struct brec {
@@ -455,6 +460,7 @@ typedef struct bstats {
     double measured_s;
     int64_t cycle50, cycle99, wait50, wait99, ho50, ho99;
     size_t handovers;
+    size_t overtaken; /* sections that got the lock after a later arrival */
     uint64_t violations;
     uint64_t fmin, fmax;
 } bstats;
@@ -568,6 +574,7 @@ static int compute(const bctx *x, int64_t win_start, int64_t win_end, bstats *s)
             rel[i] = ref_rec(refs[g + i])->rel_start;
         ms_sort_i64(rel, m);
         size_t hn = 0, active_w = 0, j = 0;
+        int64_t latest_arrival = INT64_MIN; /* among sections acquired so far */
         for (size_t i = g; i < e; i++) {
             const brec *r = ref_rec(refs[i]);
             bool wr = (r->flags & BREC_WRITER) != 0;
@@ -590,9 +597,14 @@ static int compute(const bctx *x, int64_t win_start, int64_t win_end, bstats *s)
              * if we were already waiting then */
             while (j < m && rel[j] < r->acquired)
                 j++;
-            if (j > 0 && r->acq_start < rel[j - 1] && r->acq_start >= win_start &&
-                r->acq_start < win_end)
+            bool counted = r->acq_start >= win_start && r->acq_start < win_end;
+            if (j > 0 && r->acq_start < rel[j - 1] && counted)
                 ho[nho++] = r->acquired - rel[j - 1];
+            /* FIFO check: someone who started asking later got it first */
+            if (latest_arrival > r->acq_start && counted)
+                s->overtaken++;
+            if (r->acq_start > latest_arrival)
+                latest_arrival = r->acq_start;
         }
         g = e;
     }
@@ -657,8 +669,8 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
     cli_json_str(f, x->url);
     fprintf(f, ",\"P\":%ld,\"K\":%ld,\"H\":%ld,\"D\":%.3f,\"warmup\":%.3f", c->P, c->K, c->H,
             c->duration_ms / 1000.0, c->warmup_ms / 1000.0);
-    fprintf(f, ",\"n\":%zu,\"ops_per_s\":%.1f", s->n,
-            s->measured_s > 0 ? (double)s->n / s->measured_s : 0.0);
+    fprintf(f, ",\"n\":%zu,\"ops_per_s\":%.1f,\"measured_s\":%.3f", s->n,
+            s->measured_s > 0 ? (double)s->n / s->measured_s : 0.0, s->measured_s);
     json_us(f, "cycle_p50_us", s->cycle50, s->n > 0);
     json_us(f, "cycle_p99_us", s->cycle99, s->n > 0);
     json_us(f, "wait_p50_us", s->wait50, s->n > 0);
@@ -668,7 +680,7 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
     fprintf(f, ",\"handovers\":%zu,\"violations\":%" PRIu64 ",\"fairness_min_max\":[%" PRIu64
                ",%" PRIu64 "]",
             s->handovers, s->violations, s->fmin, s->fmax);
-    fprintf(f, ",\"kind\":\"%s\"", kind_name(c));
+    fprintf(f, ",\"overtaken\":%zu,\"kind\":\"%s\"", s->overtaken, kind_name(c));
     if (c->permits > 0)
         fprintf(f, ",\"permits\":%ld", c->permits);
     if (c->shared)
@@ -740,8 +752,9 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
     human_us("cycle", s->cycle50, s->cycle99, s->n > 0);
     human_us("wait", s->wait50, s->wait99, s->n > 0);
     human_us("handover", s->ho50, s->ho99, s->handovers > 0);
-    printf("  %zu handovers; acquisitions per waiter: min %" PRIu64 ", max %" PRIu64 "\n",
-           s->handovers, s->fmin, s->fmax);
+    printf("  %zu handovers; acquisitions per waiter: min %" PRIu64 ", max %" PRIu64
+           "; %zu sections overtaken by a later arrival\n",
+           s->handovers, s->fmin, s->fmax, s->overtaken);
     if (s->dropped)
         printf("  warning: %" PRIu64 " sections not recorded (stamp buffer full)\n", s->dropped);
     if (c->baseline) {
@@ -769,20 +782,21 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
 /* ---- the command -------------------------------------------------------- */
 
 enum {
-    O_P = 1, O_K, O_H, O_D, O_WARMUP, O_FAIR, O_SHARED, O_WRITERS, O_PERMITS, O_TTL, O_PICK,
-    O_HANDLES, O_BASELINE, O_RSS, O_JSON, O_MAXPROCS, O_NOPREP, O_HELP
+    BO_P = 1, BO_K, BO_H, BO_D, BO_WARMUP, BO_FAIR, BO_SHARED, BO_WRITERS, BO_PERMITS, BO_TTL, BO_PICK,
+    BO_HANDLES, BO_BASELINE, BO_RSS, BO_JSON, BO_MAXPROCS, BO_NOPREP, BO_NOFAIR, BO_HELP
 };
 
 static const cli_opt bench_opts[] = {
-    {"processes", 'P', 1, O_P},   {"names", 'K', 1, O_K},
-    {"hold", 'H', 1, O_H},        {"duration", 'D', 1, O_D},
-    {"warmup", 0, 1, O_WARMUP},   {"fair", 0, 0, O_FAIR},
-    {"shared", 0, 0, O_SHARED},   {"writers", 0, 1, O_WRITERS},
-    {"permits", 0, 1, O_PERMITS}, {"ttl", 0, 1, O_TTL},
-    {"pick", 0, 1, O_PICK},       {"handles", 0, 1, O_HANDLES},
-    {"baseline", 0, 0, O_BASELINE}, {"rss", 0, 0, O_RSS},
-    {"json", 0, 0, O_JSON},       {"max-procs", 0, 1, O_MAXPROCS},
-    {"no-prepare", 0, 0, O_NOPREP}, {"help", 'h', 0, O_HELP},
+    {"processes", 'P', 1, BO_P},   {"names", 'K', 1, BO_K},
+    {"hold", 'H', 1, BO_H},        {"duration", 'D', 1, BO_D},
+    {"warmup", 0, 1, BO_WARMUP},   {"fair", 0, 0, BO_FAIR},
+    {"shared", 0, 0, BO_SHARED},   {"writers", 0, 1, BO_WRITERS},
+    {"permits", 0, 1, BO_PERMITS}, {"ttl", 0, 1, BO_TTL},
+    {"pick", 0, 1, BO_PICK},       {"handles", 0, 1, BO_HANDLES},
+    {"baseline", 0, 0, BO_BASELINE}, {"rss", 0, 0, BO_RSS},
+    {"json", 0, 0, BO_JSON},       {"max-procs", 0, 1, BO_MAXPROCS},
+    {"no-prepare", 0, 0, BO_NOPREP}, {"no-fair", 0, 0, BO_NOFAIR},
+    {"help", 'h', 0, BO_HELP},
     {NULL, 0, 0, 0},
 };
 
@@ -804,73 +818,74 @@ static int parse(int argc, char **argv, bcfg *c)
             return cli_usage("bench", "unexpected argument %s", cli_show(p.val, shown, sizeof shown));
         case CLI_OPT_DASHDASH:
             return cli_usage("bench", "unexpected \"--\"");
-        case O_HELP:
+        case BO_HELP:
             fputs(bench_help, stdout);
             return -1;
-        case O_P:
-        case O_K:
-        case O_H:
-        case O_WRITERS:
-        case O_PERMITS:
-        case O_MAXPROCS: {
-            long lo = id == O_H || id == O_WRITERS ? 0 : 1;
-            long hi = id == O_P ? MAX_WAITERS
-                      : id == O_K ? MAX_NAMES
-                      : id == O_H ? 10000000
-                      : id == O_PERMITS ? 4096
-                      : id == O_MAXPROCS ? MAX_WAITERS
+        case BO_P:
+        case BO_K:
+        case BO_H:
+        case BO_WRITERS:
+        case BO_PERMITS:
+        case BO_MAXPROCS: {
+            long lo = id == BO_H || id == BO_WRITERS ? 0 : 1;
+            long hi = id == BO_P ? MAX_WAITERS
+                      : id == BO_K ? MAX_NAMES
+                      : id == BO_H ? 10000000
+                      : id == BO_PERMITS ? 4096
+                      : id == BO_MAXPROCS ? MAX_WAITERS
                                          : MAX_WAITERS;
             if (cli_parse_long(p.val, lo, hi, &v) != 0)
                 return cli_usage("bench", "%s wants an integer from %ld to %ld, not %s",
                                  p.optname, lo, hi, cli_show(p.val, shown, sizeof shown));
-            if (id == O_P)
+            if (id == BO_P)
                 c->P = v;
-            else if (id == O_K)
+            else if (id == BO_K)
                 c->K = v;
-            else if (id == O_H)
+            else if (id == BO_H)
                 c->H = v;
-            else if (id == O_WRITERS)
+            else if (id == BO_WRITERS)
                 c->writers = v;
-            else if (id == O_PERMITS)
+            else if (id == BO_PERMITS)
                 c->permits = v;
             else
                 c->max_procs = v;
             break;
         }
-        case O_D:
-        case O_WARMUP:
-        case O_TTL:
+        case BO_D:
+        case BO_WARMUP:
+        case BO_TTL:
             if (cli_parse_secs(p.val, &ms) != 0 || ms > 3600 * 1000 ||
-                (id != O_WARMUP && ms == 0))
+                (id != BO_WARMUP && ms == 0))
                 return cli_usage("bench", "%s wants seconds (up to 3600%s), not %s", p.optname,
-                                 id == O_WARMUP ? "" : ", more than 0",
+                                 id == BO_WARMUP ? "" : ", more than 0",
                                  cli_show(p.val, shown, sizeof shown));
-            if (id == O_D)
+            if (id == BO_D)
                 c->duration_ms = ms;
-            else if (id == O_WARMUP)
+            else if (id == BO_WARMUP)
                 c->warmup_ms = ms;
             else
                 c->ttl_ms = ms;
             break;
-        case O_FAIR:
-            c->fair = 1;
+        case BO_FAIR:
+        case BO_NOFAIR:
+            c->fair = id == BO_FAIR;
             break;
-        case O_SHARED:
+        case BO_SHARED:
             c->shared = true;
             break;
-        case O_BASELINE:
+        case BO_BASELINE:
             c->baseline = true;
             break;
-        case O_RSS:
+        case BO_RSS:
             c->rss = true;
             break;
-        case O_NOPREP:
+        case BO_NOPREP:
             c->no_prepare = true;
             break;
-        case O_JSON:
+        case BO_JSON:
             c->json = true;
             break;
-        case O_PICK:
+        case BO_PICK:
             if (strcmp(p.val, "random") == 0)
                 c->pick_rr = false;
             else if (strcmp(p.val, "rr") == 0)
@@ -879,7 +894,7 @@ static int parse(int argc, char **argv, bcfg *c)
                 return cli_usage("bench", "--pick wants random or rr, not %s",
                                  cli_show(p.val, shown, sizeof shown));
             break;
-        case O_HANDLES:
+        case BO_HANDLES:
             if (strcmp(p.val, "cached") == 0)
                 c->handles = HANDLES_CACHED;
             else if (strcmp(p.val, "per-op") == 0)
@@ -1048,8 +1063,9 @@ int cli_bench(int argc, char **argv, const char *url)
 
     x.procs = c->P < c->max_procs ? c->P : c->max_procs;
     x.threads_max = (c->P + x.procs - 1) / x.procs;
-    /* Cached handles cost descriptors (the file backend: two eventfds per
-     * handle); fall back to a handle per section when they would not fit. */
+    /* Cached handles cost descriptors (each handle keeps two eventfds, and a
+     * held file lock one more); fall back to a handle per section when they
+     * would not fit under the limit. */
     long nofile = ms_raise_nofile();
     long need = x.threads_max * (c->K * 2 + 1) + 64;
     x.per_op = c->handles == HANDLES_PER_OP || (c->handles == HANDLES_AUTO && need > nofile);

@@ -1,10 +1,549 @@
-/* check.c — `dlock check` (SPEC §8). Placeholder until the measurement issue lands. */
+/*
+ * check.c — `dlock check` (SPEC §8): what the lock really guarantees, measured.
+ *
+ * Each scenario runs twice: fenced (the resource refuses stale tokens) and
+ * as a canary (the resource accepts everything). The histories are checked
+ * for overlapping holdings, token order and lost increments; the canary
+ * proves that the fault took effect — a scenario whose canary shows nothing
+ * reports itself invalid instead of passing. See check.h for the pieces.
+ */
+#include "check.h"
 #include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static const char check_help[] =
+    "usage: dlock [--url URL] check [--scenario NAME]... [-P N] [-D SECS] [--ttl SECS]\n"
+    "                              [--json] [--history FILE]\n"
+    "       dlock check --check-history FILE [--json]\n"
+    "       dlock check --list\n"
+    "\n"
+    "Measure what the lock guarantees on this backend. Worker processes take one\n"
+    "lock over and over; inside the critical section each reads a guarded\n"
+    "resource, pauses at random and writes the value + 1 with its fencing token.\n"
+    "The resource (a process of the harness) refuses tokens below the highest it\n"
+    "has seen. Faults are injected by the harness, and every event is checked:\n"
+    "  - no two holders' windows overlap (a window ends at release, at loss, at the\n"
+    "    holder's death, or at the lease's deadline on lease backends);\n"
+    "  - no token is issued twice and tokens grow in the order of acquisition;\n"
+    "  - no increment is lost: the final value equals the accepted writes.\n"
+    "Each fault scenario also runs as a canary, without fencing at the resource:\n"
+    "if the fault did not take effect there, the scenario is invalid, not passed.\n"
+    "\n"
+    "  --scenario NAME   run this scenario (repeatable; default all; see --list)\n"
+    "  -P, --workers N   worker processes (2..64, default 4)\n"
+    "  -D, --duration S  seconds per run of each scenario (default 2)\n"
+    "      --ttl S       lock ttl for lease backends (default 1); the pause\n"
+    "                    scenario stops the holder for ttl + 0.5 s\n"
+    "      --json        one JSON object with a \"scenarios\" array\n"
+    "      --history F   write the raw history of every run to F\n"
+    "      --check-history F  only check the history in F (no lock is taken)\n"
+    "      --list        list the scenarios\n"
+    "\n"
+    "Verdicts: pass; fail (a guarantee the backend claims was broken); invalid\n"
+    "(the fault did not take effect, or the harness failed); n/a (the fault\n"
+    "cannot take effect on this backend; its checks still ran and passed).\n"
+    "Exit status: 0 all pass or n/a; 1 some fail; 2 some invalid, none fail;\n"
+    "64 usage; 69 backend unreachable; 70 other failure; 128+N interrupted by\n"
+    "signal N (the scenarios finished so far are still reported).\n";
+
+typedef struct sc_out {
+    const char *name;
+    const chk_scenario *sc; /* NULL for --check-history */
+    bool have_fenced, have_canary, applicable;
+    hist_result fenced, canary;
+    const char *verdict;
+    char note[1024];
+    int faults;
+} sc_out;
+
+/* ---- verdicts ---------------------------------------------------------- */
+
+static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_meta *cm)
+{
+    char why[600];
+    const char *v = hist_verdict(&o->fenced, fm, why, sizeof why);
+    if (strcmp(v, "fail") == 0) {
+        o->verdict = "fail";
+        snprintf(o->note, sizeof o->note, "%s", why);
+        return;
+    }
+    if (o->have_canary) {
+        v = hist_verdict(&o->canary, cm, why, sizeof why);
+        if (strcmp(v, "fail") == 0) {
+            o->verdict = "fail";
+            snprintf(o->note, sizeof o->note, "canary run: %s", why);
+            return;
+        }
+    }
+    if (!o->applicable) {
+        o->verdict = "n/a";
+        snprintf(o->note, sizeof o->note, "not applicable: %s", o->sc->na_reason);
+        return;
+    }
+    switch (o->sc->validity) {
+    case CHK_VALID_RUNS:
+        if (o->fenced.sections > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note, "%" PRIu64 " sections", o->fenced.sections);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "no critical section ran");
+        }
+        return;
+    case CHK_VALID_TAKEOVER:
+        if (o->fenced.kills_holding > 0 && o->fenced.takeovers > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note,
+                     "%" PRIu64 " holders killed inside their section, lock taken over %" PRIu64
+                     " times (a dead holder writes nothing: no canary loss expected, %" PRId64
+                     " seen)",
+                     o->fenced.kills_holding, o->fenced.takeovers,
+                     o->have_canary ? o->canary.lost_increments : 0);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note,
+                     "the fault did not take effect: %" PRIu64 " holders killed, %" PRIu64
+                     " takeovers%s%s",
+                     o->fenced.kills_holding, o->fenced.takeovers, r->note[0] ? "; " : "",
+                     r->note);
+        }
+        return;
+    case CHK_VALID_CANARY: {
+        uint64_t stale = o->fenced.stale_rejected + o->fenced.stale_accepted;
+        if (o->have_canary && o->canary.lost_increments > 0 && stale > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note,
+                     "%" PRIu64 " stale writes rejected by fencing; the canary lost %" PRId64
+                     " increments",
+                     o->fenced.stale_rejected, o->canary.lost_increments);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note,
+                     "the fault did not take effect: %" PRIu64
+                     " stale writes in the fenced run, canary lost %" PRId64 " increments%s%s",
+                     stale, o->have_canary ? o->canary.lost_increments : 0,
+                     r->note[0] ? "; " : "", r->note);
+        }
+        return;
+    }
+    }
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void json_counts(FILE *f, const hist_result *h)
+{
+    fprintf(f,
+            "{\"sections\":%" PRIu64 ",\"overlaps\":%" PRIu64 ",\"lost_increments\":%" PRId64
+            ",\"stale_writes_rejected\":%" PRIu64 ",\"stale_writes_accepted\":%" PRIu64
+            ",\"token_duplicates\":%" PRIu64 ",\"token_regressions\":%" PRIu64
+            ",\"writes\":%" PRIu64 ",\"writes_accepted\":%" PRIu64 ",\"final_value\":%" PRId64
+            ",\"acquire_failed\":%" PRIu64 ",\"kills\":%" PRIu64 ",\"kills_holding\":%" PRIu64
+            ",\"losses\":%" PRIu64 ",\"pauses\":%" PRIu64 ",\"takeovers\":%" PRIu64 "}",
+            h->sections, h->overlaps, h->lost_increments, h->stale_rejected, h->stale_accepted,
+            h->token_dups, h->token_regressions, h->writes, h->writes_accepted, h->final_value,
+            h->acquire_failed, h->kills, h->kills_holding, h->losses, h->pauses, h->takeovers);
+}
+
+static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int exit_code,
+                       int interrupted, bool from_file)
+{
+    FILE *f = stdout;
+    fprintf(f, "{");
+    if (!from_file) {
+        fprintf(f, "\"backend\":");
+        cli_json_str(f, cfg->backend);
+        fprintf(f, ",\"url\":");
+        cli_json_str(f, cfg->url_shown);
+        fprintf(f, ",\"P\":%d,\"D\":%.3f,\"ttl_ms\":%d,\"fencing_claimed\":%s,", cfg->workers,
+                cfg->duration_ms / 1000.0, cfg->ttl_ms,
+                cfg->caps & DLOCK_CAP_FENCING ? "true" : "false");
+    }
+    fprintf(f, "\"scenarios\":[");
+    for (size_t i = 0; i < n; i++) {
+        const sc_out *o = &outs[i];
+        if (i)
+            fputc(',', f);
+        fprintf(f, "{\"name\":");
+        cli_json_str(f, o->name);
+        fprintf(f, ",\"verdict\":");
+        cli_json_str(f, o->verdict);
+        fprintf(f, ",\"note\":");
+        cli_json_str(f, o->note);
+        const hist_result *h = &o->fenced;
+        fprintf(f,
+                ",\"sections\":%" PRIu64 ",\"overlaps\":%" PRIu64 ",\"lost_increments\":%" PRId64
+                ",\"stale_writes_rejected\":%" PRIu64 ",\"stale_writes_accepted\":%" PRIu64
+                ",\"faults\":%d",
+                h->sections, h->overlaps, h->lost_increments, h->stale_rejected,
+                h->stale_accepted, o->faults);
+        fprintf(f, ",\"fenced\":");
+        if (o->have_fenced)
+            json_counts(f, &o->fenced);
+        else
+            fprintf(f, "null");
+        fprintf(f, ",\"canary\":");
+        if (o->have_canary)
+            json_counts(f, &o->canary);
+        else
+            fprintf(f, "null");
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\"exit_status\":%d", exit_code);
+    if (interrupted)
+        fprintf(f, ",\"interrupted\":true");
+    fprintf(f, "}\n");
+}
+
+static void table_row(const char *name, const char *mode, const hist_result *h, const char *verdict)
+{
+    printf("%-12s %-7s %9" PRIu64 " %8" PRIu64 " %9" PRId64 " %9" PRIu64 " %9" PRIu64 "  %s\n",
+           name, mode, h->sections, h->overlaps, h->lost_increments, h->stale_rejected,
+           h->stale_accepted, verdict);
+}
+
+static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, bool from_file)
+{
+    if (!from_file)
+        printf("dlock check: %s backend (%s), %d workers, %.1f s per run%s\n", cfg->backend,
+               cfg->url_shown, cfg->workers, cfg->duration_ms / 1000.0,
+               cfg->caps & DLOCK_CAP_FENCING ? ", fencing claimed" : "");
+    printf("%-12s %-7s %9s %8s %9s %9s %9s  %s\n", "scenario", "run", "sections", "overlaps",
+           "lost_incr", "stale_rej", "stale_acc", "verdict");
+    for (size_t i = 0; i < n; i++) {
+        const sc_out *o = &outs[i];
+        if (o->have_fenced)
+            table_row(o->name, "fenced", &o->fenced, o->verdict);
+        if (o->have_canary)
+            table_row(o->have_fenced ? "" : o->name, "canary", &o->canary,
+                      o->have_fenced ? "" : o->verdict);
+        if (!o->have_fenced && !o->have_canary)
+            printf("%-12s %-7s %9s %8s %9s %9s %9s  %s\n", o->name, "-", "-", "-", "-", "-", "-",
+                   o->verdict);
+        if (o->note[0])
+            printf("%-12s   %s\n", "", o->note);
+    }
+}
+
+static int exit_for(const sc_out *outs, size_t n)
+{
+    int code = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(outs[i].verdict, "fail") == 0)
+            return 1;
+        if (strcmp(outs[i].verdict, "invalid") == 0)
+            code = 2;
+    }
+    return code;
+}
+
+/* ---- --check-history ---------------------------------------------------- */
+
+static int check_file(const char *path, bool json)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "re");
+    if (!f) {
+        cli_err("check: cannot open %s: %s", path, strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    hist_run *runs = NULL;
+    size_t nruns = 0;
+    char err[256];
+    int rc = hist_read(f, &runs, &nruns, err, sizeof err);
+    if (f != stdin)
+        fclose(f);
+    if (rc) {
+        cli_err("check: %s: %s", path, err);
+        return CLI_EXIT_USAGE;
+    }
+    sc_out *outs = calloc(nruns, sizeof *outs);
+    char (*names)[80] = calloc(nruns, sizeof *names);
+    if (!outs || !names) {
+        free(outs);
+        free(names);
+        hist_runs_free(runs, nruns);
+        cli_err("check: out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    int code = 0;
+    for (size_t i = 0; i < nruns && code == 0; i++) {
+        sc_out *o = &outs[i];
+        snprintf(names[i], sizeof names[i], "%s", runs[i].meta.scenario);
+        o->name = names[i];
+        bool canary = strcmp(runs[i].meta.mode, "canary") == 0;
+        hist_result *h = canary ? &o->canary : &o->fenced;
+        if (hist_check(&runs[i], h) != 0) {
+            cli_err("check: out of memory");
+            code = CLI_EXIT_SOFTWARE;
+            break;
+        }
+        o->have_fenced = !canary;
+        o->have_canary = canary;
+        char why[600];
+        o->verdict = hist_verdict(h, &runs[i].meta, why, sizeof why);
+        if (why[0])
+            snprintf(o->note, sizeof o->note, "%s%.600s", canary ? "canary run: " : "", why);
+        else if (canary)
+            snprintf(o->note, sizeof o->note,
+                     "canary run (resource without fencing): %" PRIu64
+                     " stale writes accepted, %" PRId64 " increments lost",
+                     h->stale_accepted, h->lost_increments);
+        else if (h->stale_rejected)
+            snprintf(o->note, sizeof o->note, "%" PRIu64 " stale writes rejected by fencing",
+                     h->stale_rejected);
+        else
+            snprintf(o->note, sizeof o->note, "no violation found");
+        o->faults = (int)(h->kills + h->losses + h->pauses);
+    }
+    if (code == 0) {
+        code = exit_for(outs, nruns);
+        if (json)
+            print_json(NULL, outs, nruns, code, 0, true);
+        else
+            print_table(NULL, outs, nruns, true);
+        if (fflush(stdout) != 0) {
+            cli_err("check: cannot write the results: %s", strerror(errno));
+            code = CLI_EXIT_SOFTWARE;
+        }
+    }
+    free(outs);
+    free(names);
+    hist_runs_free(runs, nruns);
+    return code;
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+enum { CO_SCENARIO = 1, CO_P, CO_D, CO_TTL, CO_JSON, CO_HISTORY, CO_CHECK_HISTORY, CO_LIST, CO_HELP };
+
+static const cli_opt check_opts[] = {
+    {"scenario", 0, 1, CO_SCENARIO}, {"workers", 'P', 1, CO_P},
+    {"duration", 'D', 1, CO_D},      {"ttl", 0, 1, CO_TTL},
+    {"json", 0, 0, CO_JSON},         {"history", 0, 1, CO_HISTORY},
+    {"check-history", 0, 1, CO_CHECK_HISTORY}, {"list", 0, 0, CO_LIST},
+    {"help", 'h', 0, CO_HELP},       {NULL, 0, 0, 0},
+};
 
 int cli_check(int argc, char **argv, const char *url)
 {
-    (void)argc; (void)argv; (void)url;
-    fprintf(stderr, "dlock: check: not built yet\n");
-    return CLI_EXIT_SOFTWARE;
+    chk_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.url = url;
+    cfg.workers = 4;
+    cfg.duration_ms = 2000;
+    cfg.ttl_ms = 1000;
+    cfg.max_pause_us = 500;
+    bool json = false;
+    const char *history = NULL, *check_history = NULL;
+    const chk_scenario *chosen[64];
+    size_t nchosen = 0;
+    char shown[CLI_SHOW_MAX];
+
+    cli_parser p;
+    cli_parser_init(&p, argc, argv, "check");
+    for (;;) {
+        int id = cli_next_opt(&p, check_opts);
+        if (id == CLI_OPT_END)
+            break;
+        long v;
+        int ms;
+        switch (id) {
+        case CLI_OPT_ERROR:
+            return CLI_EXIT_USAGE;
+        case CLI_OPT_POS:
+            return cli_usage("check", "unexpected argument %s", cli_show(p.val, shown, sizeof shown));
+        case CLI_OPT_DASHDASH:
+            return cli_usage("check", "unexpected \"--\"");
+        case CO_HELP:
+            fputs(check_help, stdout);
+            return 0;
+        case CO_LIST:
+            for (size_t i = 0; i < chk_nscenarios; i++)
+                printf("%-12s %s\n", chk_scenarios[i].name, chk_scenarios[i].about);
+            return 0;
+        case CO_SCENARIO: {
+            const chk_scenario *sc = chk_scenario_find(p.val);
+            if (!sc)
+                return cli_usage("check", "unknown scenario %s (see dlock check --list)",
+                                 cli_show(p.val, shown, sizeof shown));
+            bool dup = false;
+            for (size_t i = 0; i < nchosen; i++)
+                dup |= chosen[i] == sc;
+            if (!dup && nchosen < sizeof chosen / sizeof chosen[0])
+                chosen[nchosen++] = sc;
+            break;
+        }
+        case CO_P:
+            if (cli_parse_long(p.val, 2, CHK_MAX_WORKERS, &v) != 0)
+                return cli_usage("check", "-P wants 2 to %d workers, not %s", CHK_MAX_WORKERS,
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg.workers = (int)v;
+            break;
+        case CO_D:
+        case CO_TTL:
+            if (cli_parse_secs(p.val, &ms) != 0 || ms == 0 || ms > 3600 * 1000)
+                return cli_usage("check", "%s wants seconds (more than 0, up to 3600), not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            if (id == CO_D)
+                cfg.duration_ms = ms;
+            else
+                cfg.ttl_ms = ms < 30 ? 30 : ms;
+            break;
+        case CO_JSON:
+            json = true;
+            break;
+        case CO_HISTORY:
+            history = p.val;
+            break;
+        case CO_CHECK_HISTORY:
+            check_history = p.val;
+            break;
+        }
+    }
+    if (check_history)
+        return check_file(check_history, json);
+    if (nchosen == 0)
+        for (size_t i = 0; i < chk_nscenarios; i++)
+            chosen[nchosen++] = &chk_scenarios[i];
+
+    /* The backend under test and what it claims. */
+    dlock_client *probe = NULL;
+    int rc = cli_open("check", url, &probe);
+    if (rc)
+        return rc;
+    snprintf(cfg.backend, sizeof cfg.backend, "%s", dlock_client_backend(probe));
+    snprintf(cfg.url_shown, sizeof cfg.url_shown, "%s", dlock_client_url(probe));
+    dlock_client_close(probe);
+    for (size_t i = 0; i < dlock_backend_count(); i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        if (b && strcmp(b->name, cfg.backend) == 0)
+            cfg.caps = b->caps;
+    }
+    if (strcmp(cfg.backend, "file") != 0 ||
+        ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
+        cfg.dir[0] = '\0';
+    cfg.servers = NULL; /* the file backend runs no server */
+
+    FILE *hf = NULL;
+    if (history) {
+        hf = strcmp(history, "-") == 0 ? stdout : fopen(history, "we");
+        if (!hf) {
+            cli_err("check: cannot create %s: %s", history, strerror(errno));
+            return CLI_EXIT_USAGE;
+        }
+        fprintf(hf, "# dlock check history, format 1 (see dlock check --help)\n");
+    }
+    chk_shm *sh = mmap(NULL, sizeof(chk_shm), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    sc_out *outs = calloc(nchosen, sizeof *outs);
+    if (sh == MAP_FAILED || !outs) {
+        cli_err("check: cannot map shared memory: %s", strerror(errno));
+        if (sh != MAP_FAILED)
+            munmap(sh, sizeof(chk_shm));
+        free(outs);
+        if (hf && hf != stdout)
+            fclose(hf);
+        return CLI_EXIT_SOFTWARE;
+    }
+    if (ms_signals_install() != 0) {
+        cli_err("check: cannot install signal handlers: %s", strerror(errno));
+        munmap(sh, sizeof(chk_shm));
+        free(outs);
+        if (hf && hf != stdout)
+            fclose(hf);
+        return CLI_EXIT_SOFTWARE;
+    }
+
+    chk_run r;
+    memset(&r, 0, sizeof r);
+    r.sh = sh;
+    size_t done = 0;
+    int interrupted = 0, software = 0;
+    for (size_t i = 0; i < nchosen && !interrupted && !software; i++) {
+        const chk_scenario *sc = chosen[i];
+        sc_out *o = &outs[i];
+        o->name = sc->name;
+        o->sc = sc;
+        o->applicable = (cfg.caps & sc->needs_caps) == sc->needs_caps &&
+                        (sc->needs_servers == 0 ||
+                         (cfg.servers && cfg.servers->count >= sc->needs_servers));
+        o->verdict = "invalid";
+        hist_meta fm, cm;
+        hist_meta_default(&fm);
+        hist_meta_default(&cm);
+        /* A fault that cannot take effect runs once (its checks still
+         * hold); otherwise fenced, then the canary. */
+        int nruns = sc->validity == CHK_VALID_RUNS || !o->applicable ? 1 : 2;
+        bool harness_failed = false;
+        for (int k = 0; k < nruns; k++) {
+            bool fenced = k == 0;
+            hist_run h;
+            rc = chk_run_once(&r, &cfg, sc->name, fenced, sc->inject, &h);
+            if (r.interrupted)
+                interrupted = r.interrupted;
+            if (hf && h.n > 0 && hist_write(hf, &h) != 0) {
+                cli_err("check: cannot write the history: %s", strerror(errno));
+                software = 1;
+            }
+            hist_result *res = fenced ? &o->fenced : &o->canary;
+            if (hist_check(&h, res) != 0) {
+                cli_err("check: out of memory");
+                software = 1;
+            }
+            if (fenced) {
+                o->have_fenced = true;
+                fm = h.meta;
+                o->faults = r.faults_injected;
+            } else {
+                o->have_canary = true;
+                cm = h.meta;
+            }
+            hist_run_free(&h);
+            if (rc != 0) {
+                harness_failed = true;
+                break;
+            }
+        }
+        if (harness_failed && !interrupted) {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "harness: %s", r.error);
+            /* a broken guarantee seen before the harness failed still counts */
+            char why[600];
+            if (strcmp(hist_verdict(&o->fenced, &fm, why, sizeof why), "fail") == 0) {
+                o->verdict = "fail";
+                snprintf(o->note, sizeof o->note, "%.500s (then harness: %.400s)", why, r.error);
+            }
+        } else if (interrupted) {
+            o->verdict = "interrupted";
+            snprintf(o->note, sizeof o->note, "interrupted by signal %d", interrupted);
+        } else {
+            judge(o, &r, &fm, &cm);
+        }
+        done = i + 1;
+    }
+    int code = software ? CLI_EXIT_SOFTWARE : exit_for(outs, done);
+    if (interrupted)
+        code = 128 + interrupted;
+    if (json)
+        print_json(&cfg, outs, done, code, interrupted, false);
+    else
+        print_table(&cfg, outs, done, false);
+    if (fflush(stdout) != 0 && code == 0) {
+        cli_err("check: cannot write the results: %s", strerror(errno));
+        code = CLI_EXIT_SOFTWARE;
+    }
+    if (hf && hf != stdout && fclose(hf) != 0 && code == 0) {
+        cli_err("check: cannot write %s: %s", history, strerror(errno));
+        code = CLI_EXIT_SOFTWARE;
+    }
+    ms_signals_restore();
+    munmap(sh, sizeof(chk_shm));
+    free(outs);
+    return code;
 }

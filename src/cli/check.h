@@ -1,0 +1,179 @@
+/*
+ * check.h — the `dlock check` harness (SPEC §8), shared by its files:
+ *
+ *   check.c            the command: runs each scenario fenced and as a canary,
+ *                      checks the histories, prints the verdicts
+ *   check_run.c        one run: the worker processes, the guarded resource,
+ *                      the shared event log, the fault controls
+ *   check_scenarios.c  the table of fault scenarios
+ *   check_history.c    the history format and the checker (no processes)
+ *
+ * A scenario injects faults through chk_ctl, one table of operations on
+ * "targets": the harness's own worker processes (CHK_CLIENT), and servers of
+ * the backend under test (CHK_SERVER) that a backend's test deployment
+ * provides by filling a chk_servers table. The embedded file backend has no
+ * server, so server operations answer -ENOTSUP for it.
+ */
+#ifndef DLOCK_CLI_CHECK_H
+#define DLOCK_CLI_CHECK_H
+
+#include "check_history.h"
+#include "measure.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CHK_MAX_WORKERS 64
+#define CHK_EVENT_CAP ((size_t)1 << 22) /* events per run (MAP_NORESERVE) */
+
+/* Fault points a worker can be told to stop at, between its read and its
+ * write inside the critical section. */
+enum {
+    CHK_FAULT_NONE = 0,
+    CHK_FAULT_PARK = 1, /* wait there until let go */
+    CHK_FAULT_LOSE = 2  /* lose the lock (dlock_debug_force_loss), then wait */
+};
+
+typedef struct chk_slot {
+    _Atomic int pid;        /* current incarnation, 0 when none */
+    _Atomic int id;         /* its worker id in the history */
+    _Atomic int parked;     /* 1 while waiting at the fault point */
+    _Atomic int go;         /* set by the harness to let a parked worker on */
+    _Atomic uint64_t writes; /* write replies received */
+    _Atomic int failed;
+    char err[256];
+} chk_slot;
+
+typedef struct chk_ev {
+    _Atomic uint32_t valid; /* set last: a record cut short by SIGKILL stays 0 */
+    int32_t type;
+    int32_t worker;
+    int32_t rc;
+    int64_t t;
+    uint64_t token;
+    int64_t value;
+} chk_ev;
+
+typedef struct chk_shm {
+    _Atomic int stop;
+    _Atomic int fault;   /* armed fault, CHK_FAULT_* */
+    _Atomic int claimed; /* 1 + slot of the worker that took the fault */
+    _Atomic uint64_t nev;
+    _Atomic uint64_t lost_events; /* log full */
+    chk_slot slot[CHK_MAX_WORKERS];
+    chk_ev ev[CHK_EVENT_CAP];
+} chk_shm;
+
+/* Append an event stamped now (async-signal-safe, lock-free). */
+void chk_log(chk_shm *sh, int type, int worker, uint64_t token, int64_t value, int rc);
+
+/* ---- one run -------------------------------------------------------------- */
+
+typedef enum chk_role { CHK_CLIENT = 0, CHK_SERVER = 1 } chk_role;
+
+typedef struct chk_run chk_run;
+
+/* What a scenario can do to the system under test. Each returns 0 or a
+ * negative errno (-ENOTSUP when the target cannot be controlled). */
+typedef struct chk_ctl {
+    int (*start)(chk_run *r, chk_role role, int idx);  /* (re)start */
+    int (*stop)(chk_run *r, chk_role role, int idx);   /* graceful: SIGTERM */
+    int (*kill)(chk_run *r, chk_role role, int idx);   /* SIGKILL */
+    int (*pause)(chk_run *r, chk_role role, int idx);  /* SIGSTOP */
+    int (*resume)(chk_run *r, chk_role role, int idx); /* SIGCONT */
+    /* cut the target off the network (1) or reconnect it (0) */
+    int (*partition)(chk_run *r, chk_role role, int idx, int isolated);
+} chk_ctl;
+
+/* Servers of a backend's test deployment (none for the file backend). */
+typedef struct chk_servers {
+    const char *backend;
+    int count;
+    void *state;
+    int (*start)(void *state, int idx);
+    int (*stop)(void *state, int idx);
+    int (*kill)(void *state, int idx);
+    int (*pause)(void *state, int idx);
+    int (*resume)(void *state, int idx);
+    int (*partition)(void *state, int idx, int isolated);
+} chk_servers;
+
+typedef struct chk_config {
+    const char *url;
+    char backend[32];
+    char url_shown[512];
+    char dir[4096];   /* file backend's directory, "" otherwise */
+    unsigned caps;
+    int workers;
+    int duration_ms;
+    int ttl_ms;       /* lock ttl for lease backends; the pause scenario's yardstick */
+    int max_pause_us; /* random pause between read and write */
+    const chk_servers *servers; /* NULL: none */
+} chk_config;
+
+struct chk_run {
+    const chk_config *cfg;
+    const chk_ctl *ctl;
+    chk_shm *sh;
+    ms_group group;
+    pid_t resource_pid;
+    char sock[108];   /* abstract address of the resource, without the NUL */
+    char lock[96];    /* lock name of this run */
+    bool fencing;     /* the resource checks tokens */
+    int next_id;
+    bool paused[CHK_MAX_WORKERS]; /* stopped by ctl->pause */
+    int64_t start_ns, end_ns;
+    int interrupted;  /* signal number */
+    char error[512];  /* harness error, "" if none */
+    char note[256];   /* what the scenario observed, for the report */
+    /* fault bookkeeping, for the scenario's validity */
+    int faults_injected;
+    int faults_effective;
+};
+
+/* Run scenario `inject` once; fills the history. Returns 0, or -1 when the
+ * harness itself failed (r->error) or was interrupted (r->interrupted). */
+int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool fencing,
+                 int (*inject)(chk_run *r), hist_run *out);
+
+/* ---- helpers for scenarios (check_run.c) -------------------------------- */
+
+/* Sleep, reaping dead children. Non-zero when the run must stop now
+ * (interrupted, harness error). */
+int chk_sleep(chk_run *r, int64_t ns);
+bool chk_time_up(const chk_run *r);
+/* Arm a fault point; the next worker that reaches it takes it. */
+void chk_arm(chk_run *r, int fault);
+void chk_disarm(chk_run *r);
+/* The slot of the worker that took the armed fault, once it is parked;
+ * -1 at the end of the run or on a stop. */
+int chk_wait_claim(chk_run *r, int64_t until_ns);
+/* Let a parked worker go on. */
+void chk_let_go(chk_run *r, int slot);
+/* Wait until slot's write count exceeds `after`; 0, or -1 on timeout/stop. */
+int chk_wait_writes(chk_run *r, int slot, uint64_t after, int64_t until_ns);
+
+/* ---- scenarios (check_scenarios.c) -------------------------------------- */
+
+typedef enum chk_validity {
+    CHK_VALID_RUNS,     /* valid when sections ran (no fault to prove) */
+    CHK_VALID_TAKEOVER, /* the fault hit holders and the lock was taken over */
+    CHK_VALID_CANARY    /* the canary (no fencing) must lose updates */
+} chk_validity;
+
+typedef struct chk_scenario {
+    const char *name;
+    const char *about;
+    unsigned needs_caps;   /* the fault only takes effect with these caps */
+    const char *na_reason; /* why it cannot take effect without them */
+    int needs_servers;     /* servers of the backend it controls */
+    chk_validity validity;
+    int (*inject)(chk_run *r);
+} chk_scenario;
+
+extern const chk_scenario chk_scenarios[];
+extern const size_t chk_nscenarios;
+const chk_scenario *chk_scenario_find(const char *name);
+
+#endif

@@ -1,0 +1,119 @@
+/*
+ * check_history.h — the history of a `dlock check` run and its checker.
+ *
+ * A history is a list of events stamped with CLOCK_MONOTONIC nanoseconds:
+ * what workers did with the lock, what the guarded resource accepted or
+ * rejected, and which faults the harness injected. The checker knows nothing
+ * about processes or backends; it only reads events, so that it can be run
+ * on a hand-made history (`dlock check --check-history FILE`, and the unit
+ * test tests/test_checker.c, which includes check_history.c directly).
+ *
+ * Text form, one event per line ('#' starts a comment):
+ *
+ *   run scenario=kill mode=fenced backend=file caps=0x5f ttl_ms=0 fencing=1
+ *   1000 acquire w=1
+ *   1200 acquired w=1 token=5
+ *   1300 read w=1 token=5 value=0
+ *   1400 write_accepted w=1 token=5 value=1
+ *   1500 release w=1
+ *   9000 final value=1
+ *
+ * A "run" line starts a new run; events before any run line belong to a run
+ * with default metadata (exclusive lock, fencing claimed and checked).
+ */
+#ifndef DLOCK_CLI_CHECK_HISTORY_H
+#define DLOCK_CLI_CHECK_HISTORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum hist_type {
+    H_ACQUIRE = 0,    /* worker invokes acquire */
+    H_ACQUIRED,       /* acquire returned the lock; token */
+    H_ACQUIRE_FAILED, /* acquire returned an error; rc */
+    H_LOST,           /* the holder lost the lock (stamped before the loss) */
+    H_RELEASE,        /* worker invokes release */
+    H_READ,           /* resource: read served; token presented, value read */
+    H_WRITE_ACCEPTED, /* resource: write applied; token, value written */
+    H_WRITE_REJECTED, /* resource: write refused by the token check */
+    H_KILLED,         /* harness: SIGKILL sent to the worker */
+    H_PAUSED,         /* harness: SIGSTOP */
+    H_RESUMED,        /* harness: SIGCONT */
+    H_FINAL,          /* resource: value at the end of the run */
+    H_NTYPES
+} hist_type;
+
+typedef struct hist_event {
+    int64_t t;      /* CLOCK_MONOTONIC nanoseconds */
+    uint64_t seq;   /* logging order: breaks ties between equal stamps */
+    int type;       /* hist_type */
+    int worker;     /* > 0: a worker incarnation; 0: harness or resource */
+    uint64_t token;
+    int64_t value;
+    int rc;
+} hist_event;
+
+typedef struct hist_meta {
+    char scenario[48];
+    char mode[16];    /* "fenced" or "canary" */
+    char backend[32];
+    unsigned caps;    /* DLOCK_CAP_* of the backend under test */
+    int64_t ttl_ms;   /* > 0: a holding ends at acquire start + ttl at the latest */
+    int fencing;      /* 1 if the resource checked tokens */
+} hist_meta;
+
+typedef struct hist_run {
+    hist_meta meta;
+    hist_event *ev;
+    size_t n, cap;
+} hist_run;
+
+typedef struct hist_result {
+    uint64_t sections;          /* acquisitions (windows) */
+    uint64_t acquire_failed;
+    uint64_t overlaps;          /* pairs of holders' windows that overlap */
+    uint64_t token_dups;        /* acquisitions whose token was issued before */
+    uint64_t token_regressions; /* acquisitions whose token is not above the previous one */
+    uint64_t reads, writes, writes_accepted, writes_rejected;
+    uint64_t stale_rejected;    /* writes by a holder no longer valid, refused */
+    uint64_t stale_accepted;    /* ... and applied */
+    uint64_t fresh_rejected;    /* writes by the valid holder that were refused */
+    int has_final;
+    int64_t final_value;
+    int64_t lost_increments;    /* accepted writes - final value */
+    uint64_t losses, kills, kills_holding, pauses, takeovers;
+    char first_overlap[256], first_stale[256], first_token[256];
+} hist_result;
+
+const char *hist_type_name(int type);
+/* The type for a name, -1 if unknown. */
+int hist_type_parse(const char *s);
+
+void hist_meta_default(hist_meta *m);
+/* Append a copy of e (seq is set to the run's length); -1 on ENOMEM. */
+int hist_append(hist_run *r, const hist_event *e);
+void hist_run_free(hist_run *r);
+
+/* Write the run in text form; -1 on a write error. */
+int hist_write(FILE *f, const hist_run *r);
+/*
+ * Read every run of a text history. On success *runs is an array of *nruns
+ * runs, freed with hist_runs_free. On error returns -1 with a message naming
+ * the line in err.
+ */
+int hist_read(FILE *f, hist_run **runs, size_t *nruns, char *err, size_t errlen);
+void hist_runs_free(hist_run *runs, size_t nruns);
+
+/* Sort the run's events by time (then seq) and check them. Returns -1 on
+ * ENOMEM. */
+int hist_check(hist_run *r, hist_result *res);
+
+/*
+ * The verdict of the checks alone, given what the backend claims (caps) and
+ * whether the resource checked tokens: "pass" or "fail", with the reason of a
+ * failure in why.
+ */
+const char *hist_verdict(const hist_result *res, const hist_meta *m, char *why, size_t len);
+
+#endif

@@ -1,0 +1,742 @@
+/*
+ * check_run.c — one run of a `dlock check` scenario.
+ *
+ * The processes, all in one process group that the harness kills on the way
+ * out whatever happens:
+ *
+ *   resource  the guarded resource: a tiny server on an abstract Unix socket
+ *             holding one integer. Reads and writes carry the caller's
+ *             fencing token; with fencing on it refuses a write whose token is
+ *             below the highest it has seen (on a read or a write), or equal
+ *             to it from another holder. It is a process of its own so that
+ *             it is independent of the lock under test and outlives killed
+ *             workers; a client's request is whole or absent (SOCK_SEQPACKET).
+ *   workers   take the lock, read, pause at random, write value + 1, release.
+ *             Between read and write is the fault point where the harness can
+ *             park a holder (to kill or stop it) or make it lose the lock.
+ *
+ * Every step is appended to an event log in shared memory, stamped with
+ * CLOCK_MONOTONIC, and becomes the run's history.
+ */
+#include "check.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ACQUIRE_TIMEOUT_MS 250 /* so that workers notice the end of the run */
+#define STOP_GRACE_NS 5000000000LL
+#define CLAIM_POLL_NS 200000LL
+
+enum { RES_READ = 1, RES_WRITE = 2, RES_FINAL = 3 };
+
+typedef struct res_req {
+    int32_t op;
+    int32_t worker;
+    uint64_t token;
+    int64_t value;
+} res_req;
+
+typedef struct res_rep {
+    int32_t ok; /* 1 done, 0 refused */
+    int32_t pad;
+    int64_t value;
+} res_rep;
+
+void chk_log(chk_shm *sh, int type, int worker, uint64_t token, int64_t value, int rc)
+{
+    int64_t t = ms_now_ns();
+    uint64_t i = atomic_fetch_add(&sh->nev, 1);
+    if (i >= CHK_EVENT_CAP) {
+        atomic_fetch_add(&sh->lost_events, 1);
+        return;
+    }
+    chk_ev *e = &sh->ev[i];
+    e->type = type;
+    e->worker = worker;
+    e->rc = rc;
+    e->t = t;
+    e->token = token;
+    e->value = value;
+    atomic_store_explicit(&e->valid, 1, memory_order_release);
+}
+
+static void run_error(chk_run *r, const char *msg)
+{
+    if (!r->error[0])
+        snprintf(r->error, sizeof r->error, "%s", msg);
+}
+
+/* ---- the resource -------------------------------------------------------- */
+
+static socklen_t sock_addr(const chk_run *r, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(r->sock);
+    memcpy(a->sun_path + 1, r->sock, n); /* abstract: leading NUL, no file */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int resource_listen(const chk_run *r)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un a;
+    socklen_t len = sock_addr(r, &a);
+    if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 128) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static int resource_connect(const chk_run *r)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un a;
+    socklen_t len = sock_addr(r, &a);
+    if (connect(fd, (struct sockaddr *)&a, len) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* One request, one reply. -1 when the resource is gone. */
+static int resource_call(int fd, const res_req *q, res_rep *p)
+{
+    ssize_t n;
+    do
+        n = send(fd, q, sizeof *q, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof *q)
+        return -1;
+    do
+        n = recv(fd, p, sizeof *p, 0);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof *p ? 0 : -1;
+}
+
+typedef struct res_arg {
+    chk_run *r;
+    int lfd;
+} res_arg;
+
+#define RES_MAX_CLIENTS 1024
+
+static int resource_main(void *arg)
+{
+    res_arg *ra = arg;
+    chk_run *r = ra->r;
+    chk_shm *sh = r->sh;
+    struct pollfd *pfd = calloc(RES_MAX_CLIENTS + 1, sizeof *pfd);
+    if (!pfd)
+        return 1;
+    size_t n = 1;
+    pfd[0] = (struct pollfd){.fd = ra->lfd, .events = POLLIN};
+    int64_t value = 0;
+    uint64_t max_token = 0;
+    int max_holder = 0;
+    for (;;) {
+        if (poll(pfd, (nfds_t)n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 1;
+        }
+        if (pfd[0].revents & POLLIN) {
+            int c = accept4(ra->lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0 && n <= RES_MAX_CLIENTS)
+                pfd[n++] = (struct pollfd){.fd = c, .events = POLLIN};
+            else if (c >= 0)
+                close(c);
+        }
+        for (size_t i = 1; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            res_req q;
+            ssize_t got = recv(pfd[i].fd, &q, sizeof q, MSG_DONTWAIT);
+            if (got < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            if (got != (ssize_t)sizeof q) { /* closed: the worker ended or died */
+                close(pfd[i].fd);
+                pfd[i--] = pfd[--n];
+                continue;
+            }
+            res_rep p = {.ok = 1, .value = value};
+            switch (q.op) {
+            case RES_READ:
+                /* A token presented on a read counts as seen: a later
+                 * holder's read must already fence off an earlier holder's
+                 * pending write. */
+                if (q.token > max_token) {
+                    max_token = q.token;
+                    max_holder = q.worker;
+                }
+                chk_log(sh, H_READ, q.worker, q.token, value, 0);
+                break;
+            case RES_WRITE:
+                if (r->fencing && (q.token < max_token ||
+                                   (q.token == max_token && q.worker != max_holder))) {
+                    p.ok = 0;
+                    chk_log(sh, H_WRITE_REJECTED, q.worker, q.token, q.value, 0);
+                } else {
+                    if (q.token > max_token) {
+                        max_token = q.token;
+                        max_holder = q.worker;
+                    }
+                    value = q.value;
+                    p.value = value;
+                    chk_log(sh, H_WRITE_ACCEPTED, q.worker, q.token, q.value, 0);
+                }
+                break;
+            case RES_FINAL:
+                chk_log(sh, H_FINAL, 0, 0, value, 0);
+                (void)send(pfd[i].fd, &p, sizeof p, MSG_NOSIGNAL);
+                free(pfd);
+                return 0;
+            default:
+                p.ok = 0;
+                break;
+            }
+            if (send(pfd[i].fd, &p, sizeof p, MSG_NOSIGNAL) < 0) {
+                /* the worker died waiting for the reply: nothing to do */
+            }
+        }
+    }
+}
+
+/* ---- a worker -------------------------------------------------------------- */
+
+typedef struct worker_arg {
+    chk_run *r;
+    int slot;
+    int id;
+} worker_arg;
+
+static void worker_fail(chk_slot *me, int id, const char *what, const char *why)
+{
+    if (atomic_exchange(&me->failed, 1) == 0)
+        snprintf(me->err, sizeof me->err, "worker w=%d: %s: %s", id, what, why);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* The fault point, between read and write. */
+static void fault_point(chk_run *r, chk_slot *me, int slot, int id, dlock_lock *l, uint64_t tk)
+{
+    chk_shm *sh = r->sh;
+    int f = atomic_load(&sh->fault);
+    if (f == CHK_FAULT_NONE || !atomic_compare_exchange_strong(&sh->fault, &f, CHK_FAULT_NONE))
+        return;
+    if (f == CHK_FAULT_LOSE) {
+        /* Stamped before the loss: from here on another worker may hold
+         * the lock, and this window must be over by then. */
+        chk_log(sh, H_LOST, id, tk, 0, 0);
+        int rc = dlock_debug_force_loss(l);
+        if (rc)
+            worker_fail(me, id, "dlock_debug_force_loss", dlock_lock_errmsg(l));
+    }
+    atomic_store(&me->go, 0);
+    atomic_store(&me->parked, 1);
+    atomic_store(&sh->claimed, slot + 1);
+    while (!atomic_load(&me->go) && !atomic_load(&sh->stop))
+        ms_sleep_ns(100000);
+    atomic_store(&me->parked, 0);
+}
+
+static int worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    chk_run *r = wa->r;
+    chk_shm *sh = r->sh;
+    chk_slot *me = &sh->slot[wa->slot];
+    int id = wa->id;
+    dlock_client *client = NULL;
+    dlock_lock *l = NULL;
+    int fd = -1;
+    int rc = dlock_client_open(&client, r->cfg->url, NULL);
+    if (rc) {
+        worker_fail(me, id, "cannot open backend", dlock_client_errmsg(NULL));
+        return 1;
+    }
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = r->cfg->ttl_ms;
+    rc = dlock_lock_new(&l, client, r->lock, &o);
+    if (rc) {
+        worker_fail(me, id, "cannot make the lock handle", dlock_client_errmsg(client));
+        dlock_client_close(client);
+        return 1;
+    }
+    fd = resource_connect(r);
+    if (fd < 0) {
+        worker_fail(me, id, "cannot reach the resource", strerror(errno));
+        dlock_lock_free(l);
+        dlock_client_close(client);
+        return 1;
+    }
+    uint64_t seed = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 17) ^ (uint64_t)ms_now_ns();
+    int status = 0;
+    while (!atomic_load(&sh->stop)) {
+        chk_log(sh, H_ACQUIRE, id, 0, 0, 0);
+        rc = dlock_acquire(l, ACQUIRE_TIMEOUT_MS);
+        if (rc) {
+            chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, rc);
+            if (rc == DLOCK_ETIMEDOUT)
+                continue;
+            worker_fail(me, id, "acquire", dlock_lock_errmsg(l));
+            status = 1;
+            break;
+        }
+        uint64_t tk = dlock_token(l);
+        chk_log(sh, H_ACQUIRED, id, tk, 0, 0);
+        res_req q = {.op = RES_READ, .worker = id, .token = tk};
+        res_rep p;
+        if (resource_call(fd, &q, &p) != 0) {
+            worker_fail(me, id, "read", "the resource is gone");
+            status = 1;
+            break;
+        }
+        fault_point(r, me, wa->slot, id, l, tk);
+        if (r->cfg->max_pause_us > 0)
+            ms_sleep_ns((int64_t)(rnd(&seed) % (uint64_t)r->cfg->max_pause_us) * 1000);
+        /* No check of dlock_state here, on purpose: this is the window in
+         * which a holder that was paused does not know it lost the lock. */
+        q = (res_req){.op = RES_WRITE, .worker = id, .token = tk, .value = p.value + 1};
+        if (resource_call(fd, &q, &p) != 0) {
+            worker_fail(me, id, "write", "the resource is gone");
+            status = 1;
+            break;
+        }
+        atomic_fetch_add(&me->writes, 1);
+        chk_log(sh, H_RELEASE, id, tk, 0, 0);
+        rc = dlock_release(l);
+        if (rc && rc != DLOCK_ELOST) {
+            worker_fail(me, id, "release", dlock_lock_errmsg(l));
+            status = 1;
+            break;
+        }
+    }
+    close(fd);
+    dlock_lock_free(l);
+    dlock_client_close(client);
+    return status;
+}
+
+/* ---- control of the targets ----------------------------------------------- */
+
+static int slot_of_pid(const chk_run *r, pid_t pid)
+{
+    for (int i = 0; i < r->cfg->workers; i++)
+        if (atomic_load(&r->sh->slot[i].pid) == pid)
+            return i;
+    return -1;
+}
+
+static int client_start(chk_run *r, int idx)
+{
+    chk_slot *s = &r->sh->slot[idx];
+    if (atomic_load(&s->pid) != 0)
+        return -EBUSY;
+    worker_arg wa = {.r = r, .slot = idx, .id = ++r->next_id};
+    atomic_store(&s->id, wa.id);
+    atomic_store(&s->parked, 0);
+    atomic_store(&s->go, 0);
+    pid_t pid = ms_spawn(&r->group, worker_main, &wa);
+    if (pid < 0)
+        return -errno;
+    atomic_store(&s->pid, pid);
+    return 0;
+}
+
+/* Signal a worker and wait for it to end (kill, stop). */
+static int client_end(chk_run *r, int idx, int sig, int type)
+{
+    chk_slot *s = &r->sh->slot[idx];
+    pid_t pid = atomic_load(&s->pid);
+    if (pid <= 0)
+        return -ESRCH;
+    if (type >= 0) /* stamped first: the holding ends no later than this */
+        chk_log(r->sh, type, atomic_load(&s->id), 0, 0, 0);
+    if (kill(pid, sig) != 0)
+        return -errno;
+    if (sig != SIGKILL)
+        (void)kill(pid, SIGCONT); /* a stopped worker must see SIGTERM */
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    ms_forget(&r->group, pid);
+    atomic_store(&s->pid, 0);
+    r->paused[idx] = false;
+    return 0;
+}
+
+static int ctl_start(chk_run *r, chk_role role, int idx)
+{
+    if (role == CHK_SERVER)
+        return r->cfg->servers && r->cfg->servers->start
+                   ? r->cfg->servers->start(r->cfg->servers->state, idx)
+                   : -ENOTSUP;
+    return client_start(r, idx);
+}
+
+static int ctl_stop(chk_run *r, chk_role role, int idx)
+{
+    if (role == CHK_SERVER)
+        return r->cfg->servers && r->cfg->servers->stop
+                   ? r->cfg->servers->stop(r->cfg->servers->state, idx)
+                   : -ENOTSUP;
+    return client_end(r, idx, SIGTERM, -1);
+}
+
+static int ctl_kill(chk_run *r, chk_role role, int idx)
+{
+    if (role == CHK_SERVER)
+        return r->cfg->servers && r->cfg->servers->kill
+                   ? r->cfg->servers->kill(r->cfg->servers->state, idx)
+                   : -ENOTSUP;
+    return client_end(r, idx, SIGKILL, H_KILLED);
+}
+
+static int ctl_pause(chk_run *r, chk_role role, int idx)
+{
+    if (role == CHK_SERVER)
+        return r->cfg->servers && r->cfg->servers->pause
+                   ? r->cfg->servers->pause(r->cfg->servers->state, idx)
+                   : -ENOTSUP;
+    chk_slot *s = &r->sh->slot[idx];
+    pid_t pid = atomic_load(&s->pid);
+    if (pid <= 0)
+        return -ESRCH;
+    chk_log(r->sh, H_PAUSED, atomic_load(&s->id), 0, 0, 0);
+    if (kill(pid, SIGSTOP) != 0)
+        return -errno;
+    /* Stopped for sure before the scenario goes on. */
+    int st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WUNTRACED);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w == pid && WIFSTOPPED(st))
+            break;
+        ms_forget(&r->group, pid);
+        atomic_store(&s->pid, 0);
+        return -ESRCH; /* it died instead */
+    }
+    r->paused[idx] = true;
+    return 0;
+}
+
+static int ctl_resume(chk_run *r, chk_role role, int idx)
+{
+    if (role == CHK_SERVER)
+        return r->cfg->servers && r->cfg->servers->resume
+                   ? r->cfg->servers->resume(r->cfg->servers->state, idx)
+                   : -ENOTSUP;
+    chk_slot *s = &r->sh->slot[idx];
+    pid_t pid = atomic_load(&s->pid);
+    if (pid <= 0)
+        return -ESRCH;
+    chk_log(r->sh, H_RESUMED, atomic_load(&s->id), 0, 0, 0);
+    if (kill(pid, SIGCONT) != 0)
+        return -errno;
+    r->paused[idx] = false;
+    return 0;
+}
+
+static int ctl_partition(chk_run *r, chk_role role, int idx, int isolated)
+{
+    if (role == CHK_SERVER && r->cfg->servers && r->cfg->servers->partition)
+        return r->cfg->servers->partition(r->cfg->servers->state, idx, isolated);
+    return -ENOTSUP; /* network namespaces come with the network backends */
+}
+
+static const chk_ctl local_ctl = {
+    .start = ctl_start,
+    .stop = ctl_stop,
+    .kill = ctl_kill,
+    .pause = ctl_pause,
+    .resume = ctl_resume,
+    .partition = ctl_partition,
+};
+
+/* ---- helpers for scenarios ------------------------------------------------- */
+
+static bool stopping(chk_run *r)
+{
+    if (!r->interrupted)
+        r->interrupted = ms_signal_pending();
+    return r->interrupted || r->error[0];
+}
+
+/* Reap children that ended on their own: during a run that is an error. */
+static void reap(chk_run *r)
+{
+    int st;
+    pid_t pid;
+    while ((pid = ms_reap_one(&r->group, &st)) > 0) {
+        char msg[512];
+        if (pid == r->resource_pid) {
+            r->resource_pid = 0;
+            run_error(r, "the resource server ended unexpectedly");
+            continue;
+        }
+        int slot = slot_of_pid(r, pid);
+        if (slot < 0)
+            continue;
+        chk_slot *s = &r->sh->slot[slot];
+        atomic_store(&s->pid, 0);
+        if (atomic_load(&r->sh->stop))
+            continue;
+        if (atomic_load(&s->failed))
+            snprintf(msg, sizeof msg, "%s", s->err);
+        else if (WIFSIGNALED(st))
+            snprintf(msg, sizeof msg, "worker w=%d died of signal %d", atomic_load(&s->id),
+                     WTERMSIG(st));
+        else
+            snprintf(msg, sizeof msg, "worker w=%d exited with status %d", atomic_load(&s->id),
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        run_error(r, msg);
+    }
+}
+
+int chk_sleep(chk_run *r, int64_t ns)
+{
+    int64_t until = ms_now_ns() + ns;
+    for (;;) {
+        reap(r);
+        if (stopping(r))
+            return -1;
+        int64_t left = until - ms_now_ns();
+        if (left <= 0)
+            return 0;
+        ms_sleep_ns(left < 2000000 ? left : 2000000);
+    }
+}
+
+bool chk_time_up(const chk_run *r)
+{
+    return ms_now_ns() >= r->end_ns;
+}
+
+void chk_arm(chk_run *r, int fault)
+{
+    atomic_store(&r->sh->claimed, 0);
+    atomic_store(&r->sh->fault, fault);
+}
+
+void chk_disarm(chk_run *r)
+{
+    int f = atomic_load(&r->sh->fault);
+    if (f == CHK_FAULT_NONE || !atomic_compare_exchange_strong(&r->sh->fault, &f, CHK_FAULT_NONE)) {
+        /* Someone took it just now: it is about to park; let it go on. */
+        int64_t until = ms_now_ns() + 1000000000LL;
+        int c;
+        while ((c = atomic_load(&r->sh->claimed)) == 0 && ms_now_ns() < until)
+            ms_sleep_ns(CLAIM_POLL_NS);
+        if (c > 0)
+            chk_let_go(r, c - 1);
+    }
+    atomic_store(&r->sh->claimed, 0);
+}
+
+int chk_wait_claim(chk_run *r, int64_t until_ns)
+{
+    for (;;) {
+        int c = atomic_load(&r->sh->claimed);
+        if (c > 0) {
+            atomic_store(&r->sh->claimed, 0);
+            return c - 1;
+        }
+        if (ms_now_ns() >= until_ns || chk_sleep(r, CLAIM_POLL_NS) != 0) {
+            chk_disarm(r);
+            return -1;
+        }
+    }
+}
+
+void chk_let_go(chk_run *r, int slot)
+{
+    atomic_store(&r->sh->slot[slot].go, 1);
+}
+
+int chk_wait_writes(chk_run *r, int slot, uint64_t after, int64_t until_ns)
+{
+    while (atomic_load(&r->sh->slot[slot].writes) <= after) {
+        if (ms_now_ns() >= until_ns || chk_sleep(r, CLAIM_POLL_NS) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- the run ----------------------------------------------------------------- */
+
+static void stop_all(chk_run *r)
+{
+    chk_shm *sh = r->sh;
+    atomic_store(&sh->stop, 1);
+    atomic_store(&sh->fault, CHK_FAULT_NONE);
+    for (int i = 0; i < r->cfg->workers; i++) {
+        chk_let_go(r, i);
+        if (r->paused[i])
+            (void)ctl_resume(r, CHK_CLIENT, i);
+    }
+    /* Workers see the flag within one acquire timeout. */
+    int64_t until = ms_now_ns() + STOP_GRACE_NS;
+    for (;;) {
+        reap(r);
+        int alive = 0;
+        for (int i = 0; i < r->cfg->workers; i++)
+            alive += atomic_load(&sh->slot[i].pid) != 0;
+        if (!alive)
+            break;
+        if (ms_now_ns() >= until || ms_signal_pending()) {
+            if (!ms_signal_pending())
+                run_error(r, "workers did not stop within 5 s of the end of the run");
+            for (int i = 0; i < r->cfg->workers; i++)
+                if (atomic_load(&sh->slot[i].pid) != 0)
+                    (void)client_end(r, i, SIGKILL, -1);
+            break;
+        }
+        ms_sleep_ns(2000000);
+    }
+    /* The resource's last word: its final value, logged by itself. */
+    if (r->resource_pid > 0) {
+        int fd = resource_connect(r);
+        res_req q = {.op = RES_FINAL};
+        res_rep p;
+        if (fd < 0 || resource_call(fd, &q, &p) != 0)
+            run_error(r, "the resource server did not answer at the end of the run");
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+static void unlink_lock_file(const chk_run *r)
+{
+    if (!r->cfg->dir[0])
+        return;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s.lock", r->cfg->dir, r->lock);
+    if (unlink(path) != 0) {
+        /* never created, or already gone */
+    }
+}
+
+int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool fencing,
+                 int (*inject)(chk_run *r), hist_run *out)
+{
+    static int runs;
+    chk_shm *sh = r->sh;
+    uint64_t used = atomic_load(&sh->nev);
+    if (used > CHK_EVENT_CAP)
+        used = CHK_EVENT_CAP;
+    memset(sh->ev, 0, used * sizeof sh->ev[0]); /* stale valid flags */
+    memset(sh->slot, 0, sizeof sh->slot);
+    atomic_store(&sh->nev, 0);
+    atomic_store(&sh->lost_events, 0);
+    atomic_store(&sh->stop, 0);
+    atomic_store(&sh->fault, CHK_FAULT_NONE);
+    atomic_store(&sh->claimed, 0);
+
+    r->cfg = cfg;
+    r->ctl = &local_ctl;
+    r->fencing = fencing;
+    r->resource_pid = 0;
+    r->next_id = 0;
+    r->error[0] = r->note[0] = '\0';
+    r->faults_injected = r->faults_effective = 0;
+    memset(r->paused, 0, sizeof r->paused);
+    memset(&r->group, 0, sizeof r->group);
+    runs++;
+    snprintf(r->sock, sizeof r->sock, "dlock-check-%ld-%d", (long)getpid(), runs);
+    snprintf(r->lock, sizeof r->lock, "check-%ld-%d-%s-%s", (long)getpid(), runs, scenario,
+             fencing ? "fenced" : "canary");
+
+    int rc = 0;
+    /* The resource first: it leads the process group, and it listens before
+     * any worker tries to connect. */
+    int lfd = resource_listen(r);
+    if (lfd < 0) {
+        snprintf(r->error, sizeof r->error, "cannot listen for the resource: %s", strerror(errno));
+        return -1;
+    }
+    res_arg ra = {.r = r, .lfd = lfd};
+    r->resource_pid = ms_spawn(&r->group, resource_main, &ra);
+    close(lfd);
+    if (r->resource_pid < 0) {
+        snprintf(r->error, sizeof r->error, "cannot start the resource: %s", strerror(errno));
+        r->resource_pid = 0;
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < cfg->workers; i++) {
+        int e = client_start(r, i);
+        if (e) {
+            snprintf(r->error, sizeof r->error, "cannot start a worker: %s", strerror(-e));
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        r->start_ns = ms_now_ns();
+        r->end_ns = r->start_ns + (int64_t)cfg->duration_ms * 1000000;
+        (void)inject(r);
+        if (!stopping(r))
+            reap(r);
+    }
+    stop_all(r);
+    ms_group_destroy(&r->group);
+    r->resource_pid = 0;
+    unlink_lock_file(r);
+
+    /* The history, from the log. */
+    memset(out, 0, sizeof *out);
+    hist_meta_default(&out->meta);
+    snprintf(out->meta.scenario, sizeof out->meta.scenario, "%s", scenario);
+    snprintf(out->meta.mode, sizeof out->meta.mode, "%s", fencing ? "fenced" : "canary");
+    snprintf(out->meta.backend, sizeof out->meta.backend, "%s", cfg->backend);
+    out->meta.caps = cfg->caps;
+    out->meta.ttl_ms = (cfg->caps & DLOCK_CAP_LEASE) ? cfg->ttl_ms : 0;
+    out->meta.fencing = fencing;
+    uint64_t n = atomic_load(&sh->nev);
+    if (n > CHK_EVENT_CAP)
+        n = CHK_EVENT_CAP;
+    for (uint64_t i = 0; i < n; i++) {
+        const chk_ev *e = &sh->ev[i];
+        if (!atomic_load_explicit(&e->valid, memory_order_acquire))
+            continue;
+        hist_event he = {.t = e->t, .type = e->type, .worker = e->worker, .token = e->token,
+                         .value = e->value, .rc = e->rc};
+        if (hist_append(out, &he) != 0) {
+            run_error(r, "out of memory");
+            break;
+        }
+    }
+    if (atomic_load(&sh->lost_events) > 0)
+        run_error(r, "the event log overflowed: run shorter (-D) or with fewer workers (-P)");
+    return r->error[0] || r->interrupted ? -1 : 0;
+}

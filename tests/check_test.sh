@@ -1,0 +1,154 @@
+#!/bin/bash
+# check_test.sh — `dlock check` on the embedded file backend: verdicts of the
+# fault scenarios, the checker on a hand-made history, and clean-up on
+# SIGTERM. Needs $DLOCK (the built CLI) and python3; asserts on JSON only,
+# never on timings.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-test.XXXXXX")
+BG=
+cleanup() {
+    [ -n "$BG" ] && kill -KILL "$BG" 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+URL="file://$TMP/locks"
+fails=0
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+
+# Assert with a python expression over the JSON object `d`.
+jcheck() { # FILE DESCRIPTION EXPR
+    if python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
+        bad "$2"; echo "# $(cat "$1")"; fi
+}
+
+# --- 1. the checker alone, on a history with a known overlap and a known
+#        stale write (w=3 writes after losing the lock to w=1)
+cat >"$TMP/broken.hist" <<'EOF'
+# hand-made: one overlap, one stale write accepted
+run scenario=handmade mode=fenced backend=file caps=0x1 ttl_ms=0 fencing=1
+1000 acquire w=1
+1100 acquired w=1 token=1
+1200 read w=1 token=1 value=0
+1300 write_accepted w=1 token=1 value=1
+1400 release w=1
+2000 acquire w=2
+2100 acquired w=2 token=2
+2120 read w=2 token=2 value=1
+2150 write_accepted w=2 token=2 value=2
+2180 acquire w=3
+2200 acquired w=3 token=3
+2250 release w=2
+2600 read w=3 token=3 value=2
+2700 lost w=3 token=3
+2800 acquire w=1
+2900 acquired w=1 token=4
+3000 read w=1 token=4 value=2
+3100 write_accepted w=3 token=3 value=3
+3200 write_accepted w=1 token=4 value=3
+3300 release w=1
+3400 final value=3
+EOF
+"$DLOCK" check --check-history "$TMP/broken.hist" --json >"$TMP/broken.json"
+rc=$?
+[ $rc -eq 1 ] && ok "broken history: exit 1" || bad "broken history: exit $rc, want 1"
+jcheck "$TMP/broken.json" "broken history: one overlap found" \
+    'd["scenarios"][0]["overlaps"] == 1'
+jcheck "$TMP/broken.json" "broken history: one stale write accepted found" \
+    'd["scenarios"][0]["stale_writes_accepted"] == 1 and d["scenarios"][0]["lost_increments"] == 1'
+jcheck "$TMP/broken.json" "broken history: verdict fail" 'd["scenarios"][0]["verdict"] == "fail"'
+out=$("$DLOCK" check --check-history "$TMP/broken.hist")
+echo "$out" | grep -q "handmade" && echo "$out" | grep -q "fail" &&
+    ok "broken history: table names the run and the verdict" || bad "table: $out"
+
+printf '10 acquired w=1 token=nope\n' >"$TMP/garbage.hist"
+"$DLOCK" check --check-history "$TMP/garbage.hist" 2>"$TMP/err"
+rc=$?
+[ $rc -eq 64 ] && grep -q "line 1" "$TMP/err" && ok "malformed history: exit 64 naming the line" ||
+    bad "malformed history: exit $rc, $(cat "$TMP/err")"
+
+# --- 2. every scenario on the file backend, with the raw history kept
+"$DLOCK" --url "$URL" check -P 3 -D 0.6 --json --history "$TMP/run.hist" >"$TMP/run.json"
+rc=$?
+[ $rc -eq 0 ] && ok "check on file backend: exit 0" || bad "check on file backend: exit $rc"
+jcheck "$TMP/run.json" "check: one object with a scenarios array" \
+    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost"]'
+jcheck "$TMP/run.json" "check: counts present in every scenario" \
+    'all(all(k in s for k in ("sections", "overlaps", "lost_increments", "stale_writes_rejected", "stale_writes_accepted", "verdict")) for s in d["scenarios"])'
+jcheck "$TMP/run.json" "check: no overlap, no stale write accepted anywhere" \
+    'all(s["overlaps"] == 0 and s["stale_writes_accepted"] == 0 and s["lost_increments"] == 0 for s in d["scenarios"])'
+jcheck "$TMP/run.json" "check: none passes" 'd["scenarios"][0]["verdict"] == "pass"'
+jcheck "$TMP/run.json" "check: kill passes, holders were killed inside their section and the lock was taken over" \
+    'd["scenarios"][1]["verdict"] == "pass" and d["scenarios"][1]["fenced"]["kills_holding"] > 0 and d["scenarios"][1]["fenced"]["takeovers"] > 0'
+jcheck "$TMP/run.json" "check: pause is n/a on the file backend (locks do not expire)" \
+    'd["scenarios"][2]["verdict"] == "n/a" and "not applicable" in d["scenarios"][2]["note"] and d["scenarios"][2]["canary"] is None'
+jcheck "$TMP/run.json" "check: pause-lost passes, fencing rejected the stale writes" \
+    'd["scenarios"][3]["verdict"] == "pass" and d["scenarios"][3]["stale_writes_rejected"] > 0'
+jcheck "$TMP/run.json" "check: pause-lost canary lost updates (the fault took effect)" \
+    'd["scenarios"][3]["canary"]["lost_increments"] > 0 and d["scenarios"][3]["canary"]["stale_writes_accepted"] > 0'
+[ -z "$(ls -A "$TMP/locks" 2>/dev/null)" ] && ok "check: lock files removed" ||
+    bad "check left files: $(ls "$TMP/locks")"
+
+# The dumped history checks to the same counts.
+"$DLOCK" check --check-history "$TMP/run.hist" --json >"$TMP/rerun.json"
+rc=$?
+[ $rc -eq 0 ] && ok "re-check of the dumped history: exit 0" || bad "re-check: exit $rc"
+python3 - "$TMP/run.json" "$TMP/rerun.json" <<'EOF' && ok "re-check of the dumped history: same counts" || bad "re-check: counts differ"
+import json, sys
+live = json.load(open(sys.argv[1]))["scenarios"]
+again = json.load(open(sys.argv[2]))["scenarios"]
+want = []
+for s in live:
+    for mode in ("fenced", "canary"):
+        if s[mode] is not None:
+            want.append((s["name"], s[mode]["sections"], s[mode]["overlaps"],
+                         s[mode]["stale_writes_rejected"], s[mode]["stale_writes_accepted"],
+                         s[mode]["lost_increments"]))
+got = []
+for s in again:
+    r = s["fenced"] or s["canary"]
+    got.append((s["name"], r["sections"], r["overlaps"], r["stale_writes_rejected"],
+                r["stale_writes_accepted"], r["lost_increments"]))
+if want != got:
+    print("# live ", want)
+    print("# again", got)
+    sys.exit(1)
+EOF
+
+# --- 3. human output and usage errors
+"$DLOCK" --url "$URL" check -P 2 -D 0.3 --scenario none >"$TMP/table.txt"
+rc=$?
+[ $rc -eq 0 ] && grep -q "^none .*pass" "$TMP/table.txt" && ok "table output" ||
+    bad "table output (exit $rc): $(cat "$TMP/table.txt")"
+"$DLOCK" --url "$URL" check --scenario nope 2>/dev/null
+[ $? -eq 64 ] && ok "unknown scenario: exit 64" || bad "unknown scenario: not 64"
+"$DLOCK" --url "$URL" check -P 1 2>/dev/null
+[ $? -eq 64 ] && ok "-P 1: exit 64" || bad "-P 1: not 64"
+"$DLOCK" check --list | grep -q "^pause-lost" && ok "--list" || bad "--list"
+
+# --- 4. SIGTERM in the middle: partial results, exit 143, nothing left running
+"$DLOCK" --url "$URL" check -P 3 -D 5 --json >"$TMP/term.json" &
+BG=$!
+sleep 1.5
+kids=$(ps -o pid= --ppid "$BG" | tr '\n' ' ')
+kill -TERM "$BG"
+wait "$BG"
+rc=$?
+BG=
+[ $rc -eq 143 ] && ok "SIGTERM: exit 143" || bad "SIGTERM: exit $rc"
+jcheck "$TMP/term.json" "SIGTERM: partial results marked interrupted" 'd["interrupted"] is True'
+[ -n "$kids" ] && ok "SIGTERM: there were workers ($kids)" || bad "SIGTERM: no workers seen"
+sleep 0.2
+left=
+for k in $kids; do [ -e "/proc/$k" ] && left="$left $k"; done
+[ -z "$left" ] && ok "SIGTERM: every worker is gone" || bad "SIGTERM: still running:$left"
+
+if [ $fails -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all passed"
