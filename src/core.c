@@ -517,6 +517,14 @@ static bool uses_lease(const dlock_lock *l)
     return (l->c->be->caps & DLOCK_CAP_LEASE) && l->c->be->renew;
 }
 
+static void signal_fd(int fd)
+{
+    uint64_t one = 1;
+    if (fd >= 0 && write(fd, &one, sizeof one) < 0) {
+        /* eventfd only fails on counter overflow: a signal is pending anyway */
+    }
+}
+
 void dl_mark_lost(dlock_lock *l, const char *why)
 {
     /* One caller writes the message, then publishes it with the state
@@ -528,10 +536,7 @@ void dl_mark_lost(dlock_lock *l, const char *why)
     int expected = DLOCK_STATE_HELD;
     if (!atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST))
         return; /* released meanwhile */
-    uint64_t one = 1;
-    if (write(l->lost_fd, &one, sizeof one) < 0) {
-        /* eventfd only fails on counter overflow, which cannot happen here */
-    }
+    signal_fd(atomic_load(&l->lost_fd));
     if (l->opts.on_lost)
         l->opts.on_lost(l, l->opts.on_lost_arg);
 }
@@ -584,22 +589,18 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
         return dl_client_err(client, DLOCK_ENOMEM, "out of memory");
     l->c = client;
     l->opts = o;
-    l->cancel_fd = l->lost_fd = -1;
+    l->cancel_fd = -1;
     l->name = strdup(name);
     if (!l->name) {
         free(l);
         return dl_client_err(client, DLOCK_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->cancel_mu, NULL);
     atomic_init(&l->state, DLOCK_STATE_IDLE);
     atomic_init(&l->token, 0);
     atomic_init(&l->lost_claimed, false);
-    l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    l->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (l->cancel_fd < 0 || l->lost_fd < 0) {
-        rc = dl_client_err(client, DLOCK_EIO, "cannot create eventfd: %s", strerror(errno));
-        goto fail;
-    }
+    atomic_init(&l->lost_fd, -1);
     if (client->be->lock_init) {
         rc = client->be->lock_init(l);
         if (rc) {
@@ -610,10 +611,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     *out = l;
     return 0;
 fail:
-    if (l->cancel_fd >= 0)
-        close(l->cancel_fd);
-    if (l->lost_fd >= 0)
-        close(l->lost_fd);
+    pthread_mutex_destroy(&l->cancel_mu);
     pthread_mutex_destroy(&l->mu);
     free(l->name);
     free(l);
@@ -633,8 +631,10 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
     }
     if (lock->c->be->lock_fini)
         lock->c->be->lock_fini(lock);
-    close(lock->cancel_fd);
-    close(lock->lost_fd);
+    int lfd = atomic_load(&lock->lost_fd);
+    if (lfd >= 0)
+        close(lfd);
+    pthread_mutex_destroy(&lock->cancel_mu);
     pthread_mutex_destroy(&lock->mu);
     free(lock->name);
     free(lock);
@@ -659,6 +659,34 @@ static void drain(int fd)
     uint64_t v;
     while (read(fd, &v, sizeof v) > 0) {
     }
+}
+
+/* A waiting acquisition gets an eventfd for dlock_cancel; a cancel that came
+ * before it existed is carried over (the caller cannot know when waiting
+ * starts). The descriptor is closed when the acquisition returns. */
+static int cancel_arm(dlock_lock *l)
+{
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot create eventfd: %s", l->name,
+                           strerror(errno));
+    pthread_mutex_lock(&l->cancel_mu);
+    l->cancel_fd = fd;
+    if (l->cancel_pending)
+        signal_fd(fd);
+    l->cancel_pending = false;
+    pthread_mutex_unlock(&l->cancel_mu);
+    return 0;
+}
+
+static void cancel_disarm(dlock_lock *l)
+{
+    pthread_mutex_lock(&l->cancel_mu);
+    if (l->cancel_fd >= 0)
+        close(l->cancel_fd);
+    l->cancel_fd = -1;
+    l->cancel_pending = false;
+    pthread_mutex_unlock(&l->cancel_mu);
 }
 
 static int64_t deadline_from(int timeout_ms)
@@ -688,14 +716,19 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     /* A cancel that arrived before we started still counts (the caller
      * cannot tell when waiting begins); one left over from an acquisition
      * that ended is drained when that acquisition returns. */
-    drain(l->lost_fd);
+    drain(atomic_load(&l->lost_fd));
     atomic_store(&l->lost_claimed, false);
+    if (deadline_ns != 0) {
+        rc = cancel_arm(l);
+        if (rc)
+            return rc;
+    }
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started = dl_now_ns();
     l->lease_start_ns = 0;
     pthread_mutex_lock(&l->mu);
     rc = l->c->be->acquire(l, deadline_ns);
-    drain(l->cancel_fd);
+    cancel_disarm(l);
     if (rc == 0 && l->lease_start_ns)
         started = l->lease_start_ns;
     if (rc == 0) {
@@ -741,7 +774,7 @@ static int release_now(dlock_lock *l)
     l->count = 0;
     atomic_store(&l->token, 0);
     atomic_store(&l->state, DLOCK_STATE_IDLE);
-    drain(l->lost_fd);
+    drain(atomic_load(&l->lost_fd));
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -765,10 +798,12 @@ DLOCK_EXTERN void dlock_cancel(dlock_lock *lock)
 {
     if (!lock)
         return;
-    uint64_t one = 1;
-    if (write(lock->cancel_fd, &one, sizeof one) < 0) {
-        /* counter overflow only: a cancel is already pending */
-    }
+    pthread_mutex_lock(&lock->cancel_mu);
+    if (lock->cancel_fd >= 0)
+        signal_fd(lock->cancel_fd);
+    else
+        lock->cancel_pending = true;
+    pthread_mutex_unlock(&lock->cancel_mu);
 }
 
 DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock)
@@ -796,7 +831,25 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
 
 DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock)
 {
-    return lock ? lock->lost_fd : -1;
+    if (!lock)
+        return -1;
+    int fd = atomic_load(&lock->lost_fd);
+    if (fd >= 0)
+        return fd;
+    fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) {
+        dl_lock_err(lock, DLOCK_EIO, "cannot create eventfd: %s", strerror(errno));
+        return -1;
+    }
+    int none = -1;
+    if (!atomic_compare_exchange_strong(&lock->lost_fd, &none, fd)) {
+        close(fd); /* another thread was first */
+        return none;
+    }
+    /* A loss before the descriptor existed must still show. */
+    if (atomic_load(&lock->state) == DLOCK_STATE_LOST)
+        signal_fd(fd);
+    return fd;
 }
 
 DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)

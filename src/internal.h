@@ -128,8 +128,13 @@ struct dlock_lock {
     _Atomic int state;            /* dlock_state_t */
     _Atomic uint64_t token;
     unsigned count; /* re-entry count */
-    int cancel_fd;  /* eventfd: written by dlock_cancel */
-    int lost_fd;    /* eventfd: written on loss */
+    /* Descriptors exist only while needed, so that a process can keep many
+     * handles: cancel_fd during an acquisition that may wait (guarded by
+     * cancel_mu; -1 otherwise), lost_fd from the first dlock_lost_fd call. */
+    int cancel_fd;
+    pthread_mutex_t cancel_mu;
+    bool cancel_pending; /* dlock_cancel came while no cancel_fd existed */
+    _Atomic int lost_fd;
     atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */
     char errmsg[DL_ERRMSG_MAX];    /* written by the owner's thread only */
     char renew_err[DL_ERRMSG_MAX]; /* written by the renewal thread only */
