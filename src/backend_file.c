@@ -9,15 +9,20 @@
  * offsets far past its data:
  *
  *   MAIN      the lock itself (write lock: exclusive, read lock: shared)
- *   META      taken briefly around the token update
- *   TURN      the turnstile of fair and read-write locks: a waiter holds it
- *             while it sleeps on MAIN, so later arrivals queue behind it
+ *   META      taken briefly around updates of the header
+ *   TURN      the turnstile of read-write locks: a writer holds it while it
+ *             sleeps on MAIN, so later readers queue behind it
  *   GATE      the semaphore's waiting room (one waiter at a time waits on
  *             all permits; the rest queue on GATE)
  *   SLOT+i    permit i of a semaphore
+ *   Q+t       ticket t of the fair queue of exclusive lockers: the holder of
+ *             ticket t keeps Q+t until it releases, and ticket t+1 sleeps on
+ *             Q+t — so each release wakes exactly the next in line (the
+ *             kernel alone wakes blocked lockers in no guaranteed order)
  *
- * The file's data holds the fencing token (a fixed-width header) and one
- * record per holder (who, since when, token, leader value) for inspection.
+ * The file's data holds the fencing token and the next ticket (a fixed-width
+ * header) and one record per holder (who, since when, token, leader value)
+ * for inspection.
  *
  * Waiting sleeps in the kernel (F_OFD_SETLKW) and must still honour timeouts
  * and dlock_cancel. A blocked fcntl cannot be interrupted without a signal,
@@ -64,8 +69,10 @@
 #define OFF_TURN (OFF_BASE + 2)
 #define OFF_GATE (OFF_BASE + 3)
 #define OFF_SLOT(i) (OFF_BASE + 16 + (off_t)(i))
+#define OFF_QUEUE(t) (((off_t)1 << 41) + (off_t)(t))
 
-#define HEADER_LEN 28 /* "dlock1 " + 20 digits + "\n" */
+#define TOKEN_LEN 28                  /* "dlock1 " + 20 digits + "\n" */
+#define HEADER_LEN (TOKEN_LEN + 26)   /* + "next " + 20 digits + "\n" */
 #define RECORD_LEN 1024
 #define RECORD_OFF(i) (64 + (off_t)(i) * RECORD_LEN) /* 0: exclusive holder, 1+i: permit i */
 #define HELPER_STACK (64 * 1024)
@@ -94,8 +101,8 @@ typedef struct wait_job {
     int fd;
     pid_t parent;
     int nsteps;
-    short type[2];
-    off_t start[2];
+    short type[3];
+    off_t start[3];
 } wait_job;
 
 typedef struct helper {
@@ -418,31 +425,48 @@ static bool still_linked(dlock_lock *l, int fd)
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-static int read_token(dlock_lock *l, int fd, uint64_t *token)
+static bool parse_digits(const char *p, uint64_t *v)
 {
-    char buf[HEADER_LEN + 1];
+    uint64_t x = 0;
+    for (int i = 0; i < 20; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        x = x * 10 + (uint64_t)(p[i] - '0');
+    }
+    *v = x;
+    return true;
+}
+
+/* The header: the last fencing token issued and the next queue ticket. */
+static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next)
+{
+    char buf[HEADER_LEN];
     ssize_t n = pread(fd, buf, HEADER_LEN, 0);
     if (n < 0)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": read: %s", l->name, strerror(errno));
-    if (n == 0) {
-        *token = 0;
+    *token = *next = 0;
+    if (n == 0)
         return 0;
-    }
-    buf[n] = '\0';
-    uint64_t v = 0;
-    bool ok = n == HEADER_LEN && memcmp(buf, "dlock1 ", 7) == 0 && buf[HEADER_LEN - 1] == '\n';
-    for (int i = 7; ok && i < HEADER_LEN - 1; i++) {
-        if (buf[i] < '0' || buf[i] > '9')
-            ok = false;
-        else
-            v = v * 10 + (uint64_t)(buf[i] - '0');
-    }
+    bool ok = n >= TOKEN_LEN && memcmp(buf, "dlock1 ", 7) == 0 && buf[TOKEN_LEN - 1] == '\n' &&
+              parse_digits(buf + 7, token);
+    if (ok && n == HEADER_LEN)
+        ok = memcmp(buf + TOKEN_LEN, "next ", 5) == 0 && buf[HEADER_LEN - 1] == '\n' &&
+             parse_digits(buf + TOKEN_LEN + 5, next);
     if (!ok)
         return dl_lock_err(l, DLOCK_EPROTO,
-                           "lock file of \"%s\" has a corrupt token header (refusing to reset "
-                           "the fencing token; inspect or remove the file)",
+                           "lock file of \"%s\" has a corrupt header (refusing to reset the "
+                           "fencing token; inspect or remove the file)",
                            l->name);
-    *token = v;
+    return 0;
+}
+
+static int write_header(dlock_lock *l, int fd, uint64_t token, uint64_t next)
+{
+    char buf[HEADER_LEN + 1];
+    snprintf(buf, sizeof buf, "dlock1 %020" PRIu64 "\nnext %020" PRIu64 "\n", token, next);
+    if (pwrite(fd, buf, HEADER_LEN, 0) != HEADER_LEN)
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write header: %s", l->name,
+                           strerror(errno));
     return 0;
 }
 
@@ -454,21 +478,14 @@ static int bump_token(dlock_lock *l, int fd, int64_t deadline)
     int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
     if (rc)
         return rc;
-    uint64_t token = 0;
-    rc = read_token(l, fd, &token);
-    if (rc == 0) {
-        token++;
-        char buf[HEADER_LEN + 1];
-        snprintf(buf, sizeof buf, "dlock1 %020" PRIu64 "\n", token);
-        if (pwrite(fd, buf, HEADER_LEN, 0) != HEADER_LEN)
-            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write token: %s", l->name,
-                             strerror(errno));
-        else if (fc_of(l->c)->sync && fdatasync(fd) != 0)
-            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name,
-                             strerror(errno));
-        if (rc == 0)
-            atomic_store(&l->token, token);
-    }
+    uint64_t token = 0, next = 0;
+    rc = read_header(l, fd, &token, &next);
+    if (rc == 0)
+        rc = write_header(l, fd, token + 1, next);
+    if (rc == 0 && fc_of(l->c)->sync && fdatasync(fd) != 0)
+        rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name, strerror(errno));
+    if (rc == 0)
+        atomic_store(&l->token, token + 1);
     unlock_range(fd, OFF_META);
     return rc;
 }
@@ -618,47 +635,137 @@ static void file_lock_fini(dlock_lock *l)
     free(fl);
 }
 
-/* Exclusive or shared: MAIN, behind TURN when fairness is wanted. */
-static int take_main(dlock_lock *l, int fd, int64_t deadline)
+static int busy(dlock_lock *l)
 {
-    short type = l->opts.kind == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
-    /* Readers always queue at the turnstile, or a stream of them would
-     * starve a waiting writer (the kernel grants a read lock whenever no
-     * write lock is granted). */
-    bool fair = l->opts.fair != 0 || l->opts.kind == DLOCK_SHARED;
-    if (!fair) {
-        int rc = try_range(l, fd, type, OFF_MAIN);
-        if (rc <= 0)
-            return rc;
-        if (deadline == 0)
-            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-        wait_job job = {.fd = fd, .nsteps = 1, .type = {type}, .start = {OFF_MAIN}};
-        int w;
-        return wait_jobs(l, &job, 1, deadline, &w);
+    return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+}
+
+/* Wait for the job's ranges (all of them, in order). */
+static int wait_steps(dlock_lock *l, int fd, int n, const short *type, const off_t *start,
+                      int64_t deadline)
+{
+    wait_job job = {.fd = fd, .nsteps = n};
+    for (int i = 0; i < n; i++) {
+        job.type[i] = type[i];
+        job.start[i] = start[i];
     }
+    int w;
+    return wait_jobs(l, &job, 1, deadline, &w);
+}
+
+/* Non-fair exclusive: take MAIN however the kernel hands it out. */
+static int take_any_order(dlock_lock *l, int fd, int64_t deadline)
+{
+    int rc = try_range(l, fd, F_WRLCK, OFF_MAIN);
+    if (rc <= 0)
+        return rc;
+    if (deadline == 0)
+        return busy(l);
+    return wait_steps(l, fd, 1, (short[]){F_WRLCK}, (off_t[]){OFF_MAIN}, deadline);
+}
+
+/* Shared: behind TURN, so that a writer waiting there blocks later readers. */
+static int take_shared(dlock_lock *l, int fd, int64_t deadline)
+{
     int rc = try_range(l, fd, F_WRLCK, OFF_TURN);
     if (rc < 0)
         return rc;
-    if (rc == 0) {
-        rc = try_range(l, fd, type, OFF_MAIN);
-        if (rc == 1 && deadline != 0) {
-            wait_job job = {.fd = fd, .nsteps = 1, .type = {type}, .start = {OFF_MAIN}};
-            int w;
-            rc = wait_jobs(l, &job, 1, deadline, &w);
-        } else if (rc == 1) {
-            rc = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-        }
-    } else if (deadline == 0) {
-        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    if (rc == 1) {
+        rc = deadline == 0 ? busy(l)
+                           : wait_steps(l, fd, 2, (short[]){F_WRLCK, F_RDLCK},
+                                        (off_t[]){OFF_TURN, OFF_MAIN}, deadline);
     } else {
-        /* One helper queues at the turnstile, then on the lock itself. */
-        wait_job job = {.fd = fd, .nsteps = 2, .type = {F_WRLCK, type},
-                        .start = {OFF_TURN, OFF_MAIN}};
-        int w;
-        rc = wait_jobs(l, &job, 1, deadline, &w);
+        rc = try_range(l, fd, F_RDLCK, OFF_MAIN);
+        if (rc == 1)
+            rc = deadline == 0 ? busy(l)
+                               : wait_steps(l, fd, 1, (short[]){F_RDLCK}, (off_t[]){OFF_MAIN},
+                                            deadline);
     }
     unlock_range(fd, OFF_TURN);
     return rc;
+}
+
+/*
+ * Fair exclusive: take a ticket t under META and sleep on the predecessor's
+ * queue byte Q+(t-1), then on TURN (readers) and MAIN. Each release frees
+ * the holder's queue byte and MAIN together, so the kernel wakes exactly the
+ * next ticket. A try takes a ticket only when it can have the lock at once.
+ */
+static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_issued)
+{
+    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
+    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    if (rc)
+        return rc;
+    uint64_t token, t;
+    rc = read_header(l, fd, &token, &t);
+    if (rc) {
+        unlock_range(fd, OFF_META);
+        return rc;
+    }
+    rc = try_range(l, fd, F_WRLCK, OFF_QUEUE(t));
+    if (rc != 0) {
+        unlock_range(fd, OFF_META);
+        return rc < 0 ? rc : dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": ticket %" PRIu64
+                                         " is taken; the lock file's header is stale", l->name, t);
+    }
+    /* Who is ahead of us: the previous ticket, if still held (waiting or
+     * holding), else whoever holds TURN or MAIN. */
+    int pred = t == 0 ? 0 : try_range(l, fd, F_WRLCK, OFF_QUEUE(t - 1));
+    if (pred == 0 && t > 0)
+        unlock_range(fd, OFF_QUEUE(t - 1));
+    int turn = pred == 0 ? try_range(l, fd, F_WRLCK, OFF_TURN) : 1;
+    int main_ = turn == 0 ? try_range(l, fd, F_WRLCK, OFF_MAIN) : 1;
+    if (pred < 0 || turn < 0 || main_ < 0) {
+        rc = pred < 0 ? pred : turn < 0 ? turn : main_;
+    } else if (main_ == 0) {
+        /* Uncontended: issue the fencing token in the same META session. */
+        rc = write_header(l, fd, token + 1, t + 1);
+        if (rc == 0 && fc_of(l->c)->sync && fdatasync(fd) != 0)
+            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name,
+                             strerror(errno));
+        if (rc == 0) {
+            atomic_store(&l->token, token + 1);
+            *token_issued = true;
+        }
+    } else if (deadline == 0) {
+        rc = busy(l);
+    } else {
+        rc = write_header(l, fd, token, t + 1);
+        if (rc == 0) {
+            unlock_range(fd, OFF_META);
+            if (pred == 1)
+                rc = wait_steps(l, fd, 3, (short[]){F_WRLCK, F_WRLCK, F_WRLCK},
+                                (off_t[]){OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN}, deadline);
+            else if (turn == 1)
+                rc = wait_steps(l, fd, 2, (short[]){F_WRLCK, F_WRLCK},
+                                (off_t[]){OFF_TURN, OFF_MAIN}, deadline);
+            else
+                rc = wait_steps(l, fd, 1, (short[]){F_WRLCK}, (off_t[]){OFF_MAIN}, deadline);
+            if (t > 0)
+                unlock_range(fd, OFF_QUEUE(t - 1));
+            unlock_range(fd, OFF_TURN);
+            if (rc)
+                unlock_range(fd, OFF_QUEUE(t)); /* let the next in line move up */
+            return rc;
+        }
+    }
+    unlock_range(fd, OFF_META);
+    unlock_range(fd, OFF_TURN);
+    if (rc) {
+        unlock_range(fd, OFF_MAIN);
+        unlock_range(fd, OFF_QUEUE(t));
+    }
+    return rc;
+}
+
+static int take_main(dlock_lock *l, int fd, int64_t deadline, bool *token_issued)
+{
+    if (l->opts.kind == DLOCK_SHARED)
+        return take_shared(l, fd, deadline);
+    if (l->opts.fair == 0)
+        return take_any_order(l, fd, deadline);
+    return take_in_order(l, fd, deadline, token_issued);
 }
 
 /* Semaphore: any free permit; waiters queue on GATE, the first of them
@@ -726,10 +833,11 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
         if (rc)
             return rc;
         int slot = -1;
+        bool token_issued = false;
         if (l->opts.kind == DLOCK_SEMAPHORE)
             rc = take_permit(l, fd, deadline, &slot);
         else
-            rc = take_main(l, fd, deadline);
+            rc = take_main(l, fd, deadline, &token_issued);
         if (rc) {
             drop_fd(fd);
             return rc;
@@ -738,7 +846,8 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
             drop_fd(fd);
             continue;
         }
-        rc = bump_token(l, fd, deadline);
+        if (!token_issued)
+            rc = bump_token(l, fd, deadline);
         if (rc == 0 && l->opts.kind != DLOCK_SHARED)
             rc = write_record(l, fd, slot < 0 ? 0 : 1 + slot, NULL);
         if (rc) {
@@ -807,8 +916,8 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
         return dl_client_err(c, DLOCK_EIO, "cannot open %s/%s: %s", fc->dir, path,
                              strerror(errno));
     }
-    char hdr[HEADER_LEN + 1] = {0};
-    if (pread(fd, hdr, HEADER_LEN, 0) == HEADER_LEN && memcmp(hdr, "dlock1 ", 7) == 0)
+    char hdr[TOKEN_LEN + 1] = {0};
+    if (pread(fd, hdr, TOKEN_LEN, 0) == TOKEN_LEN && memcmp(hdr, "dlock1 ", 7) == 0)
         info->token = strtoull(hdr + 7, NULL, 10);
     short t = probe(fd, OFF_MAIN);
     record r = {0};

@@ -297,6 +297,67 @@ static void test_many_processes_and_threads(void **state)
     assert_int_equal(v, n);
 }
 
+/* The next ticket, read from the lock file's header ("next N"). */
+static long next_ticket(const char *name)
+{
+    char path[400], buf[64] = {0};
+    snprintf(path, sizeof path, "%s/locks/%s.lock", dir, name);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = pread(fd, buf, 54, 0);
+    close(fd);
+    return n == 54 ? atol(buf + 33) : -1;
+}
+
+struct fifo_arg {
+    dlock_lock *l;
+    atomic_int *order;
+    int got;
+};
+
+static void *fifo_waiter(void *p)
+{
+    struct fifo_arg *a = p;
+    if (dlock_acquire(a->l, 10000) == 0) {
+        a->got = atomic_fetch_add(a->order, 1);
+        dlock_release(a->l);
+    } else {
+        a->got = -1;
+    }
+    return NULL;
+}
+
+/* Fair exclusive locks are granted in arrival order: each waiter sleeps on
+ * its predecessor's ticket, so a release wakes exactly the next one. */
+static void test_fifo_order(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *h = new_lock(c, "fifo", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(h, 0), 0);
+    long base = next_ticket("fifo");
+    enum { N = 6 };
+    struct fifo_arg a[N];
+    pthread_t t[N];
+    atomic_int order = 0;
+    for (int i = 0; i < N; i++) {
+        a[i] = (struct fifo_arg){.l = new_lock(c, "fifo", DLOCK_EXCLUSIVE, 1), .order = &order};
+        assert_int_equal(pthread_create(&t[i], NULL, fifo_waiter, &a[i]), 0);
+        for (int k = 0; k < 5000 && next_ticket("fifo") != base + i + 1; k++)
+            usleep(1000);
+        assert_int_equal(next_ticket("fifo"), base + i + 1);
+    }
+    assert_int_equal(dlock_release(h), 0);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].got, i);
+        dlock_lock_free(a[i].l);
+    }
+    dlock_lock_free(h);
+    dlock_client_close(c);
+}
+
 static void test_killed_holder_frees_lock(void **state)
 {
     (void)state;
@@ -667,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_waiter_wakes_on_release),
         cmocka_unit_test(test_many_processes_and_threads),
         cmocka_unit_test(test_killed_holder_frees_lock),
+        cmocka_unit_test(test_fifo_order),
         cmocka_unit_test(test_shared),
         cmocka_unit_test(test_semaphore),
         cmocka_unit_test(test_multi_lock),
