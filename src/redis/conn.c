@@ -370,3 +370,52 @@ int rd_lock_key(const char *name, char *buf, size_t len)
     int n = snprintf(buf, len, "dlock:{%s}:lock", name);
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
+
+int rd_conf_init(rconf *cf, const dl_url *u, const dlock_client_opts *opts)
+{
+    memset(cf, 0, sizeof *cf);
+    if ((u->user && !(cf->user = strdup(u->user))) ||
+        (u->password && !(cf->password = strdup(u->password)))) {
+        rd_conf_free(cf);
+        return DLOCK_ENOMEM;
+    }
+    cf->connect_timeout_ms = opts->connect_timeout_ms;
+    cf->op_timeout_ms = opts->op_timeout_ms;
+    return 0;
+}
+
+void rd_conf_free(rconf *cf)
+{
+    free(cf->user);
+    if (cf->password) {
+        explicit_bzero(cf->password, strlen(cf->password));
+        free(cf->password);
+    }
+    cf->user = cf->password = NULL;
+}
+
+void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
+{
+    rcmd_init(c);
+    rcmd_add(c, "EVALSHA");
+    rcmd_add(c, cf->sha);
+    rcmd_add(c, "1");
+    rcmd_add(c, key);
+    rcmd_add(c, op);
+}
+
+int rd_lock_init(dlock_lock *l)
+{
+    rlock *rl = calloc(1, sizeof *rl);
+    if (!rl)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    rd_lock_key(l->name, rl->key, sizeof rl->key);
+    rl->kind[0] = l->opts.kind == DLOCK_SHARED ? 'r' : l->opts.kind == DLOCK_SEMAPHORE ? 's' : 'x';
+    l->bstate = rl;
+    return 0;
+}
+
+void rd_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+}

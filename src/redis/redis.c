@@ -37,15 +37,8 @@ typedef struct rclient {
     rcluster *cluster;
     int wait_replicas; /* WAIT for this many replicas after acquiring */
     int wait_timeout_ms;
-    char *user, *password;
     char self[300];
 } rclient;
-
-typedef struct rlock {
-    char key[DL_NAME_MAX + 32];  /* dlock:{NAME}:lock */
-    char wake[DL_NAME_MAX + 64]; /* dlock:{NAME}:w:OWNER or dlock:{NAME}:sig */
-    char kind[2];
-} rlock;
 
 static rclient *rc_of(dlock_client *c)
 {
@@ -218,17 +211,6 @@ static int run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply
     return RD_EIO;
 }
 
-/* EVALSHA sha 1 KEY op args... */
-static void script_cmd(rcmd *c, rclient *rc, const char *key, const char *op)
-{
-    rcmd_init(c);
-    rcmd_add(c, "EVALSHA");
-    rcmd_add(c, rc->cf.sha);
-    rcmd_add(c, "1");
-    rcmd_add(c, key);
-    rcmd_add(c, op);
-}
-
 static int unreachable(dlock_lock *l, const char *what, const char *err)
 {
     return dl_lock_err(l, DLOCK_EUNREACHABLE, "lock \"%s\": %s: %s (%s)", l->name, what, err,
@@ -261,7 +243,7 @@ static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long
 {
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
-    script_cmd(c, rc, rl->key, op);
+    rd_script_cmd(c, &rc->cf, rl->key, op);
     rcmd_add(c, l->owner);
     rcmd_add(c, rl->kind);
     rcmd_addll(c, l->opts.ttl_ms, nb[0]);
@@ -278,7 +260,7 @@ static void abort_wait(dlock_lock *l)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
-    script_cmd(&c, rc, rl->key, "abort");
+    rd_script_cmd(&c, &rc->cf, rl->key, "abort");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, rl->kind);
     redisReply *r;
@@ -299,7 +281,7 @@ static int confirm_replicated(dlock_lock *l)
      * WAIT on one connection. */
     rcmd c[2];
     char nb[3][24];
-    script_cmd(&c[0], rc, rl->key, "renew");
+    rd_script_cmd(&c[0], &rc->cf, rl->key, "renew");
     rcmd_add(&c[0], l->owner);
     rcmd_add(&c[0], rl->kind);
     rcmd_addll(&c[0], l->opts.ttl_ms, nb[0]);
@@ -453,7 +435,7 @@ static int release_quietly(dlock_lock *l)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
-    script_cmd(&c, rc, rl->key, "rel");
+    rd_script_cmd(&c, &rc->cf, rl->key, "rel");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, rl->kind);
     redisReply *r;
@@ -485,7 +467,7 @@ static int redis_renew(dlock_lock *l)
     rlock *rl = l->bstate;
     rcmd c;
     char nb[24];
-    script_cmd(&c, rc, rl->key, "renew");
+    rd_script_cmd(&c, &rc->cf, rl->key, "renew");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, rl->kind);
     rcmd_addll(&c, l->opts.ttl_ms, nb);
@@ -516,7 +498,7 @@ static int info_call(dlock_client *cl, const char *name, redisReply **out)
     char key[DL_NAME_MAX + 32];
     rd_lock_key(name, key, sizeof key);
     rcmd c;
-    script_cmd(&c, rc, key, "info");
+    rd_script_cmd(&c, &rc->cf, key, "info");
     char err[256];
     int x = run(rc, key, &c, 1, out, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
     if (x != RD_OK)
@@ -557,7 +539,7 @@ static int redis_set_value(dlock_lock *l, const char *value)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
-    script_cmd(&c, rc, rl->key, "setval");
+    rd_script_cmd(&c, &rc->cf, rl->key, "setval");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, value);
     redisReply *r;
@@ -681,11 +663,7 @@ static void rclient_free(rclient *rc)
         rd_cluster_free(rc->cluster);
     pthread_mutex_destroy(&rc->resolve_mu);
     free(rc->master_name);
-    free(rc->user);
-    if (rc->password) {
-        explicit_bzero(rc->password, strlen(rc->password));
-        free(rc->password);
-    }
+    rd_conf_free(&rc->cf);
     free(rc);
 }
 
@@ -716,16 +694,11 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
     rc->mode = strcmp(u->scheme, "redis+sentinel") == 0   ? MODE_SENTINEL
                : strcmp(u->scheme, "redis+cluster") == 0 ? MODE_CLUSTER
                                                           : MODE_SINGLE;
-    int x = 0;
-    if ((u->user && !(rc->user = strdup(u->user))) ||
-        (u->password && !(rc->password = strdup(u->password)))) {
+    int x = rd_conf_init(&rc->cf, u, &cl->opts);
+    if (x) {
         rclient_free(rc);
-        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+        return dl_client_err(cl, x, "out of memory");
     }
-    rc->cf.user = rc->user;
-    rc->cf.password = rc->password;
-    rc->cf.connect_timeout_ms = cl->opts.connect_timeout_ms;
-    rc->cf.op_timeout_ms = cl->opts.op_timeout_ms;
     x = param_int(cl, u, "wait", 0, 0, 100, &rc->wait_replicas);
     if (!x)
         x = param_int(cl, u, "wait_timeout", 1000, 1, 600000, &rc->wait_timeout_ms);
@@ -789,22 +762,6 @@ static void redis_client_close(dlock_client *cl)
     rclient_free(rc_of(cl));
 }
 
-static int redis_lock_init(dlock_lock *l)
-{
-    rlock *rl = calloc(1, sizeof *rl);
-    if (!rl)
-        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    rd_lock_key(l->name, rl->key, sizeof rl->key);
-    rl->kind[0] = l->opts.kind == DLOCK_SHARED ? 'r' : l->opts.kind == DLOCK_SEMAPHORE ? 's' : 'x';
-    l->bstate = rl;
-    return 0;
-}
-
-static void redis_lock_fini(dlock_lock *l)
-{
-    free(l->bstate);
-}
-
 const dl_backend dl_backend_redis = {
     .version = DL_BACKEND_V1,
     .name = "redis",
@@ -816,8 +773,8 @@ const dl_backend dl_backend_redis = {
                "writes can repeat tokens",
     .client_open = redis_client_open,
     .client_close = redis_client_close,
-    .lock_init = redis_lock_init,
-    .lock_fini = redis_lock_fini,
+    .lock_init = rd_lock_init,
+    .lock_fini = rd_lock_fini,
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,

@@ -31,13 +31,27 @@ typedef struct rnode {
 
 /* Per-client settings every server of the family shares. */
 typedef struct rconf {
-    const char *user;     /* ACL user or NULL */
-    const char *password; /* or NULL */
+    char *user;     /* ACL user or NULL (owned) */
+    char *password; /* or NULL (owned, wiped when freed) */
     int db;               /* SELECT on connect (not in cluster mode) */
     int connect_timeout_ms;
     int op_timeout_ms;
     char sha[41]; /* SHA1 of the lock script, learned from SCRIPT LOAD */
 } rconf;
+
+/* Credentials and timeouts from the URL and the client's options. */
+int rd_conf_init(rconf *cf, const dl_url *u, const dlock_client_opts *opts);
+void rd_conf_free(rconf *cf);
+
+/* Per-lock state of every backend of the family. */
+typedef struct rlock {
+    char key[DL_NAME_MAX + 32];  /* dlock:{NAME}:lock */
+    char wake[DL_NAME_MAX + 64]; /* where a waiter blocks */
+    char kind[2];                /* "x" exclusive, "r" shared, "s" semaphore */
+} rlock;
+
+int rd_lock_init(dlock_lock *l);
+void rd_lock_fini(dlock_lock *l);
 
 /* A command as argv; at most RD_MAXARGS arguments. */
 #define RD_MAXARGS 16
@@ -96,6 +110,9 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool
 
 /* The lock script (one script, an operation per first argument). */
 extern const char rd_lock_script[];
+
+/* EVALSHA sha 1 KEY op: the start of every call of the lock script. */
+void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
 
 /* Load the lock script on c; fills cf->sha. */
 int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);

@@ -31,13 +31,8 @@ typedef struct rlclient {
     rnode *nodes;
     int n;
     int quorum;
-    char *user, *password;
     char self[300];
 } rlclient;
-
-typedef struct rllock {
-    char key[DL_NAME_MAX + 32];
-} rllock;
 
 static rlclient *rl_of(dlock_client *c)
 {
@@ -115,16 +110,6 @@ static void free_all(rlclient *rc, redisReply **r)
             freeReplyObject(r[i]);
 }
 
-static void script_cmd(rcmd *c, rlclient *rc, const char *key, const char *op)
-{
-    rcmd_init(c);
-    rcmd_add(c, "EVALSHA");
-    rcmd_add(c, rc->cf.sha);
-    rcmd_add(c, "1");
-    rcmd_add(c, key);
-    rcmd_add(c, op);
-}
-
 static bool int_is(const redisReply *r, long long v)
 {
     return r && r->type == REDIS_REPLY_INTEGER && r->integer == v;
@@ -134,9 +119,9 @@ static bool int_is(const redisReply *r, long long v)
 static int release_all(dlock_lock *l)
 {
     rlclient *rc = rl_of(l->c);
-    rllock *ll = l->bstate;
+    rlock *ll = l->bstate;
     rcmd c;
-    script_cmd(&c, rc, ll->key, "rel");
+    rd_script_cmd(&c, &rc->cf, ll->key, "rel");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, "x");
     redisReply *r[rc->n];
@@ -168,12 +153,12 @@ static int backoff(dlock_lock *l, int64_t deadline, int attempt)
 static int rl_acquire(dlock_lock *l, int64_t deadline)
 {
     rlclient *rc = rl_of(l->c);
-    rllock *ll = l->bstate;
+    rlock *ll = l->bstate;
     int ttl = l->opts.ttl_ms;
     char nb[24];
     for (int attempt = 0;; attempt++) {
         rcmd c;
-        script_cmd(&c, rc, ll->key, "racq");
+        rd_script_cmd(&c, &rc->cf, ll->key, "racq");
         rcmd_add(&c, l->owner);
         rcmd_addll(&c, ttl, nb);
         rcmd_add(&c, rc->self);
@@ -201,7 +186,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             /* Publish max+1 to the quorum we hold before anyone uses it. */
             long long token = maxtok + 1;
             char tb[24];
-            script_cmd(&c, rc, ll->key, "rtok");
+            rd_script_cmd(&c, &rc->cf, ll->key, "rtok");
             rcmd_add(&c, l->owner);
             rcmd_addll(&c, token, tb);
             on_all(rc, &c, r, node_timeout(rc, ttl));
@@ -250,11 +235,11 @@ static int rl_release(dlock_lock *l)
 static int rl_renew(dlock_lock *l)
 {
     rlclient *rc = rl_of(l->c);
-    rllock *ll = l->bstate;
+    rlock *ll = l->bstate;
     int ttl = l->opts.ttl_ms;
     rcmd c;
     char nb[24];
-    script_cmd(&c, rc, ll->key, "renew");
+    rd_script_cmd(&c, &rc->cf, ll->key, "renew");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, "x");
     rcmd_addll(&c, ttl, nb);
@@ -291,7 +276,7 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     char key[DL_NAME_MAX + 32];
     rd_lock_key(name, key, sizeof key);
     rcmd c;
-    script_cmd(&c, rc, key, "info");
+    rd_script_cmd(&c, &rc->cf, key, "info");
     redisReply *r[rc->n];
     on_all(rc, &c, r, rc->cf.op_timeout_ms);
     int answered = 0, best = -1, best_votes = 0;
@@ -340,11 +325,7 @@ static void rlclient_free(rlclient *rc)
     for (int i = 0; i < rc->n; i++)
         rnode_destroy(&rc->nodes[i]);
     free(rc->nodes);
-    free(rc->user);
-    if (rc->password) {
-        explicit_bzero(rc->password, strlen(rc->password));
-        free(rc->password);
-    }
+    rd_conf_free(&rc->cf);
     free(rc);
 }
 
@@ -354,8 +335,7 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     if (!rc)
         return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
     rc->nodes = calloc(u->nhosts, sizeof *rc->nodes);
-    if (!rc->nodes || (u->user && !(rc->user = strdup(u->user))) ||
-        (u->password && !(rc->password = strdup(u->password)))) {
+    if (!rc->nodes || rd_conf_init(&rc->cf, u, &cl->opts) != 0) {
         rlclient_free(rc);
         return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
     }
@@ -363,11 +343,7 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rc->quorum = rc->n / 2 + 1;
     for (int i = 0; i < rc->n; i++)
         rnode_init(&rc->nodes[i], u->hosts[i].host, u->hosts[i].port);
-    rc->cf.user = rc->user;
-    rc->cf.password = rc->password;
     rc->cf.db = u->path && *u->path ? atoi(u->path) : 0;
-    rc->cf.connect_timeout_ms = cl->opts.connect_timeout_ms;
-    rc->cf.op_timeout_ms = cl->opts.op_timeout_ms;
     dl_self_desc(rc->self, sizeof rc->self);
     /* Learn the script's SHA from the first master that answers; the others
      * load it when they first answer NOSCRIPT. */
@@ -402,17 +378,7 @@ static int rl_lock_init(dlock_lock *l)
         return dl_lock_err(l, DLOCK_ENOTSUP,
                            "redlock offers exclusive locks only (redis, file, zk and etcd have "
                            "shared locks and semaphores)");
-    rllock *ll = calloc(1, sizeof *ll);
-    if (!ll)
-        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    rd_lock_key(l->name, ll->key, sizeof ll->key);
-    l->bstate = ll;
-    return 0;
-}
-
-static void rl_lock_fini(dlock_lock *l)
-{
-    free(l->bstate);
+    return rd_lock_init(l);
 }
 
 const dl_backend dl_backend_redlock = {
@@ -426,7 +392,7 @@ const dl_backend dl_backend_redlock = {
     .client_open = rl_client_open,
     .client_close = rl_client_close,
     .lock_init = rl_lock_init,
-    .lock_fini = rl_lock_fini,
+    .lock_fini = rd_lock_fini,
     .acquire = rl_acquire,
     .release = rl_release,
     .renew = rl_renew,
