@@ -6,10 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-demo -j"$(nproc)" >/dev/null
 
-DLOCK=build/dlock
+DLOCK=build-demo/dlock
 procs=${PROCS:-6}
 runs=${RUNS:-50}
 work=$(mktemp -d)
