@@ -35,4 +35,6 @@ if [ -z "${DLOCK_QUICK:-}" ]; then
   scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 fi
 echo
-echo "all test steps passed"
+# One closing line over the steps above (each a CTest or fuzz run that stops
+# this script on its first failure).
+if [ -z "${DLOCK_QUICK:-}" ]; then echo "steps: 5 passed, 0 failed"; else echo "steps: 1 passed, 0 failed"; fi
