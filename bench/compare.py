@@ -3,7 +3,7 @@
 
     bench/compare.py OLD.jsonl NEW.jsonl [--threshold PCT]
 
-Rows are matched by (row, backend). For each row it prints the main figures
+Rows are matched by (row, URL scheme). For each row it prints the main figures
 of both files and the change; a change beyond the threshold (default 10 %)
 is marked better or worse (throughput up is better, latencies down are
 better). Rows with violations are flagged: a violation is a broken lock,
@@ -27,6 +27,9 @@ METRICS = [
     ("cycle_rtt_ratio", False),
     ("handover_rtt_ratio", False),
     ("rss_per_lock_bytes", False),
+    ("rtt_single_p50_us", False),
+    ("redis_commands_per_handover", False),
+    ("set_rps", True),
 ]
 
 
@@ -42,7 +45,8 @@ def load(path):
                 d = json.loads(line)
             except ValueError as e:
                 sys.exit("compare.py: %s:%d: not JSON: %s" % (path, n, e))
-            key = (d.get("row", "?"), d.get("backend", "?"))
+            scheme = d.get("url", "").split("://")[0] or d.get("backend", "?")
+            key = (d.get("row", "?"), scheme)
             if key not in rows:
                 order.append(key)
             rows[key] = d

@@ -1,14 +1,23 @@
 #!/bin/bash
 # matrix.sh — run the fixed `dlock bench` matrix on every backend given, one
 # JSON line per row, so that two builds can be compared row by row with
-# bench/compare.py.
+# bench/compare.py, and a run checked against the targets with
+# bench/targets.py.
 #
-#   bench/matrix.sh [-D SECS] [-o FILE] [-r ROWS] [URL...]
+#   bench/matrix.sh [-D SECS] [-o FILE] [-r ROWS] [-S KINDS] [URL...]
 #
 # URLs: the arguments, else $DLOCK_BENCH_URLS (space separated), else the
-# embedded file backend in a fresh temporary directory. A backend issue adds
-# its server's URL to the list (the server must already be running; a URL
-# whose backend does not answer is skipped with a note on stderr).
+# embedded file backend in a fresh temporary directory. -S KINDS (e.g.
+# "redis,redlock") first starts those servers with tests/servers.sh (redis,
+# redlock, sentinel, cluster) and adds their URLs; they are stopped at the
+# end. A URL whose backend does not answer is skipped with a note on stderr.
+# Rows: -r, else the default rows of each backend (file: uncontended
+# contended8 contended64 names10k; redis: uncontended contended8_fair
+# contended64_fair contended512_fair names10k redis_set; redlock:
+# uncontended contended8 names10k). Rows on the Redis family also count the
+# servers' commands (--commandstats). redis_set is not a bench run:
+# `redis-benchmark -c 8 -t set -q` against the same server, for the
+# throughput target of names10k.
 # The binary: $DLOCK, else build/dlock of this tree, else dlock from PATH.
 # Each line is the bench JSON object with "row" (and "label" from
 # $BENCH_LABEL, e.g. a commit id) added in front.
@@ -16,19 +25,40 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 D=5
 OUT=
-ROWS="uncontended contended8 contended64 names10k"
-while getopts "D:o:r:h" opt; do
+ROWS=
+KINDS=
+args_for_servers=()
+while getopts "D:o:r:S:h" opt; do
     case $opt in
-    D) D=$OPTARG ;;
-    o) OUT=$OPTARG ;;
-    r) ROWS=$OPTARG ;;
+    D) D=$OPTARG; args_for_servers+=(-D "$OPTARG") ;;
+    o) OUT=$OPTARG; args_for_servers+=(-o "$OPTARG") ;;
+    r) ROWS=$OPTARG; args_for_servers+=(-r "$OPTARG") ;;
+    S) KINDS=$OPTARG ;;
     h | *)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
         [ "$opt" = h ] && exit 0 || exit 64
         ;;
     esac
 done
 shift $((OPTIND - 1))
+
+if [ -n "$KINDS" ]; then
+    # Again, inside tests/servers.sh, with the URLs of what it started.
+    kinds=${KINDS//,/ }
+    urls=()
+    for k in $kinds; do
+        case $k in
+        redis) urls+=('$DLOCK_TEST_REDIS') ;;
+        redlock) urls+=('$DLOCK_TEST_REDLOCK') ;;
+        sentinel) urls+=('$DLOCK_TEST_SENTINEL') ;;
+        cluster) urls+=('$DLOCK_TEST_CLUSTER') ;;
+        *) echo "matrix.sh: unknown server kind $k" >&2; exit 64 ;;
+        esac
+    done
+    # shellcheck disable=SC2086
+    exec bash "$here/../tests/servers.sh" run $kinds -- \
+        bash -c 'exec bash "$0" "$@" '"${urls[*]}" "$0" "${args_for_servers[@]}" "$@"
+fi
 
 DLOCK=${DLOCK:-}
 if [ -z "$DLOCK" ]; then
@@ -61,8 +91,60 @@ row_args() {
     contended8) echo "-P 8 -K 1 -H 100" ;;
     contended64) echo "-P 64 -K 1 -H 100" ;;
     names10k) echo "-P 8 -K 10000 -H 0" ;;
+    contended8_fair) echo "-P 8 -K 1 -H 100 --fair" ;;
+    contended64_fair) echo "-P 64 -K 1 -H 100 --fair" ;;
+    contended512_fair) echo "-P 512 -K 1 -H 100 --fair" ;;
+    redis_set) echo "" ;;
     *) return 1 ;;
     esac
+}
+
+default_rows() {
+    case $1 in
+    redis://* | redis+sentinel://* | redis+cluster://*)
+        echo "uncontended contended8_fair contended64_fair contended512_fair names10k redis_set" ;;
+    redlock://*) echo "uncontended contended8 names10k" ;;
+    *) echo "uncontended contended8 contended64 names10k" ;;
+    esac
+}
+
+label=${BENCH_LABEL:-}
+label=${label//\\/\\\\}
+label=${label//\"/\\\"}
+
+emit() { # JSON line
+    if [ -n "$OUT" ]; then echo "$1" >>"$OUT"; else echo "$1"; fi
+}
+
+# redis-benchmark -c 8 -t set against the server of a redis:// URL: one
+# line {"row":"redis_set",...,"set_rps":N}
+redis_set() {
+    local url=$1 hostport host port auth=()
+    case $url in
+    redis://*) ;;
+    *) echo "matrix.sh: redis_set: only for redis:// URLs, not $url" >&2; return 1 ;;
+    esac
+    hostport=${url#redis://}
+    if [[ $hostport == *@* ]]; then
+        local cred=${hostport%%@*}
+        hostport=${hostport#*@}
+        auth=(-a "${cred#*:}")
+    fi
+    hostport=${hostport%%/*}
+    hostport=${hostport%%\?*}
+    host=${hostport%:*}
+    port=${hostport##*:}
+    [ "$host" = "$hostport" ] && port=6379
+    if ! command -v redis-benchmark >/dev/null; then
+        echo "matrix.sh: redis_set: no redis-benchmark" >&2
+        return 1
+    fi
+    local n=$((D * 40000)) out rps
+    out=$(redis-benchmark -h "$host" -p "$port" "${auth[@]}" -c 8 -t set -q -n "$n" 2>/dev/null |
+        tr '\r' '\n' | grep '^SET:' | tail -1)
+    rps=$(echo "$out" | sed -n 's/^SET: \([0-9.]*\) requests per second.*/\1/p')
+    [ -n "$rps" ] || { echo "matrix.sh: redis_set: no figure from redis-benchmark" >&2; return 1; }
+    emit "{\"row\":\"redis_set\",\"label\":\"$label\",\"backend\":\"redis\",\"url\":\"redis://$host:$port\",\"set_rps\":$rps,\"clients\":8,\"requests\":$n}"
 }
 
 if [ -n "$OUT" ]; then
@@ -75,14 +157,23 @@ for url in $URLS; do
         echo "matrix.sh: skipping $url: $(head -1 "$TMP/err")" >&2
         continue
     fi
-    for row in $ROWS; do
+    extra=
+    case $url in
+    redis://* | redis+sentinel://* | redis+cluster://* | redlock://*) extra=--commandstats ;;
+    esac
+    rows=${ROWS:-$(default_rows "$url")}
+    for row in $rows; do
         if ! args=$(row_args "$row"); then
             echo "matrix.sh: unknown row $row" >&2
             exit 64
         fi
         echo "matrix.sh: $row on $url ..." >&2
+        if [ "$row" = redis_set ]; then
+            redis_set "$url" || status=1
+            continue
+        fi
         # shellcheck disable=SC2086
-        line=$("$DLOCK" --url "$url" bench $args -D "$D" --baseline --json)
+        line=$("$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
         rc=$?
         if [ $rc -ne 0 ] || [ -z "$line" ]; then
             echo "matrix.sh: $row on $url failed (exit $rc)" >&2
@@ -90,11 +181,7 @@ for url in $URLS; do
             [ $rc -ge 128 ] && exit $rc
             continue
         fi
-        label=${BENCH_LABEL:-}
-        label=${label//\\/\\\\}
-        label=${label//\"/\\\"}
-        line="{\"row\":\"$row\",\"label\":\"$label\",${line#\{}"
-        if [ -n "$OUT" ]; then echo "$line" >>"$OUT"; else echo "$line"; fi
+        emit "{\"row\":\"$row\",\"label\":\"$label\",${line#\{}"
     done
 done
 exit $status

@@ -71,12 +71,74 @@ rc=$?
 [ $rc -eq 64 ] && grep -q "line 1" "$TMP/err" && ok "malformed history: exit 64 naming the line" ||
     bad "malformed history: exit $rc, $(cat "$TMP/err")"
 
+# --- 1b. the checker on server faults: a violation after a data loss that
+#         the backend says it cannot survive is expected, not a failure
+cat >"$TMP/loss.hist" <<'EOF'
+run scenario=restart mode=fenced backend=redis caps=0x121 ttl_ms=1000 fencing=1
+1000 acquire w=1
+1100 acquired w=1 token=7
+1200 read w=1 token=7 value=6
+2000 server_killed value=0
+2000 data_loss value=1
+3000 server_started value=0
+3100 acquire w=2
+3200 acquired w=2 token=1
+3300 read w=2 token=1 value=6
+3400 write_accepted w=1 token=7 value=7
+3500 release w=1
+3600 write_rejected w=2 token=1 value=7
+3700 release w=2
+4000 final value=7
+EOF
+"$DLOCK" check --check-history "$TMP/loss.hist" --json >"$TMP/loss.json"
+rc=$?
+[ $rc -eq 0 ] && ok "data loss beyond the claim: exit 0" || bad "data loss beyond the claim: exit $rc"
+jcheck "$TMP/loss.json" "data loss beyond the claim: expected-violation, counted as such" \
+    'd["scenarios"][0]["verdict"] == "expected-violation" and d["scenarios"][0]["fenced"]["overlaps_expected"] == 1 and d["scenarios"][0]["fenced"]["token_regressions_expected"] == 1 and d["scenarios"][0]["fenced"]["fresh_writes_rejected"] == 1'
+sed 's/data_loss value=1/data_loss value=0/' "$TMP/loss.hist" >"$TMP/loss0.hist"
+"$DLOCK" check --check-history "$TMP/loss0.hist" --json >"$TMP/loss0.json"
+jcheck "$TMP/loss0.json" "data loss within the claim: the same violations fail" \
+    'd["scenarios"][0]["verdict"] == "fail"'
+cat >"$TMP/late.hist" <<'EOF'
+run scenario=pause-acquire mode=fenced backend=redis caps=0x121 ttl_ms=1 fencing=1
+0 acquire w=1
+5000 paused w=1
+1600000 resumed w=1
+1700000 acquired w=1 token=3
+1700100 state w=1 token=3 value=3
+1800000 release w=1
+EOF
+"$DLOCK" check --check-history "$TMP/late.hist" --json >"$TMP/late.json"
+jcheck "$TMP/late.json" "a grant reported after its lease: fail, late_grants 1" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["late_grants"] == 1 and d["scenarios"][0]["overlaps"] == 0'
+cat >"$TMP/held.hist" <<'EOF'
+run scenario=pause mode=fenced backend=redis caps=0x121 ttl_ms=1 fencing=1
+0 acquire w=1
+100 acquired w=1 token=3
+200 read w=1 token=3 value=0
+300 paused w=1
+2000000 resumed w=1
+2000100 state w=1 token=3 value=2 rc=0
+2000200 lost_notified w=1 token=3
+2000300 write_rejected w=1 token=3 value=1
+2000400 release w=1
+EOF
+"$DLOCK" check --check-history "$TMP/held.hist" --json >"$TMP/held.json"
+jcheck "$TMP/held.json" "HELD after being stopped past the lease: fail" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["fenced"]["state_held_late"] == 1 and "could no longer hold" in d["scenarios"][0]["note"]'
+sed 's/value=2 rc=0/value=3 rc=1/' "$TMP/held.hist" >"$TMP/lost.hist"
+"$DLOCK" check --check-history "$TMP/lost.hist" --json >"$TMP/lost.json"
+jcheck "$TMP/lost.json" "LOST after being stopped past the lease: pass, notification timed from SIGCONT" \
+    'd["scenarios"][0]["verdict"] == "pass" and d["scenarios"][0]["fenced"]["state_lost_seen"] == 1 and d["scenarios"][0]["fenced"]["loss_notified_after_stop"] == 1'
+
 # --- 2. every scenario on the file backend, with the raw history kept
 "$DLOCK" --url "$URL" check -P 3 -D 0.6 --json --history "$TMP/run.hist" >"$TMP/run.json"
 rc=$?
 [ $rc -eq 0 ] && ok "check on file backend: exit 0" || bad "check on file backend: exit $rc"
 jcheck "$TMP/run.json" "check: one object with a scenarios array" \
-    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost"]'
+    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority"]'
+jcheck "$TMP/run.json" "check: server faults are n/a on the file backend, and not run" \
+    'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:])'
 jcheck "$TMP/run.json" "check: counts present in every scenario" \
     'all(all(k in s for k in ("sections", "overlaps", "lost_increments", "stale_writes_rejected", "stale_writes_accepted", "verdict")) for s in d["scenarios"])'
 jcheck "$TMP/run.json" "check: no overlap, no stale write accepted anywhere" \

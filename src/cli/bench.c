@@ -40,6 +40,7 @@ static const char bench_help[] =
     "                              [--fair | --no-fair]\n"
     "                              [--shared [--writers N] | --permits N]\n"
     "                              [--ttl SECS] [--pick random|rr] [--baseline] [--rss]\n"
+    "                              [--commandstats]\n"
     "                              [--handles cached|per-op] [--max-procs N] [--json]\n"
     "\n"
     "Measure the cost of locking: P waiters take and release locks on K names for\n"
@@ -62,8 +63,16 @@ static const char bench_help[] =
     "      --handles M    cached: one handle per name and waiter, made before the\n"
     "                     run; per-op: a new handle for every section (default:\n"
     "                     cached if the descriptor limit allows it)\n"
-    "      --baseline     also measure the backend's cheapest round trip (file:\n"
-    "                     an uncontended F_OFD_SETLK lock+unlock) and the ratios\n"
+    "      --baseline     also measure the backend's cheapest round trip and the\n"
+    "                     ratios to it, in the same run: file: an uncontended\n"
+    "                     F_OFD_SETLK lock+unlock; redis, sentinel: PING on one\n"
+    "                     connection to the master; cluster: PING to the node of the\n"
+    "                     lock's slot; redlock: PING to all masters in parallel (time\n"
+    "                     to the last reply; rtt_single_p50_us: one master alone)\n"
+    "      --commandstats (Redis family) INFO commandstats of the lock's servers\n"
+    "                     before and after the run: the commands clients sent, per\n"
+    "                     section and per hand-over (commands the lock script calls\n"
+    "                     inside the server are counted apart)\n"
     "      --rss          measure client memory per held lock (default when K >= 1000)\n"
     "      --no-prepare   do not use every name once before the run (by default\n"
     "                     first uses, e.g. creating lock files, are not timed)\n"
@@ -113,7 +122,7 @@ typedef struct bcfg {
     long P, K, H, max_procs, writers;
     int duration_ms, warmup_ms, ttl_ms;
     int fair; /* -1 backend default */
-    bool shared, baseline, rss, json, pick_rr, no_prepare;
+    bool shared, baseline, rss, json, pick_rr, no_prepare, cmdstats;
     long permits; /* 0: not a semaphore */
     handles_mode handles;
 } bcfg;
@@ -460,6 +469,7 @@ typedef struct bstats {
     double measured_s;
     int64_t cycle50, cycle99, wait50, wait99, ho50, ho99;
     size_t handovers;
+    size_t handovers_all; /* over the whole run, warm-up included */
     size_t overtaken; /* sections that got the lock after a later arrival */
     uint64_t violations;
     uint64_t fmin, fmax;
@@ -598,8 +608,11 @@ static int compute(const bctx *x, int64_t win_start, int64_t win_end, bstats *s)
             while (j < m && rel[j] < r->acquired)
                 j++;
             bool counted = r->acq_start >= win_start && r->acq_start < win_end;
-            if (j > 0 && r->acq_start < rel[j - 1] && counted)
-                ho[nho++] = r->acquired - rel[j - 1];
+            if (j > 0 && r->acq_start < rel[j - 1]) {
+                s->handovers_all++;
+                if (counted)
+                    ho[nho++] = r->acquired - rel[j - 1];
+            }
             /* FIFO check: someone who started asking later got it first */
             if (latest_arrival > r->acq_start && counted)
                 s->overtaken++;
@@ -636,6 +649,11 @@ typedef struct extras {
     bool have_rtt;
     int64_t rtt50, rtt99;
     size_t rtt_iters;
+    bool have_rtt_single; /* redlock: one master alone */
+    int64_t rtt1_50, rtt1_99;
+    char rtt_what[300];
+    bool have_cmds;
+    ms_cmdstats cmds; /* after minus before */
     bool have_rss;
     double rss_per_lock;
     long rss_held;
@@ -707,9 +725,41 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
         fprintf(f, ",\"handover_rtt_ratio\":null");
     if (c->baseline) {
         fprintf(f, ",\"baseline\":");
-        cli_json_str(f, e->have_rtt ? "uncontended F_OFD_SETLK lock+unlock on a scratch file "
-                                      "in the lock directory"
-                                    : "no baseline for this backend yet");
+        cli_json_str(f, e->have_rtt ? e->rtt_what : "no baseline for this backend yet");
+    }
+    if (e->have_rtt_single) {
+        json_us(f, "rtt_single_p50_us", e->rtt1_50, true);
+        json_us(f, "rtt_single_p99_us", e->rtt1_99, true);
+    }
+    fprintf(f, ",\"handovers_all\":%zu", s->handovers_all);
+    if (c->cmdstats) {
+        fprintf(f, ",\"redis_commands\":");
+        if (e->have_cmds) {
+            size_t all = s->total + (size_t)s->dropped;
+            fprintf(f, "{");
+            for (int i = 0; i < e->cmds.n; i++) {
+                if (i)
+                    fputc(',', f);
+                cli_json_str(f, e->cmds.name[i]);
+                fprintf(f, ":%" PRIu64, e->cmds.calls[i]);
+            }
+            fprintf(f, "},\"redis_commands_total\":%" PRIu64 ",\"redis_script_calls\":%" PRIu64
+                       ",\"redis_servers\":%d,\"sections_all\":%zu",
+                    e->cmds.client, e->cmds.internal, e->cmds.servers, all);
+            if (all > 0)
+                fprintf(f, ",\"redis_commands_per_section\":%.3f",
+                        (double)e->cmds.client / (double)all);
+            else
+                fprintf(f, ",\"redis_commands_per_section\":null");
+            if (s->handovers_all > 0)
+                fprintf(f, ",\"redis_commands_per_handover\":%.3f",
+                        (double)e->cmds.client / (double)s->handovers_all);
+            else
+                fprintf(f, ",\"redis_commands_per_handover\":null");
+        } else {
+            fprintf(f, "null,\"redis_commands_per_section\":null,"
+                       "\"redis_commands_per_handover\":null");
+        }
     }
     if (e->have_rss)
         fprintf(f, ",\"rss_per_lock_bytes\":%.0f,\"rss_locks_held\":%ld,\"fds_per_lock\":%.2f",
@@ -759,8 +809,12 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
         printf("  warning: %" PRIu64 " sections not recorded (stamp buffer full)\n", s->dropped);
     if (c->baseline) {
         if (e->have_rtt) {
-            printf("  baseline: OFD lock+unlock p50 %.2f us, p99 %.2f us (%zu samples)\n",
-                   (double)e->rtt50 / 1000.0, (double)e->rtt99 / 1000.0, e->rtt_iters);
+            printf("  baseline: %s\n            p50 %.2f us, p99 %.2f us (%zu samples)\n",
+                   e->rtt_what, (double)e->rtt50 / 1000.0, (double)e->rtt99 / 1000.0,
+                   e->rtt_iters);
+            if (e->have_rtt_single)
+                printf("  one master alone: p50 %.2f us, p99 %.2f us\n",
+                       (double)e->rtt1_50 / 1000.0, (double)e->rtt1_99 / 1000.0);
             if (s->n > 0 && e->rtt50 > 0)
                 printf("  cycle/rtt %.2f", (double)s->cycle50 / (double)e->rtt50);
             if (s->handovers > 0 && e->rtt50 > 0)
@@ -777,13 +831,28 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
         printf("  client memory: %.0f bytes per held lock (%ld locks held at once, %.2f fds "
                "each)\n",
                e->rss_per_lock, e->rss_held, e->fds_per_lock);
+    if (c->cmdstats && e->have_cmds) {
+        size_t all = s->total + (size_t)s->dropped;
+        printf("  redis commands sent: %" PRIu64 " (", e->cmds.client);
+        for (int i = 0; i < e->cmds.n; i++)
+            printf("%s%s %" PRIu64, i ? ", " : "", e->cmds.name[i], e->cmds.calls[i]);
+        printf(") on %d server%s; %" PRIu64 " more called by the lock script\n", e->cmds.servers,
+               e->cmds.servers == 1 ? "" : "s", e->cmds.internal);
+        if (all > 0)
+            printf("  per section: %.2f", (double)e->cmds.client / (double)all);
+        if (s->handovers_all > 0)
+            printf(", per hand-over: %.2f (%zu sections, %zu hand-overs in the whole run)",
+                   (double)e->cmds.client / (double)s->handovers_all, all, s->handovers_all);
+        printf("\n");
+    }
 }
 
 /* ---- the command -------------------------------------------------------- */
 
 enum {
     BO_P = 1, BO_K, BO_H, BO_D, BO_WARMUP, BO_FAIR, BO_SHARED, BO_WRITERS, BO_PERMITS, BO_TTL, BO_PICK,
-    BO_HANDLES, BO_BASELINE, BO_RSS, BO_JSON, BO_MAXPROCS, BO_NOPREP, BO_NOFAIR, BO_HELP
+    BO_HANDLES, BO_BASELINE, BO_RSS, BO_JSON, BO_MAXPROCS, BO_NOPREP, BO_NOFAIR, BO_CMDSTATS,
+    BO_HELP
 };
 
 static const cli_opt bench_opts[] = {
@@ -796,6 +865,7 @@ static const cli_opt bench_opts[] = {
     {"baseline", 0, 0, BO_BASELINE}, {"rss", 0, 0, BO_RSS},
     {"json", 0, 0, BO_JSON},       {"max-procs", 0, 1, BO_MAXPROCS},
     {"no-prepare", 0, 0, BO_NOPREP}, {"no-fair", 0, 0, BO_NOFAIR},
+    {"commandstats", 0, 0, BO_CMDSTATS},
     {"help", 'h', 0, BO_HELP},
     {NULL, 0, 0, 0},
 };
@@ -878,6 +948,9 @@ static int parse(int argc, char **argv, bcfg *c)
             break;
         case BO_RSS:
             c->rss = true;
+            break;
+        case BO_CMDSTATS:
+            c->cmdstats = true;
             break;
         case BO_NOPREP:
             c->no_prepare = true;
@@ -1089,6 +1162,48 @@ int cli_bench(int argc, char **argv, const char *url)
             return CLI_EXIT_SOFTWARE;
         }
         e.have_rtt = true;
+        snprintf(e.rtt_what, sizeof e.rtt_what,
+                 "uncontended F_OFD_SETLK lock+unlock on a scratch file in the lock directory");
+    }
+    /* The Redis family: PING, and the servers' command counters. */
+    const char *rurl = url ? url : getenv("DLOCK_URL");
+    ms_rtarget rt;
+    bool have_rt = false;
+    char name0[64];
+    lock_name(name0, sizeof name0, x.harness, 0);
+    if ((c->baseline || c->cmdstats) && ms_redis_kind(rurl) != MS_RK_NONE) {
+        char err[300];
+        if (ms_redis_target(rurl, &rt, err, sizeof err) == 0)
+            have_rt = true;
+        else
+            cli_err("bench: %s: %s", c->baseline ? "baseline" : "commandstats", err);
+    }
+    if (c->baseline && have_rt) {
+        char err[300];
+        ms_rtt all, one;
+        if (ms_redis_rtt(&rt, name0, BASELINE_ITERS, BASELINE_MAX_NS, &all, &one, e.rtt_what,
+                         sizeof e.rtt_what, err, sizeof err) == 0) {
+            e.have_rtt = true;
+            e.rtt50 = all.p50;
+            e.rtt99 = all.p99;
+            e.rtt_iters = all.samples;
+            if (rt.kind == MS_RK_REDLOCK) {
+                e.have_rtt_single = true;
+                e.rtt1_50 = one.p50;
+                e.rtt1_99 = one.p99;
+            }
+        } else {
+            cli_err("bench: baseline: %s", err);
+        }
+    }
+    ms_cmdstats cmds_before;
+    bool have_before = false;
+    if (c->cmdstats && have_rt) {
+        char err[300];
+        if (ms_redis_cmdstats(&rt, name0, &cmds_before, err, sizeof err) == 0)
+            have_before = true;
+        else
+            cli_err("bench: commandstats: %s", err);
     }
 
     x.cap = RECORD_BUDGET / (size_t)c->P;
@@ -1104,6 +1219,8 @@ int cli_bench(int argc, char **argv, const char *url)
             munmap(x.recs, rec_bytes);
         remove_lock_files(&x);
         ms_signals_restore();
+        if (have_rt)
+            ms_redis_target_clear(&rt);
         return CLI_EXIT_SOFTWARE;
     }
 
@@ -1158,6 +1275,22 @@ int cli_bench(int argc, char **argv, const char *url)
         exit_code = CLI_EXIT_SOFTWARE;
     }
     ms_group_destroy(&g);
+    if (have_before && exit_code == 0) {
+        char err[300];
+        ms_cmdstats after;
+        if (ms_redis_cmdstats(&rt, name0, &after, err, sizeof err) == 0) {
+            e.have_cmds = true;
+            e.cmds = after;
+            e.cmds.client = after.client - cmds_before.client;
+            e.cmds.internal = after.internal - cmds_before.internal;
+            for (int i = 0; i < after.n; i++)
+                for (int k = 0; k < cmds_before.n; k++)
+                    if (strcmp(after.name[i], cmds_before.name[k]) == 0)
+                        e.cmds.calls[i] -= cmds_before.calls[k];
+        } else {
+            cli_err("bench: commandstats: %s", err);
+        }
+    }
     if (exit_code == 0 && (c->rss || c->K >= 1000)) {
         if (ms_spawn(&g, rss_main, &x) < 0) {
             cli_err("bench: cannot start the memory probe: %s", strerror(errno));
@@ -1212,5 +1345,7 @@ out:
     munmap(x.recs, rec_bytes);
     munmap(x.sh, sizeof(bshm));
     ms_signals_restore();
+    if (have_rt)
+        ms_redis_target_clear(&rt);
     return exit_code;
 }

@@ -19,7 +19,7 @@
 
 static const char check_help[] =
     "usage: dlock [--url URL] check [--scenario NAME]... [-P N] [-D SECS] [--ttl SECS]\n"
-    "                              [--json] [--history FILE]\n"
+    "                              [--servers DIR] [--json] [--history FILE]\n"
     "       dlock check --check-history FILE [--json]\n"
     "       dlock check --list\n"
     "\n"
@@ -40,15 +40,25 @@ static const char check_help[] =
     "  -D, --duration S  seconds per run of each scenario (default 2)\n"
     "      --ttl S       lock ttl for lease backends (default 1); the pause\n"
     "                    scenario stops the holder for ttl + 0.5 s\n"
+    "      --servers DIR the backend's servers, to fault them (default\n"
+    "                    $DLOCK_TEST_SERVERS): DIR/NAME.pid, NAME.port and NAME.cmd\n"
+    "                    per server, as tests/servers.sh writes; the URL's hosts are\n"
+    "                    matched by port. A restart is SIGKILL, then NAME.cmd again.\n"
+    "                    Without it, scenarios that fault servers are n/a\n"
     "      --json        one JSON object with a \"scenarios\" array\n"
     "      --history F   write the raw history of every run to F\n"
     "      --check-history F  only check the history in F (no lock is taken)\n"
     "      --list        list the scenarios\n"
     "\n"
-    "Verdicts: pass; fail (a guarantee the backend claims was broken); invalid\n"
-    "(the fault did not take effect, or the harness failed); n/a (the fault\n"
-    "cannot take effect on this backend; its checks still ran and passed).\n"
-    "Exit status: 0 all pass or n/a; 1 some fail; 2 some invalid, none fail;\n"
+    "Verdicts: pass; fail (a guarantee the backend claims was broken);\n"
+    "expected-violation (the lock service lost data, e.g. a server restarted\n"
+    "without persistence or a stale replica promoted, and the violations seen\n"
+    "are those the backend says it cannot prevent then, as DLOCK_CAP_FENCING_WEAK\n"
+    "does; the counts are reported); invalid (the fault did not take effect, or\n"
+    "the harness failed); n/a (the fault cannot take effect on this backend or\n"
+    "deployment; its checks, if they ran, passed).\n"
+    "Exit status: 0 all pass, n/a or expected-violation; 1 some fail; 2 some\n"
+    "invalid, none fail;\n"
     "64 usage; 69 backend unreachable; 70 other failure; 128+N interrupted by\n"
     "signal N (the scenarios finished so far are still reported).\n";
 
@@ -58,19 +68,54 @@ typedef struct sc_out {
     bool have_fenced, have_canary, applicable;
     hist_result fenced, canary;
     const char *verdict;
-    char note[1024];
+    char note[1400];
     int faults;
+    int fenced_faults; /* faults injected in the fenced run */
+    int fenced_effective;
+    int ttl_ms;        /* of its runs */
+    int acq_granted, acq_failed, acq_held, acq_stopped;
 } sc_out;
 
 /* ---- verdicts ---------------------------------------------------------- */
 
+/* What the holders saw of their own locks, for lease scenarios. */
+static void holder_view(char *buf, size_t len, const hist_result *h)
+{
+    buf[0] = '\0';
+    if (h->state_looks == 0)
+        return;
+    int n = snprintf(buf, len,
+                     "; stale holders' first look at their lock: dlock_state() LOST in %" PRIu64
+                     " of %" PRIu64 ", lost fd readable in %" PRIu64,
+                     h->state_lost_seen, h->state_looks, h->fd_lost_seen);
+    if (h->notify_late > 0 && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n,
+                 "; %" PRIu64 " holders stopped past their lease were notified (callback) at "
+                 "most %.2f ms after their SIGCONT",
+                 h->notify_late, (double)h->notify_late_max_ns / 1e6);
+}
+
+static void stopacq_summary(char *buf, size_t len, const sc_out *o)
+{
+    snprintf(buf, len,
+             "%d acquisitions stopped with the request sent and the reply unread past the "
+             "lease: %d failed, %d returned success (%d of those with dlock_state() still "
+             "HELD)",
+             o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held);
+}
+
 static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_meta *cm)
 {
-    char why[600];
+    char why[600], more[400];
     const char *v = hist_verdict(&o->fenced, fm, why, sizeof why);
     if (strcmp(v, "fail") == 0) {
         o->verdict = "fail";
-        snprintf(o->note, sizeof o->note, "%s", why);
+        if (o->sc->validity == CHK_VALID_STOPACQ) {
+            stopacq_summary(more, sizeof more, o);
+            snprintf(o->note, sizeof o->note, "%s; %s", why, more);
+        } else {
+            snprintf(o->note, sizeof o->note, "%s", why);
+        }
         return;
     }
     if (o->have_canary) {
@@ -118,10 +163,11 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
         uint64_t stale = o->fenced.stale_rejected + o->fenced.stale_accepted;
         if (o->have_canary && o->canary.lost_increments > 0 && stale > 0) {
             o->verdict = "pass";
+            holder_view(more, sizeof more, &o->fenced);
             snprintf(o->note, sizeof o->note,
                      "%" PRIu64 " stale writes rejected by fencing; the canary lost %" PRId64
-                     " increments",
-                     o->fenced.stale_rejected, o->canary.lost_increments);
+                     " increments%s",
+                     o->fenced.stale_rejected, o->canary.lost_increments, more);
         } else {
             o->verdict = "invalid";
             snprintf(o->note, sizeof o->note,
@@ -129,6 +175,69 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
                      " stale writes in the fenced run, canary lost %" PRId64 " increments%s%s",
                      stale, o->have_canary ? o->canary.lost_increments : 0,
                      r->note[0] ? "; " : "", r->note);
+        }
+        return;
+    }
+    case CHK_VALID_SERVER:
+        if (o->fenced_faults == 0) {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "no server was faulted%s%s",
+                     r->note[0] ? ": " : "", r->note);
+        } else if (o->fenced.sections_after_fault == 0) {
+            o->verdict = "fail";
+            snprintf(o->note, sizeof o->note,
+                     "unavailable: no acquisition after %d servers were killed", o->fenced_faults);
+        } else {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note,
+                     "%d servers killed while a holder was inside its section; nobody else "
+                     "took the lock meanwhile; %" PRIu64 " acquisitions after the kill, with "
+                     "the servers left",
+                     o->fenced_faults, o->fenced.sections_after_fault);
+        }
+        return;
+    case CHK_VALID_STOPACQ:
+        stopacq_summary(more, sizeof more, o);
+        if (o->acq_stopped > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note, "%s%s%s", more, r->note[0] ? "; " : "", r->note);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "the fault did not take effect: %s%s%s", more,
+                     r->note[0] ? "; " : "", r->note);
+        }
+        return;
+    case CHK_VALID_DATALOSS: {
+        const hist_result *f = &o->fenced;
+        char canary[160] = "";
+        if (o->have_canary)
+            snprintf(canary, sizeof canary, "; the canary (no fencing) lost %" PRId64
+                                            " increments",
+                     o->canary.lost_increments);
+        if (o->fenced_faults == 0) {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "the fault was not injected%s%s",
+                     r->note[0] ? ": " : "", r->note);
+        } else if (strcmp(v, "expected-violation") == 0) {
+            o->verdict = "expected-violation";
+            snprintf(o->note, sizeof o->note,
+                     "the server lost the lock's data (%d faults, %" PRIu64 " beyond what the "
+                     "backend claims): %" PRIu64 " overlapping holdings, %" PRIu64
+                     " token regressions, %" PRIu64 " repeated tokens. Fencing at the resource "
+                     "rejected %" PRIu64 " stale writes and %" PRIu64 " writes of current "
+                     "holders whose tokens were below what it had seen, and accepted %" PRIu64
+                     " writes of earlier holders whose tokens were higher; %" PRId64
+                     " increments lost%s%s%s",
+                     o->fenced_faults, f->data_losses, f->overlaps_expected,
+                     f->token_regressions_expected, f->token_dups_expected, f->stale_rejected,
+                     f->fresh_rejected, f->stale_accepted_expected, f->lost_increments, canary,
+                     r->note[0] ? "; " : "", r->note);
+        } else {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note,
+                     "%d faults, no violation (another holder took over after %d of them)%s%s%s",
+                     o->fenced_faults, o->fenced_effective, canary, r->note[0] ? "; " : "",
+                     r->note);
         }
         return;
     }
@@ -145,10 +254,26 @@ static void json_counts(FILE *f, const hist_result *h)
             ",\"token_duplicates\":%" PRIu64 ",\"token_regressions\":%" PRIu64
             ",\"writes\":%" PRIu64 ",\"writes_accepted\":%" PRIu64 ",\"final_value\":%" PRId64
             ",\"acquire_failed\":%" PRIu64 ",\"kills\":%" PRIu64 ",\"kills_holding\":%" PRIu64
-            ",\"losses\":%" PRIu64 ",\"pauses\":%" PRIu64 ",\"takeovers\":%" PRIu64 "}",
+            ",\"losses\":%" PRIu64 ",\"pauses\":%" PRIu64 ",\"takeovers\":%" PRIu64,
             h->sections, h->overlaps, h->lost_increments, h->stale_rejected, h->stale_accepted,
             h->token_dups, h->token_regressions, h->writes, h->writes_accepted, h->final_value,
             h->acquire_failed, h->kills, h->kills_holding, h->losses, h->pauses, h->takeovers);
+    fprintf(f,
+            ",\"fresh_writes_rejected\":%" PRIu64 ",\"late_grants\":%" PRIu64
+            ",\"state_looks\":%" PRIu64 ",\"state_lost_seen\":%" PRIu64
+            ",\"lost_fd_seen\":%" PRIu64 ",\"state_held_late\":%" PRIu64
+            ",\"loss_notified\":%" PRIu64 ",\"loss_notified_after_stop\":%" PRIu64
+            ",\"loss_notify_after_resume_max_ms\":%.3f",
+            h->fresh_rejected, h->late_grants, h->state_looks, h->state_lost_seen,
+            h->fd_lost_seen, h->state_held_late, h->notified, h->notify_late,
+            (double)h->notify_late_max_ns / 1e6);
+    fprintf(f,
+            ",\"server_faults\":%" PRIu64 ",\"data_losses\":%" PRIu64
+            ",\"sections_after_fault\":%" PRIu64 ",\"overlaps_expected\":%" PRIu64
+            ",\"token_regressions_expected\":%" PRIu64 ",\"token_duplicates_expected\":%" PRIu64
+            ",\"stale_writes_accepted_expected\":%" PRIu64 "}",
+            h->server_faults, h->data_losses, h->sections_after_fault, h->overlaps_expected,
+            h->token_regressions_expected, h->token_dups_expected, h->stale_accepted_expected);
 }
 
 static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int exit_code,
@@ -164,6 +289,9 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
         fprintf(f, ",\"P\":%d,\"D\":%.3f,\"ttl_ms\":%d,\"fencing_claimed\":%s,", cfg->workers,
                 cfg->duration_ms / 1000.0, cfg->ttl_ms,
                 cfg->caps & DLOCK_CAP_FENCING ? "true" : "false");
+        fprintf(f, "\"fencing_weak\":%s,\"servers\":%d,",
+                cfg->caps & DLOCK_CAP_FENCING_WEAK ? "true" : "false",
+                cfg->servers ? cfg->servers->count : 0);
     }
     fprintf(f, "\"scenarios\":[");
     for (size_t i = 0; i < n; i++) {
@@ -183,6 +311,16 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
                 ",\"faults\":%d",
                 h->sections, h->overlaps, h->lost_increments, h->stale_rejected,
                 h->stale_accepted, o->faults);
+        fprintf(f, ",\"late_grants\":%" PRIu64 ",\"token_regressions\":%" PRIu64
+                   ",\"token_duplicates\":%" PRIu64,
+                h->late_grants, h->token_regressions, h->token_dups);
+        if (o->ttl_ms > 0)
+            fprintf(f, ",\"ttl_ms\":%d", o->ttl_ms);
+        if (o->sc && o->sc->validity == CHK_VALID_STOPACQ)
+            fprintf(f,
+                    ",\"acquisitions_stopped\":%d,\"acquisitions_failed\":%d,"
+                    "\"acquisitions_granted_late\":%d,\"granted_late_still_held\":%d",
+                    o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held);
         fprintf(f, ",\"fenced\":");
         if (o->have_fenced)
             json_counts(f, &o->fenced);
@@ -203,7 +341,7 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
 
 static void table_row(const char *name, const char *mode, const hist_result *h, const char *verdict)
 {
-    printf("%-12s %-7s %9" PRIu64 " %8" PRIu64 " %9" PRId64 " %9" PRIu64 " %9" PRIu64 "  %s\n",
+    printf("%-13s %-7s %9" PRIu64 " %8" PRIu64 " %9" PRId64 " %9" PRIu64 " %9" PRIu64 "  %s\n",
            name, mode, h->sections, h->overlaps, h->lost_increments, h->stale_rejected,
            h->stale_accepted, verdict);
 }
@@ -213,8 +351,15 @@ static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, boo
     if (!from_file)
         printf("dlock check: %s backend (%s), %d workers, %.1f s per run%s\n", cfg->backend,
                cfg->url_shown, cfg->workers, cfg->duration_ms / 1000.0,
-               cfg->caps & DLOCK_CAP_FENCING ? ", fencing claimed" : "");
-    printf("%-12s %-7s %9s %8s %9s %9s %9s  %s\n", "scenario", "run", "sections", "overlaps",
+               cfg->caps & DLOCK_CAP_FENCING_WEAK ? ", fencing claimed (weak: tokens can go "
+                                                    "back after server failure)"
+               : cfg->caps & DLOCK_CAP_FENCING ? ", fencing claimed"
+                                               : "");
+    if (!from_file && cfg->servers)
+        printf("servers: %d found in the servers directory\n", cfg->servers->count);
+    else if (!from_file && cfg->servers_note[0])
+        printf("servers: none (%s)\n", cfg->servers_note);
+    printf("%-13s %-7s %9s %8s %9s %9s %9s  %s\n", "scenario", "run", "sections", "overlaps",
            "lost_incr", "stale_rej", "stale_acc", "verdict");
     for (size_t i = 0; i < n; i++) {
         const sc_out *o = &outs[i];
@@ -224,10 +369,10 @@ static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, boo
             table_row(o->have_fenced ? "" : o->name, "canary", &o->canary,
                       o->have_fenced ? "" : o->verdict);
         if (!o->have_fenced && !o->have_canary)
-            printf("%-12s %-7s %9s %8s %9s %9s %9s  %s\n", o->name, "-", "-", "-", "-", "-", "-",
+            printf("%-13s %-7s %9s %8s %9s %9s %9s  %s\n", o->name, "-", "-", "-", "-", "-", "-",
                    o->verdict);
         if (o->note[0])
-            printf("%-12s   %s\n", "", o->note);
+            printf("%-13s   %s\n", "", o->note);
     }
 }
 
@@ -320,13 +465,17 @@ static int check_file(const char *path, bool json)
 
 /* ---- the command ---------------------------------------------------------- */
 
-enum { CO_SCENARIO = 1, CO_P, CO_D, CO_TTL, CO_JSON, CO_HISTORY, CO_CHECK_HISTORY, CO_LIST, CO_HELP };
+enum {
+    CO_SCENARIO = 1, CO_P, CO_D, CO_TTL, CO_JSON, CO_HISTORY, CO_CHECK_HISTORY, CO_LIST,
+    CO_SERVERS, CO_HELP
+};
 
 static const cli_opt check_opts[] = {
     {"scenario", 0, 1, CO_SCENARIO}, {"workers", 'P', 1, CO_P},
     {"duration", 'D', 1, CO_D},      {"ttl", 0, 1, CO_TTL},
     {"json", 0, 0, CO_JSON},         {"history", 0, 1, CO_HISTORY},
     {"check-history", 0, 1, CO_CHECK_HISTORY}, {"list", 0, 0, CO_LIST},
+    {"servers", 0, 1, CO_SERVERS},
     {"help", 'h', 0, CO_HELP},       {NULL, 0, 0, 0},
 };
 
@@ -341,6 +490,7 @@ int cli_check(int argc, char **argv, const char *url)
     cfg.max_pause_us = 500;
     bool json = false;
     const char *history = NULL, *check_history = NULL;
+    const char *servers_dir = getenv("DLOCK_TEST_SERVERS");
     const chk_scenario *chosen[64];
     size_t nchosen = 0;
     char shown[CLI_SHOW_MAX];
@@ -365,8 +515,11 @@ int cli_check(int argc, char **argv, const char *url)
             return 0;
         case CO_LIST:
             for (size_t i = 0; i < chk_nscenarios; i++)
-                printf("%-12s %s\n", chk_scenarios[i].name, chk_scenarios[i].about);
+                printf("%-13s %s\n", chk_scenarios[i].name, chk_scenarios[i].about);
             return 0;
+        case CO_SERVERS:
+            servers_dir = p.val;
+            break;
         case CO_SCENARIO: {
             const chk_scenario *sc = chk_scenario_find(p.val);
             if (!sc)
@@ -428,7 +581,20 @@ int cli_check(int argc, char **argv, const char *url)
     if (strcmp(cfg.backend, "file") != 0 ||
         ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
         cfg.dir[0] = '\0';
-    cfg.servers = NULL; /* the file backend runs no server */
+    /* The servers to fault, if the URL's are in the servers directory. */
+    chk_servers *servers = NULL;
+    {
+        const char *u = url ? url : getenv("DLOCK_URL");
+        char why[512];
+        int e = chk_servers_open(servers_dir, u, cfg.backend, &servers, why, sizeof why);
+        if (e < 0) {
+            cli_err("check: servers: %s", why);
+            return CLI_EXIT_USAGE;
+        }
+        if (e > 0)
+            snprintf(cfg.servers_note, sizeof cfg.servers_note, "%s", why);
+    }
+    cfg.servers = servers;
 
     FILE *hf = NULL;
     if (history) {
@@ -449,6 +615,8 @@ int cli_check(int argc, char **argv, const char *url)
         free(outs);
         if (hf && hf != stdout)
             fclose(hf);
+        if (servers)
+            servers->close(servers->state);
         return CLI_EXIT_SOFTWARE;
     }
     if (ms_signals_install() != 0) {
@@ -457,6 +625,8 @@ int cli_check(int argc, char **argv, const char *url)
         free(outs);
         if (hf && hf != stdout)
             fclose(hf);
+        if (servers)
+            servers->close(servers->state);
         return CLI_EXIT_SOFTWARE;
     }
 
@@ -470,21 +640,39 @@ int cli_check(int argc, char **argv, const char *url)
         sc_out *o = &outs[i];
         o->name = sc->name;
         o->sc = sc;
-        o->applicable = (cfg.caps & sc->needs_caps) == sc->needs_caps &&
-                        (sc->needs_servers == 0 ||
-                         (cfg.servers && cfg.servers->count >= sc->needs_servers));
+        bool have_servers = sc->needs_servers == 0 ||
+                            (cfg.servers && (sc->deploys == 0 || (cfg.servers->deploy & sc->deploys)));
+        o->applicable = (cfg.caps & sc->needs_caps) == sc->needs_caps && have_servers;
         o->verdict = "invalid";
+        o->ttl_ms = (cfg.caps & DLOCK_CAP_LEASE)
+                        ? (cfg.ttl_ms > sc->min_ttl_ms ? cfg.ttl_ms : sc->min_ttl_ms)
+                        : 0;
+        if (!have_servers) {
+            /* the fault needs servers this run cannot control: not run */
+            o->verdict = "n/a";
+            if (!cfg.servers)
+                snprintf(o->note, sizeof o->note, "not applicable: %s", cfg.servers_note);
+            else
+                snprintf(o->note, sizeof o->note,
+                         "not applicable: this fault needs a deployment of another kind "
+                         "(%s%s%s)",
+                         sc->deploys & CHK_DEPLOY_SENTINEL ? "Sentinel " : "",
+                         sc->deploys & CHK_DEPLOY_REDLOCK ? "Redlock " : "",
+                         sc->deploys & CHK_DEPLOY_CLUSTER ? "Cluster" : "");
+            done = i + 1;
+            continue;
+        }
         hist_meta fm, cm;
         hist_meta_default(&fm);
         hist_meta_default(&cm);
         /* A fault that cannot take effect runs once (its checks still
          * hold); otherwise fenced, then the canary. */
-        int nruns = sc->validity == CHK_VALID_RUNS || !o->applicable ? 1 : 2;
+        int nruns = sc->validity == CHK_VALID_RUNS || !o->applicable || !sc->canary ? 1 : 2;
         bool harness_failed = false;
         for (int k = 0; k < nruns; k++) {
             bool fenced = k == 0;
             hist_run h;
-            rc = chk_run_once(&r, &cfg, sc->name, fenced, sc->inject, &h);
+            rc = chk_run_once(&r, &cfg, sc, fenced, &h);
             if (r.interrupted)
                 interrupted = r.interrupted;
             if (hf && h.n > 0 && hist_write(hf, &h) != 0) {
@@ -500,6 +688,12 @@ int cli_check(int argc, char **argv, const char *url)
                 o->have_fenced = true;
                 fm = h.meta;
                 o->faults = r.faults_injected;
+                o->fenced_faults = r.faults_injected;
+                o->fenced_effective = r.faults_effective;
+                o->acq_stopped = r.faults_effective;
+                o->acq_granted = r.acq_granted;
+                o->acq_failed = r.acq_failed;
+                o->acq_held = r.acq_held;
             } else {
                 o->have_canary = true;
                 cm = h.meta;
@@ -545,5 +739,7 @@ int cli_check(int argc, char **argv, const char *url)
     ms_signals_restore();
     munmap(sh, sizeof(chk_shm));
     free(outs);
+    if (servers)
+        servers->close(servers->state);
     return code;
 }

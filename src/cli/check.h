@@ -42,6 +42,13 @@ typedef struct chk_slot {
     _Atomic int go;         /* set by the harness to let a parked worker on */
     _Atomic uint64_t writes; /* write replies received */
     _Atomic int failed;
+    /* the gate before acquiring (see chk_gate) */
+    _Atomic int at_gate;     /* 1 while waiting there */
+    _Atomic int pass_gate;   /* set by the harness: go on through the closed gate */
+    _Atomic int in_acquire;  /* 1 from just before dlock_acquire until it returns */
+    _Atomic int watched;     /* report the outcome of the next acquisition */
+    _Atomic int acq_outcome; /* of a watched one: 0 pending, 1 granted, 2 failed */
+    _Atomic int acq_state;   /* dlock_state() when it returned */
     char err[256];
 } chk_slot;
 
@@ -57,6 +64,7 @@ typedef struct chk_ev {
 
 typedef struct chk_shm {
     _Atomic int stop;
+    _Atomic int gate;    /* 1: workers wait before acquiring (chk_gate) */
     _Atomic int fault;   /* armed fault, CHK_FAULT_* */
     _Atomic int claimed; /* 1 + slot of the worker that took the fault */
     _Atomic uint64_t nev;
@@ -86,18 +94,56 @@ typedef struct chk_ctl {
     int (*partition)(chk_run *r, chk_role role, int idx, int isolated);
 } chk_ctl;
 
-/* Servers of a backend's test deployment (none for the file backend). */
+/* Deployments of the Redis family that a scenario may need. */
+enum {
+    CHK_DEPLOY_SINGLE = 1,   /* redis://: one master */
+    CHK_DEPLOY_SENTINEL = 2, /* redis+sentinel://: master, replicas, sentinels */
+    CHK_DEPLOY_CLUSTER = 4,  /* redis+cluster:// */
+    CHK_DEPLOY_REDLOCK = 8   /* redlock://: N independent masters */
+};
+
+/*
+ * Servers of a backend's test deployment (none for the file backend), found
+ * by check_servers.c in a directory of NAME.pid, NAME.port and NAME.cmd files
+ * (what tests/servers.sh writes). Indexes are stable for the whole check.
+ */
 typedef struct chk_servers {
     const char *backend;
+    unsigned deploy; /* one CHK_DEPLOY_* */
     int count;
+    int quorum;      /* masters a lock needs (redlock), else 1 */
     void *state;
-    int (*start)(void *state, int idx);
+    const char *(*name)(void *state, int idx);
+    int (*port)(void *state, int idx);  /* its TCP port on the loopback interface */
+    int (*start)(void *state, int idx); /* run NAME.cmd again; wait until it answers */
     int (*stop)(void *state, int idx);
-    int (*kill)(void *state, int idx);
+    int (*kill)(void *state, int idx);  /* SIGKILL, and wait until it is gone */
     int (*pause)(void *state, int idx);
     int (*resume)(void *state, int idx);
     int (*partition)(void *state, int idx, int isolated);
+    /* The servers that hold the state of lock `name` now (the master of its
+     * key; every master for redlock): their indexes in idx[0..max). Returns
+     * how many, or a negative errno. */
+    int (*lock_servers)(void *state, const char *name, int *idx, int max);
+    /* Cut replication from master idx to its replicas, which keep what they
+     * have and fall behind. Returns how many were cut, or a negative errno. */
+    int (*cut_replication)(void *state, int idx);
+    /* Wait until a server other than `old` serves lock `name` as master (a
+     * failover); returns its index, or a negative errno (-ETIMEDOUT). */
+    int (*wait_failover)(void *state, const char *name, int old, int64_t until_ns);
+    /* Bring the deployment back as it was: start killed servers, continue
+     * stopped ones, rejoin replicas, wait until healthy. 0, or -1 with why. */
+    int (*restore)(void *state, char *err, size_t errlen);
+    void (*close)(void *state);
 } chk_servers;
+
+/*
+ * Find the servers of `url` (a Redis family URL) in `dir`. Returns 0 with
+ * *out set, 1 when the backend has no servers to control here (*out NULL,
+ * why says why), or -1 on an error (why). check_servers.c.
+ */
+int chk_servers_open(const char *dir, const char *url, const char *backend, chk_servers **out,
+                     char *why, size_t whylen);
 
 typedef struct chk_config {
     const char *url;
@@ -110,7 +156,10 @@ typedef struct chk_config {
     int ttl_ms;       /* lock ttl for lease backends; the pause scenario's yardstick */
     int max_pause_us; /* random pause between read and write */
     const chk_servers *servers; /* NULL: none */
+    char servers_note[512];     /* why there are none */
 } chk_config;
+
+struct chk_scenario;
 
 struct chk_run {
     const chk_config *cfg;
@@ -121,6 +170,9 @@ struct chk_run {
     char sock[108];   /* abstract address of the resource, without the NUL */
     char lock[96];    /* lock name of this run */
     bool fencing;     /* the resource checks tokens */
+    int ttl_ms;       /* the lock ttl of this run (the scenario may want longer) */
+    bool server_faults; /* workers ride out backend errors (servers come and go) */
+    bool servers_touched; /* restore the deployment after the run */
     int next_id;
     bool paused[CHK_MAX_WORKERS]; /* stopped by ctl->pause */
     int64_t start_ns, end_ns;
@@ -130,12 +182,13 @@ struct chk_run {
     /* fault bookkeeping, for the scenario's validity */
     int faults_injected;
     int faults_effective;
+    int acq_granted, acq_failed, acq_held; /* stopped acquisitions: outcomes */
 };
 
 /* Run scenario `inject` once; fills the history. Returns 0, or -1 when the
  * harness itself failed (r->error) or was interrupted (r->interrupted). */
-int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool fencing,
-                 int (*inject)(chk_run *r), hist_run *out);
+int chk_run_once(chk_run *r, const chk_config *cfg, const struct chk_scenario *sc, bool fencing,
+                 hist_run *out);
 
 /* ---- helpers for scenarios (check_run.c) -------------------------------- */
 
@@ -153,13 +206,31 @@ int chk_wait_claim(chk_run *r, int64_t until_ns);
 void chk_let_go(chk_run *r, int slot);
 /* Wait until slot's write count exceeds `after`; 0, or -1 on timeout/stop. */
 int chk_wait_writes(chk_run *r, int slot, uint64_t after, int64_t until_ns);
+/* Close (1) or open (0) the gate before acquiring. chk_gate_wait: until
+ * every worker waits at the closed gate (then nobody holds or waits for the
+ * lock); the slot of one of them, or -1. chk_gate_pass: let that one through. */
+void chk_gate(chk_run *r, int closed);
+int chk_gate_wait(chk_run *r, int64_t until_ns);
+void chk_gate_pass(chk_run *r, int slot, bool watched);
+/* The system call a worker's main thread is in (/proc/PID/syscall), -1 when
+ * running or unknown. */
+long chk_worker_syscall(chk_run *r, int slot);
+/* On how many of the given TCP ports (servers on the loopback interface) a
+ * request of the worker lies unread: a connection of the worker to the port
+ * whose server side has bytes in its receive queue (/proc/net/tcp, tcp6). */
+int chk_requests_pending(chk_run *r, int slot, const int *ports, int n);
+/* Log a harness event about server idx (H_SERVER_*, H_REPL_CUT, ...). */
+void chk_server_event(chk_run *r, int type, int idx);
 
 /* ---- scenarios (check_scenarios.c) -------------------------------------- */
 
 typedef enum chk_validity {
     CHK_VALID_RUNS,     /* valid when sections ran (no fault to prove) */
     CHK_VALID_TAKEOVER, /* the fault hit holders and the lock was taken over */
-    CHK_VALID_CANARY    /* the canary (no fencing) must lose updates */
+    CHK_VALID_CANARY,   /* the canary (no fencing) must lose updates */
+    CHK_VALID_SERVER,   /* servers were faulted; the lock must stay available */
+    CHK_VALID_DATALOSS, /* the lock service lost data; the backend's claim decides */
+    CHK_VALID_STOPACQ   /* a client stopped with its acquisition in flight */
 } chk_validity;
 
 typedef struct chk_scenario {
@@ -167,8 +238,11 @@ typedef struct chk_scenario {
     const char *about;
     unsigned needs_caps;   /* the fault only takes effect with these caps */
     const char *na_reason; /* why it cannot take effect without them */
-    int needs_servers;     /* servers of the backend it controls */
+    int needs_servers;     /* 1: it faults servers of the backend */
+    unsigned deploys;      /* ... of these deployments (CHK_DEPLOY_*), 0 any */
     chk_validity validity;
+    bool canary;           /* also run without fencing at the resource */
+    int min_ttl_ms;        /* run with at least this ttl (0: --ttl as given) */
     int (*inject)(chk_run *r);
 } chk_scenario;
 

@@ -41,6 +41,17 @@ typedef enum hist_type {
     H_PAUSED,         /* harness: SIGSTOP */
     H_RESUMED,        /* harness: SIGCONT */
     H_FINAL,          /* resource: value at the end of the run */
+    /* added with the server faults; the names are part of the text form */
+    H_STATE,          /* worker looked: value = dlock_state(), rc = 1 if lost_fd was readable */
+    H_LOST_NOTIFIED,  /* the library told the holder (on_lost callback) */
+    H_SERVER_KILLED,  /* harness: SIGKILL of server number `value` */
+    H_SERVER_STARTED, /* harness: server `value` (re)started, answering */
+    H_SERVER_PAUSED,  /* harness: SIGSTOP of server `value` */
+    H_SERVER_RESUMED, /* harness: SIGCONT of server `value` */
+    H_REPL_CUT,       /* harness: replication from master `value` to its replicas cut */
+    H_FAILOVER,       /* harness: server `value` now serves the lock as master */
+    H_DATA_LOSS,      /* harness: the lock service lost acknowledged state here;
+                         value 1: beyond what the backend claims to survive */
     H_NTYPES
 } hist_type;
 
@@ -71,6 +82,7 @@ typedef struct hist_run {
 
 typedef struct hist_result {
     uint64_t sections;          /* acquisitions (windows) */
+    uint64_t late_grants;       /* acquisitions reported after their validity deadline */
     uint64_t acquire_failed;
     uint64_t overlaps;          /* pairs of holders' windows that overlap */
     uint64_t token_dups;        /* acquisitions whose token was issued before */
@@ -83,7 +95,22 @@ typedef struct hist_result {
     int64_t final_value;
     int64_t lost_increments;    /* accepted writes - final value */
     uint64_t losses, kills, kills_holding, pauses, takeovers;
-    char first_overlap[256], first_stale[256], first_token[256];
+    /* The holder's view: its looks at dlock_state() (and the lost fd) once
+     * its holding was over, how many said LOST, and how many said HELD
+     * although it had been stopped for longer than a ttl; loss
+     * notifications, those to holders stopped past a ttl, and the longest
+     * delay of those after the SIGCONT. */
+    uint64_t state_looks, state_held_late, state_lost_seen, fd_lost_seen;
+    uint64_t notified, notify_late;
+    int64_t notify_late_max_ns;
+    /* Server faults, and what followed them. A violation is "expected" when
+     * a data-loss event beyond the backend's claim lies between the two
+     * acquisitions involved (or within the stale writer's holding). */
+    uint64_t server_faults, data_losses;
+    uint64_t sections_after_fault; /* acquisitions after the first server fault */
+    uint64_t overlaps_expected, token_dups_expected, token_regressions_expected;
+    uint64_t stale_accepted_expected;
+    char first_overlap[256], first_stale[256], first_token[256], first_late[256];
 } hist_result;
 
 const char *hist_type_name(int type);
@@ -111,8 +138,10 @@ int hist_check(hist_run *r, hist_result *res);
 
 /*
  * The verdict of the checks alone, given what the backend claims (caps) and
- * whether the resource checked tokens: "pass" or "fail", with the reason of a
- * failure in why.
+ * whether the resource checked tokens: "pass", "fail", or
+ * "expected-violation" when every violation follows a loss of the lock
+ * service's data beyond what the backend claims to survive (data_loss events
+ * with value 1), with the reason in why.
  */
 const char *hist_verdict(const hist_result *res, const hist_meta *m, char *why, size_t len);
 

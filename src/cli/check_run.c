@@ -21,6 +21,7 @@
 #include "check.h"
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -34,6 +35,8 @@
 #include <unistd.h>
 
 #define ACQUIRE_TIMEOUT_MS 250 /* so that workers notice the end of the run */
+#define OPEN_RETRY_NS 10000000000LL /* a worker started while servers are down */
+#define BACKEND_RETRY_NS 20000000LL /* after an error of a backend being faulted */
 #define STOP_GRACE_NS 5000000000LL
 #define CLAIM_POLL_NS 200000LL
 
@@ -246,13 +249,24 @@ static uint64_t rnd(uint64_t *s)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* The fault point, between read and write. */
-static void fault_point(chk_run *r, chk_slot *me, int slot, int id, dlock_lock *l, uint64_t tk)
+/* What the holder itself can see of its lock: dlock_state(), and whether
+ * the lost descriptor is readable. */
+static void log_state(chk_shm *sh, int id, dlock_lock *l, uint64_t tk)
+{
+    int st = (int)dlock_state(l);
+    int fd = dlock_lost_fd(l);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int readable = fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+    chk_log(sh, H_STATE, id, tk, st, readable);
+}
+
+/* The fault point, between read and write; true if the worker parked. */
+static bool fault_point(chk_run *r, chk_slot *me, int slot, int id, dlock_lock *l, uint64_t tk)
 {
     chk_shm *sh = r->sh;
     int f = atomic_load(&sh->fault);
     if (f == CHK_FAULT_NONE || !atomic_compare_exchange_strong(&sh->fault, &f, CHK_FAULT_NONE))
-        return;
+        return false;
     if (f == CHK_FAULT_LOSE) {
         /* Stamped before the loss: from here on another worker may hold
          * the lock, and this window must be over by then. */
@@ -267,6 +281,41 @@ static void fault_point(chk_run *r, chk_slot *me, int slot, int id, dlock_lock *
     while (!atomic_load(&me->go) && !atomic_load(&sh->stop))
         ms_sleep_ns(100000);
     atomic_store(&me->parked, 0);
+    return true;
+}
+
+/* The library's loss notification, from its renewal thread: one worker per
+ * process, so the arguments can live in a static. */
+static struct {
+    chk_shm *sh;
+    _Atomic int id;
+    _Atomic uint64_t token;
+} lost_arg;
+
+static void on_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    chk_log(lost_arg.sh, H_LOST_NOTIFIED, atomic_load(&lost_arg.id), atomic_load(&lost_arg.token),
+            0, 0);
+}
+
+/* Errors a worker rides out while the harness faults the backend's servers. */
+static bool backend_fault_error(const chk_run *r, int rc)
+{
+    return r->server_faults && (rc == DLOCK_EUNREACHABLE || rc == DLOCK_EPROTO);
+}
+
+/* Wait at the closed gate (chk_gate) before acquiring; false on a stop. */
+static bool gate(chk_shm *sh, chk_slot *me)
+{
+    if (!atomic_load(&sh->gate))
+        return true;
+    atomic_store(&me->at_gate, 1);
+    while (atomic_load(&sh->gate) && !atomic_load(&me->pass_gate) && !atomic_load(&sh->stop))
+        ms_sleep_ns(100000);
+    atomic_store(&me->at_gate, 0);
+    return !atomic_load(&sh->stop);
 }
 
 static int worker_main(void *arg)
@@ -279,14 +328,22 @@ static int worker_main(void *arg)
     dlock_client *client = NULL;
     dlock_lock *l = NULL;
     int fd = -1;
-    int rc = dlock_client_open(&client, r->cfg->url, NULL);
+    lost_arg.sh = sh;
+    atomic_store(&lost_arg.id, id);
+    int rc;
+    /* A worker started while a server is down waits for it. */
+    int64_t open_until = ms_now_ns() + (r->server_faults ? OPEN_RETRY_NS : 0);
+    while ((rc = dlock_client_open(&client, r->cfg->url, NULL)) != 0 &&
+           rc == DLOCK_EUNREACHABLE && ms_now_ns() < open_until && !atomic_load(&sh->stop))
+        ms_sleep_ns(BACKEND_RETRY_NS * 5);
     if (rc) {
         worker_fail(me, id, "cannot open backend", dlock_client_errmsg(NULL));
         return 1;
     }
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
-    o.ttl_ms = r->cfg->ttl_ms;
+    o.ttl_ms = r->ttl_ms;
+    o.on_lost = on_lost;
     rc = dlock_lock_new(&l, client, r->lock, &o);
     if (rc) {
         worker_fail(me, id, "cannot make the lock handle", dlock_client_errmsg(client));
@@ -300,21 +357,44 @@ static int worker_main(void *arg)
         dlock_client_close(client);
         return 1;
     }
+    /* Short enough that an acquisition granted legitimately is reported
+     * well inside its ttl (the checker calls one reported later than a ttl
+     * after the call began a late grant). */
+    int acq_timeout = r->ttl_ms / 4 < ACQUIRE_TIMEOUT_MS ? r->ttl_ms / 4 : ACQUIRE_TIMEOUT_MS;
+    if (acq_timeout < 5)
+        acq_timeout = 5;
     uint64_t seed = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 17) ^ (uint64_t)ms_now_ns();
     int status = 0;
     while (!atomic_load(&sh->stop)) {
+        if (!gate(sh, me))
+            break;
+        atomic_store(&me->pass_gate, 0);
+        bool watched = atomic_exchange(&me->watched, 0) != 0;
         chk_log(sh, H_ACQUIRE, id, 0, 0, 0);
-        rc = dlock_acquire(l, ACQUIRE_TIMEOUT_MS);
+        atomic_store(&me->in_acquire, 1);
+        rc = dlock_acquire(l, acq_timeout);
+        atomic_store(&me->in_acquire, 0);
+        if (watched) {
+            atomic_store(&me->acq_state, (int)dlock_state(l));
+            atomic_store(&me->acq_outcome, rc == 0 ? 1 : 2);
+        }
         if (rc) {
             chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, rc);
             if (rc == DLOCK_ETIMEDOUT)
                 continue;
+            if (backend_fault_error(r, rc) || (watched && rc == DLOCK_EUNREACHABLE)) {
+                ms_sleep_ns(BACKEND_RETRY_NS);
+                continue;
+            }
             worker_fail(me, id, "acquire", dlock_lock_errmsg(l));
             status = 1;
             break;
         }
         uint64_t tk = dlock_token(l);
+        atomic_store(&lost_arg.token, tk);
         chk_log(sh, H_ACQUIRED, id, tk, 0, 0);
+        if (watched)
+            log_state(sh, id, l, tk);
         res_req q = {.op = RES_READ, .worker = id, .token = tk};
         res_rep p;
         if (resource_call(fd, &q, &p) != 0) {
@@ -322,7 +402,8 @@ static int worker_main(void *arg)
             status = 1;
             break;
         }
-        fault_point(r, me, wa->slot, id, l, tk);
+        if (fault_point(r, me, wa->slot, id, l, tk))
+            log_state(sh, id, l, tk); /* what it could know, had it looked */
         if (r->cfg->max_pause_us > 0)
             ms_sleep_ns((int64_t)(rnd(&seed) % (uint64_t)r->cfg->max_pause_us) * 1000);
         /* No check of dlock_state here, on purpose: this is the window in
@@ -336,7 +417,7 @@ static int worker_main(void *arg)
         atomic_fetch_add(&me->writes, 1);
         chk_log(sh, H_RELEASE, id, tk, 0, 0);
         rc = dlock_release(l);
-        if (rc && rc != DLOCK_ELOST) {
+        if (rc && rc != DLOCK_ELOST && !backend_fault_error(r, rc)) {
             worker_fail(me, id, "release", dlock_lock_errmsg(l));
             status = 1;
             break;
@@ -396,39 +477,59 @@ static int client_end(chk_run *r, int idx, int sig, int type)
     return 0;
 }
 
+void chk_server_event(chk_run *r, int type, int idx)
+{
+    chk_log(r->sh, type, 0, 0, idx, 0);
+}
+
+/* A server operation, stamped in the history: a fault when it begins, a
+ * (re)start or a continue once it is done. */
+static int server_op(chk_run *r, int idx, int (*op)(void *, int), int type_before,
+                     int type_after)
+{
+    const chk_servers *sv = r->cfg->servers;
+    if (!sv || !op)
+        return -ENOTSUP;
+    if (idx < 0 || idx >= sv->count)
+        return -EINVAL;
+    r->servers_touched = true;
+    if (type_before >= 0)
+        chk_server_event(r, type_before, idx);
+    int e = op(sv->state, idx);
+    if (e == 0 && type_after >= 0)
+        chk_server_event(r, type_after, idx);
+    return e;
+}
+
 static int ctl_start(chk_run *r, chk_role role, int idx)
 {
     if (role == CHK_SERVER)
-        return r->cfg->servers && r->cfg->servers->start
-                   ? r->cfg->servers->start(r->cfg->servers->state, idx)
-                   : -ENOTSUP;
+        return server_op(r, idx, r->cfg->servers ? r->cfg->servers->start : NULL, -1,
+                         H_SERVER_STARTED);
     return client_start(r, idx);
 }
 
 static int ctl_stop(chk_run *r, chk_role role, int idx)
 {
     if (role == CHK_SERVER)
-        return r->cfg->servers && r->cfg->servers->stop
-                   ? r->cfg->servers->stop(r->cfg->servers->state, idx)
-                   : -ENOTSUP;
+        return server_op(r, idx, r->cfg->servers ? r->cfg->servers->stop : NULL,
+                         H_SERVER_KILLED, -1);
     return client_end(r, idx, SIGTERM, -1);
 }
 
 static int ctl_kill(chk_run *r, chk_role role, int idx)
 {
     if (role == CHK_SERVER)
-        return r->cfg->servers && r->cfg->servers->kill
-                   ? r->cfg->servers->kill(r->cfg->servers->state, idx)
-                   : -ENOTSUP;
+        return server_op(r, idx, r->cfg->servers ? r->cfg->servers->kill : NULL,
+                         H_SERVER_KILLED, -1);
     return client_end(r, idx, SIGKILL, H_KILLED);
 }
 
 static int ctl_pause(chk_run *r, chk_role role, int idx)
 {
     if (role == CHK_SERVER)
-        return r->cfg->servers && r->cfg->servers->pause
-                   ? r->cfg->servers->pause(r->cfg->servers->state, idx)
-                   : -ENOTSUP;
+        return server_op(r, idx, r->cfg->servers ? r->cfg->servers->pause : NULL,
+                         H_SERVER_PAUSED, -1);
     chk_slot *s = &r->sh->slot[idx];
     pid_t pid = atomic_load(&s->pid);
     if (pid <= 0)
@@ -455,9 +556,8 @@ static int ctl_pause(chk_run *r, chk_role role, int idx)
 static int ctl_resume(chk_run *r, chk_role role, int idx)
 {
     if (role == CHK_SERVER)
-        return r->cfg->servers && r->cfg->servers->resume
-                   ? r->cfg->servers->resume(r->cfg->servers->state, idx)
-                   : -ENOTSUP;
+        return server_op(r, idx, r->cfg->servers ? r->cfg->servers->resume : NULL, -1,
+                         H_SERVER_RESUMED);
     chk_slot *s = &r->sh->slot[idx];
     pid_t pid = atomic_load(&s->pid);
     if (pid <= 0)
@@ -471,8 +571,10 @@ static int ctl_resume(chk_run *r, chk_role role, int idx)
 
 static int ctl_partition(chk_run *r, chk_role role, int idx, int isolated)
 {
-    if (role == CHK_SERVER && r->cfg->servers && r->cfg->servers->partition)
+    if (role == CHK_SERVER && r->cfg->servers && r->cfg->servers->partition) {
+        r->servers_touched = true;
         return r->cfg->servers->partition(r->cfg->servers->state, idx, isolated);
+    }
     return -ENOTSUP; /* network namespaces come with the network backends */
 }
 
@@ -594,12 +696,152 @@ int chk_wait_writes(chk_run *r, int slot, uint64_t after, int64_t until_ns)
     return 0;
 }
 
+void chk_gate(chk_run *r, int closed)
+{
+    atomic_store(&r->sh->gate, closed);
+}
+
+int chk_gate_wait(chk_run *r, int64_t until_ns)
+{
+    for (;;) {
+        int first = -1, waiting = 0, alive = 0;
+        for (int i = 0; i < r->cfg->workers; i++) {
+            if (atomic_load(&r->sh->slot[i].pid) == 0 || r->paused[i])
+                continue;
+            alive++;
+            if (atomic_load(&r->sh->slot[i].at_gate)) {
+                waiting++;
+                if (first < 0)
+                    first = i;
+            }
+        }
+        if (alive > 0 && waiting == alive)
+            return first;
+        if (ms_now_ns() >= until_ns || chk_sleep(r, CLAIM_POLL_NS) != 0)
+            return -1;
+    }
+}
+
+void chk_gate_pass(chk_run *r, int slot, bool watched)
+{
+    chk_slot *s = &r->sh->slot[slot];
+    atomic_store(&s->acq_outcome, 0);
+    atomic_store(&s->watched, watched ? 1 : 0);
+    atomic_store(&s->pass_gate, 1);
+}
+
+long chk_worker_syscall(chk_run *r, int slot)
+{
+    pid_t pid = atomic_load(&r->sh->slot[slot].pid);
+    if (pid <= 0)
+        return -1;
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%ld/syscall", (long)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    long nr = -1;
+    if (fgets(buf, sizeof buf, f) && buf[0] >= '0' && buf[0] <= '9')
+        nr = strtol(buf, NULL, 10);
+    fclose(f);
+    return nr;
+}
+
+/* The socket inodes of a process. */
+static size_t socket_inodes(pid_t pid, unsigned long *out, size_t max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        char link[400], target[64];
+        snprintf(link, sizeof link, "%s/%s", path, e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        unsigned long ino;
+        if (sscanf(target, "socket:[%lu]", &ino) == 1)
+            out[n++] = ino;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct tcp_ent {
+    unsigned lport, rport;
+    unsigned long rxq, inode;
+} tcp_ent;
+
+/* Established TCP connections of the host (IPv4 and IPv6). */
+static size_t tcp_table(tcp_ent *out, size_t max)
+{
+    static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    size_t n = 0;
+    for (size_t f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "re");
+        if (!fp)
+            continue;
+        char line[512];
+        while (fgets(line, sizeof line, fp) && n < max) {
+            unsigned lport, rport, st;
+            unsigned long txq, rxq, inode;
+            if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %lx:%lx %*s %*s %*s %*s %lu",
+                       &lport, &rport, &st, &txq, &rxq, &inode) != 6 ||
+                st != 1 /* ESTABLISHED */)
+                continue;
+            out[n++] = (tcp_ent){.lport = lport, .rport = rport, .rxq = rxq, .inode = inode};
+        }
+        fclose(fp);
+    }
+    return n;
+}
+
+int chk_requests_pending(chk_run *r, int slot, const int *ports, int n)
+{
+    pid_t pid = atomic_load(&r->sh->slot[slot].pid);
+    if (pid <= 0)
+        return 0;
+    unsigned long ino[256];
+    size_t nino = socket_inodes(pid, ino, 256);
+    size_t cap = 65536;
+    tcp_ent *t = malloc(cap * sizeof *t);
+    if (!t)
+        return 0;
+    size_t nt = tcp_table(t, cap);
+    int pending = 0;
+    for (int k = 0; k < n; k++) {
+        bool found = false;
+        /* the worker's connection to the port, then its server side */
+        for (size_t i = 0; i < nt && !found; i++) {
+            if ((int)t[i].rport != ports[k])
+                continue;
+            bool mine = false;
+            for (size_t j = 0; j < nino && !mine; j++)
+                mine = ino[j] == t[i].inode;
+            if (!mine)
+                continue;
+            for (size_t j = 0; j < nt && !found; j++)
+                found = (int)t[j].lport == ports[k] && t[j].rport == t[i].lport &&
+                        t[j].rxq > 0;
+        }
+        pending += found;
+    }
+    free(t);
+    return pending;
+}
+
 /* ---- the run ----------------------------------------------------------------- */
 
 static void stop_all(chk_run *r)
 {
     chk_shm *sh = r->sh;
     atomic_store(&sh->stop, 1);
+    atomic_store(&sh->gate, 0);
     atomic_store(&sh->fault, CHK_FAULT_NONE);
     for (int i = 0; i < r->cfg->workers; i++) {
         chk_let_go(r, i);
@@ -648,9 +890,10 @@ static void unlink_lock_file(const chk_run *r)
     }
 }
 
-int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool fencing,
-                 int (*inject)(chk_run *r), hist_run *out)
+int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool fencing,
+                 hist_run *out)
 {
+    const char *scenario = sc->name;
     static int runs;
     chk_shm *sh = r->sh;
     uint64_t used = atomic_load(&sh->nev);
@@ -661,12 +904,17 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool f
     atomic_store(&sh->nev, 0);
     atomic_store(&sh->lost_events, 0);
     atomic_store(&sh->stop, 0);
+    atomic_store(&sh->gate, 0);
     atomic_store(&sh->fault, CHK_FAULT_NONE);
     atomic_store(&sh->claimed, 0);
 
     r->cfg = cfg;
     r->ctl = &local_ctl;
     r->fencing = fencing;
+    r->ttl_ms = cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms : sc->min_ttl_ms;
+    r->server_faults = sc->needs_servers != 0;
+    r->servers_touched = false;
+    r->acq_granted = r->acq_failed = r->acq_held = 0;
     r->resource_pid = 0;
     r->next_id = 0;
     r->error[0] = r->note[0] = '\0';
@@ -704,7 +952,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool f
     if (rc == 0) {
         r->start_ns = ms_now_ns();
         r->end_ns = r->start_ns + (int64_t)cfg->duration_ms * 1000000;
-        (void)inject(r);
+        (void)sc->inject(r);
         if (!stopping(r))
             reap(r);
     }
@@ -712,6 +960,15 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool f
     ms_group_destroy(&r->group);
     r->resource_pid = 0;
     unlink_lock_file(r);
+    /* The next run starts from the deployment as it was. */
+    if (r->servers_touched && cfg->servers && cfg->servers->restore) {
+        char why[300];
+        if (cfg->servers->restore(cfg->servers->state, why, sizeof why) != 0) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "cannot restore the servers after the run: %s", why);
+            run_error(r, msg);
+        }
+    }
 
     /* The history, from the log. */
     memset(out, 0, sizeof *out);
@@ -720,7 +977,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const char *scenario, bool f
     snprintf(out->meta.mode, sizeof out->meta.mode, "%s", fencing ? "fenced" : "canary");
     snprintf(out->meta.backend, sizeof out->meta.backend, "%s", cfg->backend);
     out->meta.caps = cfg->caps;
-    out->meta.ttl_ms = (cfg->caps & DLOCK_CAP_LEASE) ? cfg->ttl_ms : 0;
+    out->meta.ttl_ms = (cfg->caps & DLOCK_CAP_LEASE) ? r->ttl_ms : 0;
     out->meta.fencing = fencing;
     uint64_t n = atomic_load(&sh->nev);
     if (n > CHK_EVENT_CAP)

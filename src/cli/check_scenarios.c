@@ -2,11 +2,12 @@
  * check_scenarios.c — the fault scenarios of `dlock check`.
  *
  * A scenario is a name and an inject function that runs for the length of
- * the run, driving faults through r->ctl. Backend issues add their server
- * faults here (restart of a server, kill of a minority of Redlock masters, a
- * leader kill, a failover) by appending to the table: they use
- * r->ctl->kill(r, CHK_SERVER, i) and friends, which the backend's test
- * deployment implements, and set needs_servers.
+ * the run, driving faults through r->ctl. Faults of the backend's servers
+ * (a restart without persistence, a Sentinel failover after replication was
+ * cut, a minority of Redlock masters killed, a client stopped with its
+ * acquisition in flight) use r->ctl->kill(r, CHK_SERVER, i) and friends and
+ * the deployment's own operations (check_servers.c), and set needs_servers
+ * and the deployments they apply to.
  */
 #include "check.h"
 
@@ -15,6 +16,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #define FAULT_INTERVAL_NS 100000000LL /* let the others run between faults */
 #define TAKEOVER_WAIT_NS 1000000000LL
@@ -61,7 +63,7 @@ static int inject_kill(chk_run *r)
  */
 static int stale_writer(chk_run *r, bool lose)
 {
-    int64_t pause_ns = ((int64_t)r->cfg->ttl_ms + 500) * 1000000;
+    int64_t pause_ns = ((int64_t)r->ttl_ms + 500) * 1000000;
     while (!chk_time_up(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
         int a = chk_wait_claim(r, r->end_ns);
@@ -118,23 +120,408 @@ static int inject_pause_lost(chk_run *r)
     return stale_writer(r, true);
 }
 
+/* ---- server faults ---------------------------------------------------------- */
+
+#define MS(x) ((int64_t)(x) * 1000000LL)
+/* Every worker has used every server (connections made, script loaded)
+ * before the first server fault. */
+#define WARMUP_NS MS(200)
+
+static int harness_error(chk_run *r, const char *what, int e)
+{
+    if (!r->error[0])
+        snprintf(r->error, sizeof r->error, "%s: %s", what, strerror(e < 0 ? -e : e));
+    return -1;
+}
+
+/* Does losing the data of nlost servers go beyond what the backend claims
+ * to survive? A single master (redis, sentinel, cluster slot) claims
+ * nothing (DLOCK_CAP_FENCING_WEAK); Redlock claims its tokens and locks
+ * while a majority of the masters keeps its data. */
+static int beyond_claim(const chk_run *r, int nlost)
+{
+    const chk_servers *sv = r->cfg->servers;
+    if (r->cfg->caps & DLOCK_CAP_FENCING_WEAK)
+        return 1;
+    if (sv->deploy == CHK_DEPLOY_REDLOCK)
+        return nlost >= sv->quorum;
+    return 1;
+}
+
+static int lock_servers(chk_run *r, int *idx, int max)
+{
+    const chk_servers *sv = r->cfg->servers;
+    int n = sv->lock_servers(sv->state, r->lock, idx, max);
+    if (n <= 0)
+        harness_error(r, "cannot tell which servers hold the lock", n ? n : -ENOENT);
+    return n;
+}
+
+/* Let the parked holder a make its write (old token), then b (the holder
+ * after the fault, parked after its read) go on. */
+static void stale_then_new(chk_run *r, int a, uint64_t a_writes, int b)
+{
+    chk_let_go(r, a);
+    if (chk_wait_writes(r, a, a_writes, ms_now_ns() + MS(10000)) != 0 && !r->error[0] &&
+        !r->interrupted)
+        snprintf(r->note, sizeof r->note, "a continued holder did not write within 10 s");
+    if (b >= 0)
+        chk_let_go(r, b);
+}
+
+/*
+ * A server of the lock is killed and started again at once, without
+ * persistence, while a holder A is parked inside its section: the server
+ * comes back with no lock and a token counter that starts again. Another
+ * worker B takes the lock and reads; then A makes its write with its old
+ * token. On one master (redis://, sentinel, cluster) B gets the lock while A
+ * still holds it, with a token below A's; on Redlock one master of five
+ * forgets, and the holder keeps its majority.
+ */
+static int inject_restart(chk_run *r)
+{
+    int turn = 0;
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    while (!chk_time_up(r)) {
+        chk_arm(r, CHK_FAULT_PARK);
+        int a = chk_wait_claim(r, r->end_ns);
+        if (a < 0)
+            break;
+        int idx[MS_RMAX];
+        int n = lock_servers(r, idx, MS_RMAX);
+        if (n <= 0)
+            return -1;
+        int victim = idx[turn++ % n];
+        uint64_t before = atomic_load(&r->sh->slot[a].writes);
+        r->faults_injected++;
+        int e = r->ctl->kill(r, CHK_SERVER, victim);
+        chk_log(r->sh, H_DATA_LOSS, 0, 0, beyond_claim(r, 1), 0);
+        if (e == 0)
+            e = r->ctl->start(r, CHK_SERVER, victim);
+        if (e) {
+            chk_let_go(r, a);
+            return harness_error(r, "cannot restart a server", e);
+        }
+        chk_arm(r, CHK_FAULT_PARK);
+        /* briefly: the holder must write inside its ttl (which its renewals
+         * extend, but the checker cannot see them) */
+        int b = chk_wait_claim(r, ms_now_ns() + MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500));
+        if (b >= 0)
+            r->faults_effective++;
+        else if (!r->error[0] && !r->interrupted)
+            snprintf(r->note, sizeof r->note,
+                     "no other worker took the lock while its holder was parked after the "
+                     "restart");
+        stale_then_new(r, a, before, b);
+        if (r->error[0] || r->interrupted)
+            return -1;
+        if (chk_sleep(r, FAULT_INTERVAL_NS))
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Sentinel failover after replication was cut: with nobody holding or
+ * waiting, the master's replicas are cut off (they keep their data and fall
+ * behind); a holder A takes the lock from the master alone and parks; the
+ * master is killed; Sentinel promotes a replica that never heard of A's lock
+ * (nor of the tokens issued since the cut). Another worker B takes the lock
+ * from the new master and reads; then A makes its write.
+ */
+static int inject_failover_cut(chk_run *r)
+{
+    const chk_servers *sv = r->cfg->servers;
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    chk_gate(r, 1);
+    if (chk_gate_wait(r, ms_now_ns() + MS(5000)) < 0) {
+        chk_gate(r, 0);
+        if (r->interrupted || r->error[0])
+            return -1;
+        return harness_error(r, "workers did not stop before acquiring", ETIMEDOUT);
+    }
+    int idx[1];
+    if (lock_servers(r, idx, 1) <= 0) {
+        chk_gate(r, 0);
+        return -1;
+    }
+    int m = idx[0];
+    r->servers_touched = true;
+    int cut = sv->cut_replication(sv->state, m);
+    if (cut <= 0) {
+        chk_gate(r, 0);
+        return harness_error(r, "cannot cut replication", cut ? cut : -ENOENT);
+    }
+    chk_server_event(r, H_REPL_CUT, m);
+    r->faults_injected++;
+    chk_arm(r, CHK_FAULT_PARK);
+    chk_gate(r, 0);
+    int a = chk_wait_claim(r, ms_now_ns() + MS(5000));
+    if (a < 0) {
+        if (r->interrupted || r->error[0])
+            return -1;
+        return harness_error(r, "no worker took the lock after replication was cut", ETIMEDOUT);
+    }
+    uint64_t before = atomic_load(&r->sh->slot[a].writes);
+    int e = r->ctl->kill(r, CHK_SERVER, m);
+    chk_log(r->sh, H_DATA_LOSS, 0, 0, beyond_claim(r, 1), 0);
+    if (e) {
+        chk_let_go(r, a);
+        return harness_error(r, "cannot kill the master", e);
+    }
+    int64_t t_kill = ms_now_ns();
+    int nm = sv->wait_failover(sv->state, r->lock, m, t_kill + MS(60000));
+    if (nm < 0) {
+        chk_let_go(r, a);
+        return harness_error(r, "no failover within 60 s of the master's death", nm);
+    }
+    chk_server_event(r, H_FAILOVER, nm);
+    snprintf(r->note, sizeof r->note, "%s promoted %.1f s after %s was killed",
+             sv->name(sv->state, nm), (double)(ms_now_ns() - t_kill) / 1e9,
+             sv->name(sv->state, m));
+    chk_arm(r, CHK_FAULT_PARK);
+    int b = chk_wait_claim(r, ms_now_ns() + MS(10000));
+    if (b >= 0)
+        r->faults_effective++;
+    stale_then_new(r, a, before, b);
+    if (r->error[0] || r->interrupted)
+        return -1;
+    /* some sections on the new master */
+    int64_t left = r->end_ns - ms_now_ns();
+    return chk_sleep(r, left > MS(300) ? left : MS(300));
+}
+
+/*
+ * A minority of the Redlock masters (two of five) is killed while a holder
+ * A is parked inside its section: nobody else may take the lock while A
+ * holds it on the remaining majority, and once A is done the lock must go on
+ * working with the majority alone. The killed masters are started again
+ * (empty) after the run.
+ */
+static int inject_kill_minority(chk_run *r)
+{
+    static int turn;
+    const chk_servers *sv = r->cfg->servers;
+    int k = sv->count - sv->quorum;
+    if (k <= 0)
+        return harness_error(r, "no minority of masters to kill", EINVAL);
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    chk_arm(r, CHK_FAULT_PARK);
+    int a = chk_wait_claim(r, r->end_ns);
+    if (a < 0)
+        return 0;
+    for (int i = 0; i < k; i++) {
+        int e = r->ctl->kill(r, CHK_SERVER, (turn + i) % sv->count);
+        if (e) {
+            chk_let_go(r, a);
+            return harness_error(r, "cannot kill a master", e);
+        }
+        r->faults_injected++;
+    }
+    turn += k;
+    /* A holds the lock on the majority left: nobody may take it now. */
+    chk_arm(r, CHK_FAULT_PARK);
+    int64_t hold = MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500);
+    int b = chk_wait_claim(r, ms_now_ns() + hold);
+    chk_let_go(r, a);
+    if (b >= 0)
+        chk_let_go(r, b); /* an overlap: the checker reports it */
+    r->faults_effective++;
+    int64_t left = r->end_ns - ms_now_ns();
+    return chk_sleep(r, left > MS(500) ? left : MS(500));
+}
+
+static bool in_poll(long nr)
+{
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return true;
+#endif
+#ifdef SYS_ppoll
+    if (nr == SYS_ppoll)
+        return true;
+#endif
+    return false;
+}
+
+static int resume_all(chk_run *r, const int *idx, int n)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        int e = r->ctl->resume(r, CHK_SERVER, idx[i]);
+        if (e && !rc)
+            rc = e;
+    }
+    return rc;
+}
+
+/*
+ * A client stopped between sending its acquisition and reading the replies,
+ * for longer than the ttl. With nobody else holding or waiting, the lock's
+ * servers are stopped (SIGSTOP) and one worker A is let through the gate: it
+ * sends its request and waits for the reply in poll(2), where the harness
+ * sees it (/proc/PID/syscall) and stops it. Then the servers go on, grant
+ * the free lock to A (the reply lies unread in A's socket) and the lease
+ * runs out while A is stopped; another worker B takes the lock and reads.
+ * A is continued a ttl + 0.5 s after it was stopped: its acquisition must
+ * fail. If it reports success instead, A makes its write with that token.
+ */
+static int inject_pause_acquire(chk_run *r)
+{
+    chk_shm *sh = r->sh;
+    const chk_servers *sv = r->cfg->servers;
+    /* stopped a little longer than the lease; whoever takes the lock after
+     * it ran out waits about that long, well inside its own lease */
+    int64_t extra = MS(r->ttl_ms / 4 < 500 ? r->ttl_ms / 4 : 500);
+    if (extra < MS(20))
+        extra = MS(20);
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    while (!chk_time_up(r)) {
+        chk_gate(r, 1);
+        int a = chk_gate_wait(r, ms_now_ns() + MS(5000));
+        if (a < 0) {
+            chk_gate(r, 0);
+            if (r->interrupted || r->error[0])
+                return -1;
+            return harness_error(r, "workers did not stop before acquiring", ETIMEDOUT);
+        }
+        int idx[MS_RMAX];
+        int n = lock_servers(r, idx, MS_RMAX);
+        if (n <= 0) {
+            chk_gate(r, 0);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            int e = r->ctl->pause(r, CHK_SERVER, idx[i]);
+            if (e) {
+                (void)resume_all(r, idx, i);
+                chk_gate(r, 0);
+                return harness_error(r, "cannot stop a server", e);
+            }
+        }
+        chk_gate_pass(r, a, true);
+        /* Its request must lie unread at every server, and the worker wait
+         * in poll(2) for the replies. */
+        int ports[MS_RMAX];
+        for (int i = 0; i < n; i++)
+            ports[i] = sv->port(sv->state, idx[i]);
+        bool waiting = false;
+        int64_t until = ms_now_ns() + MS(2000);
+        while (!waiting && ms_now_ns() < until) {
+            waiting = atomic_load(&sh->slot[a].in_acquire) && in_poll(chk_worker_syscall(r, a)) &&
+                      chk_requests_pending(r, a, ports, n) == n;
+            if (!waiting)
+                ms_sleep_ns(20000);
+        }
+        int e = waiting ? r->ctl->pause(r, CHK_CLIENT, a) : 0;
+        int64_t t_stop = ms_now_ns();
+        int e2 = resume_all(r, idx, n);
+        chk_gate(r, 0);
+        if (e || e2)
+            return harness_error(r, "cannot stop a worker or continue a server", e ? e : e2);
+        if (!waiting) {
+            snprintf(r->note, sizeof r->note,
+                     "a worker let through the gate was not seen waiting for its reply");
+            if (chk_sleep(r, FAULT_INTERVAL_NS))
+                return -1;
+            continue;
+        }
+        r->faults_injected++;
+        /* The lease runs out on the servers; someone else takes the lock. */
+        chk_arm(r, CHK_FAULT_PARK);
+        int64_t wake = t_stop + MS(r->ttl_ms) + extra;
+        int b = chk_wait_claim(r, wake);
+        if (b >= 0 && ms_now_ns() < t_stop + MS(r->ttl_ms / 2)) {
+            /* taken while A's request was out: it did not get the lock (on
+             * a quorum); do not keep B past its own lease */
+            chk_let_go(r, b);
+            b = -1;
+            snprintf(r->note, sizeof r->note,
+                     "another worker took the lock while a stopped acquisition was in flight");
+        }
+        if (chk_sleep(r, wake - ms_now_ns()))
+            return -1;
+        uint64_t before = atomic_load(&sh->slot[a].writes);
+        e = r->ctl->resume(r, CHK_CLIENT, a);
+        if (e)
+            return harness_error(r, "cannot continue a worker", e);
+        int64_t wait_until = ms_now_ns() + MS(10000);
+        while (atomic_load(&sh->slot[a].acq_outcome) == 0 && ms_now_ns() < wait_until)
+            if (chk_sleep(r, MS(1)))
+                return -1;
+        int outcome = atomic_load(&sh->slot[a].acq_outcome);
+        if (outcome == 1) {
+            r->acq_granted++;
+            if (atomic_load(&sh->slot[a].acq_state) == DLOCK_STATE_HELD)
+                r->acq_held++;
+            /* its write, with the token of the late grant */
+            if (chk_wait_writes(r, a, before, ms_now_ns() + MS(5000)) != 0 &&
+                !r->error[0] && !r->interrupted)
+                snprintf(r->note, sizeof r->note, "a late-granted worker did not write within 5 s");
+        } else if (outcome == 2) {
+            r->acq_failed++;
+        } else if (!r->error[0] && !r->interrupted) {
+            snprintf(r->note, sizeof r->note, "a continued worker's acquisition did not return "
+                                              "within 10 s");
+        }
+        if (b >= 0)
+            chk_let_go(r, b);
+        if (outcome != 0)
+            r->faults_effective++;
+        if (r->error[0] || r->interrupted)
+            return -1;
+        if (chk_sleep(r, FAULT_INTERVAL_NS))
+            return -1;
+    }
+    return 0;
+}
+
+#define ALL_REDIS (CHK_DEPLOY_SINGLE | CHK_DEPLOY_SENTINEL | CHK_DEPLOY_CLUSTER | CHK_DEPLOY_REDLOCK)
+
 const chk_scenario chk_scenarios[] = {
-    {"none", "no fault: workers contend for the lock", 0, NULL, 0, CHK_VALID_RUNS, inject_none},
+    {"none", "no fault: workers contend for the lock", 0, NULL, 0, 0, CHK_VALID_RUNS, false, 0,
+     inject_none},
     {"kill",
      "SIGKILL of the holder between its read and its write; a new worker replaces it", 0, NULL,
-     0, CHK_VALID_TAKEOVER, inject_kill},
+     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill},
     {"pause",
      "SIGSTOP of the holder between read and write for longer than a lease (ttl + 0.5 s), "
-     "then SIGCONT while another holder is inside its section",
+     "then SIGCONT while another holder is inside its section; the holder's first look at "
+     "dlock_state() after SIGCONT must say LOST",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives (released only by the holder, "
      "its death or its session's end), so a stopped holder keeps the lock",
-     0, CHK_VALID_CANARY, inject_pause},
+     0, 0, CHK_VALID_CANARY, true, 0, inject_pause},
     {"pause-lost",
      "the holder loses the lock between read and write (dlock_debug_force_loss, as an expired "
      "lease would), is stopped while another worker takes the lock and reads, then continued "
      "to make its stale write",
-     0, NULL, 0, CHK_VALID_CANARY, inject_pause_lost},
+     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost},
+    {"pause-acquire",
+     "a client stopped between sending its acquisition and reading the replies, for ttl + "
+     "min(ttl/4, 0.5 s) (its servers held back until the request lies unread at each of "
+     "them and the client waits in poll): the acquisition must fail",
+     DLOCK_CAP_LEASE,
+     "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
+     ALL_REDIS, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire},
+    {"restart",
+     "a server of the lock killed and started again at once, without persistence, while the "
+     "holder is inside its section; another worker takes the lock, then the holder writes",
+     0, NULL, 1, ALL_REDIS, CHK_VALID_DATALOSS, true, 1000, inject_restart},
+    {"failover-cut",
+     "Sentinel failover after replication to the replicas was cut: a holder takes the lock "
+     "from the master alone, the master is killed, a stale replica is promoted and another "
+     "worker takes the lock there (ttl at least 8 s, so that the first holding outlives the "
+     "failover)",
+     0, NULL, 1, CHK_DEPLOY_SENTINEL, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut},
+    {"kill-minority",
+     "a minority of the Redlock masters (two of five) killed while the holder is inside its "
+     "section: nobody else may take the lock, and it must go on working",
+     0, NULL, 1, CHK_DEPLOY_REDLOCK, CHK_VALID_SERVER, false, 0, inject_kill_minority},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];

@@ -9,6 +9,7 @@
 #ifndef DLOCK_CLI_MEASURE_H
 #define DLOCK_CLI_MEASURE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -76,5 +77,69 @@ int ms_file_dir(const char *client_url, char *buf, size_t len);
 /* Raise RLIMIT_NOFILE's soft limit to the hard one; returns the new soft
  * limit (or the old one if it cannot be raised). */
 long ms_raise_nofile(void);
+
+/* ---- the Redis family's servers (bench_redis.c) ------------------------- */
+
+#define MS_RMAX 16
+
+enum { MS_RK_NONE = 0, MS_RK_SINGLE, MS_RK_SENTINEL, MS_RK_CLUSTER, MS_RK_REDLOCK };
+
+typedef struct ms_endpoint {
+    char host[256];
+    int port;
+} ms_endpoint;
+
+/* A Redis family URL taken apart (the password stays here, never printed). */
+typedef struct ms_rtarget {
+    int kind;                  /* MS_RK_* */
+    ms_endpoint host[MS_RMAX]; /* as in the URL: masters, sentinels or seed nodes */
+    int nhosts;
+    char user[128], password[256];
+    char master_name[128];     /* sentinel */
+} ms_rtarget;
+
+typedef struct ms_rtt {
+    int64_t p50, p99; /* ns */
+    size_t samples;
+} ms_rtt;
+
+#define MS_CMDSTATS_MAX 24
+typedef struct ms_cmdstats {
+    uint64_t client;   /* commands clients sent (EVALSHA, BLPOP, ...) */
+    uint64_t internal; /* commands the lock script called */
+    int n;
+    char name[MS_CMDSTATS_MAX][32]; /* the client commands one by one */
+    uint64_t calls[MS_CMDSTATS_MAX];
+    int servers;
+} ms_cmdstats;
+
+/* Can this build talk to Redis (hiredis linked)? */
+bool ms_redis_usable(void);
+/* MS_RK_* of a URL by its scheme. */
+int ms_redis_kind(const char *url);
+int ms_redis_target(const char *url, ms_rtarget *t, char *err, size_t errlen);
+void ms_redis_target_clear(ms_rtarget *t); /* wipes the password */
+/* A hiredis context (redisContext *), AUTH done when auth and the URL has a
+ * password; NULL with err on failure. */
+void *ms_redis_connect(const ms_rtarget *t, const char *host, int port, bool auth,
+                       int timeout_ms, char *err, size_t errlen);
+void ms_redis_close(void *ctx);
+/* One command's reply as text (status, string, error or integer), NULL for
+ * none or another type; caller frees. */
+char *ms_redis_text(void *ctx, int argc, const char **argv, bool *is_error);
+/* The servers that hold lock `name`'s keys now: the master (found through
+ * Sentinel), the node of the key's slot, or every Redlock master. Returns
+ * how many were written to out, -1 with err. */
+int ms_redis_lock_nodes(const ms_rtarget *t, const char *name, ms_endpoint *out, int max,
+                        char *err, size_t errlen);
+/* The raw round trip: PING to the lock's server(s), in parallel when there
+ * are several (all: time to the last reply; one: the first server alone).
+ * what describes the measurement. */
+int ms_redis_rtt(const ms_rtarget *t, const char *name, int iters, int64_t max_ns, ms_rtt *all,
+                 ms_rtt *one, char *what, size_t whatlen, char *err, size_t errlen);
+/* INFO commandstats summed over the lock's servers (every node of a
+ * cluster). */
+int ms_redis_cmdstats(const ms_rtarget *t, const char *name, ms_cmdstats *out, char *err,
+                      size_t errlen);
 
 #endif

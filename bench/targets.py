@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""targets.py — the figures of one bench/matrix.sh run against their targets.
+
+    bench/targets.py RUN.jsonl [--json]
+
+Every figure is a ratio between rows of the same run (same machine, same
+minute), so that the noise of the machine cancels out as far as it can:
+
+  uncontended      cycle_p50 / rtt_p50 (redis://)                   <= 2.4
+  redlock          redlock cycle_p50 / redis:// cycle_p50           <= 1.5
+  contended8_fair  handover_p50 / rtt_p50                           <= 1.5
+                   fairness min/max                                 >= 0.8
+                   violations                                       == 0
+  contended64_fair handover_p50 / contended8_fair handover_p50      <= 1.5
+  and 512          redis commands per hand-over                     <= 4
+  names10k         ops_per_s / (SET rate of redis-benchmark -c 8 / 2) >= 0.4
+
+A figure whose rows are missing is reported as such. Exit status: 0 when
+every figure present meets its target, 1 otherwise, 64 usage. Only the
+Python standard library is used.
+"""
+import argparse
+import json
+import sys
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except ValueError as e:
+                sys.exit("targets.py: %s:%d: not JSON: %s" % (path, n, e))
+            scheme = d.get("url", "").split("://")[0] or d.get("backend", "?")
+            rows[(d.get("row"), scheme)] = d
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description="bench/matrix.sh figures against their targets")
+    ap.add_argument("run")
+    ap.add_argument("--json", action="store_true", help="one JSON object per figure")
+    a = ap.parse_args()
+    rows = load(a.run)
+    out = []
+
+    def get(row, scheme, field):
+        d = rows.get((row, scheme))
+        return None if d is None else d.get(field)
+
+    def figure(name, value, op, target, detail):
+        ok = None
+        if value is not None:
+            ok = value <= target if op == "<=" else value >= target if op == ">=" else value == target
+        out.append({"figure": name, "value": value, "target": "%s %s" % (op, target),
+                    "met": ok, "detail": detail})
+
+    def ratio(x, y):
+        return None if x is None or y in (None, 0) else x / y
+
+    c, r = get("uncontended", "redis", "cycle_p50_us"), get("uncontended", "redis", "rtt_p50_us")
+    figure("uncontended cycle / rtt (redis)", ratio(c, r), "<=", 2.4,
+           "cycle_p50 %s us, rtt_p50 %s us" % (c, r))
+    rl = get("uncontended", "redlock", "cycle_p50_us")
+    figure("redlock cycle / single-master cycle", ratio(rl, c), "<=", 1.5,
+           "redlock cycle_p50 %s us (rtt all %s us, one %s us), redis cycle_p50 %s us" %
+           (rl, get("uncontended", "redlock", "rtt_p50_us"),
+            get("uncontended", "redlock", "rtt_single_p50_us"), c))
+    h8, r8 = get("contended8_fair", "redis", "handover_p50_us"), get("contended8_fair", "redis", "rtt_p50_us")
+    figure("8 waiters fair: handover / rtt", ratio(h8, r8), "<=", 1.5,
+           "handover_p50 %s us, rtt_p50 %s us" % (h8, r8))
+    fmm = get("contended8_fair", "redis", "fairness_min_max")
+    figure("8 waiters fair: fairness min/max", ratio(fmm[0], fmm[1]) if fmm else None, ">=", 0.8,
+           "fairness_min_max %s" % (fmm,))
+    figure("8 waiters fair: violations", get("contended8_fair", "redis", "violations"), "==", 0, "")
+    for n in (64, 512):
+        row = "contended%d_fair" % n
+        h = get(row, "redis", "handover_p50_us")
+        figure("%d waiters: handover / 8-waiter handover" % n, ratio(h, h8), "<=", 1.5,
+               "handover_p50 %s us vs %s us" % (h, h8))
+        figure("%d waiters: redis commands per hand-over" % n,
+               get(row, "redis", "redis_commands_per_handover"), "<=", 4,
+               "commands %s" % (get(row, "redis", "redis_commands"),))
+        figure("%d waiters: violations" % n, get(row, "redis", "violations"), "==", 0, "")
+    ops, setr = get("names10k", "redis", "ops_per_s"), get("redis_set", "redis", "set_rps")
+    figure("names10k ops/s / (SET rate / 2)", ratio(ops, setr / 2 if setr else None), ">=", 0.4,
+           "ops_per_s %s, redis-benchmark SET %s/s" % (ops, setr))
+
+    if a.json:
+        for f in out:
+            print(json.dumps(f))
+    else:
+        for f in out:
+            v = "-" if f["value"] is None else ("%.3f" % f["value"] if isinstance(f["value"], float) else str(f["value"]))
+            met = "missing" if f["met"] is None else "met" if f["met"] else "MISSED"
+            print("%-44s %9s  %-8s %-8s %s" % (f["figure"], v, f["target"], met, f["detail"]))
+    return 1 if any(f["met"] is False for f in out) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench_redis_test.sh — short `dlock bench` runs on real Redis servers (one
+# master, five Redlock masters) started by tests/servers.sh: the SPEC §7
+# fields, the PING baseline (rtt_p50_us, and rtt_single_p50_us for Redlock),
+# the servers' command counts, no violations; bench/matrix.sh and
+# bench/targets.py on a one-row matrix. Speed is measured, never asserted.
+# Skipped (exit 0) without redis-server or the redis backends. Needs $DLOCK
+# and python3.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+here=$(cd "$(dirname "$0")" && pwd)
+if ! command -v redis-server >/dev/null; then
+    echo "redis-server not installed: skipped"
+    exit 0
+fi
+if ! "$DLOCK" backends | grep -q '^redis .* yes$'; then
+    echo "redis backend not built: skipped"
+    exit 0
+fi
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    exec bash "$here/servers.sh" run redis redlock -- bash "$0" "$@"
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-redis.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+SHORT="-D 0.5 --warmup 0.2 --json"
+fails=0
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+
+jcheck() { # FILE DESCRIPTION EXPR (python, over the JSON object d)
+    if python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
+        bad "$2"; echo "# $(cat "$1")"; fi
+}
+
+run() { # NAME URL ARGS...: bench into $TMP/NAME.json
+    local name=$1 url=$2
+    shift 2
+    "$DLOCK" --url "$url" bench "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
+    local rc=$?
+    [ $rc -eq 0 ] && ok "$name: exit 0" || { bad "$name: exit $rc: $(head -2 "$TMP/$name.err")"; echo '{}' >"$TMP/$name.json"; }
+}
+
+FIELDS='("backend", "P", "K", "H", "n", "ops_per_s", "cycle_p50_us", "cycle_p99_us", "wait_p50_us", "wait_p99_us", "handover_p50_us", "handover_p99_us", "handovers", "violations", "fairness_min_max", "rtt_p50_us", "rtt_p99_us", "cycle_rtt_ratio")'
+
+run redis1 "$DLOCK_TEST_REDIS" -P 1 --baseline --commandstats $SHORT
+jcheck "$TMP/redis1.json" "redis uncontended: every field, violations 0" \
+    "all(k in d for k in $FIELDS) and d['violations'] == 0 and d['n'] > 0"
+jcheck "$TMP/redis1.json" "redis uncontended: PING baseline to the master, ratio" \
+    'd["rtt_p50_us"] > 0 and d["cycle_rtt_ratio"] > 0 and "PING" in d["baseline"]'
+jcheck "$TMP/redis1.json" "redis uncontended: commands counted (EVALSHA), about two per section" \
+    'd["redis_commands"]["evalsha"] > 0 and 1.5 <= d["redis_commands_per_section"] <= 3'
+
+run redis4 "$DLOCK_TEST_REDIS" -P 4 -H 50 --fair --baseline --commandstats $SHORT
+jcheck "$TMP/redis4.json" "redis 4 fair waiters: violations 0, hand-overs, ratio to rtt" \
+    'd["violations"] == 0 and d["handovers"] > 0 and d["handover_rtt_ratio"] > 0 and d["fair"] is True'
+jcheck "$TMP/redis4.json" "redis 4 fair waiters: commands per hand-over counted (BLPOP)" \
+    'd["redis_commands"]["blpop"] > 0 and d["redis_commands_per_handover"] > 0'
+
+run redlock1 "$DLOCK_TEST_REDLOCK" -P 1 --baseline --commandstats $SHORT
+jcheck "$TMP/redlock1.json" "redlock uncontended: every field, violations 0" \
+    "all(k in d for k in $FIELDS) and d['violations'] == 0 and d['backend'] == 'redlock'"
+jcheck "$TMP/redlock1.json" "redlock: PING to all masters and to one alone" \
+    'd["rtt_p50_us"] > 0 and d["rtt_single_p50_us"] > 0 and "all 5 masters" in d["baseline"] and d["redis_servers"] == 5'
+
+run redlock3 "$DLOCK_TEST_REDLOCK" -P 3 -H 50 $SHORT
+jcheck "$TMP/redlock3.json" "redlock 3 waiters: violations 0" 'd["violations"] == 0 and d["n"] > 0'
+
+# the matrix script and the targets on one row of each backend
+DLOCK=$DLOCK BENCH_LABEL=test bash "$here/../bench/matrix.sh" -D 0.3 -r uncontended \
+    -o "$TMP/m.jsonl" "$DLOCK_TEST_REDIS" "$DLOCK_TEST_REDLOCK" 2>"$TMP/m.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$TMP/m.jsonl")" -eq 2 ] && ok "matrix.sh: two rows" ||
+    bad "matrix.sh: exit $rc, $(cat "$TMP/m.err")"
+python3 "$here/../bench/targets.py" "$TMP/m.jsonl" >"$TMP/t.txt"
+grep -q "^uncontended cycle / rtt (redis) .* \(met\|MISSED\)" "$TMP/t.txt" &&
+    grep -q "^redlock cycle / single-master cycle .* \(met\|MISSED\)" "$TMP/t.txt" &&
+    ok "targets.py: the two uncontended figures computed" || bad "targets.py: $(cat "$TMP/t.txt")"
+
+if [ $fails -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all passed"

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# check_redis_test.sh — `dlock check` with server faults on the Redis family:
+# real servers started by tests/servers.sh (one master, five Redlock masters,
+# a Sentinel deployment), short runs of each scenario, verdicts asserted from
+# --json. Never asserts timings. Skipped (exit 0) when redis-server is not
+# installed or the redis backends are not built. Needs $DLOCK and python3.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+here=$(cd "$(dirname "$0")" && pwd)
+if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/null; then
+    echo "redis-server not installed: skipped"
+    exit 0
+fi
+if ! "$DLOCK" backends | grep -q '^redis .* yes$'; then
+    echo "redis backend not built: skipped"
+    exit 0
+fi
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    exec bash "$here/servers.sh" run redis redlock sentinel -- bash "$0" "$@"
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-redis.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok - $*"; }
+bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+
+# jcheck FILE DESCRIPTION EXPR: a python expression over the JSON object d,
+# with sc(name) the scenario of that name.
+jcheck() {
+    if python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+def sc(name):
+    return next(s for s in d["scenarios"] if s["name"] == name)
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
+        bad "$2"
+        python3 -c '
+import json, sys
+for s in json.load(open(sys.argv[1]))["scenarios"]:
+    print("#   %s: %s: %s" % (s["name"], s["verdict"], s["note"]))' "$1"
+    fi
+}
+
+check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
+    local name=$1 url=$2
+    shift 2
+    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
+    local rc=$?
+    if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
+        bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
+        echo '{"scenarios":[]}' >"$TMP/$name.json"
+    fi
+}
+
+# --- one master: a holder stopped past its lease, a client stopped with its
+#     acquisition in flight, a restart without persistence, a killed holder
+check redis "$DLOCK_TEST_REDIS" -P 3 -D 1 --ttl 0.5 \
+    --scenario kill --scenario pause --scenario pause-acquire --scenario restart
+jcheck "$TMP/redis.json" "redis: servers found in DLOCK_TEST_SERVERS" 'd["servers"] == 1 and d["fencing_weak"]'
+jcheck "$TMP/redis.json" "redis kill: pass" 'sc("kill")["verdict"] == "pass"'
+jcheck "$TMP/redis.json" "redis pause: no stale write accepted under fencing, the canary lost updates" \
+    'sc("pause")["fenced"]["stale_writes_accepted"] == 0 and sc("pause")["overlaps"] == 0 and sc("pause")["canary"]["lost_increments"] > 0'
+jcheck "$TMP/redis.json" "redis pause: the stale holders looked at their lock, and any HELD after the lease fails" \
+    'sc("pause")["fenced"]["state_looks"] > 0 and ((sc("pause")["fenced"]["state_held_late"] + sc("pause")["canary"]["state_held_late"] == 0) == (sc("pause")["verdict"] == "pass"))'
+jcheck "$TMP/redis.json" "redis pause-acquire: stopped acquisitions, nothing accepted from them" \
+    'sc("pause-acquire")["acquisitions_stopped"] > 0 and sc("pause-acquire")["fenced"]["stale_writes_accepted"] == 0 and sc("pause-acquire")["overlaps"] == 0'
+jcheck "$TMP/redis.json" "redis pause-acquire: pass only if every one failed, fail naming late grants otherwise" \
+    '(sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_granted_late"] == 0) or (sc("pause-acquire")["verdict"] == "fail" and sc("pause-acquire")["late_grants"] > 0 and "after their validity deadline" in sc("pause-acquire")["note"])'
+jcheck "$TMP/redis.json" "redis restart: expected-violation (weak fencing), caught by fencing" \
+    'sc("restart")["verdict"] == "expected-violation" and sc("restart")["fenced"]["data_losses"] > 0 and sc("restart")["fenced"]["overlaps_expected"] == sc("restart")["overlaps"] > 0 and sc("restart")["lost_increments"] == 0'
+jcheck "$TMP/redis.json" "redis restart: the canary lost updates, tokens went back" \
+    'sc("restart")["canary"]["lost_increments"] > 0 and sc("restart")["fenced"]["token_regressions_expected"] > 0'
+
+# --- Redlock: a minority of masters killed, one restarted, a stopped client
+check redlock "$DLOCK_TEST_REDLOCK" -P 3 -D 1 --ttl 1 \
+    --scenario kill-minority --scenario restart --scenario pause-acquire
+jcheck "$TMP/redlock.json" "redlock: five masters found" 'd["servers"] == 5 and not d["fencing_weak"]'
+jcheck "$TMP/redlock.json" "redlock kill-minority: pass (safe, and available with three of five)" \
+    'sc("kill-minority")["verdict"] == "pass" and sc("kill-minority")["fenced"]["sections_after_fault"] > 0 and sc("kill-minority")["fenced"]["server_faults"] == 2'
+jcheck "$TMP/redlock.json" "redlock restart of one master: pass" \
+    'sc("restart")["verdict"] == "pass" and sc("restart")["faults"] > 0'
+jcheck "$TMP/redlock.json" "redlock pause-acquire: pass, every stopped acquisition failed" \
+    'sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_failed"] == sc("pause-acquire")["acquisitions_stopped"] > 0'
+
+# --- Sentinel: failover to a replica cut off from replication
+check sentinel "$DLOCK_TEST_SENTINEL" -P 3 -D 1 --scenario failover-cut --history "$TMP/fo.hist"
+jcheck "$TMP/sentinel.json" "sentinel: master, replicas and sentinels found" 'd["servers"] == 6'
+jcheck "$TMP/sentinel.json" "sentinel failover-cut: expected-violation, with the promotion in the history" \
+    'sc("failover-cut")["verdict"] == "expected-violation" and sc("failover-cut")["fenced"]["data_losses"] == 1 and sc("failover-cut")["ttl_ms"] >= 8000'
+grep -q " repl_cut value=" "$TMP/fo.hist" && grep -q " failover value=" "$TMP/fo.hist" &&
+    ok "sentinel failover-cut: repl_cut and failover events in the history" ||
+    bad "sentinel failover-cut: events missing from the history"
+# the deployment is whole again: a master with two replicas in sync
+m=$(redis-cli -p "$(cut -d, -f1 <<<"${DLOCK_TEST_SENTINEL#redis+sentinel://}" | cut -d: -f2)" \
+    sentinel get-master-addr-by-name dlockmaster | tail -1)
+[ "$(redis-cli -p "$m" info replication | grep -c 'state=online')" = 2 ] &&
+    ok "sentinel: restored to a master with two replicas in sync" || bad "sentinel: not restored"
+
+# --- what cannot run
+"$DLOCK" --url "$DLOCK_TEST_REDIS" check -P 2 -D 0.3 --json --servers "$TMP" \
+    --scenario restart >"$TMP/none.json" 2>"$TMP/none.err"
+rc=$?
+[ $rc -eq 64 ] && grep -q "servers" "$TMP/none.err" && ok "--servers without the URL's server: exit 64" ||
+    bad "--servers without the URL's server: exit $rc $(cat "$TMP/none.err")"
+DLOCK_TEST_SERVERS= "$DLOCK" --url "$DLOCK_TEST_REDIS" check -P 2 -D 0.3 --json \
+    --scenario restart --scenario failover-cut >"$TMP/na.json"
+jcheck "$TMP/na.json" "no servers directory: server faults are n/a, not run" \
+    'all(s["verdict"] == "n/a" and s["fenced"] is None for s in d["scenarios"])'
+check redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenario kill-minority
+jcheck "$TMP/redis-fo.json" "one master: failover-cut and kill-minority are n/a" \
+    'all(s["verdict"] == "n/a" for s in d["scenarios"])'
+
+if [ $fails -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all passed"
