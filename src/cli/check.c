@@ -32,8 +32,12 @@ static const char check_help[] =
     "    holder's death, or at the lease's deadline on lease backends);\n"
     "  - no token is issued twice and tokens grow in the order of acquisition;\n"
     "  - no increment is lost: the final value equals the accepted writes.\n"
-    "Each fault scenario also runs as a canary, without fencing at the resource:\n"
-    "if the fault did not take effect there, the scenario is invalid, not passed.\n"
+    "Fault scenarios with a stale writer also run as a canary, without fencing\n"
+    "at the resource: if the fault did not take effect there, the scenario is\n"
+    "invalid, not passed. Lease backends are also checked from the holder's\n"
+    "side: an acquisition that returns after its lease could have run out is a\n"
+    "late grant, and a holder stopped for longer than its ttl must see\n"
+    "dlock_state() LOST when it looks after SIGCONT.\n"
     "\n"
     "  --scenario NAME   run this scenario (repeatable; default all; see --list)\n"
     "  -P, --workers N   worker processes (2..64, default 4)\n"
@@ -58,9 +62,9 @@ static const char check_help[] =
     "the harness failed); n/a (the fault cannot take effect on this backend or\n"
     "deployment; its checks, if they ran, passed).\n"
     "Exit status: 0 all pass, n/a or expected-violation; 1 some fail; 2 some\n"
-    "invalid, none fail;\n"
-    "64 usage; 69 backend unreachable; 70 other failure; 128+N interrupted by\n"
-    "signal N (the scenarios finished so far are still reported).\n";
+    "invalid, none fail; 64 usage; 69 backend unreachable; 70 other failure;\n"
+    "128+N interrupted by signal N (the scenarios finished so far are still\n"
+    "reported).\n";
 
 typedef struct sc_out {
     const char *name;

@@ -373,9 +373,11 @@ static int inject_pause_acquire(chk_run *r)
 {
     chk_shm *sh = r->sh;
     const chk_servers *sv = r->cfg->servers;
-    /* stopped a little longer than the lease; whoever takes the lock after
-     * it ran out waits about that long, well inside its own lease */
-    int64_t extra = MS(r->ttl_ms / 4 < 500 ? r->ttl_ms / 4 : 500);
+    /* stopped longer than the lease by this much: time for another worker
+     * to take the lock once the lease ran out on the servers (waiters look
+     * again every ttl/4 at least), short enough that it then waits parked
+     * well inside its own lease */
+    int64_t extra = MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500);
     if (extra < MS(20))
         extra = MS(20);
     if (chk_sleep(r, WARMUP_NS))
@@ -503,7 +505,7 @@ const chk_scenario chk_scenarios[] = {
      0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost},
     {"pause-acquire",
      "a client stopped between sending its acquisition and reading the replies, for ttl + "
-     "min(ttl/4, 0.5 s) (its servers held back until the request lies unread at each of "
+     "min(ttl/2, 0.5 s) (its servers held back until the request lies unread at each of "
      "them and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
