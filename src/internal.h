@@ -116,7 +116,8 @@ struct dlock_client {
     bool renew_started;
     bool stopping;
     pthread_cond_t renew_cv;
-    dlock_lock *leased; /* held lease locks, linked by next_leased */
+    int64_t renew_wake_ns; /* when the renewal thread means to look next */
+    dlock_lock *leased;    /* held lease locks, linked by next_leased */
 };
 
 struct dlock_lock {

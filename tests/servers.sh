@@ -44,6 +44,11 @@ srv_init() {
   [ -n "$srv_dir" ] && return 0
   srv_dir=$(mktemp -d /tmp/dlock-servers-XXXXXX)
   export DLOCK_TEST_SERVERS=$srv_dir
+  # If this shell is killed outright (a test runner's timeout), no trap runs:
+  # a watcher in its own session then stops the servers within a second.
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+    for f in "$2"/*.pid; do [ -e "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+    rm -rf "$2"' srv-watch "$$" "$srv_dir" </dev/null >/dev/null 2>&1 &
   trap srv_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM

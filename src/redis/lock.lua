@@ -21,16 +21,27 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local op = ARGV[1]
 
-local function purge()
-  redis.call('ZREMRANGEBYSCORE', RD, '-inf', now)
-  redis.call('ZREMRANGEBYSCORE', SEM, '-inf', now)
-  redis.call('ZREMRANGEBYSCORE', NFW, '-inf', now)
+-- Members of the sorted sets carry their own expiry; expired ones are
+-- dropped the first time a set is looked at in a call (and never otherwise,
+-- to keep the common paths short).
+local purged = {}
+local function live(set)
+  if not purged[set] then
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+    purged[set] = true
+  end
+  return set
+end
+
+local function count(set)
+  if redis.call('EXISTS', set) == 0 then return 0 end
+  return redis.call('ZCARD', live(set))
 end
 
 local function free_for(kind, permits)
-  if kind == 's' then return redis.call('ZCARD', SEM) < permits end
+  if kind == 's' then return count(SEM) < permits end
   if redis.call('EXISTS', LOCK) == 1 then return false end
-  if kind == 'x' then return redis.call('ZCARD', RD) == 0 end
+  if kind == 'x' then return count(RD) == 0 end
   return true
 end
 
@@ -57,12 +68,12 @@ end
 local function blocker_ms(kind)
   local ms = -1
   if kind == 's' then
-    local first = redis.call('ZRANGE', SEM, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', live(SEM), 0, 0, 'WITHSCORES')
     if first[2] then ms = tonumber(first[2]) - now end
   else
     ms = redis.call('PTTL', LOCK)
     if ms < 0 then
-      local first = redis.call('ZRANGE', RD, 0, 0, 'WITHSCORES')
+      local first = redis.call('ZRANGE', live(RD), 0, 0, 'WITHSCORES')
       if first[2] then ms = tonumber(first[2]) - now end
     end
   end
@@ -97,7 +108,7 @@ local function advance()
       end
     end
   end
-  if redis.call('ZCARD', NFW) > 0 then
+  if count(NFW) > 0 then
     redis.call('DEL', SIG)
     redis.call('RPUSH', SIG, 1)
     redis.call('PEXPIRE', SIG, 60000)
@@ -125,14 +136,13 @@ end
 if op == 'acq' then
   local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
-  purge()
-  if fair then advance() end
-  local w = P .. 'w:' .. owner
-  local handed = redis.call('LPOP', w)
-  if handed then return {1, tonumber(handed)} end
-  if (not fair or redis.call('LLEN', Q) == 0) and free_for(kind, permits) then
-    redis.call('HDEL', QI, owner)
-    redis.call('ZREM', NFW, owner)
+  local queued = fair and redis.call('LLEN', Q) or 0
+  if queued > 0 then
+    advance() -- hands over a lock whose holder vanished
+    queued = redis.call('LLEN', Q)
+  end
+  if queued == 0 and free_for(kind, permits) then
+    if not fair then redis.call('ZREM', NFW, owner) end
     return {1, grant(owner, kind, ttl, holder)}
   end
   if wl > 0 then
@@ -146,7 +156,6 @@ if op == 'acq' then
 elseif op == 'wait' then
   local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local holder, wl = ARGV[7], tonumber(ARGV[8])
-  purge()
   if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
     enqueue(owner, kind, ttl, permits, holder, wl)
   end
@@ -157,7 +166,6 @@ elseif op == 'wait' then
 
 -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
 elseif op == 'rel' then
-  purge()
   local ok = give_back(ARGV[2], ARGV[3])
   advance()
   return ok
@@ -166,7 +174,6 @@ elseif op == 'rel' then
 -- meanwhile, it is passed on at once. -> 1 if it had been handed the lock
 elseif op == 'abort' then
   local owner, kind = ARGV[2], ARGV[3]
-  purge()
   redis.call('LREM', Q, 0, owner)
   redis.call('HDEL', QI, owner)
   redis.call('ZREM', NFW, owner)
@@ -194,12 +201,10 @@ elseif op == 'setval' then
 
 -- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
 elseif op == 'info' then
-  purge()
   local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'since', 'token', 'value')
   return {h[1] or '', h[2] or '', tonumber(h[3] or 0), tonumber(h[4] or 0),
           redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
-          redis.call('LLEN', Q), redis.call('ZCARD', RD), redis.call('ZCARD', SEM),
-          redis.call('ZCARD', NFW), now, h[5] or ''}
+          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now, h[5] or ''}
 
 -- Redlock, on each of N independent masters (exclusive locks only):
 -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
