@@ -49,6 +49,7 @@ srv_init() {
   setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
     for f in "$2"/*.pid; do [ -e "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
     rm -rf "$2"' srv-watch "$$" "$srv_dir" </dev/null >/dev/null 2>&1 &
+  disown $! # srv_cleanup's wait must not wait for the watcher
   trap srv_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
