@@ -381,6 +381,22 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 
 /* ---- lease renewal ----------------------------------------------------- */
 
+static bool lost_publish(dlock_lock *l, const char *why);
+static void lost_notify(dlock_lock *l);
+
+/* Take l off the renewal list and publish its loss, both under c->mu, so
+ * that dlock_state never sees a lock that is off the list but still HELD;
+ * returns whether to notify (outside the mutex: callbacks may take time). */
+static bool unlist_lost(dlock_client *c, dlock_lock *l, const char *why)
+{
+    dlock_lock **pp = &c->leased;
+    while (*pp != l)
+        pp = &(*pp)->next_leased;
+    *pp = l->next_leased;
+    l->in_lease_list = false;
+    return lost_publish(l, why);
+}
+
 /*
  * One thread per client renews every held lease at ttl/3 and declares a lock
  * lost when renewal says so, or when its lease deadline (measured from the
@@ -413,16 +429,11 @@ static void *renew_main(void *arg)
             continue;
         }
         if (due->lease_deadline_ns <= now) {
-            /* Take it off the list before notifying so a release racing
-             * with us sees a lost lock, not a held one. */
-            dlock_lock **pp = &c->leased;
-            while (*pp != due)
-                pp = &(*pp)->next_leased;
-            *pp = due->next_leased;
-            due->in_lease_list = false;
-            pthread_mutex_unlock(&c->mu);
-            dl_mark_lost(due, "lease deadline passed without a successful renewal");
-            pthread_mutex_lock(&c->mu);
+            if (unlist_lost(c, due, "lease deadline passed without a successful renewal")) {
+                pthread_mutex_unlock(&c->mu);
+                lost_notify(due);
+                pthread_mutex_lock(&c->mu);
+            }
             continue;
         }
         /* Renew outside the client mutex: the backend call may take up to
@@ -447,14 +458,11 @@ static void *renew_main(void *arg)
         if (rc == 0) {
             l->lease_deadline_ns = started + (int64_t)ttl * 1000000LL;
         } else if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
-            dlock_lock **pp = &c->leased;
-            while (*pp != l)
-                pp = &(*pp)->next_leased;
-            *pp = l->next_leased;
-            l->in_lease_list = false;
-            pthread_mutex_unlock(&c->mu);
-            dl_mark_lost(l, l->renew_err);
-            pthread_mutex_lock(&c->mu);
+            if (unlist_lost(c, l, l->renew_err)) {
+                pthread_mutex_unlock(&c->mu);
+                lost_notify(l);
+                pthread_mutex_lock(&c->mu);
+            }
         } else {
             /* Transient failure: try again soon, the deadline still rules. */
             l->next_renew_ns = dl_now_ns() + (int64_t)ttl * 1000000LL / 10;
@@ -531,20 +539,29 @@ static void signal_fd(int fd)
     }
 }
 
-void dl_mark_lost(dlock_lock *l, const char *why)
+/* Claim the loss and publish it (message first, then the state): true if
+ * this call turned the lock from HELD to LOST. */
+static bool lost_publish(dlock_lock *l, const char *why)
 {
-    /* One caller writes the message, then publishes it with the state
-     * change; readers that see LOST read a finished message. */
     if (atomic_exchange(&l->lost_claimed, true))
-        return;
+        return false;
     snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
              why && *why ? why : "unknown reason");
     int expected = DLOCK_STATE_HELD;
-    if (!atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST))
-        return; /* released meanwhile */
+    return atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST);
+}
+
+static void lost_notify(dlock_lock *l)
+{
     signal_fd(atomic_load(&l->lost_fd));
     if (l->opts.on_lost)
         l->opts.on_lost(l, l->opts.on_lost_arg);
+}
+
+void dl_mark_lost(dlock_lock *l, const char *why)
+{
+    if (lost_publish(l, why))
+        lost_notify(l);
 }
 
 /* ---- lock handles ------------------------------------------------------ */
@@ -704,6 +721,14 @@ static int64_t deadline_from(int timeout_ms)
     return dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
 }
 
+/* A lease counted from `started` is useless if less than the drift
+ * allowance (ttl/100 + 2 ms) is left of it. */
+static bool granted_too_late(const dlock_lock *l, int64_t started)
+{
+    int64_t ttl = (int64_t)l->opts.ttl_ms * 1000000LL;
+    return dl_now_ns() >= started + ttl - (ttl / 100 + 2000000LL);
+}
+
 static int acquire_until(dlock_lock *l, int64_t deadline_ns)
 {
     int st = atomic_load(&l->state);
@@ -730,13 +755,29 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
             return rc;
     }
     atomic_store(&l->state, DLOCK_STATE_WAITING);
-    int64_t started = dl_now_ns();
-    l->lease_start_ns = 0;
+    int64_t started;
     pthread_mutex_lock(&l->mu);
-    rc = l->c->be->acquire(l, deadline_ns);
+    for (;;) {
+        started = dl_now_ns();
+        l->lease_start_ns = 0;
+        rc = l->c->be->acquire(l, deadline_ns);
+        if (rc == 0 && l->lease_start_ns)
+            started = l->lease_start_ns;
+        if (rc != 0 || !uses_lease(l) || !granted_too_late(l, started))
+            break;
+        /* Granted, but so late (the process was stopped or starved while
+         * the reply waited) that the lease may already have run out: the
+         * lock is worth nothing. Give it back; wait again if time is left. */
+        l->c->be->abandon(l);
+        if (deadline_ns >= 0 && dl_ms_left(deadline_ns) == 0) {
+            rc = dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                             "lock \"%s\": granted only after its %d ms lease could have run "
+                             "out (was the process stopped?)",
+                             l->name, l->opts.ttl_ms);
+            break;
+        }
+    }
     cancel_disarm(l);
-    if (rc == 0 && l->lease_start_ns)
-        started = l->lease_start_ns;
     if (rc == 0) {
         l->count = 1;
         atomic_store(&l->state, DLOCK_STATE_HELD);

@@ -212,9 +212,10 @@ elseif op == 'racq' then
   local owner, ttl, holder = ARGV[2], tonumber(ARGV[3]), ARGV[4]
   local cur = redis.call('HGET', LOCK, 'owner')
   if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
-  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now)
+  local tok = redis.call('INCR', TOKEN)
+  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now, 'token', tok)
   redis.call('PEXPIRE', LOCK, ttl)
-  return {1, tonumber(redis.call('GET', TOKEN) or 0)}
+  return {1, tok}
 
 -- rtok OWNER TOKEN: store the quorum's token where we still hold the lock
 -- -> 1 stored, 0 not ours here

@@ -166,7 +166,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         int64_t t0 = dl_now_ns();
         on_all(rc, &c, r, node_timeout(rc, ttl));
         int granted = 0, answered = 0;
-        long long maxtok = 0;
+        long long maxtok = 0, mintok = -1;
         bool got[rc->n];
         for (int i = 0; i < rc->n; i++) {
             got[i] = false;
@@ -178,13 +178,21 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                 granted++;
                 if (r[i]->element[1]->integer > maxtok)
                     maxtok = r[i]->element[1]->integer;
+                if (mintok < 0 || r[i]->element[1]->integer < mintok)
+                    mintok = r[i]->element[1]->integer;
             }
         }
         free_all(rc, r);
         int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+        if (granted >= rc->quorum && validity > 0 && mintok == maxtok) {
+            /* every granting node stores this token already (racq's INCR) */
+            atomic_store(&l->token, (uint64_t)maxtok);
+            l->lease_start_ns = t0 - drift_ns(ttl);
+            return 0;
+        }
         if (granted >= rc->quorum && validity > 0) {
-            /* Publish max+1 to the quorum we hold before anyone uses it. */
-            long long token = maxtok + 1;
+            /* Publish the max to the quorum we hold before anyone uses it. */
+            long long token = maxtok;
             char tb[24];
             rd_script_cmd(&c, &rc->cf, ll->key, "rtok");
             rcmd_add(&c, l->owner);
