@@ -863,16 +863,16 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
     if (!lock)
         return DLOCK_STATE_IDLE;
     dlock_lock *l = (dlock_lock *)lock;
+    if (!uses_lease(l))
+        return (dlock_state_t)atomic_load(&l->state);
+    /* The renewal thread turns HELD into LOST under c->mu, so read the state
+     * under it too; and do not trust a lease whose deadline has passed even
+     * if that thread has not run yet. */
+    pthread_mutex_lock(&l->c->mu);
     int st = atomic_load(&l->state);
-    if (st == DLOCK_STATE_HELD && uses_lease(l)) {
-        /* Do not trust a lease whose deadline has passed, even if the
-         * renewal thread has not run yet. */
-        pthread_mutex_lock(&l->c->mu);
-        bool expired = l->in_lease_list && dl_now_ns() >= l->lease_deadline_ns;
-        pthread_mutex_unlock(&l->c->mu);
-        if (expired)
-            return DLOCK_STATE_LOST;
-    }
+    if (st == DLOCK_STATE_HELD && l->in_lease_list && dl_now_ns() >= l->lease_deadline_ns)
+        st = DLOCK_STATE_LOST;
+    pthread_mutex_unlock(&l->c->mu);
     return (dlock_state_t)st;
 }
 
