@@ -169,10 +169,10 @@ static void test_renewal_keeps_short_lease(void **state)
     char name[64];
     unique(name, sizeof name, "renew");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, -1);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 600, -1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 600, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
-    usleep(1000 * 1000); /* more than three leases */
+    usleep(2000 * 1000); /* more than three leases */
     assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
     assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
     assert_int_equal(dlock_release(a), 0);
@@ -199,7 +199,7 @@ static void test_renewal_never_recreates(void **state)
     dlock_client *c = open_url(redis_url);
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
-    o.ttl_ms = 300;
+    o.ttl_ms = 1500;
     o.on_lost = on_lost;
     dlock_lock *a;
     assert_int_equal(dlock_lock_new(&a, c, name, &o), 0);
@@ -208,7 +208,7 @@ static void test_renewal_never_recreates(void **state)
     redisContext *d = direct();
     assert_int_equal(rint_cmd(d, "DEL %s", key), 1);
     struct pollfd p = {.fd = dlock_lost_fd(a), .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 2000), 1); /* told within one renewal period */
+    assert_int_equal(poll(&p, 1, 5000), 1); /* told within one renewal period */
     assert_int_equal(dlock_state(a), DLOCK_STATE_LOST);
     assert_int_equal(atomic_load(&lost_calls), 1);
     usleep(300 * 1000);
@@ -243,20 +243,20 @@ static void test_long_wait_then_handover(void **state)
     char name[64];
     unique(name, sizeof name, "handover");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 400, 1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 400, 1);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 800, 1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 800, 1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     uint64_t ta = dlock_token(a);
     struct waiter w = {.l = b, .timeout = 10000};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
-    usleep(1200 * 1000); /* three of b's leases */
+    usleep(2500 * 1000); /* three of b's leases */
     assert_int_equal(atomic_load(&w.done), 0);
     assert_int_equal(dlock_release(a), 0);
     pthread_join(t, NULL);
     assert_int_equal(atomic_load(&w.rc), 0);
     assert_true(dlock_token(b) > ta);
-    usleep(600 * 1000);
+    usleep(1200 * 1000);
     assert_int_equal(dlock_state(b), DLOCK_STATE_HELD);
     assert_int_equal(dlock_release(b), 0);
     dlock_lock_free(a);
@@ -541,7 +541,7 @@ static void test_auth_db_and_reconnect(void **state)
     assert_null(strstr(dlock_client_url(c), "s3cret"));
     char name[64];
     unique(name, sizeof name, "authdb");
-    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, -1);
+    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 1500, -1);
     assert_int_equal(dlock_acquire(l, 0), 0);
     /* The lock lives in database 3. */
     assert_int_equal(rint_cmd(d, "SELECT 3"), -999);
@@ -549,7 +549,7 @@ static void test_auth_db_and_reconnect(void **state)
     /* Drop every client connection: renewal reconnects and re-verifies. */
     r = redisCommand(d, "CLIENT KILL USER dlocktest");
     freeReplyObject(r);
-    usleep(700 * 1000);
+    usleep(1200 * 1000);
     assert_int_equal(dlock_state(l), DLOCK_STATE_HELD);
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);
@@ -713,6 +713,107 @@ static void test_cluster(void **state)
     dlock_client_close(c);
 }
 
+static redisReply *cmd_on(redisContext *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    return r;
+}
+
+static void expect_ok(redisContext *ctx, const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = cmd_on(ctx, fmt, a, b);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("%s: %s", fmt, r->str);
+    freeReplyObject(r);
+}
+
+/* A slot moves to another master under a client that knows the old map:
+ * first half-way (ASK redirections), then for good (MOVED). */
+static void test_cluster_resharding(void **state)
+{
+    (void)state;
+    if (!cluster_url)
+        skip();
+    int ports[3];
+    const char *p = strstr(cluster_url, "://") + 3;
+    for (int i = 0; i < 3; i++) {
+        p = strchr(p, ':') + 1;
+        ports[i] = atoi(p);
+    }
+    redisContext *ctx[3];
+    char id[3][64];
+    for (int i = 0; i < 3; i++) {
+        ctx[i] = redisConnect("127.0.0.1", ports[i]);
+        assert_true(ctx[i] && !ctx[i]->err);
+        redisReply *r = cmd_on(ctx[i], "CLUSTER MYID");
+        snprintf(id[i], sizeof id[i], "%s", r->str);
+        freeReplyObject(r);
+    }
+    char name[64], key[128];
+    unique(name, sizeof name, "reshard");
+    snprintf(key, sizeof key, "dlock:{%s}:lock", name);
+    redisReply *r = cmd_on(ctx[0], "CLUSTER KEYSLOT %s", key);
+    long long slot = r->integer;
+    freeReplyObject(r);
+    int owner = -1;
+    for (int i = 0; i < 3 && owner < 0; i++) {
+        r = cmd_on(ctx[i], "GET %s", key);
+        if (r->type != REDIS_REPLY_ERROR)
+            owner = i;
+        freeReplyObject(r);
+    }
+    assert_true(owner >= 0);
+    int to = (owner + 1) % 3;
+    char slotstr[16];
+    snprintf(slotstr, sizeof slotstr, "%lld", slot);
+
+    dlock_client *c = open_url(cluster_url);
+    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    assert_int_equal(dlock_acquire(l, 0), 0);
+    uint64_t t1 = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+
+    /* Half-way: keys moved, slot still the old master's (ASK). */
+    expect_ok(ctx[to], "CLUSTER SETSLOT %s IMPORTING %s", slotstr, id[owner]);
+    expect_ok(ctx[owner], "CLUSTER SETSLOT %s MIGRATING %s", slotstr, id[to]);
+    r = cmd_on(ctx[owner], "CLUSTER GETKEYSINSLOT %s 1000", slotstr);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_true(r->elements >= 1); /* at least the token */
+    for (size_t k = 0; k < r->elements; k++) {
+        redisReply *m = cmd_on(ctx[owner], "MIGRATE 127.0.0.1 %d %s 0 5000", ports[to],
+                               r->element[k]->str);
+        if (m->type == REDIS_REPLY_ERROR)
+            fail_msg("MIGRATE: %s", m->str);
+        freeReplyObject(m);
+    }
+    freeReplyObject(r);
+    assert_int_equal(dlock_acquire(l, 0), 0);
+    uint64_t t2 = dlock_token(l);
+    assert_true(t2 > t1);
+    assert_int_equal(dlock_release(l), 0);
+
+    /* For good: every master learns the new owner (MOVED). */
+    for (int i = 0; i < 3; i++)
+        expect_ok(ctx[i], "CLUSTER SETSLOT %s NODE %s", slotstr, id[to]);
+    assert_int_equal(dlock_acquire(l, 0), 0);
+    assert_true(dlock_token(l) > t2);
+    dlock_info info;
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(dlock_release(l), 0);
+    r = cmd_on(ctx[to], "EXISTS dlock:{%s}:token", name);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    for (int i = 0; i < 3; i++)
+        redisFree(ctx[i]);
+}
+
 /* Run a servers.sh function (srv_restart NAME, ...) on our servers. */
 static void servers(const char *fn, const char *name)
 {
@@ -765,11 +866,11 @@ static void test_redlock(void **state)
     /* Two of five masters down: still safe and available; tokens rise. */
     kill_server("redlock1", SIGKILL);
     kill_server("redlock2", SIGKILL);
-    dlock_lock *r = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, -1);
+    dlock_lock *r = mk(c, name, DLOCK_EXCLUSIVE, 1, 900, -1);
     assert_int_equal(dlock_acquire(r, 1000), 0);
     assert_true(dlock_token(r) > t2);
     uint64_t t3 = dlock_token(r);
-    usleep(700 * 1000); /* renewed with a quorum of three */
+    usleep(1500 * 1000); /* renewed with a quorum of three */
     assert_int_equal(dlock_state(r), DLOCK_STATE_HELD);
     assert_int_equal(dlock_acquire(a, 0), DLOCK_EBUSY);
     assert_int_equal(dlock_release(r), 0);
@@ -830,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_contention_fair_and_nonfair),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_cluster_resharding),
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_contention),
     };
