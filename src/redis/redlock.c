@@ -12,12 +12,13 @@
  * attempts are released on every node and retried after a random delay.
  * Renewal needs a quorum too and computes its validity the same way.
  *
- * Fencing: each node keeps a counter. The acquisition reads it from the
- * nodes that answer, takes the maximum plus one, and writes that back to the
- * quorum it holds before reporting success. Any later quorum overlaps this
- * one in at least one node, so the next token is larger — as long as a
- * majority of the nodes keeps its data (a node restarted without persistence
- * forgets its counter; that is the documented limit).
+ * Fencing: each node keeps a counter that its grant increments. The token
+ * is the maximum over the granting quorum; when the quorum's values differ,
+ * that maximum is written back to it before reporting success, so every
+ * node of the quorum holds at least the token. Any later quorum overlaps
+ * this one in at least one node, whose next increment is larger — as long
+ * as a majority of the nodes keeps its data (a node restarted without
+ * persistence forgets its counter; that is the documented limit).
  */
 #include "redis_int.h"
 
