@@ -181,6 +181,33 @@ static void test_renewal_keeps_short_lease(void **state)
     dlock_client_close(c);
 }
 
+/* Classic bug: a renewal that outlives the release and extends (or
+ * re-creates) the lock of whoever holds it next. */
+static void test_renewal_stops_at_release(void **state)
+{
+    (void)state;
+    char name[64], key[128];
+    unique(name, sizeof name, "outlive");
+    snprintf(key, sizeof key, "dlock:{%s}:lock", name);
+    dlock_client *c = open_url(redis_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 600, -1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 60000, -1);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    assert_int_equal(dlock_release(a), 0);
+    redisContext *d = direct();
+    assert_int_equal(rint_cmd(d, "EXISTS %s", key), 0);
+    assert_int_equal(dlock_acquire(b, 0), 0);
+    assert_int_equal(rint_cmd(d, "PEXPIRE %s 5000", key), 1); /* b's lease, shortened */
+    usleep(800 * 1000); /* a's renewals would have run by now */
+    long long pttl = rint_cmd(d, "PTTL %s", key);
+    assert_true(pttl > 0 && pttl <= 4300); /* nobody extended it */
+    assert_int_equal(dlock_release(b), 0);
+    redisFree(d);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
 static atomic_int lost_calls;
 static void on_lost(dlock_lock *l, void *arg)
 {
@@ -919,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_release_after_expiry_spares_new_holder),
         cmocka_unit_test(test_renewal_keeps_short_lease),
         cmocka_unit_test(test_renewal_never_recreates),
+        cmocka_unit_test(test_renewal_stops_at_release),
         cmocka_unit_test(test_bad_ttl),
         cmocka_unit_test(test_long_wait_then_handover),
         cmocka_unit_test(test_fair_fifo),
