@@ -284,6 +284,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
 {
     helper hs[njobs];
     struct pollfd pfd[njobs + 1];
+    int cancel_fd = dl_cancel_fd(l);
     int rc = 1; /* 1: still waiting */
     int started = 0;
     for (; started < njobs; started++) {
@@ -300,7 +301,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
         for (int i = 0; i < njobs; i++)
             if (!hs[i].done)
                 pfd[n++] = (struct pollfd){.fd = hs[i].fd, .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = l->cancel_fd, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
         int ms = dl_ms_left(deadline);
         if (deadline > 0 && ms == 0) {
             rc = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);

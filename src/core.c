@@ -684,22 +684,23 @@ static void drain(int fd)
     }
 }
 
-/* A waiting acquisition gets an eventfd for dlock_cancel; a cancel that came
- * before it existed is carried over (the caller cannot know when waiting
- * starts). The descriptor is closed when the acquisition returns. */
-static int cancel_arm(dlock_lock *l)
+/* A backend about to wait gets an eventfd for dlock_cancel; a cancel that
+ * came before it existed is carried over (the caller cannot know when
+ * waiting starts). Created only when needed — an uncontended acquisition
+ * makes no descriptor — and closed when the acquisition returns. */
+int dl_cancel_fd(dlock_lock *l)
 {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (fd < 0)
-        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot create eventfd: %s", l->name,
-                           strerror(errno));
     pthread_mutex_lock(&l->cancel_mu);
-    l->cancel_fd = fd;
-    if (l->cancel_pending)
-        signal_fd(fd);
-    l->cancel_pending = false;
+    if (l->cancel_fd < 0) {
+        l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (l->cancel_fd >= 0 && l->cancel_pending)
+            signal_fd(l->cancel_fd);
+        if (l->cancel_fd >= 0)
+            l->cancel_pending = false;
+    }
+    int fd = l->cancel_fd;
     pthread_mutex_unlock(&l->cancel_mu);
-    return 0;
+    return fd;
 }
 
 static void cancel_disarm(dlock_lock *l)
@@ -749,11 +750,6 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
      * that ended is drained when that acquisition returns. */
     drain(atomic_load(&l->lost_fd));
     atomic_store(&l->lost_claimed, false);
-    if (deadline_ns != 0) {
-        rc = cancel_arm(l);
-        if (rc)
-            return rc;
-    }
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started;
     pthread_mutex_lock(&l->mu);

@@ -85,7 +85,7 @@ typedef struct dl_backend {
     void (*lock_fini)(dlock_lock *l);
     /* Take the lock once (no re-entry logic: the core handles counts).
      * deadline_ns: 0 = try once, -1 = forever, else CLOCK_MONOTONIC ns.
-     * Must watch l->cancel_fd while waiting. Sets l->token on success. */
+     * Must watch dl_cancel_fd(l) while waiting. Sets l->token on success. */
     int (*acquire)(dlock_lock *l, int64_t deadline_ns);
     int (*release)(dlock_lock *l);
     /* Lease backends: extend the lease; DLOCK_ELOST when no longer owner. */
@@ -164,6 +164,10 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The descriptor a backend must watch while it waits (readable when
+ * dlock_cancel was called), created on first use; -1 if none can be made. */
+int dl_cancel_fd(dlock_lock *l);
 
 /* Mark a held lock lost (idempotent): state, lost fd, callback. */
 void dl_mark_lost(dlock_lock *l, const char *why);

@@ -17,8 +17,16 @@
 local P = string.sub(KEYS[1], 1, #KEYS[1] - 4)
 local LOCK, TOKEN, Q, QI = KEYS[1], P .. 'token', P .. 'q', P .. 'qi'
 local RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The server's clock in ms, read on first use (release and renew of an
+-- exclusive lock never need it).
+local now_ms
+local function now()
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms
+end
 local op = ARGV[1]
 
 -- Members of the sorted sets carry their own expiry; expired ones are
@@ -27,7 +35,7 @@ local op = ARGV[1]
 local purged = {}
 local function live(set)
   if not purged[set] then
-    redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', now())
     purged[set] = true
   end
   return set
@@ -49,16 +57,16 @@ local function holds(owner, kind)
   if kind == 'x' then return redis.call('HGET', LOCK, 'owner') == owner end
   local set = kind == 'r' and RD or SEM
   local score = redis.call('ZSCORE', set, owner)
-  return score ~= false and tonumber(score) > now
+  return score ~= false and tonumber(score) > now()
 end
 
 local function grant(owner, kind, ttl, holder)
   local tok = redis.call('INCR', TOKEN)
   if kind == 'x' then
-    redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now, 'token', tok)
+    redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now(), 'token', tok)
     redis.call('PEXPIRE', LOCK, ttl)
   else
-    redis.call('ZADD', kind == 'r' and RD or SEM, now + ttl, owner)
+    redis.call('ZADD', kind == 'r' and RD or SEM, now() + ttl, owner)
   end
   return tok
 end
@@ -69,12 +77,12 @@ local function blocker_ms(kind)
   local ms = -1
   if kind == 's' then
     local first = redis.call('ZRANGE', live(SEM), 0, 0, 'WITHSCORES')
-    if first[2] then ms = tonumber(first[2]) - now end
+    if first[2] then ms = tonumber(first[2]) - now() end
   else
     ms = redis.call('PTTL', LOCK)
     if ms < 0 then
       local first = redis.call('ZRANGE', live(RD), 0, 0, 'WITHSCORES')
-      if first[2] then ms = tonumber(first[2]) - now end
+      if first[2] then ms = tonumber(first[2]) - now() end
     end
   end
   if ms < 1 then ms = 1 end
@@ -93,7 +101,7 @@ local function advance()
       redis.call('LPOP', Q)
     else
       local exp, kind, ttl, permits, holder = string.match(info, '^(%d+) (%a) (%d+) (%d+) (.*)$')
-      if tonumber(exp) < now then
+      if tonumber(exp) < now() then
         redis.call('LPOP', Q)
         redis.call('HDEL', QI, head)
       elseif free_for(kind, tonumber(permits)) then
@@ -127,7 +135,7 @@ end
 
 local function enqueue(owner, kind, ttl, permits, holder, wl)
   if redis.call('HEXISTS', QI, owner) == 0 then redis.call('RPUSH', Q, owner) end
-  redis.call('HSET', QI, owner, (now + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
+  redis.call('HSET', QI, owner, (now() + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
 end
 
 -- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE
@@ -147,7 +155,7 @@ if op == 'acq' then
   end
   if wl > 0 then
     if fair then enqueue(owner, kind, ttl, permits, holder, wl)
-    else redis.call('ZADD', NFW, now + wl, owner) end
+    else redis.call('ZADD', NFW, now() + wl, owner) end
   end
   return {0, blocker_ms(kind)}
 
@@ -190,7 +198,7 @@ elseif op == 'renew' then
     return 0
   end
   if kind == 'x' then redis.call('PEXPIRE', LOCK, ttl)
-  else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now + ttl, owner) end
+  else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now() + ttl, owner) end
   return 1
 
 -- setval OWNER VALUE -> 1, or 0 when not the exclusive holder
@@ -204,7 +212,7 @@ elseif op == 'info' then
   local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'since', 'token', 'value')
   return {h[1] or '', h[2] or '', tonumber(h[3] or 0), tonumber(h[4] or 0),
           redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
-          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now, h[5] or ''}
+          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h[5] or ''}
 
 -- Redlock, on each of N independent masters (exclusive locks only):
 -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
@@ -213,7 +221,7 @@ elseif op == 'racq' then
   local cur = redis.call('HGET', LOCK, 'owner')
   if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
   local tok = redis.call('INCR', TOKEN)
-  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now, 'token', tok)
+  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now(), 'token', tok)
   redis.call('PEXPIRE', LOCK, ttl)
   return {1, tok}
 

@@ -378,7 +378,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         rcmd_add(&b, "BLPOP");
         rcmd_add(&b, rl->wake);
         rcmd_add(&b, tbuf);
-        x = run(rc, rl->key, &b, 1, &r, (int)slice + rc->cf.op_timeout_ms, l->cancel_fd, &sent,
+        x = run(rc, rl->key, &b, 1, &r, (int)slice + rc->cf.op_timeout_ms, dl_cancel_fd(l), &sent,
                 false, err, sizeof err);
         if (x == RD_CANCELED) {
             abort_wait(l);

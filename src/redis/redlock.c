@@ -147,7 +147,7 @@ static int backoff(dlock_lock *l, int64_t deadline, int attempt)
     int left = dl_ms_left(deadline);
     if (deadline > 0 && left < ms)
         ms = left;
-    struct pollfd p = {.fd = l->cancel_fd, .events = POLLIN};
+    struct pollfd p = {.fd = dl_cancel_fd(l), .events = POLLIN};
     return poll(&p, 1, ms) > 0;
 }
 
