@@ -254,19 +254,25 @@ static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long
     return 0;
 }
 
-/* Give up waiting: leave the queue, and pass on a lock handed to us. */
-static void abort_wait(dlock_lock *l)
+/* Run "op OWNER KIND" of the lock script for l (safe to repeat: the script
+ * checks the owner). */
+static int owner_op(dlock_lock *l, const char *op, redisReply **r, char *err, size_t errlen)
 {
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
-    rd_script_cmd(&c, &rc->cf, rl->key, "abort");
+    rd_script_cmd(&c, &rc->cf, rl->key, op);
     rcmd_add(&c, l->owner);
     rcmd_add(&c, rl->kind);
+    return run(rc, rl->key, &c, 1, r, rc->cf.op_timeout_ms, -1, NULL, true, err, errlen);
+}
+
+/* Give up waiting: leave the queue, and pass on a lock handed to us. */
+static void abort_wait(dlock_lock *l)
+{
     redisReply *r;
     char err[256];
-    if (run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err) ==
-        RD_OK)
+    if (owner_op(l, "abort", &r, err, sizeof err) == RD_OK)
         freeReplyObject(r);
     /* Unreachable: our registration and any handed lease expire by
      * themselves, and nobody else can release them. */
@@ -432,15 +438,9 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
 
 static int release_quietly(dlock_lock *l)
 {
-    rclient *rc = rc_of(l->c);
-    rlock *rl = l->bstate;
-    rcmd c;
-    rd_script_cmd(&c, &rc->cf, rl->key, "rel");
-    rcmd_add(&c, l->owner);
-    rcmd_add(&c, rl->kind);
     redisReply *r;
     char err[256];
-    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    int x = owner_op(l, "rel", &r, err, sizeof err);
     if (x != RD_OK)
         return unreachable(l, "release", err);
     int result = 0;
