@@ -24,17 +24,8 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 SHORT="-D 0.5 --warmup 0.2 --json"
-fails=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
-jcheck() { # FILE DESCRIPTION EXPR (python, over the JSON object d)
-    if python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
-        bad "$2"; echo "# $(cat "$1")"; fi
-}
 
 run() { # NAME URL ARGS...: bench into $TMP/NAME.json
     local name=$1 url=$2
@@ -80,8 +71,4 @@ grep -q "^uncontended cycle / rtt (redis) .* \(met\|MISSED\)" "$TMP/t.txt" &&
     grep -q "^redlock cycle / single-master cycle .* \(met\|MISSED\)" "$TMP/t.txt" &&
     ok "targets.py: the two uncontended figures computed" || bad "targets.py: $(cat "$TMP/t.txt")"
 
-if [ $fails -ne 0 ]; then
-    echo "$fails check(s) failed"
-    exit 1
-fi
-echo "all passed"
+finish

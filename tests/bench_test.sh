@@ -13,17 +13,8 @@ cleanup() {
 trap cleanup EXIT
 URL="file://$TMP/locks"
 SHORT="-D 0.5 --warmup 0.2 --json"
-fails=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
-jcheck() { # FILE DESCRIPTION EXPR (python, over the JSON object d)
-    if python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
-        bad "$2"; echo "# $(cat "$1")"; fi
-}
 
 run() { # NAME ARGS...: runs bench, output in $TMP/NAME.json
     local name=$1
@@ -107,8 +98,4 @@ left=
 for k in $kids; do [ -e "/proc/$k" ] && left="$left $k"; done
 [ -z "$left" ] && ok "SIGINT: every worker is gone" || bad "SIGINT: still running:$left"
 
-if [ $fails -ne 0 ]; then
-    echo "$fails check(s) failed"
-    exit 1
-fi
-echo "all passed"
+finish

@@ -21,9 +21,7 @@ fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-fails=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
 # jcheck FILE DESCRIPTION EXPR: a python expression over the JSON object d,
 # with sc(name) the scenario of that name.
@@ -111,8 +109,4 @@ check redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenari
 jcheck "$TMP/redis-fo.json" "one master: failover-cut and kill-minority are n/a" \
     'all(s["verdict"] == "n/a" for s in d["scenarios"])'
 
-if [ $fails -ne 0 ]; then
-    echo "$fails check(s) failed"
-    exit 1
-fi
-echo "all passed"
+finish

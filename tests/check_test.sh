@@ -13,18 +13,8 @@ cleanup() {
 }
 trap cleanup EXIT
 URL="file://$TMP/locks"
-fails=0
-ok() { echo "ok - $*"; }
-bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
-# Assert with a python expression over the JSON object `d`.
-jcheck() { # FILE DESCRIPTION EXPR
-    if python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
-        bad "$2"; echo "# $(cat "$1")"; fi
-}
 
 # --- 1. the checker alone, on a history with a known overlap and a known
 #        stale write (w=3 writes after losing the lock to w=1)
@@ -209,8 +199,4 @@ left=
 for k in $kids; do [ -e "/proc/$k" ] && left="$left $k"; done
 [ -z "$left" ] && ok "SIGTERM: every worker is gone" || bad "SIGTERM: still running:$left"
 
-if [ $fails -ne 0 ]; then
-    echo "$fails check(s) failed"
-    exit 1
-fi
-echo "all passed"
+finish

@@ -1,0 +1,24 @@
+# testlib.sh — what the shell tests share: one line per check ("ok - ..." or
+# "not ok - ..."), assertions on JSON output, and a closing count.
+# Source it; end the test with `finish`.
+fails=0
+passes=0
+ok() { echo "ok - $*"; passes=$((passes + 1)); }
+bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+
+# jcheck FILE DESCRIPTION EXPR: EXPR is python over the JSON object d; sc(name)
+# is the scenario of that name in `dlock check --json` output.
+jcheck() {
+    if python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+def sc(name):
+    return next(s for s in d["scenarios"] if s["name"] == name)
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
+        bad "$2"; echo "# $(head -c 4000 "$1")"; fi
+}
+
+finish() {
+    echo "$passes passed, $fails failed"
+    [ "$fails" -eq 0 ]
+}
