@@ -86,11 +86,11 @@ read -r tok url <"$TMP/out"
 pass
 
 # ---- a short lease stays held while renewed ---------------------------------
-"$DLOCK" --url "$URL" hold -t 0.6 renewed >"$TMP/hold.out" 2>"$TMP/hold.err" &
+"$DLOCK" --url "$URL" hold -t 1.5 renewed >"$TMP/hold.out" 2>"$TMP/hold.err" &
 holder=$!
 BG+=("$holder")
 for _ in $(seq 100); do [[ -s $TMP/hold.out ]] && break; sleep 0.05; done
-sleep 1.5 # more than two leases
+sleep 3.5 # more than two leases
 expect 1 dl run -n renewed -- true
 kill -TERM "$holder"
 rc=0

@@ -186,7 +186,7 @@ pass
 t0=$(now_ms)
 expect 1 dl run -w 0.3 busy -- true
 dt=$(($(now_ms) - t0))
-((dt >= 250 && dt < 2000)) || fail "-w 0.3 returned after $dt ms"
+((dt >= 250 && dt < 10000)) || fail "-w 0.3 returned after $dt ms"
 pass
 expect 1 dl -v run -w 1.4 busy -- true
 grep -q "held by pid $holder" "$TMP/err" || fail "-v printed no holder line"
@@ -272,7 +272,7 @@ t0=$(now_ms)
 DLOCK_TEST_LOSE_AFTER_MS=300 expect 75 dl run lose -- sh -c \
     'sleep 100 & echo $! >>$0; sleep 100 & echo $! >>$0; echo $$ >>$0; wait' "$TMP/lose.pids"
 dt=$(($(now_ms) - t0))
-((dt < 3000)) || fail "loss took $dt ms"
+((dt < 10000)) || fail "loss took $dt ms"
 [[ $(wc -l <"$TMP/lose.pids") == 3 ]] || fail "loss: pids $(cat "$TMP/lose.pids")"
 for p in $(cat "$TMP/lose.pids"); do
     ! alive "$p" || fail "process $p survived the loss of the lock"
@@ -284,7 +284,7 @@ t0=$(now_ms)
 DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --kill-grace 0.8 grace -- sh -c \
     'trap "" TERM; echo $$ >>$0; sleep 100 & echo $! >>$0; wait; wait' "$TMP/grace.pids"
 dt=$(($(now_ms) - t0))
-((dt >= 950 && dt < 4000)) || fail "--kill-grace 0.8 after a loss at 0.2 s took $dt ms"
+((dt >= 950 && dt < 10000)) || fail "--kill-grace 0.8 after a loss at 0.2 s took $dt ms"
 for p in $(cat "$TMP/grace.pids"); do
     ! alive "$p" || fail "process $p survived SIGKILL after the grace"
 done
@@ -307,10 +307,10 @@ wait_until 5 has_lines "$TMP/killed.pids" 2 ||
 kill9 "$pid"
 t0=$(now_ms)
 for p in $(cat "$TMP/killed.pids"); do
-    wait_until 1 eval "! alive $p" || fail "process $p outlived a SIGKILLed dlock"
+    wait_until 5 eval "! alive $p" || fail "process $p outlived a SIGKILLed dlock"
 done
 dt=$(($(now_ms) - t0))
-((dt < 1000)) || fail "the command group took $dt ms to die"
+((dt < 5000)) || fail "the command group took $dt ms to die"
 wait_until 2 dl run -n killed -- true 2>/dev/null || fail "lock not free after dlock was killed"
 pass
 # a SIGKILLed holder frees the lock at once
