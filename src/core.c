@@ -181,9 +181,10 @@ static const dl_backend dl_backend_redis = {
     .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
 static const dl_backend dl_backend_redlock = {
     .version = DL_BACKEND_V1, .name = "redlock", .schemes = "redlock",
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE,
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease on a quorum of masters, renewed with a quorum",
-    .fencing = "quorum max + 1 written back; monotonic while a majority keeps its data",
+    .fencing = "max of the quorum's counters; a master restarted without its data within a "
+               "ttl can repeat tokens",
     .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
 #endif
 DL_PLANNED(zk, "zk",

@@ -73,11 +73,11 @@ jcheck "$TMP/redis.json" "redis restart: the canary lost updates, tokens went ba
 # --- Redlock: a minority of masters killed, one restarted, a stopped client
 check redlock "$DLOCK_TEST_REDLOCK" -P 3 -D 1 --ttl 1 \
     --scenario kill-minority --scenario restart --scenario pause-acquire
-jcheck "$TMP/redlock.json" "redlock: five masters found" 'd["servers"] == 5 and not d["fencing_weak"]'
+jcheck "$TMP/redlock.json" "redlock: five masters found" 'd["servers"] == 5 and d["fencing_weak"]'
 jcheck "$TMP/redlock.json" "redlock kill-minority: pass (safe, and available with three of five)" \
     'sc("kill-minority")["verdict"] == "pass" and sc("kill-minority")["fenced"]["sections_after_fault"] > 0 and sc("kill-minority")["fenced"]["server_faults"] == 2'
-jcheck "$TMP/redlock.json" "redlock restart of one master: pass" \
-    'sc("restart")["verdict"] == "pass" and sc("restart")["faults"] > 0'
+jcheck "$TMP/redlock.json" "redlock restart of one master: safe, or a violation explained by the lost data" \
+    'sc("restart")["verdict"] in ("pass", "expected-violation") and sc("restart")["faults"] > 0'
 jcheck "$TMP/redlock.json" "redlock pause-acquire: pass, every stopped acquisition failed" \
     'sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_failed"] == sc("pause-acquire")["acquisitions_stopped"] > 0'
 

@@ -135,9 +135,10 @@ static int harness_error(chk_run *r, const char *what, int e)
 }
 
 /* Does losing the data of nlost servers go beyond what the backend claims
- * to survive? A single master (redis, sentinel, cluster slot) claims
- * nothing (DLOCK_CAP_FENCING_WEAK); Redlock claims its tokens and locks
- * while a majority of the masters keeps its data. */
+ * to survive? A backend with DLOCK_CAP_FENCING_WEAK (a single master, and
+ * Redlock, whose restarted master may have been one of a bare majority)
+ * claims nothing then; otherwise Redlock would claim its locks while a
+ * majority of the masters keeps its data. */
 static int beyond_claim(const chk_run *r, int nlost)
 {
     const chk_servers *sv = r->cfg->servers;
@@ -176,7 +177,7 @@ static void stale_then_new(chk_run *r, int a, uint64_t a_writes, int b)
  * worker B takes the lock and reads; then A makes its write with its old
  * token. On one master (redis://, sentinel, cluster) B gets the lock while A
  * still holds it, with a token below A's; on Redlock one master of five
- * forgets, and the holder keeps its majority.
+ * forgets, which breaks the lock only if it was one of A's bare majority.
  */
 static int inject_restart(chk_run *r)
 {

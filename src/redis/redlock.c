@@ -17,8 +17,12 @@
  * that maximum is written back to it before reporting success, so every
  * node of the quorum holds at least the token. Any later quorum overlaps
  * this one in at least one node, whose next increment is larger — as long
- * as a majority of the nodes keeps its data (a node restarted without
- * persistence forgets its counter; that is the documented limit).
+ * as no node loses its data. A node restarted at once without persistence
+ * forgets the lock and its counter: if it was one of a holder's bare
+ * majority, another client can form a quorum (and get a lower token) while
+ * the holder still holds. Redlock's answer is the "delayed restart" (stay
+ * down for a ttl) or fsync'ed persistence; the backend is marked weak
+ * fencing because neither is ours to enforce.
  */
 #include "redis_int.h"
 
@@ -394,10 +398,11 @@ const dl_backend dl_backend_redlock = {
     .version = DL_BACKEND_V1,
     .name = "redlock",
     .schemes = "redlock",
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE,
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease on a quorum of independent masters, renewed with a quorum",
-    .fencing = "quorum max + 1 written back to the quorum; monotonic while a majority of "
-               "masters keeps its data",
+    .fencing = "max of the quorum's counters, written back when they differ; a master that "
+               "restarts without its data within a ttl can break exclusion and repeat tokens "
+               "(use persistence or delayed restarts)",
     .client_open = rl_client_open,
     .client_close = rl_client_close,
     .lock_init = rl_lock_init,
