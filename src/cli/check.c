@@ -612,20 +612,15 @@ int cli_check(int argc, char **argv, const char *url)
     chk_shm *sh = mmap(NULL, sizeof(chk_shm), PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     sc_out *outs = calloc(nchosen, sizeof *outs);
-    if (sh == MAP_FAILED || !outs) {
-        cli_err("check: cannot map shared memory: %s", strerror(errno));
+    const char *setup_failed = NULL;
+    if (sh == MAP_FAILED || !outs)
+        setup_failed = "cannot map shared memory";
+    else if (ms_signals_install() != 0)
+        setup_failed = "cannot install signal handlers";
+    if (setup_failed) {
+        cli_err("check: %s: %s", setup_failed, strerror(errno));
         if (sh != MAP_FAILED)
             munmap(sh, sizeof(chk_shm));
-        free(outs);
-        if (hf && hf != stdout)
-            fclose(hf);
-        if (servers)
-            servers->close(servers->state);
-        return CLI_EXIT_SOFTWARE;
-    }
-    if (ms_signals_install() != 0) {
-        cli_err("check: cannot install signal handlers: %s", strerror(errno));
-        munmap(sh, sizeof(chk_shm));
         free(outs);
         if (hf && hf != stdout)
             fclose(hf);
