@@ -56,8 +56,16 @@ srv_init() {
 }
 
 srv_cleanup() {
+  local status=$? pidf pid log
   [ -n "$srv_dir" ] || return 0
-  local pidf pid
+  # A failed run shows the servers' own account of it (CI keeps nothing else).
+  if [ "$status" != 0 ]; then
+    for log in "$srv_dir"/*/log; do
+      [ -e "$log" ] || continue
+      echo "--- last lines of ${log#"$srv_dir"/} ---" >&2
+      tail -n 12 "$log" >&2
+    done
+  fi
   for pidf in "$srv_dir"/*.pid; do
     [ -e "$pidf" ] || continue
     pid=$(cat "$pidf")
@@ -86,7 +94,9 @@ srv_redis() {
   local port; port=$(srv_free_port)
   local d=$srv_dir/$name
   mkdir -p "$d"
+  # no delay before a full resync: a failover test waits for one
   local cmd=(redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no
+             --repl-diskless-sync-delay 0
              --dir "$d" --logfile "$d/log" "$@")
   printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
   "${cmd[@]}" </dev/null >/dev/null 2>&1 &

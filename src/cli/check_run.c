@@ -926,6 +926,16 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     snprintf(r->lock, sizeof r->lock, "check-%ld-%d-%s-%s", (long)getpid(), runs, scenario,
              fencing ? "fenced" : "canary");
 
+    /* A server fault starts from a settled deployment (after a test's own
+     * setup, or another tool's, the servers may still be converging). */
+    if (sc->needs_servers && cfg->servers && cfg->servers->restore) {
+        char why[300];
+        if (cfg->servers->restore(cfg->servers->state, why, sizeof why) != 0) {
+            snprintf(r->error, sizeof r->error, "the servers are not ready: %s", why);
+            return -1;
+        }
+    }
+
     int rc = 0;
     /* The resource first: it leads the process group, and it listens before
      * any worker tries to connect. */

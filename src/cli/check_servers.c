@@ -32,7 +32,7 @@
 #define CTL_TIMEOUT_MS 1000
 #define START_WAIT_NS 10000000000LL
 #define GONE_WAIT_NS 5000000000LL
-#define RESTORE_WAIT_NS 30000000000LL
+#define RESTORE_WAIT_NS 60000000000LL
 
 enum { ROLE_DATA = 0, ROLE_SENTINEL = 1 };
 
@@ -493,19 +493,42 @@ static void role_of(srvset *ss, int i, char *role, size_t len, int *master_port)
 }
 #endif
 
+#ifdef MS_HIREDIS
+/* The data server sentinel i names as master, or -1. */
+static int named_master(srvset *ss, int i)
+{
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", ss->t.master_name};
+    char e[256];
+    redisReply *r = ctl_cmd(ss, &ss->s[i], 3, argv, e, sizeof e);
+    int named = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        named = by_port(ss, atoi(r->element[1]->str));
+    if (r)
+        freeReplyObject(r);
+    return named;
+}
+#endif
+
+/* The failover is seen when any sentinel names a master other than old that
+ * answers ROLE as one (the sentinels learn of it one after another). */
 static int op_wait_failover(void *state, const char *name, int old, int64_t until_ns)
 {
 #ifdef MS_HIREDIS
     srvset *ss = ss_of(state);
+    (void)name;
     for (;;) {
-        int idx[MS_RMAX];
-        int n = op_lock_servers(state, name, idx, MS_RMAX);
-        if (n >= 1 && idx[0] != old) {
+        for (int i = 0; i < ss->n; i++) {
+            if (ss->s[i].role != ROLE_SENTINEL)
+                continue;
+            int m = named_master(ss, i);
+            if (m < 0 || m == old)
+                continue;
             char role[16];
             int mp;
-            role_of(ss, idx[0], role, sizeof role, &mp);
+            role_of(ss, m, role, sizeof role, &mp);
             if (strcmp(role, "master") == 0)
-                return idx[0];
+                return m;
         }
         if (ms_now_ns() >= until_ns)
             return -ETIMEDOUT;
@@ -519,61 +542,177 @@ static int op_wait_failover(void *state, const char *name, int old, int64_t unti
 }
 
 #ifdef MS_HIREDIS
-static int restore_sentinel(srvset *ss, char *err, size_t errlen)
+/* The value of field in a SENTINEL reply given as a flat name/value array. */
+static const char *field(const redisReply *kv, const char *name)
 {
-    int64_t until = ms_now_ns() + RESTORE_WAIT_NS;
-    int m = -1;
-    /* the master the sentinels agree on, once it is one */
-    while (m < 0) {
-        int idx[1];
-        char role[16];
-        int mp;
-        if (op_lock_servers(ss, "restore", idx, 1) == 1) {
-            role_of(ss, idx[0], role, sizeof role, &mp);
-            if (strcmp(role, "master") == 0)
-                m = idx[0];
-        }
-        if (m < 0 && ms_now_ns() >= until) {
-            snprintf(err, errlen, "the sentinels name no master that answers as one");
+    for (size_t f = 0; kv->type == REDIS_REPLY_ARRAY && f + 1 < kv->elements; f += 2)
+        if (IS_TEXT(kv->element[f]) && strcmp(kv->element[f]->str, name) == 0 &&
+            IS_TEXT(kv->element[f + 1]))
+            return kv->element[f + 1]->str;
+    return "";
+}
+
+/*
+ * Whether sentinel i has settled on master m: no failover in progress, the
+ * master not thought down, and every other data server known to it as an
+ * up replica. A fault injected before every sentinel has settled starts a
+ * failover some of them are not ready for; one that waits never does.
+ */
+static bool sentinel_settled(srvset *ss, int i, int m, char *why, size_t whylen)
+{
+    char e[256];
+    const char *argv[3] = {"SENTINEL", "master", ss->t.master_name};
+    redisReply *r = ctl_cmd(ss, &ss->s[i], 3, argv, e, sizeof e);
+    bool ok = r && r->type == REDIS_REPLY_ARRAY && strcmp(field(r, "flags"), "master") == 0;
+    if (!ok)
+        snprintf(why, whylen, "%s sees master %s as \"%s\"", ss->s[i].name, ss->s[m].name,
+                 r ? field(r, "flags") : "?");
+    if (r)
+        freeReplyObject(r);
+    if (!ok)
+        return false;
+    const char *argv2[3] = {"SENTINEL", "replicas", ss->t.master_name};
+    r = ctl_cmd(ss, &ss->s[i], 3, argv2, e, sizeof e);
+    for (int j = 0; ok && j < ss->n; j++) {
+        if (j == m || ss->s[j].role != ROLE_DATA)
+            continue;
+        const char *flags = NULL;
+        for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++)
+            if (atoi(field(r->element[k], "port")) == ss->s[j].port)
+                flags = field(r->element[k], "flags");
+        ok = flags && strcmp(flags, "slave") == 0;
+        if (!ok)
+            snprintf(why, whylen, "%s sees replica %s as \"%s\"", ss->s[i].name, ss->s[j].name,
+                     flags ? flags : "unknown");
+    }
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+/* The master every answering sentinel names, when they agree, it answers
+ * ROLE as a master and every sentinel has settled on it; -1 otherwise, with
+ * what is missing in why. */
+static int agreed_master(srvset *ss, char *why, size_t whylen)
+{
+    int m = -1, asked = 0;
+    snprintf(why, whylen, "no sentinel names a master");
+    for (int i = 0; i < ss->n; i++) {
+        if (ss->s[i].role != ROLE_SENTINEL)
+            continue;
+        int named = named_master(ss, i);
+        if (named < 0)
+            continue; /* a sentinel that does not answer has no say */
+        if (asked++ && named != m) {
+            snprintf(why, whylen, "the sentinels disagree: %s or %s", ss->s[m].name,
+                     ss->s[named].name);
             return -1;
         }
-        if (m < 0)
-            ms_sleep_ns(50000000);
+        m = named;
     }
-    /* every other data server replicates from it */
-    int want = 0;
-    char pb[16];
-    snprintf(pb, sizeof pb, "%d", ss->s[m].port);
+    if (m < 0)
+        return -1;
+    char role[16];
+    int mp;
+    role_of(ss, m, role, sizeof role, &mp);
+    if (strcmp(role, "master") != 0) {
+        snprintf(why, whylen, "the sentinels name %s, which answers as \"%s\"", ss->s[m].name,
+                 role);
+        return -1;
+    }
+    return m;
+}
+
+/* How many of the data servers other than m replicate from m in sync (the
+ * master's INFO says state=online); their names, and the others', in what. */
+static int replicas_in_sync(srvset *ss, int m, char *what, size_t whatlen)
+{
+    char *text = info(ss, &ss->s[m], "replication");
+    int online = 0;
+    size_t used = 0;
+    what[0] = '\0';
     for (int i = 0; i < ss->n; i++) {
         if (i == m || ss->s[i].role != ROLE_DATA)
             continue;
-        want++;
-        char role[16];
-        int mp;
-        role_of(ss, i, role, sizeof role, &mp);
-        if (strcmp(role, "slave") == 0 && mp == ss->s[m].port)
-            continue;
-        const char *argv[3] = {"REPLICAOF", "127.0.0.1", pb};
-        char e[256];
-        redisReply *r = ctl_cmd(ss, &ss->s[i], 3, argv, e, sizeof e);
-        if (r)
-            freeReplyObject(r);
+        char needle[32];
+        snprintf(needle, sizeof needle, ",port=%d,state=", ss->s[i].port);
+        char *p = text ? strstr(text, needle) : NULL;
+        bool in_sync = p && strncmp(p + strlen(needle), "online", 6) == 0;
+        online += in_sync;
+        int w = snprintf(what + used, whatlen - used, "%s%s %s", used ? ", " : "", ss->s[i].name,
+                         in_sync ? "in sync" : p ? "syncing" : "not connected");
+        if (w > 0 && (size_t)w < whatlen - used)
+            used += (size_t)w;
     }
-    /* ... and is in sync with it */
+    free(text);
+    return online;
+}
+
+/*
+ * Back to one master, named by every sentinel, with every other data server
+ * replicating from it in sync, and every sentinel settled on that. The sentinels reconfigure servers themselves
+ * (a restarted old master, replicas after a failover), so this converges
+ * with them instead of racing them: it only points a server at the master
+ * the sentinels agree on (again, if it is still not in sync 10 s later).
+ */
+static int restore_sentinel(srvset *ss, char *err, size_t errlen)
+{
+    const int64_t repoint_ns = 10000000000LL;
+    int64_t now = ms_now_ns(), until = now + RESTORE_WAIT_NS;
+    int64_t pointed[SRV_MAX] = {0};
+    int last_m = -1;
+    char why[256] = "", what[512] = "";
     for (;;) {
-        char *text = info(ss, &ss->s[m], "replication");
-        int online = 0;
-        for (char *p = text; p && (p = strstr(p, "state=online")) != NULL; p++)
-            online++;
-        free(text);
-        if (online >= want)
-            return 0;
-        if (ms_now_ns() >= until) {
-            snprintf(err, errlen, "only %d of %d replicas of %s back in sync", online, want,
-                     ss->s[m].name);
+        int m = agreed_master(ss, why, sizeof why);
+        if (m >= 0) {
+            if (m != last_m)
+                memset(pointed, 0, sizeof pointed);
+            last_m = m;
+            int want = 0;
+            char pb[16];
+            snprintf(pb, sizeof pb, "%d", ss->s[m].port);
+            for (int i = 0; i < ss->n; i++) {
+                if (i == m || ss->s[i].role != ROLE_DATA)
+                    continue;
+                want++;
+                char role[16];
+                int mp;
+                role_of(ss, i, role, sizeof role, &mp);
+                bool follows = strcmp(role, "slave") == 0 && mp == ss->s[m].port;
+                if (pointed[i] && now - pointed[i] < repoint_ns)
+                    continue; /* told already; give it time */
+                if (follows && !pointed[i]) {
+                    pointed[i] = now; /* the sentinels did it; its clock starts */
+                    continue;
+                }
+                const char *argv[3] = {"REPLICAOF", "127.0.0.1", pb};
+                char e[256];
+                redisReply *r = ctl_cmd(ss, &ss->s[i], 3, argv, e, sizeof e);
+                if (r)
+                    freeReplyObject(r);
+                pointed[i] = now;
+            }
+            int online = replicas_in_sync(ss, m, what, sizeof what);
+            if (online < want) {
+                snprintf(why, sizeof why, "master %s: %s", ss->s[m].name, what);
+            } else {
+                bool settled = true;
+                for (int i = 0; i < ss->n && settled; i++)
+                    if (ss->s[i].role == ROLE_SENTINEL && answers(ss, &ss->s[i]))
+                        settled = sentinel_settled(ss, i, m, why, sizeof why);
+                if (settled)
+                    return 0;
+            }
+        }
+        if (now >= until) {
+            snprintf(err, errlen, "%.0f s after the run: %s", (double)RESTORE_WAIT_NS / 1e9, why);
             return -1;
         }
-        ms_sleep_ns(50000000);
+        if (ms_sleep_ns(100000000) && ms_signal_pending()) {
+            snprintf(err, errlen, "interrupted: %s", why);
+            return -1;
+        }
+        now = ms_now_ns();
     }
 }
 
