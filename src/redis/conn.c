@@ -17,6 +17,8 @@
 #include <string.h>
 
 #define POOL_MAX_IDLE 64
+/* A connection whose unread replies pile up is on a slow server: close it. */
+#define POOL_MAX_OWED 8
 
 void rcmd_init(rcmd *c)
 {
@@ -193,7 +195,8 @@ void rconn_put(rconn *c)
         return;
     rnode *n = c->node;
     pthread_mutex_lock(&n->mu);
-    if (c->epoch == n->epoch && n->nidle < POOL_MAX_IDLE && !c->ctx->err) {
+    if (c->epoch == n->epoch && n->nidle < POOL_MAX_IDLE && !c->ctx->err &&
+        c->owed <= POOL_MAX_OWED) {
         c->next = n->idle;
         n->idle = c;
         n->nidle++;
@@ -258,6 +261,11 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
             snprintf(err, errlen, "protocol error: %.120s", c->ctx->errstr);
             goto fail;
         }
+        if (reply && c->owed > 0) {
+            freeReplyObject(reply); /* an earlier call's, no longer wanted */
+            c->owed--;
+            continue;
+        }
         if (reply) {
             out[got++] = reply;
             continue;
@@ -298,37 +306,61 @@ fail:
     return RD_EIO;
 }
 
-void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool *ok,
-                     int timeout_ms)
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int *st,
+                     int timeout_ms, rd_enough_fn *enough, void *arg)
 {
+    /* Formatted once for every connection. */
+    char *wire = NULL;
+    int wlen = redisFormatCommandArgv(&wire, cmd->argc, (const char **)(uintptr_t)cmd->argv,
+                                      cmd->len);
     char err[256];
     bool pending[nc];
     struct pollfd p[nc];
     for (int i = 0; i < nc; i++) {
         out[i] = NULL;
-        ok[i] = false;
-        pending[i] = cs[i] && append(cs[i], cmd) == 0 && flush(cs[i], err, sizeof err) == RD_OK;
+        st[i] = RD_EIO;
+        pending[i] = wlen > 0 && cs[i] &&
+                     redisAppendFormattedCommand(cs[i]->ctx, wire, (size_t)wlen) == REDIS_OK &&
+                     flush(cs[i], err, sizeof err) == RD_OK;
     }
+    if (wlen > 0)
+        redisFreeCommand(wire);
     int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
     for (;;) {
         int n = 0;
         int idx[nc];
+        bool fresh = false;
         for (int i = 0; i < nc; i++) {
             if (!pending[i])
                 continue;
             void *reply = NULL;
-            if (redisGetReplyFromReader(cs[i]->ctx, &reply) != REDIS_OK) {
+            int rc;
+            while ((rc = redisGetReplyFromReader(cs[i]->ctx, &reply)) == REDIS_OK && reply &&
+                   cs[i]->owed > 0) {
+                freeReplyObject(reply); /* an earlier call's, no longer wanted */
+                cs[i]->owed--;
+                reply = NULL;
+            }
+            if (rc != REDIS_OK) {
                 pending[i] = false;
                 continue;
             }
             if (reply) {
                 out[i] = reply;
-                ok[i] = true;
+                st[i] = RD_OK;
                 pending[i] = false;
+                fresh = true;
                 continue;
             }
             p[n] = (struct pollfd){.fd = cs[i]->ctx->fd, .events = POLLIN};
             idx[n++] = i;
+        }
+        if (n > 0 && fresh && enough && enough(out, nc, arg)) {
+            for (int k = 0; k < n; k++) {
+                cs[idx[k]]->owed++;
+                st[idx[k]] = RD_OWED;
+            }
+            return;
         }
         int ms = dl_ms_left(deadline);
         if (n == 0 || ms == 0)

@@ -16,6 +16,7 @@ typedef struct rconn {
     redisContext *ctx;
     struct rnode *node; /* the server it belongs to */
     unsigned epoch;     /* node->epoch when connected (stale after failover) */
+    int owed;           /* replies still to come for calls that stopped waiting */
     struct rconn *next; /* in the node's idle list */
 } rconn;
 
@@ -102,11 +103,16 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
  * The same on several connections at once: every command is written to every
  * connection first, then replies are read as they arrive (one poll over all
  * sockets), so the whole takes about the slowest round trip, not the sum.
- * ok[i] tells which connections answered in time (out[i] valid); the others
- * must be dropped by the caller.
+ * When enough (may be NULL) says the replies so far decide the outcome
+ * (out[i] NULL where none came yet), the call returns without waiting for
+ * the rest: a quorum is as fast as its quorum-th server, not its slowest.
+ * st[i]: RD_OK (out[i] valid), RD_OWED (reply still to come; the connection
+ * discards it on its next call and goes back to the pool), RD_EIO (drop it).
  */
-void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, bool *ok,
-                     int timeout_ms);
+enum { RD_OWED = 1 };
+typedef bool rd_enough_fn(redisReply *const *out, int n, void *arg);
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int *st,
+                     int timeout_ms, rd_enough_fn *enough, void *arg);
 
 /* The lock script (one script, an operation per first argument). */
 extern const char rd_lock_script[];

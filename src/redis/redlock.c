@@ -58,22 +58,81 @@ static int64_t drift_ns(int ttl_ms)
 }
 
 /*
- * Run one script operation on every node in parallel. Nodes that cannot be
+ * Whether the replies so far decide a quorum operation (arg: the quorum).
+ * Error replies (a node that forgot the script) count neither way.
+ */
+static bool decided_by(redisReply *const *out, int n, int quorum, bool (*yes)(const redisReply *))
+{
+    int y = 0, no = 0;
+    for (int i = 0; i < n; i++) {
+        if (!out[i] || out[i]->type == REDIS_REPLY_ERROR)
+            continue;
+        if (yes(out[i]))
+            y++;
+        else
+            no++;
+    }
+    return y >= quorum || no > n - quorum;
+}
+
+static bool is_grant(const redisReply *r) /* racq: {1, token} */
+{
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+}
+
+static bool is_one(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+static bool is_reply(const redisReply *r)
+{
+    (void)r;
+    return true;
+}
+
+static bool grant_decided(redisReply *const *out, int n, void *quorum)
+{
+    return decided_by(out, n, *(int *)quorum, is_grant);
+}
+
+static bool yes_decided(redisReply *const *out, int n, void *quorum)
+{
+    return decided_by(out, n, *(int *)quorum, is_one);
+}
+
+static bool quorum_answered(redisReply *const *out, int n, void *quorum)
+{
+    return decided_by(out, n, *(int *)quorum, is_reply);
+}
+
+/*
+ * Run one script operation on every node in parallel, returning as soon as
+ * enough (NULL: wait for all) says the replies decide it; the nodes still
+ * answering keep their request (it is applied there all the same) and their
+ * connection drops the late reply on its next use. Nodes that cannot be
  * reached, time out, or answer with an error other than a forgotten script
  * get out[i] == NULL. A node that forgot the script gets it again and a
  * second try.
  */
-static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms)
+static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms,
+                   rd_enough_fn *enough)
 {
     rconn *cs[rc->n];
-    bool ok[rc->n];
+    int st[rc->n];
     char err[256];
     for (int i = 0; i < rc->n; i++)
         cs[i] = rconn_get(&rc->nodes[i], &rc->cf, err, sizeof err);
-    rconn_call_many(cs, rc->n, cmd, out, ok, timeout_ms);
+    rconn_call_many(cs, rc->n, cmd, out, st, timeout_ms, enough, &rc->quorum);
     bool again = false;
     for (int i = 0; i < rc->n; i++) {
-        if (!ok[i]) {
+        if (st[i] == RD_OWED) {
+            rconn_put(cs[i]);
+            cs[i] = NULL;
+            continue;
+        }
+        if (st[i] != RD_OK) {
             rconn_drop(cs[i]);
             cs[i] = NULL;
             continue;
@@ -94,11 +153,11 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
     }
     if (again) {
         redisReply *retry[rc->n];
-        rconn_call_many(cs, rc->n, cmd, retry, ok, timeout_ms);
+        rconn_call_many(cs, rc->n, cmd, retry, st, timeout_ms, NULL, NULL);
         for (int i = 0; i < rc->n; i++) {
             if (!cs[i])
                 continue;
-            if (ok[i]) {
+            if (st[i] == RD_OK) {
                 out[i] = retry[i];
                 rconn_put(cs[i]);
             } else {
@@ -130,7 +189,7 @@ static int release_all(dlock_lock *l)
     rcmd_add(&c, l->owner);
     rcmd_add(&c, "x");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, rc->cf.op_timeout_ms);
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, quorum_answered);
     int had = 0;
     for (int i = 0; i < rc->n; i++)
         had += int_is(r[i], 1);
@@ -169,7 +228,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         rcmd_add(&c, rc->self);
         redisReply *r[rc->n];
         int64_t t0 = dl_now_ns();
-        on_all(rc, &c, r, node_timeout(rc, ttl));
+        on_all(rc, &c, r, node_timeout(rc, ttl), grant_decided);
         int granted = 0, answered = 0;
         long long maxtok = 0, mintok = -1;
         bool got[rc->n];
@@ -202,7 +261,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             rd_script_cmd(&c, &rc->cf, ll->key, "rtok");
             rcmd_add(&c, l->owner);
             rcmd_addll(&c, token, tb);
-            on_all(rc, &c, r, node_timeout(rc, ttl));
+            on_all(rc, &c, r, node_timeout(rc, ttl), yes_decided);
             int stored = 0;
             for (int i = 0; i < rc->n; i++)
                 stored += got[i] && int_is(r[i], 1);
@@ -258,7 +317,7 @@ static int rl_renew(dlock_lock *l)
     rcmd_addll(&c, ttl, nb);
     redisReply *r[rc->n];
     int64_t t0 = dl_now_ns();
-    on_all(rc, &c, r, node_timeout(rc, ttl));
+    on_all(rc, &c, r, node_timeout(rc, ttl), yes_decided);
     int yes = 0, no = 0;
     for (int i = 0; i < rc->n; i++) {
         yes += int_is(r[i], 1);
@@ -291,7 +350,7 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     rcmd c;
     rd_script_cmd(&c, &rc->cf, key, "info");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, rc->cf.op_timeout_ms);
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
     int answered = 0, best = -1, best_votes = 0;
     for (int i = 0; i < rc->n; i++) {
         if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 12) {
