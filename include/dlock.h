@@ -204,6 +204,16 @@ typedef struct dlock_info {
 
 DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_info *info);
 
+/*
+ * An operator's forced release: every current holder of NAME loses it at
+ * once (its next renewal fails, so it is told) and the next waiter gets it
+ * with a higher fencing token, so a resource that checks tokens refuses the
+ * old holder's writes. broken (may be NULL) receives what was held.
+ * DLOCK_ENOTHELD when nothing was held; DLOCK_ENOTSUP where the backend
+ * cannot take a lock from its holder (file: only the holder's process can).
+ */
+DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info *broken);
+
 /* Calls fn for every lock name starting with prefix (NULL: all). A non-zero
  * return from fn stops the walk and is returned. */
 typedef int (*dlock_list_fn)(const char *name, void *arg);

@@ -954,6 +954,22 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
     return 0;
 }
 
+/* A kernel lock goes only with its holder's open file description: there is
+ * nothing to take away from outside. Say who holds it instead. */
+static int file_break(dlock_client *c, const char *name, dlock_info *info)
+{
+    int rc = file_inspect(c, name, info);
+    if (rc)
+        return rc;
+    if (info->held <= 0)
+        return dl_client_err(c, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    return dl_client_err(c, DLOCK_ENOTSUP,
+                         "lock \"%s\" is a kernel lock held by %s: only its holder can release "
+                         "it (stop that process and the kernel frees the lock at once)",
+                         name, info->holder[0] ? info->holder : "an unknown process");
+}
+
 static int file_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     file_client *fc = fc_of(c);
@@ -1030,6 +1046,7 @@ const dl_backend dl_backend_file = {
     .release = file_release,
     .abandon = file_abandon,
     .inspect = file_inspect,
+    .break_lock = file_break,
     .list = file_list,
     .set_value = file_set_value,
     .get_value = file_get_value,

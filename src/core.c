@@ -1049,6 +1049,25 @@ DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_inf
     return client->be->inspect(client, name, info);
 }
 
+DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info *broken)
+{
+    if (!client)
+        return DLOCK_EINVAL;
+    char why[128];
+    int rc = dlock_name_valid(name, why, sizeof why);
+    if (rc)
+        return dl_client_err(client, rc, "%s", why);
+    dlock_info scratch;
+    dlock_info *info = broken ? broken : &scratch;
+    memset(info, 0, sizeof *info);
+    info->held = info->holders = info->waiters = -1;
+    info->held_ms = info->lease_ms = -1;
+    if (!client->be->break_lock)
+        return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot break locks",
+                             client->be->name);
+    return client->be->break_lock(client, name, info);
+}
+
 DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_fn fn,
                             void *arg)
 {

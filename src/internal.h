@@ -97,6 +97,8 @@ typedef struct dl_backend {
     /* Publish a leader value for a held lock / read the current one. */
     int (*set_value)(dlock_lock *l, const char *value);
     int (*get_value)(dlock_client *c, const char *name, char *buf, size_t len);
+    /* Take NAME from whoever holds it (see dlock_break); fills broken. */
+    int (*break_lock)(dlock_client *c, const char *name, dlock_info *broken);
 } dl_backend;
 
 extern const dl_backend dl_backend_file;

@@ -2,7 +2,9 @@
 # cli_redis_test.sh — dlock(1) on a lease backend: a real redis-server on a
 # spare loopback port. Covers what the file backend cannot: an unreachable
 # backend (exit 69), password redaction, lease renewal while holding, and a
-# lease that expires while dlock is stopped (the command is killed, exit 75).
+# lease that expires while dlock is stopped (the command is killed, exit 75),
+# and an operator's `dlock break` (the holder's command is stopped, the next
+# waiter gets a higher token).
 # Skipped (exit 0) when redis-server is not installed.
 set -euo pipefail
 
@@ -118,6 +120,39 @@ dt=$(($(now_ms) - t0))
 ((dt < 2500)) || fail "lease loss noticed after $dt ms"
 ! alive "$(cat "$TMP/cmd.pid")" || fail "the command survived the loss of the lease"
 grep -q 'lost' "$TMP/err" || fail "no message on loss"
+pass
+
+# ---- break: an operator takes the lock; the holder's command is stopped ------
+"$DLOCK" --url "$URL" run -t 1.5 --kill-grace 1 broken -- \
+    sh -c 'echo $$ >"$0"; echo "$DLOCK_TOKEN" >"$0.tok"; exec sleep 60' "$TMP/bcmd.pid" \
+    2>"$TMP/brun.err" &
+runner=$!
+BG+=("$runner")
+for _ in $(seq 100); do [[ -s $TMP/bcmd.pid.tok ]] && break; sleep 0.05; done
+[[ -s $TMP/bcmd.pid.tok ]] || fail "break: the holder's command did not start"
+"$DLOCK" --url "$URL" run -w 20 --fair broken -- sh -c 'echo "$DLOCK_TOKEN"' >"$TMP/next.out" \
+    2>"$TMP/next.err" &
+next=$!
+BG+=("$next")
+expect 64 dl break broken
+grep -q -- '--force' "$TMP/err" || fail "break without --force: $(cat "$TMP/err")"
+expect 0 dl break --force --json broken
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["broken"] is True and d["holders"] == 1 and d["token"] == int(sys.argv[2]), d
+assert d["holder"] and "pid" in d["holder"], d' "$TMP/out" "$(cat "$TMP/bcmd.pid.tok")" ||
+    fail "break --json: $(cat "$TMP/out")"
+! grep -q "$PASS" "$TMP/err" || fail "break printed the password"
+rc=0
+wait "$runner" || rc=$?
+[[ $rc == 75 ]] || fail "broken holder: exit $rc, expected 75 ($(cat "$TMP/brun.err"))"
+! alive "$(cat "$TMP/bcmd.pid")" || fail "the broken holder's command survived"
+rc=0
+wait "$next" || rc=$?
+[[ $rc == 0 ]] || fail "the waiter did not get the broken lock: exit $rc ($(cat "$TMP/next.err"))"
+(($(cat "$TMP/next.out") > $(cat "$TMP/bcmd.pid.tok"))) || fail "token after break did not rise"
+expect 1 dl break --force never-held
 pass
 
 echo "$passed passed, 0 failed"

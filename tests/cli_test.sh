@@ -370,4 +370,15 @@ assert all(x["available"] or x["missing"] for x in b), b
 ' <"$TMP/out" || fail "backends --json: $(cat "$TMP/out")"
 pass
 
+# ---- break on the file backend: refused, naming the holder ------------------
+usage_error --url "$URL" break brk
+expect 1 dl break --force brk
+start_hold brk
+expect 70 dl break --force brk
+grep -q "pid $HOLD_PID" "$TMP/err" && [[ $(wc -l <"$TMP/err") == 1 ]] ||
+    fail "break of a file lock: $(cat "$TMP/err")"
+expect 1 dl run -n brk -- true # still held: nothing was taken
+stop_hold "$HOLD_PID"
+pass
+
 echo "$passed passed, 0 failed"

@@ -952,6 +952,59 @@ static void test_redlock_slow_master(void **state)
     dlock_client_close(c);
 }
 
+/* An operator's break: every holder loses the lock (its renewal says so),
+ * the queued waiter gets it with a higher token, readers and permits go too,
+ * and breaking a free lock says there was nothing to break. */
+static void break_case(const char *url, const char *base, int shared_too)
+{
+    char name[64];
+    unique(name, sizeof name, base);
+    dlock_client *c = open_url(url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+    dlock_info info;
+    assert_int_equal(dlock_break(c, name, &info), DLOCK_ENOTHELD);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    uint64_t ta = dlock_token(a);
+    assert_int_equal(dlock_break(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.holders, 1);
+    assert_int_equal(info.token, ta);
+    assert_true(strncmp(info.holder, "pid ", 4) == 0);
+    assert_int_equal(dlock_acquire(b, 2000), 0);
+    assert_true(dlock_token(b) > ta);
+    usleep(1200 * 1000); /* a's renewals (every 300 ms) find the lock gone */
+    assert_int_equal(dlock_state(a), DLOCK_STATE_LOST);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_release(a), DLOCK_ELOST);
+    assert_int_equal(dlock_release(b), 0);
+    if (shared_too) {
+        dlock_lock *r1 = mk(c, name, DLOCK_SHARED, 1, 900, 1);
+        dlock_lock *r2 = mk(c, name, DLOCK_SHARED, 1, 900, 1);
+        assert_int_equal(dlock_acquire(r1, 0), 0);
+        assert_int_equal(dlock_acquire(r2, 0), 0);
+        assert_int_equal(dlock_break(c, name, &info), 0);
+        assert_int_equal(info.holders, 2);
+        assert_int_equal(dlock_acquire(a, 0), 0); /* no readers left */
+        assert_int_equal(dlock_release(a), 0);
+        (void)dlock_release(r1);
+        (void)dlock_release(r2);
+        dlock_lock_free(r1);
+        dlock_lock_free(r2);
+    }
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
+static void test_break(void **state)
+{
+    (void)state;
+    break_case(redis_url, "break", 1);
+    if (redlock_url)
+        break_case(redlock_url, "break-redlock", 0);
+}
+
 static void test_redlock_contention(void **state)
 {
     (void)state;
@@ -996,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_contention),
         cmocka_unit_test(test_redlock_slow_master),
+        cmocka_unit_test(test_break),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

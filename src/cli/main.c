@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -21,6 +22,7 @@ static const char usage_text[] =
     "                      become leader of NAME, run CMD while leader\n"
     "  status NAME [--json]   who holds NAME, token, lease, waiters\n"
     "  list [PREFIX] [--json] names of known locks\n"
+    "  break NAME --force     take NAME from its holders (logged to syslog)\n"
     "  backends [--json]      capabilities and guarantees of every backend\n"
     "  bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')\n"
     "  check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')\n"
@@ -50,7 +52,7 @@ static const char usage_text[] =
     "\n"
     "exit status:\n"
     "  the command's exit status, or 128+N if it died of signal N\n"
-    "  0    hold, status, list, backends succeeded\n"
+    "  0    hold, status, list, backends, break succeeded\n"
     "  1    lock not acquired (busy with -n, timed out with -w), or -E CODE\n"
     "  64   usage error: bad option, lock name or URL\n"
     "  69   backend unreachable\n"
@@ -117,6 +119,20 @@ static const char status_help[] =
     "who holds it. --json prints one JSON object with the keys name, held,\n"
     "holders, waiters, token, held_ms, lease_ms, holder (null when unknown).\n";
 
+static const char break_help[] =
+    "usage: dlock [--url URL] break NAME --force [--json]\n"
+    "\n"
+    "An operator's forced release: every holder of NAME loses it now (each is\n"
+    "told when its next lease renewal fails, and 'dlock run' then stops its\n"
+    "command) and the next waiter gets it with a higher fencing token, which a\n"
+    "resource that checks tokens uses to refuse the old holder's writes. Each\n"
+    "break is logged to syslog (user.notice) and to standard error. Not for\n"
+    "the file backend, whose kernel locks go only with their holder's process:\n"
+    "there it names the holder to stop.\n"
+    "\n"
+    "exit status: 0 broken; 1 nothing was held; 64 usage (no --force); 69\n"
+    "backend unreachable; 70 the backend cannot break locks.\n";
+
 static const char list_help[] =
     "usage: dlock [--url URL] list [PREFIX] [--json]\n"
     "\n"
@@ -138,6 +154,7 @@ int cli_help(const char *cmd, FILE *out)
     } helps[] = {{"run", run_help},           {"hold", hold_help},
                  {"elect", elect_help},       {"status", status_help},
                  {"list", list_help},         {"backends", backends_help},
+                 {"break", break_help},
                  {"help", usage_text}};
     if (!cmd) {
         fputs(usage_text, out);
@@ -157,23 +174,27 @@ int cli_help(const char *cmd, FILE *out)
 }
 
 /* --json / --help handling shared by the inspection commands. */
-enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE };
+enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE, OPT_FORCE };
 
 static const cli_opt inspect_opts[] = {
     {"json", 0, 0, OPT_JSON},
+    {"force", 0, 0, OPT_FORCE},
     {"help", 'h', 0, OPT_HELP},
     {"url", 0, 1, OPT_URL},
     {"verbose", 'v', 0, OPT_VERBOSE},
     {NULL, 0, 0, 0},
 };
 
-/* Parse "[POSITIONAL] [--json]"; *pos gets the positional (at most one).
- * Returns -1 to go on, else an exit code. */
-static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos, int *json)
+/* Parse "[POSITIONAL] [--json]" (and --force where force is not NULL); *pos
+ * gets the positional (at most one). Returns -1 to go on, else an exit code. */
+static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos, int *json,
+                         int *force)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv, argv[0]);
     *json = 0;
+    if (force)
+        *force = 0;
     *pos = NULL;
     for (;;) {
         int id = cli_next_opt(&p, inspect_opts);
@@ -200,6 +221,11 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             break;
         case OPT_JSON:
             *json = 1;
+            break;
+        case OPT_FORCE:
+            if (!force)
+                return cli_usage(argv[0], "unknown option --force");
+            *force = 1;
             break;
         case OPT_HELP:
             return cli_help(argv[0], stdout);
@@ -247,7 +273,7 @@ static int cmd_status(int argc, char **argv, cli_global *g)
 {
     const char *name;
     int json;
-    int rc = parse_inspect(argc, argv, g, &name, &json);
+    int rc = parse_inspect(argc, argv, g, &name, &json, NULL);
     if (rc >= 0)
         return rc;
     if (!name)
@@ -323,6 +349,65 @@ static int cmd_status(int argc, char **argv, cli_global *g)
     return finish_stdout("status");
 }
 
+static int cmd_break(int argc, char **argv, cli_global *g)
+{
+    const char *name;
+    int json, force;
+    int rc = parse_inspect(argc, argv, g, &name, &json, &force);
+    if (rc >= 0)
+        return rc;
+    if (!name)
+        return cli_usage("break", "missing lock NAME");
+    if (!force)
+        return cli_usage("break", "break takes the lock from its holders: add --force");
+    if ((rc = cli_check_name("break", name)) != 0)
+        return rc;
+    dlock_client *c;
+    if ((rc = cli_open("break", g->url, &c)) != 0)
+        return rc;
+    char shown[CLI_SHOW_MAX];
+    cli_show(name, shown, sizeof shown);
+    dlock_info info;
+    rc = dlock_break(c, name, &info);
+    if (rc == DLOCK_ENOTHELD) {
+        cli_err("break: lock %s is not held: nothing to break", shown);
+        dlock_client_close(c);
+        return CLI_EXIT_NOT_ACQUIRED;
+    }
+    if (rc) {
+        const char *why = dlock_client_errmsg(c);
+        cli_err("break: %s", why && *why ? why : dlock_strerror(rc));
+        dlock_client_close(c);
+        return cli_exit_for(rc);
+    }
+    info.holder[sizeof info.holder - 1] = '\0';
+    char holder[CLI_SHOW_MAX];
+    cli_show(info.holder[0] ? info.holder : "an unknown holder", holder, sizeof holder);
+    /* Who broke what, where an administrator looks for it. */
+    openlog("dlock", LOG_PID, LOG_USER);
+    syslog(LOG_NOTICE, "uid %ld broke lock %s on %s: held by %s, %d holder(s), last token %llu",
+           (long)getuid(), shown, dlock_client_url(c), holder, info.holders,
+           (unsigned long long)info.token);
+    closelog();
+    cli_err("break: broke lock %s: held by %s (%d holder%s, last token %llu); the next holder "
+            "gets a higher token",
+            shown, holder, info.holders, info.holders == 1 ? "" : "s",
+            (unsigned long long)info.token);
+    if (json) {
+        fputs("{\"name\":", stdout);
+        cli_json_str(stdout, name);
+        fprintf(stdout, ",\"broken\":true,\"holders\":%d,\"token\":%llu,\"holder\":",
+                info.holders, (unsigned long long)info.token);
+        if (info.holder[0])
+            cli_json_str(stdout, info.holder);
+        else
+            fputs("null", stdout);
+        fputs("}\n", stdout);
+    }
+    dlock_client_close(c);
+    return finish_stdout("break");
+}
+
 typedef struct name_list {
     char **v;
     size_t n, cap;
@@ -359,7 +444,7 @@ static int cmd_list(int argc, char **argv, cli_global *g)
 {
     const char *prefix;
     int json;
-    int rc = parse_inspect(argc, argv, g, &prefix, &json);
+    int rc = parse_inspect(argc, argv, g, &prefix, &json, NULL);
     if (rc >= 0)
         return rc;
     dlock_client *c;
@@ -438,7 +523,7 @@ static int cmd_backends(int argc, char **argv, cli_global *g)
 {
     const char *extra;
     int json;
-    int rc = parse_inspect(argc, argv, g, &extra, &json);
+    int rc = parse_inspect(argc, argv, g, &extra, &json, NULL);
     if (rc >= 0)
         return rc;
     if (extra) {
@@ -606,6 +691,8 @@ int main(int argc, char **argv)
         return cmd_status(sargc, sargv, &g);
     if (strcmp(cmd, "list") == 0)
         return cmd_list(sargc, sargv, &g);
+    if (strcmp(cmd, "break") == 0)
+        return cmd_break(sargc, sargv, &g);
     if (strcmp(cmd, "backends") == 0)
         return cmd_backends(sargc, sargv, &g);
     if (strcmp(cmd, "bench") == 0)

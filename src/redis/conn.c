@@ -397,6 +397,26 @@ int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
     return RD_OK;
 }
 
+int rd_break_reply(const redisReply *r, dlock_info *info)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[2]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    int broken = (int)r->element[0]->integer;
+    if (broken > 0) {
+        info->held = 1;
+        info->holders = (info->holders > 0 ? info->holders : 0) + broken;
+    } else if (info->held < 0) {
+        info->held = 0;
+    }
+    if (r->element[1]->len && !info->holder[0])
+        snprintf(info->holder, sizeof info->holder, "%s", r->element[1]->str);
+    if ((uint64_t)r->element[2]->integer > info->token)
+        info->token = (uint64_t)r->element[2]->integer;
+    return broken;
+}
+
 int rd_lock_key(const char *name, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "dlock:{%s}:lock", name);

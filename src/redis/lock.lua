@@ -214,6 +214,15 @@ elseif op == 'info' then
           redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
           redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h[5] or ''}
 
+-- brk: an operator's forced release of every holder; the next waiter gets
+-- the lock. -> {holders broken, holder, token of the exclusive holder}
+elseif op == 'brk' then
+  local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'token')
+  local broken = (h[1] and 1 or 0) + count(RD) + count(SEM)
+  redis.call('DEL', LOCK, RD, SEM)
+  advance()
+  return {broken, h[2] or '', tonumber(h[3] or 0)}
+
 -- Redlock, on each of N independent masters (exclusive locks only):
 -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
 elseif op == 'racq' then

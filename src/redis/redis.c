@@ -534,6 +534,30 @@ static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
     return 0;
 }
 
+static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
+{
+    rclient *rc = rc_of(cl);
+    char key[DL_NAME_MAX + 32];
+    rd_lock_key(name, key, sizeof key);
+    rcmd c;
+    rd_script_cmd(&c, &rc->cf, key, "brk");
+    redisReply *r;
+    char err[256];
+    /* Idempotent: breaking twice breaks nothing more. */
+    int x = run(rc, key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    if (x != RD_OK)
+        return dl_client_err(cl, DLOCK_EUNREACHABLE, "break \"%s\": %s (%s)", name, err,
+                             cl->url->redacted);
+    int broken = rd_break_reply(r, info);
+    freeReplyObject(r);
+    if (broken < 0)
+        return dl_client_err(cl, DLOCK_EPROTO, "break \"%s\": unexpected reply", name);
+    if (broken == 0)
+        return dl_client_err(cl, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    return 0;
+}
+
 static int redis_set_value(dlock_lock *l, const char *value)
 {
     rclient *rc = rc_of(l->c);
@@ -780,6 +804,7 @@ const dl_backend dl_backend_redis = {
     .renew = redis_renew,
     .abandon = redis_abandon,
     .inspect = redis_inspect,
+    .break_lock = redis_break,
     .list = redis_list,
     .set_value = redis_set_value,
     .get_value = redis_get_value,

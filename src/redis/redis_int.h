@@ -123,6 +123,10 @@ void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
 /* Load the lock script on c; fills cf->sha. */
 int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);
 
+/* The reply of the script's brk operation: adds what it broke to info
+ * (holders, holder, highest token); -1 if the reply is not one. */
+int rd_break_reply(const redisReply *r, dlock_info *info);
+
 /* "dlock:{NAME}:lock" — every key of a lock shares the {NAME} hash tag. */
 int rd_lock_key(const char *name, char *buf, size_t len);
 

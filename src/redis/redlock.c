@@ -392,6 +392,36 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     return 0;
 }
 
+static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
+{
+    rlclient *rc = rl_of(cl);
+    char key[DL_NAME_MAX + 32];
+    rd_lock_key(name, key, sizeof key);
+    rcmd c;
+    rd_script_cmd(&c, &rc->cf, key, "brk");
+    redisReply *r[rc->n];
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
+    int answered = 0, had = 0;
+    dlock_info scratch = *info;
+    for (int i = 0; i < rc->n; i++) {
+        int b = rd_break_reply(r[i], &scratch);
+        answered += b >= 0;
+        had += b > 0;
+    }
+    free_all(rc, r);
+    if (answered < rc->n)
+        return dl_client_err(cl, DLOCK_EUNREACHABLE,
+                             "break \"%s\": only %d of %d masters answered; the others may "
+                             "still hold it (run break again when they are back)",
+                             name, answered, rc->n);
+    if (had == 0)
+        return dl_client_err(cl, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    *info = scratch;
+    info->holders = 1; /* one holder, counted once per master above */
+    return 0;
+}
+
 static void rlclient_free(rlclient *rc)
 {
     for (int i = 0; i < rc->n; i++)
@@ -471,4 +501,5 @@ const dl_backend dl_backend_redlock = {
     .renew = rl_renew,
     .abandon = rl_abandon,
     .inspect = rl_inspect,
+    .break_lock = rl_break,
 };
