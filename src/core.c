@@ -546,8 +546,10 @@ static bool lost_publish(dlock_lock *l, const char *why)
 {
     if (atomic_exchange(&l->lost_claimed, true))
         return false;
-    snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
-             why && *why ? why : "unknown reason");
+    /* A long reason is cut short: the message must fit, not be complete. */
+    if (snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
+                 why && *why ? why : "unknown reason") < 0)
+        l->lost_msg[0] = '\0';
     int expected = DLOCK_STATE_HELD;
     return atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST);
 }

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,16 +225,40 @@ static int append(rconn *c, const rcmd *cmd)
     return redisAppendCommandArgv(c->ctx, cmd->argc, argv, cmd->len) == REDIS_OK ? 0 : -1;
 }
 
+/*
+ * hiredis writes with write(2), so a server that has closed the connection
+ * (killed, restarted) raises SIGPIPE, whose default action kills the host
+ * program. SIGPIPE is blocked in this thread around the write, and one that
+ * the write caused is taken back before it is unblocked. If the program
+ * itself blocks SIGPIPE, it is left pending for the program, as it would be
+ * without us. (hiredis 0.14 offers no send(MSG_NOSIGNAL) hook.)
+ */
 static int flush(rconn *c, char *err, size_t errlen)
 {
-    int done = 0;
-    while (!done) {
+    sigset_t pipe_only, old;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    bool masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &old) == 0;
+    int rc = RD_OK, done = 0;
+    while (!done && rc == RD_OK) {
         if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
             snprintf(err, errlen, "write: %.120s", c->ctx->errstr);
-            return RD_EIO;
+            rc = RD_EIO;
         }
     }
-    return RD_OK;
+    if (masked) {
+        /* With SIGPIPE unblocked before, none was pending then: one
+         * pending now is the write's. */
+        sigset_t pending;
+        if (rc != RD_OK && !sigismember(&old, SIGPIPE) && sigpending(&pending) == 0 &&
+            sigismember(&pending, SIGPIPE)) {
+            const struct timespec now = {0, 0};
+            while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
+                ;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    return rc;
 }
 
 int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,

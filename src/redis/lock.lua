@@ -92,7 +92,11 @@ end
 -- Hand the lock to queued waiters, in order, as far as it can be granted:
 -- one writer, or a run of readers, or as many permits as are free. A waiter
 -- whose registration expired (it died while queued) is skipped.
-local function advance()
+-- xfree: the caller just deleted the exclusive lock as its owner, so neither
+-- it nor any reader can be in the way of the first writer or reader (readers
+-- are never granted while the lock exists); it saves the hand-over, the
+-- hottest path, two lookups.
+local function advance(xfree)
   while true do
     local head = redis.call('LINDEX', Q, 0)
     if not head then break end
@@ -104,13 +108,14 @@ local function advance()
       if tonumber(exp) < now() then
         redis.call('LPOP', Q)
         redis.call('HDEL', QI, head)
-      elseif free_for(kind, tonumber(permits)) then
+      elseif (xfree and kind ~= 's') or free_for(kind, tonumber(permits)) then
         redis.call('LPOP', Q)
         redis.call('HDEL', QI, head)
         local w = P .. 'w:' .. head
         redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder))
         redis.call('PEXPIRE', w, 60000)
         if kind == 'x' then break end
+        xfree = false -- a reader holds it now
       else
         break
       end
@@ -138,19 +143,29 @@ local function enqueue(owner, kind, ttl, permits, holder, wl)
   redis.call('HSET', QI, owner, (now() + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
 end
 
--- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE
+-- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
 -- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
 -- WAITLEASE > 0; ms: how long the current holder may still hold it).
+-- AGAIN = 1 on a waiter's later tries (the first try of an owner id cannot
+-- have registered before).
 if op == 'acq' then
   local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+  local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
   local queued = fair and redis.call('LLEN', Q) or 0
   if queued > 0 then
+    -- While a live writer holds the lock, nobody queued can be granted: join
+    -- the queue at once (the common case under contention).
+    local pttl = kind ~= 's' and redis.call('PTTL', LOCK) or -2
+    if pttl > 0 then
+      if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl) end
+      return {0, pttl}
+    end
     advance() -- hands over a lock whose holder vanished
     queued = redis.call('LLEN', Q)
   end
   if queued == 0 and free_for(kind, permits) then
-    if not fair then redis.call('ZREM', NFW, owner) end
+    if again and not fair then redis.call('ZREM', NFW, owner) end
     return {1, grant(owner, kind, ttl, holder)}
   end
   if wl > 0 then
@@ -175,7 +190,7 @@ elseif op == 'wait' then
 -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
 elseif op == 'rel' then
   local ok = give_back(ARGV[2], ARGV[3])
-  advance()
+  advance(ok == 1 and ARGV[3] == 'x')
   return ok
 
 -- abort OWNER KIND: a waiter gives up; if the lock was handed to it

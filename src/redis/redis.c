@@ -410,6 +410,8 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         /* Look again: a non-fair waiter tries to take the lock; a fair one
          * keeps its place and collects a lock whose holder vanished. */
         lock_args(l, &c, fair ? "wait" : "acq", nb, wl);
+        if (!fair)
+            rcmd_add(&c, "1"); /* again: drop the registration if granted */
         x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, &sent, false, err, sizeof err);
         if (x != RD_OK) {
             abort_wait(l);
