@@ -4,7 +4,7 @@
 # bench/compare.py, and a run checked against the targets with
 # bench/targets.py.
 #
-#   bench/matrix.sh [-D SECS] [-o FILE] [-r ROWS] [-S KINDS] [URL...]
+#   bench/matrix.sh [-D SECS] [-o FILE] [-r ROWS] [-S KINDS] [-C] [URL...]
 #
 # URLs: the arguments, else $DLOCK_BENCH_URLS (space separated), else the
 # embedded file backend in a fresh temporary directory. -S KINDS (e.g.
@@ -20,22 +20,35 @@
 # throughput target of names10k.
 # The binary: $DLOCK, else build/dlock of this tree, else dlock from PATH.
 # Each line is the bench JSON object with "row" (and "label" from
-# $BENCH_LABEL, e.g. a commit id) added in front.
+# $BENCH_LABEL, e.g. a commit id) added in front, and "cpus" saying how the
+# processes were placed.
+# Placement: left to the scheduler, a client and a server that ping each
+# other share a CPU some of the time and not at other times, and on a
+# virtual machine the two differ four times over (about 17 against 70 us
+# for a PING here), so any one figure can land on either. -C (with -S, on
+# two or more CPUs) pins the servers started here to CPU 0 and dlock and
+# redis-benchmark to the others: every request then crosses CPUs, as it
+# crosses a network in a deployment, and two builds compare with less
+# noise. On two CPUs it also crowds all servers (five for Redlock) on one
+# CPU and all clients on the other, which slows the Redlock and contended
+# rows: compare pinned runs with pinned runs only.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 D=5
 OUT=
 ROWS=
 KINDS=
+PIN=0
 args_for_servers=()
-while getopts "D:o:r:S:h" opt; do
+while getopts "D:o:r:S:Ch" opt; do
     case $opt in
     D) D=$OPTARG; args_for_servers+=(-D "$OPTARG") ;;
     o) OUT=$OPTARG; args_for_servers+=(-o "$OPTARG") ;;
     r) ROWS=$OPTARG; args_for_servers+=(-r "$OPTARG") ;;
     S) KINDS=$OPTARG ;;
+    C) PIN=1; args_for_servers+=(-C) ;;
     h | *)
-        sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
         [ "$opt" = h ] && exit 0 || exit 64
         ;;
     esac
@@ -140,12 +153,25 @@ redis_set() {
         return 1
     fi
     local n=$((D * 40000)) out rps
-    out=$(redis-benchmark -h "$host" -p "$port" "${auth[@]}" -c 8 -t set -q -n "$n" 2>/dev/null |
+    out=$("${run[@]}" redis-benchmark -h "$host" -p "$port" "${auth[@]}" -c 8 -t set -q -n "$n" 2>/dev/null |
         tr '\r' '\n' | grep '^SET:' | tail -1)
     rps=$(echo "$out" | sed -n 's/^SET: \([0-9.]*\) requests per second.*/\1/p')
     [ -n "$rps" ] || { echo "matrix.sh: redis_set: no figure from redis-benchmark" >&2; return 1; }
-    emit "{\"row\":\"redis_set\",\"label\":\"$label\",\"backend\":\"redis\",\"url\":\"redis://$host:$port\",\"set_rps\":$rps,\"clients\":8,\"requests\":$n}"
+    emit "{\"row\":\"redis_set\",\"label\":\"$label\",\"cpus\":\"$cpus\",\"backend\":\"redis\",\"url\":\"redis://$host:$port\",\"set_rps\":$rps,\"clients\":8,\"requests\":$n}"
 }
+
+# Placement (see the top): servers of tests/servers.sh on CPU 0, us on the rest.
+ncpu=$(nproc 2>/dev/null || echo 1)
+run=()
+cpus="scheduler"
+if [ "$PIN" = 1 ] && [ -n "${DLOCK_TEST_SERVERS:-}" ] && [ "$ncpu" -ge 2 ] &&
+    command -v taskset >/dev/null; then
+    for pidf in "$DLOCK_TEST_SERVERS"/*.pid; do
+        [ -e "$pidf" ] && taskset -apc 0 "$(cat "$pidf")" >/dev/null 2>&1
+    done
+    run=(taskset -c "1-$((ncpu - 1))")
+    cpus="servers on cpu 0, clients on cpus 1-$((ncpu - 1))"
+fi
 
 if [ -n "$OUT" ]; then
     : >"$OUT" || exit 73
@@ -173,7 +199,7 @@ for url in $URLS; do
             continue
         fi
         # shellcheck disable=SC2086
-        line=$("$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
+        line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
         rc=$?
         if [ $rc -ne 0 ] || [ -z "$line" ]; then
             echo "matrix.sh: $row on $url failed (exit $rc)" >&2
@@ -181,7 +207,7 @@ for url in $URLS; do
             [ $rc -ge 128 ] && exit $rc
             continue
         fi
-        emit "{\"row\":\"$row\",\"label\":\"$label\",${line#\{}"
+        emit "{\"row\":\"$row\",\"label\":\"$label\",\"cpus\":\"$cpus\",${line#\{}"
     done
 done
 exit $status
