@@ -239,6 +239,9 @@ static void test_renewal_never_recreates(void **state)
     struct pollfd p = {.fd = dlock_lost_fd(a), .events = POLLIN};
     assert_int_equal(poll(&p, 1, 5000), 1); /* told within one renewal period */
     assert_int_equal(dlock_state(a), DLOCK_STATE_LOST);
+    /* The renewal thread signals the descriptor, then calls the callback. */
+    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+        usleep(10 * 1000);
     assert_int_equal(atomic_load(&lost_calls), 1);
     usleep(300 * 1000);
     assert_int_equal(rint_cmd(d, "EXISTS %s", key), 0);
@@ -864,6 +867,47 @@ static void kill_server(const char *name, int sig)
     assert_int_equal(kill((pid_t)pid, sig), 0);
 }
 
+/* A failover: a lock taken with two replica acknowledgements survives the
+ * death of its master. The client follows the sentinels to the promoted
+ * replica, where the lock is still held by its owner: renewals go on, a
+ * rival is refused, and after the release the next token is higher. */
+static void test_sentinel_failover(void **state)
+{
+    (void)state;
+    if (!sentinel_url || !getenv("DLOCK_SOURCE_DIR") || !getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char url[512], name[64];
+    snprintf(url, sizeof url, "%s?wait=2&wait_timeout=2000", sentinel_url);
+    unique(name, sizeof name, "failover");
+    dlock_client *c = open_url(url);
+    /* The rival asks for no acknowledgements: one replica is left after. */
+    dlock_client *c2 = open_url(sentinel_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
+    dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    uint64_t ta = dlock_token(a);
+    kill_server("smaster", SIGKILL); /* the master servers.sh started */
+    int rc = DLOCK_EUNREACHABLE;
+    for (int i = 0; i < 300 && rc != DLOCK_EBUSY; i++) {
+        rc = dlock_acquire(b, 0); /* unreachable until a replica is promoted */
+        assert_true(rc == DLOCK_EBUSY || rc == DLOCK_EUNREACHABLE);
+        if (rc != DLOCK_EBUSY)
+            usleep(100 * 1000);
+    }
+    assert_int_equal(rc, DLOCK_EBUSY);
+    usleep(4000 * 1000); /* a renewal (every 3.3 s) on the new master */
+    assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_release(a), 0);
+    assert_int_equal(dlock_acquire(b, 0), 0);
+    assert_true(dlock_token(b) > ta);
+    assert_int_equal(dlock_release(b), 0);
+    servers("srv_restart", "smaster"); /* back, empty: the sentinels make it a replica */
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
 static void test_redlock(void **state)
 {
     (void)state;
@@ -1062,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_auth_db_and_reconnect),
         cmocka_unit_test(test_contention_fair_and_nonfair),
         cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_sentinel_failover),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_cluster_resharding),
         cmocka_unit_test(test_redlock),
