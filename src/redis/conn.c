@@ -481,6 +481,12 @@ void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
     rcmd_add(c, op);
 }
 
+void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const char *op)
+{
+    rd_lock_key(name, key, sizeof(rd_key));
+    rd_script_cmd(c, cf, key, op);
+}
+
 int rd_lock_init(dlock_lock *l)
 {
     rlock *rl = calloc(1, sizeof *rl);

@@ -497,10 +497,9 @@ static void redis_abandon(dlock_lock *l)
 static int info_call(dlock_client *cl, const char *name, redisReply **out)
 {
     rclient *rc = rc_of(cl);
-    char key[DL_NAME_MAX + 32];
-    rd_lock_key(name, key, sizeof key);
+    rd_key key;
     rcmd c;
-    rd_script_cmd(&c, &rc->cf, key, "info");
+    rd_name_cmd(&c, &rc->cf, name, key, "info");
     char err[256];
     int x = run(rc, key, &c, 1, out, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
     if (x != RD_OK)
@@ -539,10 +538,9 @@ static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
 static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
 {
     rclient *rc = rc_of(cl);
-    char key[DL_NAME_MAX + 32];
-    rd_lock_key(name, key, sizeof key);
+    rd_key key;
     rcmd c;
-    rd_script_cmd(&c, &rc->cf, key, "brk");
+    rd_name_cmd(&c, &rc->cf, name, key, "brk");
     redisReply *r;
     char err[256];
     /* Idempotent: breaking twice breaks nothing more. */

@@ -120,6 +120,11 @@ extern const char rd_lock_script[];
 /* EVALSHA sha 1 KEY op: the start of every call of the lock script. */
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
 
+/* The same for an operation on a name rather than a held lock (inspect,
+ * break): key (kept alive by the caller) is the name's lock key. */
+typedef char rd_key[DL_NAME_MAX + 32];
+void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const char *op);
+
 /* Load the lock script on c; fills cf->sha. */
 int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);
 

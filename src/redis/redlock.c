@@ -342,15 +342,20 @@ static void rl_abandon(dlock_lock *l)
     (void)release_all(l);
 }
 
+/* A script operation on a name (not a held lock), on every master. */
+static void on_all_name(rlclient *rc, const char *name, const char *op, redisReply **r)
+{
+    rd_key key;
+    rcmd c;
+    rd_name_cmd(&c, &rc->cf, name, key, op);
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
+}
+
 static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
-    char key[DL_NAME_MAX + 32];
-    rd_lock_key(name, key, sizeof key);
-    rcmd c;
-    rd_script_cmd(&c, &rc->cf, key, "info");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
+    on_all_name(rc, name, "info", r);
     int answered = 0, best = -1, best_votes = 0;
     for (int i = 0; i < rc->n; i++) {
         if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 12) {
@@ -395,12 +400,8 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
 static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
-    char key[DL_NAME_MAX + 32];
-    rd_lock_key(name, key, sizeof key);
-    rcmd c;
-    rd_script_cmd(&c, &rc->cf, key, "brk");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
+    on_all_name(rc, name, "brk", r);
     int answered = 0, had = 0;
     dlock_info scratch = *info;
     for (int i = 0; i < rc->n; i++) {
