@@ -1,10 +1,10 @@
 /*
  * conn.c — connections to Redis servers for the whole Redis family.
  *
- * hiredis does the protocol; this file adds what a lock needs on top of its
- * blocking API: per-call deadlines and cancellation (we write with
- * redisBufferWrite and poll the socket together with the lock's cancel
- * eventfd before each redisBufferRead), pipelining, the same command on many
+ * hiredis connects and parses replies; this file adds what a lock needs on
+ * top: per-call deadlines and cancellation (we send the requests ourselves
+ * and poll the socket together with the lock's cancel eventfd before each
+ * redisBufferRead), pipelining, the same command on many
  * servers at once (Redlock), and a small pool of idle connections per server
  * so that one client serves many threads and many lock names.
  */
@@ -12,10 +12,10 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define POOL_MAX_IDLE 64
 /* A connection whose unread replies pile up is on a slow server: close it. */
@@ -218,47 +218,35 @@ void rconn_drop(rconn *c)
     free(c);
 }
 
-static int append(rconn *c, const rcmd *cmd)
+/* cmd in the wire format (free with redisFreeCommand); length or -1. */
+static int format(const rcmd *cmd, char **wire)
 {
     /* hiredis 0.14 takes argv without const; it does not modify it. */
-    const char **argv = (const char **)(uintptr_t)cmd->argv;
-    return redisAppendCommandArgv(c->ctx, cmd->argc, argv, cmd->len) == REDIS_OK ? 0 : -1;
+    return redisFormatCommandArgv(wire, cmd->argc, (const char **)(uintptr_t)cmd->argv,
+                                  cmd->len);
 }
 
 /*
- * hiredis writes with write(2), so a server that has closed the connection
- * (killed, restarted) raises SIGPIPE, whose default action kills the host
- * program. SIGPIPE is blocked in this thread around the write, and one that
- * the write caused is taken back before it is unblocked. If the program
- * itself blocks SIGPIPE, it is left pending for the program, as it would be
- * without us. (hiredis 0.14 offers no send(MSG_NOSIGNAL) hook.)
+ * Requests are written here, not by hiredis (which only connects and parses
+ * replies): hiredis writes with write(2), and writing to a connection the
+ * server has reset (killed, restarted) would raise SIGPIPE, whose default
+ * action kills the host program. send(MSG_NOSIGNAL) gets EPIPE instead. The
+ * socket is blocking with the op timeout as SO_SNDTIMEO (redisSetTimeout).
  */
-static int flush(rconn *c, char *err, size_t errlen)
+static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t errlen)
 {
-    sigset_t pipe_only, old;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    bool masked = pthread_sigmask(SIG_BLOCK, &pipe_only, &old) == 0;
-    int rc = RD_OK, done = 0;
-    while (!done && rc == RD_OK) {
-        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
-            snprintf(err, errlen, "write: %.120s", c->ctx->errstr);
-            rc = RD_EIO;
+    while (len > 0) {
+        ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "write: %s", n < 0 ? strerror(errno) : "nothing written");
+            return RD_EIO;
         }
+        buf += n;
+        len -= (size_t)n;
     }
-    if (masked) {
-        /* With SIGPIPE unblocked before, none was pending then: one
-         * pending now is the write's. */
-        sigset_t pending;
-        if (rc != RD_OK && !sigismember(&old, SIGPIPE) && sigpending(&pending) == 0 &&
-            sigismember(&pending, SIGPIPE)) {
-            const struct timespec now = {0, 0};
-            while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
-                ;
-        }
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
-    return rc;
+    return RD_OK;
 }
 
 int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
@@ -266,16 +254,42 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
 {
     for (int i = 0; i < n; i++)
         out[i] = NULL;
+    /* Pipelined: all commands in one write. */
+    char *wire[n];
+    int wlen[n];
+    size_t total = 0;
+    int rc = RD_OK;
     for (int i = 0; i < n; i++) {
-        if (append(c, &cmds[i]) != 0) {
-            snprintf(err, errlen, "cannot format command: %s", c->ctx->errstr);
-            return RD_EIO;
+        wire[i] = NULL;
+        wlen[i] = rc == RD_OK ? format(&cmds[i], &wire[i]) : -1;
+        if (wlen[i] < 0 && rc == RD_OK) {
+            snprintf(err, errlen, "cannot format a command (out of memory)");
+            rc = RD_EIO;
+        }
+        total += wlen[i] > 0 ? (size_t)wlen[i] : 0;
+    }
+    char *buf = NULL;
+    if (rc == RD_OK && n > 1) {
+        buf = malloc(total);
+        if (!buf) {
+            snprintf(err, errlen, "out of memory");
+            rc = RD_EIO;
+        }
+        size_t off = 0;
+        for (int i = 0; buf && i < n; i++) {
+            memcpy(buf + off, wire[i], (size_t)wlen[i]);
+            off += (size_t)wlen[i];
         }
     }
     int64_t start = dl_now_ns();
     if (sent_ns)
         *sent_ns = start;
-    int rc = flush(c, err, errlen);
+    if (rc == RD_OK)
+        rc = send_all(c, n > 1 ? buf : wire[0], total, err, errlen);
+    free(buf);
+    for (int i = 0; i < n; i++)
+        if (wire[i])
+            redisFreeCommand(wire[i]);
     if (rc)
         return rc;
     int64_t deadline = timeout_ms < 0 ? -1 : start + (int64_t)timeout_ms * 1000000LL;
@@ -336,8 +350,7 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
 {
     /* Formatted once for every connection. */
     char *wire = NULL;
-    int wlen = redisFormatCommandArgv(&wire, cmd->argc, (const char **)(uintptr_t)cmd->argv,
-                                      cmd->len);
+    int wlen = format(cmd, &wire);
     char err[256];
     bool pending[nc];
     struct pollfd p[nc];
@@ -345,8 +358,7 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
         out[i] = NULL;
         st[i] = RD_EIO;
         pending[i] = wlen > 0 && cs[i] &&
-                     redisAppendFormattedCommand(cs[i]->ctx, wire, (size_t)wlen) == REDIS_OK &&
-                     flush(cs[i], err, sizeof err) == RD_OK;
+                     send_all(cs[i], wire, (size_t)wlen, err, sizeof err) == RD_OK;
     }
     if (wlen > 0)
         redisFreeCommand(wire);
