@@ -661,7 +661,7 @@ static int restore_sentinel(srvset *ss, char *err, size_t errlen)
     int64_t now = ms_now_ns(), until = now + RESTORE_WAIT_NS;
     int64_t pointed[SRV_MAX] = {0};
     int last_m = -1;
-    char why[256] = "", what[512] = "";
+    char why[700] = "", what[512] = "";
     for (;;) {
         int m = agreed_master(ss, why, sizeof why);
         if (m >= 0) {
