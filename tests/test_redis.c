@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1067,6 +1069,65 @@ static void test_break(void **state)
         break_case(redlock_url, "break-redlock", 0);
 }
 
+/* A listening port whose accept queue is full: connects to it hang, as to
+ * a host that is down (SYNs dropped), with no netem needed. */
+static int blackhole(int *port, int *fill, int nfill)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(l, 0), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    for (int i = 0; i < nfill; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        (void)connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(100 * 1000);
+    return l;
+}
+
+/* One master of five drops connection attempts: acquisitions go on with the
+ * other four. Masters are connected in parallel and the hanging connect is
+ * not waited for again, so no attempt outlives its 3 s lease (connecting to
+ * one master after another, each up to the 10 s connect timeout, would). */
+static void test_redlock_blackholed_master(void **state)
+{
+    (void)state;
+    if (!redlock_url)
+        skip();
+    int port, fill[4];
+    int l = blackhole(&port, fill, 4);
+    char url[512];
+    snprintf(url, sizeof url, "%s", redlock_url);
+    char *last = strrchr(url, ',');
+    assert_non_null(last);
+    snprintf(last, sizeof url - (size_t)(last - url), ",127.0.0.1:%d", port);
+    dlock_client_opts co;
+    dlock_client_opts_init(&co);
+    co.connect_timeout_ms = 10000;
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, url, &co))
+        fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
+    char name[64];
+    unique(name, sizeof name, "redlock-hole");
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 3000, -1);
+    uint64_t last_token = 0;
+    for (int i = 0; i < 10; i++) {
+        if (dlock_acquire(a, 0) != 0)
+            fail_msg("attempt %d: %s", i, dlock_lock_errmsg(a));
+        assert_true(dlock_token(a) > last_token);
+        last_token = dlock_token(a);
+        assert_int_equal(dlock_release(a), 0);
+    }
+    dlock_lock_free(a);
+    dlock_client_close(c);
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
+}
+
 static void test_redlock_contention(void **state)
 {
     (void)state;
@@ -1112,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_contention),
         cmocka_unit_test(test_redlock_slow_master),
+        cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;

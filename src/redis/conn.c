@@ -20,6 +20,8 @@
 #define POOL_MAX_IDLE 64
 /* A connection whose unread replies pile up is on a slow server: close it. */
 #define POOL_MAX_OWED 8
+/* How long a write may wait for room in the socket buffer. */
+#define SEND_WAIT_MS 2000
 
 void rcmd_init(rcmd *c)
 {
@@ -68,6 +70,9 @@ void rnode_destroy(rnode *n)
 {
     free_idle(n->idle);
     n->idle = NULL;
+    if (n->connecting)
+        redisFree(n->connecting);
+    n->connecting = NULL;
     pthread_mutex_destroy(&n->mu);
 }
 
@@ -75,8 +80,10 @@ void rnode_reset(rnode *n, const char *host, int port)
 {
     pthread_mutex_lock(&n->mu);
     rconn *old = n->idle;
+    redisContext *connecting = n->connecting;
     n->idle = NULL;
     n->nidle = 0;
+    n->connecting = NULL;
     if (host) {
         snprintf(n->host, sizeof n->host, "%s", host);
         n->port = port;
@@ -84,6 +91,8 @@ void rnode_reset(rnode *n, const char *host, int port)
     n->epoch++;
     pthread_mutex_unlock(&n->mu);
     free_idle(old);
+    if (connecting)
+        redisFree(connecting);
 }
 
 static struct timeval tv_ms(int ms)
@@ -101,42 +110,29 @@ static void reply_err(const redisReply *r, char *err, size_t errlen)
         snprintf(err, errlen, "unexpected reply type %d", r ? r->type : -1);
 }
 
-rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
+/* Take an idle connection of n, if any; *epoch, host and port for a new one. */
+static rconn *take_idle(rnode *n, unsigned *epoch, char *host, size_t hostlen, int *port)
 {
     pthread_mutex_lock(&n->mu);
     rconn *c = n->idle;
     if (c) {
         n->idle = c->next;
         n->nidle--;
-    }
-    unsigned epoch = n->epoch;
-    char host[256];
-    snprintf(host, sizeof host, "%s", n->host);
-    int port = n->port;
-    pthread_mutex_unlock(&n->mu);
-    if (c) {
         c->next = NULL;
-        return c;
     }
-    redisContext *ctx = redisConnectWithTimeout(host, port, tv_ms(cf->connect_timeout_ms));
-    if (!ctx) {
-        snprintf(err, errlen, "redis %s:%d: out of memory", host, port);
-        return NULL;
-    }
-    if (ctx->err) {
-        snprintf(err, errlen, "redis %s:%d: %s", host, port, ctx->errstr);
-        redisFree(ctx);
-        return NULL;
-    }
-    /* A socket timeout bounds every blocking read or write hiredis does on
-     * its own; our calls poll with their own deadlines first. */
-    if (redisSetTimeout(ctx, tv_ms(cf->op_timeout_ms)) != REDIS_OK) {
-        snprintf(err, errlen, "redis %s:%d: cannot set timeout", host, port);
-        redisFree(ctx);
-        return NULL;
-    }
+    *epoch = n->epoch;
+    snprintf(host, hostlen, "%s", n->host);
+    *port = n->port;
+    pthread_mutex_unlock(&n->mu);
+    return c;
+}
+
+/* A connected ctx to n made into a connection: keepalive, AUTH, SELECT. */
+static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf, char *err,
+                    size_t errlen)
+{
     (void)redisEnableKeepAlive(ctx);
-    c = calloc(1, sizeof *c);
+    rconn *c = calloc(1, sizeof *c);
     if (!c) {
         redisFree(ctx);
         snprintf(err, errlen, "out of memory");
@@ -167,7 +163,7 @@ rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
         char why[256];
         int rc = rconn_call(c, cmds, ncmd, r, cf->connect_timeout_ms, -1, NULL, why, sizeof why);
         if (rc != RD_OK) {
-            snprintf(err, errlen, "redis %s:%d: %s", host, port, why);
+            snprintf(err, errlen, "redis %s:%d: %s", n->host, n->port, why);
             rconn_drop(c);
             return NULL;
         }
@@ -176,7 +172,7 @@ rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
                 char what[256];
                 reply_err(r[i], what, sizeof what);
                 /* The server's words never include the password we sent. */
-                snprintf(err, errlen, "redis %s:%d: %s failed: %s", host, port,
+                snprintf(err, errlen, "redis %s:%d: %s failed: %s", n->host, n->port,
                          i == 0 && cf->password ? "AUTH" : "SELECT", what);
                 rc = RD_EIO;
             }
@@ -188,6 +184,136 @@ rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
         }
     }
     return c;
+}
+
+rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
+{
+    unsigned epoch;
+    char host[256];
+    int port;
+    rconn *c = take_idle(n, &epoch, host, sizeof host, &port);
+    if (c)
+        return c;
+    redisContext *ctx = redisConnectWithTimeout(host, port, tv_ms(cf->connect_timeout_ms));
+    if (!ctx) {
+        snprintf(err, errlen, "redis %s:%d: out of memory", host, port);
+        return NULL;
+    }
+    if (ctx->err) {
+        snprintf(err, errlen, "redis %s:%d: %s", host, port, ctx->errstr);
+        redisFree(ctx);
+        return NULL;
+    }
+    /* A socket timeout bounds every blocking read or write; our calls poll
+     * with their own deadlines first. */
+    if (redisSetTimeout(ctx, tv_ms(cf->op_timeout_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "redis %s:%d: cannot set timeout", host, port);
+        redisFree(ctx);
+        return NULL;
+    }
+    return setup(n, epoch, ctx, cf, err, errlen);
+}
+
+/*
+ * Connections to several servers at once (Redlock). Idle ones come from the
+ * pools; new ones are connected in parallel (non-blocking connects, polled
+ * together) for at most wait_ms. A connect still in progress then is kept
+ * by its node and looked at again by the next call, which does not wait for
+ * it again: a master that drops packets (a host that is down, not a server
+ * that is dead) costs the first call wait_ms and later calls nothing, until
+ * its connect times out after the connect timeout and a new one starts.
+ */
+void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_ms)
+{
+    redisContext *ctx[n];
+    int64_t deadline[n]; /* of each connect in progress */
+    unsigned epoch[n];
+    bool slow[n]; /* its connect was in progress before this call */
+    int64_t now = dl_now_ns(), until = now + (int64_t)wait_ms * 1000000LL;
+    int waiting = 0; /* connects this call waits for */
+    for (int i = 0; i < n; i++) {
+        char host[256];
+        int port;
+        ctx[i] = NULL;
+        slow[i] = false;
+        out[i] = take_idle(&nodes[i], &epoch[i], host, sizeof host, &port);
+        if (out[i])
+            continue;
+        pthread_mutex_lock(&nodes[i].mu);
+        if (nodes[i].connecting && nodes[i].connecting_epoch == epoch[i]) {
+            ctx[i] = nodes[i].connecting;
+            deadline[i] = nodes[i].connecting_until;
+            slow[i] = true; /* not waited for again, only looked at */
+        } else if (nodes[i].connecting) {
+            redisFree(nodes[i].connecting); /* the address changed meanwhile */
+        }
+        nodes[i].connecting = NULL;
+        pthread_mutex_unlock(&nodes[i].mu);
+        if (!ctx[i]) {
+            ctx[i] = redisConnectNonBlock(host, port);
+            deadline[i] = now + (int64_t)cf->connect_timeout_ms * 1000000LL;
+            if (ctx[i] && ctx[i]->err) {
+                redisFree(ctx[i]);
+                ctx[i] = NULL;
+            }
+        }
+        waiting += ctx[i] && !slow[i];
+    }
+    for (bool first = true; first || waiting > 0; first = false) {
+        struct pollfd p[n];
+        int idx[n], k = 0;
+        for (int i = 0; i < n; i++)
+            if (ctx[i]) {
+                p[k] = (struct pollfd){.fd = ctx[i]->fd, .events = POLLOUT};
+                idx[k++] = i;
+            }
+        if (k == 0)
+            break;
+        int pr = poll(p, (nfds_t)k, waiting > 0 ? dl_ms_left(until) : 0);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int j = 0; j < k && pr > 0; j++) {
+            if (!p[j].revents)
+                continue;
+            int i = idx[j], soerr = 0;
+            socklen_t len = sizeof soerr;
+            redisContext *c = ctx[i];
+            ctx[i] = NULL;
+            waiting -= !slow[i];
+            if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
+                redisFree(c);
+                continue;
+            }
+            char err[256];
+            out[i] = setup(&nodes[i], epoch[i], c, cf, err, sizeof err);
+        }
+        if (pr == 0 || dl_now_ns() >= until)
+            break;
+    }
+    /* Connects still in progress stay with their node, until their own
+     * deadline. */
+    now = dl_now_ns();
+    for (int i = 0; i < n; i++) {
+        if (!ctx[i])
+            continue;
+        if (now >= deadline[i]) {
+            redisFree(ctx[i]);
+            continue;
+        }
+        pthread_mutex_lock(&nodes[i].mu);
+        redisContext *old = NULL;
+        if (nodes[i].epoch == epoch[i]) {
+            old = nodes[i].connecting;
+            nodes[i].connecting = ctx[i];
+            nodes[i].connecting_until = deadline[i];
+            nodes[i].connecting_epoch = epoch[i];
+        } else {
+            old = ctx[i];
+        }
+        pthread_mutex_unlock(&nodes[i].mu);
+        if (old)
+            redisFree(old);
+    }
 }
 
 void rconn_put(rconn *c)
@@ -230,8 +356,9 @@ static int format(const rcmd *cmd, char **wire)
  * Requests are written here, not by hiredis (which only connects and parses
  * replies): hiredis writes with write(2), and writing to a connection the
  * server has reset (killed, restarted) would raise SIGPIPE, whose default
- * action kills the host program. send(MSG_NOSIGNAL) gets EPIPE instead. The
- * socket is blocking with the op timeout as SO_SNDTIMEO (redisSetTimeout).
+ * action kills the host program. send(MSG_NOSIGNAL) gets EPIPE instead. A
+ * blocking socket has the op timeout as SO_SNDTIMEO (redisSetTimeout); a
+ * non-blocking one waits as long for room.
  */
 static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t errlen)
 {
@@ -239,6 +366,13 @@ static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t err
         ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* a non-blocking connection (rconn_get_many) with a full buffer */
+            struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
+            if (poll(&p, 1, SEND_WAIT_MS) > 0)
+                continue;
+            errno = ETIMEDOUT;
+        }
         if (n <= 0) {
             snprintf(err, errlen, "write: %s", n < 0 ? strerror(errno) : "nothing written");
             return RD_EIO;

@@ -28,6 +28,11 @@ typedef struct rnode {
     pthread_mutex_t mu;
     rconn *idle;
     int nidle;
+    /* A non-blocking connect in progress (rconn_get_many), its deadline and
+     * the epoch it was started in. */
+    redisContext *connecting;
+    int64_t connecting_until;
+    unsigned connecting_epoch;
 } rnode;
 
 /* Per-client settings every server of the family shares. */
@@ -78,6 +83,9 @@ void rnode_reset(rnode *n, const char *host, int port);
  * On failure returns NULL and writes a one-line reason to err.
  */
 rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen);
+/* The same for n servers at once, connecting in parallel for at most
+ * wait_ms (see conn.c); out[i] NULL where none could be had. */
+void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_ms);
 /* Give a healthy connection back to its node's pool. */
 void rconn_put(rconn *c);
 /* Close a connection whose state is unknown (error, timeout, canceled). */

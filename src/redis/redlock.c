@@ -122,8 +122,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
     rconn *cs[rc->n];
     int st[rc->n];
     char err[256];
-    for (int i = 0; i < rc->n; i++)
-        cs[i] = rconn_get(&rc->nodes[i], &rc->cf, err, sizeof err);
+    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, timeout_ms);
     rconn_call_many(cs, rc->n, cmd, out, st, timeout_ms, enough, &rc->quorum);
     bool again = false;
     for (int i = 0; i < rc->n; i++) {
@@ -278,6 +277,12 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                "lock \"%s\": only %d of %d redlock masters answered (quorum %d)",
                                l->name, answered, rc->n, rc->quorum);
+        if (deadline == 0 && granted >= rc->quorum && validity <= 0)
+            return dl_lock_err(l, DLOCK_EBUSY,
+                               "lock \"%s\": granted by %d of %d masters, but only after %lld "
+                               "ms of its %d ms lease: given back",
+                               l->name, granted, rc->n,
+                               (long long)((dl_now_ns() - t0) / 1000000), ttl);
         if (deadline == 0)
             return dl_lock_err(l, DLOCK_EBUSY,
                                "lock \"%s\" is held by another owner (%d of %d masters granted)",
