@@ -2,6 +2,7 @@
 # bench_redis_test.sh — short `dlock bench` runs on real Redis servers (one
 # master, five Redlock masters) started by tests/servers.sh: the SPEC §7
 # fields, the PING baseline (rtt_p50_us, and rtt_single_p50_us for Redlock),
+# the bare hand-over relay of contended runs (relay_p50_us),
 # the servers' command counts, no violations; bench/matrix.sh and
 # bench/targets.py on a one-row matrix. Speed is measured, never asserted.
 # Skipped (exit 0) without redis-server or the redis backends. Needs $DLOCK
@@ -48,6 +49,8 @@ jcheck "$TMP/redis1.json" "redis uncontended: commands counted (EVALSHA), about 
 run redis4 "$DLOCK_TEST_REDIS" -P 4 -H 50 --fair --baseline --commandstats $SHORT
 jcheck "$TMP/redis4.json" "redis 4 fair waiters: violations 0, hand-overs, ratio to rtt" \
     'd["violations"] == 0 and d["handovers"] > 0 and d["handover_rtt_ratio"] > 0 and d["fair"] is True'
+jcheck "$TMP/redis4.json" "redis 4 fair waiters: the bare RPUSH->BLPOP relay measured beside it" \
+    'd["relay_p50_us"] > 0 and d["relay_p99_us"] >= d["relay_p50_us"] and d["handover_relay_ratio"] > 0'
 jcheck "$TMP/redis4.json" "redis 4 fair waiters: commands per hand-over counted (BLPOP)" \
     'd["redis_commands"]["blpop"] > 0 and d["redis_commands_per_handover"] > 0'
 

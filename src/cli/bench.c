@@ -33,6 +33,8 @@
 /* Stamps kept in total; pages are touched only when used (MAP_NORESERVE). */
 #define RECORD_BUDGET ((size_t)1 << 24)
 #define BASELINE_ITERS 20000
+/* Rounds of the relay baseline (each waits 1 ms for the BLPOP to be in place). */
+#define RELAY_ITERS 300
 #define BASELINE_MAX_NS 300000000LL
 
 static const char bench_help[] =
@@ -651,6 +653,8 @@ typedef struct extras {
     size_t rtt_iters;
     bool have_rtt_single; /* redlock: one master alone */
     int64_t rtt1_50, rtt1_99;
+    bool have_relay; /* Redis family: RPUSH waking a BLPOP, the bare hand-over */
+    int64_t relay50, relay99;
     char rtt_what[300];
     bool have_cmds;
     ms_cmdstats cmds; /* after minus before */
@@ -730,6 +734,14 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
     if (e->have_rtt_single) {
         json_us(f, "rtt_single_p50_us", e->rtt1_50, true);
         json_us(f, "rtt_single_p99_us", e->rtt1_99, true);
+    }
+    if (e->have_relay) {
+        json_us(f, "relay_p50_us", e->relay50, true);
+        json_us(f, "relay_p99_us", e->relay99, true);
+        if (e->relay50 > 0 && s->handovers > 0)
+            fprintf(f, ",\"handover_relay_ratio\":%.2f", (double)s->ho50 / (double)e->relay50);
+        else
+            fprintf(f, ",\"handover_relay_ratio\":null");
     }
     fprintf(f, ",\"handovers_all\":%zu", s->handovers_all);
     if (c->cmdstats) {
@@ -820,6 +832,13 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
             if (s->handovers > 0 && e->rtt50 > 0)
                 printf(", handover/rtt %.2f", (double)s->ho50 / (double)e->rtt50);
             printf("\n");
+            if (e->have_relay) {
+                printf("  bare hand-over (RPUSH waking a BLPOP): p50 %.2f us, p99 %.2f us",
+                       (double)e->relay50 / 1000.0, (double)e->relay99 / 1000.0);
+                if (s->handovers > 0 && e->relay50 > 0)
+                    printf("; handover/relay %.2f", (double)s->ho50 / (double)e->relay50);
+                printf("\n");
+            }
         } else {
             printf("  baseline: no baseline for this backend yet\n");
         }
@@ -1194,6 +1213,16 @@ int cli_bench(int argc, char **argv, const char *url)
             }
         } else {
             cli_err("bench: baseline: %s", err);
+        }
+        ms_rtt relay;
+        if (rt.kind != MS_RK_REDLOCK && c->P > 1) {
+            if (ms_redis_relay(&rt, name0, RELAY_ITERS, &relay, err, sizeof err) == 0) {
+                e.have_relay = true;
+                e.relay50 = relay.p50;
+                e.relay99 = relay.p99;
+            } else {
+                cli_err("bench: relay baseline: %s", err);
+            }
         }
     }
     ms_cmdstats cmds_before;

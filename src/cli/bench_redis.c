@@ -13,10 +13,13 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include "check_hiredis.h"
@@ -380,6 +383,128 @@ int ms_redis_rtt(const ms_rtarget *t, const char *name, int iters, int64_t max_n
     return rc;
 }
 
+/* ---- relay: the bare hand-over the server offers -------------------------- */
+
+/*
+ * A lock hand-over is a one-way chain: the holder's request wakes the server,
+ * whose reply wakes another process. The relay measures the same chain with
+ * nothing of the lock in it: thread B blocks in BLPOP, A pushes one element
+ * (RPUSH), and the sample is from just before A's send to B's wake-up. The
+ * lock's hand-over divided by it is what the lock itself adds.
+ */
+typedef struct relay {
+    redisContext *b;
+    const char *key;
+    int iters;
+    int64_t *woke;        /* per round, when B had its reply */
+    _Atomic int sent;     /* rounds whose BLPOP B has sent */
+    _Atomic int failed;
+} relay;
+
+static void *relay_b(void *arg)
+{
+    relay *rl = arg;
+    const char *argv[3] = {"BLPOP", rl->key, "5"};
+    for (int i = 0; i < rl->iters; i++) {
+        void *r = NULL;
+        if (redisAppendCommandArgv(rl->b, 3, argv, NULL) != REDIS_OK) {
+            atomic_store(&rl->failed, 1);
+            break;
+        }
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(rl->b, &done) != REDIS_OK)
+                break;
+        atomic_store(&rl->sent, i + 1);
+        if (!done || redisGetReply(rl->b, &r) != REDIS_OK || !r) {
+            atomic_store(&rl->failed, 1);
+            break;
+        }
+        rl->woke[i] = ms_now_ns();
+        bool popped = ((redisReply *)r)->type == REDIS_REPLY_ARRAY;
+        freeReplyObject(r);
+        if (!popped) {
+            atomic_store(&rl->failed, 1);
+            break;
+        }
+    }
+    return NULL;
+}
+
+int ms_redis_relay(const ms_rtarget *t, const char *name, int iters, ms_rtt *out, char *err,
+                   size_t errlen)
+{
+    ms_endpoint ep[MS_RMAX];
+    int n = ms_redis_lock_nodes(t, name, ep, MS_RMAX, err, errlen);
+    if (n <= 0)
+        return -1;
+    char key[300];
+    snprintf(key, sizeof key, "dlock:{%s}:bench-relay", name); /* the lock's slot */
+    redisContext *a = ms_redis_connect(t, ep[0].host, ep[0].port, true, 2000, err, errlen);
+    redisContext *b = a ? ms_redis_connect(t, ep[0].host, ep[0].port, true, 7000, err, errlen)
+                        : NULL;
+    int64_t *sent_at = calloc((size_t)iters, sizeof *sent_at);
+    int64_t *woke = calloc((size_t)iters, sizeof *woke);
+    int rc = a && b && sent_at && woke ? 0 : -1;
+    if (rc == 0 && (!sent_at || !woke))
+        snprintf(err, errlen, "out of memory");
+    relay rl = {.b = b, .key = key, .iters = iters, .woke = woke};
+    pthread_t th;
+    bool started = rc == 0 && pthread_create(&th, NULL, relay_b, &rl) == 0;
+    if (rc == 0 && !started) {
+        snprintf(err, errlen, "cannot start a thread");
+        rc = -1;
+    }
+    const char *push[3] = {"RPUSH", key, "1"};
+    int k = 0;
+    for (; rc == 0 && k < iters; k++) {
+        /* B's BLPOP sent, and given a millisecond to reach the server. */
+        while (atomic_load(&rl.sent) <= k && !atomic_load(&rl.failed))
+            ms_sleep_ns(100000);
+        if (atomic_load(&rl.failed))
+            break;
+        ms_sleep_ns(1000000);
+        sent_at[k] = ms_now_ns();
+        redisReply *r = redisCommandArgv(a, 3, push, NULL);
+        bool ok = r && r->type == REDIS_REPLY_INTEGER;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            snprintf(err, errlen, "RPUSH failed");
+            rc = -1;
+        }
+    }
+    if (started) {
+        if (rc != 0 || atomic_load(&rl.failed))
+            shutdown(b->fd, SHUT_RDWR); /* end a BLPOP that will not be served */
+        pthread_join(th, NULL);
+    }
+    if (rc == 0 && atomic_load(&rl.failed)) {
+        snprintf(err, errlen, "BLPOP failed");
+        rc = -1;
+    }
+    if (rc == 0) {
+        for (int i = 0; i < iters; i++)
+            sent_at[i] = woke[i] - sent_at[i];
+        qsort(sent_at, (size_t)iters, sizeof *sent_at, cmp_i64);
+        out->p50 = ms_pct(sent_at, (size_t)iters, 500);
+        out->p99 = ms_pct(sent_at, (size_t)iters, 990);
+        out->samples = (size_t)iters;
+    }
+    if (a) {
+        const char *del[2] = {"DEL", key};
+        redisReply *r = redisCommandArgv(a, 2, del, NULL);
+        if (r)
+            freeReplyObject(r);
+        redisFree(a);
+    }
+    if (b)
+        redisFree(b);
+    free(sent_at);
+    free(woke);
+    return rc;
+}
+
 /* ---- INFO commandstats ----------------------------------------------------- */
 
 /* Commands a dlock client sends itself; the rest of what commandstats
@@ -503,6 +628,14 @@ int ms_redis_rtt(const ms_rtarget *t, const char *name, int iters, int64_t max_n
 {
     (void)t, (void)name, (void)iters, (void)max_ns, (void)all, (void)one, (void)what,
         (void)whatlen;
+    snprintf(err, errlen, "this build has no Redis client library (hiredis)");
+    return -1;
+}
+
+int ms_redis_relay(const ms_rtarget *t, const char *name, int iters, ms_rtt *out, char *err,
+                   size_t errlen)
+{
+    (void)t, (void)name, (void)iters, (void)out;
     snprintf(err, errlen, "this build has no Redis client library (hiredis)");
     return -1;
 }

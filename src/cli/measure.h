@@ -137,6 +137,10 @@ int ms_redis_lock_nodes(const ms_rtarget *t, const char *name, ms_endpoint *out,
  * what describes the measurement. */
 int ms_redis_rtt(const ms_rtarget *t, const char *name, int iters, int64_t max_ns, ms_rtt *all,
                  ms_rtt *one, char *what, size_t whatlen, char *err, size_t errlen);
+/* The bare hand-over chain of the lock's server: one client's RPUSH waking
+ * another blocked in BLPOP, timed from before the push to the wake-up. */
+int ms_redis_relay(const ms_rtarget *t, const char *name, int iters, ms_rtt *out, char *err,
+                   size_t errlen);
 /* INFO commandstats summed over the lock's servers (every node of a
  * cluster). */
 int ms_redis_cmdstats(const ms_rtarget *t, const char *name, ms_cmdstats *out, char *err,
