@@ -651,13 +651,22 @@ int cli_check(int argc, char **argv, const char *url)
             o->verdict = "n/a";
             if (!cfg.servers)
                 snprintf(o->note, sizeof o->note, "not applicable: %s", cfg.servers_note);
-            else
+            else {
+                static const struct {
+                    unsigned bit;
+                    const char *name;
+                } kinds[] = {{CHK_DEPLOY_SENTINEL, "Sentinel"},
+                             {CHK_DEPLOY_REDLOCK, "Redlock"},
+                             {CHK_DEPLOY_CLUSTER, "Cluster"}};
+                char wanted[64] = "";
+                for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+                    if (sc->deploys & kinds[k].bit)
+                        snprintf(wanted + strlen(wanted), sizeof wanted - strlen(wanted),
+                                 "%s%s", wanted[0] ? " or " : "", kinds[k].name);
                 snprintf(o->note, sizeof o->note,
-                         "not applicable: this fault needs a deployment of another kind "
-                         "(%s%s%s)",
-                         sc->deploys & CHK_DEPLOY_SENTINEL ? "Sentinel " : "",
-                         sc->deploys & CHK_DEPLOY_REDLOCK ? "Redlock " : "",
-                         sc->deploys & CHK_DEPLOY_CLUSTER ? "Cluster" : "");
+                         "not applicable: this fault needs a deployment of another kind (%s)",
+                         wanted);
+            }
             done = i + 1;
             continue;
         }
