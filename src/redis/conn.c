@@ -217,13 +217,15 @@ rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
 /*
  * Connections to several servers at once (Redlock). Idle ones come from the
  * pools; new ones are connected in parallel (non-blocking connects, polled
- * together) for at most wait_ms. A connect still in progress then is kept
+ * together) for at most wait_ms, or until `need` connections are there. A
+ * connect still in progress then is kept
  * by its node and looked at again by the next call, which does not wait for
  * it again: a master that drops packets (a host that is down, not a server
  * that is dead) costs the first call wait_ms and later calls nothing, until
  * its connect times out after the connect timeout and a new one starts.
  */
-void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_ms)
+void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int need, int wait_ms,
+                    char *err, size_t errlen)
 {
     redisContext *ctx[n];
     int64_t deadline[n]; /* of each connect in progress */
@@ -231,14 +233,17 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_
     bool slow[n]; /* its connect was in progress before this call */
     int64_t now = dl_now_ns(), until = now + (int64_t)wait_ms * 1000000LL;
     int waiting = 0; /* connects this call waits for */
+    int have = 0;
     for (int i = 0; i < n; i++) {
         char host[256];
         int port;
         ctx[i] = NULL;
         slow[i] = false;
         out[i] = take_idle(&nodes[i], &epoch[i], host, sizeof host, &port);
-        if (out[i])
+        if (out[i]) {
+            have++;
             continue;
+        }
         pthread_mutex_lock(&nodes[i].mu);
         if (nodes[i].connecting && nodes[i].connecting_epoch == epoch[i]) {
             ctx[i] = nodes[i].connecting;
@@ -252,14 +257,16 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_
         if (!ctx[i]) {
             ctx[i] = redisConnectNonBlock(host, port);
             deadline[i] = now + (int64_t)cf->connect_timeout_ms * 1000000LL;
-            if (ctx[i] && ctx[i]->err) {
+            if (!ctx[i] || ctx[i]->err) {
+                snprintf(err, errlen, "redis %s:%d: %s", host, port,
+                         ctx[i] ? ctx[i]->errstr : "out of memory");
                 redisFree(ctx[i]);
                 ctx[i] = NULL;
             }
         }
         waiting += ctx[i] && !slow[i];
     }
-    for (bool first = true; first || waiting > 0; first = false) {
+    for (bool first = true; first || (waiting > 0 && have < need); first = false) {
         struct pollfd p[n];
         int idx[n], k = 0;
         for (int i = 0; i < n; i++)
@@ -269,7 +276,7 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_
             }
         if (k == 0)
             break;
-        int pr = poll(p, (nfds_t)k, waiting > 0 ? dl_ms_left(until) : 0);
+        int pr = poll(p, (nfds_t)k, waiting > 0 && have < need ? dl_ms_left(until) : 0);
         if (pr < 0 && errno != EINTR)
             break;
         for (int j = 0; j < k && pr > 0; j++) {
@@ -281,11 +288,13 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_
             ctx[i] = NULL;
             waiting -= !slow[i];
             if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
+                snprintf(err, errlen, "redis %s:%d: %s", nodes[i].host, nodes[i].port,
+                         strerror(soerr ? soerr : errno));
                 redisFree(c);
                 continue;
             }
-            char err[256];
-            out[i] = setup(&nodes[i], epoch[i], c, cf, err, sizeof err);
+            out[i] = setup(&nodes[i], epoch[i], c, cf, err, errlen);
+            have += out[i] != NULL;
         }
         if (pr == 0 || dl_now_ns() >= until)
             break;
@@ -296,6 +305,9 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_
     for (int i = 0; i < n; i++) {
         if (!ctx[i])
             continue;
+        if (!have)
+            snprintf(err, errlen, "redis %s:%d: no connection within %d ms", nodes[i].host,
+                     nodes[i].port, wait_ms);
         if (now >= deadline[i]) {
             redisFree(ctx[i]);
             continue;

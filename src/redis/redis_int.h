@@ -84,8 +84,10 @@ void rnode_reset(rnode *n, const char *host, int port);
  */
 rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen);
 /* The same for n servers at once, connecting in parallel for at most
- * wait_ms (see conn.c); out[i] NULL where none could be had. */
-void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int wait_ms);
+ * wait_ms or until need of them are connected (see conn.c); out[i] NULL
+ * where none could be had, and the last reason why in err. */
+void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int need, int wait_ms,
+                    char *err, size_t errlen);
 /* Give a healthy connection back to its node's pool. */
 void rconn_put(rconn *c);
 /* Close a connection whose state is unknown (error, timeout, canceled). */

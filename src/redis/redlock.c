@@ -122,7 +122,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
     rconn *cs[rc->n];
     int st[rc->n];
     char err[256];
-    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, timeout_ms);
+    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n, timeout_ms, err, sizeof err);
     rconn_call_many(cs, rc->n, cmd, out, st, timeout_ms, enough, &rc->quorum);
     bool again = false;
     for (int i = 0; i < rc->n; i++) {
@@ -453,18 +453,22 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
         rnode_init(&rc->nodes[i], u->hosts[i].host, u->hosts[i].port);
     rc->cf.db = u->path && *u->path ? atoi(u->path) : 0;
     dl_self_desc(rc->self, sizeof rc->self);
-    /* Learn the script's SHA from the first master that answers; the others
-     * load it when they first answer NOSCRIPT. */
+    /* Learn the script's SHA from the first master that answers (all are
+     * connected at once, so one that hangs does not hold the others up);
+     * the others load it when they first answer NOSCRIPT. */
     char err[300] = "no master answered";
     int loaded = 0;
-    for (int i = 0; i < rc->n && !loaded; i++) {
-        rconn *c = rconn_get(&rc->nodes[i], &rc->cf, err, sizeof err);
-        if (c && rd_load_script(c, &rc->cf, err, sizeof err) == RD_OK) {
+    rconn *cs[rc->n];
+    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
+                   sizeof err);
+    for (int i = 0; i < rc->n; i++) {
+        if (cs[i] && !loaded && rd_load_script(cs[i], &rc->cf, err, sizeof err) == RD_OK)
             loaded = 1;
-            rconn_put(c);
-        } else {
-            rconn_drop(c);
+        else if (cs[i] && !loaded) {
+            rconn_drop(cs[i]);
+            continue;
         }
+        rconn_put(cs[i]);
     }
     if (!loaded) {
         rlclient_free(rc);
