@@ -13,6 +13,8 @@ esac
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-fuzz
 targets=(fuzz_url fuzz_name)
+# The reply target needs hiredis (as the Redis backends do).
+if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
 
 CC=clang cmake -S "$top" -B "$build" -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -34,7 +34,7 @@ if [ -z "${DLOCK_QUICK:-}" ]; then
   step "valgrind memcheck"
   suite build-memcheck "-L memcheck" -DCMAKE_BUILD_TYPE=Debug -DDLOCK_MEMCHECK=ON
 
-  step "fuzzing the URL and name parsers"
+  step "fuzzing the parsers (URLs, names, Redis replies)"
   scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 fi
 echo

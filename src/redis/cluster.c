@@ -113,36 +113,62 @@ int rd_cluster_refresh(rcluster *cl, const rconf *cf)
             continue;
         }
         rconn_put(c);
-        if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-            freeReplyObject(r);
-            continue;
-        }
-        pthread_mutex_lock(&cl->mu);
-        for (int s = 0; s < NSLOTS; s++)
-            cl->slots[s] = -1;
-        for (size_t k = 0; k < r->elements; k++) {
-            redisReply *e = r->element[k];
-            /* [start, end, [host, port, id...], replicas...] */
-            if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-                e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
-                continue;
-            long long lo = e->element[0]->integer, hi = e->element[1]->integer;
-            redisReply *m = e->element[2];
-            if (m->element[0]->type != REDIS_REPLY_STRING || lo < 0 || hi >= NSLOTS || lo > hi)
-                continue;
-            const char *host = m->element[0]->len ? m->element[0]->str : known[i]->host;
-            int idx = node_index(cl, host, (int)m->element[1]->integer);
-            if (idx < 0)
-                continue;
-            cl->is_master[idx] = true;
-            for (long long s = lo; s <= hi; s++)
-                cl->slots[s] = (short)idx;
-        }
-        pthread_mutex_unlock(&cl->mu);
+        int ranges = rd_cluster_apply_slots(cl, r, known[i]->host);
         freeReplyObject(r);
-        return RD_OK;
+        if (ranges > 0)
+            return RD_OK;
     }
     return RD_EIO;
+}
+
+static bool valid_port(long long port)
+{
+    return port >= 1 && port <= 65535;
+}
+
+int rd_cluster_apply_slots(rcluster *cl, const redisReply *r, const char *asked_host)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        return -1;
+    /* Built aside, and taken only if the reply gave something usable. */
+    short *map = malloc(sizeof cl->slots);
+    if (!map)
+        return -1;
+    for (int s = 0; s < NSLOTS; s++)
+        map[s] = -1;
+    int ranges = 0;
+    pthread_mutex_lock(&cl->mu);
+    for (size_t k = 0; k < r->elements; k++) {
+        const redisReply *e = r->element[k];
+        /* [start, end, [host, port, id...], replicas...] */
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+            continue;
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        const redisReply *m = e->element[2];
+        if (m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER || !valid_port(m->element[1]->integer) ||
+            m->element[0]->len >= sizeof cl->nodes[0]->host || lo < 0 || hi >= NSLOTS || lo > hi)
+            continue;
+        /* An empty host (or "?") means the node we asked. */
+        const char *host = m->element[0]->len && strcmp(m->element[0]->str, "?") != 0
+                               ? m->element[0]->str
+                               : asked_host;
+        int idx = node_index(cl, host, (int)m->element[1]->integer);
+        if (idx < 0)
+            continue;
+        cl->is_master[idx] = true;
+        for (long long s = lo; s <= hi; s++)
+            map[s] = (short)idx;
+        ranges++;
+    }
+    if (ranges > 0)
+        memcpy(cl->slots, map, sizeof cl->slots);
+    pthread_mutex_unlock(&cl->mu);
+    free(map);
+    return ranges;
 }
 
 rnode *rd_cluster_node(rcluster *cl, const char *key)
@@ -162,13 +188,15 @@ rnode *rd_cluster_redirect(rcluster *cl, const char *reply, bool update)
     const char *rest = strchr(reply, ' ');
     if (!rest || sscanf(rest, " %u %299s", &slot, addr) != 2 || slot >= NSLOTS)
         return NULL;
-    char *colon = strrchr(addr, ':');
-    if (!colon)
+    char *colon = strrchr(addr, ':'), *end;
+    if (!colon || colon == addr || colon - addr >= (long)sizeof cl->nodes[0]->host)
         return NULL;
     *colon = '\0';
-    int port = atoi(colon + 1);
+    long port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || !valid_port(port))
+        return NULL;
     pthread_mutex_lock(&cl->mu);
-    int idx = node_index(cl, addr, port);
+    int idx = node_index(cl, addr, (int)port);
     if (idx >= 0 && update) {
         cl->is_master[idx] = true;
         cl->slots[slot] = (short)idx;

@@ -110,6 +110,45 @@ static void reply_err(const redisReply *r, char *err, size_t errlen)
         snprintf(err, errlen, "unexpected reply type %d", r ? r->type : -1);
 }
 
+/* hiredis 0.14 has no limit of its own (1.x has maxelements). Its default
+ * object functions are kept and called; only the array count is checked. */
+#if HIREDIS_MAJOR >= 1
+typedef size_t rd_count;
+#else
+typedef int rd_count;
+#endif
+static const redisReplyObjectFunctions *default_fns;
+static redisReplyObjectFunctions bounded_fns;
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_array(const redisReadTask *task, rd_count elements)
+{
+    if (elements > RD_MAX_ELEMENTS)
+        return NULL; /* the reader reports an error, the connection is dropped */
+    return default_fns->createArray(task, elements);
+}
+
+static void bounded_init(void)
+{
+    redisReader *probe = redisReaderCreate();
+    if (!probe || !probe->fn) {
+        if (probe)
+            redisReaderFree(probe);
+        return;
+    }
+    default_fns = probe->fn; /* hiredis's static table: outlives the reader */
+    bounded_fns = *default_fns;
+    bounded_fns.createArray = bounded_array;
+    redisReaderFree(probe);
+}
+
+void rd_bound_reader(redisReader *r)
+{
+    pthread_once(&bounded_once, bounded_init);
+    if (r && default_fns && r->fn == default_fns)
+        r->fn = &bounded_fns;
+}
+
 /* Take an idle connection of n, if any; *epoch, host and port for a new one. */
 static rconn *take_idle(rnode *n, unsigned *epoch, char *host, size_t hostlen, int *port)
 {
@@ -132,6 +171,7 @@ static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf
                     size_t errlen)
 {
     (void)redisEnableKeepAlive(ctx);
+    rd_bound_reader(ctx->reader);
     rconn *c = calloc(1, sizeof *c);
     if (!c) {
         redisFree(ctx);
@@ -580,11 +620,83 @@ int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
     return RD_OK;
 }
 
+static bool is_int(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_INTEGER;
+}
+
+static bool is_str(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_STRING && r->str;
+}
+
+bool rd_pair_reply(const redisReply *r, long long *flag, long long *value)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_int(r->element[0]) ||
+        !is_int(r->element[1]))
+        return false;
+    *flag = r->element[0]->integer;
+    *value = r->element[1]->integer;
+    return true;
+}
+
+bool rd_handoff_reply(const redisReply *r, long long *token)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[1]))
+        return false;
+    char *end;
+    errno = 0;
+    long long t = strtoll(r->element[1]->str, &end, 10);
+    if (errno || end == r->element[1]->str || *end || t <= 0)
+        return false;
+    *token = t;
+    return true;
+}
+
+int rd_info_reply(const redisReply *r, rd_info *out)
+{
+    /* {owner, holder, since, token, pttl, last token, queued, readers,
+     *  permits, nonfair, now, value} */
+    static const char shape[] = "ssiiiiiiiiis";
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != sizeof shape - 1)
+        return -1;
+    for (size_t i = 0; i < r->elements; i++)
+        if (shape[i] == 's' ? !is_str(r->element[i]) : !is_int(r->element[i]))
+            return -1;
+    redisReply **e = r->element;
+    out->owner = e[0]->str;
+    out->holder = e[1]->str;
+    out->since = e[2]->integer;
+    out->token = e[3]->integer;
+    out->pttl = e[4]->integer;
+    out->last_token = e[5]->integer;
+    out->queued = e[6]->integer;
+    out->readers = e[7]->integer;
+    out->permits = e[8]->integer;
+    out->nonfair = e[9]->integer;
+    out->now = e[10]->integer;
+    out->value = e[11]->str;
+    return 0;
+}
+
+int rd_addr_reply(const redisReply *r, char *host, size_t hostlen, int *port)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[0]) ||
+        !is_str(r->element[1]) || r->element[0]->len == 0 || r->element[0]->len >= hostlen)
+        return -1;
+    char *end;
+    long p = strtol(r->element[1]->str, &end, 10);
+    if (end == r->element[1]->str || *end || p < 1 || p > 65535)
+        return -1;
+    memcpy(host, r->element[0]->str, r->element[0]->len + 1);
+    *port = (int)p;
+    return 0;
+}
+
 int rd_break_reply(const redisReply *r, dlock_info *info)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING ||
-        r->element[2]->type != REDIS_REPLY_INTEGER)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !is_int(r->element[0]) ||
+        !is_str(r->element[1]) || !is_int(r->element[2]))
         return -1;
     int broken = (int)r->element[0]->integer;
     if (broken > 0) {

@@ -76,11 +76,11 @@ static int sentinel_resolve(rclient *rc, char *err, size_t errlen)
             continue;
         }
         rconn_put(c);
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
-            int port = atoi(r->element[1]->str);
-            if (strcmp(rc->master.host, r->element[0]->str) != 0 || rc->master.port != port)
-                rnode_reset(&rc->master, r->element[0]->str, port);
+        char host[256];
+        int port;
+        if (rd_addr_reply(r, host, sizeof host, &port) == 0) {
+            if (strcmp(rc->master.host, host) != 0 || rc->master.port != port)
+                rnode_reset(&rc->master, host, port);
             rc_out = RD_OK;
         } else {
             snprintf(why, sizeof why, "sentinel %s:%d does not know master \"%s\"",
@@ -226,17 +226,6 @@ static int bad_reply(dlock_lock *l, const char *what, const redisReply *r)
                        what);
 }
 
-/* {1, token} / {0, ms} */
-static bool pair_reply(const redisReply *r, long long *flag, long long *value)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
-        return false;
-    *flag = r->element[0]->integer;
-    *value = r->element[1]->integer;
-    return true;
-}
-
 /* ---- operations ---------------------------------------------------------- */
 
 static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long long wl)
@@ -347,7 +336,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         return unreachable(l, "acquire", err);
     }
     long long granted, value;
-    if (!pair_reply(r, &granted, &value)) {
+    if (!rd_pair_reply(r, &granted, &value)) {
         int e = bad_reply(l, "acquire", r);
         freeReplyObject(r);
         return e;
@@ -399,9 +388,14 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         bool woken = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
         if (woken && fair) {
             /* Handed over by the releaser: we hold it already. */
-            granted = 1;
-            value = strtoll(r->element[1]->str, NULL, 10);
+            granted = rd_handoff_reply(r, &value);
             freeReplyObject(r);
+            if (!granted) {
+                abort_wait(l);
+                result = dl_lock_err(l, DLOCK_EPROTO,
+                                     "lock \"%s\": waiting: unexpected reply from redis", l->name);
+                break;
+            }
             continue;
         }
         freeReplyObject(r);
@@ -418,7 +412,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             result = unreachable(l, "waiting", err);
             break;
         }
-        if (!pair_reply(r, &granted, &value)) {
+        if (!rd_pair_reply(r, &granted, &value)) {
             result = bad_reply(l, "waiting", r);
             freeReplyObject(r);
             abort_wait(l);
@@ -505,9 +499,9 @@ static int info_call(dlock_client *cl, const char *name, redisReply **out)
     if (x != RD_OK)
         return dl_client_err(cl, DLOCK_EUNREACHABLE, "inspect \"%s\": %s (%s)", name, err,
                              cl->url->redacted);
-    redisReply *r = *out;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 12) {
-        freeReplyObject(r);
+    rd_info scratch;
+    if (rd_info_reply(*out, &scratch) != 0) {
+        freeReplyObject(*out);
         return dl_client_err(cl, DLOCK_EPROTO, "inspect \"%s\": unexpected reply", name);
     }
     return 0;
@@ -519,17 +513,17 @@ static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
     int x = info_call(cl, name, &r);
     if (x)
         return x;
-    redisReply **e = r->element;
-    bool owner = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
-    long long readers = e[7]->integer, permits = e[8]->integer;
-    info->held = owner || readers > 0 || permits > 0;
-    info->holders = owner ? 1 : (int)(readers > 0 ? readers : permits);
-    info->waiters = (int)(e[6]->integer + e[9]->integer);
-    info->token = (uint64_t)e[5]->integer;
+    rd_info f;
+    (void)rd_info_reply(r, &f); /* checked by info_call */
+    bool owner = f.owner[0] != '\0';
+    info->held = owner || f.readers > 0 || f.permits > 0;
+    info->holders = owner ? 1 : (int)(f.readers > 0 ? f.readers : f.permits);
+    info->waiters = (int)(f.queued + f.nonfair);
+    info->token = (uint64_t)f.last_token;
     if (owner) {
-        snprintf(info->holder, sizeof info->holder, "%s", e[1]->str);
-        info->held_ms = e[10]->integer - e[2]->integer;
-        info->lease_ms = e[4]->integer;
+        snprintf(info->holder, sizeof info->holder, "%s", f.holder);
+        info->held_ms = f.now - f.since;
+        info->lease_ms = f.pttl;
     }
     freeReplyObject(r);
     return 0;
@@ -584,10 +578,11 @@ static int redis_get_value(dlock_client *cl, const char *name, char *buf, size_t
     int x = info_call(cl, name, &r);
     if (x)
         return x;
-    redisReply **e = r->element;
-    bool owner = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
+    rd_info f;
+    (void)rd_info_reply(r, &f); /* checked by info_call */
+    bool owner = f.owner[0] != '\0';
     if (owner)
-        snprintf(buf, len, "%s", e[11]->str);
+        snprintf(buf, len, "%s", f.value);
     freeReplyObject(r);
     return owner ? 0 : dl_client_err(cl, DLOCK_ENOENT, "no leader for \"%s\"", name);
 }
@@ -635,13 +630,16 @@ static int scan_node(rnode *node, void *arg)
         }
         rconn_put(c);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING) {
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(r);
             return dl_client_err(lc->cl, DLOCK_EPROTO, "list: unexpected SCAN reply");
         }
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements && !lc->stop; i++) {
+            if (keys->element[i]->type != REDIS_REPLY_STRING)
+                continue;
             const char *k = keys->element[i]->str;
             size_t n = keys->element[i]->len;
             /* dlock:{NAME}:token */

@@ -13,6 +13,10 @@ rcluster *rd_cluster_new(const dl_host *seeds, size_t n);
 void rd_cluster_free(rcluster *cl);
 /* Learn the slot map (CLUSTER SLOTS) from any node that answers. */
 int rd_cluster_refresh(rcluster *cl, const rconf *cf);
+/* Replace the slot map with a CLUSTER SLOTS reply got from asked_host (an
+ * entry without a host means that one): how many slot ranges it gave, -1 if
+ * it is not such a reply. Malformed entries are skipped. */
+int rd_cluster_apply_slots(rcluster *cl, const redisReply *r, const char *asked_host);
 /* The master serving key's slot, NULL if unknown. */
 rnode *rd_cluster_node(rcluster *cl, const char *key);
 /* Follow "MOVED slot host:port" / "ASK slot host:port"; MOVED also updates the

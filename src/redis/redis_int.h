@@ -35,6 +35,13 @@ typedef struct rnode {
     unsigned connecting_epoch;
 } rnode;
 
+/* hiredis allocates an array reply's element table from the count the server
+ * sends, before any element arrives: "*2000000000" would cost 16 GB. This
+ * makes reader r refuse arrays longer than RD_MAX_ELEMENTS (a protocol
+ * error on that connection). Done for every connection. */
+#define RD_MAX_ELEMENTS 65536
+void rd_bound_reader(redisReader *r);
+
 /* Per-client settings every server of the family shares. */
 typedef struct rconf {
     char *user;     /* ACL user or NULL (owned) */
@@ -138,6 +145,23 @@ void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const c
 /* Load the lock script on c; fills cf->sha. */
 int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);
 
+/*
+ * Replies, checked element by element before anything is read from them: a
+ * misbehaving server (or a proxy, or another program's keys) gets an error,
+ * never a crash. fuzz/fuzz_reply.c feeds them arbitrary replies.
+ */
+/* {flag, value} of acq, wait and racq; false if the reply is not one. */
+bool rd_pair_reply(const redisReply *r, long long *flag, long long *value);
+/* A token handed over through BLPOP: {list, "token"}; false if not one. */
+bool rd_handoff_reply(const redisReply *r, long long *token);
+/* The script's info reply; strings point into r (owner "" when free). */
+typedef struct rd_info {
+    const char *owner, *holder, *value;
+    long long since, token, pttl, last_token, queued, readers, permits, nonfair, now;
+} rd_info;
+int rd_info_reply(const redisReply *r, rd_info *out);
+/* SENTINEL get-master-addr-by-name: {host, port}; -1 if not one. */
+int rd_addr_reply(const redisReply *r, char *host, size_t hostlen, int *port);
 /* The reply of the script's brk operation: adds what it broke to info
  * (holders, holder, highest token); -1 if the reply is not one. */
 int rd_break_reply(const redisReply *r, dlock_info *info);

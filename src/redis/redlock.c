@@ -232,17 +232,18 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         long long maxtok = 0, mintok = -1;
         bool got[rc->n];
         for (int i = 0; i < rc->n; i++) {
+            long long flag, tok;
             got[i] = false;
-            if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 2)
+            if (!rd_pair_reply(r[i], &flag, &tok))
                 continue;
             answered++;
-            if (r[i]->element[0]->integer == 1) {
+            if (flag == 1) {
                 got[i] = true;
                 granted++;
-                if (r[i]->element[1]->integer > maxtok)
-                    maxtok = r[i]->element[1]->integer;
-                if (mintok < 0 || r[i]->element[1]->integer < mintok)
-                    mintok = r[i]->element[1]->integer;
+                if (tok > maxtok)
+                    maxtok = tok;
+                if (mintok < 0 || tok < mintok)
+                    mintok = tok;
             }
         }
         free_all(rc, r);
@@ -362,23 +363,24 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     redisReply *r[rc->n];
     on_all_name(rc, name, "info", r);
     int answered = 0, best = -1, best_votes = 0;
+    rd_info f[rc->n];
     for (int i = 0; i < rc->n; i++) {
-        if (!r[i] || r[i]->type != REDIS_REPLY_ARRAY || r[i]->elements != 12) {
-            if (r[i]) {
-                freeReplyObject(r[i]);
-                r[i] = NULL;
-            }
-            continue;
+        if (r[i] && rd_info_reply(r[i], &f[i]) != 0) {
+            freeReplyObject(r[i]);
+            r[i] = NULL;
         }
+    }
+    for (int i = 0; i < rc->n; i++) {
+        if (!r[i])
+            continue;
         answered++;
-        if ((uint64_t)r[i]->element[5]->integer > info->token)
-            info->token = (uint64_t)r[i]->element[5]->integer;
-        if (!r[i]->element[0]->len)
+        if ((uint64_t)f[i].last_token > info->token)
+            info->token = (uint64_t)f[i].last_token;
+        if (!f[i].owner[0])
             continue;
         int votes = 0;
         for (int j = 0; j < rc->n; j++)
-            votes += r[j] && r[j]->type == REDIS_REPLY_ARRAY && r[j]->elements == 12 &&
-                     strcmp(r[j]->element[0]->str, r[i]->element[0]->str) == 0;
+            votes += r[j] && strcmp(f[j].owner, f[i].owner) == 0;
         if (votes > best_votes) {
             best_votes = votes;
             best = i;
@@ -393,10 +395,9 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     info->held = best_votes >= rc->quorum;
     info->holders = info->held ? 1 : 0;
     if (info->held) {
-        redisReply **e = r[best]->element;
-        snprintf(info->holder, sizeof info->holder, "%s", e[1]->str);
-        info->held_ms = e[10]->integer - e[2]->integer;
-        info->lease_ms = e[4]->integer;
+        snprintf(info->holder, sizeof info->holder, "%s", f[best].holder);
+        info->held_ms = f[best].now - f[best].since;
+        info->lease_ms = f[best].pttl;
     }
     free_all(rc, r);
     return 0;

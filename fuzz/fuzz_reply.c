@@ -1,0 +1,105 @@
+/*
+ * fuzz_reply.c — libFuzzer target for what dlock reads out of Redis replies.
+ *
+ * The input is a byte stream as a server would send it (RESP); hiredis's
+ * reader (a well-fuzzed library), bounded as dlock bounds it, turns it into
+ * reply objects, and every one
+ * of them goes through each of our interpreters: the lock script's replies
+ * (pair, hand-over, info, break), Sentinel's master address, CLUSTER SLOTS
+ * and MOVED/ASK redirections. None may crash, and what they accept must hold
+ * together: ports in range, slots mapped to known nodes, strings terminated.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis/redis_cluster.h"
+
+#define CHECK(c)                                                                 \
+    do {                                                                         \
+        if (!(c)) {                                                              \
+            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);   \
+            abort();                                                             \
+        }                                                                        \
+    } while (0)
+
+/* What conn.c and cluster.c use of the core, and the embedded script. */
+const char rd_lock_script[] = "return 0";
+int64_t dl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+int dl_ms_left(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - dl_now_ns();
+    return left <= 0 ? 0 : (int)(left / 1000000 + 1);
+}
+int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
+{
+    (void)l, (void)fmt;
+    return code;
+}
+
+static void check_reply(rcluster *cl, const redisReply *r)
+{
+    long long flag, value;
+    if (rd_pair_reply(r, &flag, &value))
+        CHECK(r->elements == 2);
+    long long token;
+    if (rd_handoff_reply(r, &token))
+        CHECK(token > 0);
+    rd_info f;
+    if (rd_info_reply(r, &f) == 0)
+        CHECK(strlen(f.owner) + strlen(f.holder) + strlen(f.value) < 3 * (1u << 30));
+    char host[256];
+    int port;
+    if (rd_addr_reply(r, host, sizeof host, &port) == 0)
+        CHECK(port >= 1 && port <= 65535 && strlen(host) > 0 && strlen(host) < sizeof host);
+    dlock_info info;
+    memset(&info, 0, sizeof info);
+    info.held = info.holders = -1;
+    if (rd_break_reply(r, &info) >= 0)
+        CHECK(memchr(info.holder, '\0', sizeof info.holder) != NULL);
+    int ranges = rd_cluster_apply_slots(cl, r, "127.0.0.1");
+    CHECK(ranges < 0 || (size_t)ranges <= r->elements);
+    if (ranges > 0) {
+        /* every slot with a node routes to one with a valid port */
+        char key[32];
+        for (int s = 0; s < 64; s++) {
+            snprintf(key, sizeof key, "{k%d}", s);
+            rnode *n = rd_cluster_node(cl, key);
+            CHECK(!n || (n->port >= 1 && n->port <= 65535));
+        }
+    }
+    if ((r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STATUS) && r->str) {
+        rnode *n = rd_cluster_redirect(cl, r->str, r->str[0] == 'M');
+        CHECK(!n || (n->port >= 1 && n->port <= 65535 && n->host[0]));
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && i < 8; i++)
+        check_reply(cl, r->element[i]);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    redisReader *rd = redisReaderCreate();
+    rd_bound_reader(rd); /* as every dlock connection's */
+    dl_host seed = {.host = (char *)"127.0.0.1", .port = 7000};
+    rcluster *cl = rd_cluster_new(&seed, 1);
+    if (!rd || !cl)
+        abort();
+    redisReaderFeed(rd, (const char *)data, size);
+    for (int i = 0; i < 16; i++) {
+        void *reply = NULL;
+        if (redisReaderGetReply(rd, &reply) != REDIS_OK || !reply)
+            break;
+        check_reply(cl, reply);
+        freeReplyObject(reply);
+    }
+    rd_cluster_free(cl);
+    redisReaderFree(rd);
+    return 0;
+}
