@@ -546,6 +546,11 @@ static bool lost_publish(dlock_lock *l, const char *why)
 {
     if (atomic_exchange(&l->lost_claimed, true))
         return false;
+    /* Backends' messages often start with the lock's name: say it once. */
+    char prefix[DL_NAME_MAX + 16];
+    snprintf(prefix, sizeof prefix, "lock \"%s\": ", l->name);
+    if (why && strncmp(why, prefix, strlen(prefix)) == 0)
+        why += strlen(prefix);
     /* A long reason is cut short: the message must fit, not be complete. */
     if (snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
                  why && *why ? why : "unknown reason") < 0)
