@@ -15,15 +15,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "fuzz.h"
 #include "redis/redis_cluster.h"
 
-#define CHECK(c)                                                                 \
-    do {                                                                         \
-        if (!(c)) {                                                              \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);   \
-            abort();                                                             \
-        }                                                                        \
-    } while (0)
 
 /* What conn.c and cluster.c use of the core, and the embedded script. */
 const char rd_lock_script[] = "return 0";

@@ -12,18 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "internal.h"
 
 #define SECRET "QzjVkWxqPfYb"
 #define WINDOW 5 /* a leaked fragment this long counts as a leak */
 
-#define CHECK(c)                                                        \
-    do {                                                                \
-        if (!(c)) {                                                     \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__); \
-            abort();                                                    \
-        }                                                               \
-    } while (0)
 
 static size_t count(const char *hay, const char *needle)
 {
@@ -127,7 +121,6 @@ static void check_err(int rc, const dl_url *u, const char *err)
         CHECK((unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 5000)
