@@ -149,6 +149,7 @@ int rd_cluster_apply_slots(rcluster *cl, const redisReply *r, const char *asked_
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
         const redisReply *m = e->element[2];
         if (m->element[0]->type != REDIS_REPLY_STRING ||
+            memchr(m->element[0]->str, '\0', m->element[0]->len) ||
             m->element[1]->type != REDIS_REPLY_INTEGER || !valid_port(m->element[1]->integer) ||
             m->element[0]->len >= sizeof cl->nodes[0]->host || lo < 0 || hi >= NSLOTS || lo > hi)
             continue;

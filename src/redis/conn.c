@@ -630,6 +630,12 @@ static bool is_str(const redisReply *r)
     return r && r->type == REDIS_REPLY_STRING && r->str;
 }
 
+/* A string usable as C text: RESP strings may hold NUL bytes. */
+static bool is_text(const redisReply *r)
+{
+    return is_str(r) && memchr(r->str, '\0', r->len) == NULL;
+}
+
 bool rd_pair_reply(const redisReply *r, long long *flag, long long *value)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_int(r->element[0]) ||
@@ -642,7 +648,7 @@ bool rd_pair_reply(const redisReply *r, long long *flag, long long *value)
 
 bool rd_handoff_reply(const redisReply *r, long long *token)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[1]))
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_text(r->element[1]))
         return false;
     char *end;
     errno = 0;
@@ -661,7 +667,7 @@ int rd_info_reply(const redisReply *r, rd_info *out)
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != sizeof shape - 1)
         return -1;
     for (size_t i = 0; i < r->elements; i++)
-        if (shape[i] == 's' ? !is_str(r->element[i]) : !is_int(r->element[i]))
+        if (shape[i] == 's' ? !is_text(r->element[i]) : !is_int(r->element[i]))
             return -1;
     redisReply **e = r->element;
     out->owner = e[0]->str;
@@ -681,8 +687,8 @@ int rd_info_reply(const redisReply *r, rd_info *out)
 
 int rd_addr_reply(const redisReply *r, char *host, size_t hostlen, int *port)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[0]) ||
-        !is_str(r->element[1]) || r->element[0]->len == 0 || r->element[0]->len >= hostlen)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_text(r->element[0]) ||
+        !is_text(r->element[1]) || r->element[0]->len == 0 || r->element[0]->len >= hostlen)
         return -1;
     char *end;
     long p = strtol(r->element[1]->str, &end, 10);
@@ -696,7 +702,7 @@ int rd_addr_reply(const redisReply *r, char *host, size_t hostlen, int *port)
 int rd_break_reply(const redisReply *r, dlock_info *info)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !is_int(r->element[0]) ||
-        !is_str(r->element[1]) || !is_int(r->element[2]))
+        !is_text(r->element[1]) || !is_int(r->element[2]))
         return -1;
     int broken = (int)r->element[0]->integer;
     if (broken > 0) {
