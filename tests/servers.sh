@@ -18,11 +18,19 @@ set -u
 
 srv_dir=""
 
-# A free port below 50000 whose +10000 neighbour is free too (a cluster node
-# also listens there for its bus).
+# A free port whose +10000 neighbour is free too (a cluster node also
+# listens there for its bus), both below the kernel's ephemeral range: a
+# client connecting to a stopped server on an ephemeral port can be given
+# that very port as its own and connect to itself, and then the server
+# cannot start there again.
 srv_free_port() {
   python3 - <<'PY'
 import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+top = max(low - 10001, 2024)
 def free(p):
     s = socket.socket()
     try:
@@ -33,7 +41,7 @@ def free(p):
     finally:
         s.close()
 while True:
-    p = random.randint(20000, 49999)
+    p = random.randint(1024, top)
     if free(p) and free(p + 10000):
         print(p)
         break

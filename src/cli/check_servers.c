@@ -395,19 +395,34 @@ static int op_lock_servers(void *state, const char *name, int *idx, int max)
 
 #ifdef MS_HIREDIS
 /* A TCP port of the loopback interface that nobody listens on now. */
+/* Below the kernel's ephemeral range: a replica reconnecting over and over
+ * to a port in that range can be given it as its own local port and connect
+ * to itself (TCP simultaneous open). */
 static int dead_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &low) != 1 || low <= 2048)
+            low = 32768;
+        fclose(f);
+    }
+    unsigned seed = (unsigned)ms_now_ns() ^ (unsigned)getpid();
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        int port = 1024 + (int)(rand_r(&seed) % (unsigned)(low - 1024));
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                .sin_port = htons((uint16_t)port)};
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 /* The replicas a master reports (INFO replication: slaveN:ip=..,port=..). */

@@ -167,9 +167,28 @@ static rconn *take_idle(rnode *n, unsigned *epoch, char *host, size_t hostlen, i
 }
 
 /* A connected ctx to n made into a connection: keepalive, AUTH, SELECT. */
+/* A connect to a port of this host where nothing listens can be given that
+ * very port as its own and succeed, connected to itself (TCP simultaneous
+ * open): it would then read its own requests back as replies, and keep the
+ * server from starting on its port again. */
+static bool self_connected(int fd)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof me, pl = sizeof peer;
+    return getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+           getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 && ml == pl &&
+           memcmp(&me, &peer, ml) == 0;
+}
+
 static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf, char *err,
                     size_t errlen)
 {
+    if (self_connected(ctx->fd)) {
+        snprintf(err, errlen, "redis %s:%d: Connection refused (nothing listens there)",
+                 n->host, n->port);
+        redisFree(ctx);
+        return NULL;
+    }
     (void)redisEnableKeepAlive(ctx);
     rd_bound_reader(ctx->reader);
     rconn *c = calloc(1, sizeof *c);
