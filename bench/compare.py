@@ -11,8 +11,9 @@ never noise. Exit status: 0, 1 if any row of NEW has violations, 64 usage.
 Only the Python standard library is used.
 """
 import argparse
-import json
 import sys
+
+import rows as matrix_rows  # bench/rows.py
 
 # (field, higher is better)
 METRICS = [
@@ -34,23 +35,7 @@ METRICS = [
 
 
 def load(path):
-    rows = {}
-    order = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except ValueError as e:
-                sys.exit("compare.py: %s:%d: not JSON: %s" % (path, n, e))
-            scheme = d.get("url", "").split("://")[0] or d.get("backend", "?")
-            key = (d.get("row", "?"), scheme)
-            if key not in rows:
-                order.append(key)
-            rows[key] = d
-    return rows, order
+    return matrix_rows.load(path, "compare.py")
 
 
 def fmt(v):

@@ -26,21 +26,11 @@ import argparse
 import json
 import sys
 
+import rows as matrix_rows  # bench/rows.py
+
 
 def load(path):
-    rows = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except ValueError as e:
-                sys.exit("targets.py: %s:%d: not JSON: %s" % (path, n, e))
-            scheme = d.get("url", "").split("://")[0] or d.get("backend", "?")
-            rows[(d.get("row"), scheme)] = d
-    return rows
+    return matrix_rows.load(path, "targets.py")[0]
 
 
 def main():

@@ -10,14 +10,8 @@
 set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
-if ! command -v redis-server >/dev/null; then
-    echo "redis-server not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^redis .* yes$'; then
-    echo "redis backend not built: skipped"
-    exit 0
-fi
+. "$here/testlib.sh"
+need_redis "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run redis redlock -- bash "$0" "$@"
 fi
@@ -25,7 +19,6 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 SHORT="-D 0.5 --warmup 0.2 --json"
-. "$(dirname "$0")/testlib.sh"
 
 
 run() { # NAME URL ARGS...: bench into $TMP/NAME.json

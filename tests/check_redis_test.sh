@@ -7,38 +7,14 @@
 set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
-if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/null; then
-    echo "redis-server not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^redis .* yes$'; then
-    echo "redis backend not built: skipped"
-    exit 0
-fi
+. "$here/testlib.sh"
+need_redis "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run redis redlock sentinel -- bash "$0" "$@"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-. "$(dirname "$0")/testlib.sh"
-
-# jcheck FILE DESCRIPTION EXPR: a python expression over the JSON object d,
-# with sc(name) the scenario of that name.
-jcheck() {
-    if python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-def sc(name):
-    return next(s for s in d["scenarios"] if s["name"] == name)
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
-        bad "$2"
-        python3 -c '
-import json, sys
-for s in json.load(open(sys.argv[1]))["scenarios"]:
-    print("#   %s: %s: %s" % (s["name"], s["verdict"], s["note"]))' "$1"
-    fi
-}
 
 check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
     local name=$1 url=$2

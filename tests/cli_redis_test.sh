@@ -9,14 +9,8 @@
 set -euo pipefail
 
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    echo "redis-server not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^redis .* yes$'; then
-    echo "redis backend not built: skipped"
-    exit 0
-fi
+. "$(dirname "$0")/testlib.sh"
+need_redis "$DLOCK"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-redis.XXXXXX")
 BG=()

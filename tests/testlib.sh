@@ -7,7 +7,8 @@ ok() { echo "ok - $*"; passes=$((passes + 1)); }
 bad() { echo "not ok - $*"; fails=$((fails + 1)); }
 
 # jcheck FILE DESCRIPTION EXPR: EXPR is python over the JSON object d; sc(name)
-# is the scenario of that name in `dlock check --json` output.
+# is the scenario of that name in `dlock check --json` output. On failure it
+# shows each scenario's verdict and note, or else the start of the file.
 jcheck() {
     if python3 -c '
 import json, sys
@@ -15,7 +16,29 @@ d = json.load(open(sys.argv[1]))
 def sc(name):
     return next(s for s in d["scenarios"] if s["name"] == name)
 sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$3"; then ok "$2"; else
-        bad "$2"; echo "# $(head -c 4000 "$1")"; fi
+        bad "$2"
+        python3 -c '
+import json, sys
+for s in json.load(open(sys.argv[1]))["scenarios"]:
+    print("#   %s: %s: %s" % (s["name"], s["verdict"], s["note"]))' "$1" 2>/dev/null ||
+            echo "# $(head -c 4000 "$1")"
+    fi
+}
+
+# need_redis DLOCK: exit 0 ("skipped") unless redis-server, redis-cli and
+# redis-sentinel are installed and DLOCK was built with the Redis backends.
+need_redis() {
+    local tool
+    for tool in redis-server redis-cli redis-sentinel; do
+        if ! command -v "$tool" >/dev/null; then
+            echo "$tool not installed: skipped"
+            exit 0
+        fi
+    done
+    if ! "$1" backends | grep -q '^redis .* yes$'; then
+        echo "redis backend not built: skipped"
+        exit 0
+    fi
 }
 
 finish() {

@@ -454,6 +454,19 @@ static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t err
     return RD_OK;
 }
 
+/* The next complete reply already read from c (*reply NULL if none yet),
+ * after dropping the late replies of calls that stopped waiting. */
+static int next_reply(rconn *c, void **reply)
+{
+    int rc;
+    while ((rc = redisGetReplyFromReader(c->ctx, reply)) == REDIS_OK && *reply && c->owed > 0) {
+        freeReplyObject(*reply); /* an earlier call's, no longer wanted */
+        c->owed--;
+        *reply = NULL;
+    }
+    return rc;
+}
+
 int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
                int cancel_fd, int64_t *sent_ns, char *err, size_t errlen)
 {
@@ -501,14 +514,9 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
     int got = 0;
     while (got < n) {
         void *reply = NULL;
-        if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK) {
+        if (next_reply(c, &reply) != REDIS_OK) {
             snprintf(err, errlen, "protocol error: %.120s", c->ctx->errstr);
             goto fail;
-        }
-        if (reply && c->owed > 0) {
-            freeReplyObject(reply); /* an earlier call's, no longer wanted */
-            c->owed--;
-            continue;
         }
         if (reply) {
             out[got++] = reply;
@@ -576,14 +584,7 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
             if (!pending[i])
                 continue;
             void *reply = NULL;
-            int rc;
-            while ((rc = redisGetReplyFromReader(cs[i]->ctx, &reply)) == REDIS_OK && reply &&
-                   cs[i]->owed > 0) {
-                freeReplyObject(reply); /* an earlier call's, no longer wanted */
-                cs[i]->owed--;
-                reply = NULL;
-            }
-            if (rc != REDIS_OK) {
+            if (next_reply(cs[i], &reply) != REDIS_OK) {
                 pending[i] = false;
                 continue;
             }

@@ -488,7 +488,8 @@ static void redis_abandon(dlock_lock *l)
     (void)release_quietly(l);
 }
 
-static int info_call(dlock_client *cl, const char *name, redisReply **out)
+/* The script's info reply for name, checked: f points into *out. */
+static int info_call(dlock_client *cl, const char *name, redisReply **out, rd_info *f)
 {
     rclient *rc = rc_of(cl);
     rd_key key;
@@ -499,8 +500,7 @@ static int info_call(dlock_client *cl, const char *name, redisReply **out)
     if (x != RD_OK)
         return dl_client_err(cl, DLOCK_EUNREACHABLE, "inspect \"%s\": %s (%s)", name, err,
                              cl->url->redacted);
-    rd_info scratch;
-    if (rd_info_reply(*out, &scratch) != 0) {
+    if (rd_info_reply(*out, f) != 0) {
         freeReplyObject(*out);
         return dl_client_err(cl, DLOCK_EPROTO, "inspect \"%s\": unexpected reply", name);
     }
@@ -510,11 +510,10 @@ static int info_call(dlock_client *cl, const char *name, redisReply **out)
 static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
     redisReply *r;
-    int x = info_call(cl, name, &r);
+    rd_info f;
+    int x = info_call(cl, name, &r, &f);
     if (x)
         return x;
-    rd_info f;
-    (void)rd_info_reply(r, &f); /* checked by info_call */
     bool owner = f.owner[0] != '\0';
     info->held = owner || f.readers > 0 || f.permits > 0;
     info->holders = owner ? 1 : (int)(f.readers > 0 ? f.readers : f.permits);
@@ -575,11 +574,10 @@ static int redis_set_value(dlock_lock *l, const char *value)
 static int redis_get_value(dlock_client *cl, const char *name, char *buf, size_t len)
 {
     redisReply *r;
-    int x = info_call(cl, name, &r);
+    rd_info f;
+    int x = info_call(cl, name, &r, &f);
     if (x)
         return x;
-    rd_info f;
-    (void)rd_info_reply(r, &f); /* checked by info_call */
     bool owner = f.owner[0] != '\0';
     if (owner)
         snprintf(buf, len, "%s", f.value);
