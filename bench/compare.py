@@ -3,7 +3,8 @@
 
     bench/compare.py OLD.jsonl NEW.jsonl [--threshold PCT]
 
-Rows are matched by (row, URL scheme). For each row it prints the main figures
+Rows are matched by (row, URL scheme); a file of several repetitions
+(matrix.sh -n) gives each figure's median over them. For each row it prints the main figures
 of both files and the change; a change beyond the threshold (default 10 %)
 is marked better or worse (throughput up is better, latencies down are
 better). Rows with violations are flagged: a violation is a broken lock,
@@ -11,6 +12,7 @@ never noise. Exit status: 0, 1 if any row of NEW has violations, 64 usage.
 Only the Python standard library is used.
 """
 import argparse
+import statistics
 import sys
 
 import rows as matrix_rows  # bench/rows.py
@@ -35,7 +37,20 @@ METRICS = [
 
 
 def load(path):
-    return matrix_rows.load(path, "compare.py")
+    """Rows by key; with several repetitions (matrix.sh -n) each figure is the
+    median over them (violations: the worst), the rest from the last one."""
+    rows, order = matrix_rows.load(path, "compare.py")
+    reps = matrix_rows.load_reps(path, "compare.py")
+    if len(reps) > 1:
+        for key, d in rows.items():
+            seen = [r[key] for r in reps if key in r]
+            for field, _ in METRICS:
+                vs = [x[field] for x in seen if isinstance(x.get(field), (int, float))]
+                if vs:
+                    d[field] = statistics.median_low(vs)
+            d["violations"] = max(x.get("violations", 0) or 0 for x in seen)
+            d["reps"] = len(seen)
+    return rows, order
 
 
 def fmt(v):
@@ -75,7 +90,9 @@ def main():
                 if abs(pct) >= a.threshold:
                     mark = "better" if (pct > 0) == higher_better else "worse"
             print("   %-20s %14s %14s %9s %s" % (field, fmt(ov), fmt(nv), change, mark))
-        for field in ("n", "handovers", "fairness_min_max"):
+        for field in ("reps", "n", "handovers", "fairness_min_max"):
+            if field == "reps" and "reps" not in o and "reps" not in n:
+                continue
             print("   %-20s %14s %14s" % (field, fmt(o.get(field)), fmt(n.get(field))))
         ovio, nvio = o.get("violations", 0), n.get("violations", 0)
         flag = "   <-- BROKEN LOCK" if nvio else ""

@@ -4,7 +4,7 @@
 # bench/compare.py, and a run checked against the targets with
 # bench/targets.py.
 #
-#   bench/matrix.sh [-D SECS] [-o FILE] [-r ROWS] [-S KINDS] [-C] [URL...]
+#   bench/matrix.sh [-D SECS] [-n REPS] [-o FILE] [-r ROWS] [-S KINDS] [-C] [URL...]
 #
 # URLs: the arguments, else $DLOCK_BENCH_URLS (space separated), else the
 # embedded file backend in a fresh temporary directory. -S KINDS (e.g.
@@ -22,6 +22,10 @@
 # Each line is the bench JSON object with "row" (and "label" from
 # $BENCH_LABEL, e.g. a commit id) added in front, and "cpus" saying how the
 # processes were placed.
+# -n REPS runs the whole matrix REPS times over (default 1), each line
+# marked "rep": 1..REPS; bench/targets.py then judges the median of each
+# figure over the repetitions (see bench/README.md for why one run of a
+# latency ratio is not enough on a small virtual machine).
 # Placement: left to the scheduler, a client and a server that ping each
 # other share a CPU some of the time and not at other times, and on a
 # virtual machine the two differ four times over (about 17 against 70 us
@@ -39,21 +43,26 @@ OUT=
 ROWS=
 KINDS=
 PIN=0
+REPS=1
 args_for_servers=()
-while getopts "D:o:r:S:Ch" opt; do
+while getopts "D:n:o:r:S:Ch" opt; do
     case $opt in
     D) D=$OPTARG; args_for_servers+=(-D "$OPTARG") ;;
+    n) REPS=$OPTARG; args_for_servers+=(-n "$OPTARG") ;;
     o) OUT=$OPTARG; args_for_servers+=(-o "$OPTARG") ;;
     r) ROWS=$OPTARG; args_for_servers+=(-r "$OPTARG") ;;
     S) KINDS=$OPTARG ;;
     C) PIN=1; args_for_servers+=(-C) ;;
     h | *)
-        sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
         [ "$opt" = h ] && exit 0 || exit 64
         ;;
     esac
 done
 shift $((OPTIND - 1))
+case $REPS in
+'' | *[!0-9]* | 0) echo "matrix.sh: -n wants a positive number, not '$REPS'" >&2; exit 64 ;;
+esac
 
 if [ -n "$KINDS" ]; then
     # Again, inside tests/servers.sh, with the URLs of what it started.
@@ -157,7 +166,7 @@ redis_set() {
         tr '\r' '\n' | grep '^SET:' | tail -1)
     rps=$(echo "$out" | sed -n 's/^SET: \([0-9.]*\) requests per second.*/\1/p')
     [ -n "$rps" ] || { echo "matrix.sh: redis_set: no figure from redis-benchmark" >&2; return 1; }
-    emit "{\"row\":\"redis_set\",\"label\":\"$label\",\"cpus\":\"$cpus\",\"backend\":\"redis\",\"url\":\"redis://$host:$port\",\"set_rps\":$rps,\"clients\":8,\"requests\":$n}"
+    emit "{\"row\":\"redis_set\",\"rep\":$rep,\"label\":\"$label\",\"cpus\":\"$cpus\",\"backend\":\"redis\",\"url\":\"redis://$host:$port\",\"set_rps\":$rps,\"clients\":8,\"requests\":$n}"
 }
 
 # Placement (see the top): servers of tests/servers.sh on CPU 0, us on the rest.
@@ -177,37 +186,43 @@ if [ -n "$OUT" ]; then
     : >"$OUT" || exit 73
 fi
 status=0
+reachable=()
 for url in $URLS; do
     # Is the backend there at all? A tiny untimed run says.
     if ! "$DLOCK" --url "$url" bench -P 1 -D 0.1 --warmup 0 --no-prepare --json >/dev/null 2>"$TMP/err"; then
         echo "matrix.sh: skipping $url: $(head -1 "$TMP/err")" >&2
         continue
     fi
-    extra=
-    case $url in
-    redis://* | redis+sentinel://* | redis+cluster://* | redlock://*) extra=--commandstats ;;
-    esac
-    rows=${ROWS:-$(default_rows "$url")}
-    for row in $rows; do
-        if ! args=$(row_args "$row"); then
-            echo "matrix.sh: unknown row $row" >&2
-            exit 64
-        fi
-        echo "matrix.sh: $row on $url ..." >&2
-        if [ "$row" = redis_set ]; then
-            redis_set "$url" || status=1
-            continue
-        fi
-        # shellcheck disable=SC2086
-        line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
-        rc=$?
-        if [ $rc -ne 0 ] || [ -z "$line" ]; then
-            echo "matrix.sh: $row on $url failed (exit $rc)" >&2
-            status=1
-            [ $rc -ge 128 ] && exit $rc
-            continue
-        fi
-        emit "{\"row\":\"$row\",\"label\":\"$label\",\"cpus\":\"$cpus\",${line#\{}"
+    reachable+=("$url")
+done
+for rep in $(seq "$REPS"); do
+    for url in "${reachable[@]}"; do
+        extra=
+        case $url in
+        redis://* | redis+sentinel://* | redis+cluster://* | redlock://*) extra=--commandstats ;;
+        esac
+        rows=${ROWS:-$(default_rows "$url")}
+        for row in $rows; do
+            if ! args=$(row_args "$row"); then
+                echo "matrix.sh: unknown row $row" >&2
+                exit 64
+            fi
+            echo "matrix.sh: [$rep/$REPS] $row on $url ..." >&2
+            if [ "$row" = redis_set ]; then
+                redis_set "$url" || status=1
+                continue
+            fi
+            # shellcheck disable=SC2086
+            line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
+            rc=$?
+            if [ $rc -ne 0 ] || [ -z "$line" ]; then
+                echo "matrix.sh: $row on $url failed (exit $rc)" >&2
+                status=1
+                [ $rc -ge 128 ] && exit $rc
+                continue
+            fi
+            emit "{\"row\":\"$row\",\"rep\":$rep,\"label\":\"$label\",\"cpus\":\"$cpus\",${line#\{}"
+        done
     done
 done
 exit $status

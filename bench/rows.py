@@ -4,11 +4,9 @@ import json
 import sys
 
 
-def load(path, tool):
-    """Rows keyed by (row, URL scheme), and the keys in file order (a later
-    line of the same key replaces an earlier one)."""
-    rows = {}
-    order = []
+def lines(path, tool):
+    """The JSON objects of a file, one per non-empty line."""
+    out = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -18,9 +16,32 @@ def load(path, tool):
                 d = json.loads(line)
             except ValueError as e:
                 sys.exit("%s: %s:%d: not JSON: %s" % (tool, path, n, e))
-            scheme = d.get("url", "").split("://")[0] or d.get("backend", "?")
-            key = (d.get("row", "?"), scheme)
-            if key not in rows:
-                order.append(key)
-            rows[key] = d
+            out.append(d)
+    return out
+
+
+def key(d):
+    return (d.get("row", "?"), d.get("url", "").split("://")[0] or d.get("backend", "?"))
+
+
+def load(path, tool):
+    """Rows keyed by (row, URL scheme), and the keys in file order (a later
+    line of the same key, e.g. of a later repetition, replaces an earlier
+    one)."""
+    rows = {}
+    order = []
+    for d in lines(path, tool):
+        k = key(d)
+        if k not in rows:
+            order.append(k)
+        rows[k] = d
     return rows, order
+
+
+def load_reps(path, tool):
+    """One rows dict (as load gives) per repetition of matrix.sh -n, in
+    order; lines without "rep" (older files) are repetition 1."""
+    reps = {}
+    for d in lines(path, tool):
+        reps.setdefault(d.get("rep", 1), {})[key(d)] = d
+    return [reps[r] for r in sorted(reps)]

@@ -57,14 +57,22 @@ run redlock3 "$DLOCK_TEST_REDLOCK" -P 3 -H 50 $SHORT
 jcheck "$TMP/redlock3.json" "redlock 3 waiters: violations 0" 'd["violations"] == 0 and d["n"] > 0'
 
 # the matrix script and the targets on one row of each backend
-DLOCK=$DLOCK BENCH_LABEL=test bash "$here/../bench/matrix.sh" -D 0.3 -r uncontended \
+DLOCK=$DLOCK BENCH_LABEL=test bash "$here/../bench/matrix.sh" -D 0.3 -n 3 -r uncontended \
     -o "$TMP/m.jsonl" "$DLOCK_TEST_REDIS" "$DLOCK_TEST_REDLOCK" 2>"$TMP/m.err"
 rc=$?
-[ $rc -eq 0 ] && [ "$(wc -l <"$TMP/m.jsonl")" -eq 2 ] && ok "matrix.sh: two rows" ||
+[ $rc -eq 0 ] && [ "$(wc -l <"$TMP/m.jsonl")" -eq 6 ] &&
+    [ "$(grep -c '"rep":3,' "$TMP/m.jsonl")" -eq 2 ] && ok "matrix.sh -n 3: two rows, three times" ||
     bad "matrix.sh: exit $rc, $(cat "$TMP/m.err")"
 python3 "$here/../bench/targets.py" "$TMP/m.jsonl" >"$TMP/t.txt"
 grep -q "^uncontended cycle / rtt (redis) .* \(met\|MISSED\)" "$TMP/t.txt" &&
     grep -q "^redlock cycle / single-master cycle .* \(met\|MISSED\)" "$TMP/t.txt" &&
-    ok "targets.py: the two uncontended figures computed" || bad "targets.py: $(cat "$TMP/t.txt")"
+    grep -q "runs: [0-9.]* [0-9.]* [0-9.]*; met in [0-3] of 3" "$TMP/t.txt" &&
+    ok "targets.py: the two uncontended figures, median of three" || bad "targets.py: $(cat "$TMP/t.txt")"
+# the median is a value one repetition had, not a mean
+python3 "$here/../bench/targets.py" --json "$TMP/m.jsonl" | python3 -c '
+import json, sys
+f = [json.loads(l) for l in sys.stdin][0]
+sys.exit(0 if f["value"] == sorted(f["reps"])[1] else 1)' &&
+    ok "targets.py: median of the repetitions" || bad "targets.py --json: $(python3 "$here/../bench/targets.py" --json "$TMP/m.jsonl" | head -1)"
 
 finish
