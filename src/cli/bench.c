@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +112,7 @@ typedef struct bshm {
     _Atomic int ready;
     _Atomic int64_t end_ns;   /* written before start_ns */
     _Atomic int64_t start_ns; /* 0 until the harness says go */
+    _Atomic uint32_t go;      /* futex word: 1 once start_ns is set */
     /* the memory-per-lock probe */
     int64_t rss_before, rss_after;
     long rss_held, fds_before, fds_after;
@@ -240,9 +244,11 @@ static void *waiter_main(void *arg)
     uint32_t rr = (uint32_t)((uint64_t)w->index * K / (uint64_t)x->c.P);
     int64_t hold = x->c.H * 1000;
 
-    int64_t start;
-    while ((start = atomic_load(&sh->start_ns)) == 0)
-        ms_sleep_ns(200000);
+    /* Asleep until the harness says go: up to 512 waiters polling a flag
+     * would starve the worker processes still connecting. */
+    while (atomic_load(&sh->go) == 0)
+        (void)syscall(SYS_futex, (uint32_t *)&sh->go, FUTEX_WAIT, 0, NULL, NULL, 0);
+    int64_t start = atomic_load(&sh->start_ns);
     int64_t end = atomic_load(&sh->end_ns);
     ms_sleep_ns(start - ms_now_ns() - 200000);
     ms_spin_until(start);
@@ -1286,6 +1292,8 @@ int cli_bench(int argc, char **argv, const char *url)
     win_end = win_start + (int64_t)c->duration_ms * 1000000;
     atomic_store(&x.sh->end_ns, win_end);
     atomic_store(&x.sh->start_ns, t0);
+    atomic_store(&x.sh->go, 1);
+    (void)syscall(SYS_futex, (uint32_t *)&x.sh->go, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
     started = true;
     /* The run is bounded: the last sections started before the end must
      * finish within a grace period, or the lock is stuck. */
