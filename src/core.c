@@ -143,7 +143,7 @@ void dl_self_desc(char *buf, size_t len)
     snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
 }
 
-static int new_owner_id(char out[DL_OWNER_HEX + 1])
+int dl_owner_id_new(char out[DL_OWNER_HEX + 1])
 {
     unsigned char raw[DL_OWNER_HEX / 2];
     int rc = dl_random(raw, sizeof raw);
@@ -750,7 +750,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     if (st == DLOCK_STATE_LOST)
         return dl_lock_err(l, DLOCK_ELOST,
                            "lock \"%s\" was lost; release it before acquiring again", l->name);
-    int rc = new_owner_id(l->owner);
+    int rc = dl_owner_id_new(l->owner);
     if (rc)
         return dl_lock_err(l, rc, "cannot read random bytes for the owner id");
     /* A cancel that arrived before we started still counts (the caller
@@ -778,6 +778,13 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
                              "lock \"%s\": granted only after its %d ms lease could have run "
                              "out (was the process stopped?)",
                              l->name, l->opts.ttl_ms);
+            break;
+        }
+        /* The give-back may reach a slow server after the next grant: it
+         * must not be able to take that grant away. */
+        rc = dl_owner_id_new(l->owner);
+        if (rc) {
+            rc = dl_lock_err(l, rc, "cannot read random bytes for the owner id");
             break;
         }
     }

@@ -181,6 +181,8 @@ int64_t dl_realtime_ms(void);
 int dl_ms_left(int64_t deadline_ns);
 /* Fill buf with n random bytes from getrandom(2). */
 int dl_random(void *buf, size_t n);
+/* A fresh random owner id (every acquisition gets one; Redlock one per try). */
+int dl_owner_id_new(char out[DL_OWNER_HEX + 1]);
 /* "pid 123 on host" style description of this process. */
 void dl_self_desc(char *buf, size_t len);
 

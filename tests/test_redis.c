@@ -1016,6 +1016,87 @@ static void test_redlock_slow_master(void **state)
     dlock_client_close(c);
 }
 
+/* Validity counts from before the request was sent, never from the reply.
+ * Single master: a grant that comes back after the whole lease could have
+ * run out (the server was stopped while the request sat in its socket) is
+ * given back, not reported as held. Redlock: a quorum stopped the same way
+ * is given up on after the per-node timeout (a tenth of the lease), long
+ * before the lease is at risk; its grants, arriving once it resumes, are
+ * given back by the release sent to every master. Either way nothing stays
+ * held and the lock then works with a higher token. */
+static void late_grant_case(const char *url, const char *const *servers, int nservers,
+                            const char *base, int want_rc, const char *want_msg,
+                            int fails_before_resume)
+{
+    char name[64];
+    unique(name, sizeof name, base);
+    dlock_client *c = open_url(url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
+    assert_int_equal(dlock_acquire(a, 0), 0); /* connections made, script loaded */
+    uint64_t before = dlock_token(a);
+    assert_int_equal(dlock_release(a), 0);
+    for (int i = 0; i < nservers; i++)
+        kill_server(servers[i], SIGSTOP);
+    struct waiter w = {.l = a, .timeout = 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    usleep(800 * 1000); /* well past the 300 ms lease, within the 2 s op timeout */
+    int done_before_resume = atomic_load(&w.done);
+    for (int i = 0; i < nservers; i++)
+        kill_server(servers[i], SIGCONT);
+    pthread_join(t, NULL);
+    const char *msg = dlock_lock_errmsg(a);
+    if (atomic_load(&w.rc) != want_rc || !strstr(msg, want_msg))
+        fail_msg("late grant reported as %d: %s", atomic_load(&w.rc), msg);
+    assert_int_equal(done_before_resume, fails_before_resume);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    dlock_info info;
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 0); /* given back, not left to expire */
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    assert_true(dlock_token(a) > before);
+    assert_int_equal(dlock_release(a), 0);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+}
+
+static void test_late_grant_given_back(void **state)
+{
+    (void)state;
+    if (!getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    late_grant_case(redis_url, (const char *const[]){"single"}, 1, "late-grant", DLOCK_EBUSY,
+                    "lease could have run out", 0);
+    if (!redlock_url)
+        return;
+    const char *const majority[] = {"redlock1", "redlock2", "redlock3"};
+    late_grant_case(redlock_url, majority, 3, "late-grant-rl", DLOCK_EUNREACHABLE, "only 2 of 5",
+                    1);
+    /* With the majority stopped, a waiting acquisition keeps to its own
+     * deadline: giving back each try's grants does not wait for the
+     * stopped masters (that took the 2 s op timeout per try). */
+    char name[64];
+    unique(name, sizeof name, "majority-down");
+    dlock_client *c = open_url(redlock_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    assert_int_equal(dlock_release(a), 0);
+    for (int i = 0; i < 3; i++)
+        kill_server(majority[i], SIGSTOP);
+    int64_t t0 = now_ns() / 1000000;
+    int rc = dlock_acquire(a, 400);
+    int64_t took = now_ns() / 1000000 - t0;
+    for (int i = 0; i < 3; i++)
+        kill_server(majority[i], SIGCONT);
+    if (rc != DLOCK_EUNREACHABLE || took > 1900)
+        fail_msg("majority down: %d after %lld ms: %s", rc, (long long)took,
+                 dlock_lock_errmsg(a));
+    assert_int_equal(dlock_acquire(a, 2000), 0);
+    assert_int_equal(dlock_release(a), 0);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+}
+
 /* An operator's break: every holder loses the lock (its renewal says so),
  * the queued waiter gets it with a higher token, readers and permits go too,
  * and breaking a free lock says there was nothing to break. */
@@ -1175,6 +1256,7 @@ int main(void)
         cmocka_unit_test(test_redlock_slow_master),
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),
+        cmocka_unit_test(test_late_grant_given_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

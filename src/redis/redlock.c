@@ -178,8 +178,10 @@ static bool int_is(const redisReply *r, long long v)
     return r && r->type == REDIS_REPLY_INTEGER && r->integer == v;
 }
 
-/* Release on every node (owner-checked there); returns how many had it. */
-static int release_all(dlock_lock *l)
+/* Release on every node (owner-checked there), waiting up to timeout_ms for
+ * a quorum of answers; returns how many had it. A node that has not answered
+ * by then keeps the request and applies it when it gets to it. */
+static int release_all(dlock_lock *l, int timeout_ms)
 {
     rlclient *rc = rl_of(l->c);
     rlock *ll = l->bstate;
@@ -188,7 +190,7 @@ static int release_all(dlock_lock *l)
     rcmd_add(&c, l->owner);
     rcmd_add(&c, "x");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, rc->cf.op_timeout_ms, quorum_answered);
+    on_all(rc, &c, r, timeout_ms, quorum_answered);
     int had = 0;
     for (int i = 0; i < rc->n; i++)
         had += int_is(r[i], 1);
@@ -273,7 +275,11 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                 return 0;
             }
         }
-        release_all(l);
+        /* Give back what this try got. The caller learns nothing from the
+         * answers, so wait no longer than for the try itself: with a
+         * majority down, waiting for a quorum of answers would hold every
+         * try (and every retry) for the whole op timeout. */
+        release_all(l, node_timeout(rc, ttl));
         if (answered < rc->quorum && deadline == 0)
             return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                "lock \"%s\": only %d of %d redlock masters answered (quorum %d)",
@@ -298,12 +304,17 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         }
         if (backoff(l, deadline, attempt))
             return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
+        /* A new owner id for the next try: a slow node may apply this try's
+         * release after the next try's grant (on another connection), and
+         * must not take that grant away while we count it. */
+        if (dl_owner_id_new(l->owner))
+            return dl_lock_err(l, DLOCK_EIO, "cannot read random bytes for the owner id");
     }
 }
 
 static int rl_release(dlock_lock *l)
 {
-    if (release_all(l) > 0)
+    if (release_all(l, rl_of(l->c)->cf.op_timeout_ms) > 0)
         return 0;
     return dl_lock_err(l, DLOCK_ELOST,
                        "lock \"%s\" had already expired on every master when released",
@@ -345,7 +356,7 @@ static int rl_renew(dlock_lock *l)
 
 static void rl_abandon(dlock_lock *l)
 {
-    (void)release_all(l);
+    (void)release_all(l, node_timeout(rl_of(l->c), l->opts.ttl_ms));
 }
 
 /* A script operation on a name (not a held lock), on every master. */
