@@ -407,24 +407,42 @@ static void test_dead_waiter_and_dead_holder(void **state)
     int ready[2];
     assert_int_equal(pipe(ready), 0);
     kid = fork();
+    assert_true(kid >= 0);
     if (kid == 0) {
-        dlock_client *kc = open_url(redis_url);
-        dlock_lock *kl = mk(kc, name, DLOCK_EXCLUSIVE, 1, 500, 1);
-        if (dlock_acquire(kl, 5000) != 0)
+        close(ready[0]);
+        dlock_client *kc = NULL;
+        if (dlock_client_open(&kc, redis_url, NULL) != 0) {
+            fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
             _exit(1);
+        }
+        dlock_lock_opts o;
+        dlock_lock_opts_init(&o);
+        o.ttl_ms = 500;
+        dlock_lock *kl = NULL;
+        if (dlock_lock_new(&kl, kc, name, &o) != 0 || dlock_acquire(kl, 5000) != 0) {
+            fprintf(stderr, "holder child: %s\n",
+                    kl ? dlock_lock_errmsg(kl) : dlock_client_errmsg(kc));
+            _exit(1);
+        }
         if (write(ready[1], "x", 1) != 1)
             _exit(2);
         pause();
         _exit(0);
     }
+    /* Our copy of the write end closed: a child that dies before writing
+     * makes the read return 0 instead of blocking forever. */
+    close(ready[1]);
     char b;
-    assert_int_equal(read(ready[0], &b, 1), 1);
+    ssize_t got = read(ready[0], &b, 1);
     kill(kid, SIGKILL);
-    waitpid(kid, NULL, 0);
+    int status = 0;
+    waitpid(kid, &status, 0);
+    if (got != 1)
+        fail_msg("the holder child did not take the lock (exit status %d)",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
     assert_int_equal(dlock_acquire(w, 5000), 0);
     close(ready[0]);
-    close(ready[1]);
     dlock_lock_free(w);
     dlock_lock_free(h);
     dlock_client_close(c);
