@@ -376,8 +376,14 @@ static void test_killed_holder_frees_lock(void **state)
         pause();
         _exit(0);
     }
+    close(ready[1]); /* a child that dies first makes the read return 0 */
     char b;
-    assert_int_equal(read(ready[0], &b, 1), 1);
+    if (read(ready[0], &b, 1) != 1) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        fail_msg("the holder child did not take the lock (exit status %d)",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
     dlock_client *c = open_client();
     dlock_lock *l = new_lock(c, "victim", DLOCK_EXCLUSIVE, 1);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
@@ -399,7 +405,6 @@ static void test_killed_holder_frees_lock(void **state)
     assert_int_equal(atomic_load(&w.rc), 0);
     assert_int_equal(dlock_release(l), 0);
     close(ready[0]);
-    close(ready[1]);
     dlock_lock_free(l);
     dlock_client_close(c);
 }
