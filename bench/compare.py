@@ -39,17 +39,17 @@ METRICS = [
 def load(path):
     """Rows by key; with several repetitions (matrix.sh -n) each figure is the
     median over them (violations: the worst), the rest from the last one."""
-    rows, order = matrix_rows.load(path, "compare.py")
-    reps = matrix_rows.load_reps(path, "compare.py")
-    if len(reps) > 1:
-        for key, d in rows.items():
-            seen = [r[key] for r in reps if key in r]
+    seen, order = matrix_rows.load(path, "compare.py")
+    rows = {}
+    for key, ds in seen.items():
+        d = rows[key] = dict(ds[-1])
+        if len(ds) > 1:
             for field, _ in METRICS:
-                vs = [x[field] for x in seen if isinstance(x.get(field), (int, float))]
+                vs = [x[field] for x in ds if isinstance(x.get(field), (int, float))]
                 if vs:
                     d[field] = statistics.median_low(vs)
-            d["violations"] = max(x.get("violations", 0) or 0 for x in seen)
-            d["reps"] = len(seen)
+            d["violations"] = max(x.get("violations", 0) or 0 for x in ds)
+            d["reps"] = len(ds)
     return rows, order
 
 

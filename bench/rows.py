@@ -25,16 +25,16 @@ def key(d):
 
 
 def load(path, tool):
-    """Rows keyed by (row, URL scheme), and the keys in file order (a later
-    line of the same key, e.g. of a later repetition, replaces an earlier
-    one)."""
+    """Every line of each (row, URL scheme) key, in file order (one per
+    repetition of matrix.sh -n), and the keys in file order."""
     rows = {}
     order = []
     for d in lines(path, tool):
         k = key(d)
         if k not in rows:
             order.append(k)
-        rows[k] = d
+            rows[k] = []
+        rows[k].append(d)
     return rows, order
 
 

@@ -143,7 +143,7 @@ void dl_self_desc(char *buf, size_t len)
     snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
 }
 
-int dl_owner_id_new(char out[DL_OWNER_HEX + 1])
+static int new_owner_id(char out[DL_OWNER_HEX + 1])
 {
     unsigned char raw[DL_OWNER_HEX / 2];
     int rc = dl_random(raw, sizeof raw);
@@ -156,6 +156,12 @@ int dl_owner_id_new(char out[DL_OWNER_HEX + 1])
     }
     out[DL_OWNER_HEX] = '\0';
     return 0;
+}
+
+int dl_lock_new_owner(dlock_lock *l)
+{
+    int rc = new_owner_id(l->owner);
+    return rc ? dl_lock_err(l, rc, "cannot read random bytes for the owner id") : 0;
 }
 
 /* ---- the backend registry ---------------------------------------------- */
@@ -750,9 +756,9 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     if (st == DLOCK_STATE_LOST)
         return dl_lock_err(l, DLOCK_ELOST,
                            "lock \"%s\" was lost; release it before acquiring again", l->name);
-    int rc = dl_owner_id_new(l->owner);
+    int rc = dl_lock_new_owner(l);
     if (rc)
-        return dl_lock_err(l, rc, "cannot read random bytes for the owner id");
+        return rc;
     /* A cancel that arrived before we started still counts (the caller
      * cannot tell when waiting begins); one left over from an acquisition
      * that ended is drained when that acquisition returns. */
@@ -782,11 +788,9 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
         }
         /* The give-back may reach a slow server after the next grant: it
          * must not be able to take that grant away. */
-        rc = dl_owner_id_new(l->owner);
-        if (rc) {
-            rc = dl_lock_err(l, rc, "cannot read random bytes for the owner id");
+        rc = dl_lock_new_owner(l);
+        if (rc)
             break;
-        }
     }
     cancel_disarm(l);
     if (rc == 0) {

@@ -166,6 +166,10 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A fresh random owner id for l (every acquisition; Redlock every try, so
+ * that a late give-back of one try cannot remove the next try's grant);
+ * 0, or the error, set on l. */
+int dl_lock_new_owner(dlock_lock *l);
 
 /* The descriptor a backend must watch while it waits (readable when
  * dlock_cancel was called), created on first use; -1 if none can be made. */
@@ -181,8 +185,6 @@ int64_t dl_realtime_ms(void);
 int dl_ms_left(int64_t deadline_ns);
 /* Fill buf with n random bytes from getrandom(2). */
 int dl_random(void *buf, size_t n);
-/* A fresh random owner id (every acquisition gets one; Redlock one per try). */
-int dl_owner_id_new(char out[DL_OWNER_HEX + 1]);
 /* "pid 123 on host" style description of this process. */
 void dl_self_desc(char *buf, size_t len);
 

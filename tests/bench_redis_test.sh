@@ -74,5 +74,8 @@ import json, sys
 f = [json.loads(l) for l in sys.stdin][0]
 sys.exit(0 if f["value"] == sorted(f["reps"])[1] else 1)' &&
     ok "targets.py: median of the repetitions" || bad "targets.py --json: $(python3 "$here/../bench/targets.py" --json "$TMP/m.jsonl" | head -1)"
+python3 "$here/../bench/compare.py" "$TMP/m.jsonl" "$TMP/m.jsonl" >"$TMP/c.txt" &&
+    grep -q "^== uncontended on redlock" "$TMP/c.txt" && grep -q "^   reps  *3  *3" "$TMP/c.txt" &&
+    ok "compare.py: medians of three repetitions per row" || bad "compare.py: $(cat "$TMP/c.txt")"
 
 finish

@@ -394,10 +394,10 @@ static int op_lock_servers(void *state, const char *name, int *idx, int max)
 }
 
 #ifdef MS_HIREDIS
-/* A TCP port of the loopback interface that nobody listens on now. */
-/* Below the kernel's ephemeral range: a replica reconnecting over and over
- * to a port in that range can be given it as its own local port and connect
- * to itself (TCP simultaneous open). */
+/* A TCP port of the loopback interface that nobody listens on now, below
+ * the kernel's ephemeral range: a replica reconnecting over and over to a
+ * port in that range can be given it as its own local port and connect to
+ * itself (TCP simultaneous open). */
 static int dead_port(void)
 {
     int low = 32768;

@@ -166,7 +166,6 @@ static rconn *take_idle(rnode *n, unsigned *epoch, char *host, size_t hostlen, i
     return c;
 }
 
-/* A connected ctx to n made into a connection: keepalive, AUTH, SELECT. */
 /* A connect to a port of this host where nothing listens can be given that
  * very port as its own and succeed, connected to itself (TCP simultaneous
  * open): it would then read its own requests back as replies, and keep the
@@ -180,6 +179,7 @@ static bool self_connected(int fd)
            memcmp(&me, &peer, ml) == 0;
 }
 
+/* A connected ctx to n made into a connection: keepalive, AUTH, SELECT. */
 static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf, char *err,
                     size_t errlen)
 {

@@ -307,8 +307,9 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         /* A new owner id for the next try: a slow node may apply this try's
          * release after the next try's grant (on another connection), and
          * must not take that grant away while we count it. */
-        if (dl_owner_id_new(l->owner))
-            return dl_lock_err(l, DLOCK_EIO, "cannot read random bytes for the owner id");
+        int e = dl_lock_new_owner(l);
+        if (e)
+            return e;
     }
 }
 
@@ -474,12 +475,13 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
                    sizeof err);
     for (int i = 0; i < rc->n; i++) {
-        if (cs[i] && !loaded && rd_load_script(cs[i], &rc->cf, err, sizeof err) == RD_OK)
-            loaded = 1;
-        else if (cs[i] && !loaded) {
+        if (!cs[i])
+            continue;
+        if (!loaded && rd_load_script(cs[i], &rc->cf, err, sizeof err) != RD_OK) {
             rconn_drop(cs[i]);
             continue;
         }
+        loaded = 1;
         rconn_put(cs[i]);
     }
     if (!loaded) {
