@@ -8,6 +8,10 @@
 # exports, for what it started:
 #   DLOCK_TEST_REDIS      redis://127.0.0.1:P           one master
 #   DLOCK_TEST_REDLOCK    redlock://127.0.0.1:P1,...P5  five independent masters
+#   DLOCK_TEST_REDIS6     redis://127.0.0.1:P  (kind redis6) a master that
+#                         answers FUNCTION and FCALL like Redis 6 does (both
+#                         renamed away: "unknown command"), for the fallback
+#                         to scripts
 #   DLOCK_TEST_SENTINEL   redis+sentinel://127.0.0.1:S1,S2,S3/dlockmaster
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
@@ -129,6 +133,11 @@ srv_start_redis() {
   export DLOCK_TEST_REDIS=redis://127.0.0.1:$p
 }
 
+srv_start_redis6() {
+  local p; p=$(srv_redis redis6 --rename-command FUNCTION '' --rename-command FCALL '') || return 1
+  export DLOCK_TEST_REDIS6=redis://127.0.0.1:$p
+}
+
 srv_start_redlock() {
   local hosts="" i p
   for i in 1 2 3 4 5; do
@@ -197,6 +206,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     case $1 in
       redis) srv_start_redis ;;
       redlock) srv_start_redlock ;;
+      redis6) srv_start_redis6 ;;
       sentinel) srv_start_sentinel ;;
       cluster) srv_start_cluster ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;

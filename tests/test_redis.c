@@ -546,6 +546,178 @@ static void test_shared_and_semaphore(void **state)
     dlock_client_close(c);
 }
 
+/* A writer's release hands the lock to the run of readers queued behind it
+ * (all of them, in one step) and not to the writer queued after them; the
+ * lock's record (holder, time held, lease) is the new holder's. */
+static void test_writer_hands_to_readers(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "w2r");
+    dlock_client *c = open_url(redis_url);
+    dlock_lock *w1 = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *w2 = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *r[2] = {mk(c, name, DLOCK_SHARED, 1, 0, 1), mk(c, name, DLOCK_SHARED, 1, 0, 1)};
+    assert_int_equal(dlock_acquire(w1, 0), 0);
+    struct waiter ws[3] = {{.l = r[0], .timeout = 10000},
+                           {.l = r[1], .timeout = 10000},
+                           {.l = w2, .timeout = 10000}};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &ws[i]), 0);
+        usleep(100 * 1000); /* queued in this order */
+    }
+    dlock_info info;
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.waiters, 3);
+    assert_int_equal(info.token, dlock_token(w1));
+    assert_true(info.held_ms >= 250);
+    assert_true(info.lease_ms > 0);
+    assert_non_null(strstr(info.holder, "pid "));
+    assert_int_equal(dlock_release(w1), 0);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    assert_int_equal(atomic_load(&ws[0].rc), 0);
+    assert_int_equal(atomic_load(&ws[1].rc), 0);
+    assert_true(dlock_token(r[1]) > dlock_token(r[0]));
+    assert_true(dlock_token(r[0]) > dlock_token(w1));
+    usleep(100 * 1000);
+    assert_int_equal(atomic_load(&ws[2].done), 0);
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.holders, 2);
+    assert_int_equal(info.waiters, 1);
+    assert_int_equal(dlock_release(r[0]), 0);
+    assert_int_equal(dlock_release(r[1]), 0);
+    pthread_join(t[2], NULL);
+    assert_int_equal(atomic_load(&ws[2].rc), 0);
+    assert_true(dlock_token(w2) > dlock_token(r[1]));
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, dlock_token(w2));
+    assert_true(info.held_ms >= 0 && info.held_ms < 1000);
+    assert_int_equal(dlock_release(w2), 0);
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 0);
+    for (int i = 0; i < 2; i++)
+        dlock_lock_free(r[i]);
+    dlock_lock_free(w1);
+    dlock_lock_free(w2);
+    dlock_client_close(c);
+}
+
+/* The lock script as a function library (FCALL), and the fallback to a
+ * script (EVALSHA) where the server has no functions: a Redis 6 stand-in,
+ * a user who may not load functions, a Redlock whose masters differ; and a
+ * server that lost the library (FUNCTION FLUSH: a restart without
+ * persistence) gets it again. */
+static int port_of(const char *url)
+{
+    const char *colon = strrchr(url, ':');
+    return colon ? atoi(colon + 1) : 0;
+}
+
+static void exchange(const char *url, const char *base)
+{
+    char name[64];
+    unique(name, sizeof name, base);
+    dlock_client *c = open_url(url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    struct waiter w = {.l = b, .timeout = 10000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    usleep(100 * 1000);
+    dlock_info info;
+    assert_int_equal(dlock_inspect(c, name, &info), 0);
+    assert_int_equal(info.held, 1);
+    if (strncmp(url, "redlock:", 8) != 0) /* Redlock does not count them */
+        assert_int_equal(info.waiters, 1);
+    assert_int_equal(dlock_release(a), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&w.rc), 0);
+    assert_true(dlock_token(b) > dlock_token(a));
+    assert_int_equal(dlock_release(b), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
+static void test_functions_and_scripts(void **state)
+{
+    (void)state;
+    const char *old_url = getenv("DLOCK_TEST_REDIS6");
+    if (!old_url)
+        skip();
+    redisContext *d = direct();
+    redisReply *r = redisCommand(d, "FUNCTION FLUSH");
+    assert_non_null(r);
+    freeReplyObject(r);
+    exchange(redis_url, "fcall");
+    r = redisCommand(d, "FUNCTION LIST LIBRARYNAME dlock_*");
+    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    freeReplyObject(r);
+
+    /* The library vanishes under a held lock: release loads it again. */
+    char name[64];
+    unique(name, sizeof name, "flushed");
+    dlock_client *c = open_url(redis_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    assert_int_equal(dlock_acquire(a, 0), 0);
+    r = redisCommand(d, "FUNCTION FLUSH");
+    freeReplyObject(r);
+    assert_int_equal(dlock_release(a), 0);
+    assert_int_equal(rint_cmd(d, "EXISTS dlock:{%s}:lock", name), 0);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+
+    /* No functions on the server: the same, by EVALSHA. */
+    exchange(old_url, "noffunc");
+    redisContext *o = redisConnect("127.0.0.1", port_of(old_url));
+    assert_true(o && !o->err);
+    r = redisCommand(o, "INFO commandstats");
+    assert_true(r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cmdstat_evalsha:"));
+    freeReplyObject(r);
+
+    /* A user who may not load functions (but may run scripts). */
+    r = redisCommand(d, "ACL SETUSER dlocknofn on >nofn-pw ~* +@all -function");
+    assert_true(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    char url[256];
+    snprintf(url, sizeof url, "redis://dlocknofn:nofn-pw@127.0.0.1:%d", redis_port);
+    r = redisCommand(d, "FUNCTION FLUSH");
+    freeReplyObject(r);
+    exchange(url, "nofnuser");
+    r = redisCommand(d, "FUNCTION LIST LIBRARYNAME dlock_*");
+    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements == 0);
+    freeReplyObject(r);
+
+    /* Redlock over masters with and without functions: every one of them
+     * takes part (the lock is on all three). */
+    if (redlock_url) {
+        char rl[512];
+        const char *first = strchr(redlock_url + strlen("redlock://"), ',');
+        assert_non_null(first);
+        snprintf(rl, sizeof rl, "redlock://127.0.0.1:%d,127.0.0.1:%d,%.*s", redis_port,
+                 port_of(old_url), (int)(first - redlock_url - strlen("redlock://")),
+                 redlock_url + strlen("redlock://"));
+        exchange(rl, "mixed");
+        unique(name, sizeof name, "mixed-held");
+        c = open_url(rl);
+        a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        assert_int_equal(dlock_acquire(a, 0), 0);
+        assert_int_equal(rint_cmd(d, "EXISTS dlock:{%s}:lock", name), 1);
+        assert_int_equal(rint_cmd(o, "EXISTS dlock:{%s}:lock", name), 1);
+        assert_int_equal(dlock_release(a), 0);
+        assert_int_equal(rint_cmd(o, "EXISTS dlock:{%s}:lock", name), 0);
+        dlock_lock_free(a);
+        dlock_client_close(c);
+    }
+    redisFree(o);
+    redisFree(d);
+}
+
 static void test_multi_and_election(void **state)
 {
     (void)state;
@@ -1266,6 +1438,8 @@ int main(void)
         cmocka_unit_test(test_dead_waiter_and_dead_holder),
         cmocka_unit_test(test_nonfair_wakeup),
         cmocka_unit_test(test_shared_and_semaphore),
+        cmocka_unit_test(test_writer_hands_to_readers),
+        cmocka_unit_test(test_functions_and_scripts),
         cmocka_unit_test(test_multi_and_election),
         cmocka_unit_test(test_auth_db_and_reconnect),
         cmocka_unit_test(test_contention_fair_and_nonfair),

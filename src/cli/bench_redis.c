@@ -509,10 +509,10 @@ int ms_redis_relay(const ms_rtarget *t, const char *name, int iters, ms_rtt *out
 
 /* Commands a dlock client sends itself; the rest of what commandstats
  * counts is called from inside the lock script. */
-static const char *const client_cmds[] = {"evalsha", "eval",   "evalsha_ro", "eval_ro",
-                                          "blpop",   "script", "wait",       "scan",
-                                          "asking",  "select", "auth",       "hello",
-                                          "cluster", "readonly", NULL};
+static const char *const client_cmds[] = {
+    "fcall", "fcall_ro", "function", "evalsha", "eval",  "evalsha_ro", "eval_ro", "blpop",
+    "script", "wait",    "scan",     "asking",  "select", "auth",      "hello",   "cluster",
+    "readonly", NULL};
 
 static bool is_client_cmd(const char *name, size_t len)
 {

@@ -621,23 +621,54 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
 int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
 {
     rcmd cmd;
+    redisReply *r;
+    int rc;
+    if (!atomic_load(&cf->scripts)) {
+        /* REPLACE: the library's name carries its content's hash, so an
+         * existing one is this very code (loaded by another client). */
+        rcmd_init(&cmd);
+        rcmd_add(&cmd, "FUNCTION");
+        rcmd_add(&cmd, "LOAD");
+        rcmd_add(&cmd, "REPLACE");
+        rcmd_add(&cmd, rd_lock_script_library);
+        rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
+        if (rc != RD_OK)
+            return rc;
+        bool loaded = r->type == REDIS_REPLY_STRING;
+        freeReplyObject(r);
+        if (loaded)
+            return RD_OK;
+        /* No functions here (Redis < 7, or FUNCTION LOAD not allowed):
+         * the script does the same, only builds its helpers per call. */
+        atomic_store(&cf->scripts, true);
+    }
     rcmd_init(&cmd);
     rcmd_add(&cmd, "SCRIPT");
     rcmd_add(&cmd, "LOAD");
     rcmd_add(&cmd, rd_lock_script);
-    redisReply *r;
-    int rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
+    rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
     if (rc != RD_OK)
         return rc;
-    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-        reply_err(r, err, errlen);
+    if (r->type != REDIS_REPLY_STRING || r->len != 40 ||
+        memcmp(r->str, rd_lock_script_sha, 40) != 0) {
+        if (r->type == REDIS_REPLY_STRING)
+            snprintf(err, errlen, "SCRIPT LOAD answered SHA %.40s, not %s", r->str,
+                     rd_lock_script_sha);
+        else
+            reply_err(r, err, errlen);
         freeReplyObject(r);
         return RD_EIO;
     }
-    memcpy(cf->sha, r->str, 40);
-    cf->sha[40] = '\0';
     freeReplyObject(r);
     return RD_OK;
+}
+
+bool rd_script_missing(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+        return false;
+    return strncmp(r->str, "NOSCRIPT", 8) == 0 || strstr(r->str, "Function not found") ||
+           (strcasestr(r->str, "unknown command") && strcasestr(r->str, "fcall"));
 }
 
 static bool is_int(const redisReply *r)
@@ -767,11 +798,21 @@ void rd_conf_free(rconf *cf)
     cf->user = cf->password = NULL;
 }
 
+void rd_script_retarget(rcmd *c, const rconf *cf)
+{
+    bool scripts = atomic_load(&cf->scripts);
+    c->argv[0] = scripts ? "EVALSHA" : "FCALL";
+    c->argv[1] = scripts ? rd_lock_script_sha : rd_lock_script_function;
+    c->len[0] = strlen(c->argv[0]);
+    c->len[1] = strlen(c->argv[1]);
+}
+
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
 {
     rcmd_init(c);
-    rcmd_add(c, "EVALSHA");
-    rcmd_add(c, cf->sha);
+    rcmd_add(c, "");
+    rcmd_add(c, "");
+    rd_script_retarget(c, cf);
     rcmd_add(c, "1");
     rcmd_add(c, key);
     rcmd_add(c, op);

@@ -2,7 +2,9 @@
 --
 -- KEYS[1] = "dlock:{NAME}:lock"; every other key of the lock is derived from
 -- it and shares the {NAME} hash tag, so all live in one cluster slot:
---   lock   hash    exclusive holder: owner, holder, since, token, value (PEXPIRE = lease)
+--   lock   string  exclusive holder, "OWNER TOKEN SINCE N HOLDER VALUE" (N: the
+--                  holder's length; PX = lease). One string, not a hash: a
+--                  hand-over overwrites it with one SET ... PX.
 --   token  string  fencing counter (INCR), never expires
 --   q      list    fair waiters in arrival order (owner ids)
 --   qi     hash    owner -> "expiry kind ttl permits holder" of each queued waiter
@@ -13,10 +15,15 @@
 --   sig    list    one wake-up for one non-fair waiter
 -- ARGV[1] is the operation; kinds are x (exclusive), r (shared), s (semaphore).
 -- Times are the server's own clock (TIME), in milliseconds.
+--
+-- The file defines main(KEYS, ARGV) and is loaded one of two ways (conn.c):
+-- as a Redis 7 function library (FUNCTION LOAD, called with FCALL), where
+-- everything at the top level runs once at load and a call runs main only;
+-- or, on older servers, as a script (SCRIPT LOAD, EVALSHA) with "return
+-- main(KEYS, ARGV)" appended, where the whole file runs on every call.
+-- So the state of one call lives in the variables below, set by main.
 
-local P = string.sub(KEYS[1], 1, #KEYS[1] - 4)
-local LOCK, TOKEN, Q, QI = KEYS[1], P .. 'token', P .. 'q', P .. 'qi'
-local RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
+local P, LOCK, TOKEN, Q, QI, RD, SEM, NFW, SIG
 -- The server's clock in ms, read on first use (release and renew of an
 -- exclusive lock never need it).
 local now_ms
@@ -27,13 +34,12 @@ local function now()
   end
   return now_ms
 end
-local op = ARGV[1]
-
 -- Members of the sorted sets carry their own expiry; expired ones are
 -- dropped the first time a set is looked at in a call (and never otherwise,
 -- to keep the common paths short).
-local purged = {}
+local purged
 local function live(set)
+  if not purged then purged = {} end
   if not purged[set] then
     redis.call('ZREMRANGEBYSCORE', set, '-inf', now())
     purged[set] = true
@@ -46,6 +52,26 @@ local function count(set)
   return redis.call('ZCARD', live(set))
 end
 
+-- The exclusive holder's fields, or nil when nobody holds it exclusively.
+local function xlock()
+  local s = redis.call('GET', LOCK)
+  if not s then return nil end
+  local owner, tok, since, n, at = string.match(s, '^(%S+) (%d+) (%d+) (%d+) ()')
+  n = tonumber(n)
+  return {owner = owner, token = tonumber(tok), since = tonumber(since),
+          holder = string.sub(s, at, at + n - 1), value = string.sub(s, at + n)}
+end
+
+-- The exclusive holder's owner id only (false when none): the common check.
+local function xowner()
+  local s = redis.call('GET', LOCK)
+  return s and string.match(s, '^%S+')
+end
+
+local function xstring(owner, tok, since, holder, value)
+  return owner .. ' ' .. tok .. ' ' .. since .. ' ' .. #holder .. ' ' .. holder .. value
+end
+
 local function free_for(kind, permits)
   if kind == 's' then return count(SEM) < permits end
   if redis.call('EXISTS', LOCK) == 1 then return false end
@@ -54,7 +80,7 @@ local function free_for(kind, permits)
 end
 
 local function holds(owner, kind)
-  if kind == 'x' then return redis.call('HGET', LOCK, 'owner') == owner end
+  if kind == 'x' then return xowner() == owner end
   local set = kind == 'r' and RD or SEM
   local score = redis.call('ZSCORE', set, owner)
   return score ~= false and tonumber(score) > now()
@@ -63,8 +89,7 @@ end
 local function grant(owner, kind, ttl, holder)
   local tok = redis.call('INCR', TOKEN)
   if kind == 'x' then
-    redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now(), 'token', tok)
-    redis.call('PEXPIRE', LOCK, ttl)
+    redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
   else
     redis.call('ZADD', kind == 'r' and RD or SEM, now() + ttl, owner)
   end
@@ -92,36 +117,50 @@ end
 -- Hand the lock to queued waiters, in order, as far as it can be granted:
 -- one writer, or a run of readers, or as many permits as are free. A waiter
 -- whose registration expired (it died while queued) is skipped.
--- xfree: the caller just deleted the exclusive lock as its owner, so neither
--- it nor any reader can be in the way of the first writer or reader (readers
--- are never granted while the lock exists); it saves the hand-over, the
--- hottest path, two lookups.
-local function advance(xfree)
+-- releasing: the caller is the exclusive holder giving the lock back, and
+-- its grant is still in LOCK. Nothing else can be in the way of the first
+-- writer or reader (readers are never granted while LOCK exists), so the
+-- head is popped without a look first, and a writer's grant overwrites
+-- LOCK; LOCK is deleted here otherwise. This is the hand-over, the hottest
+-- path: GET (owner check), LPOP, HGET, HDEL, TIME, INCR, SET, RPUSH, PEXPIRE.
+local function advance(releasing)
+  local to_writer = false
   while true do
-    local head = redis.call('LINDEX', Q, 0)
+    local head
+    if releasing then head = redis.call('LPOP', Q) else head = redis.call('LINDEX', Q, 0) end
     if not head then break end
     local info = redis.call('HGET', QI, head)
-    if not info then
-      redis.call('LPOP', Q)
-    else
-      local exp, kind, ttl, permits, holder = string.match(info, '^(%d+) (%a) (%d+) (%d+) (.*)$')
-      if tonumber(exp) < now() then
-        redis.call('LPOP', Q)
-        redis.call('HDEL', QI, head)
-      elseif (xfree and kind ~= 's') or free_for(kind, tonumber(permits)) then
-        redis.call('LPOP', Q)
-        redis.call('HDEL', QI, head)
-        local w = P .. 'w:' .. head
-        redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder))
-        redis.call('PEXPIRE', w, 60000)
-        if kind == 'x' then break end
-        xfree = false -- a reader holds it now
-      else
+    local exp, kind, ttl, permits, holder
+    if info then
+      exp, kind, ttl, permits, holder = string.match(info, '^(%d+) (%a) (%d+) (%d+) (.*)$')
+    end
+    if not info or tonumber(exp) < now() then
+      if not releasing then redis.call('LPOP', Q) end
+      if info then redis.call('HDEL', QI, head) end
+    elseif releasing and kind == 's' then
+      -- A semaphore waiter on this name: it needs the general look.
+      redis.call('LPUSH', Q, head)
+      redis.call('DEL', LOCK)
+      releasing = false
+    elseif releasing or free_for(kind, tonumber(permits)) then
+      if not releasing then redis.call('LPOP', Q) end
+      redis.call('HDEL', QI, head)
+      if releasing and kind ~= 'x' then redis.call('DEL', LOCK) end
+      releasing = false
+      local w = P .. 'w:' .. head
+      redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder))
+      redis.call('PEXPIRE', w, 60000)
+      if kind == 'x' then
+        to_writer = true
         break
       end
+    else
+      break
     end
   end
-  if count(NFW) > 0 then
+  if releasing then redis.call('DEL', LOCK) end
+  -- Non-fair waiters may try again, unless a writer holds it now.
+  if not to_writer and count(NFW) > 0 then
     redis.call('DEL', SIG)
     redis.call('RPUSH', SIG, 1)
     redis.call('PEXPIRE', SIG, 60000)
@@ -130,7 +169,7 @@ end
 
 local function give_back(owner, kind)
   if kind == 'x' then
-    if redis.call('HGET', LOCK, 'owner') ~= owner then return 0 end
+    if xowner() ~= owner then return 0 end
     redis.call('DEL', LOCK)
   else
     if redis.call('ZREM', kind == 'r' and RD or SEM, owner) == 0 then return 0 end
@@ -138,29 +177,34 @@ local function give_back(owner, kind)
   return 1
 end
 
-local function enqueue(owner, kind, ttl, permits, holder, wl)
-  if redis.call('HEXISTS', QI, owner) == 0 then redis.call('RPUSH', Q, owner) end
+-- new: the owner id cannot be queued yet (its first try), so skip the look.
+local function enqueue(owner, kind, ttl, permits, holder, wl, new)
+  if new or redis.call('HEXISTS', QI, owner) == 0 then redis.call('RPUSH', Q, owner) end
   redis.call('HSET', QI, owner, (now() + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
 end
+
+local ops = {}
 
 -- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
 -- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
 -- WAITLEASE > 0; ms: how long the current holder may still hold it).
 -- AGAIN = 1 on a waiter's later tries (the first try of an owner id cannot
 -- have registered before).
-if op == 'acq' then
+function ops.acq(ARGV)
   local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
   local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
-  local queued = fair and redis.call('LLEN', Q) or 0
-  if queued > 0 then
-    -- While a live writer holds the lock, nobody queued can be granted: join
+  if fair and kind ~= 's' then
+    -- While a live writer holds the lock, nobody can be granted it: join
     -- the queue at once (the common case under contention).
-    local pttl = kind ~= 's' and redis.call('PTTL', LOCK) or -2
+    local pttl = redis.call('PTTL', LOCK)
     if pttl > 0 then
-      if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl) end
+      if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
       return {0, pttl}
     end
+  end
+  local queued = fair and redis.call('LLEN', Q) or 0
+  if queued > 0 then
     advance() -- hands over a lock whose holder vanished
     queued = redis.call('LLEN', Q)
   end
@@ -169,14 +213,15 @@ if op == 'acq' then
     return {1, grant(owner, kind, ttl, holder)}
   end
   if wl > 0 then
-    if fair then enqueue(owner, kind, ttl, permits, holder, wl)
+    if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
     else redis.call('ZADD', NFW, now() + wl, owner) end
   end
   return {0, blocker_ms(kind)}
+end
 
 -- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
 -- periodic look: keep its place, hand over a lock whose holder vanished.
-elseif op == 'wait' then
+function ops.wait(ARGV)
   local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
   local holder, wl = ARGV[7], tonumber(ARGV[8])
   if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
@@ -186,16 +231,24 @@ elseif op == 'wait' then
   local handed = redis.call('LPOP', P .. 'w:' .. owner)
   if handed then return {1, tonumber(handed)} end
   return {0, blocker_ms(kind)}
+end
 
 -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
-elseif op == 'rel' then
-  local ok = give_back(ARGV[2], ARGV[3])
-  advance(ok == 1 and ARGV[3] == 'x')
+function ops.rel(ARGV)
+  local owner, kind = ARGV[2], ARGV[3]
+  if kind == 'x' then
+    if xowner() ~= owner then return 0 end
+    advance(true) -- passes LOCK on, or deletes it
+    return 1
+  end
+  local ok = give_back(owner, kind)
+  advance()
   return ok
+end
 
 -- abort OWNER KIND: a waiter gives up; if the lock was handed to it
 -- meanwhile, it is passed on at once. -> 1 if it had been handed the lock
-elseif op == 'abort' then
+function ops.abort(ARGV)
   local owner, kind = ARGV[2], ARGV[3]
   redis.call('LREM', Q, 0, owner)
   redis.call('HDEL', QI, owner)
@@ -204,9 +257,10 @@ elseif op == 'abort' then
   local had = give_back(owner, kind)
   advance()
   return had
+end
 
 -- renew OWNER KIND TTL -> 1 extended, 0 no longer ours (never re-created)
-elseif op == 'renew' then
+function ops.renew(ARGV)
   local owner, kind, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
   if not holds(owner, kind) then
     if kind ~= 'x' then redis.call('ZREM', kind == 'r' and RD or SEM, owner) end
@@ -215,47 +269,66 @@ elseif op == 'renew' then
   if kind == 'x' then redis.call('PEXPIRE', LOCK, ttl)
   else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now() + ttl, owner) end
   return 1
+end
 
 -- setval OWNER VALUE -> 1, or 0 when not the exclusive holder
-elseif op == 'setval' then
-  if redis.call('HGET', LOCK, 'owner') ~= ARGV[2] then return 0 end
-  redis.call('HSET', LOCK, 'value', ARGV[3])
+function ops.setval(ARGV)
+  local h = xlock()
+  if not h or h.owner ~= ARGV[2] then return 0 end
+  redis.call('SET', LOCK, xstring(h.owner, h.token, h.since, h.holder, ARGV[3]), 'KEEPTTL')
   return 1
+end
 
 -- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
-elseif op == 'info' then
-  local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'since', 'token', 'value')
-  return {h[1] or '', h[2] or '', tonumber(h[3] or 0), tonumber(h[4] or 0),
+function ops.info(ARGV)
+  local h = xlock() or {owner = '', holder = '', since = 0, token = 0, value = ''}
+  return {h.owner, h.holder, h.since, h.token,
           redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
-          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h[5] or ''}
+          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h.value}
+end
 
 -- brk: an operator's forced release of every holder; the next waiter gets
 -- the lock. -> {holders broken, holder, token of the exclusive holder}
-elseif op == 'brk' then
-  local h = redis.call('HMGET', LOCK, 'owner', 'holder', 'token')
-  local broken = (h[1] and 1 or 0) + count(RD) + count(SEM)
+function ops.brk(ARGV)
+  local h = xlock()
+  local broken = (h and 1 or 0) + count(RD) + count(SEM)
   redis.call('DEL', LOCK, RD, SEM)
   advance()
-  return {broken, h[2] or '', tonumber(h[3] or 0)}
+  return {broken, h and h.holder or '', h and h.token or 0}
+end
 
 -- Redlock, on each of N independent masters (exclusive locks only):
 -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
-elseif op == 'racq' then
+function ops.racq(ARGV)
   local owner, ttl, holder = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-  local cur = redis.call('HGET', LOCK, 'owner')
+  local cur = xowner()
   if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
   local tok = redis.call('INCR', TOKEN)
-  redis.call('HSET', LOCK, 'owner', owner, 'holder', holder, 'since', now(), 'token', tok)
-  redis.call('PEXPIRE', LOCK, ttl)
+  redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
   return {1, tok}
+end
 
 -- rtok OWNER TOKEN: store the quorum's token where we still hold the lock
 -- -> 1 stored, 0 not ours here
-elseif op == 'rtok' then
-  if redis.call('HGET', LOCK, 'owner') ~= ARGV[2] then return 0 end
+function ops.rtok(ARGV)
+  local h = xlock()
+  if not h or h.owner ~= ARGV[2] then return 0 end
   local tok = tonumber(ARGV[3])
   if tonumber(redis.call('GET', TOKEN) or 0) < tok then redis.call('SET', TOKEN, tok) end
-  redis.call('HSET', LOCK, 'token', tok)
+  redis.call('SET', LOCK, xstring(h.owner, tok, h.since, h.holder, h.value), 'KEEPTTL')
   return 1
 end
-return redis.error_reply('dlock: unknown operation ' .. tostring(op))
+
+local function main(KEYS, ARGV)
+  if KEYS[1] ~= LOCK then -- a library keeps these between calls
+    LOCK = KEYS[1]
+    P = string.sub(LOCK, 1, #LOCK - 4)
+    TOKEN, Q, QI = P .. 'token', P .. 'q', P .. 'qi'
+    RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
+  end
+  now_ms, purged = nil, nil
+  local op = ops[ARGV[1]]
+  if not op then return redis.error_reply('dlock: unknown operation ' .. tostring(ARGV[1])) end
+  return op(ARGV)
+end
+

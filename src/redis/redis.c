@@ -117,10 +117,12 @@ static rnode *node_for(rclient *rc, const char *key)
  * ones); a non-idempotent call that failed after sending returns RD_EIO and
  * the caller cleans up by owner id. The reply of the last command decides.
  */
-static int run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply **out,
+static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply **out,
                int timeout_ms, int cancel_fd, int64_t *sent_ns, bool retry, char *err,
                size_t errlen)
 {
+    rcmd cmds[n]; /* the script call may have to change form (see below) */
+    memcpy(cmds, cmds_in, (size_t)n * sizeof *cmds);
     rnode *node = node_for(rc, key);
     bool asking = false;
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -169,15 +171,21 @@ static int run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply
         }
         redisReply *last = out[n - 1];
         bool again = false;
-        if (last->type == REDIS_REPLY_ERROR && strncmp(last->str, "NOSCRIPT", 8) == 0) {
-            /* Scripts are not replicated by SCRIPT LOAD and vanish on
-             * restart: load here and run again (it never ran). */
+        if (rd_script_missing(last)) {
+            /* A restarted server, a new cluster node, or a replica
+             * promoted before the library reached it: load here and run
+             * again (it never ran), as a script if the server has no
+             * functions. */
             if (rd_load_script(c, &rc->cf, err, errlen) != RD_OK) {
                 rconn_drop(c);
                 for (int i = 0; i < n; i++)
                     freeReplyObject(out[i]);
                 return RD_EIO;
             }
+            for (int i = 0; i < n; i++)
+                if (strcmp(cmds[i].argv[0], "FCALL") == 0 ||
+                    strcmp(cmds[i].argv[0], "EVALSHA") == 0)
+                    rd_script_retarget(&cmds[i], &rc->cf);
             again = true;
         } else if (rc->mode == MODE_CLUSTER && last->type == REDIS_REPLY_ERROR &&
                    (strncmp(last->str, "MOVED ", 6) == 0 || strncmp(last->str, "ASK ", 4) == 0)) {

@@ -136,7 +136,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
             cs[i] = NULL;
             continue;
         }
-        if (out[i]->type == REDIS_REPLY_ERROR && strncmp(out[i]->str, "NOSCRIPT", 8) == 0) {
+        if (rd_script_missing(out[i])) {
             freeReplyObject(out[i]);
             out[i] = NULL;
             if (rd_load_script(cs[i], &rc->cf, err, sizeof err) == RD_OK) {
@@ -151,8 +151,10 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
         cs[i] = NULL;
     }
     if (again) {
+        rcmd now = *cmd; /* in the form the loads left cf in */
+        rd_script_retarget(&now, &rc->cf);
         redisReply *retry[rc->n];
-        rconn_call_many(cs, rc->n, cmd, retry, st, timeout_ms, NULL, NULL);
+        rconn_call_many(cs, rc->n, &now, retry, st, timeout_ms, NULL, NULL);
         for (int i = 0; i < rc->n; i++) {
             if (!cs[i])
                 continue;
