@@ -691,8 +691,14 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock)
     return lock ? lock->name : "";
 }
 
-static void drain(int fd)
+/* Empty the loss descriptor of a notice left from an earlier hold. Only a
+ * published loss (lost_claimed) signals it, so without one there is nothing
+ * to read: that saves two read() calls per acquire-release cycle. */
+static void drain_lost(dlock_lock *l)
 {
+    int fd = atomic_load(&l->lost_fd);
+    if (fd < 0 || !atomic_load(&l->lost_claimed))
+        return;
     uint64_t v;
     while (read(fd, &v, sizeof v) > 0) {
     }
@@ -762,7 +768,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     /* A cancel that arrived before we started still counts (the caller
      * cannot tell when waiting begins); one left over from an acquisition
      * that ended is drained when that acquisition returns. */
-    drain(atomic_load(&l->lost_fd));
+    drain_lost(l);
     atomic_store(&l->lost_claimed, false);
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started;
@@ -836,7 +842,7 @@ static int release_now(dlock_lock *l)
     l->count = 0;
     atomic_store(&l->token, 0);
     atomic_store(&l->state, DLOCK_STATE_IDLE);
-    drain(atomic_load(&l->lost_fd));
+    drain_lost(l);
     pthread_mutex_unlock(&l->mu);
     return rc;
 }

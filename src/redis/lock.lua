@@ -183,142 +183,9 @@ local function enqueue(owner, kind, ttl, permits, holder, wl, new)
   redis.call('HSET', QI, owner, (now() + wl) .. ' ' .. kind .. ' ' .. ttl .. ' ' .. permits .. ' ' .. holder)
 end
 
-local ops = {}
-
--- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
--- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
--- WAITLEASE > 0; ms: how long the current holder may still hold it).
--- AGAIN = 1 on a waiter's later tries (the first try of an owner id cannot
--- have registered before).
-function ops.acq(ARGV)
-  local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-  local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
-  local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
-  if fair and kind ~= 's' then
-    -- While a live writer holds the lock, nobody can be granted it: join
-    -- the queue at once (the common case under contention).
-    local pttl = redis.call('PTTL', LOCK)
-    if pttl > 0 then
-      if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
-      return {0, pttl}
-    end
-  end
-  local queued = fair and redis.call('LLEN', Q) or 0
-  if queued > 0 then
-    advance() -- hands over a lock whose holder vanished
-    queued = redis.call('LLEN', Q)
-  end
-  if queued == 0 and free_for(kind, permits) then
-    if again and not fair then redis.call('ZREM', NFW, owner) end
-    return {1, grant(owner, kind, ttl, holder)}
-  end
-  if wl > 0 then
-    if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
-    else redis.call('ZADD', NFW, now() + wl, owner) end
-  end
-  return {0, blocker_ms(kind)}
-end
-
--- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
--- periodic look: keep its place, hand over a lock whose holder vanished.
-function ops.wait(ARGV)
-  local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-  local holder, wl = ARGV[7], tonumber(ARGV[8])
-  if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
-    enqueue(owner, kind, ttl, permits, holder, wl)
-  end
-  advance()
-  local handed = redis.call('LPOP', P .. 'w:' .. owner)
-  if handed then return {1, tonumber(handed)} end
-  return {0, blocker_ms(kind)}
-end
-
--- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
-function ops.rel(ARGV)
-  local owner, kind = ARGV[2], ARGV[3]
-  if kind == 'x' then
-    if xowner() ~= owner then return 0 end
-    advance(true) -- passes LOCK on, or deletes it
-    return 1
-  end
-  local ok = give_back(owner, kind)
-  advance()
-  return ok
-end
-
--- abort OWNER KIND: a waiter gives up; if the lock was handed to it
--- meanwhile, it is passed on at once. -> 1 if it had been handed the lock
-function ops.abort(ARGV)
-  local owner, kind = ARGV[2], ARGV[3]
-  redis.call('LREM', Q, 0, owner)
-  redis.call('HDEL', QI, owner)
-  redis.call('ZREM', NFW, owner)
-  redis.call('DEL', P .. 'w:' .. owner)
-  local had = give_back(owner, kind)
-  advance()
-  return had
-end
-
--- renew OWNER KIND TTL -> 1 extended, 0 no longer ours (never re-created)
-function ops.renew(ARGV)
-  local owner, kind, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
-  if not holds(owner, kind) then
-    if kind ~= 'x' then redis.call('ZREM', kind == 'r' and RD or SEM, owner) end
-    return 0
-  end
-  if kind == 'x' then redis.call('PEXPIRE', LOCK, ttl)
-  else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now() + ttl, owner) end
-  return 1
-end
-
--- setval OWNER VALUE -> 1, or 0 when not the exclusive holder
-function ops.setval(ARGV)
-  local h = xlock()
-  if not h or h.owner ~= ARGV[2] then return 0 end
-  redis.call('SET', LOCK, xstring(h.owner, h.token, h.since, h.holder, ARGV[3]), 'KEEPTTL')
-  return 1
-end
-
--- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
-function ops.info(ARGV)
-  local h = xlock() or {owner = '', holder = '', since = 0, token = 0, value = ''}
-  return {h.owner, h.holder, h.since, h.token,
-          redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
-          redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h.value}
-end
-
--- brk: an operator's forced release of every holder; the next waiter gets
--- the lock. -> {holders broken, holder, token of the exclusive holder}
-function ops.brk(ARGV)
-  local h = xlock()
-  local broken = (h and 1 or 0) + count(RD) + count(SEM)
-  redis.call('DEL', LOCK, RD, SEM)
-  advance()
-  return {broken, h and h.holder or '', h and h.token or 0}
-end
-
--- Redlock, on each of N independent masters (exclusive locks only):
--- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
-function ops.racq(ARGV)
-  local owner, ttl, holder = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-  local cur = xowner()
-  if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
-  local tok = redis.call('INCR', TOKEN)
-  redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
-  return {1, tok}
-end
-
--- rtok OWNER TOKEN: store the quorum's token where we still hold the lock
--- -> 1 stored, 0 not ours here
-function ops.rtok(ARGV)
-  local h = xlock()
-  if not h or h.owner ~= ARGV[2] then return 0 end
-  local tok = tonumber(ARGV[3])
-  if tonumber(redis.call('GET', TOKEN) or 0) < tok then redis.call('SET', TOKEN, tok) end
-  redis.call('SET', LOCK, xstring(h.owner, tok, h.since, h.holder, h.value), 'KEEPTTL')
-  return 1
-end
-
+-- One call: main(KEYS, ARGV), ARGV[1] the operation. The operations are
+-- branches here, not functions in a table: run as a script the whole file
+-- is executed per call, and every function it defines is built anew.
 local function main(KEYS, ARGV)
   if KEYS[1] ~= LOCK then -- a library keeps these between calls
     LOCK = KEYS[1]
@@ -327,8 +194,131 @@ local function main(KEYS, ARGV)
     RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
   end
   now_ms, purged = nil, nil
-  local op = ops[ARGV[1]]
-  if not op then return redis.error_reply('dlock: unknown operation ' .. tostring(ARGV[1])) end
-  return op(ARGV)
-end
+  local op = ARGV[1]
 
+  -- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
+  -- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
+  -- WAITLEASE > 0; ms: how long the current holder may still hold it).
+  -- AGAIN = 1 on a waiter's later tries (the first try of an owner id cannot
+  -- have registered before).
+  if op == 'acq' then
+    local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+    local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+    local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
+    if fair and kind ~= 's' then
+      -- While a live writer holds the lock, nobody can be granted it: join
+      -- the queue at once (the common case under contention).
+      local pttl = redis.call('PTTL', LOCK)
+      if pttl > 0 then
+        if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
+        return {0, pttl}
+      end
+    end
+    local queued = fair and redis.call('LLEN', Q) or 0
+    if queued > 0 then
+      advance() -- hands over a lock whose holder vanished
+      queued = redis.call('LLEN', Q)
+    end
+    if queued == 0 and free_for(kind, permits) then
+      if again and not fair then redis.call('ZREM', NFW, owner) end
+      return {1, grant(owner, kind, ttl, holder)}
+    end
+    if wl > 0 then
+      if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
+      else redis.call('ZADD', NFW, now() + wl, owner) end
+    end
+    return {0, blocker_ms(kind)}
+
+  -- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
+  -- periodic look: keep its place, hand over a lock whose holder vanished.
+  elseif op == 'wait' then
+    local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+    local holder, wl = ARGV[7], tonumber(ARGV[8])
+    if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
+      enqueue(owner, kind, ttl, permits, holder, wl)
+    end
+    advance()
+    local handed = redis.call('LPOP', P .. 'w:' .. owner)
+    if handed then return {1, tonumber(handed)} end
+    return {0, blocker_ms(kind)}
+
+  -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
+  elseif op == 'rel' then
+    local owner, kind = ARGV[2], ARGV[3]
+    if kind == 'x' then
+      if xowner() ~= owner then return 0 end
+      advance(true) -- passes LOCK on, or deletes it
+      return 1
+    end
+    local ok = give_back(owner, kind)
+    advance()
+    return ok
+
+  -- abort OWNER KIND: a waiter gives up; if the lock was handed to it
+  -- meanwhile, it is passed on at once. -> 1 if it had been handed the lock
+  elseif op == 'abort' then
+    local owner, kind = ARGV[2], ARGV[3]
+    redis.call('LREM', Q, 0, owner)
+    redis.call('HDEL', QI, owner)
+    redis.call('ZREM', NFW, owner)
+    redis.call('DEL', P .. 'w:' .. owner)
+    local had = give_back(owner, kind)
+    advance()
+    return had
+
+  -- renew OWNER KIND TTL -> 1 extended, 0 no longer ours (never re-created)
+  elseif op == 'renew' then
+    local owner, kind, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
+    if not holds(owner, kind) then
+      if kind ~= 'x' then redis.call('ZREM', kind == 'r' and RD or SEM, owner) end
+      return 0
+    end
+    if kind == 'x' then redis.call('PEXPIRE', LOCK, ttl)
+    else redis.call('ZADD', kind == 'r' and RD or SEM, 'XX', now() + ttl, owner) end
+    return 1
+
+  -- setval OWNER VALUE -> 1, or 0 when not the exclusive holder
+  elseif op == 'setval' then
+    local h = xlock()
+    if not h or h.owner ~= ARGV[2] then return 0 end
+    redis.call('SET', LOCK, xstring(h.owner, h.token, h.since, h.holder, ARGV[3]), 'KEEPTTL')
+    return 1
+
+  -- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
+  elseif op == 'info' then
+    local h = xlock() or {owner = '', holder = '', since = 0, token = 0, value = ''}
+    return {h.owner, h.holder, h.since, h.token,
+            redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
+            redis.call('LLEN', Q), count(RD), count(SEM), count(NFW), now(), h.value}
+
+  -- brk: an operator's forced release of every holder; the next waiter gets
+  -- the lock. -> {holders broken, holder, token of the exclusive holder}
+  elseif op == 'brk' then
+    local h = xlock()
+    local broken = (h and 1 or 0) + count(RD) + count(SEM)
+    redis.call('DEL', LOCK, RD, SEM)
+    advance()
+    return {broken, h and h.holder or '', h and h.token or 0}
+
+  -- Redlock, on each of N independent masters (exclusive locks only):
+  -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
+  elseif op == 'racq' then
+    local owner, ttl, holder = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+    local cur = xowner()
+    if cur and cur ~= owner then return {0, redis.call('PTTL', LOCK)} end
+    local tok = redis.call('INCR', TOKEN)
+    redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
+    return {1, tok}
+
+  -- rtok OWNER TOKEN: store the quorum's token where we still hold the lock
+  -- -> 1 stored, 0 not ours here
+  elseif op == 'rtok' then
+    local h = xlock()
+    if not h or h.owner ~= ARGV[2] then return 0 end
+    local tok = tonumber(ARGV[3])
+    if tonumber(redis.call('GET', TOKEN) or 0) < tok then redis.call('SET', TOKEN, tok) end
+    redis.call('SET', LOCK, xstring(h.owner, tok, h.since, h.holder, h.value), 'KEEPTTL')
+    return 1
+  end
+  return redis.error_reply('dlock: unknown operation ' .. tostring(op))
+end
