@@ -72,9 +72,10 @@ local function xstring(owner, tok, since, holder, value)
   return owner .. ' ' .. tok .. ' ' .. since .. ' ' .. #holder .. ' ' .. holder .. value
 end
 
-local function free_for(kind, permits)
+-- no_writer: the caller just saw LOCK missing (saves the look).
+local function free_for(kind, permits, no_writer)
   if kind == 's' then return count(SEM) < permits end
-  if redis.call('EXISTS', LOCK) == 1 then return false end
+  if not no_writer and redis.call('EXISTS', LOCK) == 1 then return false end
   if kind == 'x' then return count(RD) == 0 end
   return true
 end
@@ -205,6 +206,7 @@ local function main(KEYS, ARGV)
     local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
     local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
     local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
+    local no_writer = false
     if fair and kind ~= 's' then
       -- While a live writer holds the lock, nobody can be granted it: join
       -- the queue at once (the common case under contention).
@@ -213,13 +215,15 @@ local function main(KEYS, ARGV)
         if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
         return {0, pttl}
       end
+      no_writer = pttl == -2
     end
     local queued = fair and redis.call('LLEN', Q) or 0
     if queued > 0 then
       advance() -- hands over a lock whose holder vanished
       queued = redis.call('LLEN', Q)
+      no_writer = false
     end
-    if queued == 0 and free_for(kind, permits) then
+    if queued == 0 and free_for(kind, permits, no_writer) then
       if again and not fair then redis.call('ZREM', NFW, owner) end
       return {1, grant(owner, kind, ttl, holder)}
     end
