@@ -21,6 +21,9 @@
 
 /* What conn.c and cluster.c use of the core, and the embedded script. */
 const char rd_lock_script[] = "return 0";
+const char rd_lock_script_sha[] = "0000000000000000000000000000000000000000";
+const char rd_lock_script_library[] = "#!lua name=dlock_fuzz\n";
+const char rd_lock_script_function[] = "dlock_fuzz";
 int64_t dl_now_ns(void)
 {
     struct timespec ts;
@@ -58,6 +61,8 @@ static void check_reply(rcluster *cl, const redisReply *r)
     info.held = info.holders = -1;
     if (rd_break_reply(r, &info) >= 0)
         CHECK(memchr(info.holder, '\0', sizeof info.holder) != NULL);
+    if (rd_script_missing(r))
+        CHECK(r->type == REDIS_REPLY_ERROR);
     int ranges = rd_cluster_apply_slots(cl, r, "127.0.0.1");
     CHECK(ranges < 0 || (size_t)ranges <= r->elements);
     if (ranges > 0) {
