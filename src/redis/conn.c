@@ -624,17 +624,18 @@ int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
     redisReply *r;
     int rc;
     if (!atomic_load(&cf->scripts)) {
-        /* REPLACE: the library's name carries its content's hash, so an
-         * existing one is this very code (loaded by another client). */
         rcmd_init(&cmd);
         rcmd_add(&cmd, "FUNCTION");
         rcmd_add(&cmd, "LOAD");
-        rcmd_add(&cmd, "REPLACE");
         rcmd_add(&cmd, rd_lock_script_library);
         rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
         if (rc != RD_OK)
             return rc;
-        bool loaded = r->type == REDIS_REPLY_STRING;
+        /* The library's name carries its content's hash: one that exists
+         * already is this very code, loaded by another client (the server
+         * says so before compiling anything, which REPLACE would do). */
+        bool loaded = r->type == REDIS_REPLY_STRING ||
+                      (r->type == REDIS_REPLY_ERROR && strstr(r->str, "already exists"));
         freeReplyObject(r);
         if (loaded)
             return RD_OK;
