@@ -60,6 +60,12 @@ static dlock_lock *mk(dlock_client *c, const char *name, dlock_kind kind, unsign
     return l;
 }
 
+static int port_of(const char *url)
+{
+    const char *colon = strrchr(url, ':');
+    return colon ? atoi(colon + 1) : 0;
+}
+
 /* A direct connection to the single master, for playing the server's part. */
 static redisContext *direct(void)
 {
@@ -611,12 +617,6 @@ static void test_writer_hands_to_readers(void **state)
  * a user who may not load functions, a Redlock whose masters differ; and a
  * server that lost the library (FUNCTION FLUSH: a restart without
  * persistence) gets it again. */
-static int port_of(const char *url)
-{
-    const char *colon = strrchr(url, ':');
-    return colon ? atoi(colon + 1) : 0;
-}
-
 static void exchange(const char *url, const char *base)
 {
     char name[64];
@@ -644,6 +644,23 @@ static void exchange(const char *url, const char *base)
     dlock_client_close(c);
 }
 
+/* FUNCTION FLUSH on the single master; how many dlock libraries it has. */
+static void flush_functions(redisContext *d)
+{
+    redisReply *r = redisCommand(d, "FUNCTION FLUSH");
+    assert_true(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+static size_t dlock_libraries(redisContext *d)
+{
+    redisReply *r = redisCommand(d, "FUNCTION LIST LIBRARYNAME dlock_*");
+    assert_true(r && r->type == REDIS_REPLY_ARRAY);
+    size_t n = r->elements;
+    freeReplyObject(r);
+    return n;
+}
+
 static void test_functions_and_scripts(void **state)
 {
     (void)state;
@@ -651,13 +668,9 @@ static void test_functions_and_scripts(void **state)
     if (!old_url)
         skip();
     redisContext *d = direct();
-    redisReply *r = redisCommand(d, "FUNCTION FLUSH");
-    assert_non_null(r);
-    freeReplyObject(r);
+    flush_functions(d);
     exchange(redis_url, "fcall");
-    r = redisCommand(d, "FUNCTION LIST LIBRARYNAME dlock_*");
-    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
-    freeReplyObject(r);
+    assert_int_equal(dlock_libraries(d), 1);
 
     /* The library vanishes under a held lock: release loads it again. */
     char name[64];
@@ -665,8 +678,7 @@ static void test_functions_and_scripts(void **state)
     dlock_client *c = open_url(redis_url);
     dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
-    r = redisCommand(d, "FUNCTION FLUSH");
-    freeReplyObject(r);
+    flush_functions(d);
     assert_int_equal(dlock_release(a), 0);
     assert_int_equal(rint_cmd(d, "EXISTS dlock:{%s}:lock", name), 0);
     dlock_lock_free(a);
@@ -676,7 +688,7 @@ static void test_functions_and_scripts(void **state)
     exchange(old_url, "noffunc");
     redisContext *o = redisConnect("127.0.0.1", port_of(old_url));
     assert_true(o && !o->err);
-    r = redisCommand(o, "INFO commandstats");
+    redisReply *r = redisCommand(o, "INFO commandstats");
     assert_true(r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cmdstat_evalsha:"));
     freeReplyObject(r);
 
@@ -686,12 +698,9 @@ static void test_functions_and_scripts(void **state)
     freeReplyObject(r);
     char url[256];
     snprintf(url, sizeof url, "redis://dlocknofn:nofn-pw@127.0.0.1:%d", redis_port);
-    r = redisCommand(d, "FUNCTION FLUSH");
-    freeReplyObject(r);
+    flush_functions(d);
     exchange(url, "nofnuser");
-    r = redisCommand(d, "FUNCTION LIST LIBRARYNAME dlock_*");
-    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements == 0);
-    freeReplyObject(r);
+    assert_int_equal(dlock_libraries(d), 0);
 
     /* Redlock over masters with and without functions: every one of them
      * takes part (the lock is on all three). */
@@ -1423,8 +1432,7 @@ int main(void)
         fprintf(stderr, "test_redis: run me through tests/servers.sh (DLOCK_TEST_REDIS unset)\n");
         return 1;
     }
-    const char *colon = strrchr(redis_url, ':');
-    redis_port = colon ? atoi(colon + 1) : 0;
+    redis_port = port_of(redis_url);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_and_tokens),
         cmocka_unit_test(test_release_after_expiry_spares_new_holder),

@@ -618,17 +618,24 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
     }
 }
 
-int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
+/* "WHAT LOAD code" on c (FUNCTION or SCRIPT). */
+static int load_call(rconn *c, const rconf *cf, const char *what, const char *code,
+                     redisReply **r, char *err, size_t errlen)
 {
     rcmd cmd;
+    rcmd_init(&cmd);
+    rcmd_add(&cmd, what);
+    rcmd_add(&cmd, "LOAD");
+    rcmd_add(&cmd, code);
+    return rconn_call(c, &cmd, 1, r, cf->op_timeout_ms, -1, NULL, err, errlen);
+}
+
+int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
+{
     redisReply *r;
     int rc;
     if (!atomic_load(&cf->scripts)) {
-        rcmd_init(&cmd);
-        rcmd_add(&cmd, "FUNCTION");
-        rcmd_add(&cmd, "LOAD");
-        rcmd_add(&cmd, rd_lock_script_library);
-        rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
+        rc = load_call(c, cf, "FUNCTION", rd_lock_script_library, &r, err, errlen);
         if (rc != RD_OK)
             return rc;
         /* The library's name carries its content's hash: one that exists
@@ -643,11 +650,7 @@ int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
          * the script does the same, only builds its helpers per call. */
         atomic_store(&cf->scripts, true);
     }
-    rcmd_init(&cmd);
-    rcmd_add(&cmd, "SCRIPT");
-    rcmd_add(&cmd, "LOAD");
-    rcmd_add(&cmd, rd_lock_script);
-    rc = rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, errlen);
+    rc = load_call(c, cf, "SCRIPT", rd_lock_script, &r, err, errlen);
     if (rc != RD_OK)
         return rc;
     if (r->type != REDIS_REPLY_STRING || r->len != 40 ||
@@ -801,6 +804,8 @@ void rd_conf_free(rconf *cf)
 
 void rd_script_retarget(rcmd *c, const rconf *cf)
 {
+    if (c->argc < 2 || (strcmp(c->argv[0], "FCALL") != 0 && strcmp(c->argv[0], "EVALSHA") != 0))
+        return; /* not a call of the lock script */
     bool scripts = atomic_load(&cf->scripts);
     c->argv[0] = scripts ? "EVALSHA" : "FCALL";
     c->argv[1] = scripts ? rd_lock_script_sha : rd_lock_script_function;
@@ -811,8 +816,8 @@ void rd_script_retarget(rcmd *c, const rconf *cf)
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
 {
     rcmd_init(c);
-    rcmd_add(c, "");
-    rcmd_add(c, "");
+    rcmd_add(c, "FCALL");
+    rcmd_add(c, rd_lock_script_function);
     rd_script_retarget(c, cf);
     rcmd_add(c, "1");
     rcmd_add(c, key);

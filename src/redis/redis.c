@@ -183,9 +183,7 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
                 return RD_EIO;
             }
             for (int i = 0; i < n; i++)
-                if (strcmp(cmds[i].argv[0], "FCALL") == 0 ||
-                    strcmp(cmds[i].argv[0], "EVALSHA") == 0)
-                    rd_script_retarget(&cmds[i], &rc->cf);
+                rd_script_retarget(&cmds[i], &rc->cf);
             again = true;
         } else if (rc->mode == MODE_CLUSTER && last->type == REDIS_REPLY_ERROR &&
                    (strncmp(last->str, "MOVED ", 6) == 0 || strncmp(last->str, "ASK ", 4) == 0)) {

@@ -150,7 +150,8 @@ extern const char rd_lock_script_library[], rd_lock_script_function[];
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
 
 /* Point a script call built by rd_script_cmd at the form cf now uses
- * (after rd_load_script found that a server only takes scripts). */
+ * (after rd_load_script found that a server only takes scripts); any
+ * other command is left as it is. */
 void rd_script_retarget(rcmd *c, const rconf *cf);
 
 /* A reply saying the server lacks the lock script (NOSCRIPT, no such
