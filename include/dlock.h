@@ -170,6 +170,15 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock);
 /* A descriptor that becomes readable when the held lock is lost. Owned by the
  * handle; valid until dlock_lock_free. */
 DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
+/*
+ * How many more milliseconds the held lock is certain to be valid: for a
+ * lease, the time until its deadline minus the clock-drift allowance — the
+ * moment it is declared lost unless a renewal succeeds first. -1 when the
+ * lock is held but its liveness is not a lease (kernel lock, session); 0
+ * when it is not held (or that moment has passed). A supervisor that may be
+ * stopped along with its process can use it to stop work in time.
+ */
+DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock);
 /* Re-entry count (0 when not held). */
 DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock);
 

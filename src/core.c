@@ -118,6 +118,19 @@ int dl_ms_left(int64_t deadline_ns)
     return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
+int64_t dl_drift_ns(int ttl_ms)
+{
+    return (int64_t)ttl_ms * 10000LL + 2000000LL;
+}
+
+int dl_op_timeout_ms(const dlock_lock *l, int op_timeout_ms)
+{
+    if (l->op_deadline_ns <= 0)
+        return op_timeout_ms;
+    int left = dl_ms_left(l->op_deadline_ns);
+    return op_timeout_ms >= 0 && op_timeout_ms < left ? op_timeout_ms : left;
+}
+
 int dl_random(void *buf, size_t n)
 {
     unsigned char *p = buf;
@@ -747,7 +760,7 @@ static int64_t deadline_from(int timeout_ms)
 static bool granted_too_late(const dlock_lock *l, int64_t started)
 {
     int64_t ttl = (int64_t)l->opts.ttl_ms * 1000000LL;
-    return dl_now_ns() >= started + ttl - (ttl / 100 + 2000000LL);
+    return dl_now_ns() >= started + ttl - dl_drift_ns(l->opts.ttl_ms);
 }
 
 static int acquire_until(dlock_lock *l, int64_t deadline_ns)
@@ -918,6 +931,20 @@ DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock)
     if (atomic_load(&lock->state) == DLOCK_STATE_LOST)
         signal_fd(fd);
     return fd;
+}
+
+DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock)
+{
+    if (!lock || dlock_state(lock) != DLOCK_STATE_HELD)
+        return 0;
+    dlock_lock *l = (dlock_lock *)lock;
+    if (!uses_lease(l))
+        return -1;
+    pthread_mutex_lock(&l->c->mu);
+    int64_t until = l->in_lease_list ? l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms) : 0;
+    pthread_mutex_unlock(&l->c->mu);
+    int64_t left = until - dl_now_ns();
+    return left > 0 ? left / 1000000LL : 0;
 }
 
 DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)

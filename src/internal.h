@@ -151,6 +151,14 @@ struct dlock_lock {
      * lease then ends at lease_start_ns + ttl. 0: the call's start. */
     int64_t lease_start_ns;
 
+    /* A hard bound (CLOCK_MONOTONIC ns, 0: none beyond the op timeout) that
+     * no request of the backend call in progress may wait past, set by the
+     * core before acquire (the acquisition's deadline plus
+     * DL_DEADLINE_MARGIN_MS) and renew (the moment the lease will be
+     * declared lost). Backends bound every connect and request with
+     * dl_op_timeout_ms(). */
+    int64_t op_deadline_ns;
+
     /* Lease bookkeeping (guarded by c->mu). */
     int64_t acquired_ns;     /* monotonic time the lease began, conservatively */
     int64_t lease_deadline_ns;
@@ -177,6 +185,18 @@ int dl_cancel_fd(dlock_lock *l);
 
 /* Mark a held lock lost (idempotent): state, lost fd, callback. */
 void dl_mark_lost(dlock_lock *l, const char *why);
+
+/* How far past its deadline an acquisition may run to learn the outcome
+ * of a request already sent (documented in dlock.h and dlock(1)). */
+#define DL_DEADLINE_MARGIN_MS 100
+
+/* The clock-drift allowance of a lease of ttl_ms: ttl/100 + 2 ms. A lease
+ * is declared lost this long before its deadline on our clock. */
+int64_t dl_drift_ns(int ttl_ms);
+
+/* Milliseconds a request of l's current backend call may wait: op_timeout_ms
+ * cut to what is left until l->op_deadline_ns (0 when that has passed). */
+int dl_op_timeout_ms(const dlock_lock *l, int op_timeout_ms);
 
 /* Monotonic and wall clocks in nanoseconds. */
 int64_t dl_now_ns(void);
