@@ -559,7 +559,15 @@ static int file_client_open(dlock_client *c, const dl_url *url)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     }
     const char *sync = dl_url_param(url, "sync");
-    fc->sync = sync && (strcmp(sync, "1") == 0 || strcmp(sync, "true") == 0 || !*sync);
+    bool sync_on = sync && (!*sync || strcmp(sync, "1") == 0 || strcmp(sync, "true") == 0);
+    if (sync && !sync_on && strcmp(sync, "0") != 0 && strcmp(sync, "false") != 0) {
+        free(fc->dir);
+        free(fc);
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: parameter sync wants 1, true, 0 or false, not \"%s\"",
+                             url->redacted, sync);
+    }
+    fc->sync = sync_on;
     bool shared_default = strcmp(fc->dir, DL_FILE_DEFAULT_DIR) == 0;
     int rc = 0;
     /* Create the last component only: a missing parent is a mistake in the
@@ -1033,6 +1041,7 @@ const dl_backend dl_backend_file = {
     .version = DL_BACKEND_V1,
     .name = "file",
     .schemes = "file",
+    .params = "sync",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
     .liveness = "kernel releases the lock when the holder's process dies",

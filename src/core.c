@@ -265,20 +265,26 @@ DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i)
     return i < REGISTRY_N ? &registry_info[i] : NULL;
 }
 
+/* Whether word is one of the space-separated words of list (NULL: none). */
+static bool word_in(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *s = list ? list : ""; *s;) {
+        size_t w = strcspn(s, " ");
+        if (w == n && strncmp(s, word, n) == 0)
+            return true;
+        s += w;
+        while (*s == ' ')
+            s++;
+    }
+    return false;
+}
+
 const dl_backend *dl_backend_for_scheme(const char *scheme)
 {
-    size_t n = strlen(scheme);
-    for (size_t i = 0; i < REGISTRY_N; i++) {
-        const char *s = registry[i]->schemes;
-        while (*s) {
-            size_t w = strcspn(s, " ");
-            if (w == n && strncmp(s, scheme, n) == 0)
-                return registry[i];
-            s += w;
-            while (*s == ' ')
-                s++;
-        }
-    }
+    for (size_t i = 0; i < REGISTRY_N; i++)
+        if (word_in(registry[i]->schemes, scheme))
+            return registry[i];
     return NULL;
 }
 
@@ -286,11 +292,15 @@ const dl_backend *dl_backend_for_scheme(const char *scheme)
 
 DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts)
 {
+    if (!opts)
+        return;
     memset(opts, 0, sizeof *opts);
 }
 
 DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts)
 {
+    if (!opts)
+        return;
     memset(opts, 0, sizeof *opts);
     opts->kind = DLOCK_EXCLUSIVE;
     opts->permits = 1;
@@ -305,6 +315,55 @@ static int open_fail(int code, const char *fmt, ...)
     vset(open_errmsg, fmt, ap);
     va_end(ap);
     return code;
+}
+
+#define DL_MAX_TIMEOUT_MS 3600000
+
+/* A timeout parameter of the URL, for an option the caller left at 0. */
+static int timeout_param(const dl_url *u, const char *key, int *field)
+{
+    const char *v = dl_url_param(u, key);
+    if (!v || *field != 0)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < 1 || x > DL_MAX_TIMEOUT_MS)
+        return open_fail(DLOCK_EURL, "%s: parameter %s wants milliseconds from 1 to %d, not \"%s\"",
+                         u->redacted, key, DL_MAX_TIMEOUT_MS, v);
+    *field = (int)x;
+    return 0;
+}
+
+/* Check the caller's options and the URL's parameters: every parameter
+ * must be one the backend or the core reads — a typo is an error, never
+ * silently ignored — and the core's own fill the options left at 0. */
+static int opts_from_url(const dl_backend *be, const dl_url *u, dlock_client_opts *o)
+{
+    if (o->connect_timeout_ms < 0 || o->connect_timeout_ms > DL_MAX_TIMEOUT_MS ||
+        o->op_timeout_ms < 0 || o->op_timeout_ms > DL_MAX_TIMEOUT_MS)
+        return open_fail(DLOCK_EINVAL,
+                         "connect_timeout_ms and op_timeout_ms must be 0 (default) to %d ms, "
+                         "not %d and %d",
+                         DL_MAX_TIMEOUT_MS, o->connect_timeout_ms, o->op_timeout_ms);
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key;
+        if (!word_in(DL_CORE_PARAMS, k) && !word_in(be->params, k))
+            return open_fail(DLOCK_EURL, "%s: unknown parameter \"%s\" (%s:// takes: %s%s%s)",
+                             u->redacted, k, u->scheme, be->params ? be->params : "",
+                             be->params && *be->params ? " " : "", DL_CORE_PARAMS);
+    }
+    int rc = timeout_param(u, "connect_timeout_ms", &o->connect_timeout_ms);
+    return rc ? rc : timeout_param(u, "op_timeout_ms", &o->op_timeout_ms);
+}
+
+static void client_free(dlock_client *c)
+{
+    pthread_cond_destroy(&c->watch_cv);
+    pthread_cond_destroy(&c->renew_cv);
+    pthread_mutex_destroy(&c->mu);
+    dl_url_free(c->url);
+    free(c);
 }
 
 DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
@@ -336,6 +395,14 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         dl_url_free(u);
         return DLOCK_ENOTSUP;
     }
+    dlock_client_opts o = {0};
+    if (opts)
+        o = *opts;
+    rc = opts_from_url(be, u, &o);
+    if (rc) {
+        dl_url_free(u);
+        return rc;
+    }
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) {
         dl_url_free(u);
@@ -343,26 +410,25 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     }
     c->be = be;
     c->url = u;
-    if (opts)
-        c->opts = *opts;
-    if (c->opts.connect_timeout_ms <= 0)
+    c->opts = o;
+    if (c->opts.connect_timeout_ms == 0)
         c->opts.connect_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
-    if (c->opts.op_timeout_ms <= 0)
+    if (c->opts.op_timeout_ms == 0)
         c->opts.op_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->renew_cv, &ca);
+    pthread_cond_init(&c->watch_cv, &ca);
     pthread_condattr_destroy(&ca);
     rc = be->client_open(c, u);
     if (rc) {
         /* client_open reported through dl_client_err, which also fills
          * open_errmsg for this thread. */
-        pthread_cond_destroy(&c->renew_cv);
-        pthread_mutex_destroy(&c->mu);
+        c->url = NULL;
+        client_free(c);
         dl_url_free(u);
-        free(c);
         return rc;
     }
     *out = c;
@@ -385,24 +451,60 @@ DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client)
 }
 
 static void renew_stop(dlock_client *c);
+static int release_now(dlock_lock *l);
 
+/*
+ * Release what every handle holds, then stop the client. The handles stay
+ * allocated (their owners free them) but are detached: their backend state
+ * is gone, an acquisition answers DLOCK_EINVAL, and the client's memory
+ * lives until the last of them is freed.
+ */
 DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 {
     if (!client)
         return;
+    pthread_mutex_lock(&client->mu);
+    client->closed = true;
+    dlock_lock *first = client->handles;
+    pthread_mutex_unlock(&client->mu);
+    for (dlock_lock *l = first; l; l = l->next_handle) {
+        int st = atomic_load(&l->state);
+        if (st == DLOCK_STATE_HELD || st == DLOCK_STATE_LOST) {
+            l->count = 1;
+            (void)release_now(l);
+        }
+        if (client->be->lock_fini)
+            client->be->lock_fini(l);
+        l->detached = true;
+    }
     renew_stop(client);
     if (client->be->client_close)
         client->be->client_close(client);
-    pthread_cond_destroy(&client->renew_cv);
-    pthread_mutex_destroy(&client->mu);
-    dl_url_free(client->url);
-    free(client);
+    pthread_mutex_lock(&client->mu);
+    bool last = client->handles == NULL;
+    pthread_mutex_unlock(&client->mu);
+    if (last)
+        client_free(client);
 }
 
 /* ---- lease renewal ----------------------------------------------------- */
 
 static bool lost_publish(dlock_lock *l, const char *why);
 static void lost_notify(dlock_lock *l);
+
+/* The moment a lease is declared lost: its deadline on our clock minus the
+ * drift allowance, so that the holder is told before the server can let
+ * anyone else in even if our clock runs a little slow. */
+static int64_t loss_at(const dlock_lock *l)
+{
+    return l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms);
+}
+
+static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at_ns)
+{
+    struct timespec ts = {.tv_sec = at_ns / 1000000000LL, .tv_nsec = at_ns % 1000000000LL};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
 
 /* Take l off the renewal list and publish its loss, both under c->mu, so
  * that dlock_state never sees a lock that is off the list but still HELD;
@@ -418,9 +520,11 @@ static bool unlist_lost(dlock_client *c, dlock_lock *l, const char *why)
 }
 
 /*
- * One thread per client renews every held lease at ttl/3 and declares a lock
- * lost when renewal says so, or when its lease deadline (measured from the
- * moment before the acquisition request was sent) passes without a renewal.
+ * The renewal thread renews every held lease at ttl/3. Each request is
+ * bounded by the moment its lease will be declared lost (op_deadline_ns),
+ * so it never waits on a stalled server past the point where waiting could
+ * help. It decides a loss only when the server says the lock is not ours;
+ * the clock is the watchdog's business.
  */
 static void *renew_main(void *arg)
 {
@@ -432,50 +536,46 @@ static void *renew_main(void *arg)
         int64_t wake = now + 3600LL * 1000000000LL;
         dlock_lock *due = NULL;
         for (dlock_lock *l = c->leased; l; l = l->next_leased) {
-            if (l->lease_deadline_ns <= now || l->next_renew_ns <= now) {
+            if (l->next_renew_ns <= now) {
                 due = l;
                 break;
             }
             if (l->next_renew_ns < wake)
                 wake = l->next_renew_ns;
-            if (l->lease_deadline_ns < wake)
-                wake = l->lease_deadline_ns;
         }
         if (!due) {
-            struct timespec ts = {.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL};
             c->renew_wake_ns = wake;
-            pthread_cond_timedwait(&c->renew_cv, &c->mu, &ts);
+            wait_until(&c->renew_cv, &c->mu, wake);
             c->renew_wake_ns = 0; /* awake: new locks are seen without a signal */
             continue;
         }
-        if (due->lease_deadline_ns <= now) {
-            if (unlist_lost(c, due, "lease deadline passed without a successful renewal")) {
-                pthread_mutex_unlock(&c->mu);
-                lost_notify(due);
-                pthread_mutex_lock(&c->mu);
-            }
-            continue;
-        }
-        /* Renew outside the client mutex: the backend call may take up to
-         * the op timeout, and other locks must not wait for it. The lock's
-         * own mutex keeps release from running concurrently. */
+        /* Renew outside the client mutex: other locks must not wait for this
+         * request. The lock's own mutex keeps release from running
+         * concurrently. */
         dlock_lock *l = due;
         int ttl = l->opts.ttl_ms;
         l->next_renew_ns = now + (int64_t)ttl * 1000000LL / 3;
+        int64_t bound = loss_at(l);
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_lock(&l->mu);
         int64_t started = dl_now_ns();
-        int rc = DLOCK_ENOTHELD;
+        int rc = DLOCK_ETIMEDOUT; /* too late to try: the watchdog decides */
         l->lease_start_ns = 0;
-        if (atomic_load(&l->state) == DLOCK_STATE_HELD)
+        if (atomic_load(&l->state) != DLOCK_STATE_HELD) {
+            rc = DLOCK_ENOTHELD;
+        } else if (started < bound) {
+            l->op_deadline_ns = bound;
             rc = c->be->renew(l);
+            l->op_deadline_ns = 0;
+        }
         if (rc == 0 && l->lease_start_ns)
             started = l->lease_start_ns;
         pthread_mutex_unlock(&l->mu);
         pthread_mutex_lock(&c->mu);
         if (!l->in_lease_list)
-            continue; /* released meanwhile */
+            continue; /* released, or declared lost by the watchdog meanwhile */
         if (rc == 0) {
+            /* A later deadline: the watchdog finds it when it next looks. */
             l->lease_deadline_ns = started + (int64_t)ttl * 1000000LL;
         } else if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
             if (unlist_lost(c, l, l->renew_err)) {
@@ -492,19 +592,71 @@ static void *renew_main(void *arg)
     return NULL;
 }
 
+/*
+ * The watchdog declares a lease lost at loss_at() — callback, descriptor,
+ * state — whatever the renewal thread is doing: a renewal stuck on a frozen
+ * network must not keep a holder believing in a lease the server has
+ * already ended, nor delay the loss of another lock.
+ */
+static void *watch_main(void *arg)
+{
+    dlock_client *c = arg;
+    in_renewal_thread = true;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        int64_t now = dl_now_ns();
+        int64_t wake = now + 3600LL * 1000000000LL;
+        dlock_lock *due = NULL;
+        for (dlock_lock *l = c->leased; l; l = l->next_leased) {
+            int64_t at = loss_at(l);
+            if (at <= now) {
+                due = l;
+                break;
+            }
+            if (at < wake)
+                wake = at;
+        }
+        if (!due) {
+            c->watch_wake_ns = wake;
+            wait_until(&c->watch_cv, &c->mu, wake);
+            c->watch_wake_ns = 0;
+            continue;
+        }
+        if (unlist_lost(c, due, "no renewal succeeded before the lease ran out (less the "
+                                "clock-drift allowance)")) {
+            pthread_mutex_unlock(&c->mu);
+            lost_notify(due);
+            pthread_mutex_lock(&c->mu);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Start the client's renewal thread and watchdog on first use (c->mu held). */
+static int lease_threads_start(dlock_lock *l)
+{
+    dlock_client *c = l->c;
+    int rc = 0;
+    if (!c->renew_started && (rc = pthread_create(&c->renew_thread, NULL, renew_main, c)) == 0)
+        c->renew_started = true;
+    if (rc == 0 && !c->watch_started &&
+        (rc = pthread_create(&c->watch_thread, NULL, watch_main, c)) == 0)
+        c->watch_started = true;
+    return rc ? dl_lock_err(l, DLOCK_ENOMEM, "cannot start the lease renewal threads: %s",
+                            strerror(rc))
+              : 0;
+}
+
 static int lease_track(dlock_lock *l, int64_t started_ns)
 {
     dlock_client *c = l->c;
     int64_t ttl_ns = (int64_t)l->opts.ttl_ms * 1000000LL;
     pthread_mutex_lock(&c->mu);
-    if (!c->renew_started) {
-        int rc = pthread_create(&c->renew_thread, NULL, renew_main, c);
-        if (rc) {
-            pthread_mutex_unlock(&c->mu);
-            return dl_lock_err(l, DLOCK_ENOMEM, "cannot start the lease renewal thread: %s",
-                               strerror(rc));
-        }
-        c->renew_started = true;
+    int rc = lease_threads_start(l);
+    if (rc) {
+        pthread_mutex_unlock(&c->mu);
+        return rc;
     }
     l->acquired_ns = started_ns;
     l->lease_deadline_ns = started_ns + ttl_ns;
@@ -512,11 +664,13 @@ static int lease_track(dlock_lock *l, int64_t started_ns)
     l->next_leased = c->leased;
     c->leased = l;
     l->in_lease_list = true;
-    /* Wake the thread only if it sleeps past this lease's first renewal:
-     * with locks taken and given back all the time, it rarely is, and a
-     * wake-up per acquisition would cost more than the acquisition. */
+    /* Wake a thread only if it sleeps past this lease's first renewal or
+     * loss: with locks taken and given back all the time, it rarely does,
+     * and a wake-up per acquisition would cost more than the acquisition. */
     if (c->renew_wake_ns && l->next_renew_ns < c->renew_wake_ns)
         pthread_cond_signal(&c->renew_cv);
+    if (c->watch_wake_ns && loss_at(l) < c->watch_wake_ns)
+        pthread_cond_signal(&c->watch_cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
 }
@@ -539,11 +693,14 @@ static void renew_stop(dlock_client *c)
 {
     pthread_mutex_lock(&c->mu);
     c->stopping = true;
-    bool started = c->renew_started;
     pthread_cond_signal(&c->renew_cv);
+    pthread_cond_signal(&c->watch_cv);
     pthread_mutex_unlock(&c->mu);
-    if (started)
+    if (c->renew_started)
         pthread_join(c->renew_thread, NULL);
+    if (c->watch_started)
+        pthread_join(c->watch_thread, NULL);
+    c->renew_started = c->watch_started = false;
 }
 
 static bool uses_lease(const dlock_lock *l)
@@ -599,6 +756,8 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     if (!out || !client)
         return DLOCK_EINVAL;
     *out = NULL;
+    if (client->closed)
+        return dl_client_err(client, DLOCK_EINVAL, "the client was closed");
     char why[128];
     int rc = dlock_name_valid(name, why, sizeof why);
     if (rc)
@@ -658,6 +817,12 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
             goto fail;
         }
     }
+    pthread_mutex_lock(&client->mu);
+    l->next_handle = client->handles;
+    if (client->handles)
+        client->handles->prev_handle = l;
+    client->handles = l;
+    pthread_mutex_unlock(&client->mu);
     *out = l;
     return 0;
 fail:
@@ -668,26 +833,38 @@ fail:
     return rc;
 }
 
-static int release_now(dlock_lock *l);
-
 DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
 {
     if (!lock)
         return;
-    int st = atomic_load(&lock->state);
-    if (st == DLOCK_STATE_HELD || st == DLOCK_STATE_LOST) {
-        lock->count = 1;
-        (void)release_now(lock);
+    dlock_client *c = lock->c;
+    if (!lock->detached) { /* else dlock_client_close released it already */
+        int st = atomic_load(&lock->state);
+        if (st == DLOCK_STATE_HELD || st == DLOCK_STATE_LOST) {
+            lock->count = 1;
+            (void)release_now(lock);
+        }
+        if (c->be->lock_fini)
+            c->be->lock_fini(lock);
     }
-    if (lock->c->be->lock_fini)
-        lock->c->be->lock_fini(lock);
     int lfd = atomic_load(&lock->lost_fd);
     if (lfd >= 0)
         close(lfd);
+    pthread_mutex_lock(&c->mu);
+    if (lock->prev_handle)
+        lock->prev_handle->next_handle = lock->next_handle;
+    else
+        c->handles = lock->next_handle;
+    if (lock->next_handle)
+        lock->next_handle->prev_handle = lock->prev_handle;
+    bool client_gone = c->closed && !c->handles;
+    pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&lock->cancel_mu);
     pthread_mutex_destroy(&lock->mu);
     free(lock->name);
     free(lock);
+    if (client_gone)
+        client_free(c); /* the last handle of a closed client */
 }
 
 DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock)
@@ -765,6 +942,8 @@ static bool granted_too_late(const dlock_lock *l, int64_t started)
 
 static int acquire_until(dlock_lock *l, int64_t deadline_ns)
 {
+    if (l->detached)
+        return dl_lock_err(l, DLOCK_EINVAL, "lock \"%s\": its client was closed", l->name);
     int st = atomic_load(&l->state);
     if (st == DLOCK_STATE_HELD) {
         if (l->count == 0xffffffffu)
@@ -786,6 +965,10 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started;
     pthread_mutex_lock(&l->mu);
+    /* No request may keep the caller past its deadline (plus the margin to
+     * read a reply already on its way), whatever the servers do. */
+    l->op_deadline_ns =
+        deadline_ns > 0 ? deadline_ns + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000LL : 0;
     for (;;) {
         started = dl_now_ns();
         l->lease_start_ns = 0;
@@ -811,6 +994,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
         if (rc)
             break;
     }
+    l->op_deadline_ns = 0;
     cancel_disarm(l);
     if (rc == 0) {
         l->count = 1;
@@ -904,7 +1088,7 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
      * if that thread has not run yet. */
     pthread_mutex_lock(&l->c->mu);
     int st = atomic_load(&l->state);
-    if (st == DLOCK_STATE_HELD && l->in_lease_list && dl_now_ns() >= l->lease_deadline_ns)
+    if (st == DLOCK_STATE_HELD && l->in_lease_list && dl_now_ns() >= loss_at(l))
         st = DLOCK_STATE_LOST;
     pthread_mutex_unlock(&l->c->mu);
     return (dlock_state_t)st;
@@ -982,23 +1166,28 @@ DLOCK_EXTERN int dlock_acquire_all(dlock_lock **locks, size_t n, int timeout_ms)
 {
     if (!locks || n == 0)
         return DLOCK_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i])
+            return DLOCK_EINVAL;
     dlock_lock **sorted = malloc(n * sizeof *sorted);
     if (!sorted)
         return DLOCK_ENOMEM;
     memcpy(sorted, locks, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, by_name);
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!sorted[i] || (i > 0 && strcmp(sorted[i]->name, sorted[i - 1]->name) == 0 &&
-                           sorted[i]->c == sorted[i - 1]->c)) {
-            rc = sorted[i] ? dl_lock_err(sorted[i], DLOCK_EINVAL,
-                                         "lock \"%s\" appears twice in one multi-lock",
-                                         sorted[i]->name)
-                           : DLOCK_EINVAL;
+    for (size_t i = 1; i < n; i++) {
+        /* Two handles of one name on one client would wait for each other
+         * until the timeout: refuse, and say so on every handle. */
+        if (strcmp(sorted[i]->name, sorted[i - 1]->name) == 0 &&
+            sorted[i]->c == sorted[i - 1]->c) {
+            for (size_t k = 0; k < n; k++)
+                dl_lock_err(sorted[k], DLOCK_EINVAL,
+                            "lock \"%s\" appears twice in one multi-lock (one handle per name)",
+                            sorted[i]->name);
             free(sorted);
-            return rc;
+            return DLOCK_EINVAL;
         }
     }
+    int rc = 0;
     int64_t deadline = deadline_from(timeout_ms);
     size_t got = 0;
     for (; got < n; got++) {

@@ -99,7 +99,16 @@ typedef struct dl_backend {
     int (*get_value)(dlock_client *c, const char *name, char *buf, size_t len);
     /* Take NAME from whoever holds it (see dlock_break); fills broken. */
     int (*break_lock)(dlock_client *c, const char *name, dlock_info *broken);
+
+    /* URL query parameters the backend reads, space separated (besides the
+     * core's own, DL_CORE_PARAMS). Any other is a malformed URL: a typo
+     * must not be silently ignored. */
+    const char *params;
 } dl_backend;
+
+/* Query parameters every backend takes: they fill dlock_client_opts fields
+ * the caller left at 0, so that a CLI user can set them too. */
+#define DL_CORE_PARAMS "connect_timeout_ms op_timeout_ms"
 
 extern const dl_backend dl_backend_file;
 
@@ -113,13 +122,22 @@ struct dlock_client {
     pthread_mutex_t mu; /* guards errmsg, the renewal list and thread */
     char errmsg[DL_ERRMSG_MAX];
 
-    /* Lease renewal: one background thread per client, started on first use. */
-    pthread_t renew_thread;
-    bool renew_started;
+    /* Lease renewal: one background thread per client, started on first use,
+     * and beside it a watchdog that declares a lease lost at its deadline
+     * whatever the renewal thread is waiting for. */
+    pthread_t renew_thread, watch_thread;
+    bool renew_started, watch_started;
     bool stopping;
-    pthread_cond_t renew_cv;
+    pthread_cond_t renew_cv, watch_cv;
     int64_t renew_wake_ns; /* when the renewal thread means to look next */
+    int64_t watch_wake_ns; /* when the watchdog means to look next */
     dlock_lock *leased;    /* held lease locks, linked by next_leased */
+
+    /* Every lock handle of the client (guarded by mu), so that closing the
+     * client can release what they hold. A closed client with handles left
+     * lives on, emptied, until the last of them is freed. */
+    dlock_lock *handles;
+    bool closed;
 };
 
 struct dlock_lock {
@@ -165,6 +183,9 @@ struct dlock_lock {
     int64_t next_renew_ns;
     dlock_lock *next_leased;
     bool in_lease_list;
+
+    dlock_lock *prev_handle, *next_handle; /* in c->handles (guarded by c->mu) */
+    bool detached; /* the client was closed: only dlock_lock_free is useful */
 };
 
 /* Set an error message on the handle and return code (printf-like). From

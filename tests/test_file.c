@@ -718,6 +718,132 @@ static void test_errors_table(void **state)
     assert_null(dlock_backend_at(n));
 }
 
+/* Closing a client gives back what its handles hold (issue 16, item 3):
+ * another process sees the lock free at once, and the handles, detached,
+ * can still be freed afterwards — before the client's memory goes. */
+static void test_close_releases_held_locks(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *held = new_lock(c, "close-held", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *twice = new_lock(c, "close-twice", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *idle = new_lock(c, "close-idle", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(held, 0), 0);
+    assert_int_equal(dlock_acquire(twice, 0), 0);
+    assert_int_equal(dlock_acquire(twice, 0), 0); /* re-entered: still one release */
+    dlock_client_close(c);
+
+    /* Another process, so that the kernel's view decides, not ours. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dlock_client *c2 = NULL;
+        dlock_lock *a = NULL, *b = NULL;
+        int ok = dlock_client_open(&c2, url, NULL) == 0 &&
+                 dlock_lock_new(&a, c2, "close-held", NULL) == 0 &&
+                 dlock_lock_new(&b, c2, "close-twice", NULL) == 0 && dlock_acquire(a, 0) == 0 &&
+                 dlock_acquire(b, 0) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    /* Detached handles: idle, an acquisition refused with a reason, and
+     * freeing them (in any order) is safe; the last one frees the client. */
+    assert_int_equal(dlock_state(held), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_release(held), DLOCK_ENOTHELD);
+    assert_int_equal(dlock_acquire(idle, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_lock_errmsg(idle), "closed"));
+    dlock_lock_free(twice);
+    dlock_lock_free(held);
+    dlock_lock_free(idle);
+}
+
+/* NULL where a pointer is wanted is DLOCK_EINVAL (or nothing), never a
+ * crash (issue 16, item 6). */
+static void test_null_arguments(void **state)
+{
+    (void)state;
+    dlock_lock_opts_init(NULL);
+    dlock_client_opts_init(NULL);
+    dlock_client *c = open_client();
+    dlock_lock *a = new_lock(c, "null-a", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *set[3] = {a, NULL, a};
+    assert_int_equal(dlock_acquire_all(set, 2, 0), DLOCK_EINVAL);
+    dlock_lock *only_null[1] = {NULL};
+    assert_int_equal(dlock_acquire_all(only_null, 1, 0), DLOCK_EINVAL);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_acquire(NULL, 0), DLOCK_EINVAL);
+    assert_int_equal(dlock_release(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_valid_ms(NULL), 0);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+}
+
+/* Two handles of one name in one multi-lock: refused, and every handle says
+ * why (it used to be EINVAL with an empty message; issue 16, item 10). */
+static void test_multi_lock_same_name_twice(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *a = new_lock(c, "twice-x", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *b = new_lock(c, "twice-y", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *a2 = new_lock(c, "twice-x", DLOCK_EXCLUSIVE, 1);
+    dlock_lock *set[3] = {a, b, a2};
+    assert_int_equal(dlock_acquire_all(set, 3, 0), DLOCK_EINVAL);
+    for (int i = 0; i < 3; i++)
+        assert_non_null(strstr(dlock_lock_errmsg(set[i]), "appears twice"));
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(a2);
+    dlock_client_close(c);
+}
+
+/* A parameter the backend does not read is a malformed URL naming it, not
+ * a silently ignored typo; bad values and negative timeouts are refused
+ * (issue 16, item 9). */
+static void test_url_parameters_checked(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"?wiat=2", "?bogus=1", "?sync=2",
+                                      "?connect_timeout_ms=abc", "?op_timeout_ms=-5",
+                                      "?op_timeout_ms=0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char u[400];
+        snprintf(u, sizeof u, "%s%s", url, bad[i]);
+        dlock_client *c = NULL;
+        assert_int_equal(dlock_client_open(&c, u, NULL), DLOCK_EURL);
+        assert_null(c);
+        const char *name = bad[i] + 1;
+        char key[32];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(name, "="), name);
+        if (!strstr(dlock_client_errmsg(NULL), key))
+            fail_msg("%s: message does not name %s: %s", bad[i], key, dlock_client_errmsg(NULL));
+    }
+    static const char *const good[] = {"?sync=1", "?sync=0", "?sync",
+                                       "?connect_timeout_ms=500&op_timeout_ms=700"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char u[400];
+        snprintf(u, sizeof u, "%s%s", url, good[i]);
+        dlock_client *c = NULL;
+        if (dlock_client_open(&c, u, NULL) != 0)
+            fail_msg("%s: %s", u, dlock_client_errmsg(NULL));
+        dlock_client_close(c);
+    }
+    dlock_client_opts o;
+    dlock_client_opts_init(&o);
+    o.op_timeout_ms = -1;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, &o), DLOCK_EINVAL);
+    o.op_timeout_ms = 0;
+    o.connect_timeout_ms = -20;
+    assert_int_equal(dlock_client_open(&c, url, &o), DLOCK_EINVAL);
+    assert_null(c);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/dlock-test-XXXXXX");
@@ -743,6 +869,10 @@ int main(void)
         cmocka_unit_test(test_inspect_and_list),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_corrupt_token_refused),
+        cmocka_unit_test(test_close_releases_held_locks),
+        cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_multi_lock_same_name_twice),
+        cmocka_unit_test(test_url_parameters_checked),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];

@@ -792,6 +792,7 @@ const dl_backend dl_backend_redis = {
     .version = DL_BACKEND_V1,
     .name = "redis",
     .schemes = "redis redis+sentinel redis+cluster",
+    .params = "wait wait_timeout",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",

@@ -1,0 +1,169 @@
+/*
+ * test_lease.c — the core's lease bookkeeping against a real Redis server
+ * that the test freezes (SIGSTOP): a held lease is declared lost at its
+ * local deadline minus the drift allowance, before the server lets anyone
+ * else in, whatever the renewal request is waiting for; a renewal stuck on
+ * one lock does not delay the loss of another; closing a client gives its
+ * locks back. Runs inside tests/servers.sh (a "redis" server of its own, named "single" there).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+
+/* Renewal requests may wait 5 s here: the code before the watchdog declared
+ * a loss only after such a request timed out, long after the server's
+ * expiry, so the bounds below tell the two apart with a wide margin. */
+static char url[512];
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    if (ms > 0)
+        usleep((useconds_t)(ms * 1000));
+}
+
+static void server_signal(int sig)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/single.pid", getenv("DLOCK_TEST_SERVERS"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long pid = 0;
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    assert_int_equal(kill((pid_t)pid, sig), 0);
+}
+
+static dlock_lock *held_lock(dlock_client *c, const char *name, int ttl_ms, int64_t *t0)
+{
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = ttl_ms;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, name, &o), 0);
+    *t0 = now_ms(); /* before the request: the server's lease ends later */
+    if (dlock_acquire(l, 0) != 0)
+        fail_msg("acquire %s: %s", name, dlock_lock_errmsg(l));
+    return l;
+}
+
+/* Wait until l's loss descriptor is readable; the monotonic ms it was seen. */
+static int64_t wait_lost(dlock_lock *l, int limit_ms)
+{
+    struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
+    assert_true(p.fd >= 0);
+    int n = poll(&p, 1, limit_ms);
+    int64_t t = now_ms();
+    if (n != 1)
+        fail_msg("lock %s not reported lost within %d ms", dlock_lock_name(l), limit_ms);
+    return t;
+}
+
+/* Slack for a loaded machine (valgrind, sanitizers): the watchdog may wake
+ * late. The defect this guards against was seconds late. */
+#define SLACK_MS 250
+
+/* A holder cut off by a frozen server is told at deadline - drift: before
+ * the server's own expiry (issue 16, item 2). */
+static void test_loss_before_server_expiry(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, NULL), 0);
+    int ttl = 3000;
+    int64_t t0;
+    dlock_lock *l = held_lock(c, "lease-frozen", ttl, &t0);
+    assert_true(dlock_valid_ms(l) > ttl / 2);
+    sleep_ms(100);
+    server_signal(SIGSTOP);
+    int64_t told = wait_lost(l, 10000);
+    server_signal(SIGCONT);
+    int64_t expiry = t0 + ttl; /* the server's lease ends no earlier */
+    fprintf(stderr, "# told %" PRId64 " ms after acquiring, %" PRId64
+                    " ms before the server's expiry (ttl %d ms)\n",
+            told - t0, expiry - told, ttl);
+    assert_true(told <= expiry + SLACK_MS);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+    assert_int_equal(dlock_valid_ms(l), 0);
+    assert_non_null(strstr(dlock_lock_errmsg(l), "lease"));
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* Lock x's renewal hangs on the frozen server for up to 5 s; lock y, whose
+ * lease ends sooner, must still be declared lost on time. */
+static void test_stuck_renewal_does_not_delay_another_loss(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, NULL), 0);
+    int64_t tx, ty;
+    dlock_lock *x = held_lock(c, "lease-stuck-x", 9000, &tx); /* renewed at +3 s */
+    sleep_ms(2900 - (now_ms() - tx));
+    dlock_lock *y = held_lock(c, "lease-stuck-y", 2000, &ty); /* renewed at +0.67 s */
+    sleep_ms(3050 - (now_ms() - tx));                          /* x's renewal is due */
+    server_signal(SIGSTOP);
+    int64_t told = wait_lost(y, 10000);
+    fprintf(stderr, "# y told %" PRId64 " ms after acquiring (ttl 2000 ms)\n", told - ty);
+    assert_true(told <= ty + 2000 + SLACK_MS);
+    server_signal(SIGCONT);
+    assert_int_equal(dlock_release(y), DLOCK_ELOST);
+    dlock_lock_free(y);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+}
+
+/* dlock_client_close gives the locks back on a server too (item 3). */
+static void test_close_releases_on_server(void **state)
+{
+    (void)state;
+    dlock_client *c1 = NULL, *c2 = NULL;
+    assert_int_equal(dlock_client_open(&c1, url, NULL), 0);
+    assert_int_equal(dlock_client_open(&c2, url, NULL), 0);
+    int64_t t0;
+    dlock_lock *a = held_lock(c1, "lease-close", 30000, &t0);
+    dlock_lock *b = NULL;
+    assert_int_equal(dlock_lock_new(&b, c2, "lease-close", NULL), 0);
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+    dlock_client_close(c1);
+    assert_int_equal(dlock_acquire(b, 0), 0);
+    dlock_lock_free(a); /* after its client: safe */
+    dlock_lock_free(b);
+    dlock_client_close(c2);
+}
+
+int main(void)
+{
+    const char *base = getenv("DLOCK_TEST_REDIS");
+    if (!base || !getenv("DLOCK_TEST_SERVERS")) {
+        fprintf(stderr, "test_lease: run inside tests/servers.sh run redis -- ...\n");
+        return 77;
+    }
+    snprintf(url, sizeof url, "%s?op_timeout_ms=5000", base);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_before_server_expiry),
+        cmocka_unit_test(test_stuck_renewal_does_not_delay_another_loss),
+        cmocka_unit_test(test_close_releases_on_server),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
+}
