@@ -98,9 +98,11 @@ enum {
     DLOCK_CAP_FENCING_WEAK = 1 << 8   /* tokens can go back after server failure */
 };
 
+/* Timeouts: 0 takes the URL's connect_timeout_ms= / op_timeout_ms=
+ * parameter, else 2000 ms; negative values are DLOCK_EINVAL. */
 typedef struct dlock_client_opts {
-    int connect_timeout_ms; /* 0: default (2000) */
-    int op_timeout_ms;      /* per request; 0: default (2000) */
+    int connect_timeout_ms;
+    int op_timeout_ms; /* per request */
 } dlock_client_opts;
 
 typedef void (*dlock_lost_cb)(dlock_lock *lock, void *arg);
@@ -122,11 +124,16 @@ DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts);
 /*
  * Open a client for `url` (NULL or "": the embedded file backend in its
  * default directory, or $DLOCK_URL if set). On failure *out is NULL and the
- * reason is in dlock_client_errmsg(NULL) for the calling thread.
+ * reason is in dlock_client_errmsg(NULL) for the calling thread. A query
+ * parameter the backend does not read is DLOCK_EURL naming it.
  */
 DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
                                    const dlock_client_opts *opts);
-/* Releases every lock still held through this client, then frees it. */
+/* Releases every lock still held through this client's handles, then
+ * closes it. The handles stay allocated, detached (an acquisition answers
+ * DLOCK_EINVAL): free them with dlock_lock_free, before or after, which is
+ * when the client's memory goes. Not while another thread uses the client
+ * or its handles. */
 DLOCK_EXTERN void dlock_client_close(dlock_client *client);
 /* Last error message of the client (thread-local last open error for NULL). */
 DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client);
@@ -151,7 +158,8 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
 
 /*
  * Acquire: timeout_ms 0 tries once (DLOCK_EBUSY if held elsewhere), -1 waits
- * forever, > 0 waits at most that long (DLOCK_ETIMEDOUT). Re-acquiring a held
+ * forever, > 0 waits at most that long (DLOCK_ETIMEDOUT) — returning by
+ * then plus at most 100 ms, whatever the servers do. Re-acquiring a held
  * handle increments its count and keeps its token. DLOCK_ECANCELED if
  * dlock_cancel was called while waiting.
  */
