@@ -35,6 +35,11 @@ int dl_ms_left(int64_t deadline_ns)
     int64_t left = deadline_ns - dl_now_ns();
     return left <= 0 ? 0 : (int)(left / 1000000 + 1);
 }
+int dl_op_timeout_ms(const dlock_lock *l, int op_timeout_ms)
+{
+    (void)l;
+    return op_timeout_ms;
+}
 int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
 {
     (void)l, (void)fmt;
@@ -43,6 +48,11 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
 
 static void check_reply(rcluster *cl, const redisReply *r)
 {
+    char desc[160];
+    rd_reply_desc(r, desc, sizeof desc);
+    CHECK(strlen(desc) < sizeof desc);
+    for (const char *d = desc; *d; d++)
+        CHECK(*d >= 0x20 && *d < 0x7f); /* printable, one line */
     long long flag, value;
     if (rd_pair_reply(r, &flag, &value))
         CHECK(r->elements == 2);

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -906,11 +907,13 @@ static void test_sentinel(void **state)
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);
     dlock_client_close(c);
+    /* Fewer replicas than asked for: the URL's fault (DLOCK_EURL), not the
+     * network's. */
     snprintf(url, sizeof url, "%s?wait=3&wait_timeout=200", sentinel_url);
     c = open_url(url);
     l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_EUNREACHABLE);
-    assert_non_null(strstr(dlock_lock_errmsg(l), "replicas"));
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EURL);
+    assert_non_null(strstr(dlock_lock_errmsg(l), "wait=3 asks for more replicas"));
     assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -1422,6 +1425,403 @@ static void test_redlock_contention(void **state)
     contend(redlock_url, name, 4, 25, -1);
 }
 
+/* ---- issue 16: names with '}', bounds on stalled servers, messages ------ */
+
+/* The library's own slot computation (src/redis/cluster.c), to compare with
+ * the server's CLUSTER KEYSLOT. */
+unsigned rd_key_slot(const char *key, size_t len);
+
+static int64_t ms_since(int64_t t0)
+{
+    return (now_ns() - t0) / 1000000;
+}
+
+struct name_seen {
+    const char *want;
+    int seen;
+};
+
+static int see_name(const char *name, void *arg)
+{
+    struct name_seen *ns = arg;
+    if (strcmp(name, ns->want) == 0)
+        ns->seen++;
+    return 0;
+}
+
+/* Every valid name works on every scheme: a '}' in it must not end the
+ * key's hash tag (on a cluster the keys of one lock would land in
+ * different slots: "keys that do not hash to the same slot"). */
+static void brace_names_case(const char *url, bool cluster)
+{
+    static const char *const names[] = {"}x", "a}b", "{x}", "}", "{", "}}{{", "x{y}z}"};
+    dlock_client *c1 = open_url(url), *c2 = open_url(url);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *name = names[i];
+        dlock_lock *a = mk(c1, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+        dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+        if (dlock_acquire(a, 0) != 0)
+            fail_msg("%s: name \"%s\": %s", url, name, dlock_lock_errmsg(a));
+        uint64_t ta = dlock_token(a);
+        assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+        dlock_info info;
+        if (dlock_inspect(c2, name, &info) != 0)
+            fail_msg("inspect \"%s\": %s", name, dlock_client_errmsg(c2));
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.token, ta);
+        struct name_seen ns = {.want = name};
+        assert_int_equal(dlock_list(c2, NULL, see_name, &ns), 0);
+        assert_int_equal(ns.seen, 1);
+        ns.seen = 0;
+        assert_int_equal(dlock_list(c2, name, see_name, &ns), 0); /* as a prefix too */
+        assert_int_equal(ns.seen, 1);
+        assert_int_equal(dlock_break(c2, name, &info), 0);
+        assert_int_equal(info.token, ta);
+        assert_int_equal(dlock_acquire(b, 2000), 0);
+        assert_true(dlock_token(b) > ta);
+        assert_int_equal(dlock_release(a), DLOCK_ELOST); /* broken: not ours */
+        assert_int_equal(dlock_release(b), 0);
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+        /* The keys' slot as the library computes it is the server's. */
+        char key[256];
+        size_t k = (size_t)snprintf(key, sizeof key, "dlock:{");
+        for (const char *p = name; *p; p++)
+            key[k++] = *p == '}' ? '\x7f' : *p;
+        k += (size_t)snprintf(key + k, sizeof key - k, "}:token");
+        if (cluster) {
+            redisContext *d = redisConnect("127.0.0.1", port_of(strrchr(url, ',')));
+            assert_true(d && !d->err);
+            redisReply *r = redisCommand(d, "CLUSTER KEYSLOT %b", key, k);
+            assert_true(r && r->type == REDIS_REPLY_INTEGER);
+            assert_int_equal((unsigned)r->integer, rd_key_slot(key, k));
+            freeReplyObject(r);
+            redisFree(d);
+        } else {
+            redisContext *d = direct();
+            redisReply *r = redisCommand(d, "EXISTS %b", key, k);
+            assert_true(r && r->type == REDIS_REPLY_INTEGER);
+            assert_int_equal(r->integer, 1); /* the encoded key holds the counter */
+            freeReplyObject(r);
+            redisFree(d);
+        }
+    }
+    dlock_client_close(c1);
+    dlock_client_close(c2);
+}
+
+static void test_brace_names(void **state)
+{
+    (void)state;
+    brace_names_case(redis_url, false);
+    if (cluster_url)
+        brace_names_case(cluster_url, true);
+}
+
+static int port_file(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.port", getenv("DLOCK_TEST_SERVERS"), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int port = 0;
+    assert_int_equal(fscanf(f, "%d", &port), 1);
+    fclose(f);
+    return port;
+}
+
+/* A server that accepts and answers anything with garbage: "+OK\r\n"
+ * (mode 0) or random bytes (mode 1). */
+struct garbage {
+    int lfd, stop[2], mode, port;
+    pthread_t t;
+};
+
+static void *garbage_main(void *p)
+{
+    struct garbage *g = p;
+    struct pollfd fds[64] = {{.fd = g->lfd, .events = POLLIN}, {.fd = g->stop[0], .events = POLLIN}};
+    nfds_t n = 2;
+    unsigned seed = 12345;
+    for (;;) {
+        if (poll(fds, n, -1) < 0)
+            continue;
+        if (fds[1].revents)
+            break;
+        if (fds[0].revents) {
+            int c = accept(g->lfd, NULL, NULL);
+            if (c >= 0 && n < 64)
+                fds[n++] = (struct pollfd){.fd = c, .events = POLLIN};
+            else if (c >= 0)
+                close(c);
+        }
+        for (nfds_t i = 2; i < n; i++) {
+            if (!fds[i].revents)
+                continue;
+            char buf[4096];
+            ssize_t k = read(fds[i].fd, buf, sizeof buf);
+            if (k <= 0) {
+                close(fds[i].fd);
+                fds[i] = fds[--n];
+                fds[i].revents = 0; /* looked at in the next round */
+                continue;
+            }
+            if (g->mode == 0) {
+                (void)send(fds[i].fd, "+OK\r\n", 5, MSG_NOSIGNAL);
+            } else {
+                char junk[24];
+                for (size_t j = 0; j < sizeof junk; j++)
+                    junk[j] = (char)rand_r(&seed);
+                (void)send(fds[i].fd, junk, sizeof junk, MSG_NOSIGNAL);
+            }
+        }
+    }
+    for (nfds_t i = 2; i < n; i++)
+        close(fds[i].fd);
+    return NULL;
+}
+
+static void garbage_start(struct garbage *g, int mode)
+{
+    g->mode = mode;
+    g->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(g->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(g->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(g->lfd, 16), 0);
+    assert_int_equal(getsockname(g->lfd, (struct sockaddr *)&a, &len), 0);
+    g->port = ntohs(a.sin_port);
+    assert_int_equal(pipe(g->stop), 0);
+    assert_int_equal(pthread_create(&g->t, NULL, garbage_main, g), 0);
+}
+
+static void garbage_stop(struct garbage *g)
+{
+    assert_int_equal(write(g->stop[1], "x", 1), 1);
+    pthread_join(g->t, NULL);
+    close(g->stop[0]);
+    close(g->stop[1]);
+    close(g->lfd);
+}
+
+/* -w is a bound whatever the server does: against a stopped master an
+ * acquisition returns by its deadline (plus the 100 ms margin; 1 s allowed
+ * here for scheduling), and what its unanswered requests did is undone
+ * once the server runs again (the lock is free for the next one at once,
+ * not after a 30 s lease or a 3 s registration). */
+static void test_stalled_master_bound(void **state)
+{
+    (void)state;
+    if (!getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "stalled");
+    dlock_client *c = open_url(redis_url);
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    assert_int_equal(dlock_acquire(a, 0), 0); /* connected, code loaded */
+    assert_int_equal(dlock_release(a), 0);
+    static const int waits[] = {1000, 3000};
+    for (size_t i = 0; i < 2; i++) {
+        kill_server("single", SIGSTOP);
+        int64_t t0 = now_ns();
+        int rc = dlock_acquire(a, waits[i]);
+        int64_t took = ms_since(t0);
+        kill_server("single", SIGCONT);
+        print_message("acquire(%d) against a stopped redis: %s after %lld ms: %s\n", waits[i],
+                      dlock_err_name(rc), (long long)took, dlock_lock_errmsg(a));
+        if ((rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNREACHABLE) || took > waits[i] + 1000)
+            fail_msg("acquire(%d) against a stopped redis: %d after %lld ms", waits[i], rc,
+                     (long long)took);
+        assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+        t0 = now_ns();
+        if (dlock_acquire(b, 2000) != 0)
+            fail_msg("left behind after the stall: %s", dlock_lock_errmsg(b));
+        assert_int_equal(dlock_release(b), 0);
+    }
+    /* Stopped while a waiter blocks (BLPOP): the same bound, and its
+     * registration is withdrawn (a release does not hand it the lock). */
+    assert_int_equal(dlock_acquire(b, 0), 0);
+    struct waiter w = {.l = a, .timeout = 3000};
+    pthread_t t;
+    int64_t t0 = now_ns();
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    usleep(300 * 1000);
+    kill_server("single", SIGSTOP);
+    pthread_join(t, NULL);
+    int64_t took = ms_since(t0);
+    kill_server("single", SIGCONT);
+    int rc = atomic_load(&w.rc);
+    print_message("waiting acquire(3000), redis stopped after 300 ms: %s after %lld ms\n",
+                  dlock_err_name(rc), (long long)took);
+    if ((rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNREACHABLE) || took > 3000 + 1000)
+        fail_msg("waiting acquire(3000) against a stopped redis: %d after %lld ms", rc,
+                 (long long)took);
+    usleep(100 * 1000);
+    assert_int_equal(dlock_release(b), 0);
+    if (dlock_acquire(b, 2000) != 0)
+        fail_msg("the timed-out waiter was handed the lock: %s", dlock_lock_errmsg(b));
+    assert_int_equal(dlock_release(b), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
+/* A renewal waits no longer than its lease has left: one master of a
+ * cluster that stops answering writes (CLIENT PAUSE, which leaves the
+ * cluster bus alone) must not hold the client's renewal thread for the
+ * whole 10 s op timeout, so that a lock on another master keeps its lease. */
+static void test_renewal_bounded_by_lease(void **state)
+{
+    (void)state;
+    if (!cluster_url)
+        skip();
+    int ports[3];
+    const char *p = strstr(cluster_url, "://") + 3;
+    for (int i = 0; i < 3; i++) {
+        p = strchr(p, ':') + 1;
+        ports[i] = atoi(p);
+    }
+    redisContext *ctx[3];
+    for (int i = 0; i < 3; i++) {
+        ctx[i] = redisConnect("127.0.0.1", ports[i]);
+        assert_true(ctx[i] && !ctx[i]->err);
+    }
+    /* Two names on two different masters. */
+    char nx[64], ny[64];
+    int ox = -1, oy = -1;
+    for (int tries = 0; tries < 100 && (oy < 0 || oy == ox); tries++) {
+        char name[64], key[128];
+        unique(name, sizeof name, "renew-bound");
+        snprintf(key, sizeof key, "dlock:{%s}:lock", name);
+        int owner = -1;
+        for (int i = 0; i < 3 && owner < 0; i++) {
+            redisReply *r = cmd_on(ctx[i], "GET %s", key);
+            if (r->type != REDIS_REPLY_ERROR)
+                owner = i;
+            freeReplyObject(r);
+        }
+        if (ox < 0) {
+            ox = owner;
+            snprintf(nx, sizeof nx, "%s", name);
+        } else {
+            oy = owner;
+            snprintf(ny, sizeof ny, "%s", name);
+        }
+    }
+    assert_true(ox >= 0 && oy >= 0 && ox != oy);
+    char url[512];
+    snprintf(url, sizeof url, "%s?op_timeout_ms=10000", cluster_url);
+    dlock_client *c = open_url(url);
+    dlock_lock *x = mk(c, nx, DLOCK_EXCLUSIVE, 1, 600, -1);
+    dlock_lock *y = mk(c, ny, DLOCK_EXCLUSIVE, 1, 1500, -1);
+    assert_int_equal(dlock_acquire(x, 0), 0);
+    assert_int_equal(dlock_acquire(y, 0), 0);
+    redisReply *r = cmd_on(ctx[ox], "CLIENT PAUSE 3000 WRITE");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    usleep(3300 * 1000);
+    /* x's master did not answer for longer than x's lease: lost; y's
+     * renewals went on meanwhile. */
+    assert_int_equal(dlock_state(x), DLOCK_STATE_LOST);
+    if (dlock_state(y) != DLOCK_STATE_HELD)
+        fail_msg("a lock on another master lost its lease while a renewal waited");
+    assert_int_equal(dlock_release(y), 0);
+    (void)dlock_release(x);
+    dlock_lock_free(x);
+    dlock_lock_free(y);
+    dlock_client_close(c);
+    for (int i = 0; i < 3; i++)
+        redisFree(ctx[i]);
+}
+
+/* Redlock with one stopped and one garbage-speaking master of three: no
+ * quorum can form, and a 3 s wait still ends by its deadline. Answers that
+ * are not Redis's say what was expected and what came. */
+static void test_redlock_stalled_and_garbage(void **state)
+{
+    (void)state;
+    if (!redlock_url || !getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    struct garbage junk, ok;
+    garbage_start(&junk, 1);
+    garbage_start(&ok, 0);
+    char url[512];
+    snprintf(url, sizeof url, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+             port_file("redlock5"), port_file("redlock4"), junk.port);
+    dlock_client *c = open_url(url);
+    char name[64];
+    unique(name, sizeof name, "redlock-stalled");
+    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    kill_server("redlock4", SIGSTOP);
+    int64_t t0 = now_ns();
+    int rc = dlock_acquire(a, 3000);
+    int64_t took = ms_since(t0);
+    kill_server("redlock4", SIGCONT);
+    print_message("redlock acquire(3000), one master stopped, one speaking garbage: %s after "
+                  "%lld ms: %s\n",
+                  dlock_err_name(rc), (long long)took, dlock_lock_errmsg(a));
+    if ((rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNREACHABLE) || took > 3000 + 1000)
+        fail_msg("redlock acquire(3000): %d after %lld ms", rc, (long long)took);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+
+    /* "+OK" to everything: a one-line message naming what was expected. */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ok.port);
+    dlock_client *bad = NULL;
+    assert_int_equal(dlock_client_open(&bad, url, NULL), DLOCK_EPROTO);
+    const char *msg = dlock_client_errmsg(NULL);
+    if (!strstr(msg, "expected") || !strstr(msg, "got status \"OK\""))
+        fail_msg("open against a +OK server: %s", msg);
+    assert_null(strchr(msg, '\n'));
+    snprintf(url, sizeof url, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+             port_file("redlock5"), ok.port, junk.port);
+    c = open_url(url);
+    a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_EUNREACHABLE);
+    msg = dlock_lock_errmsg(a);
+    if (!strstr(msg, "expected an array of 2 integers from the lock script, got status \"OK\""))
+        fail_msg("redlock with a +OK master: %s", msg);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+    garbage_stop(&junk);
+    garbage_stop(&ok);
+}
+
+/* A server that was reached but cannot do what the URL asks is a
+ * configuration error (DLOCK_EURL: the CLI's exit 64), not "unreachable". */
+static void test_config_errors(void **state)
+{
+    (void)state;
+    char url[512];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/99", redis_port); /* 16 databases */
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, NULL), DLOCK_EURL);
+    const char *msg = dlock_client_errmsg(NULL);
+    if (!strstr(msg, "database 99") || !strstr(msg, "out of range"))
+        fail_msg("bad database: %s", msg);
+    /* The single master has no replicas: wait=1 can never be met. */
+    snprintf(url, sizeof url, "%s?wait=1&wait_timeout=200", redis_url);
+    c = open_url(url);
+    char name[64];
+    unique(name, sizeof name, "wait-none");
+    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EURL);
+    msg = dlock_lock_errmsg(l);
+    if (!strstr(msg, "wait=1") || !strstr(msg, "0 connected"))
+        fail_msg("wait=1 without replicas: %s", msg);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    c = open_url(redis_url);
+    l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    assert_int_equal(dlock_acquire(l, 0), 0); /* given back */
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 int main(void)
 {
     redis_url = getenv("DLOCK_TEST_REDIS");
@@ -1461,6 +1861,11 @@ int main(void)
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),
         cmocka_unit_test(test_late_grant_given_back),
+        cmocka_unit_test(test_brace_names),
+        cmocka_unit_test(test_stalled_master_bound),
+        cmocka_unit_test(test_renewal_bounded_by_lease),
+        cmocka_unit_test(test_redlock_stalled_and_garbage),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -91,16 +91,24 @@ void rd_cluster_free(rcluster *cl)
     free(cl);
 }
 
-int rd_cluster_refresh(rcluster *cl, const rconf *cf)
+int rd_cluster_refresh(rcluster *cl, const rconf *cf, const dlock_lock *l, char *err,
+                       size_t errlen)
 {
     pthread_mutex_lock(&cl->mu);
     int n = cl->nnodes;
     rnode *known[MAX_NODES];
     memcpy(known, cl->nodes, (size_t)n * sizeof *known);
     pthread_mutex_unlock(&cl->mu);
+    snprintf(err, errlen, "no cluster node known");
     for (int i = 0; i < n; i++) {
-        char err[256];
-        rconn *c = rconn_get(known[i], cf, err, sizeof err);
+        /* Each step within what is left of l's bound: a refresh made
+         * during an acquisition or renewal must not outlast it. */
+        int ms = rd_ms(l, cf->op_timeout_ms);
+        if (ms == 0) {
+            snprintf(err, errlen, "no time left to ask for the slot map");
+            break;
+        }
+        rconn *c = rconn_get(known[i], cf, rd_ms(l, cf->connect_timeout_ms), NULL, err, errlen);
         if (!c)
             continue;
         rcmd cmd;
@@ -108,12 +116,22 @@ int rd_cluster_refresh(rcluster *cl, const rconf *cf)
         rcmd_add(&cmd, "CLUSTER");
         rcmd_add(&cmd, "SLOTS");
         redisReply *r;
-        if (rconn_call(c, &cmd, 1, &r, cf->op_timeout_ms, -1, NULL, err, sizeof err) != RD_OK) {
+        char why[256];
+        if (rconn_call(c, &cmd, 1, &r, rd_ms(l, cf->op_timeout_ms), -1, NULL, why, sizeof why) !=
+            RD_OK) {
+            snprintf(err, errlen, "redis %s:%d: CLUSTER SLOTS: %s", known[i]->host,
+                     known[i]->port, why);
             rconn_drop(c);
             continue;
         }
         rconn_put(c);
         int ranges = rd_cluster_apply_slots(cl, r, known[i]->host);
+        if (ranges <= 0) {
+            rd_reply_desc(r, why, sizeof why);
+            snprintf(err, errlen,
+                     "redis %s:%d: CLUSTER SLOTS: expected an array of slot ranges, got %s",
+                     known[i]->host, known[i]->port, why);
+        }
         freeReplyObject(r);
         if (ranges > 0)
             return RD_OK;

@@ -101,13 +101,89 @@ static struct timeval tv_ms(int ms)
     return tv;
 }
 
-/* Describe a failed reply in one line (errors from the server are short). */
-static void reply_err(const redisReply *r, char *err, size_t errlen)
+/* A server's string in an error message: at most max bytes, quoted, with
+ * anything unprintable (and quotes and backslashes) escaped. */
+static size_t put_quoted(char *buf, size_t len, const char *s, size_t n, size_t max)
 {
-    if (r && r->type == REDIS_REPLY_ERROR)
-        snprintf(err, errlen, "%.*s", (int)(r->len > 200 ? 200 : r->len), r->str);
-    else
-        snprintf(err, errlen, "unexpected reply type %d", r ? r->type : -1);
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (len < 8)
+        return 0;
+    buf[o++] = '"';
+    size_t i = 0;
+    for (; i < n && i < max && o + 6 < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            buf[o++] = '\\';
+            buf[o++] = (char)ch;
+        } else if (ch >= 0x20 && ch < 0x7f) {
+            buf[o++] = (char)ch;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[ch >> 4];
+            buf[o++] = hex[ch & 15];
+        }
+    }
+    if (i < n && o + 5 < len) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+    return o;
+}
+
+void rd_reply_desc(const redisReply *r, char *buf, size_t len)
+{
+    if (!len)
+        return;
+    if (!r) {
+        snprintf(buf, len, "no reply");
+        return;
+    }
+    const char *kind;
+    switch (r->type) {
+    case REDIS_REPLY_STRING:
+        kind = "string ";
+        break;
+    case REDIS_REPLY_STATUS:
+        kind = "status ";
+        break;
+    case REDIS_REPLY_ERROR:
+        kind = "error ";
+        break;
+    case REDIS_REPLY_INTEGER:
+        snprintf(buf, len, "integer %lld", r->integer);
+        return;
+    case REDIS_REPLY_NIL:
+        snprintf(buf, len, "nil");
+        return;
+    case REDIS_REPLY_ARRAY:
+        snprintf(buf, len, "an array of %zu", (size_t)r->elements);
+        return;
+    default:
+        snprintf(buf, len, "a reply of type %d", r->type);
+        return;
+    }
+    int k = snprintf(buf, len, "%s", kind);
+    if (k > 0 && (size_t)k < len && r->str)
+        put_quoted(buf + k, len - (size_t)k, r->str, r->len, 80);
+}
+
+/* A failed reply in one line: the server's error, or what came instead of
+ * what was expected. */
+static void reply_err(const char *expected, const redisReply *r, char *err, size_t errlen)
+{
+    if (r && r->type == REDIS_REPLY_ERROR && r->str) {
+        int k = snprintf(err, errlen, "redis said ");
+        if (k > 0 && (size_t)k < errlen)
+            put_quoted(err + k, errlen - (size_t)k, r->str, r->len, 200);
+        return;
+    }
+    char got[160];
+    rd_reply_desc(r, got, sizeof got);
+    snprintf(err, errlen, "expected %s, got %s", expected, got);
 }
 
 /* hiredis 0.14 has no limit of its own (1.x has maxelements). Its default
@@ -179,10 +255,16 @@ static bool self_connected(int fd)
            memcmp(&me, &peer, ml) == 0;
 }
 
-/* A connected ctx to n made into a connection: keepalive, AUTH, SELECT. */
-static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf, char *err,
-                    size_t errlen)
+/* A connected ctx to n made into a connection: keepalive, AUTH, SELECT,
+ * their replies waited for at most timeout_ms. On failure *fail (if not
+ * NULL) says what kind it was, as a DLOCK_E* code. */
+static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf, int timeout_ms,
+                    int *fail, char *err, size_t errlen)
 {
+    int dummy;
+    if (!fail)
+        fail = &dummy;
+    *fail = DLOCK_EUNREACHABLE;
     if (self_connected(ctx->fd)) {
         snprintf(err, errlen, "redis %s:%d: Connection refused (nothing listens there)",
                  n->host, n->port);
@@ -195,6 +277,7 @@ static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf
     if (!c) {
         redisFree(ctx);
         snprintf(err, errlen, "out of memory");
+        *fail = DLOCK_ENOMEM;
         return NULL;
     }
     c->ctx = ctx;
@@ -220,19 +303,35 @@ static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf
     if (ncmd > 0) {
         redisReply *r[2] = {0};
         char why[256];
-        int rc = rconn_call(c, cmds, ncmd, r, cf->connect_timeout_ms, -1, NULL, why, sizeof why);
+        int rc = timeout_ms == 0 ? RD_EIO
+                                 : rconn_call(c, cmds, ncmd, r, timeout_ms, -1, NULL, why,
+                                              sizeof why);
         if (rc != RD_OK) {
+            if (timeout_ms == 0)
+                snprintf(why, sizeof why, "no time left to log in");
             snprintf(err, errlen, "redis %s:%d: %s", n->host, n->port, why);
             rconn_drop(c);
             return NULL;
         }
         for (int i = 0; i < ncmd; i++) {
-            if (r[i]->type == REDIS_REPLY_ERROR && rc == RD_OK) {
+            bool is_auth = i == 0 && cf->password;
+            if (rc == RD_OK && (r[i]->type != REDIS_REPLY_STATUS || !r[i]->str ||
+                                strcmp(r[i]->str, "OK") != 0)) {
                 char what[256];
-                reply_err(r[i], what, sizeof what);
+                reply_err("status \"OK\"", r[i], what, sizeof what);
                 /* The server's words never include the password we sent. */
-                snprintf(err, errlen, "redis %s:%d: %s failed: %s", n->host, n->port,
-                         i == 0 && cf->password ? "AUTH" : "SELECT", what);
+                if (is_auth)
+                    snprintf(err, errlen, "redis %s:%d: AUTH failed: %s", n->host, n->port,
+                             what);
+                else
+                    snprintf(err, errlen, "redis %s:%d: database %d: SELECT failed: %s",
+                             n->host, n->port, cf->db, what);
+                /* A refused login or database is the URL's fault, not the
+                 * network's: say so (the CLI's usage/permission exits). */
+                if (r[i]->type == REDIS_REPLY_ERROR)
+                    *fail = is_auth ? DLOCK_EPERM : DLOCK_EURL;
+                else
+                    *fail = DLOCK_EPROTO;
                 rc = RD_EIO;
             }
             freeReplyObject(r[i]);
@@ -245,17 +344,30 @@ static rconn *setup(rnode *n, unsigned epoch, redisContext *ctx, const rconf *cf
     return c;
 }
 
-rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
+rconn *rconn_get(rnode *n, const rconf *cf, int timeout_ms, int *fail, char *err,
+                 size_t errlen)
 {
     unsigned epoch;
     char host[256];
     int port;
+    if (fail)
+        *fail = DLOCK_EUNREACHABLE;
     rconn *c = take_idle(n, &epoch, host, sizeof host, &port);
     if (c)
         return c;
-    redisContext *ctx = redisConnectWithTimeout(host, port, tv_ms(cf->connect_timeout_ms));
+    /* No time left (the caller's deadline passed): a connect would wait
+     * past it, and hiredis takes a zero timeout as none at all. */
+    if (timeout_ms == 0) {
+        snprintf(err, errlen, "redis %s:%d: no time left to connect", host, port);
+        return NULL;
+    }
+    int64_t until = timeout_ms < 0 ? -1 : dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    redisContext *ctx =
+        redisConnectWithTimeout(host, port, tv_ms(timeout_ms < 0 ? cf->connect_timeout_ms : timeout_ms));
     if (!ctx) {
         snprintf(err, errlen, "redis %s:%d: out of memory", host, port);
+        if (fail)
+            *fail = DLOCK_ENOMEM;
         return NULL;
     }
     if (ctx->err) {
@@ -270,7 +382,9 @@ rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen)
         redisFree(ctx);
         return NULL;
     }
-    return setup(n, epoch, ctx, cf, err, errlen);
+    /* Logging in shares the connect's time: the whole stays in the bound. */
+    return setup(n, epoch, ctx, cf, until < 0 ? cf->connect_timeout_ms : dl_ms_left(until), fail,
+                 err, errlen);
 }
 
 /*
@@ -352,7 +466,8 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int need,
                 redisFree(c);
                 continue;
             }
-            out[i] = setup(&nodes[i], epoch[i], c, cf, err, errlen);
+            /* Logging in waits no longer than the connects may. */
+            out[i] = setup(&nodes[i], epoch[i], c, cf, dl_ms_left(until), NULL, err, errlen);
             have += out[i] != NULL;
         }
         if (pr == 0 || dl_now_ns() >= until)
@@ -427,20 +542,25 @@ static int format(const rcmd *cmd, char **wire)
  * Requests are written here, not by hiredis (which only connects and parses
  * replies): hiredis writes with write(2), and writing to a connection the
  * server has reset (killed, restarted) would raise SIGPIPE, whose default
- * action kills the host program. send(MSG_NOSIGNAL) gets EPIPE instead. A
- * blocking socket has the op timeout as SO_SNDTIMEO (redisSetTimeout); a
- * non-blocking one waits as long for room.
+ * action kills the host program. send(MSG_NOSIGNAL) gets EPIPE instead.
+ * Every write is non-blocking (MSG_DONTWAIT) and waits for room in the
+ * socket buffer no later than until_ns (-1: SEND_WAIT_MS from now), so that
+ * a server that stopped reading cannot hold the caller past its deadline.
  */
-static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t errlen)
+static int send_all(rconn *c, const char *buf, size_t len, int64_t until_ns, char *err,
+                    size_t errlen)
 {
+    if (until_ns < 0)
+        until_ns = dl_now_ns() + (int64_t)SEND_WAIT_MS * 1000000LL;
     while (len > 0) {
-        ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL);
+        ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            /* a non-blocking connection (rconn_get_many) with a full buffer */
             struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
-            if (poll(&p, 1, SEND_WAIT_MS) > 0)
+            int ms = dl_ms_left(until_ns);
+            int pr = ms > 0 ? poll(&p, 1, ms) : 0;
+            if (pr > 0 || (pr < 0 && errno == EINTR))
                 continue;
             errno = ETIMEDOUT;
         }
@@ -452,6 +572,23 @@ static int send_all(rconn *c, const char *buf, size_t len, char *err, size_t err
         len -= (size_t)n;
     }
     return RD_OK;
+}
+
+void rconn_abandon(rconn *c, const rcmd *undo)
+{
+    if (!c)
+        return;
+    char *wire = NULL;
+    int wlen = undo ? format(undo, &wire) : -1;
+    if (wlen > 0) {
+        char err[128];
+        /* No waiting: it goes out now or not at all (the server then has
+         * only what lapses by itself). */
+        (void)send_all(c, wire, (size_t)wlen, dl_now_ns(), err, sizeof err);
+    }
+    if (wire)
+        redisFreeCommand(wire);
+    rconn_drop(c);
 }
 
 /* The next complete reply already read from c (*reply NULL if none yet),
@@ -502,15 +639,15 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
     int64_t start = dl_now_ns();
     if (sent_ns)
         *sent_ns = start;
+    int64_t deadline = timeout_ms < 0 ? -1 : start + (int64_t)timeout_ms * 1000000LL;
     if (rc == RD_OK)
-        rc = send_all(c, n > 1 ? buf : wire[0], total, err, errlen);
+        rc = send_all(c, n > 1 ? buf : wire[0], total, deadline, err, errlen);
     free(buf);
     for (int i = 0; i < n; i++)
         if (wire[i])
             redisFreeCommand(wire[i]);
     if (rc)
         return rc;
-    int64_t deadline = timeout_ms < 0 ? -1 : start + (int64_t)timeout_ms * 1000000LL;
     int got = 0;
     while (got < n) {
         void *reply = NULL;
@@ -567,15 +704,15 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
     char err[256];
     bool pending[nc];
     struct pollfd p[nc];
+    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
     for (int i = 0; i < nc; i++) {
         out[i] = NULL;
         st[i] = RD_EIO;
         pending[i] = wlen > 0 && cs[i] &&
-                     send_all(cs[i], wire, (size_t)wlen, err, sizeof err) == RD_OK;
+                     send_all(cs[i], wire, (size_t)wlen, deadline, err, sizeof err) == RD_OK;
     }
     if (wlen > 0)
         redisFreeCommand(wire);
-    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
     for (;;) {
         int n = 0;
         int idx[nc];
@@ -618,31 +755,52 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int 
     }
 }
 
-/* "WHAT LOAD code" on c (FUNCTION or SCRIPT). */
-static int load_call(rconn *c, const rconf *cf, const char *what, const char *code,
+/* "WHAT LOAD code" on c (FUNCTION or SCRIPT), waiting until until_ns. */
+static int load_call(rconn *c, const char *what, const char *code, int64_t until_ns,
                      redisReply **r, char *err, size_t errlen)
 {
+    int ms = dl_ms_left(until_ns);
+    if (ms == 0) {
+        snprintf(err, errlen, "no time left to load the lock code");
+        return RD_EIO;
+    }
     rcmd cmd;
     rcmd_init(&cmd);
     rcmd_add(&cmd, what);
     rcmd_add(&cmd, "LOAD");
     rcmd_add(&cmd, code);
-    return rconn_call(c, &cmd, 1, r, cf->op_timeout_ms, -1, NULL, err, errlen);
+    char why[256];
+    int rc = rconn_call(c, &cmd, 1, r, ms, -1, NULL, why, sizeof why);
+    if (rc != RD_OK)
+        snprintf(err, errlen, "redis %s:%d: %s LOAD: %s", c->node->host, c->node->port, what,
+                 why);
+    return rc;
 }
 
-int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
+int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen)
 {
     redisReply *r;
     int rc;
+    int64_t until = dl_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000LL;
     if (!atomic_load(&cf->scripts)) {
-        rc = load_call(c, cf, "FUNCTION", rd_lock_script_library, &r, err, errlen);
+        rc = load_call(c, "FUNCTION", rd_lock_script_library, until, &r, err, errlen);
         if (rc != RD_OK)
             return rc;
         /* The library's name carries its content's hash: one that exists
          * already is this very code, loaded by another client (the server
          * says so before compiling anything, which REPLACE would do). */
         bool loaded = r->type == REDIS_REPLY_STRING ||
-                      (r->type == REDIS_REPLY_ERROR && strstr(r->str, "already exists"));
+                      (r->type == REDIS_REPLY_ERROR && r->str && strstr(r->str, "already exists"));
+        if (!loaded && r->type != REDIS_REPLY_ERROR) {
+            /* Not a Redis answer at all (a proxy, another protocol): no
+             * reason to believe it would take scripts either. */
+            char why[256];
+            reply_err("the library's name (a string)", r, why, sizeof why);
+            snprintf(err, errlen, "redis %s:%d: FUNCTION LOAD: %s", c->node->host,
+                     c->node->port, why);
+            freeReplyObject(r);
+            return RD_EPROTO;
+        }
         freeReplyObject(r);
         if (loaded)
             return RD_OK;
@@ -650,18 +808,21 @@ int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen)
          * the script does the same, only builds its helpers per call. */
         atomic_store(&cf->scripts, true);
     }
-    rc = load_call(c, cf, "SCRIPT", rd_lock_script, &r, err, errlen);
+    rc = load_call(c, "SCRIPT", rd_lock_script, until, &r, err, errlen);
     if (rc != RD_OK)
         return rc;
     if (r->type != REDIS_REPLY_STRING || r->len != 40 ||
         memcmp(r->str, rd_lock_script_sha, 40) != 0) {
+        char why[256];
+        reply_err("the script's SHA1", r, why, sizeof why);
         if (r->type == REDIS_REPLY_STRING)
-            snprintf(err, errlen, "SCRIPT LOAD answered SHA %.40s, not %s", r->str,
+            snprintf(why + strlen(why), sizeof why - strlen(why), " (not %s)",
                      rd_lock_script_sha);
-        else
-            reply_err(r, err, errlen);
+        snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD: %s", c->node->host, c->node->port,
+                 why);
+        rc = r->type == REDIS_REPLY_ERROR ? RD_EIO : RD_EPROTO;
         freeReplyObject(r);
-        return RD_EIO;
+        return rc;
     }
     freeReplyObject(r);
     return RD_OK;
@@ -773,10 +934,42 @@ int rd_break_reply(const redisReply *r, dlock_info *info)
     return broken;
 }
 
+int rd_name_key(const char *name, const char *suffix, char *buf, size_t len)
+{
+    size_t o = 0, nl = strlen(name), sl = strlen(suffix);
+    if (len < nl + sl + sizeof "dlock:{}:") {
+        if (len)
+            buf[0] = '\0';
+        return -1;
+    }
+    memcpy(buf, "dlock:{", 7);
+    o = 7;
+    for (size_t i = 0; i < nl; i++)
+        buf[o++] = name[i] == '}' ? RD_BRACE : name[i];
+    buf[o++] = '}';
+    buf[o++] = ':';
+    memcpy(buf + o, suffix, sl + 1);
+    return 0;
+}
+
 int rd_lock_key(const char *name, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "dlock:{%s}:lock", name);
-    return n > 0 && (size_t)n < len ? 0 : -1;
+    return rd_name_key(name, "lock", buf, len);
+}
+
+int rd_tag_name(const char *tag, size_t n, char *name, size_t len)
+{
+    if (n == 0 || n >= len)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        /* A raw '}' is a key of dlock 0.1.0, which did not encode them:
+         * its name now maps to another key. */
+        if (tag[i] == '}' || tag[i] == '\0')
+            return -1;
+        name[i] = tag[i] == RD_BRACE ? '}' : tag[i];
+    }
+    name[n] = '\0';
+    return 0;
 }
 
 int rd_conf_init(rconf *cf, const dl_url *u, const dlock_client_opts *opts)

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WAIT_LEASE_MS 3000   /* a queued waiter that does not look in this long is dead */
 #define WAIT_REFRESH_MS 1000 /* how often a waiter looks (and re-registers) */
@@ -47,18 +48,49 @@ static rclient *rc_of(dlock_client *c)
 
 /* ---- finding the master -------------------------------------------------- */
 
-/* Ask the sentinels where the master is now, and point `master` there. */
-static int sentinel_resolve(rclient *rc, char *err, size_t errlen)
+/* Take mu, waiting no longer than ms (-1: as long as it takes). */
+static bool lock_within(pthread_mutex_t *mu, int ms)
 {
-    pthread_mutex_lock(&rc->resolve_mu);
+    if (ms < 0)
+        return pthread_mutex_lock(mu) == 0;
+    if (pthread_mutex_trylock(mu) == 0)
+        return true;
+    /* pthread_mutex_timedlock counts on the wall clock; a jump of it only
+     * shortens or lengthens this wait, which the caller's own bound on
+     * each request still limits. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(mu, &ts) == 0;
+}
+
+/* Ask the sentinels where the master is now, and point `master` there;
+ * every wait within rd_ms(l, ...) (l may be NULL). */
+static int sentinel_resolve(rclient *rc, const dlock_lock *l, char *err, size_t errlen)
+{
+    if (!lock_within(&rc->resolve_mu, rd_ms(l, -1))) {
+        snprintf(err, errlen, "no time left to ask the sentinels (another thread is asking)");
+        return RD_EIO;
+    }
     int rc_out = RD_EIO;
     char why[768] = "no sentinel answered";
     for (size_t i = 0; i < rc->nsentinels && rc_out != RD_OK; i++) {
+        int ms = rd_ms(l, rc->cf.op_timeout_ms);
+        if (ms == 0) {
+            snprintf(why, sizeof why, "no time left to ask the sentinels");
+            break;
+        }
         rconf scf = rc->cf;
         scf.user = scf.password = NULL; /* sentinels have their own auth */
         scf.db = 0;
         char e[256];
-        rconn *c = rconn_get(&rc->sentinels[i], &scf, e, sizeof e);
+        rconn *c = rconn_get(&rc->sentinels[i], &scf, rd_ms(l, rc->cf.connect_timeout_ms), NULL,
+                             e, sizeof e);
         if (!c) {
             snprintf(why, sizeof why, "%s", e);
             continue;
@@ -69,7 +101,8 @@ static int sentinel_resolve(rclient *rc, char *err, size_t errlen)
         rcmd_add(&cmd, "get-master-addr-by-name");
         rcmd_add(&cmd, rc->master_name);
         redisReply *r;
-        if (rconn_call(c, &cmd, 1, &r, rc->cf.op_timeout_ms, -1, NULL, e, sizeof e) != RD_OK) {
+        if (rconn_call(c, &cmd, 1, &r, rd_ms(l, rc->cf.op_timeout_ms), -1, NULL, e, sizeof e) !=
+            RD_OK) {
             snprintf(why, sizeof why, "sentinel %s:%d: %s", rc->sentinels[i].host,
                      rc->sentinels[i].port, e);
             rconn_drop(c);
@@ -82,9 +115,14 @@ static int sentinel_resolve(rclient *rc, char *err, size_t errlen)
             if (strcmp(rc->master.host, host) != 0 || rc->master.port != port)
                 rnode_reset(&rc->master, host, port);
             rc_out = RD_OK;
-        } else {
+        } else if (r->type == REDIS_REPLY_NIL) {
             snprintf(why, sizeof why, "sentinel %s:%d does not know master \"%s\"",
                      rc->sentinels[i].host, rc->sentinels[i].port, rc->master_name);
+        } else {
+            rd_reply_desc(r, e, sizeof e);
+            snprintf(why, sizeof why,
+                     "sentinel %s:%d: master \"%s\": expected an array of {host, port}, got %s",
+                     rc->sentinels[i].host, rc->sentinels[i].port, rc->master_name, e);
         }
         freeReplyObject(r);
     }
@@ -109,20 +147,37 @@ static rnode *node_for(rclient *rc, const char *key)
     return &rc->master;
 }
 
+/* How a call of run() waits and what it may do again. */
+typedef struct rcall {
+    const dlock_lock *l; /* every wait within rd_ms(l, ...); NULL: plain timeouts */
+    int timeout_ms;      /* for the replies, before that bound (-1: forever) */
+    int cancel_fd;       /* -1: none */
+    int64_t *sent_ns;    /* monotonic time just before sending, if not NULL */
+    bool retry;          /* the commands may run twice (idempotent) */
+    /* Written after the commands on their connection when no reply came
+     * in time (rconn_abandon): undoes whatever they did, whenever the
+     * server gets to them. NULL: none. */
+    const rcmd *undo;
+} rcall;
+
 /*
  * Run cmds (pipelined) against the server owning `key`, taking care of what
  * the family needs on every call: a script the server forgot (NOSCRIPT:
  * load it, run again), a master that moved (sentinel failover, cluster
- * MOVED/ASK). `retry` says whether the commands may run twice (idempotent
- * ones); a non-idempotent call that failed after sending returns RD_EIO and
- * the caller cleans up by owner id. The reply of the last command decides.
+ * MOVED/ASK). A non-idempotent call that failed after sending returns
+ * RD_EIO and the caller cleans up by owner id. The reply of the last
+ * command decides. No step waits past how->l's bound: when no time is
+ * left, nothing more is sent and RD_EIO is returned.
  */
 static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply **out,
-               int timeout_ms, int cancel_fd, int64_t *sent_ns, bool retry, char *err,
-               size_t errlen)
+               const rcall *how, char *err, size_t errlen)
 {
     rcmd cmds[n]; /* the script call may have to change form (see below) */
     memcpy(cmds, cmds_in, (size_t)n * sizeof *cmds);
+    rcmd undo = {0};
+    if (how->undo)
+        undo = *how->undo;
+    const dlock_lock *l = how->l;
     rnode *node = node_for(rc, key);
     bool asking = false;
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -130,16 +185,35 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
             snprintf(err, errlen, "no cluster node serves this key's slot");
             return RD_EIO;
         }
-        rconn *c = rconn_get(node, &rc->cf, err, errlen);
+        if (rd_ms(l, how->timeout_ms) == 0) {
+            snprintf(err, errlen, "no time left before the deadline");
+            return RD_EIO;
+        }
+        int fail;
+        rconn *c = rconn_get(node, &rc->cf, rd_ms(l, rc->cf.connect_timeout_ms), &fail, err,
+                             errlen);
         if (!c) {
-            if (rc->mode == MODE_SENTINEL && attempt == 0 &&
-                sentinel_resolve(rc, err, errlen) == RD_OK)
-                continue;
-            if (rc->mode == MODE_CLUSTER && attempt == 0) {
-                rd_cluster_refresh(rc->cluster, &rc->cf);
-                node = node_for(rc, key);
-                continue;
+            if (fail == DLOCK_EPROTO)
+                return RD_EPROTO;
+            if (rc->mode == MODE_SENTINEL && attempt == 0) {
+                char why[768];
+                if (sentinel_resolve(rc, l, why, sizeof why) == RD_OK)
+                    continue;
+                snprintf(err + strlen(err), errlen - strlen(err), "; %s", why);
             }
+            if (rc->mode == MODE_CLUSTER && attempt == 0) {
+                char why[256];
+                if (rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why) == RD_OK) {
+                    node = node_for(rc, key);
+                    continue;
+                }
+            }
+            return RD_EIO;
+        }
+        int ms = rd_ms(l, how->timeout_ms);
+        if (ms == 0) {
+            rconn_put(c); /* nothing sent on it */
+            snprintf(err, errlen, "no time left before the deadline");
             return RD_EIO;
         }
         int rcode;
@@ -149,21 +223,25 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
             rcmd_add(&all[0], "ASKING");
             memcpy(&all[1], cmds, (size_t)n * sizeof *cmds);
             redisReply *rs[n + 1];
-            rcode = rconn_call(c, all, n + 1, rs, timeout_ms, cancel_fd, sent_ns, err, errlen);
+            rcode = rconn_call(c, all, n + 1, rs, ms, how->cancel_fd, how->sent_ns, err, errlen);
             if (rcode == RD_OK) {
                 freeReplyObject(rs[0]);
                 memcpy(out, &rs[1], (size_t)n * sizeof *out);
             }
         } else {
-            rcode = rconn_call(c, cmds, n, out, timeout_ms, cancel_fd, sent_ns, err, errlen);
+            rcode = rconn_call(c, cmds, n, out, ms, how->cancel_fd, how->sent_ns, err, errlen);
         }
         if (rcode != RD_OK) {
-            rconn_drop(c);
-            if (rcode == RD_EIO && retry && attempt == 0) {
+            if (rcode == RD_EIO && how->undo)
+                rconn_abandon(c, &undo);
+            else
+                rconn_drop(c);
+            if (rcode == RD_EIO && how->retry && attempt == 0) {
+                char why[768];
                 if (rc->mode == MODE_SENTINEL)
-                    (void)sentinel_resolve(rc, err, errlen);
+                    (void)sentinel_resolve(rc, l, why, sizeof why);
                 else if (rc->mode == MODE_CLUSTER)
-                    rd_cluster_refresh(rc->cluster, &rc->cf);
+                    (void)rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why);
                 node = node_for(rc, key);
                 continue;
             }
@@ -176,16 +254,19 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
              * promoted before the library reached it: load here and run
              * again (it never ran), as a script if the server has no
              * functions. */
-            if (rd_load_script(c, &rc->cf, err, errlen) != RD_OK) {
+            int lr = rd_load_script(c, &rc->cf, rd_ms(l, rc->cf.op_timeout_ms), err, errlen);
+            if (lr != RD_OK) {
                 rconn_drop(c);
                 for (int i = 0; i < n; i++)
                     freeReplyObject(out[i]);
-                return RD_EIO;
+                return lr;
             }
             for (int i = 0; i < n; i++)
                 rd_script_retarget(&cmds[i], &rc->cf);
+            if (how->undo)
+                rd_script_retarget(&undo, &rc->cf);
             again = true;
-        } else if (rc->mode == MODE_CLUSTER && last->type == REDIS_REPLY_ERROR &&
+        } else if (rc->mode == MODE_CLUSTER && last->type == REDIS_REPLY_ERROR && last->str &&
                    (strncmp(last->str, "MOVED ", 6) == 0 || strncmp(last->str, "ASK ", 4) == 0)) {
             bool ask = last->str[0] == 'A';
             rnode *to = rd_cluster_redirect(rc->cluster, last->str, !ask);
@@ -196,8 +277,9 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
             }
         } else if (failover_error(last) && rc->mode == MODE_SENTINEL) {
             snprintf(err, errlen, "%.200s", last->str);
-            (void)sentinel_resolve(rc, err, errlen);
-            again = retry;
+            char why[768];
+            (void)sentinel_resolve(rc, l, why, sizeof why);
+            again = how->retry;
             if (!again) {
                 rconn_drop(c);
                 for (int i = 0; i < n; i++)
@@ -217,20 +299,34 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
     return RD_EIO;
 }
 
-static int unreachable(dlock_lock *l, const char *what, const char *err)
+/* A failed call (run's result x) as the lock's error: a server that does
+ * not speak Redis is a protocol error, anything else unreachable. */
+static int call_failed(dlock_lock *l, const char *what, int x, const char *err)
 {
-    return dl_lock_err(l, DLOCK_EUNREACHABLE, "lock \"%s\": %s: %s (%s)", l->name, what, err,
-                       l->c->url->redacted);
+    return dl_lock_err(l, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
+                       "lock \"%s\": %s: %s (%s)", l->name, what, err, l->c->url->redacted);
 }
 
-static int bad_reply(dlock_lock *l, const char *what, const redisReply *r)
+/* A reply of the wrong shape: what was expected and what came instead. */
+static int bad_reply(dlock_lock *l, const char *what, const char *expected, const redisReply *r)
 {
-    if (r && r->type == REDIS_REPLY_ERROR)
-        return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": %s: redis said: %.200s", l->name,
-                           what, r->str);
-    return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": %s: unexpected reply from redis", l->name,
-                       what);
+    char got[160];
+    rd_reply_desc(r, got, sizeof got);
+    return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": %s: expected %s, got %s (%s)", l->name,
+                       what, expected, got, l->c->url->redacted);
 }
+
+static int client_bad_reply(dlock_client *cl, const char *what, const char *name,
+                            const char *expected, const redisReply *r)
+{
+    char got[160];
+    rd_reply_desc(r, got, sizeof got);
+    return dl_client_err(cl, DLOCK_EPROTO, "%s \"%s\": expected %s, got %s (%s)", what, name,
+                         expected, got, cl->url->redacted);
+}
+
+#define PAIR_EXPECTED "an array of 2 integers from the lock script"
+#define INT_EXPECTED "an integer from the lock script"
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -249,28 +345,60 @@ static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long
     return 0;
 }
 
-/* Run "op OWNER KIND" of the lock script for l (safe to repeat: the script
+/* "op OWNER KIND" of the lock script for l (safe to repeat: the script
  * checks the owner). */
+static void owner_cmd(dlock_lock *l, const char *op, rcmd *c)
+{
+    rclient *rc = rc_of(l->c);
+    rlock *rl = l->bstate;
+    rd_script_cmd(c, &rc->cf, rl->key, op);
+    rcmd_add(c, l->owner);
+    rcmd_add(c, rl->kind);
+}
+
+/* Run owner_cmd(op), within l's bound (none outside acquire and renew). */
 static int owner_op(dlock_lock *l, const char *op, redisReply **r, char *err, size_t errlen)
 {
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
-    rd_script_cmd(&c, &rc->cf, rl->key, op);
-    rcmd_add(&c, l->owner);
-    rcmd_add(&c, rl->kind);
-    return run(rc, rl->key, &c, 1, r, rc->cf.op_timeout_ms, -1, NULL, true, err, errlen);
+    owner_cmd(l, op, &c);
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    return run(rc, rl->key, &c, 1, r, &how, err, errlen);
 }
 
-/* Give up waiting: leave the queue, and pass on a lock handed to us. */
+/* Give up waiting: leave the queue, and pass on a lock handed to us. Within
+ * the acquisition's bound: when none is left, nothing is sent, and what we
+ * may hold lapses by itself — a registration within its wait lease, a
+ * grant or hand-over within its ttl, as when a waiter dies. */
 static void abort_wait(dlock_lock *l)
 {
     redisReply *r;
     char err[256];
     if (owner_op(l, "abort", &r, err, sizeof err) == RD_OK)
         freeReplyObject(r);
-    /* Unreachable: our registration and any handed lease expire by
-     * themselves, and nobody else can release them. */
+}
+
+/* How many replicas the master on the other end of key has connected, by
+ * ROLE; -1 if it will not say. */
+static long long replicas_of(rclient *rc, const dlock_lock *l, const char *key)
+{
+    rcmd c;
+    rcmd_init(&c);
+    rcmd_add(&c, "ROLE");
+    redisReply *r;
+    char err[256];
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = false};
+    if (run(rc, key, &c, 1, &r, &how, err, sizeof err) != RD_OK)
+        return -1;
+    long long n = -1;
+    /* {"master", offset, {{ip, port, offset}...}} */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0 &&
+        r->element[2]->type == REDIS_REPLY_ARRAY)
+        n = (long long)r->element[2]->elements;
+    freeReplyObject(r);
+    return n;
 }
 
 /* After acquiring: make sure the grant reached `wait_replicas` replicas. */
@@ -279,7 +407,12 @@ static int confirm_replicated(dlock_lock *l)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     /* WAIT counts the writes of its own connection, so write (renew) and
-     * WAIT on one connection. */
+     * WAIT on one connection. WAIT's own timeout fits in the acquisition's
+     * bound, leaving a quarter of it for the reply to come back. */
+    int budget = rd_ms(l, rc->cf.op_timeout_ms + rc->wait_timeout_ms);
+    int wt = rc->wait_timeout_ms;
+    if (l->op_deadline_ns > 0 && budget - budget / 4 < wt)
+        wt = budget - budget / 4 > 0 ? budget - budget / 4 : 1; /* WAIT 0 would be forever */
     rcmd c[2];
     char nb[3][24];
     rd_script_cmd(&c[0], &rc->cf, rl->key, "renew");
@@ -289,25 +422,45 @@ static int confirm_replicated(dlock_lock *l)
     rcmd_init(&c[1]);
     rcmd_add(&c[1], "WAIT");
     rcmd_addll(&c[1], rc->wait_replicas, nb[1]);
-    rcmd_addll(&c[1], rc->wait_timeout_ms, nb[2]);
+    rcmd_addll(&c[1], wt, nb[2]);
     redisReply *r[2];
     char err[256];
-    int x = run(rc, rl->key, c, 2, r, rc->cf.op_timeout_ms + rc->wait_timeout_ms, -1, NULL, true,
-                err, sizeof err);
+    rcall how = {.l = l,
+                 .timeout_ms = rc->cf.op_timeout_ms + rc->wait_timeout_ms,
+                 .cancel_fd = -1,
+                 .retry = true};
+    int x = run(rc, rl->key, c, 2, r, &how, err, sizeof err);
     if (x != RD_OK)
-        return unreachable(l, "confirming replication", err);
-    long long acks = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -1;
-    bool renewed = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer == 1;
+        return call_failed(l, "confirming replication", x, err);
+    if (r[0]->type != REDIS_REPLY_INTEGER || r[1]->type != REDIS_REPLY_INTEGER) {
+        bool first = r[0]->type != REDIS_REPLY_INTEGER;
+        int e = bad_reply(l, first ? "confirming replication" : "WAIT",
+                          first ? INT_EXPECTED : "an integer (replicas reached)",
+                          r[first ? 0 : 1]);
+        freeReplyObject(r[0]);
+        freeReplyObject(r[1]);
+        return e;
+    }
+    long long acks = r[1]->integer;
+    bool renewed = r[0]->integer == 1;
     freeReplyObject(r[0]);
     freeReplyObject(r[1]);
     if (!renewed)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost before replication", l->name);
-    if (acks < rc->wait_replicas)
-        return dl_lock_err(l, DLOCK_EUNREACHABLE,
-                           "lock \"%s\": only %lld of %d replicas acknowledged the acquisition "
-                           "within %d ms",
-                           l->name, acks, rc->wait_replicas, rc->wait_timeout_ms);
-    return 0;
+    if (acks >= rc->wait_replicas)
+        return 0;
+    /* Fewer replicas than the URL asks for is the URL's fault (no wait is
+     * long enough); replicas that are there but slow are the network's. */
+    long long have = replicas_of(rc, l, rl->key);
+    if (have >= 0 && have < rc->wait_replicas)
+        return dl_lock_err(l, DLOCK_EURL,
+                           "lock \"%s\": wait=%d asks for more replicas than the master has "
+                           "(%lld connected) (%s)",
+                           l->name, rc->wait_replicas, have, l->c->url->redacted);
+    return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                       "lock \"%s\": only %lld of %d replicas acknowledged the acquisition "
+                       "within %d ms (%s)",
+                       l->name, acks, rc->wait_replicas, wt, l->c->url->redacted);
 }
 
 static int release_quietly(dlock_lock *l);
@@ -317,10 +470,13 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     bool fair = l->opts.fair != 0;
+    if (rd_name_key(l->name, "", rl->wake, sizeof rl->wake) != 0)
+        return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long for a key", l->name);
+    size_t pl = strlen(rl->wake);
     if (fair)
-        snprintf(rl->wake, sizeof rl->wake, "dlock:{%s}:w:%s", l->name, l->owner);
+        snprintf(rl->wake + pl, sizeof rl->wake - pl, "w:%s", l->owner);
     else
-        snprintf(rl->wake, sizeof rl->wake, "dlock:{%s}:sig", l->name);
+        snprintf(rl->wake + pl, sizeof rl->wake - pl, "sig");
     /* A waiter looks again at least this often; small leases need it more
      * often, since a handed lease is measured from the last look. */
     int refresh = WAIT_REFRESH_MS;
@@ -330,21 +486,32 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     if (wl && wl < 3LL * refresh)
         wl = 3LL * refresh;
 
+    /* acq and wait may grant or register: when their reply does not come
+     * in time, abort follows them on their connection (rconn_abandon). */
+    rcmd undo;
+    owner_cmd(l, "abort", &undo);
     rcmd c;
     char nb[3][24];
     lock_args(l, &c, "acq", nb, wl);
     redisReply *r;
     char err[256];
     int64_t sent;
-    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, &sent, false, err, sizeof err);
+    rcall how = {.l = l,
+                 .timeout_ms = rc->cf.op_timeout_ms,
+                 .cancel_fd = -1,
+                 .sent_ns = &sent,
+                 .retry = false,
+                 .undo = &undo};
+    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK) {
         abort_wait(l);
-        return unreachable(l, "acquire", err);
+        return call_failed(l, "acquire", x, err);
     }
     long long granted, value;
     if (!rd_pair_reply(r, &granted, &value)) {
-        int e = bad_reply(l, "acquire", r);
+        int e = bad_reply(l, "acquire", PAIR_EXPECTED, r);
         freeReplyObject(r);
+        abort_wait(l);
         return e;
     }
     freeReplyObject(r);
@@ -379,8 +546,23 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         rcmd_add(&b, "BLPOP");
         rcmd_add(&b, rl->wake);
         rcmd_add(&b, tbuf);
-        x = run(rc, rl->key, &b, 1, &r, (int)slice + rc->cf.op_timeout_ms, dl_cancel_fd(l), &sent,
-                false, err, sizeof err);
+        /* No undo: a blocked connection runs nothing after BLPOP before it
+         * returns; abort_wait goes on another one, and the wait leaves it
+         * half the deadline's margin should the server not answer (the
+         * slice itself ends by the deadline). */
+        int bt = (int)slice + rc->cf.op_timeout_ms;
+        if (l->op_deadline_ns > 0) {
+            int room = dl_ms_left(l->op_deadline_ns -
+                                  (int64_t)DL_DEADLINE_MARGIN_MS * 1000000LL / 2);
+            if (room < bt)
+                bt = room > 0 ? room : 1;
+        }
+        rcall bhow = {.l = l,
+                      .timeout_ms = bt,
+                      .cancel_fd = dl_cancel_fd(l),
+                      .sent_ns = &sent,
+                      .retry = false};
+        x = run(rc, rl->key, &b, 1, &r, &bhow, err, sizeof err);
         if (x == RD_CANCELED) {
             abort_wait(l);
             result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
@@ -388,20 +570,33 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         }
         if (x != RD_OK) {
             abort_wait(l);
-            result = unreachable(l, "waiting", err);
+            /* Past the deadline the wait is over whatever held the reply
+             * up (a server answers BLPOP up to its cron period late). */
+            if (deadline > 0 && dl_ms_left(deadline) == 0 && x == RD_EIO)
+                result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%s)",
+                                     l->name, err);
+            else
+                result = call_failed(l, "waiting", x, err);
             break;
         }
         bool woken = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+        if (!woken && r->type != REDIS_REPLY_NIL) {
+            result = bad_reply(l, "waiting", "nil or an array of 2 from BLPOP", r);
+            freeReplyObject(r);
+            abort_wait(l);
+            break;
+        }
         if (woken && fair) {
             /* Handed over by the releaser: we hold it already. */
             granted = rd_handoff_reply(r, &value);
-            freeReplyObject(r);
             if (!granted) {
+                result = bad_reply(l, "waiting",
+                                   "an array of {list, token} from BLPOP (a hand-over)", r);
+                freeReplyObject(r);
                 abort_wait(l);
-                result = dl_lock_err(l, DLOCK_EPROTO,
-                                     "lock \"%s\": waiting: unexpected reply from redis", l->name);
                 break;
             }
+            freeReplyObject(r);
             continue;
         }
         freeReplyObject(r);
@@ -412,14 +607,14 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         lock_args(l, &c, fair ? "wait" : "acq", nb, wl);
         if (!fair)
             rcmd_add(&c, "1"); /* again: drop the registration if granted */
-        x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, &sent, false, err, sizeof err);
+        x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
         if (x != RD_OK) {
             abort_wait(l);
-            result = unreachable(l, "waiting", err);
+            result = call_failed(l, "waiting", x, err);
             break;
         }
         if (!rd_pair_reply(r, &granted, &value)) {
-            result = bad_reply(l, "waiting", r);
+            result = bad_reply(l, "waiting", PAIR_EXPECTED, r);
             freeReplyObject(r);
             abort_wait(l);
             break;
@@ -444,10 +639,10 @@ static int release_quietly(dlock_lock *l)
     char err[256];
     int x = owner_op(l, "rel", &r, err, sizeof err);
     if (x != RD_OK)
-        return unreachable(l, "release", err);
+        return call_failed(l, "release", x, err);
     int result = 0;
     if (r->type != REDIS_REPLY_INTEGER)
-        result = bad_reply(l, "release", r);
+        result = bad_reply(l, "release", INT_EXPECTED, r);
     else if (r->integer == 0)
         /* The lease ran out and maybe someone else holds it now: we must
          * not, and did not, touch their lock. */
@@ -463,6 +658,10 @@ static int redis_release(dlock_lock *l)
     return release_quietly(l);
 }
 
+/* Every request within l's bound (set by the core: the moment the lease
+ * will be declared lost), so a stalled server cannot hold the renewal past
+ * the point where it could help; running out of time is a transient
+ * failure (EUNREACHABLE): the core, not the backend, decides the loss. */
 static int redis_renew(dlock_lock *l)
 {
     rclient *rc = rc_of(l->c);
@@ -475,12 +674,13 @@ static int redis_renew(dlock_lock *l)
     rcmd_addll(&c, l->opts.ttl_ms, nb);
     redisReply *r;
     char err[256];
-    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
-        return unreachable(l, "renew", err);
+        return call_failed(l, "renew", x, err);
     int result = 0;
     if (r->type != REDIS_REPLY_INTEGER)
-        result = bad_reply(l, "renew", r);
+        result = bad_reply(l, "renew", INT_EXPECTED, r);
     else if (r->integer != 1)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
     freeReplyObject(r);
@@ -502,13 +702,17 @@ static int info_call(dlock_client *cl, const char *name, redisReply **out, rd_in
     rcmd c;
     rd_name_cmd(&c, &rc->cf, name, key, "info");
     char err[256];
-    int x = run(rc, key, &c, 1, out, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    rcall how = {.timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = run(rc, key, &c, 1, out, &how, err, sizeof err);
     if (x != RD_OK)
-        return dl_client_err(cl, DLOCK_EUNREACHABLE, "inspect \"%s\": %s (%s)", name, err,
-                             cl->url->redacted);
+        return dl_client_err(cl, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
+                             "inspect \"%s\": %s (%s)", name, err, cl->url->redacted);
     if (rd_info_reply(*out, f) != 0) {
+        int e = client_bad_reply(cl, "inspect", name,
+                                 "an array of 12 strings and integers from the lock script",
+                                 *out);
         freeReplyObject(*out);
-        return dl_client_err(cl, DLOCK_EPROTO, "inspect \"%s\": unexpected reply", name);
+        return e;
     }
     return 0;
 }
@@ -543,14 +747,19 @@ static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
     redisReply *r;
     char err[256];
     /* Idempotent: breaking twice breaks nothing more. */
-    int x = run(rc, key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    rcall how = {.timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = run(rc, key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
-        return dl_client_err(cl, DLOCK_EUNREACHABLE, "break \"%s\": %s (%s)", name, err,
-                             cl->url->redacted);
+        return dl_client_err(cl, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
+                             "break \"%s\": %s (%s)", name, err, cl->url->redacted);
     int broken = rd_break_reply(r, info);
+    if (broken < 0) {
+        int e = client_bad_reply(cl, "break", name,
+                                 "an array of {count, holder, token} from the lock script", r);
+        freeReplyObject(r);
+        return e;
+    }
     freeReplyObject(r);
-    if (broken < 0)
-        return dl_client_err(cl, DLOCK_EPROTO, "break \"%s\": unexpected reply", name);
     if (broken == 0)
         return dl_client_err(cl, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
                              name);
@@ -567,12 +776,17 @@ static int redis_set_value(dlock_lock *l, const char *value)
     rcmd_add(&c, value);
     redisReply *r;
     char err[256];
-    int x = run(rc, rl->key, &c, 1, &r, rc->cf.op_timeout_ms, -1, NULL, true, err, sizeof err);
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
-        return unreachable(l, "publishing the leader value", err);
-    int result = r->type == REDIS_REPLY_INTEGER && r->integer == 1
-                     ? 0
-                     : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
+        return call_failed(l, "publishing the leader value", x, err);
+    int result;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = bad_reply(l, "publishing the leader value", INT_EXPECTED, r);
+    else if (r->integer != 1)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
+    else
+        result = 0;
     freeReplyObject(r);
     return result;
 }
@@ -607,18 +821,19 @@ static int scan_node(rnode *node, void *arg)
     char pattern[2 * DL_NAME_MAX + 32];
     size_t p = 0;
     p += (size_t)snprintf(pattern, sizeof pattern, "dlock:{");
-    for (const char *s = lc->prefix; *s && p + 3 < sizeof pattern; s++) {
+    for (const char *s = lc->prefix ? lc->prefix : ""; *s && p + 3 < sizeof pattern; s++) {
         if (strchr("*?[]\\", *s))
             pattern[p++] = '\\';
-        pattern[p++] = *s;
+        pattern[p++] = *s == '}' ? RD_BRACE : *s; /* as in the keys (rd_name_key) */
     }
     snprintf(pattern + p, sizeof pattern - p, "*}:token");
     char cursor[32] = "0";
     do {
         rconn *c;
         char err[256];
-        if (!(c = rconn_get(node, &rc->cf, err, sizeof err)))
-            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s", err);
+        if (!(c = rconn_get(node, &rc->cf, rc->cf.connect_timeout_ms, NULL, err, sizeof err)))
+            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s (%s)", err,
+                                 lc->cl->url->redacted);
         rcmd cmd;
         rcmd_init(&cmd);
         rcmd_add(&cmd, "SCAN");
@@ -630,14 +845,20 @@ static int scan_node(rnode *node, void *arg)
         redisReply *r;
         if (rconn_call(c, &cmd, 1, &r, rc->cf.op_timeout_ms, -1, NULL, err, sizeof err) != RD_OK) {
             rconn_drop(c);
-            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s", err);
+            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: redis %s:%d: %s (%s)",
+                                 node->host, node->port, err, lc->cl->url->redacted);
         }
         rconn_put(c);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof cursor ||
             r->element[1]->type != REDIS_REPLY_ARRAY) {
+            char got[160];
+            rd_reply_desc(r, got, sizeof got);
             freeReplyObject(r);
-            return dl_client_err(lc->cl, DLOCK_EPROTO, "list: unexpected SCAN reply");
+            return dl_client_err(lc->cl, DLOCK_EPROTO,
+                                 "list: redis %s:%d: expected an array of {cursor, keys} from "
+                                 "SCAN, got %s",
+                                 node->host, node->port, got);
         }
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *keys = r->element[1];
@@ -646,16 +867,12 @@ static int scan_node(rnode *node, void *arg)
                 continue;
             const char *k = keys->element[i]->str;
             size_t n = keys->element[i]->len;
-            /* dlock:{NAME}:token */
+            /* dlock:{TAG}:token */
             if (n < 15)
                 continue;
             char name[DL_NAME_MAX + 1];
-            size_t nl = n - 7 - 7; /* "dlock:{" and "}:token" */
-            if (nl > DL_NAME_MAX)
-                continue;
-            memcpy(name, k + 7, nl);
-            name[nl] = '\0';
-            if (dlock_name_valid(name, NULL, 0) == 0)
+            if (rd_tag_name(k + 7, n - 7 - 7, name, sizeof name) == 0 &&
+                dlock_name_valid(name, NULL, 0) == 0)
                 lc->stop = lc->fn(name, lc->arg);
         }
         freeReplyObject(r);
@@ -748,7 +965,7 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
         for (size_t i = 0; i < u->nhosts; i++)
             rnode_init(&rc->sentinels[i], u->hosts[i].host, u->hosts[i].port);
         rc->nsentinels = u->nhosts;
-        if (sentinel_resolve(rc, err, sizeof err) != RD_OK) {
+        if (sentinel_resolve(rc, NULL, err, sizeof err) != RD_OK) {
             rclient_free(rc);
             return dl_client_err(cl, DLOCK_EUNREACHABLE, "%s: %s", u->redacted, err);
         }
@@ -758,25 +975,35 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
             rclient_free(rc);
             return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
         }
-        if (rd_cluster_refresh(rc->cluster, &rc->cf) != RD_OK) {
+        if (rd_cluster_refresh(rc->cluster, &rc->cf, NULL, err, sizeof err) != RD_OK) {
             rclient_free(rc);
             return dl_client_err(cl, DLOCK_EUNREACHABLE,
-                                 "%s: no seed node answered CLUSTER SLOTS", u->redacted);
+                                 "%s: no seed node answered CLUSTER SLOTS (%s)", u->redacted,
+                                 err);
         }
     }
     /* Load the script now: it proves the server is there and the
      * credentials work, and gives us its SHA for every later call. */
     rnode *first = rc->mode == MODE_CLUSTER ? rd_cluster_node(rc->cluster, "dlock:{}:lock")
                                             : &rc->master;
-    rconn *c = first ? rconn_get(first, &rc->cf, err, sizeof err) : NULL;
+    int fail = DLOCK_EUNREACHABLE;
+    rconn *c = first ? rconn_get(first, &rc->cf, rc->cf.connect_timeout_ms, &fail, err,
+                                 sizeof err)
+                     : NULL;
     if (!first)
         snprintf(err, sizeof err, "no node serves slot of the probe key");
-    if (!c || rd_load_script(c, &rc->cf, err, sizeof err) != RD_OK) {
+    int lr = c ? rd_load_script(c, &rc->cf, rc->cf.op_timeout_ms, err, sizeof err) : RD_EIO;
+    if (lr != RD_OK) {
+        /* A server that was reached but refused us is not "unreachable":
+         * a bad database (EURL), credentials or rights (EPERM), or not a
+         * Redis server (EPROTO). */
+        if (c)
+            fail = lr == RD_EPROTO       ? DLOCK_EPROTO
+                   : strstr(err, "NOPERM") ? DLOCK_EPERM
+                                           : DLOCK_EUNREACHABLE;
         rconn_drop(c);
         rclient_free(rc);
-        return dl_client_err(cl, strstr(err, "AUTH") || strstr(err, "NOPERM") ? DLOCK_EPERM
-                                                                              : DLOCK_EUNREACHABLE,
-                             "%s: %s", u->redacted, err);
+        return dl_client_err(cl, fail, "%s: %s", u->redacted, err);
     }
     rconn_put(c);
     cl->bstate = rc;

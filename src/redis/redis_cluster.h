@@ -11,8 +11,11 @@ typedef struct rcluster rcluster;
 
 rcluster *rd_cluster_new(const dl_host *seeds, size_t n);
 void rd_cluster_free(rcluster *cl);
-/* Learn the slot map (CLUSTER SLOTS) from any node that answers. */
-int rd_cluster_refresh(rcluster *cl, const rconf *cf);
+/* Learn the slot map (CLUSTER SLOTS) from any node that answers, every
+ * step bounded by rd_ms(l, ...) (l may be NULL); RD_OK, or RD_EIO and the
+ * last reason in err. */
+int rd_cluster_refresh(rcluster *cl, const rconf *cf, const dlock_lock *l, char *err,
+                       size_t errlen);
 /* Replace the slot map with a CLUSTER SLOTS reply got from asked_host (an
  * entry without a host means that one): how many slot ranges it gave, -1 if
  * it is not such a reply. Malformed entries are skipped. */

@@ -90,11 +90,23 @@ void rnode_destroy(rnode *n);
 /* Drop every idle connection and bump the epoch (address changed). */
 void rnode_reset(rnode *n, const char *host, int port);
 
+/* How long a step of a lock's backend call may wait: ms cut to what is left
+ * of l's op_deadline_ns (dl_op_timeout_ms); ms itself when l is NULL (calls
+ * on a name, not a lock: inspect, list, break). */
+static inline int rd_ms(const dlock_lock *l, int ms)
+{
+    return l ? dl_op_timeout_ms(l, ms) : ms;
+}
+
 /*
- * Take a connection to node (idle one or a new one: connect, AUTH, SELECT).
- * On failure returns NULL and writes a one-line reason to err.
+ * Take a connection to node (idle one or a new one: connect, AUTH, SELECT,
+ * all within timeout_ms; none is made when it is 0). On failure returns
+ * NULL, writes a one-line reason to err and, if fail is not NULL, the kind
+ * of failure as a DLOCK_E* code: EUNREACHABLE, EPERM (AUTH refused), EURL
+ * (SELECT refused: no such database), EPROTO (not a Redis answer).
  */
-rconn *rconn_get(rnode *n, const rconf *cf, char *err, size_t errlen);
+rconn *rconn_get(rnode *n, const rconf *cf, int timeout_ms, int *fail, char *err,
+                 size_t errlen);
 /* The same for n servers at once, connecting in parallel for at most
  * wait_ms or until need of them are connected (see conn.c); out[i] NULL
  * where none could be had, and the last reason why in err. */
@@ -104,12 +116,18 @@ void rconn_get_many(rnode *nodes, int n, const rconf *cf, rconn **out, int need,
 void rconn_put(rconn *c);
 /* Close a connection whose state is unknown (error, timeout, canceled). */
 void rconn_drop(rconn *c);
+/* Close a connection whose last request got no reply in time, after
+ * writing undo (if not NULL) on it without waiting: the server runs it
+ * right after that request whenever it gets to it (requests on one
+ * connection run in order), so that whatever the request did is undone. */
+void rconn_abandon(rconn *c, const rcmd *undo);
 
 /* Outcome of a round trip. */
 enum {
     RD_OK = 0,
     RD_EIO = -1,       /* connection failed or timed out: conn must be dropped */
     RD_CANCELED = -2,  /* cancel_fd became readable: conn must be dropped */
+    RD_EPROTO = -3,    /* the server answered, but not as Redis would: drop it */
 };
 
 /*
@@ -164,8 +182,14 @@ typedef char rd_key[DL_NAME_MAX + 32];
 void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const char *op);
 
 /* Install the lock script on c: as a function library, or as a script
- * where the server does not take the library (then cf->scripts is set). */
-int rd_load_script(rconn *c, rconf *cf, char *err, size_t errlen);
+ * where the server does not take the library (then cf->scripts is set),
+ * waiting at most timeout_ms in all. RD_OK, RD_EIO or RD_EPROTO. */
+int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen);
+
+/* What a reply is, for error messages ("expected ..., got status \"OK\""):
+ * status "OK", error "ERR ...", integer 5, nil, an array of 3, string "x"
+ * (server strings quoted, escaped and cut short). */
+void rd_reply_desc(const redisReply *r, char *buf, size_t len);
 
 /*
  * Replies, checked element by element before anything is read from them: a
@@ -188,7 +212,19 @@ int rd_addr_reply(const redisReply *r, char *host, size_t hostlen, int *port);
  * (holders, holder, highest token); -1 if the reply is not one. */
 int rd_break_reply(const redisReply *r, dlock_info *info);
 
-/* "dlock:{NAME}:lock" — every key of a lock shares the {NAME} hash tag. */
+/*
+ * Keys: "dlock:{TAG}:SUFFIX" — every key of a lock shares the hash tag
+ * {TAG}, the name with each '}' replaced by RD_BRACE, a byte no name can
+ * hold: a '}' would end the tag early (a leading one leaves it empty and
+ * Redis then hashes whole keys), splitting a lock's keys over cluster
+ * slots. -1 if buf is too small.
+ */
+#define RD_BRACE '\x7f'
+int rd_name_key(const char *name, const char *suffix, char *buf, size_t len);
+/* "dlock:{TAG}:lock" */
 int rd_lock_key(const char *name, char *buf, size_t len);
+/* The name a key's tag (n bytes) stands for, into name[len]; -1 if it is
+ * not one (a raw '}': a key of dlock 0.1.0, which did not encode them). */
+int rd_tag_name(const char *tag, size_t n, char *name, size_t len);
 
 #endif

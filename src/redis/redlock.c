@@ -52,9 +52,12 @@ static int node_timeout(const rlclient *rc, int ttl_ms)
     return t < rc->cf.op_timeout_ms ? t : rc->cf.op_timeout_ms;
 }
 
-static int64_t drift_ns(int ttl_ms)
+/* The per-node timeout of an operation on l, cut to l's bound (the core's
+ * op_deadline_ns: an acquisition's deadline plus its margin, or the moment
+ * a renewed lease would be declared lost). */
+static int bounded_node_timeout(const rlclient *rc, const dlock_lock *l)
 {
-    return ((int64_t)ttl_ms * 1000000LL) / 100 + 2000000LL;
+    return rd_ms(l, node_timeout(rc, l->opts.ttl_ms));
 }
 
 /*
@@ -114,16 +117,22 @@ static bool quorum_answered(redisReply *const *out, int n, void *quorum)
  * connection drops the late reply on its next use. Nodes that cannot be
  * reached, time out, or answer with an error other than a forgotten script
  * get out[i] == NULL. A node that forgot the script gets it again and a
- * second try.
+ * second try. Everything (connects, loads, the second try) ends within
+ * timeout_ms; with 0 the request is only written on the connections there
+ * are (a give-back that need not be waited for). why (may be NULL) gets the
+ * last reason a node failed, for messages.
  */
 static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms,
-                   rd_enough_fn *enough)
+                   rd_enough_fn *enough, char *why, size_t whylen)
 {
     rconn *cs[rc->n];
     int st[rc->n];
-    char err[256];
+    char err[256] = "";
+    int64_t until = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n, timeout_ms, err, sizeof err);
-    rconn_call_many(cs, rc->n, cmd, out, st, timeout_ms, enough, &rc->quorum);
+    if (why && err[0])
+        snprintf(why, whylen, "%s", err);
+    rconn_call_many(cs, rc->n, cmd, out, st, dl_ms_left(until), enough, &rc->quorum);
     bool again = false;
     for (int i = 0; i < rc->n; i++) {
         if (st[i] == RD_OWED) {
@@ -132,6 +141,9 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
             continue;
         }
         if (st[i] != RD_OK) {
+            if (why && cs[i])
+                snprintf(why, whylen, "redis %s:%d: no reply within %d ms", rc->nodes[i].host,
+                         rc->nodes[i].port, timeout_ms);
             rconn_drop(cs[i]);
             cs[i] = NULL;
             continue;
@@ -139,10 +151,12 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
         if (rd_script_missing(out[i])) {
             freeReplyObject(out[i]);
             out[i] = NULL;
-            if (rd_load_script(cs[i], &rc->cf, err, sizeof err) == RD_OK) {
+            if (rd_load_script(cs[i], &rc->cf, dl_ms_left(until), err, sizeof err) == RD_OK) {
                 again = true;
                 continue;
             }
+            if (why)
+                snprintf(why, whylen, "%s", err);
             rconn_drop(cs[i]);
             cs[i] = NULL;
             continue;
@@ -154,7 +168,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
         rcmd now = *cmd; /* in the form the loads left cf in */
         rd_script_retarget(&now, &rc->cf);
         redisReply *retry[rc->n];
-        rconn_call_many(cs, rc->n, &now, retry, st, timeout_ms, NULL, NULL);
+        rconn_call_many(cs, rc->n, &now, retry, st, dl_ms_left(until), NULL, NULL);
         for (int i = 0; i < rc->n; i++) {
             if (!cs[i])
                 continue;
@@ -166,6 +180,32 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
             }
         }
     }
+}
+
+/* Describe, into why, the first reply in r that is not what ok accepts. */
+static void note_bad(rlclient *rc, redisReply **r, bool (*ok)(const redisReply *),
+                     const char *expected, char *why, size_t whylen)
+{
+    for (int i = 0; i < rc->n; i++) {
+        if (r[i] && !ok(r[i])) {
+            char got[160];
+            rd_reply_desc(r[i], got, sizeof got);
+            snprintf(why, whylen, "redis %.64s:%d: expected %s, got %s", rc->nodes[i].host,
+                     rc->nodes[i].port, expected, got);
+            return;
+        }
+    }
+}
+
+static bool is_pair(const redisReply *r)
+{
+    long long a, b;
+    return rd_pair_reply(r, &a, &b);
+}
+
+static bool is_int01(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1);
 }
 
 static void free_all(rlclient *rc, redisReply **r)
@@ -182,7 +222,8 @@ static bool int_is(const redisReply *r, long long v)
 
 /* Release on every node (owner-checked there), waiting up to timeout_ms for
  * a quorum of answers; returns how many had it. A node that has not answered
- * by then keeps the request and applies it when it gets to it. */
+ * by then keeps the request and applies it when it gets to it; with 0 it is
+ * only written (on the connections there are). */
 static int release_all(dlock_lock *l, int timeout_ms)
 {
     rlclient *rc = rl_of(l->c);
@@ -192,7 +233,7 @@ static int release_all(dlock_lock *l, int timeout_ms)
     rcmd_add(&c, l->owner);
     rcmd_add(&c, "x");
     redisReply *r[rc->n];
-    on_all(rc, &c, r, timeout_ms, quorum_answered);
+    on_all(rc, &c, r, timeout_ms, quorum_answered, NULL, 0);
     int had = 0;
     for (int i = 0; i < rc->n; i++)
         had += int_is(r[i], 1);
@@ -223,6 +264,8 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
     rlock *ll = l->bstate;
     int ttl = l->opts.ttl_ms;
     char nb[24];
+    char why[300] = "";
+    int answered_last = rc->n;
     for (int attempt = 0;; attempt++) {
         rcmd c;
         rd_script_cmd(&c, &rc->cf, ll->key, "racq");
@@ -231,7 +274,15 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         rcmd_add(&c, rc->self);
         redisReply *r[rc->n];
         int64_t t0 = dl_now_ns();
-        on_all(rc, &c, r, node_timeout(rc, ttl), grant_decided);
+        /* Each try within the acquisition's bound: a grant we could not
+         * learn of in time is given back below all the same. */
+        int tmo = bounded_node_timeout(rc, l);
+        if (tmo == 0) /* bound reached (after a try that ended at it) */
+            return dl_lock_err(l, answered_last < rc->quorum ? DLOCK_EUNREACHABLE : DLOCK_ETIMEDOUT,
+                               "lock \"%s\": timed out waiting%s%s", l->name,
+                               why[0] ? "; last failure: " : "", why);
+        on_all(rc, &c, r, tmo, grant_decided, why, sizeof why);
+        note_bad(rc, r, is_pair, "an array of 2 integers from the lock script", why, sizeof why);
         int granted = 0, answered = 0;
         long long maxtok = 0, mintok = -1;
         bool got[rc->n];
@@ -251,11 +302,11 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             }
         }
         free_all(rc, r);
-        int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+        int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - dl_drift_ns(ttl);
         if (granted >= rc->quorum && validity > 0 && mintok == maxtok) {
             /* every granting node stores this token already (racq's INCR) */
             atomic_store(&l->token, (uint64_t)maxtok);
-            l->lease_start_ns = t0 - drift_ns(ttl);
+            l->lease_start_ns = t0 - dl_drift_ns(ttl);
             return 0;
         }
         if (granted >= rc->quorum && validity > 0) {
@@ -265,15 +316,15 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             rd_script_cmd(&c, &rc->cf, ll->key, "rtok");
             rcmd_add(&c, l->owner);
             rcmd_addll(&c, token, tb);
-            on_all(rc, &c, r, node_timeout(rc, ttl), yes_decided);
+            on_all(rc, &c, r, bounded_node_timeout(rc, l), yes_decided, why, sizeof why);
             int stored = 0;
             for (int i = 0; i < rc->n; i++)
                 stored += got[i] && int_is(r[i], 1);
             free_all(rc, r);
-            validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+            validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - dl_drift_ns(ttl);
             if (stored >= rc->quorum && validity > 0) {
                 atomic_store(&l->token, (uint64_t)token);
-                l->lease_start_ns = t0 - drift_ns(ttl);
+                l->lease_start_ns = t0 - dl_drift_ns(ttl);
                 return 0;
             }
         }
@@ -281,11 +332,14 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
          * answers, so wait no longer than for the try itself: with a
          * majority down, waiting for a quorum of answers would hold every
          * try (and every retry) for the whole op timeout. */
-        release_all(l, node_timeout(rc, ttl));
+        release_all(l, bounded_node_timeout(rc, l));
+        answered_last = answered;
         if (answered < rc->quorum && deadline == 0)
             return dl_lock_err(l, DLOCK_EUNREACHABLE,
-                               "lock \"%s\": only %d of %d redlock masters answered (quorum %d)",
-                               l->name, answered, rc->n, rc->quorum);
+                               "lock \"%s\": only %d of %d redlock masters answered (quorum "
+                               "%d)%s%s",
+                               l->name, answered, rc->n, rc->quorum,
+                               why[0] ? "; last failure: " : "", why);
         if (deadline == 0 && granted >= rc->quorum && validity <= 0)
             return dl_lock_err(l, DLOCK_EBUSY,
                                "lock \"%s\": granted by %d of %d masters, but only after %lld "
@@ -300,8 +354,9 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             if (answered < rc->quorum)
                 return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                    "lock \"%s\": timed out; only %d of %d redlock masters "
-                                   "answered (quorum %d)",
-                                   l->name, answered, rc->n, rc->quorum);
+                                   "answered (quorum %d)%s%s",
+                                   l->name, answered, rc->n, rc->quorum,
+                                   why[0] ? "; last failure: " : "", why);
             return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
         }
         if (backoff(l, deadline, attempt))
@@ -337,29 +392,38 @@ static int rl_renew(dlock_lock *l)
     rcmd_addll(&c, ttl, nb);
     redisReply *r[rc->n];
     int64_t t0 = dl_now_ns();
-    on_all(rc, &c, r, node_timeout(rc, ttl), yes_decided);
+    /* Within the moment the lease will be declared lost (the core's bound):
+     * nothing is sent once it has passed, and running out of time is a
+     * transient failure, not a loss (the core decides that). */
+    int tmo = bounded_node_timeout(rc, l);
+    if (tmo == 0)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": no time left to renew before the lease ends", l->name);
+    char why[300] = "";
+    on_all(rc, &c, r, tmo, yes_decided, why, sizeof why);
+    note_bad(rc, r, is_int01, "an integer from the lock script", why, sizeof why);
     int yes = 0, no = 0;
     for (int i = 0; i < rc->n; i++) {
         yes += int_is(r[i], 1);
         no += int_is(r[i], 0);
     }
     free_all(rc, r);
-    int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - drift_ns(ttl);
+    int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - dl_drift_ns(ttl);
     if (yes >= rc->quorum && validity > 0) {
-        l->lease_start_ns = t0 - drift_ns(ttl);
+        l->lease_start_ns = t0 - dl_drift_ns(ttl);
         return 0;
     }
     if (no > rc->n - rc->quorum)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": a quorum of masters no longer has it",
                            l->name);
     return dl_lock_err(l, DLOCK_EUNREACHABLE,
-                       "lock \"%s\": renewal reached only %d of %d masters (quorum %d)", l->name,
-                       yes, rc->n, rc->quorum);
+                       "lock \"%s\": renewal reached only %d of %d masters (quorum %d)%s%s",
+                       l->name, yes, rc->n, rc->quorum, why[0] ? "; last failure: " : "", why);
 }
 
 static void rl_abandon(dlock_lock *l)
 {
-    (void)release_all(l, node_timeout(rl_of(l->c), l->opts.ttl_ms));
+    (void)release_all(l, bounded_node_timeout(rl_of(l->c), l));
 }
 
 /* A script operation on a name (not a held lock), on every master. */
@@ -368,7 +432,7 @@ static void on_all_name(rlclient *rc, const char *name, const char *op, redisRep
     rd_key key;
     rcmd c;
     rd_name_cmd(&c, &rc->cf, name, key, op);
-    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL);
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL, NULL, 0);
 }
 
 static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
@@ -483,7 +547,7 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
         for (int i = 0; i < rc->n; i++) {
             if (!cs[i])
                 continue;
-            if (rd_load_script(cs[i], &rc->cf, err, sizeof err) != RD_OK) {
+            if (rd_load_script(cs[i], &rc->cf, rc->cf.op_timeout_ms, err, sizeof err) != RD_OK) {
                 rconn_drop(cs[i]);
                 cs[i] = NULL;
             }
