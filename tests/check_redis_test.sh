@@ -2,7 +2,8 @@
 # check_redis_test.sh — `dlock check` with server faults on the Redis family:
 # real servers started by tests/servers.sh (one master, five Redlock masters,
 # a Sentinel deployment), short runs of each scenario, verdicts asserted from
-# --json. Never asserts timings. Skipped (exit 0) when redis-server is not
+# --json. The partition scenario cuts holders off through relays of their
+# own (no server directory needed). Never asserts timings. Skipped (exit 0) when redis-server is not
 # installed or the redis backends are not built. Needs $DLOCK and python3.
 set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
@@ -56,6 +57,21 @@ jcheck "$TMP/redlock.json" "redlock restart of one master: safe, or a violation 
     'sc("restart")["verdict"] in ("pass", "expected-violation") and sc("restart")["faults"] > 0'
 jcheck "$TMP/redlock.json" "redlock pause-acquire: pass, every stopped acquisition failed" \
     'sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_failed"] == sc("pause-acquire")["acquisitions_stopped"] > 0'
+
+# --- a holder cut off from the servers (its relay frozen past the lease):
+#     told of the loss before its lease ran out there, no overlap, the
+#     stale write rejected by fencing, the canary lost an increment
+for b in redis redlock; do
+    [ $b = redis ] && u=$DLOCK_TEST_REDIS || u=$DLOCK_TEST_REDLOCK
+    check $b-cut "$u" -P 3 -D 1 --ttl 2 --scenario partition
+    jcheck "$TMP/$b-cut.json" "$b partition: pass, no overlap, told before the lease ran out on the servers" \
+        'sc("partition")["verdict"] == "pass" and sc("partition")["overlaps"] == 0 and sc("partition")["canary"]["overlaps"] == 0 and sc("partition")["partitions"] > 0 and sc("partition")["loss_told_late"] == 0 and sc("partition")["told_before_expiry_min_ms"] is not None'
+    jcheck "$TMP/$b-cut.json" "$b partition: stale writes rejected by fencing, the canary lost updates" \
+        'sc("partition")["stale_writes_rejected"] > 0 and sc("partition")["stale_writes_accepted"] == 0 and sc("partition")["canary"]["lost_increments"] > 0'
+done
+check sentinel-cut "$DLOCK_TEST_SENTINEL" -P 2 -D 0.3 --scenario partition
+jcheck "$TMP/sentinel-cut.json" "sentinel partition: n/a (Sentinel names the master to its clients), not run" \
+    'sc("partition")["verdict"] == "n/a" and sc("partition")["fenced"] is None and "Sentinel" in sc("partition")["note"]'
 
 # --- Sentinel: failover to a replica cut off from replication
 check sentinel "$DLOCK_TEST_SENTINEL" -P 3 -D 1 --scenario failover-cut --history "$TMP/fo.hist"

@@ -121,14 +121,48 @@ sed 's/value=2 rc=0/value=3 rc=1/' "$TMP/held.hist" >"$TMP/lost.hist"
 jcheck "$TMP/lost.json" "LOST after being stopped past the lease: pass, notification timed from SIGCONT" \
     'd["scenarios"][0]["verdict"] == "pass" and d["scenarios"][0]["fenced"]["state_lost_seen"] == 1 and d["scenarios"][0]["fenced"]["loss_notified_after_stop"] == 1'
 
+# --- 1c. the checker on a holder cut off from the servers (partition): it
+#         holds until it is told of the loss; told after its lease ran out on
+#         the servers (here after w=2 took the lock), or never, fails
+cat >"$TMP/cut.hist" <<'EOF'
+run scenario=partition mode=fenced backend=redis caps=0x121 ttl_ms=3000 fencing=1
+0 acquire w=1
+100000 acquired w=1 token=1
+200000 read w=1 token=1 value=0
+1600000000 partitioned w=1 value=3100000000
+3068000000 lost_notified w=1 token=1
+3100000000 acquire w=2
+3150000000 acquired w=2 token=2
+3150100000 read w=2 token=2 value=0
+3150200000 state w=1 token=1 value=3 rc=1
+3150300000 write_rejected w=1 token=1 value=1
+3150400000 release w=1
+3150500000 write_accepted w=2 token=2 value=1
+3150600000 release w=2
+5000000000 healed w=1
+EOF
+"$DLOCK" check --check-history "$TMP/cut.hist" --json >"$TMP/cut.json"
+jcheck "$TMP/cut.json" "cut off, told 32 ms before its lease ran out on the servers: pass" \
+    'd["scenarios"][0]["verdict"] == "pass" and d["scenarios"][0]["partitions"] == 1 and d["scenarios"][0]["told_before_expiry_min_ms"] == 32.0 and d["scenarios"][0]["overlaps"] == 0'
+sed 's/^3068000000 lost_notified/3150150000 lost_notified/' "$TMP/cut.hist" >"$TMP/cutlate.hist"
+"$DLOCK" check --check-history "$TMP/cutlate.hist" --json >"$TMP/cutlate.json"
+jcheck "$TMP/cutlate.json" "cut off, told after another worker took the lock: fail, an overlap and a late loss" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["overlaps"] == 1 and d["scenarios"][0]["loss_told_late"] == 1 and d["scenarios"][0]["told_before_expiry_min_ms"] < 0'
+grep -v lost_notified "$TMP/cut.hist" >"$TMP/cutnever.hist"
+"$DLOCK" check --check-history "$TMP/cutnever.hist" --json >"$TMP/cutnever.json"
+jcheck "$TMP/cutnever.json" "cut off, never told: fail, its holding lasts until its release" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["overlaps"] == 1 and d["scenarios"][0]["loss_untold"] == 1 and d["scenarios"][0]["told_before_expiry_min_ms"] is None'
+
 # --- 2. every scenario on the file backend, with the raw history kept
 "$DLOCK" --url "$URL" check -P 3 -D 0.6 --json --history "$TMP/run.hist" >"$TMP/run.json"
 rc=$?
 [ $rc -eq 0 ] && ok "check on file backend: exit 0" || bad "check on file backend: exit $rc"
 jcheck "$TMP/run.json" "check: one object with a scenarios array" \
-    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority"]'
+    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority", "partition"]'
 jcheck "$TMP/run.json" "check: server faults are n/a on the file backend, and not run" \
-    'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:])'
+    'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:8])'
+jcheck "$TMP/run.json" "check: partition is n/a on the file backend, and not run" \
+    'd["scenarios"][8]["verdict"] == "n/a" and d["scenarios"][8]["fenced"] is None and "do not expire" in d["scenarios"][8]["note"]'
 jcheck "$TMP/run.json" "check: counts present in every scenario" \
     'all(all(k in s for k in ("sections", "overlaps", "lost_increments", "stale_writes_rejected", "stale_writes_accepted", "verdict")) for s in d["scenarios"])'
 jcheck "$TMP/run.json" "check: no overlap, no stale write accepted anywhere" \

@@ -231,6 +231,83 @@ static void test_lease_deadline_ends_window(void **state)
     hist_runs_free(runs, n);
 }
 
+/* A holder cut off from the servers (partitioned) holds until it is told of
+ * the loss: told 32 ms before its lease ran out on the servers (at 3.1 s),
+ * it does not overlap w=2, which took the lock at 3.15 s. */
+static const char cut_told[] =
+    "run scenario=partition ttl_ms=3000 caps=0x21 fencing=1\n"
+    "0 acquire w=1\n"
+    "100000 acquired w=1 token=1\n"
+    "200000 read w=1 token=1 value=0\n"
+    "1600000000 partitioned w=1 value=3100000000\n"
+    "3068000000 lost_notified w=1 token=1\n"
+    "3100000000 acquire w=2\n"
+    "3150000000 acquired w=2 token=2\n"
+    "3150100000 read w=2 token=2 value=0\n"
+    "3150200000 state w=1 token=1 value=3 rc=1\n"
+    "3150300000 write_rejected w=1 token=1 value=1\n"
+    "3150400000 release w=1\n"
+    "3150500000 write_accepted w=2 token=2 value=1\n"
+    "3150600000 release w=2\n"
+    "5000000000 healed w=1\n";
+
+static void test_partition_told_in_time(void **state)
+{
+    (void)state;
+    size_t n;
+    hist_run *runs = read_str(cut_told, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.partitions, 1);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.loss_told, 1);
+    assert_int_equal(r.loss_late, 0);
+    assert_int_equal(r.told_before_min_ns, 32000000);
+    assert_int_equal(r.told_before_median_ns, 32000000);
+    assert_int_equal(r.stale_rejected, 1);
+    assert_int_equal(r.state_held_late, 0);
+    char why[600];
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "pass");
+    hist_runs_free(runs, n);
+}
+
+static void test_partition_told_late_or_never(void **state)
+{
+    (void)state;
+    size_t n;
+    /* told after w=2 took the lock: an overlap, and a late loss */
+    char *late = strdup(cut_told);
+    char *p = strstr(late, "3068000000 lost_notified");
+    assert_non_null(p);
+    memcpy(p, "3150150000", 10);
+    hist_run *runs = read_str(late, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.overlaps, 1);
+    assert_int_equal(r.loss_told, 1);
+    assert_int_equal(r.loss_late, 1);
+    assert_int_equal(r.told_before_min_ns, -50150000);
+    char why[600];
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "fail");
+    hist_runs_free(runs, n);
+    /* never told, and still HELD when it looked: its holding lasts until it
+     * releases */
+    memcpy(p, "# 3150150", 9);
+    char *st = strstr(late, "value=3 rc=1");
+    assert_non_null(st);
+    memcpy(st, "value=2 rc=0", 12);
+    runs = read_str(late, &n);
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.overlaps, 1);
+    assert_int_equal(r.loss_told, 0);
+    assert_int_equal(r.loss_untold, 1);
+    assert_int_equal(r.loss_late, 1);
+    assert_int_equal(r.state_held_late, 1);
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "fail");
+    hist_runs_free(runs, n);
+    free(late);
+}
+
 static void test_write_read_round_trip(void **state)
 {
     (void)state;
@@ -291,6 +368,8 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_kill_ends_window_and_counts_takeover),
         cmocka_unit_test(test_lease_deadline_ends_window),
+        cmocka_unit_test(test_partition_told_in_time),
+        cmocka_unit_test(test_partition_told_late_or_never),
         cmocka_unit_test(test_write_read_round_trip),
         cmocka_unit_test(test_malformed),
     };

@@ -38,6 +38,12 @@ static const char check_help[] =
     "side: an acquisition that returns after its lease could have run out is a\n"
     "late grant, and a holder stopped for longer than its ttl must see\n"
     "dlock_state() LOST when it looks after SIGCONT.\n"
+    "The partition scenario gives each worker a TCP relay of its own to the\n"
+    "servers (redis:// and redlock:// URLs) and freezes the holder's relay for\n"
+    "longer than the lease: the holder's section lasts until the library tells\n"
+    "it of the loss, which must come before the lease runs out on the servers\n"
+    "(reported: how long before, min and median); --ttl 30 runs it with the\n"
+    "default lease.\n"
     "\n"
     "  --scenario NAME   run this scenario (repeatable; default all; see --list)\n"
     "  -P, --workers N   worker processes (2..64, default 4)\n"
@@ -108,14 +114,47 @@ static void stopacq_summary(char *buf, size_t len, const sc_out *o)
              o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held);
 }
 
+/* Holders cut off from the servers, both runs: how long before their lease
+ * ran out there they were told of the loss. */
+static void partition_summary(char *buf, size_t len, const sc_out *o)
+{
+    const hist_result *f = &o->fenced, *c = &o->canary;
+    uint64_t cuts = f->partitions + (o->have_canary ? c->partitions : 0);
+    uint64_t told = f->loss_told + (o->have_canary ? c->loss_told : 0);
+    uint64_t late = f->loss_late + (o->have_canary ? c->loss_late : 0);
+    uint64_t untold = f->loss_untold + (o->have_canary ? c->loss_untold : 0);
+    int n = snprintf(buf, len,
+                     "%" PRIu64 " holders cut off from the servers for longer than the lease; "
+                     "%" PRIu64 " told of the loss",
+                     cuts, told);
+    if (f->loss_told > 0 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n,
+                      ", %.1f ms (min) / %.1f ms (median) before the lease ran out on the "
+                      "servers (fenced run)",
+                      (double)f->told_before_min_ns / 1e6, (double)f->told_before_median_ns / 1e6);
+    if (late > 0 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n,
+                      "; %" PRIu64 " told only after it ran out there, or never (%" PRIu64
+                      " never)",
+                      late, untold);
+    if (f->state_looks > 0 && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n,
+                 "; their first look at the lock once another worker held it (fenced run): "
+                 "dlock_state() LOST in %" PRIu64 " of %" PRIu64 ", lost fd readable in %" PRIu64,
+                 f->state_lost_seen, f->state_looks, f->fd_lost_seen);
+}
+
 static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_meta *cm)
 {
-    char why[600], more[400];
+    char why[600], more[700];
     const char *v = hist_verdict(&o->fenced, fm, why, sizeof why);
     if (strcmp(v, "fail") == 0) {
         o->verdict = "fail";
         if (o->sc->validity == CHK_VALID_STOPACQ) {
             stopacq_summary(more, sizeof more, o);
+            snprintf(o->note, sizeof o->note, "%s; %s", why, more);
+        } else if (o->sc->validity == CHK_VALID_PARTITION) {
+            partition_summary(more, sizeof more, o);
             snprintf(o->note, sizeof o->note, "%s; %s", why, more);
         } else {
             snprintf(o->note, sizeof o->note, "%s", why);
@@ -126,7 +165,12 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
         v = hist_verdict(&o->canary, cm, why, sizeof why);
         if (strcmp(v, "fail") == 0) {
             o->verdict = "fail";
-            snprintf(o->note, sizeof o->note, "canary run: %s", why);
+            if (o->sc->validity == CHK_VALID_PARTITION) {
+                partition_summary(more, sizeof more, o);
+                snprintf(o->note, sizeof o->note, "canary run: %s; %s", why, more);
+            } else {
+                snprintf(o->note, sizeof o->note, "canary run: %s", why);
+            }
             return;
         }
     }
@@ -200,6 +244,27 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
                      o->fenced_faults, o->fenced.sections_after_fault);
         }
         return;
+    case CHK_VALID_PARTITION: {
+        uint64_t stale = o->fenced.stale_rejected + o->fenced.stale_accepted;
+        partition_summary(more, sizeof more, o);
+        if (o->fenced_effective > 0 && o->fenced.partitions > 0 && stale > 0 && o->have_canary &&
+            o->canary.lost_increments > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note,
+                     "%s; %" PRIu64 " stale writes rejected by fencing; the canary lost %" PRId64
+                     " increments",
+                     more, o->fenced.stale_rejected, o->canary.lost_increments);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note,
+                     "the fault did not take effect: %d of %d cuts were followed by another "
+                     "holder and a stale write, canary lost %" PRId64 " increments; %s%s%s",
+                     o->fenced_effective, o->fenced_faults,
+                     o->have_canary ? o->canary.lost_increments : 0, more,
+                     r->note[0] ? "; " : "", r->note);
+        }
+        return;
+    }
     case CHK_VALID_STOPACQ:
         stopacq_summary(more, sizeof more, o);
         if (o->acq_stopped > 0) {
@@ -250,6 +315,17 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
 
 /* ---- output ------------------------------------------------------------ */
 
+/* How long before the lease ran out on the servers the partitioned holders
+ * were told (ms; null when none was). */
+static void json_told(FILE *f, const hist_result *h)
+{
+    if (h->loss_told > 0)
+        fprintf(f, ",\"told_before_expiry_min_ms\":%.3f,\"told_before_expiry_median_ms\":%.3f",
+                (double)h->told_before_min_ns / 1e6, (double)h->told_before_median_ns / 1e6);
+    else
+        fprintf(f, ",\"told_before_expiry_min_ms\":null,\"told_before_expiry_median_ms\":null");
+}
+
 static void json_counts(FILE *f, const hist_result *h)
 {
     fprintf(f,
@@ -271,6 +347,11 @@ static void json_counts(FILE *f, const hist_result *h)
             h->fresh_rejected, h->late_grants, h->state_looks, h->state_lost_seen,
             h->fd_lost_seen, h->state_held_late, h->notified, h->notify_late,
             (double)h->notify_late_max_ns / 1e6);
+    fprintf(f,
+            ",\"partitions\":%" PRIu64 ",\"loss_told\":%" PRIu64 ",\"loss_told_late\":%" PRIu64
+            ",\"loss_untold\":%" PRIu64,
+            h->partitions, h->loss_told, h->loss_late, h->loss_untold);
+    json_told(f, h);
     fprintf(f,
             ",\"server_faults\":%" PRIu64 ",\"data_losses\":%" PRIu64
             ",\"sections_after_fault\":%" PRIu64 ",\"overlaps_expected\":%" PRIu64
@@ -320,6 +401,12 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
                 h->late_grants, h->token_regressions, h->token_dups);
         if (o->ttl_ms > 0)
             fprintf(f, ",\"ttl_ms\":%d", o->ttl_ms);
+        if (h->partitions > 0 || (o->sc && o->sc->validity == CHK_VALID_PARTITION)) {
+            fprintf(f, ",\"partitions\":%" PRIu64 ",\"loss_told_late\":%" PRIu64
+                       ",\"loss_untold\":%" PRIu64 ",\"state_held_late\":%" PRIu64,
+                    h->partitions, h->loss_late, h->loss_untold, h->state_held_late);
+            json_told(f, h);
+        }
         if (o->sc && o->sc->validity == CHK_VALID_STOPACQ)
             fprintf(f,
                     ",\"acquisitions_stopped\":%d,\"acquisitions_failed\":%d,"
@@ -641,6 +728,15 @@ int cli_check(int argc, char **argv, const char *url)
         o->sc = sc;
         bool have_servers = sc->needs_servers == 0 ||
                             (cfg.servers && (sc->deploys == 0 || (cfg.servers->deploy & sc->deploys)));
+        char cannot[400];
+        if (have_servers && sc->cannot_run && sc->cannot_run(&cfg, cannot, sizeof cannot)) {
+            /* it cannot be set up here: not run */
+            o->verdict = "n/a";
+            o->applicable = false;
+            snprintf(o->note, sizeof o->note, "not applicable: %s", cannot);
+            done = i + 1;
+            continue;
+        }
         o->applicable = (cfg.caps & sc->needs_caps) == sc->needs_caps && have_servers;
         o->verdict = "invalid";
         o->ttl_ms = (cfg.caps & DLOCK_CAP_LEASE)

@@ -7,6 +7,8 @@
  *                      the shared event log, the fault controls
  *   check_scenarios.c  the table of fault scenarios
  *   check_history.c    the history format and the checker (no processes)
+ *   check_relay.c      per-worker TCP relays to the servers, which the
+ *                      partition scenario freezes to cut a holder off
  *
  * A scenario injects faults through chk_ctl, one table of operations on
  * "targets": the harness's own worker processes (CHK_CLIENT), and servers of
@@ -26,6 +28,7 @@
 
 #define CHK_MAX_WORKERS 64
 #define CHK_EVENT_CAP ((size_t)1 << 22) /* events per run (MAP_NORESERVE) */
+#define CHK_RELAY_HOSTS 16              /* servers a worker's relay forwards to */
 
 /* Fault points a worker can be told to stop at, between its read and its
  * write inside the critical section. */
@@ -49,6 +52,9 @@ typedef struct chk_slot {
     _Atomic int watched;     /* report the outcome of the next acquisition */
     _Atomic int acq_outcome; /* of a watched one: 0 pending, 1 granted, 2 failed */
     _Atomic int acq_state;   /* dlock_state() when it returned */
+    /* Its relay (check_relay.c), per server of the URL: when bytes from the
+     * worker were last written to that server (CLOCK_MONOTONIC ns, 0 never). */
+    _Atomic int64_t relay_sent_ns[CHK_RELAY_HOSTS];
     char err[256];
 } chk_slot;
 
@@ -90,7 +96,9 @@ typedef struct chk_ctl {
     int (*kill)(chk_run *r, chk_role role, int idx);   /* SIGKILL */
     int (*pause)(chk_run *r, chk_role role, int idx);  /* SIGSTOP */
     int (*resume)(chk_run *r, chk_role role, int idx); /* SIGCONT */
-    /* cut the target off the network (1) or reconnect it (0) */
+    /* cut the target off the network (1) or reconnect it (0); for a
+     * client: freeze (SIGSTOP) or continue its relay to the servers, in
+     * scenarios that run one (chk_scenario.relayed) */
     int (*partition)(chk_run *r, chk_role role, int idx, int isolated);
 } chk_ctl;
 
@@ -161,6 +169,47 @@ typedef struct chk_config {
 
 struct chk_scenario;
 
+/*
+ * The servers of the URL, for the workers' relays (check_relay.c): where the
+ * relays connect, and how to write a worker's URL with its relay's ports.
+ */
+typedef struct chk_upstreams {
+    int n;      /* hosts of the URL */
+    int quorum; /* of them a lock needs: a majority for redlock, else 1 */
+    struct {
+        char host[256];
+        int port;
+    } host[CHK_RELAY_HOSTS];
+    char prefix[1024]; /* the URL up to its hosts: scheme://[userinfo@] */
+    char suffix[1024]; /* after them: [/path][?query] */
+} chk_upstreams;
+
+/* A worker's relay: a process forwarding the worker's TCP connections to
+ * the servers of the URL, one listener on the loopback interface per host. */
+typedef struct chk_relay {
+    pid_t pid;      /* 0 when none */
+    int ctl;        /* write end of its control pipe: a byte freezes it */
+    bool frozen;
+    int64_t frozen_ns;
+    char url[2300]; /* the URL the worker uses: the relay's ports */
+} chk_relay;
+
+/* Can `url` be relayed? 0 with *u filled, or -1 with the reason in why
+ * (a deployment whose servers name other servers to their clients). */
+int chk_upstreams_parse(const char *url, const char *backend, chk_upstreams *u, char *why,
+                        size_t whylen);
+/* Start worker slot's relay (r->relay[slot]), replacing any. 0 or -errno. */
+int chk_relay_start(chk_run *r, int slot);
+/* Freeze (SIGSTOP at a point between two forwarded writes, connections left
+ * open) or continue the relay; 0 or -errno. */
+int chk_relay_freeze(chk_run *r, int slot);
+int chk_relay_thaw(chk_run *r, int slot);
+/* When the lease of what worker slot holds runs out on the servers, from
+ * what its relay forwarded last (while frozen nothing more reaches them):
+ * per host, the last forward + ttl; the lock, when a quorum has run out.
+ * 0 if unknown (a host never written to). */
+int64_t chk_relay_expiry(const chk_run *r, int slot, int ttl_ms);
+
 struct chk_run {
     const chk_config *cfg;
     const chk_ctl *ctl;
@@ -172,6 +221,9 @@ struct chk_run {
     bool fencing;     /* the resource checks tokens */
     int ttl_ms;       /* the lock ttl of this run (the scenario may want longer) */
     bool server_faults; /* workers ride out backend errors (servers come and go) */
+    bool relayed;     /* each worker reaches the servers through its relay */
+    chk_upstreams up; /* ... these */
+    chk_relay relay[CHK_MAX_WORKERS];
     bool servers_touched; /* restore the deployment after the run */
     int next_id;
     bool paused[CHK_MAX_WORKERS]; /* stopped by ctl->pause */
@@ -230,7 +282,8 @@ typedef enum chk_validity {
     CHK_VALID_CANARY,   /* the canary (no fencing) must lose updates */
     CHK_VALID_SERVER,   /* servers were faulted; the lock must stay available */
     CHK_VALID_DATALOSS, /* the lock service lost data; the backend's claim decides */
-    CHK_VALID_STOPACQ   /* a client stopped with its acquisition in flight */
+    CHK_VALID_STOPACQ,  /* a client stopped with its acquisition in flight */
+    CHK_VALID_PARTITION /* holders cut off from the servers; the canary must lose updates */
 } chk_validity;
 
 typedef struct chk_scenario {
@@ -244,6 +297,10 @@ typedef struct chk_scenario {
     bool canary;           /* also run without fencing at the resource */
     int min_ttl_ms;        /* run with at least this ttl (0: --ttl as given) */
     int (*inject)(chk_run *r);
+    bool relayed;          /* workers reach the servers through relays (check_relay.c) */
+    /* Why it cannot run at all with this configuration (not run, n/a), or
+     * NULL. */
+    const char *(*cannot_run)(const chk_config *cfg, char *why, size_t len);
 } chk_scenario;
 
 extern const chk_scenario chk_scenarios[];

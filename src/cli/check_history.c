@@ -32,6 +32,8 @@ static const char *const type_names[H_NTYPES] = {
     [H_REPL_CUT] = "repl_cut",
     [H_FAILOVER] = "failover",
     [H_DATA_LOSS] = "data_loss",
+    [H_PARTITIONED] = "partitioned",
+    [H_HEALED] = "healed",
 };
 
 const char *hist_type_name(int type)
@@ -127,6 +129,7 @@ int hist_write(FILE *f, const hist_run *r)
         case H_REPL_CUT:
         case H_FAILOVER:
         case H_DATA_LOSS:
+        case H_PARTITIONED:
             fprintf(f, " value=%" PRId64, e->value);
             break;
         default:
@@ -333,6 +336,9 @@ typedef struct wstate {
     int64_t paused;   /* last SIGSTOP by the harness, INT64_MIN */
     int64_t resumed;  /* last SIGCONT, INT64_MIN */
     int stopped_past; /* the latest SIGSTOP..SIGCONT of its window lasted a ttl */
+    int64_t cut_expiry; /* cut off while holding: when its lease ran out on the
+                           servers (0: not cut off in this window) */
+    int cut_pending;    /* ... and it has not been told of the loss yet */
 } wstate;
 
 typedef struct checker {
@@ -344,6 +350,8 @@ typedef struct checker {
     size_t nws, capws;
     int64_t *loss;    /* times of data-loss events beyond the backend's claim */
     size_t nloss, caploss;
+    int64_t *told;    /* partitioned holders: expiry - notification, ns */
+    size_t ntold, captold;
 } checker;
 
 static wstate *worker_state(checker *c, int worker)
@@ -534,6 +542,58 @@ static int push_loss(checker *c, int64_t t)
     return 0;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A partitioned holder told of its loss at t. */
+static int loss_told(checker *c, wstate *w, int64_t t)
+{
+    hist_result *res = c->res;
+    w->cut_pending = 0;
+    res->loss_told++;
+    int64_t before = w->cut_expiry - t;
+    if (before < 0) {
+        res->loss_late++;
+        if (!res->first_loss_late[0])
+            snprintf(res->first_loss_late, sizeof res->first_loss_late,
+                     "w=%d was told of the loss at %" PRId64 ", %.1f ms after its lease ran out "
+                     "on the servers",
+                     w->worker, t, (double)-before / 1e6);
+    }
+    if (c->ntold == c->captold) {
+        size_t cap = c->captold ? c->captold * 2 : 16;
+        int64_t *n = realloc(c->told, cap * sizeof *n);
+        if (!n)
+            return -1;
+        c->told = n;
+        c->captold = cap;
+    }
+    c->told[c->ntold++] = before;
+    return 0;
+}
+
+/* A partitioned holder's holding ended at t (release, death, a new
+ * acquisition, the end of the history) before it was told. */
+static void loss_untold(checker *c, wstate *w, int64_t t)
+{
+    hist_result *res = c->res;
+    if (!w->cut_pending)
+        return;
+    w->cut_pending = 0;
+    if (t < w->cut_expiry)
+        return; /* ended while its lease was still good on the servers */
+    res->loss_untold++;
+    res->loss_late++;
+    if (!res->first_loss_late[0])
+        snprintf(res->first_loss_late, sizeof res->first_loss_late,
+                 "w=%d was never told of the loss: its holding ended at %" PRId64
+                 ", %.1f ms after its lease ran out on the servers",
+                 w->worker, t, (double)(t - w->cut_expiry) / 1e6);
+}
+
 int hist_check(hist_run *r, hist_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -572,6 +632,8 @@ int hist_check(hist_run *r, hist_result *res)
             res->sections++;
             if (faulted)
                 res->sections_after_fault++;
+            loss_untold(&c, w, e->t);
+            w->cut_expiry = 0;
             close_window(&c, w, e->t); /* a second acquisition ends the first */
             if (c.nwin == capwin) {
                 size_t cap = capwin ? capwin * 2 : 256;
@@ -623,11 +685,17 @@ int hist_check(hist_run *r, hist_result *res)
                     res->kills_holding++;
                 pending_takeover++;
             }
-            if (w)
+            if (w) {
+                loss_untold(&c, w, e->t);
                 close_window(&c, w, e->t);
+            }
             break;
         case H_LOST_NOTIFIED:
             res->notified++;
+            if (w && w->cut_pending && loss_told(&c, w, e->t) != 0) {
+                rc = -1;
+                break;
+            }
             if (w && w->open >= 0) {
                 /* A holder stopped for longer than its lease can be told no
                  * earlier than its SIGCONT; then at once. */
@@ -645,6 +713,7 @@ int hist_check(hist_run *r, hist_result *res)
              * lock was lost (or released by its lease) before they looked. */
             bool over = w && w->last >= 0 &&
                         (w->open < 0 || w->stopped_past || e->t >= c.win[w->last].end ||
+                         (w->cut_expiry && e->t >= w->cut_expiry) ||
                          (last_acq_worker != e->worker && last_acq_t > c.win[w->last].start));
             if (!over)
                 break;
@@ -663,11 +732,41 @@ int hist_check(hist_run *r, hist_result *res)
                              ") at %" PRId64 " after being stopped for longer than its ttl",
                              e->worker, c.win[w->last].token, e->t);
             }
+            /* Cut off from the servers past the moment its lease ran out
+             * there: the library must have declared it lost by then. */
+            if (e->value == DLOCK_STATE_HELD && w->cut_expiry && e->t >= w->cut_expiry &&
+                !(w->stopped_past && e->t >= w->resumed)) {
+                res->state_held_late++;
+                if (!res->first_late[0])
+                    snprintf(res->first_late, sizeof res->first_late,
+                             "w=%d was told it still held the lock (token %" PRIu64
+                             ") at %" PRId64 ", %.1f ms after its lease ran out on the servers "
+                             "it was cut off from",
+                             e->worker, c.win[w->last].token, e->t,
+                             (double)(e->t - w->cut_expiry) / 1e6);
+            }
             break;
         }
         case H_RELEASE:
-            if (w)
+            if (w) {
+                loss_untold(&c, w, e->t);
                 close_window(&c, w, e->t);
+            }
+            break;
+        case H_PARTITIONED:
+            res->partitions++;
+            /* Holding when cut off: its lease now ends on the servers at
+             * e->value (or within a ttl), and the holder goes on until it is
+             * told — a real user stops then, not before. */
+            if (w && w->open >= 0 && e->t < c.win[w->open].end) {
+                window *x = &c.win[w->open];
+                int64_t exp = e->value > 0 ? e->value
+                              : ttl_ns > 0 ? e->t + ttl_ns
+                                           : INT64_MAX;
+                x->end = INT64_MAX;
+                w->cut_expiry = exp;
+                w->cut_pending = 1;
+            }
             break;
         case H_PAUSED:
             res->pauses++;
@@ -739,6 +838,15 @@ int hist_check(hist_run *r, hist_result *res)
             break;
         }
     }
+    /* Holders still cut off and untold when the history ends. */
+    if (rc == 0 && r->n > 0)
+        for (size_t i = 0; i < c.nws; i++)
+            loss_untold(&c, &c.ws[i], r->ev[r->n - 1].t);
+    if (c.ntold > 0) {
+        qsort(c.told, c.ntold, sizeof *c.told, cmp_i64);
+        res->told_before_min_ns = c.told[0];
+        res->told_before_median_ns = c.told[(c.ntold - 1) / 2];
+    }
     if (rc == 0)
         rc = count_overlaps(&c);
     if (rc == 0)
@@ -751,6 +859,7 @@ int hist_check(hist_run *r, hist_result *res)
     free(c.win);
     free(c.ws);
     free(c.loss);
+    free(c.told);
     return rc;
 }
 
@@ -779,6 +888,13 @@ const char *hist_verdict(const hist_result *res, const hist_meta *m, char *why, 
     if (overlaps > 0) {
         snprintf(why, len, "%" PRIu64 " overlapping holdings (first: %s)", overlaps,
                  res->first_overlap);
+        return "fail";
+    }
+    if (res->loss_late > 0) {
+        snprintf(why, len,
+                 "%" PRIu64 " holders cut off from the servers were told of the loss only "
+                 "after their lease had run out there, or never (first: %s)",
+                 res->loss_late, res->first_loss_late);
         return "fail";
     }
     if (fencing && (dups || regressions)) {

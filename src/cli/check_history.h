@@ -52,6 +52,11 @@ typedef enum hist_type {
     H_FAILOVER,       /* harness: server `value` now serves the lock as master */
     H_DATA_LOSS,      /* harness: the lock service lost acknowledged state here;
                          value 1: beyond what the backend claims to survive */
+    /* added with the partition scenario */
+    H_PARTITIONED,    /* harness: worker cut off from the servers (its relay frozen);
+                         value: when its lease runs out on the servers (0 unknown).
+                         It holds until it is told of the loss or releases. */
+    H_HEALED,         /* harness: the worker's relay continued */
     H_NTYPES
 } hist_type;
 
@@ -110,7 +115,15 @@ typedef struct hist_result {
     uint64_t sections_after_fault; /* acquisitions after the first server fault */
     uint64_t overlaps_expected, token_dups_expected, token_regressions_expected;
     uint64_t stale_accepted_expected;
+    /* Holders cut off from the servers while holding (partitioned): how
+     * many were told of the loss (on_lost) and how long before the lease
+     * ran out on the servers (min and median over those told, ns; negative:
+     * after), and how many were told only after it ran out, or not at all
+     * before their holding ended (loss_late counts both). */
+    uint64_t partitions, loss_told, loss_late, loss_untold;
+    int64_t told_before_min_ns, told_before_median_ns;
     char first_overlap[256], first_stale[256], first_token[256], first_late[256];
+    char first_loss_late[256];
 } hist_result;
 
 const char *hist_type_name(int type);

@@ -300,10 +300,14 @@ static void on_lost(dlock_lock *l, void *arg)
             0, 0);
 }
 
-/* Errors a worker rides out while the harness faults the backend's servers. */
+/* Errors a worker rides out while the harness faults the backend's servers,
+ * or cuts the worker off from them (a request through a frozen relay times
+ * out). */
 static bool backend_fault_error(const chk_run *r, int rc)
 {
-    return r->server_faults && (rc == DLOCK_EUNREACHABLE || rc == DLOCK_EPROTO);
+    return ((r->server_faults || r->relayed) &&
+            (rc == DLOCK_EUNREACHABLE || rc == DLOCK_EPROTO)) ||
+           (r->relayed && rc == DLOCK_ETIMEDOUT);
 }
 
 /* Wait at the closed gate (chk_gate) before acquiring; false on a stop. */
@@ -333,7 +337,9 @@ static int worker_main(void *arg)
     int rc;
     /* A worker started while a server is down waits for it. */
     int64_t open_until = ms_now_ns() + (r->server_faults ? OPEN_RETRY_NS : 0);
-    while ((rc = dlock_client_open(&client, r->cfg->url, NULL)) != 0 &&
+    /* through its relay, if the scenario cuts workers off */
+    const char *url = r->relayed ? r->relay[wa->slot].url : r->cfg->url;
+    while ((rc = dlock_client_open(&client, url, NULL)) != 0 &&
            rc == DLOCK_EUNREACHABLE && ms_now_ns() < open_until && !atomic_load(&sh->stop))
         ms_sleep_ns(BACKEND_RETRY_NS * 5);
     if (rc) {
@@ -444,6 +450,11 @@ static int client_start(chk_run *r, int idx)
     chk_slot *s = &r->sh->slot[idx];
     if (atomic_load(&s->pid) != 0)
         return -EBUSY;
+    if (r->relayed) { /* a relay of its own, not frozen */
+        int e = chk_relay_start(r, idx);
+        if (e)
+            return e;
+    }
     worker_arg wa = {.r = r, .slot = idx, .id = ++r->next_id};
     atomic_store(&s->id, wa.id);
     atomic_store(&s->parked, 0);
@@ -569,13 +580,27 @@ static int ctl_resume(chk_run *r, chk_role role, int idx)
     return 0;
 }
 
+/* A client is cut off by freezing its relay. The event is stamped once the
+ * relay stands still, with the moment the worker's lease runs out on the
+ * servers, from what reached them last (0 if unknown). */
 static int ctl_partition(chk_run *r, chk_role role, int idx, int isolated)
 {
     if (role == CHK_SERVER && r->cfg->servers && r->cfg->servers->partition) {
         r->servers_touched = true;
         return r->cfg->servers->partition(r->cfg->servers->state, idx, isolated);
     }
-    return -ENOTSUP; /* network namespaces come with the network backends */
+    if (role != CHK_CLIENT || !r->relayed)
+        return -ENOTSUP; /* a client without a relay cannot be cut off */
+    chk_slot *s = &r->sh->slot[idx];
+    if (!isolated) {
+        chk_log(r->sh, H_HEALED, atomic_load(&s->id), 0, 0, 0);
+        return chk_relay_thaw(r, idx);
+    }
+    int e = chk_relay_freeze(r, idx);
+    if (e == 0)
+        chk_log(r->sh, H_PARTITIONED, atomic_load(&s->id), 0,
+                chk_relay_expiry(r, idx, r->ttl_ms), 0);
+    return e;
 }
 
 static const chk_ctl local_ctl = {
@@ -609,8 +634,18 @@ static void reap(chk_run *r)
             continue;
         }
         int slot = slot_of_pid(r, pid);
-        if (slot < 0)
+        if (slot < 0) {
+            for (int i = 0; i < r->cfg->workers; i++)
+                if (r->relay[i].pid == pid) {
+                    r->relay[i].pid = 0;
+                    if (!atomic_load(&r->sh->stop)) {
+                        snprintf(msg, sizeof msg, "the relay of worker w=%d ended unexpectedly",
+                                 atomic_load(&r->sh->slot[i].id));
+                        run_error(r, msg);
+                    }
+                }
             continue;
+        }
         chk_slot *s = &r->sh->slot[slot];
         atomic_store(&s->pid, 0);
         if (atomic_load(&r->sh->stop))
@@ -843,6 +878,9 @@ static void stop_all(chk_run *r)
     atomic_store(&sh->stop, 1);
     atomic_store(&sh->gate, 0);
     atomic_store(&sh->fault, CHK_FAULT_NONE);
+    for (int i = 0; r->relayed && i < r->cfg->workers; i++)
+        if (r->relay[i].frozen)
+            (void)chk_relay_thaw(r, i); /* so that workers can say goodbye */
     for (int i = 0; i < r->cfg->workers; i++) {
         chk_let_go(r, i);
         if (r->paused[i])
@@ -896,6 +934,9 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     const char *scenario = sc->name;
     static int runs;
     chk_shm *sh = r->sh;
+    /* an empty history if the run cannot even start */
+    memset(out, 0, sizeof *out);
+    hist_meta_default(&out->meta);
     uint64_t used = atomic_load(&sh->nev);
     if (used > CHK_EVENT_CAP)
         used = CHK_EVENT_CAP;
@@ -913,6 +954,17 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     r->fencing = fencing;
     r->ttl_ms = cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms : sc->min_ttl_ms;
     r->server_faults = sc->needs_servers != 0;
+    r->relayed = sc->relayed;
+    for (int i = 0; i < CHK_MAX_WORKERS; i++)
+        r->relay[i] = (chk_relay){.pid = 0, .ctl = -1};
+    if (r->relayed) {
+        char why[300];
+        const char *url = cfg->url ? cfg->url : getenv("DLOCK_URL");
+        if (chk_upstreams_parse(url, cfg->backend, &r->up, why, sizeof why) != 0) {
+            snprintf(r->error, sizeof r->error, "cannot relay the workers: %s", why);
+            return -1;
+        }
+    }
     r->servers_touched = false;
     r->acq_granted = r->acq_failed = r->acq_held = 0;
     r->resource_pid = 0;
@@ -969,6 +1021,11 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     stop_all(r);
     ms_group_destroy(&r->group);
     r->resource_pid = 0;
+    for (int i = 0; i < CHK_MAX_WORKERS; i++) {
+        if (r->relay[i].ctl >= 0)
+            close(r->relay[i].ctl);
+        r->relay[i] = (chk_relay){.pid = 0, .ctl = -1};
+    }
     unlink_lock_file(r);
     /* The next run starts from the deployment as it was. */
     if (r->servers_touched && cfg->servers && cfg->servers->restore) {

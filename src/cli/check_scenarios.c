@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 
@@ -483,14 +484,103 @@ static int inject_pause_acquire(chk_run *r)
     return 0;
 }
 
+/* ---- a holder cut off from the servers ----------------------------------- */
+
+/*
+ * Every worker reaches the servers through a relay of its own
+ * (check_relay.c). A holder A is parked inside its section (after its read)
+ * and, some time into its holding (a varying fraction of the ttl, so that
+ * the cut falls at different points of the renewal cycle), its relay is
+ * frozen: its connections stay open and nothing flows, so its renewals hang.
+ * The lease runs out on the servers and another worker B takes the lock and
+ * reads. A must have been told of the loss (on_lost, dlock_state, the lost
+ * descriptor) before that — its holding counts until it is told. Then A
+ * makes its write with its old token (fencing must refuse it; the canary
+ * loses B's increment), B goes on, and A's relay is continued ttl + margin
+ * after it was frozen.
+ */
+static const int cut_permille[] = {500, 100, 300, 450, 200, 400, 50, 350, 150, 250};
+
+static int inject_partition(chk_run *r)
+{
+    int64_t ttl = MS(r->ttl_ms);
+    int64_t margin = ttl / 4 < MS(250) ? MS(250) : ttl / 4 > MS(2000) ? MS(2000) : ttl / 4;
+    static int turn; /* the next run goes on with the next cut points */
+    int tries = 0;
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    /* at least one cut, however short the run */
+    while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 3)) {
+        tries++;
+        chk_arm(r, CHK_FAULT_PARK);
+        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
+        int a = chk_wait_claim(r, until);
+        if (a < 0)
+            break;
+        int64_t hold = ttl * cut_permille[turn++ % 10] / 1000;
+        if (chk_sleep(r, hold)) {
+            chk_let_go(r, a);
+            return -1;
+        }
+        uint64_t before = atomic_load(&r->sh->slot[a].writes);
+        int e = r->ctl->partition(r, CHK_CLIENT, a, 1);
+        if (e) {
+            chk_let_go(r, a);
+            return harness_error(r, "cannot freeze a worker's relay", e);
+        }
+        int64_t t_cut = ms_now_ns();
+        r->faults_injected++;
+        /* The lease runs out on the servers; someone else takes the lock. */
+        chk_arm(r, CHK_FAULT_PARK);
+        int b = chk_wait_claim(r, t_cut + ttl + margin);
+        /* A goes on to its write, still cut off from the servers */
+        chk_let_go(r, a);
+        int w = -1;
+        if (b >= 0) {
+            w = chk_wait_writes(r, a, before, ms_now_ns() + MS(5000));
+            chk_let_go(r, b);
+        }
+        int64_t left = t_cut + ttl + margin - ms_now_ns();
+        if (left > 0 && chk_sleep(r, left))
+            return -1;
+        e = r->ctl->partition(r, CHK_CLIENT, a, 0);
+        if (e)
+            return harness_error(r, "cannot continue a worker's relay", e);
+        if (r->error[0] || r->interrupted)
+            return -1;
+        if (b < 0)
+            snprintf(r->note, sizeof r->note,
+                     "no other worker took the lock while its holder was cut off");
+        else if (w != 0)
+            snprintf(r->note, sizeof r->note, "a holder cut off did not write within 5 s");
+        else
+            r->faults_effective++;
+        if (chk_sleep(r, FAULT_INTERVAL_NS))
+            return -1;
+    }
+    return 0;
+}
+
+static const char *partition_cannot_run(const chk_config *cfg, char *why, size_t len)
+{
+    if (!(cfg->caps & DLOCK_CAP_LEASE)) {
+        snprintf(why, len, "this backend's locks do not expire while the holder lives, so a "
+                           "holder cut off from the servers keeps the lock");
+        return why;
+    }
+    chk_upstreams u;
+    const char *url = cfg->url ? cfg->url : getenv("DLOCK_URL");
+    return chk_upstreams_parse(url, cfg->backend, &u, why, len) == 0 ? NULL : why;
+}
+
 #define ALL_REDIS (CHK_DEPLOY_SINGLE | CHK_DEPLOY_SENTINEL | CHK_DEPLOY_CLUSTER | CHK_DEPLOY_REDLOCK)
 
 const chk_scenario chk_scenarios[] = {
     {"none", "no fault: workers contend for the lock", 0, NULL, 0, 0, CHK_VALID_RUNS, false, 0,
-     inject_none},
+     inject_none, false, NULL},
     {"kill",
      "SIGKILL of the holder between its read and its write; a new worker replaces it", 0, NULL,
-     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill},
+     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill, false, NULL},
     {"pause",
      "SIGSTOP of the holder between read and write for longer than a lease (ttl + 0.5 s), "
      "then SIGCONT while another holder is inside its section; the holder's first look at "
@@ -498,33 +588,42 @@ const chk_scenario chk_scenarios[] = {
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives (released only by the holder, "
      "its death or its session's end), so a stopped holder keeps the lock",
-     0, 0, CHK_VALID_CANARY, true, 0, inject_pause},
+     0, 0, CHK_VALID_CANARY, true, 0, inject_pause, false, NULL},
     {"pause-lost",
      "the holder loses the lock between read and write (dlock_debug_force_loss, as an expired "
      "lease would), is stopped while another worker takes the lock and reads, then continued "
      "to make its stale write",
-     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost},
+     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL},
     {"pause-acquire",
      "a client stopped between sending its acquisition and reading the replies, for ttl + "
      "min(ttl/2, 0.5 s) (its servers held back until the request lies unread at each of "
      "them and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
-     ALL_REDIS, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire},
+     ALL_REDIS, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL},
     {"restart",
      "a server of the lock killed and started again at once, without persistence, while the "
      "holder is inside its section; another worker takes the lock, then the holder writes",
-     0, NULL, 1, ALL_REDIS, CHK_VALID_DATALOSS, true, 1000, inject_restart},
+     0, NULL, 1, ALL_REDIS, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL},
     {"failover-cut",
      "Sentinel failover after replication to the replicas was cut: a holder takes the lock "
      "from the master alone, the master is killed, a stale replica is promoted and another "
      "worker takes the lock there (ttl at least 8 s, so that the first holding outlives the "
      "failover)",
-     0, NULL, 1, CHK_DEPLOY_SENTINEL, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut},
+     0, NULL, 1, CHK_DEPLOY_SENTINEL, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut, false, NULL},
     {"kill-minority",
      "a minority of the Redlock masters (two of five) killed while the holder is inside its "
      "section: nobody else may take the lock, and it must go on working",
-     0, NULL, 1, CHK_DEPLOY_REDLOCK, CHK_VALID_SERVER, false, 0, inject_kill_minority},
+     0, NULL, 1, CHK_DEPLOY_REDLOCK, CHK_VALID_SERVER, false, 0, inject_kill_minority, false, NULL},
+    {"partition",
+     "the holder cut off from the servers inside its section (its TCP relay frozen) for ttl "
+     "+ max(ttl/4, 0.25 s) up to 2 s more: it must be told of the loss before its lease runs "
+     "out on the servers, and so before another worker takes the lock; then it makes its "
+     "stale write (redis:// and redlock://)",
+     DLOCK_CAP_LEASE,
+     "this backend's locks do not expire while the holder lives, so a holder cut off from "
+     "the servers keeps the lock",
+     0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];
