@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -78,6 +79,10 @@
 #define HELPER_STACK (64 * 1024)
 
 typedef struct file_client {
+    /* The directory is created with the first lock taken, not at open: a
+     * read-only command (status, list) leaves no trace. mu guards dirfd
+     * (-1 until the directory is open) and filemode, set together once. */
+    pthread_mutex_t mu;
     int dirfd;
     char *dir;
     bool sync;       /* fdatasync the token on every acquisition */
@@ -380,6 +385,116 @@ static int take_range(dlock_lock *l, int fd, short type, off_t start, int64_t de
     return wait_jobs(l, &job, 1, deadline, &w);
 }
 
+/* ---- the lock directory ------------------------------------------------ */
+
+static int errno_code(int e)
+{
+    return e == EACCES || e == EPERM || e == EROFS ? DLOCK_EPERM : DLOCK_EIO;
+}
+
+/* Open the lock directory (making it first when create is set) and check
+ * who may tamper with it. Returns 0, DLOCK_ENOENT when it does not exist
+ * and create is not set, or an error code with the message in err. The
+ * caller holds fc->mu or is the only user of fc. */
+static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
+{
+    bool shared_default = strcmp(fc->dir, DL_FILE_DEFAULT_DIR) == 0;
+    int fd = open(fc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && !create) {
+        snprintf(err, errlen, "lock directory %s does not exist", fc->dir);
+        return DLOCK_ENOENT;
+    }
+    if (fd < 0 && errno == ENOENT) {
+        /* Create the last component only: a missing parent is a mistake in
+         * the URL, not something to paper over. */
+        if (mkdir(fc->dir, shared_default ? 01777 : 0700) == 0) {
+            /* umask must not take the sticky, world-writable mode away. */
+            if (shared_default && chmod(fc->dir, 01777) != 0) {
+                snprintf(err, errlen, "cannot set permissions of %s: %s", fc->dir,
+                         strerror(errno));
+                return DLOCK_EIO;
+            }
+        } else if (errno != EEXIST) {
+            int e = errno;
+            snprintf(err, errlen, "cannot create lock directory %s: %s", fc->dir, strerror(e));
+            return e == EACCES || e == EROFS ? DLOCK_EPERM : DLOCK_EIO;
+        }
+        fd = open(fc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir,
+                 e == ELOOP ? "it is a symbolic link" : strerror(e));
+        return e == EACCES ? DLOCK_EPERM : DLOCK_EIO;
+    }
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot stat %s: %s", fc->dir, strerror(errno));
+        rc = DLOCK_EIO;
+    } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid()) {
+        /* Someone could have planted the shared directory to tamper with
+         * everyone's lock files. */
+        snprintf(err, errlen, "refusing lock directory %s: owned by uid %ld, not root or you",
+                 fc->dir, (long)st.st_uid);
+        rc = DLOCK_EPERM;
+    } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+        snprintf(err, errlen,
+                 "refusing lock directory %s: world-writable without the sticky bit, anyone "
+                 "could replace lock files",
+                 fc->dir);
+        rc = DLOCK_EPERM;
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    fc->filemode = (st.st_mode & 0666) | S_IRUSR | S_IWUSR;
+    fc->dirfd = fd;
+    return 0;
+}
+
+/* The directory's descriptor in *fd, opened (or created) on first use. */
+static int dir_get(file_client *fc, bool create, char *err, size_t errlen, int *fd)
+{
+    pthread_mutex_lock(&fc->mu);
+    int rc = fc->dirfd >= 0 ? 0 : dir_open(fc, create, err, errlen);
+    *fd = fc->dirfd;
+    pthread_mutex_unlock(&fc->mu);
+    return rc;
+}
+
+/* At open, for a directory that does not exist yet: make sure that it
+ * could be created, so that a URL naming an impossible place still fails
+ * at once. A uniquely named probe in the parent, removed at once, tests
+ * exactly that without making the directory itself. */
+static int dir_creatable(file_client *fc, char *err, size_t errlen)
+{
+    size_t len = strlen(fc->dir);
+    while (len > 1 && fc->dir[len - 1] == '/')
+        len--;
+    size_t cut = len;
+    while (cut > 0 && fc->dir[cut - 1] != '/')
+        cut--;
+    char probe[PATH_MAX];
+    int n = snprintf(probe, sizeof probe, "%.*s.dlock-probe.%ld.%lld", (int)cut, fc->dir,
+                     (long)getpid(), (long long)dl_now_ns());
+    if (n < 0 || (size_t)n >= sizeof probe) {
+        snprintf(err, errlen, "cannot create lock directory %s: %s", fc->dir,
+                 strerror(ENAMETOOLONG));
+        return DLOCK_EIO;
+    }
+    if (mkdir(probe, 0700) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create lock directory %s: %s", fc->dir, strerror(e));
+        return e == EACCES || e == EROFS ? DLOCK_EPERM : DLOCK_EIO;
+    }
+    if (rmdir(probe) != 0) {
+        /* our own empty directory: nothing else can have gone wrong here */
+    }
+    return 0;
+}
+
 /* ---- the lock file ----------------------------------------------------- */
 
 static int open_lock_file(dlock_lock *l, int *out)
@@ -387,15 +502,20 @@ static int open_lock_file(dlock_lock *l, int *out)
     file_client *fc = fc_of(l->c);
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", l->name);
+    char err[PATH_MAX + 200];
+    int dirfd;
+    int rc = dir_get(fc, true, err, sizeof err, &dirfd);
+    if (rc)
+        return dl_lock_err(l, rc, "%s", err);
     for (;;) {
-        int fd = openat(fc->dirfd, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        int fd = openat(dirfd, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
             *out = fd;
             return 0;
         }
         if (errno != ENOENT)
             break;
-        fd = openat(fc->dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+        fd = openat(dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     fc->filemode);
         if (fd >= 0) {
             /* umask must not stop other users of a shared directory. */
@@ -409,8 +529,8 @@ static int open_lock_file(dlock_lock *l, int *out)
             break;
     }
     int e = errno;
-    return dl_lock_err(l, e == EACCES || e == EPERM || e == EROFS ? DLOCK_EPERM : DLOCK_EIO,
-                       "cannot open lock file %s/%s: %s", fc->dir, path, strerror(e));
+    return dl_lock_err(l, errno_code(e), "cannot open lock file %s/%s: %s", fc->dir, path,
+                       strerror(e));
 }
 
 /* The file we locked must still be the one the name points to (nobody may
@@ -421,7 +541,11 @@ static bool still_linked(dlock_lock *l, int fd)
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", l->name);
     struct stat a, b;
-    if (fstat(fd, &a) != 0 || fstatat(fc->dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
+    char err[PATH_MAX + 200];
+    int dirfd;
+    if (dir_get(fc, false, err, sizeof err, &dirfd) != 0)
+        return false; /* cannot happen: the lock file was opened in it */
+    if (fstat(fd, &a) != 0 || fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
         return false;
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
@@ -568,49 +692,22 @@ static int file_client_open(dlock_client *c, const dl_url *url)
                              url->redacted, sync);
     }
     fc->sync = sync_on;
-    bool shared_default = strcmp(fc->dir, DL_FILE_DEFAULT_DIR) == 0;
-    int rc = 0;
-    /* Create the last component only: a missing parent is a mistake in the
-     * URL, not something to paper over. */
-    if (mkdir(fc->dir, shared_default ? 01777 : 0700) == 0) {
-        if (shared_default && chmod(fc->dir, 01777) != 0)
-            rc = dl_client_err(c, DLOCK_EIO, "cannot set permissions of %s: %s", fc->dir,
-                               strerror(errno));
-    } else if (errno != EEXIST) {
-        rc = dl_client_err(c, errno == EACCES || errno == EROFS ? DLOCK_EPERM : DLOCK_EIO,
-                           "cannot create lock directory %s: %s", fc->dir, strerror(errno));
-    }
-    if (rc == 0) {
-        fc->dirfd = open(fc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat st;
-        if (fc->dirfd < 0) {
-            rc = dl_client_err(c, errno == EACCES ? DLOCK_EPERM : DLOCK_EIO,
-                               "cannot open lock directory %s: %s", fc->dir,
-                               errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-        } else if (fstat(fc->dirfd, &st) != 0) {
-            rc = dl_client_err(c, DLOCK_EIO, "cannot stat %s: %s", fc->dir, strerror(errno));
-        } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid()) {
-            /* Someone could have planted the shared directory to tamper
-             * with everyone's lock files. */
-            rc = dl_client_err(c, DLOCK_EPERM,
-                               "refusing lock directory %s: owned by uid %ld, not root or you",
-                               fc->dir, (long)st.st_uid);
-        } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-            rc = dl_client_err(c, DLOCK_EPERM,
-                               "refusing lock directory %s: world-writable without the sticky "
-                               "bit, anyone could replace lock files",
-                               fc->dir);
-        } else {
-            fc->filemode = st.st_mode & 0666;
-            fc->filemode |= S_IRUSR | S_IWUSR;
-        }
+    /* The directory is made with the first lock; an existing one is
+     * checked now, and a missing one must at least be creatable. */
+    char err[PATH_MAX + 200];
+    int rc = dir_open(fc, false, err, sizeof err);
+    if (rc == DLOCK_ENOENT)
+        rc = dir_creatable(fc, err, sizeof err);
+    if (rc == 0 && (rc = pthread_mutex_init(&fc->mu, NULL)) != 0) {
+        snprintf(err, sizeof err, "cannot create a mutex: %s", strerror(rc));
+        rc = DLOCK_ENOMEM;
     }
     if (rc) {
         if (fc->dirfd >= 0)
             close(fc->dirfd);
         free(fc->dir);
         free(fc);
-        return rc;
+        return dl_client_err(c, rc, "%s", err);
     }
     dl_self_desc(fc->self, sizeof fc->self);
     c->bstate = fc;
@@ -620,7 +717,9 @@ static int file_client_open(dlock_client *c, const dl_url *url)
 static void file_client_close(dlock_client *c)
 {
     file_client *fc = fc_of(c);
-    close(fc->dirfd);
+    if (fc->dirfd >= 0)
+        close(fc->dirfd);
+    pthread_mutex_destroy(&fc->mu);
     free(fc->dir);
     free(fc);
 }
@@ -915,7 +1014,18 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
     file_client *fc = fc_of(c);
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", name);
-    int fd = openat(fc->dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    char err[PATH_MAX + 200];
+    int dirfd;
+    int rc = dir_get(fc, false, err, sizeof err, &dirfd);
+    if (rc == DLOCK_ENOENT) {
+        /* No directory yet: no lock was ever taken here. */
+        info->held = 0;
+        info->holders = 0;
+        return 0;
+    }
+    if (rc)
+        return dl_client_err(c, rc, "%s", err);
+    int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) {
             info->held = 0;
@@ -981,7 +1091,14 @@ static int file_break(dlock_client *c, const char *name, dlock_info *info)
 static int file_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     file_client *fc = fc_of(c);
-    int dfd = openat(fc->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char err[PATH_MAX + 200];
+    int dirfd;
+    int rc = dir_get(fc, false, err, sizeof err, &dirfd);
+    if (rc == DLOCK_ENOENT)
+        return 0; /* no directory yet: no locks */
+    if (rc)
+        return dl_client_err(c, rc, "%s", err);
+    int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
         if (dfd >= 0)
@@ -989,7 +1106,6 @@ static int file_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void
         return dl_client_err(c, DLOCK_EIO, "cannot read %s: %s", fc->dir, strerror(errno));
     }
     size_t plen = strlen(prefix);
-    int rc = 0;
     struct dirent *e;
     while (rc == 0 && (e = readdir(d)) != NULL) {
         size_t len = strlen(e->d_name);
@@ -1021,11 +1137,17 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
     file_client *fc = fc_of(c);
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", name);
-    int fd = openat(fc->dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    char err[PATH_MAX + 200];
+    int dirfd;
+    int rc = dir_get(fc, false, err, sizeof err, &dirfd);
+    if (rc && rc != DLOCK_ENOENT)
+        return dl_client_err(c, rc, "%s", err);
+    /* No directory yet: nobody ever led. */
+    int fd = rc ? -1 : openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
     record r;
-    int rc = DLOCK_ENOENT;
+    rc = DLOCK_ENOENT;
     if (probe(fd, OFF_MAIN) == F_WRLCK) {
         read_record(fd, 0, &r);
         if (r.present) {

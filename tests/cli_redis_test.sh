@@ -4,7 +4,10 @@
 # backend (exit 69), password redaction, lease renewal while holding, and a
 # lease that expires while dlock is stopped (the command is killed, exit 75),
 # and an operator's `dlock break` (the holder's command is stopped, the next
-# waiter gets a higher token).
+# waiter gets a higher token), a conflict with -E 0 (nothing runs), and the
+# guardian ending the command when dlock is stopped past its lease.
+# The server comes from tests/servers.sh (a spare port below the ephemeral
+# range; stopped even if this script is killed outright).
 # Skipped (exit 0) when redis-server is not installed.
 set -euo pipefail
 
@@ -12,9 +15,12 @@ DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 . "$(dirname "$0")/testlib.sh"
 need_redis "$DLOCK"
 
+# shellcheck source=servers.sh
+. "$(dirname "$0")/servers.sh"
+srv_init
+
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-redis.XXXXXX")
 BG=()
-REDIS_PID=
 cleanup() {
     local p
     exec 2>/dev/null # bash's job notices for the processes killed below
@@ -23,13 +29,11 @@ cleanup() {
         kill -9 "$p" 2>/dev/null || true
     done
     if [[ -s $TMP/cmd.pid ]]; then kill -9 "$(cat "$TMP/cmd.pid")" 2>/dev/null || true; fi
-    if [[ -n $REDIS_PID ]]; then
-        kill -TERM "$REDIS_PID" 2>/dev/null || true # exits 0: no "Killed" notice
-        wait "$REDIS_PID" 2>/dev/null || true
-    fi
+    if [[ -s $TMP/stopped.pgid ]]; then kill -9 -"$(cat "$TMP/stopped.pgid")" 2>/dev/null || true; fi
     rm -rf "$TMP"
+    srv_cleanup
 }
-trap cleanup EXIT
+trap cleanup EXIT # replaces servers.sh's trap: srv_cleanup is called above
 
 passed=0
 fail() {
@@ -51,24 +55,16 @@ alive() {
     [[ $(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null) != Z ]]
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-PORT=$(free_port)
+PORT=$(srv_redis cli) || fail "redis did not start"
 PASS=s3cretpw
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" \
-    --requirepass "$PASS" --logfile "$TMP/redis.log" </dev/null >/dev/null 2>&1 &
-REDIS_PID=$!
-for _ in $(seq 100); do
-    [[ $(redis-cli -p "$PORT" -a "$PASS" --no-auth-warning ping 2>/dev/null) == PONG ]] && break
-    sleep 0.1
-done
+# A password, set once the server answers (servers.sh pings without one).
+redis-cli -p "$PORT" config set requirepass "$PASS" >/dev/null || fail "cannot set the password"
 [[ $(redis-cli -p "$PORT" -a "$PASS" --no-auth-warning ping) == PONG ]] || fail "redis did not start"
 URL="redis://:$PASS@127.0.0.1:$PORT"
 dl() { "$DLOCK" --url "$URL" "$@"; }
 
 # ---- unreachable backend: 69, and no password in the message -----------------
-DEAD=$(free_port)
+DEAD=$(srv_free_port) # nothing listens there
 expect 69 "$DLOCK" --url "redis://:$PASS@127.0.0.1:$DEAD" run x -- true
 ! grep -q "$PASS" "$TMP/err" || fail "password printed"
 [[ $(wc -l <"$TMP/err") == 1 ]] || fail "unreachable: not one line"
@@ -147,6 +143,66 @@ wait "$next" || rc=$?
 [[ $rc == 0 ]] || fail "the waiter did not get the broken lock: exit $rc ($(cat "$TMP/next.err"))"
 (($(cat "$TMP/next.out") > $(cat "$TMP/bcmd.pid.tok"))) || fail "token after break did not rise"
 expect 1 dl break --force never-held
+pass
+
+# ---- -E 0: a conflict exits 0 and never runs the command (issue 16, item 1) --
+"$DLOCK" --url "$URL" hold busy >"$TMP/busy.tok" 2>/dev/null &
+holder=$!
+BG+=("$holder")
+for _ in $(seq 100); do [[ -s $TMP/busy.tok ]] && break; sleep 0.05; done
+[[ -s $TMP/busy.tok ]] || fail "-E 0: the holder did not start"
+expect 0 dl run -n -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
+expect 0 dl run -w 0.3 -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
+[[ ! -e $TMP/e0.ran ]] || fail "run -E 0 ran the command without the lock"
+grep -q 'not acquired' "$TMP/err" && ! grep -q 'cannot release' "$TMP/err" ||
+    fail "run -E 0: $(cat "$TMP/err")"
+expect 0 timeout 10 "$DLOCK" --url "$URL" hold -n -E 0 busy
+[[ ! -s $TMP/out ]] || fail "hold -n -E 0 printed a token: $(cat "$TMP/out")"
+kill -TERM "$holder"
+wait "$holder" || fail "the holder of busy failed"
+"$DLOCK" --url "$URL" elect leader -- sh -c 'echo up >"$0"; exec sleep 30' "$TMP/leader.up" \
+    2>/dev/null &
+leader=$!
+BG+=("$leader")
+for _ in $(seq 100); do [[ -s $TMP/leader.up ]] && break; sleep 0.05; done
+[[ -s $TMP/leader.up ]] || fail "-E 0: the leader did not start"
+expect 0 dl elect -n -E 0 leader -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
+[[ ! -e $TMP/e0.ran ]] || fail "elect -n -E 0 ran the command without leadership"
+kill -TERM "$leader"
+wait "$leader" || true # the command's status (killed by TERM)
+pass
+
+# ---- dlock stopped past its lease: the guardian ends the command -----------
+# (issue 16, item 8b) The command writes a timestamp every 20 ms; dlock (not
+# the command) is stopped, so its renewals stop too. The lease ran out at
+# the latest 2 s after the last renewal, which came before the stop: the
+# writes must end by then, another holder gets the lock, and dlock exits 75
+# once continued.
+"$DLOCK" --url "$URL" run -t 2 --kill-grace 1 stopped -- \
+    sh -c 'echo $$ >"$0.pgid"; while :; do date +%s%3N >>"$0"; sleep 0.02; done' \
+    "$TMP/stopped" 2>"$TMP/err" &
+runner=$!
+BG+=("$runner")
+for _ in $(seq 100); do [[ -s $TMP/stopped ]] && break; sleep 0.05; done
+[[ -s $TMP/stopped ]] || fail "stopped: the command did not start"
+sleep 0.5
+kill -STOP "$runner"
+stopped_at=$(date +%s%3N) # after the stop: no renewal after this moment
+sleep 3.5
+last=$(tail -n 1 "$TMP/stopped")
+((last <= stopped_at + 2000)) ||
+    fail "stopped: the command wrote at +$((last - stopped_at)) ms, after the lease ran out (2000 ms)"
+n=$(wc -l <"$TMP/stopped")
+sleep 0.3
+[[ $(wc -l <"$TMP/stopped") == "$n" ]] || fail "stopped: the command still writes"
+grep -q 'lock "stopped" not renewed in time (is dlock stopped?); killed' "$TMP/err" ||
+    fail "stopped: no message from the guardian: $(cat "$TMP/err")"
+"$DLOCK" --url "$URL" run -w 10 stopped -- true 2>"$TMP/next.err" ||
+    fail "stopped: another holder did not get the lock ($(cat "$TMP/next.err"))"
+kill -CONT "$runner"
+rc=0
+wait "$runner" || rc=$?
+[[ $rc == 75 ]] || fail "stopped: dlock exited $rc after SIGCONT, expected 75"
 pass
 
 echo "$passed passed, 0 failed"

@@ -148,6 +148,21 @@ usage_error --url "$URL" status ''
 usage_error --url "$URL" run 'a/b' -- true
 usage_error --url "$URL" run '..' -- true
 usage_error --url "$URL" hold "$(printf 'n%.0s' {1..201})"
+# the library's limits, said by the CLI in the user's terms (issue 16, 10a-c)
+usage_error --url "$URL" run --permits 4097 name -- true
+grep -q '1 to 4096' "$TMP/err" || fail "--permits 4097: $(cat "$TMP/err")"
+usage_error --url "$URL" run -t 99999999 name -- true
+grep -q 'too large' "$TMP/err" && grep -q 'maximum is 2147483 seconds' "$TMP/err" ||
+    fail "-t 99999999: $(cat "$TMP/err")"
+usage_error --url "$URL" run -w 99999999 name -- true
+grep -q 'too large' "$TMP/err" || fail "-w 99999999: $(cat "$TMP/err")"
+usage_error --url "$URL" run -t 0.0001 name -- true
+grep -q -- '-t 0.0001 is too short' "$TMP/err" && grep -q '0.03 s' "$TMP/err" &&
+    ! grep -q '1 ms' "$TMP/err" || fail "-t 0.0001: $(cat "$TMP/err")"
+usage_error --url "$URL" run --ttl 0 name -- true
+expect 0 "$DLOCK" help run
+grep -q -- '--permits N .*4096' "$TMP/out" || fail "help run: --permits range not 1-4096"
+pass
 # a password in a URL never shows up in a message
 expect 70 "$DLOCK" --url 'postgres://user:s3cretpw@127.0.0.1:1/db' status x
 ! grep -q s3cretpw "$TMP/err" || fail "password printed: $(cat "$TMP/err")"
@@ -183,6 +198,20 @@ expect 1 dl run -n busy -- true
 pass
 expect 42 dl run -n -E 42 busy -- true
 pass
+# -E 0: a conflict exits 0 but never runs the command (issue 16, item 1)
+for how in -n "-w 0.2"; do
+    # shellcheck disable=SC2086 # $how is two words on purpose
+    expect 0 dl run $how -E 0 busy -- sh -c 'echo "RAN $DLOCK_TOKEN" >"$0"' "$TMP/e0.ran"
+    [[ ! -e $TMP/e0.ran ]] || fail "run $how -E 0 ran the command without the lock"
+    grep -q 'not acquired' "$TMP/err" && ! grep -q 'cannot release' "$TMP/err" ||
+        fail "run $how -E 0: $(cat "$TMP/err")"
+done
+expect 0 dl elect -n -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
+[[ ! -e $TMP/e0.ran ]] || fail "elect -n -E 0 ran the command without the lock"
+expect 0 timeout 10 "$DLOCK" --url "$URL" hold -n -E 0 busy
+[[ ! -s $TMP/out ]] || fail "hold -n -E 0 printed a token: $(cat "$TMP/out")"
+grep -q 'not acquired' "$TMP/err" || fail "hold -n -E 0: $(cat "$TMP/err")"
+pass
 t0=$(now_ms)
 expect 1 dl run -w 0.3 busy -- true
 dt=$(($(now_ms) - t0))
@@ -214,6 +243,34 @@ kill -TERM "$waiter"
 rc=0
 wait "$waiter" || rc=$?
 [[ $rc == 143 ]] || fail "SIGTERM while waiting: exit $rc, expected 143"
+pass
+# USR1 while waiting is remembered and delivered to the command once it
+# runs (issue 16, item 7): here it kills `sleep` (128+10); INT/TERM still
+# end the wait (above).
+"$DLOCK" --url "$URL" run busy -- sleep 20 2>"$TMP/usr1.err" &
+waiter=$!
+BG+=("$waiter")
+sleep 0.3
+kill -USR1 "$waiter"
+sleep 0.3
+alive "$waiter" || fail "SIGUSR1 ended the wait"
+stop_hold "$holder"
+rc=0
+wait "$waiter" || rc=$?
+[[ $rc == 138 ]] || fail "SIGUSR1 received while waiting: exit $rc, expected 138 (delivered)"
+pass
+start_hold busy
+holder=$HOLD_PID
+# ... and dropped, saying so, when the lock is never acquired
+"$DLOCK" --url "$URL" run -w 1 busy -- true 2>"$TMP/err" &
+waiter=$!
+BG+=("$waiter")
+sleep 0.3
+kill -USR2 "$waiter"
+rc=0
+wait "$waiter" || rc=$?
+[[ $rc == 1 ]] || fail "SIGUSR2 while waiting in vain: exit $rc, expected 1"
+grep -q 'dropped SIGUSR2' "$TMP/err" || fail "dropped signal not reported: $(cat "$TMP/err")"
 pass
 stop_hold "$holder"
 expect 0 dl run -n busy -- true
@@ -313,10 +370,58 @@ dt=$(($(now_ms) - t0))
 ((dt < 5000)) || fail "the command group took $dt ms to die"
 wait_until 2 dl run -n killed -- true 2>/dev/null || fail "lock not free after dlock was killed"
 pass
+# the guardian SIGKILLed, then dlock: a new guardian was started at once,
+# and it ends the command (issue 16, item 8a). The writer is a grandchild:
+# the direct child's PDEATHSIG does not reach it.
+"$DLOCK" --url "$URL" run guarded -- sh -c '( while :; do echo x >>"$0"; sleep 0.02; done ) & wait' \
+    "$TMP/guarded.out" 2>"$TMP/err" &
+pid=$!
+BG+=("$pid")
+wait_until 5 test -s "$TMP/guarded.out" || fail "guarded: the command did not start"
+guardian_of() { ps -o pid=,comm= --ppid "$1" | awk '$2 == "dlock-guardian" { print $1 }'; }
+g1=$(guardian_of "$pid")
+[[ -n $g1 ]] || fail "guarded: no dlock-guardian child of dlock"
+kill -KILL "$g1"
+wait_until 5 grep -q 'started a new one' "$TMP/err" || fail "guarded: no new guardian"
+g2=$(guardian_of "$pid")
+[[ -n $g2 && $g2 != "$g1" ]] || fail "guarded: guardian $g1 not replaced (now '$g2')"
+kill9 "$pid"
+# the writes stop: the file stops growing (the new guardian killed the group)
+stopped() {
+    local a
+    a=$(wc -l <"$TMP/guarded.out")
+    sleep 0.3
+    [[ $(wc -l <"$TMP/guarded.out") == "$a" ]]
+}
+wait_until 5 stopped || fail "the command kept writing after its guardian and dlock were killed"
+grep -q 'dlock died while holding lock "guarded"' "$TMP/err" ||
+    fail "guarded: no message from the new guardian: $(cat "$TMP/err")"
+pass
 # a SIGKILLed holder frees the lock at once
 start_hold crash
 kill9 "$HOLD_PID"
 expect 0 dl run -n crash -- true
+pass
+
+# ---- the lock directory is made by the first lock, not by reading ----------
+# (issue 16, item 10f)
+NEWDIR=$TMP/fresh/locks
+mkdir "$TMP/fresh"
+expect 0 "$DLOCK" --url "file://$NEWDIR" status nobody --json
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["held"] is False, d' <"$TMP/out" ||
+    fail "status in a missing directory: $(cat "$TMP/out")"
+expect 0 "$DLOCK" --url "file://$NEWDIR" list
+[[ ! -s $TMP/out ]] || fail "list in a missing directory: $(cat "$TMP/out")"
+expect 1 "$DLOCK" --url "file://$NEWDIR" break --force nobody
+[[ ! -e $NEWDIR ]] || fail "a read-only command created the lock directory"
+# a directory that cannot be made is still an error at once, made or not
+expect 70 "$DLOCK" --url "file://$TMP/no/such/parent" status x
+grep -q "cannot create lock directory $TMP/no/such/parent" "$TMP/err" || fail "missing parent: $(cat "$TMP/err")"
+[[ ! -e $TMP/no ]] || fail "status created a parent directory"
+expect 0 "$DLOCK" --url "file://$NEWDIR" run first -- true
+[[ $(stat -c %a "$NEWDIR") == 700 ]] || fail "lock directory mode $(stat -c %a "$NEWDIR"), expected 700"
+expect 0 "$DLOCK" --url "file://$NEWDIR" list
+[[ $(cat "$TMP/out") == first ]] || fail "list after the first lock: $(cat "$TMP/out")"
 pass
 
 # ---- mutual exclusion -------------------------------------------------------

@@ -8,9 +8,15 @@
  * means dlock died, and the guardian SIGKILLs the command's group.
  *
  * dlock is a child subreaper, so the group's orphans become its children and
- * their deaths wake the supervision loop: no polling anywhere. Everything
+ * their deaths wake the supervision loop: no busy polling (the one timer is
+ * a look at the lease's deadline every ttl/4, for the guardian). Everything
  * between fork and exec is async-signal-safe (the library runs threads), so
  * the paths, argv and environment are prepared before forking.
+ *
+ * The guardian also covers a dlock that is alive but cannot act (stopped,
+ * starved): dlock tells it when the lease stops being valid, and if that
+ * moment passes without a newer one, the guardian does what dlock does on
+ * loss. If the guardian itself dies, dlock starts a new one at once.
  */
 #include "cli.h"
 
@@ -313,9 +319,76 @@ static int group_running(pid_t pgid)
     return running;
 }
 
-__attribute__((noreturn)) static void guardian_main(pid_t pgid, int rfd, int devnull,
-                                                    const int *closefds, size_t nclose,
-                                                    const char *msg, size_t msglen)
+/* dlock -> guardian messages: fixed size, below PIPE_BUF, so each write
+ * arrives whole. 'd' + int64: the lease stops being valid at this
+ * cli_now_ms() (-1: no limit); 'q': dlock is done, exit quietly. */
+#define GUARD_MSG 9
+/* The guardian's exit status after it ended the command because the lease
+ * ran out unrenewed: dlock must not replace it, and reports the loss. */
+#define GUARD_EXIT_LATE 3
+
+typedef struct guard_args {
+    pid_t pgid;
+    int rfd, devnull;
+    const int *closefds;
+    size_t nclose;
+    const char *died_msg, *late_msg; /* lines for stderr, prepared before fork */
+    size_t died_len, late_len;
+    int kill_sig, grace_ms;
+    int slack_ms; /* past the deadline: a live dlock acts first */
+} guard_args;
+
+static void guard_say(const char *msg, size_t len)
+{
+    if (write(STDERR_FILENO, msg, len) < 0) {
+        /* nowhere to report it */
+    }
+}
+
+/* SIGKILL the group and wait (boundedly) until it is gone before letting go
+ * of the lock's descriptors; SIGKILL again for members forked meanwhile. */
+static void guard_kill_all(pid_t pgid)
+{
+    kill(-pgid, SIGKILL);
+    for (int i = 0; i < 200; i++) {
+        if (!group_running(pgid))
+            break;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        kill(-pgid, SIGKILL);
+    }
+}
+
+/* The lease ran out and dlock said nothing: it is stopped or starved, and
+ * someone else may hold the lock now. Do what dlock does on loss. */
+__attribute__((noreturn)) static void guard_late(const guard_args *a)
+{
+    guard_say(a->late_msg, a->late_len);
+    kill(-a->pgid, a->kill_sig);
+    if (a->kill_sig != SIGKILL) {
+        /* Stopped members could not act on the signal. */
+        if (a->kill_sig != SIGCONT)
+            kill(-a->pgid, SIGCONT);
+        int64_t until = cli_now_ms() + a->grace_ms;
+        while (group_running(a->pgid)) {
+            int64_t left = until - cli_now_ms();
+            if (left <= 0)
+                break;
+            /* Short steps to notice the group's end; dlock dying (end of
+             * file) cuts the grace short. */
+            struct pollfd pfd = {.fd = a->rfd, .events = POLLIN};
+            if (poll(&pfd, 1, left < 20 ? (int)left : 20) > 0) {
+                char b[GUARD_MSG];
+                if (read(a->rfd, b, sizeof b) == 0)
+                    break;
+            }
+        }
+    }
+    guard_kill_all(a->pgid);
+    _exit(GUARD_EXIT_LATE);
+}
+
+__attribute__((noreturn)) static void guardian_main(const guard_args *a)
 {
     /* Its own process group: a kill aimed at dlock's job (kill -9 %1) must
      * not take the guardian along. */
@@ -338,38 +411,56 @@ __attribute__((noreturn)) static void guardian_main(pid_t pgid, int rfd, int dev
     cli_sig_forget();
     /* Keep stderr for the one message; never hold the caller's stdin/stdout
      * (a reader of our output would wait for the guardian). */
-    if (devnull >= 0) {
-        dup2(devnull, STDIN_FILENO);
-        dup2(devnull, STDOUT_FILENO);
-        close(devnull);
+    if (a->devnull >= 0) {
+        dup2(a->devnull, STDIN_FILENO);
+        dup2(a->devnull, STDOUT_FILENO);
+        close(a->devnull);
     }
-    for (size_t i = 0; i < nclose; i++)
-        if (closefds[i] != rfd && closefds[i] > STDERR_FILENO)
-            close(closefds[i]);
+    for (size_t i = 0; i < a->nclose; i++)
+        if (a->closefds[i] != a->rfd && a->closefds[i] > STDERR_FILENO)
+            close(a->closefds[i]);
     /* Every other descriptor stays open on purpose: the lock's own (a file
      * lock's description, a session's connection) then outlives dlock until
      * the command's group is dead, so the lock is never free while the
      * command still runs. */
-    char b;
-    ssize_t r;
-    do
-        r = read(rfd, &b, 1);
-    while (r < 0 && errno == EINTR);
-    if (r == 1)
-        _exit(0); /* dlock finished normally */
-    kill(-pgid, SIGKILL);
-    if (write(STDERR_FILENO, msg, msglen) < 0) {
-        /* nowhere to report it */
+    int64_t deadline = -1; /* no limit until dlock names one */
+    unsigned char msg[GUARD_MSG];
+    size_t have = 0;
+    for (;;) {
+        int timeout = -1;
+        if (deadline >= 0) {
+            int64_t left = deadline + a->slack_ms - cli_now_ms();
+            if (left <= 0)
+                guard_late(a);
+            timeout = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        struct pollfd pfd = {.fd = a->rfd, .events = POLLIN};
+        int n = poll(&pfd, 1, timeout);
+        if (n < 0 && errno != EINTR) {
+            /* Cannot wait with a timeout (ENOMEM): retry shortly rather
+             * than give up either duty. */
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (n <= 0)
+            continue; /* the deadline is checked at the top */
+        ssize_t r = read(a->rfd, msg + have, sizeof msg - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break; /* end of file (or a broken pipe): dlock died */
+        have += (size_t)r;
+        if (have < sizeof msg)
+            continue; /* writes are atomic, but a partial read costs nothing */
+        have = 0;
+        if (msg[0] == 'q')
+            _exit(0); /* dlock finished normally */
+        if (msg[0] == 'd')
+            memcpy(&deadline, msg + 1, sizeof deadline);
     }
-    /* Wait (boundedly) until the group is gone before letting go of the
-     * lock's descriptors; SIGKILL again for members forked meanwhile. */
-    for (int i = 0; i < 200; i++) {
-        if (!group_running(pgid))
-            break;
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        kill(-pgid, SIGKILL);
-    }
+    guard_say(a->died_msg, a->died_len);
+    guard_kill_all(a->pgid);
     _exit(0);
 }
 
@@ -379,7 +470,11 @@ typedef struct sup {
     const cli_supervise_cfg *cfg;
     char shown[CLI_SHOW_MAX]; /* the lock name, quoted */
     pid_t child, pgid, guardian;
-    int guard_fd;  /* write end: a byte says "quit", end of file "dlock died" */
+    int guard_fd;  /* write end: GUARD_MSG messages; end of file "dlock died" */
+    int lease;     /* the lock is a lease: keep the guardian's deadline current */
+    int64_t deadline_sent; /* last deadline told to the guardian, -1 none */
+    int64_t refresh_at;    /* when to look at dlock_valid_ms again */
+    int delivered;         /* the remembered signals went to the command */
     int tty;       /* our terminal (stdin), -1 if none */
     int handed;    /* the command's group is in the terminal's foreground */
     int child_done, status;
@@ -390,6 +485,17 @@ typedef struct sup {
     int64_t grace_at, kill_at, lose_at;
 } sup;
 
+/* The length of what snprintf wrote into a buffer of len bytes. */
+static size_t line(size_t len, int n)
+{
+    if (n < 0)
+        return 0;
+    return (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* Start the guardian (go_w: the child's start pipe, -1 once it is closed).
+ * Also called from reap() to replace a dead guardian: fork from a threaded
+ * process, so nothing but async-signal-safe calls in the child. */
 static pid_t guardian_start(sup *s, int go_w)
 {
     int gp[2];
@@ -401,22 +507,38 @@ static pid_t guardian_start(sup *s, int go_w)
     int closefds[80];
     size_t nclose = 0;
     closefds[nclose++] = gp[1];
-    closefds[nclose++] = go_w;
-    closefds[nclose++] = s->err_fd;
+    if (go_w >= 0)
+        closefds[nclose++] = go_w;
+    if (s->err_fd >= 0)
+        closefds[nclose++] = s->err_fd;
     for (size_t i = 0; i < nkeep && nclose < sizeof closefds / sizeof closefds[0]; i++)
         closefds[nclose++] = keep[i];
-    char msg[256];
-    int msglen = snprintf(msg, sizeof msg,
-                          "dlock: %s: dlock died while holding lock %s; killed the command's "
-                          "process group %ld\n",
-                          s->cfg->cmdname, s->shown, (long)s->pgid);
-    if (msglen < 0)
-        msglen = 0;
-    if ((size_t)msglen >= sizeof msg)
-        msglen = (int)sizeof msg - 1;
+    char died[256], late[320];
+    guard_args a = {
+        .pgid = s->pgid,
+        .rfd = gp[0],
+        .devnull = devnull,
+        .closefds = closefds,
+        .nclose = nclose,
+        .died_msg = died,
+        .late_msg = late,
+        .kill_sig = s->cfg->kill_sig,
+        .grace_ms = s->cfg->kill_grace_ms,
+        .slack_ms = s->cfg->ttl_ms / 200 + 1, /* half the library's drift allowance */
+    };
+    a.died_len = line(sizeof died,
+                      snprintf(died, sizeof died,
+                               "dlock: %s: dlock died while holding lock %s; killed the "
+                               "command's process group %ld\n",
+                               s->cfg->cmdname, s->shown, (long)s->pgid));
+    a.late_len = line(sizeof late,
+                      snprintf(late, sizeof late,
+                               "dlock: %s: lock %s not renewed in time (is dlock stopped?); "
+                               "killed the command's process group %ld\n",
+                               s->cfg->cmdname, s->shown, (long)s->pgid));
     pid_t pid = fork();
     if (pid == 0)
-        guardian_main(s->pgid, gp[0], devnull, closefds, nclose, msg, (size_t)msglen);
+        guardian_main(&a);
     int saved = errno;
     close(gp[0]);
     if (devnull >= 0)
@@ -427,15 +549,58 @@ static pid_t guardian_start(sup *s, int go_w)
         return -1;
     }
     s->guard_fd = gp[1];
+    s->deadline_sent = -1; /* a new guardian knows no deadline yet */
     return pid;
+}
+
+/* One message to the guardian. EPIPE (SIGPIPE is ignored) means it died:
+ * reap() replaces it and tells the new one. */
+static int guard_send(sup *s, char kind, int64_t value)
+{
+    if (s->guard_fd < 0)
+        return -1;
+    unsigned char m[GUARD_MSG];
+    m[0] = (unsigned char)kind;
+    memcpy(m + 1, &value, sizeof value);
+    ssize_t w;
+    do
+        w = write(s->guard_fd, m, sizeof m);
+    while (w < 0 && errno == EINTR);
+    if (w == (ssize_t)sizeof m)
+        return 0;
+    if (w >= 0 || errno != EPIPE)
+        cli_err("%s: cannot write to the guardian process: %s", s->cfg->cmdname,
+                w < 0 ? strerror(errno) : "short write");
+    return -1;
+}
+
+/* Tell the guardian when the lease stops being valid, if that moved. The
+ * lease is renewed every ttl/3; looking every ttl/4 keeps the guardian's
+ * deadline ahead of its expiry by a wide margin. */
+static void deadline_refresh(sup *s)
+{
+    if (!s->lease || s->lost || s->guardian <= 0)
+        return;
+    int64_t now = cli_now_ms();
+    int step = s->cfg->ttl_ms / 4;
+    s->refresh_at = now + (step > 0 ? step : 1);
+    long long valid = dlock_valid_ms(s->cfg->lock);
+    if (valid < 0)
+        return; /* not a lease after all: no time limit */
+    int64_t deadline = now + valid;
+    /* Two readings of one deadline differ by rounding: not worth a write. */
+    if (s->deadline_sent >= 0 && deadline >= s->deadline_sent - 2 &&
+        deadline <= s->deadline_sent + 2)
+        return;
+    if (guard_send(s, 'd', deadline) == 0)
+        s->deadline_sent = deadline;
 }
 
 static void guardian_stop(sup *s)
 {
     if (s->guard_fd >= 0) {
-        if (write(s->guard_fd, "q", 1) < 0) {
-            /* the guardian is gone already; nothing to tell */
-        }
+        /* A failure means the guardian is gone already; nothing to tell. */
+        (void)guard_send(s, 'q', 0);
         close(s->guard_fd);
         s->guard_fd = -1;
     }
@@ -474,6 +639,87 @@ static void on_child_stop(sup *s, int sig)
     kill(getpid(), SIGSTOP);
 }
 
+/* The command may no longer run: --kill-signal to its group now, SIGKILL
+ * after --kill-grace (supervise_loop), then exit 75. */
+static void kill_group(sup *s)
+{
+    const cli_supervise_cfg *cfg = s->cfg;
+    s->lost = 1;
+    /* dlock acts itself from here on: the guardian must not also act on the
+     * lease deadline (and claim that dlock is stopped). */
+    if (s->lease)
+        (void)guard_send(s, 'd', -1);
+    kill(-s->pgid, cfg->kill_sig);
+    if (cfg->kill_sig == SIGKILL) {
+        s->killed = 1;
+        s->kill_at = cli_now_ms() + 1000;
+        return;
+    }
+    /* Stopped members could not act on the signal. */
+    if (cfg->kill_sig != SIGCONT)
+        kill(-s->pgid, SIGCONT);
+    s->grace_at = cli_now_ms() + cfg->kill_grace_ms;
+}
+
+static const char *status_text(int st, char *buf, size_t len)
+{
+    char sname[16];
+    if (WIFSIGNALED(st))
+        snprintf(buf, len, "killed by %s", cli_signal_name(WTERMSIG(st), sname, sizeof sname));
+    else if (WIFEXITED(st))
+        snprintf(buf, len, "exit status %d", WEXITSTATUS(st));
+    else
+        snprintf(buf, len, "status %#x", (unsigned)st);
+    return buf;
+}
+
+/* The guardian is gone (st: its wait status). */
+static void guardian_gone(sup *s, int st)
+{
+    const cli_supervise_cfg *cfg = s->cfg;
+    s->guardian = -1;
+    if (s->guard_fd >= 0) {
+        close(s->guard_fd);
+        s->guard_fd = -1;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == GUARD_EXIT_LATE) {
+        /* It found the lease run out while we could not act, ended the
+         * command's group and said so; the lock is gone: report the loss
+         * (exit 75) and never replace it. */
+        if (!s->lost) {
+            cli_err("%s: lock %s was lost while dlock could not act (lease not renewed in "
+                    "time); its guardian killed the command's process group %ld",
+                    cfg->cmdname, s->shown, (long)s->pgid);
+            s->lost = 1;
+            s->killed = 1;
+            s->kill_at = cli_now_ms() + 1000;
+        }
+        return;
+    }
+    if (s->child_done && !s->lost)
+        return; /* the command is over: nothing left to guard */
+    char how[48];
+    status_text(st, how, sizeof how);
+    /* Without a guardian the command would outlive a dlock that dies: get
+     * a new one at once, or stop the command. */
+    pid_t pid = guardian_start(s, -1);
+    if (pid < 0) {
+        char sname[16];
+        cli_err("%s: the guardian process died (%s) and a new one cannot be started: %s; "
+                "sending %s to the command's process group",
+                cfg->cmdname, how, strerror(errno),
+                cli_signal_name(cfg->kill_sig, sname, sizeof sname));
+        if (!s->lost)
+            kill_group(s);
+        return;
+    }
+    s->guardian = pid;
+    cli_err("%s: the guardian process died (%s); started a new one (pid %ld)", cfg->cmdname, how,
+            (long)pid);
+    if (!s->lost)
+        deadline_refresh(s);
+}
+
 static void reap(sup *s)
 {
     for (;;) {
@@ -484,10 +730,8 @@ static void reap(sup *s)
         if (pid <= 0)
             return;
         if (pid == s->guardian) {
-            s->guardian = -1;
-            cli_err("%s: the guardian process died; the command is no longer killed if dlock "
-                    "dies",
-                    s->cfg->cmdname);
+            if (!WIFSTOPPED(st))
+                guardian_gone(s, st);
             continue;
         }
         if (pid != s->child || s->child_done)
@@ -515,22 +759,32 @@ static void on_loss(sup *s)
     char sname[16];
     cli_lost_ack(cfg->lock);
     const char *why = dlock_lock_errmsg(cfg->lock);
-    s->lost = 1;
     char what[CLI_SHOW_MAX + 16];
     snprintf(what, sizeof what, "lock %s lost", s->shown);
     /* The library's message names the lock and says why. */
     cli_err("%s: %s; sending %s to the command's process group", cfg->cmdname,
             why && *why ? why : what, cli_signal_name(cfg->kill_sig, sname, sizeof sname));
-    kill(-s->pgid, cfg->kill_sig);
-    if (cfg->kill_sig == SIGKILL) {
-        s->killed = 1;
-        s->kill_at = cli_now_ms() + 1000;
+    kill_group(s);
+}
+
+/* The command has started (exec succeeded): the signals that reached dlock
+ * while it waited for the lock are for it. */
+static void deliver_remembered(sup *s)
+{
+    const cli_supervise_cfg *cfg = s->cfg;
+    if (s->delivered)
         return;
+    s->delivered = 1;
+    for (size_t i = 0; i < cfg->ndeliver; i++) {
+        if (cfg->verbose) {
+            char sname[16];
+            cli_err("%s: delivering %s, received while waiting, to the command", cfg->cmdname,
+                    cli_signal_name(cfg->deliver[i], sname, sizeof sname));
+        }
+        if (kill(-s->pgid, cfg->deliver[i]) < 0 && errno != ESRCH)
+            cli_err("%s: cannot deliver signal %d to the command: %s", cfg->cmdname,
+                    cfg->deliver[i], strerror(errno));
     }
-    /* Stopped members could not act on the signal. */
-    if (cfg->kill_sig != SIGCONT)
-        kill(-s->pgid, SIGCONT);
-    s->grace_at = cli_now_ms() + cfg->kill_grace_ms;
 }
 
 static int group_gone(const sup *s)
@@ -575,6 +829,8 @@ static int supervise_loop(sup *s)
         if (s->killed)
             /* after that, only the command's own end (SIGCHLD) matters */
             wake = s->kill_at > now ? s->kill_at : -1;
+        if (s->lease && !s->lost && s->guardian > 0 && (wake < 0 || s->refresh_at < wake))
+            wake = s->refresh_at;
 
         struct pollfd fds[3];
         nfds_t n = 0;
@@ -600,8 +856,12 @@ static int supervise_loop(sup *s)
             cli_err("%s: poll: %s", cfg->cmdname, strerror(errno));
             return -1;
         }
-        if (r > 0 && err_i >= 0 && fds[err_i].revents)
+        if (r > 0 && err_i >= 0 && fds[err_i].revents) {
             read_failure(s);
+            /* End of file without a failure: the command was executed. */
+            if (!s->failed)
+                deliver_remembered(s);
+        }
         if (r > 0 && lost_i >= 0 && fds[lost_i].revents)
             on_loss(s);
         int sig;
@@ -612,6 +872,8 @@ static int supervise_loop(sup *s)
                 forward(s, sig);
         }
         now = cli_now_ms();
+        if (s->lease && !s->lost && now >= s->refresh_at)
+            deadline_refresh(s);
         if (s->lose_at >= 0 && now >= s->lose_at && !s->lost) {
             s->lose_at = -1;
             int rc = dlock_debug_force_loss(cfg->lock);
@@ -677,6 +939,9 @@ int cli_supervise(const cli_supervise_cfg *cfg)
     s.cfg = cfg;
     s.guard_fd = s.err_fd = -1;
     s.guardian = -1;
+    s.deadline_sent = -1;
+    /* -1: liveness is not a lease (file, sessions): no time limit. */
+    s.lease = dlock_valid_ms(cfg->lock) >= 0;
     s.lose_at = cfg->lose_at_ms;
     cli_show(cfg->name, s.shown, sizeof s.shown);
 
@@ -738,6 +1003,8 @@ int cli_supervise(const cli_supervise_cfg *cfg)
         tty_takeback(&s);
         goto out;
     }
+    /* The guardian knows the deadline before the command runs. */
+    deadline_refresh(&s);
     if (write(go[1], "g", 1) != 1) {
         cli_err("%s: cannot start the command: %s", cfg->cmdname, strerror(errno));
         close(go[1]);

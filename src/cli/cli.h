@@ -76,6 +76,11 @@ typedef struct cli_supervise_cfg {
     int kill_grace_ms;   /* then SIGKILL after this long */
     int verbose;
     int64_t lose_at_ms;  /* test hook: force loss at this cli_now_ms(), -1 never */
+    int ttl_ms;          /* lease length (for the guardian's deadline checks) */
+    /* Signals that reached dlock while it waited for the lock (USR1, USR2,
+     * WINCH): sent to the command's group once it has started. */
+    const int *deliver;
+    size_t ndeliver;
 } cli_supervise_cfg;
 
 /* Run the command while the lock is held, forward signals, kill the command's
@@ -103,8 +108,10 @@ const char *cli_show(const char *s, char *buf, size_t len);
 const char *cli_clean(const char *s, char *buf, size_t len);
 
 /* Seconds with optional decimals ("1", "0.25") to milliseconds, rounded
- * up so that a positive value never becomes 0. Returns -1 if malformed,
- * negative or too large for an int of milliseconds. */
+ * up so that a positive value never becomes 0. Returns -1 if malformed or
+ * negative, CLI_SECS_TOO_LARGE if above CLI_SECS_MAX seconds. */
+#define CLI_SECS_MAX 2147483 /* whole seconds that fit an int of milliseconds */
+#define CLI_SECS_TOO_LARGE (-2)
 int cli_parse_secs(const char *s, int *ms);
 /* Decimal integer in [min, max]; -1 if malformed or out of range. */
 int cli_parse_long(const char *s, long min, long max, long *out);

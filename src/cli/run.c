@@ -178,6 +178,17 @@ static const cli_opt run_opts[] = {
     {NULL, 0, 0, 0},
 };
 
+/* The library's limits (dlock_lock_new refuses more permits, shorter leases). */
+#define PERMITS_MAX 4096
+#define TTL_MIN_SECS 0.03
+
+static int too_large(const char *cmd, const char *opt, const char *val)
+{
+    char shown[CLI_SHOW_MAX];
+    return cli_usage(cmd, "%s %s is too large: the maximum is %d seconds", opt,
+                     cli_clean(val, shown, sizeof shown), CLI_SECS_MAX);
+}
+
 /* Returns -1 to go on, else an exit code (0 after --help). */
 static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
 {
@@ -199,7 +210,7 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
 
     cli_parser p;
     cli_parser_init(&p, argc, argv, cmd);
-    int dashdash = 0;
+    int dashdash = 0, rc;
     long n;
     while (!dashdash) {
         int id = cli_next_opt(&p, run_opts);
@@ -221,7 +232,9 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->name = p.val;
             break;
         case R_WAIT:
-            if (cli_parse_secs(p.val, &cfg->timeout_ms) < 0)
+            if ((rc = cli_parse_secs(p.val, &cfg->timeout_ms)) == CLI_SECS_TOO_LARGE)
+                return too_large(cmd, p.optname, p.val);
+            if (rc < 0)
                 return cli_usage(cmd, "%s wants seconds (like 10 or 0.5), not %s", p.optname,
                                  cli_show(p.val, shown, sizeof shown));
             cfg->wait_given = 1;
@@ -230,17 +243,24 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->nonblock = 1;
             break;
         case R_TTL:
-            if (cli_parse_secs(p.val, &cfg->lopts.ttl_ms) < 0 || cfg->lopts.ttl_ms == 0)
+            if ((rc = cli_parse_secs(p.val, &cfg->lopts.ttl_ms)) == CLI_SECS_TOO_LARGE)
+                return too_large(cmd, p.optname, p.val);
+            if (rc < 0)
                 return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
                                  p.optname, cli_show(p.val, shown, sizeof shown));
+            /* Checked here, on what the user wrote: the library would only
+             * see the value rounded up to whole milliseconds ("1 ms"). */
+            if (strtod(p.val, NULL) < TTL_MIN_SECS)
+                return cli_usage(cmd, "%s %s is too short: the minimum lease is %g s", p.optname,
+                                 cli_clean(p.val, shown, sizeof shown), TTL_MIN_SECS);
             break;
         case R_SHARED:
             cfg->shared = 1;
             break;
         case R_PERMITS:
-            if (cli_parse_long(p.val, 1, 1000000, &n) < 0)
-                return cli_usage(cmd, "%s wants a number from 1 to 1000000, not %s", p.optname,
-                                 cli_show(p.val, shown, sizeof shown));
+            if (cli_parse_long(p.val, 1, PERMITS_MAX, &n) < 0)
+                return cli_usage(cmd, "%s wants a number from 1 to %d, not %s", p.optname,
+                                 PERMITS_MAX, cli_show(p.val, shown, sizeof shown));
             cfg->lopts.permits = (unsigned)n;
             cfg->permits_given = 1;
             break;
@@ -268,7 +288,9 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
                                  p.optname, cli_show(p.val, shown, sizeof shown));
             break;
         case R_GRACE:
-            if (cli_parse_secs(p.val, &cfg->kill_grace_ms) < 0)
+            if ((rc = cli_parse_secs(p.val, &cfg->kill_grace_ms)) == CLI_SECS_TOO_LARGE)
+                return too_large(cmd, p.optname, p.val);
+            if (rc < 0)
                 return cli_usage(cmd, "%s wants seconds (like 5 or 0.5), not %s", p.optname,
                                  cli_show(p.val, shown, sizeof shown));
             break;
@@ -323,8 +345,10 @@ done:
 /* ---- waiting ------------------------------------------------------------ */
 
 /* While the main thread sleeps inside dlock_acquire, this thread receives
- * the signals (cancelling the acquisition on INT/TERM/HUP/QUIT) and, with
- * -v, says every second who holds the lock. */
+ * the signals (cancelling the acquisition on INT/TERM/HUP/QUIT, remembering
+ * USR1/USR2/WINCH for the command) and, with -v, says every second who
+ * holds the lock. */
+#define MAX_REMEMBERED 16
 typedef struct waiter {
     const run_cfg *cfg;
     dlock_client *client;
@@ -332,7 +356,16 @@ typedef struct waiter {
     int stop_fd;
     atomic_int sig; /* terminating signal received, 0 none */
     int64_t started_ms;
+    /* Written by the waiting thread only, read after it was joined. */
+    int remembered[MAX_REMEMBERED];
+    size_t nremembered;
 } waiter;
+
+/* Signals meant for the command that may arrive before it exists. */
+static int for_command(int sig)
+{
+    return sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGWINCH;
+}
 
 static void fmt_dur(char *buf, size_t len, long long ms)
 {
@@ -406,9 +439,15 @@ static void *waiter_main(void *arg)
         if (n > 0 && fds[1].revents)
             break;
         int sig;
-        while (n > 0 && (sig = cli_sig_next()) != 0)
+        while (n > 0 && (sig = cli_sig_next()) != 0) {
             if (cli_sig_terminates(sig) && !atomic_load(&w->sig))
                 atomic_store(&w->sig, sig);
+            /* For the command, once it runs (hold has none: they go). More
+             * than MAX_REMEMBERED would have merged in the kernel anyway. */
+            else if (for_command(sig) && w->cfg->mode != MODE_HOLD &&
+                     w->nremembered < MAX_REMEMBERED)
+                w->remembered[w->nremembered++] = sig;
+        }
         if (atomic_load(&w->sig)) {
             /* Repeated, because dlock_acquire drops a cancel that arrives
              * before it starts waiting; the main thread stops us soon. */
@@ -455,8 +494,31 @@ static void self_desc(char *buf, size_t len)
     snprintf(buf, len, "pid %ld on %.200s", (long)getpid(), host);
 }
 
-/* Take the lock (or leadership). Returns 0 when held, else the exit code. */
-static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock)
+/* take() when the lock is held: distinct from every exit code, 0 included
+ * (-E 0 makes a conflict exit 0). */
+#define TAKEN (-1)
+
+/* Signals remembered while waiting have nowhere to go: say so. */
+static void dropped_msg(const run_cfg *cfg, const waiter *w)
+{
+    if (cfg->quiet || w->nremembered == 0)
+        return;
+    char list[MAX_REMEMBERED * 12] = "", sname[16];
+    size_t len = 0;
+    for (size_t i = 0; i < w->nremembered; i++) {
+        int m = snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
+                         cli_signal_name(w->remembered[i], sname, sizeof sname));
+        if (m < 0 || (size_t)m >= sizeof list - len)
+            break;
+        len += (size_t)m;
+    }
+    cli_err("%s: the command never ran; dropped %s received while waiting", cfg->cmdname, list);
+}
+
+/* Take the lock (or leadership). Returns TAKEN when held, else the exit
+ * code; *remembered gets the signals to deliver to the command. */
+static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *remembered,
+                size_t *nremembered)
 {
     waiter w = {.cfg = cfg, .client = c, .lock = lock, .started_ms = cli_now_ms()};
     atomic_init(&w.sig, 0);
@@ -496,27 +558,32 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock)
         /* Interrupted while waiting: leave nothing behind. */
         if (rc == 0)
             (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
+        dropped_msg(cfg, &w);
         return 128 + sig;
     }
     char shown[CLI_SHOW_MAX];
     cli_show(cfg->name, shown, sizeof shown);
     if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
         not_acquired_msg(cfg, c, rc);
-        return cfg->conflict_code;
+        dropped_msg(cfg, &w);
+        return cfg->conflict_code; /* may be 0: still not TAKEN */
     }
     if (rc) {
         const char *why = dlock_lock_errmsg(lock);
         cli_err("%s: cannot acquire lock %s: %s", cfg->cmdname, shown,
                 why && *why ? why : dlock_strerror(rc));
+        dropped_msg(cfg, &w);
         return cli_exit_for(rc);
     }
+    memcpy(remembered, w.remembered, w.nremembered * sizeof *remembered);
+    *nremembered = w.nremembered;
     if (cfg->verbose) {
         char waited[32];
         fmt_dur(waited, sizeof waited, cli_now_ms() - w.started_ms);
         cli_err("%s: acquired lock %s (token %" PRIu64 ") after %s", cfg->cmdname, shown,
                 dlock_token(lock), waited);
     }
-    return 0;
+    return TAKEN;
 }
 
 /* ---- holding ------------------------------------------------------------ */
@@ -604,7 +671,9 @@ int cli_run(int argc, char **argv, const cli_global *g)
         lock = NULL;
         goto out;
     }
-    if ((rc = take(&cfg, c, lock)) != 0)
+    int remembered[MAX_REMEMBERED];
+    size_t nremembered = 0;
+    if ((rc = take(&cfg, c, lock, remembered, &nremembered)) != TAKEN)
         goto out;
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
 
@@ -632,6 +701,10 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .kill_grace_ms = cfg.kill_grace_ms,
                 .verbose = cfg.verbose,
                 .lose_at_ms = lose_at,
+                /* 0 is the library's default lease (dlock.h) */
+                .ttl_ms = cfg.lopts.ttl_ms > 0 ? cfg.lopts.ttl_ms : 30000,
+                .deliver = remembered,
+                .ndeliver = nremembered,
             };
             rc = cli_supervise(&sc);
         }

@@ -145,11 +145,11 @@ int cli_parse_secs(const char *s, int *ms)
     double v = strtod(s, &end);
     if (errno || *end || !isfinite(v) || v < 0)
         return -1;
+    if (v > (double)CLI_SECS_MAX)
+        return CLI_SECS_TOO_LARGE; /* well-formed: the caller can say "too large" */
     double m = ceil(v * 1000.0 - 1e-6); /* 0.3 -> 300, not 301 */
     if (m < 0)
         m = 0;
-    if (m > (double)INT_MAX)
-        return -1;
     *ms = (int)m;
     if (*ms == 0 && v > 0)
         *ms = 1;
