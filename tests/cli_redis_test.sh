@@ -205,4 +205,17 @@ wait "$runner" || rc=$?
 [[ $rc == 75 ]] || fail "stopped: dlock exited $rc after SIGCONT, expected 75"
 pass
 
+# ---- -w bounds connecting too (issue 16, item 5) ------------------------------
+# A server that accepts but never answers (stopped): -w 1 used to take the
+# full 2 s open timeout; now the open counts against the wait.
+SPORT=$(srv_redis stalled) || fail "second redis did not start"
+kill -STOP "$(cat "$srv_dir/stalled.pid")"
+t0=$(now_ms)
+expect 69 "$DLOCK" --url "redis://127.0.0.1:$SPORT" run -w 1 x -- true
+took=$(($(now_ms) - t0))
+kill -CONT "$(cat "$srv_dir/stalled.pid")"
+# a correctness bound with room for a loaded machine, not a speed figure
+((took < 1800)) || fail "-w 1 against a stopped server took $took ms"
+pass
+
 echo "$passed passed, 0 failed"

@@ -128,6 +128,9 @@ int cli_check_name(const char *cmd, const char *name);
 /* Open a client for url; on failure prints one line and returns the exit
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);
+/* The same, done within within_ms (-1: the default connect timeout), for a
+ * command whose whole wait is bounded (run -w). */
+int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out);
 
 /* Call once dlock_lost_fd(lock) polled readable, before dlock_lock_errmsg:
  * reads the event, which orders the library thread's loss message before our

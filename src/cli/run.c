@@ -141,6 +141,7 @@ typedef struct run_cfg {
     const char *name;
     char **cmd;          /* after "--" (run, elect) */
     int timeout_ms;      /* -1 forever, 0 try once */
+    int acquire_ms;      /* what is left of timeout_ms once the client is open */
     int wait_given, nonblock;
     dlock_lock_opts lopts;
     int shared, permits_given;
@@ -541,9 +542,9 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
             snprintf(value, sizeof value, "%s", cfg->value);
         else
             self_desc(value, sizeof value);
-        rc = dlock_campaign(lock, value, cfg->timeout_ms);
+        rc = dlock_campaign(lock, value, cfg->acquire_ms);
     } else {
-        rc = dlock_acquire(lock, cfg->timeout_ms);
+        rc = dlock_acquire(lock, cfg->acquire_ms);
     }
     uint64_t one = 1;
     if (write(w.stop_fd, &one, sizeof one) < 0) {
@@ -661,8 +662,17 @@ int cli_run(int argc, char **argv, const cli_global *g)
     dlock_lock *lock = NULL;
     char shown[CLI_SHOW_MAX];
     cli_show(cfg.name, shown, sizeof shown);
-    if ((rc = cli_open(cfg.cmdname, cfg.url, &c)) != 0)
+    /* -w bounds the whole wait, connecting to the backend included: an
+     * unreachable or stalled server must not make it longer. */
+    int64_t opening = cli_now_ms();
+    int within = cfg.timeout_ms > 0 ? cfg.timeout_ms + 100 : -1;
+    if ((rc = cli_open_within(cfg.cmdname, cfg.url, within, &c)) != 0)
         goto out;
+    cfg.acquire_ms = cfg.timeout_ms;
+    if (cfg.timeout_ms > 0) {
+        int64_t left = cfg.timeout_ms - (cli_now_ms() - opening);
+        cfg.acquire_ms = left > 1 ? (int)left : 1;
+    }
     if ((rc = dlock_lock_new(&lock, c, cfg.name, &cfg.lopts)) != 0) {
         const char *why = dlock_client_errmsg(c);
         cli_err("%s: cannot create lock %s: %s", cfg.cmdname, shown,

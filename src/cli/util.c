@@ -253,8 +253,15 @@ int cli_check_name(const char *cmd, const char *name)
 
 int cli_open(const char *cmd, const char *url, dlock_client **out)
 {
+    return cli_open_within(cmd, url, -1, out);
+}
+
+int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out)
+{
     dlock_client_opts o;
     dlock_client_opts_init(&o);
+    if (within_ms > 0 && within_ms < 2000)
+        o.connect_timeout_ms = within_ms; /* else the URL's or the default */
     int rc = dlock_client_open(out, url, &o);
     if (rc == 0)
         return 0;

@@ -927,8 +927,19 @@ static int param_int(dlock_client *cl, const dl_url *u, const char *key, int def
     return 0;
 }
 
+/* What is left of the open's budget, at most op_ms (at least 1 ms: a
+ * request needs some time to be answered at all). */
+static int open_ms_left(int64_t until, int op_ms)
+{
+    int left = dl_ms_left(until);
+    if (left < 1)
+        left = 1;
+    return left < op_ms ? left : op_ms;
+}
+
 static int redis_client_open(dlock_client *cl, const dl_url *u)
 {
+    int64_t open_until = dl_now_ns() + (int64_t)cl->opts.connect_timeout_ms * 1000000LL;
     rclient *rc = calloc(1, sizeof *rc);
     if (!rc)
         return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
@@ -992,7 +1003,11 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
                      : NULL;
     if (!first)
         snprintf(err, sizeof err, "no node serves slot of the probe key");
-    int lr = c ? rd_load_script(c, &rc->cf, rc->cf.op_timeout_ms, err, sizeof err) : RD_EIO;
+    /* Opening, handshake included, takes at most the connect timeout: a
+     * caller that must be done by a deadline (dlock run -w) sets it. */
+    int lr = c ? rd_load_script(c, &rc->cf, open_ms_left(open_until, rc->cf.op_timeout_ms), err,
+                                sizeof err)
+               : RD_EIO;
     if (lr != RD_OK) {
         /* A server that was reached but refused us is not "unreachable":
          * a bad database (EURL), credentials or rights (EPERM), or not a
