@@ -16,6 +16,6 @@ install: all
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf build build-demo build-asan build-tsan build-memcheck build-fuzz
+	rm -rf build build-demo build-asan build-tsan build-memcheck build-fuzz build-nolibs
 
 .PHONY: all check test demo install clean

@@ -20,6 +20,17 @@ suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # -O3 warns about things -O2 does not (format truncation): it must build too.
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-release -j"$jobs" >/dev/null
+# A build without a client library states the same facts of every backend
+# (only "available" and "missing" differ): the descriptors are one.
+cmake -S . -B build-nolibs -DDLOCK_WITH_REDIS=OFF -DBUILD_TESTING=OFF >/dev/null
+cmake --build build-nolibs -j"$jobs" >/dev/null
+facts() { "$1" backends --json | python3 -c 'import json,sys
+d=json.load(sys.stdin)
+for b in d:
+    b.pop("available", None); b.pop("missing", None)
+print(json.dumps(d, indent=1))'; }
+diff <(facts build-nolibs/dlock) <(facts build/dlock) >&2 ||
+  { echo "a build without client libraries states other backend facts" >&2; exit 1; }
 
 if [ -z "${DLOCK_QUICK:-}" ]; then
   step "clang, ASan+UBSan"

@@ -1159,10 +1159,15 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
     return rc ? dl_client_err(c, rc, "no leader for \"%s\"", name) : 0;
 }
 
+static const dl_scheme file_schemes[] = {
+    {"file", "file", 0, false, DL_PATH_FILE},
+    {NULL, NULL, 0, false, DL_PATH_NONE},
+};
+
 const dl_backend dl_backend_file = {
     .version = DL_BACKEND_V1,
     .name = "file",
-    .schemes = "file",
+    .schemes = file_schemes,
     .params = "sync",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,

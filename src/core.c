@@ -179,72 +179,39 @@ int dl_lock_new_owner(dlock_lock *l)
 
 /* ---- the backend registry ---------------------------------------------- */
 
-/* Backends whose code is not written yet: listed with their capabilities so
- * that `dlock backends` shows the whole product, answering DLOCK_ENOTSUP. */
-#define DL_PLANNED(nm, sch, cp, live, fence)                                   \
-    static const dl_backend dl_backend_##nm = {                                \
-        .version = DL_BACKEND_V1, .name = #nm, .schemes = sch, .caps = cp,      \
-        .liveness = live, .fencing = fence,                                    \
-        .missing = "the " #nm " backend is not implemented in this version"}
+/* The registry itself is generated (registry.c): adding a backend is one
+ * dlock_backend() call in CMakeLists.txt, never an edit here. */
+static size_t registry_n(void)
+{
+    size_t n = 0;
+    while (dl_registry[n])
+        n++;
+    return n;
+}
 
-#ifdef DLOCK_HAVE_REDIS
-extern const dl_backend dl_backend_redis;
-extern const dl_backend dl_backend_redlock;
-#else
-static const dl_backend dl_backend_redis = {
-    .version = DL_BACKEND_V1, .name = "redis", .schemes = "redis redis+sentinel redis+cluster",
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease (PEXPIRE) renewed every ttl/3",
-    .fencing = "per-name INCR counter; can go back if a failover loses writes",
-    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
-static const dl_backend dl_backend_redlock = {
-    .version = DL_BACKEND_V1, .name = "redlock", .schemes = "redlock",
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease on a quorum of masters, renewed with a quorum",
-    .fencing = "max of the quorum's counters; a master restarted without its data within a "
-               "ttl can repeat tokens",
-    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"};
-#endif
-DL_PLANNED(zk, "zk",
-           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-               DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
-           "ephemeral znode, gone when the session expires",
-           "creation zxid of the lock znode; monotonic across leader changes");
-DL_PLANNED(etcd, "etcd etcds",
-           DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-               DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
-           "lease with keep-alive", "create revision of the waiter key; monotonic");
-DL_PLANNED(postgres, "postgres postgresql",
-           DLOCK_CAP_FENCING | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE |
-               DLOCK_CAP_NATIVE_BLOCKING,
-           "advisory: the connection; lease mode: expiry column renewed",
-           "sequence-backed token row updated in the acquiring transaction");
-DL_PLANNED(mysql, "mysql mariadb",
-           DLOCK_CAP_FENCING | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
-           "GET_LOCK: the connection; lease mode: expiry column renewed",
-           "token row updated in the acquiring transaction");
-DL_PLANNED(memcached, "memcached",
-           DLOCK_CAP_FENCING | DLOCK_CAP_FENCING_WEAK | DLOCK_CAP_LEASE,
-           "item expiry renewed with touch",
-           "incr counter; eviction or restart can reset it (weak)");
+#define DL_MAX_BACKENDS 32
+#define DL_SCHEMES_MAX 128
 
-static const dl_backend *const registry[] = {
-    &dl_backend_file,     &dl_backend_redis, &dl_backend_redlock, &dl_backend_zk,
-    &dl_backend_etcd,     &dl_backend_postgres, &dl_backend_mysql, &dl_backend_memcached,
-};
-#define REGISTRY_N (sizeof registry / sizeof registry[0])
-
-static dlock_backend_info registry_info[REGISTRY_N];
+static dlock_backend_info registry_info[DL_MAX_BACKENDS];
+static char registry_schemes[DL_MAX_BACKENDS][DL_SCHEMES_MAX];
+static char known_schemes[DL_MAX_BACKENDS * DL_SCHEMES_MAX];
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
 static void registry_init(void)
 {
-    for (size_t i = 0; i < REGISTRY_N; i++) {
-        const dl_backend *b = registry[i];
+    size_t n = registry_n();
+    for (size_t i = 0; i < n && i < DL_MAX_BACKENDS; i++) {
+        const dl_backend *b = dl_registry[i];
+        char *words = registry_schemes[i];
+        for (const dl_scheme *s = b->schemes; s && s->name; s++) {
+            size_t used = strlen(words), kused = strlen(known_schemes);
+            snprintf(words + used, DL_SCHEMES_MAX - used, "%s%s", used ? " " : "", s->name);
+            snprintf(known_schemes + kused, sizeof known_schemes - kused, "%s%s",
+                     kused ? " " : "", s->name);
+        }
         registry_info[i] = (dlock_backend_info){
             .name = b->name,
-            .schemes = b->schemes,
+            .schemes = words,
             .caps = b->caps,
             .available = b->missing == NULL,
             .missing = b->missing,
@@ -256,13 +223,55 @@ static void registry_init(void)
 
 DLOCK_EXTERN size_t dlock_backend_count(void)
 {
-    return REGISTRY_N;
+    size_t n = registry_n();
+    return n < DL_MAX_BACKENDS ? n : DL_MAX_BACKENDS;
 }
 
 DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i)
 {
     pthread_once(&registry_once, registry_init);
-    return i < REGISTRY_N ? &registry_info[i] : NULL;
+    return i < dlock_backend_count() ? &registry_info[i] : NULL;
+}
+
+const char *dl_known_schemes(void)
+{
+    pthread_once(&registry_once, registry_init);
+    return known_schemes;
+}
+
+/* The scheme and the backend it belongs to. */
+static const dl_scheme *scheme_lookup(const char *name, const dl_backend **be)
+{
+    for (size_t i = 0; dl_registry[i]; i++)
+        for (const dl_scheme *s = dl_registry[i]->schemes; s && s->name; s++)
+            if (strcmp(s->name, name) == 0) {
+                if (be)
+                    *be = dl_registry[i];
+                return s;
+            }
+    return NULL;
+}
+
+const dl_scheme *dl_scheme_find(const char *name)
+{
+    return scheme_lookup(name, NULL);
+}
+
+const char *dl_backends_with(unsigned caps, char *buf, size_t len)
+{
+    size_t n = 0, total = 0;
+    for (size_t i = 0; dl_registry[i]; i++)
+        total += (dl_registry[i]->caps & caps) == caps;
+    buf[0] = '\0';
+    for (size_t i = 0; dl_registry[i]; i++) {
+        if ((dl_registry[i]->caps & caps) != caps)
+            continue;
+        size_t used = strlen(buf);
+        const char *sep = n == 0 ? "" : n + 1 == total ? " and " : ", ";
+        snprintf(buf + used, len - used, "%s%s", sep, dl_registry[i]->name);
+        n++;
+    }
+    return n ? buf : "none";
 }
 
 /* Whether word is one of the space-separated words of list (NULL: none). */
@@ -280,14 +289,12 @@ static bool word_in(const char *list, const char *word)
     return false;
 }
 
+/* The backend of a URL's scheme (its canonical name, as dl_url stores it). */
 const dl_backend *dl_backend_for_scheme(const char *scheme)
 {
-    for (size_t i = 0; i < REGISTRY_N; i++)
-        if (word_in(registry[i]->schemes, scheme))
-            return registry[i];
-    return NULL;
+    const dl_backend *be = NULL;
+    return scheme_lookup(scheme, &be) ? be : NULL;
 }
-
 /* ---- clients ----------------------------------------------------------- */
 
 DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts)
@@ -783,15 +790,15 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
         return dl_client_err(client, DLOCK_EINVAL, "ttl of %d ms is too short (minimum 30 ms)",
                              o.ttl_ms);
     unsigned caps = client->be->caps;
+    char have[256];
     if (o.kind == DLOCK_SHARED && !(caps & DLOCK_CAP_SHARED))
         return dl_client_err(client, DLOCK_ENOTSUP,
-                             "the %s backend has no shared locks (file, redis, zk, etcd and "
-                             "postgres have)",
-                             client->be->name);
+                             "the %s backend has no shared locks (%s have)",
+                             client->be->name, dl_backends_with(DLOCK_CAP_SHARED, have, sizeof have));
     if (o.kind == DLOCK_SEMAPHORE && o.permits > 1 && !(caps & DLOCK_CAP_SEMAPHORE))
         return dl_client_err(client, DLOCK_ENOTSUP,
-                             "the %s backend has no semaphores (file, redis, zk and etcd have)",
-                             client->be->name);
+                             "the %s backend has no semaphores (%s have)", client->be->name,
+                             dl_backends_with(DLOCK_CAP_SEMAPHORE, have, sizeof have));
 
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l)

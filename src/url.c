@@ -5,7 +5,8 @@
  * and file:///abs/dir. The parser is strict where a mistake would be silent
  * (duplicate Redlock masters, duplicate parameters, a raw '@' that probably
  * belongs to a password) and never lets the password reach an error message.
- * Only libc: the fuzz targets compile this file alone.
+ * Only libc and the registry: the fuzz targets compile this file with
+ * coverage and link the rest of the library.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memrchr, explicit_bzero */
@@ -26,51 +27,14 @@
 #define HOST_MAX 253       /* DNS name limit */
 #define REDIS_DB_MAX 1000000
 
-/* What a scheme's path means. */
-enum path_kind {
-    PATH_FILE,   /* absolute directory */
-    PATH_DB,     /* redis database number */
-    PATH_DB0,    /* redis cluster: database 0 only */
-    PATH_MASTER, /* sentinel master name, required */
-    PATH_CHROOT, /* zookeeper chroot */
-    PATH_NONE,   /* no path allowed */
-    PATH_DBNAME  /* SQL database name */
-};
-
-typedef struct scheme_info {
-    const char *name;  /* as written (after lowercasing) */
-    const char *canon; /* stored in dl_url.scheme */
-    int port;
-    bool multi; /* several hosts allowed */
-    enum path_kind path;
-} scheme_info;
-
-static const scheme_info schemes[] = {
-    {"file", "file", 0, false, PATH_FILE},
-    {"redis", "redis", 6379, false, PATH_DB},
-    {"redis+sentinel", "redis+sentinel", 26379, true, PATH_MASTER},
-    {"redis+cluster", "redis+cluster", 6379, true, PATH_DB0},
-    {"redlock", "redlock", 6379, true, PATH_DB},
-    {"zk", "zk", 2181, true, PATH_CHROOT},
-    {"etcd", "etcd", 2379, true, PATH_NONE},
-    {"etcds", "etcds", 2379, true, PATH_NONE},
-    {"postgres", "postgres", 5432, false, PATH_DBNAME},
-    {"postgresql", "postgres", 5432, false, PATH_DBNAME},
-    {"mysql", "mysql", 3306, false, PATH_DBNAME},
-    {"mariadb", "mysql", 3306, false, PATH_DBNAME},
-    {"memcached", "memcached", 11211, false, PATH_NONE},
-};
-#define NSCHEMES (sizeof schemes / sizeof schemes[0])
-#define KNOWN_SCHEMES                                                          \
-    "file redis redis+sentinel redis+cluster redlock zk etcd etcds postgres " \
-    "postgresql mysql mariadb memcached"
+/* Schemes, their ports and what their paths mean are facts of each backend,
+ * stated once in its descriptor (dl_scheme); this file reads them through
+ * the registry and knows only how to parse each kind of path. */
+typedef dl_scheme scheme_info;
 
 static const scheme_info *scheme_find(const char *name)
 {
-    for (size_t i = 0; i < NSCHEMES; i++)
-        if (strcmp(schemes[i].name, name) == 0)
-            return &schemes[i];
-    return NULL;
+    return dl_scheme_find(name);
 }
 
 int dl_url_default_port(const char *scheme)
@@ -504,10 +468,10 @@ static int check_path(pctx *p, dl_url *u, const scheme_info *si)
     size_t n = strlen(path);
     char shown[33];
     switch (si->path) {
-    case PATH_FILE:
+    case DL_PATH_FILE:
         return 0;
-    case PATH_DB:
-    case PATH_DB0: {
+    case DL_PATH_DB:
+    case DL_PATH_DB0: {
         if (n == 0)
             return 0;
         long v = 0;
@@ -520,19 +484,19 @@ static int check_path(pctx *p, dl_url *u, const scheme_info *si)
         if (v > REDIS_DB_MAX)
             return fail(p, "redis database must be a number 0-%d, got \"%s\"",
                         REDIS_DB_MAX, printable(path, shown, sizeof shown));
-        if (si->path == PATH_DB0 && v != 0)
+        if (si->path == DL_PATH_DB0 && v != 0)
             return fail(p, "redis cluster has only database 0");
         snprintf(path, n + 1, "%ld", v); /* canonical: "007" -> "7" */
         return 0;
     }
-    case PATH_MASTER:
+    case DL_PATH_MASTER:
         if (n == 0)
             return fail(p, "redis+sentinel urls need the master name as their path, "
                            "e.g. redis+sentinel://h1:26379,h2:26379/mymaster");
         if (strchr(path, '/'))
             return fail(p, "sentinel master name may not contain '/'");
         return 0;
-    case PATH_CHROOT: {
+    case DL_PATH_CHROOT: {
         if (n == 0)
             return 0;
         while (n > 0 && path[n - 1] == '/')
@@ -557,11 +521,11 @@ static int check_path(pctx *p, dl_url *u, const scheme_info *si)
         u->path = withslash;
         return 0;
     }
-    case PATH_NONE:
+    case DL_PATH_NONE:
         if (n > 0)
             return fail(p, "%s urls take no path", si->canon);
         return 0;
-    case PATH_DBNAME:
+    case DL_PATH_DBNAME:
         return 0;
     }
     return 0;
@@ -729,7 +693,7 @@ int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen)
             return fail_plain(&p, DLOCK_EURL,
                               "url scheme \"rediss\" (redis over tls) is not supported");
         return fail_plain(&p, DLOCK_EURL, "unknown url scheme \"%s\" (known: %s)", scheme,
-                          KNOWN_SCHEMES);
+                          dl_known_schemes());
     }
 
     dl_url *u = calloc(1, sizeof *u);
@@ -743,7 +707,7 @@ int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen)
     if (!u->scheme || !u->original)
         rc = oom(&p);
     if (rc == 0)
-        rc = si->path == PATH_FILE ? parse_file(&p, u, sep + 3)
+        rc = si->path == DL_PATH_FILE ? parse_file(&p, u, sep + 3)
                                    : parse_network(&p, u, si, sep + 3, &pw, &pwlen);
     if (rc == 0)
         rc = build_redacted(&p, u, pw, pwlen);

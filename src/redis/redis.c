@@ -12,6 +12,10 @@
  * looks again when the holder's lease would run out, in case the holder died
  * without releasing. Leases are renewed by the core's renewal thread.
  */
+#include "internal.h"
+
+/* The operations need hiredis; the descriptor's facts at the end do not. */
+#ifdef DLOCK_HAVE_REDIS
 #include "redis_int.h"
 #include "redis_cluster.h"
 
@@ -199,7 +203,9 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
                 char why[768];
                 if (sentinel_resolve(rc, l, why, sizeof why) == RD_OK)
                     continue;
-                snprintf(err + strlen(err), errlen - strlen(err), "; %s", why);
+                /* a long reason is cut short: the message must fit, not be complete */
+                if (snprintf(err + strlen(err), errlen - strlen(err), "; %s", why) < 0)
+                    err[0] = '\0';
             }
             if (rc->mode == MODE_CLUSTER && attempt == 0) {
                 char why[256];
@@ -1030,16 +1036,26 @@ static void redis_client_close(dlock_client *cl)
     rclient_free(rc_of(cl));
 }
 
+#endif /* DLOCK_HAVE_REDIS */
+
+static const dl_scheme redis_schemes[] = {
+    {"redis", "redis", 6379, false, DL_PATH_DB},
+    {"redis+sentinel", "redis+sentinel", 26379, true, DL_PATH_MASTER},
+    {"redis+cluster", "redis+cluster", 6379, true, DL_PATH_DB0},
+    {NULL, NULL, 0, false, DL_PATH_NONE},
+};
+
 const dl_backend dl_backend_redis = {
     .version = DL_BACKEND_V1,
     .name = "redis",
-    .schemes = "redis redis+sentinel redis+cluster",
+    .schemes = redis_schemes,
     .params = "wait wait_timeout",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
     .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
                "writes can repeat tokens",
+#ifdef DLOCK_HAVE_REDIS
     .client_open = redis_client_open,
     .client_close = redis_client_close,
     .lock_init = rd_lock_init,
@@ -1053,4 +1069,7 @@ const dl_backend dl_backend_redis = {
     .list = redis_list,
     .set_value = redis_set_value,
     .get_value = redis_get_value,
+#else
+    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)",
+#endif
 };

@@ -24,6 +24,10 @@
  * down for a ttl) or fsync'ed persistence; the backend is marked weak
  * fencing because neither is ours to enforce.
  */
+#include "internal.h"
+
+/* The operations need hiredis; the descriptor's facts at the end do not. */
+#ifdef DLOCK_HAVE_REDIS
 #include "redis_int.h"
 
 #include <poll.h>
@@ -578,22 +582,34 @@ static void rl_client_close(dlock_client *cl)
 
 static int rl_lock_init(dlock_lock *l)
 {
-    if (l->opts.kind != DLOCK_EXCLUSIVE)
+    if (l->opts.kind != DLOCK_EXCLUSIVE) {
+        char have[256];
         return dl_lock_err(l, DLOCK_ENOTSUP,
-                           "redlock offers exclusive locks only (redis, file, zk and etcd have "
-                           "shared locks and semaphores)");
+                           "redlock offers exclusive locks only (%s have shared locks and "
+                           "semaphores)",
+                           dl_backends_with(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE, have,
+                                            sizeof have));
+    }
     return rd_lock_init(l);
 }
+
+#endif /* DLOCK_HAVE_REDIS */
+
+static const dl_scheme redlock_schemes[] = {
+    {"redlock", "redlock", 6379, true, DL_PATH_DB},
+    {NULL, NULL, 0, false, DL_PATH_NONE},
+};
 
 const dl_backend dl_backend_redlock = {
     .version = DL_BACKEND_V1,
     .name = "redlock",
-    .schemes = "redlock",
+    .schemes = redlock_schemes,
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease on a quorum of independent masters, renewed with a quorum",
     .fencing = "max of the quorum's counters, written back when they differ; a master that "
                "restarts without its data within a ttl can break exclusion and repeat tokens "
                "(use persistence or delayed restarts)",
+#ifdef DLOCK_HAVE_REDIS
     .client_open = rl_client_open,
     .client_close = rl_client_close,
     .lock_init = rl_lock_init,
@@ -604,4 +620,7 @@ const dl_backend dl_backend_redlock = {
     .abandon = rl_abandon,
     .inspect = rl_inspect,
     .break_lock = rl_break,
+#else
+    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)",
+#endif
 };
