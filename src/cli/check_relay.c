@@ -395,9 +395,15 @@ int chk_relay_start(chk_run *r, int slot)
     int pp[2] = {-1, -1};
     if (e == 0 && pipe2(pp, O_CLOEXEC) != 0)
         e = -errno;
+    /* The rewritten URL must fit whole: a cut one would point elsewhere. */
+    if (e == 0 && (size_t)snprintf(rl->url, sizeof rl->url, "%s%s%s", u->prefix, ports,
+                                   u->suffix) >= sizeof rl->url) {
+        e = -ENAMETOOLONG;
+        close(pp[0]);
+        close(pp[1]);
+    }
     if (e == 0) {
         ra.ctl = pp[0];
-        snprintf(rl->url, sizeof rl->url, "%s%s%s", u->prefix, ports, u->suffix);
         pid_t pid = ms_spawn(&r->group, relay_main, &ra);
         if (pid < 0) {
             e = -errno;
