@@ -144,7 +144,7 @@ DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
 
 /*
  * Lock names: 1..200 bytes of printable ASCII other than '/' and '\\'; they
- * may not be "." or "..", nor start with '.'. Backends map names to keys,
+ * may not be "." or "..", nor start with '.', nor start or end with a space. Backends map names to keys,
  * paths and identifiers safely.
  */
 DLOCK_EXTERN int dlock_name_valid(const char *name, char *errbuf, size_t errlen);

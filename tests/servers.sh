@@ -190,10 +190,18 @@ srv_start_cluster() {
   done
   echo yes | redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 \
     >"$srv_dir/cluster-create.log" 2>&1 || { cat "$srv_dir/cluster-create.log" >&2; return 1; }
-  for i in $(seq 100); do
-    [ "$(redis-cli -p "${ports[0]}" cluster info | grep -c 'cluster_state:ok')" = 1 ] && break
+  # Every master must see the cluster up, not just the first: a client
+  # sent to another one early gets CLUSTERDOWN.
+  local ok
+  for i in $(seq 150); do
+    ok=0
+    for p in "${ports[@]}"; do
+      redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok' && ok=$((ok + 1))
+    done
+    [ "$ok" = "${#ports[@]}" ] && break
     sleep 0.1
   done
+  [ "$ok" = "${#ports[@]}" ] || { echo "servers.sh: the cluster did not come up" >&2; return 1; }
   export DLOCK_TEST_CLUSTER=redis+cluster://$hosts
 }
 

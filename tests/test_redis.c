@@ -4,6 +4,10 @@
  * The test also talks to the servers directly (hiredis) to play the parts
  * that are hard to produce on cue: a lease that expired, a dropped
  * connection, a second user with its own password.
+ * The lock contract itself (tokens, re-entry, timeouts, cancel, FIFO order,
+ * shared locks, semaphores, multi-lock, election, inspect/list, loss, dead
+ * holders, contention) is tests/test_conformance.c's, run on every URL of
+ * the family; what is here is the family's own.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,13 +92,6 @@ static long long rint_cmd(redisContext *ctx, const char *fmt, ...)
     return v;
 }
 
-static void wait_state(dlock_lock *l, dlock_state_t st, int ms)
-{
-    for (int i = 0; i < ms && dlock_state(l) != st; i++)
-        usleep(1000);
-    assert_int_equal(dlock_state(l), st);
-}
-
 struct waiter {
     dlock_lock *l;
     int timeout;
@@ -112,38 +109,6 @@ static void *waiter_main(void *p)
     atomic_store(&w->rc, rc);
     atomic_store(&w->done, 1);
     return NULL;
-}
-
-static void test_basic_and_tokens(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "basic");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    assert_int_equal(dlock_acquire(a, 0), 0);
-    uint64_t t1 = dlock_token(a);
-    assert_true(t1 >= 1);
-    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_acquire(a, 0), 0); /* re-entry: same token */
-    assert_int_equal(dlock_token(a), t1);
-    assert_int_equal(dlock_release(a), 0);
-    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_release(a), 0);
-    assert_int_equal(dlock_acquire(b, 0), 0);
-    assert_true(dlock_token(b) > t1);
-    dlock_info info;
-    assert_int_equal(dlock_inspect(c, name, &info), 0);
-    assert_int_equal(info.held, 1);
-    assert_int_equal(info.token, dlock_token(b));
-    assert_true(info.lease_ms > 0 && info.lease_ms <= 30000);
-    assert_true(strncmp(info.holder, "pid ", 4) == 0);
-    assert_int_equal(dlock_release(b), 0);
-    assert_int_equal(dlock_release(b), DLOCK_ENOTHELD);
-    dlock_lock_free(a);
-    dlock_lock_free(b);
-    dlock_client_close(c);
 }
 
 /* Classic bug: a holder whose lease expired releases and deletes the next
@@ -305,77 +270,6 @@ static void test_long_wait_then_handover(void **state)
     dlock_client_close(c);
 }
 
-static void test_fair_fifo(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "fifo");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    assert_int_equal(dlock_acquire(h, 0), 0);
-    enum { N = 5 };
-    struct waiter w[N];
-    pthread_t t[N];
-    atomic_store(&order_counter, 0);
-    for (int i = 0; i < N; i++) {
-        w[i] = (struct waiter){.l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1), .timeout = 10000};
-        assert_int_equal(pthread_create(&t[i], NULL, waiter_main, &w[i]), 0);
-        /* queued in this order: wait until the server lists it */
-        dlock_info info;
-        for (int k = 0; k < 2000; k++) {
-            assert_int_equal(dlock_inspect(c, name, &info), 0);
-            if (info.waiters == i + 1)
-                break;
-            usleep(1000);
-        }
-        assert_int_equal(info.waiters, i + 1);
-    }
-    assert_int_equal(dlock_release(h), 0);
-    for (int i = 0; i < N; i++) {
-        /* each releases as soon as it has the lock, so the next can go */
-        while (!atomic_load(&w[i].done))
-            usleep(1000);
-        assert_int_equal(atomic_load(&w[i].rc), 0);
-        assert_int_equal(w[i].done_order, i);
-        assert_int_equal(dlock_release(w[i].l), 0);
-        pthread_join(t[i], NULL);
-        dlock_lock_free(w[i].l);
-    }
-    dlock_lock_free(h);
-    dlock_client_close(c);
-}
-
-static void test_cancel_and_timeout_leave_queue(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "cancel");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    dlock_lock *w1 = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    assert_int_equal(dlock_acquire(h, 0), 0);
-    assert_int_equal(dlock_acquire(w1, 150), DLOCK_ETIMEDOUT);
-    dlock_info info;
-    assert_int_equal(dlock_inspect(c, name, &info), 0);
-    assert_int_equal(info.waiters, 0);
-    struct waiter w = {.l = w1, .timeout = -1};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
-    wait_state(w1, DLOCK_STATE_WAITING, 2000);
-    usleep(100 * 1000);
-    dlock_cancel(w1);
-    pthread_join(t, NULL);
-    assert_int_equal(atomic_load(&w.rc), DLOCK_ECANCELED);
-    assert_int_equal(dlock_inspect(c, name, &info), 0);
-    assert_int_equal(info.waiters, 0);
-    /* Nobody is handed a lock on release: it is simply free. */
-    assert_int_equal(dlock_release(h), 0);
-    assert_int_equal(dlock_acquire(w1, 0), 0);
-    dlock_lock_free(h);
-    dlock_lock_free(w1);
-    dlock_client_close(c);
-}
-
 /* A waiter that dies in the queue blocks it only for its short lease; a
  * holder that dies blocks only until its lease runs out. */
 static void test_dead_waiter_and_dead_holder(void **state)
@@ -452,104 +346,6 @@ static void test_dead_waiter_and_dead_holder(void **state)
     close(ready[0]);
     dlock_lock_free(w);
     dlock_lock_free(h);
-    dlock_client_close(c);
-}
-
-static void test_nonfair_wakeup(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "nonfair");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 0);
-    dlock_lock *w = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 0);
-    assert_int_equal(dlock_acquire(h, 0), 0);
-    struct waiter ws = {.l = w, .timeout = 10000};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, waiter_main, &ws), 0);
-    usleep(200 * 1000);
-    assert_int_equal(dlock_release(h), 0);
-    pthread_join(t, NULL);
-    assert_int_equal(atomic_load(&ws.rc), 0);
-    assert_int_equal(dlock_release(w), 0);
-    dlock_lock_free(h);
-    dlock_lock_free(w);
-    dlock_client_close(c);
-}
-
-static void test_shared_and_semaphore(void **state)
-{
-    (void)state;
-    char name[64], sem[64];
-    unique(name, sizeof name, "rw");
-    unique(sem, sizeof sem, "sem");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *r1 = mk(c, name, DLOCK_SHARED, 1, 0, -1);
-    dlock_lock *r2 = mk(c, name, DLOCK_SHARED, 1, 0, -1);
-    dlock_lock *wr = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    assert_int_equal(dlock_acquire(r1, 0), 0);
-    assert_int_equal(dlock_acquire(r2, 0), 0);
-    assert_true(dlock_token(r2) > dlock_token(r1));
-    assert_int_equal(dlock_acquire(wr, 0), DLOCK_EBUSY);
-    struct waiter ws = {.l = wr, .timeout = 10000};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, waiter_main, &ws), 0);
-    usleep(100 * 1000);
-    assert_int_equal(dlock_release(r1), 0);
-    usleep(50 * 1000);
-    assert_int_equal(atomic_load(&ws.done), 0);
-    assert_int_equal(dlock_release(r2), 0);
-    pthread_join(t, NULL);
-    assert_int_equal(atomic_load(&ws.rc), 0);
-    assert_int_equal(dlock_acquire(r1, 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_release(wr), 0);
-
-    /* Semaphore of 2: permits are leased one by one; a dead holder's permit
-     * comes back when its lease runs out. */
-    dlock_lock *p[3];
-    for (int i = 0; i < 3; i++)
-        p[i] = mk(c, sem, DLOCK_SEMAPHORE, 2, 400, -1);
-    assert_int_equal(dlock_acquire(p[0], 0), 0);
-    assert_int_equal(dlock_acquire(p[1], 0), 0);
-    assert_int_equal(dlock_acquire(p[2], 0), DLOCK_EBUSY);
-    dlock_info info;
-    assert_int_equal(dlock_inspect(c, sem, &info), 0);
-    assert_int_equal(info.holders, 2);
-    assert_int_equal(dlock_release(p[0]), 0);
-    assert_int_equal(dlock_acquire(p[2], 0), 0);
-    assert_int_equal(dlock_release(p[1]), 0);
-    assert_int_equal(dlock_release(p[2]), 0);
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t kid = fork();
-    if (kid == 0) {
-        dlock_client *kc = open_url(redis_url);
-        dlock_lock *a = mk(kc, sem, DLOCK_SEMAPHORE, 2, 400, -1);
-        dlock_lock *b = mk(kc, sem, DLOCK_SEMAPHORE, 2, 400, -1);
-        if (dlock_acquire(a, 0) || dlock_acquire(b, 0))
-            _exit(1);
-        if (write(ready[1], "x", 1) != 1)
-            _exit(2);
-        pause();
-        _exit(0);
-    }
-    close(ready[1]); /* a child that dies first makes the read return 0 */
-    char ch;
-    ssize_t got = read(ready[0], &ch, 1);
-    kill(kid, SIGKILL);
-    int status = 0;
-    waitpid(kid, &status, 0);
-    if (got != 1)
-        fail_msg("the permit-holding child did not take its permits (exit status %d)",
-                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    assert_int_equal(dlock_acquire(p[0], 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_acquire(p[0], 5000), 0);
-    close(ready[0]);
-    for (int i = 0; i < 3; i++)
-        dlock_lock_free(p[i]);
-    dlock_lock_free(r1);
-    dlock_lock_free(r2);
-    dlock_lock_free(wr);
     dlock_client_close(c);
 }
 
@@ -728,43 +524,6 @@ static void test_functions_and_scripts(void **state)
     redisFree(d);
 }
 
-static void test_multi_and_election(void **state)
-{
-    (void)state;
-    char n1[64], n2[64], el[64];
-    unique(n1, sizeof n1, "ma");
-    unique(n2, sizeof n2, "mb");
-    unique(el, sizeof el, "leader");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *set[2] = {mk(c, n2, DLOCK_EXCLUSIVE, 1, 0, -1), mk(c, n1, DLOCK_EXCLUSIVE, 1, 0, -1)};
-    dlock_lock *spoil = mk(c, n2, DLOCK_EXCLUSIVE, 1, 0, -1);
-    assert_int_equal(dlock_acquire(spoil, 0), 0);
-    assert_int_equal(dlock_acquire_all(set, 2, 200), DLOCK_ETIMEDOUT);
-    assert_int_equal(dlock_state(set[1]), DLOCK_STATE_IDLE);
-    assert_int_equal(dlock_release(spoil), 0);
-    assert_int_equal(dlock_acquire_all(set, 2, 1000), 0);
-    assert_int_equal(dlock_release_all(set, 2), 0);
-
-    dlock_lock *a = mk(c, el, DLOCK_EXCLUSIVE, 1, 0, -1);
-    dlock_lock *b = mk(c, el, DLOCK_EXCLUSIVE, 1, 0, -1);
-    char buf[300];
-    assert_int_equal(dlock_leader(c, el, buf, sizeof buf), DLOCK_ENOENT);
-    assert_int_equal(dlock_campaign(a, "10.0.0.1:80", 0), 0);
-    assert_int_equal(dlock_leader(c, el, buf, sizeof buf), 0);
-    assert_string_equal(buf, "10.0.0.1:80");
-    assert_int_equal(dlock_campaign(b, "b", 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_resign(a), 0);
-    assert_int_equal(dlock_campaign(b, "b", 0), 0);
-    assert_int_equal(dlock_leader(c, el, buf, sizeof buf), 0);
-    assert_string_equal(buf, "b");
-    for (int i = 0; i < 2; i++)
-        dlock_lock_free(set[i]);
-    dlock_lock_free(spoil);
-    dlock_lock_free(a);
-    dlock_lock_free(b);
-    dlock_client_close(c);
-}
-
 static void test_auth_db_and_reconnect(void **state)
 {
     (void)state;
@@ -802,87 +561,11 @@ static void test_auth_db_and_reconnect(void **state)
     redisFree(d);
 }
 
-/* Many threads and processes on one name: no overlap, tokens rise. */
-struct section {
-    int64_t enter, leave;
-    uint64_t token;
-};
-
 static int64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int by_enter(const void *a, const void *b)
-{
-    const struct section *x = a, *y = b;
-    return x->enter < y->enter ? -1 : x->enter > y->enter;
-}
-
-static void contend(const char *url, const char *name, int procs, int iters, int fair)
-{
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t kids[procs];
-    for (int p = 0; p < procs; p++) {
-        kids[p] = fork();
-        if (kids[p] == 0) {
-            close(fds[0]);
-            dlock_client *c = open_url(url);
-            dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, fair);
-            for (int i = 0; i < iters; i++) {
-                if (dlock_acquire(l, 20000) != 0)
-                    _exit(3);
-                struct section s = {.enter = now_ns(), .token = dlock_token(l)};
-                usleep(200);
-                s.leave = now_ns();
-                if (write(fds[1], &s, sizeof s) != (ssize_t)sizeof s)
-                    _exit(4);
-                if (dlock_release(l) != 0)
-                    _exit(5);
-            }
-            dlock_lock_free(l);
-            dlock_client_close(c);
-            _exit(0);
-        }
-    }
-    close(fds[1]);
-    int n = procs * iters;
-    struct section *s = calloc((size_t)n, sizeof *s);
-    size_t want = (size_t)n * sizeof *s, got = 0;
-    while (got < want) {
-        ssize_t k = read(fds[0], (char *)s + got, want - got);
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    close(fds[0]);
-    for (int p = 0; p < procs; p++) {
-        int st;
-        waitpid(kids[p], &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    assert_int_equal(got, want);
-    qsort(s, (size_t)n, sizeof *s, by_enter);
-    for (int i = 1; i < n; i++) {
-        if (s[i].enter < s[i - 1].leave)
-            fail_msg("overlap at %d", i);
-        if (s[i].token <= s[i - 1].token)
-            fail_msg("token %" PRIu64 " after %" PRIu64, s[i].token, s[i - 1].token);
-    }
-    free(s);
-}
-
-static void test_contention_fair_and_nonfair(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "contend");
-    contend(redis_url, name, 6, 40, 1);
-    unique(name, sizeof name, "contend-nf");
-    contend(redis_url, name, 6, 40, 0);
 }
 
 static void test_sentinel(void **state)
@@ -1415,16 +1098,6 @@ static void test_redlock_blackholed_master(void **state)
     close(l);
 }
 
-static void test_redlock_contention(void **state)
-{
-    (void)state;
-    if (!redlock_url)
-        skip();
-    char name[64];
-    unique(name, sizeof name, "redlock-contend");
-    contend(redlock_url, name, 4, 25, -1);
-}
-
 /* ---- issue 16: names with '}', bounds on stalled servers, messages ------ */
 
 /* The library's own slot computation (src/redis/cluster.c), to compare with
@@ -1834,29 +1507,21 @@ int main(void)
     }
     redis_port = port_of(redis_url);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic_and_tokens),
         cmocka_unit_test(test_release_after_expiry_spares_new_holder),
         cmocka_unit_test(test_renewal_keeps_short_lease),
         cmocka_unit_test(test_renewal_never_recreates),
         cmocka_unit_test(test_renewal_stops_at_release),
         cmocka_unit_test(test_bad_ttl),
         cmocka_unit_test(test_long_wait_then_handover),
-        cmocka_unit_test(test_fair_fifo),
-        cmocka_unit_test(test_cancel_and_timeout_leave_queue),
         cmocka_unit_test(test_dead_waiter_and_dead_holder),
-        cmocka_unit_test(test_nonfair_wakeup),
-        cmocka_unit_test(test_shared_and_semaphore),
         cmocka_unit_test(test_writer_hands_to_readers),
         cmocka_unit_test(test_functions_and_scripts),
-        cmocka_unit_test(test_multi_and_election),
         cmocka_unit_test(test_auth_db_and_reconnect),
-        cmocka_unit_test(test_contention_fair_and_nonfair),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_sentinel_failover),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_cluster_resharding),
         cmocka_unit_test(test_redlock),
-        cmocka_unit_test(test_redlock_contention),
         cmocka_unit_test(test_redlock_slow_master),
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),

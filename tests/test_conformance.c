@@ -1,0 +1,1782 @@
+/*
+ * test_conformance.c — the lock contract of SPEC §§2–3, stated once and run
+ * against every backend URL it is given.
+ *
+ *   test_conformance [--no-fork] [--case NAME]... [LABEL...]
+ *
+ * Each LABEL names a row of the table below: "file" always runs (a scratch
+ * directory), the others take their URL from the row's environment variable
+ * (tests/servers.sh exports them). No LABEL: every row whose variable is
+ * set. A LABEL whose variable is unset exits 77 (ctest: skipped).
+ *
+ * Every case runs in a forked child, in a process group of its own, with its
+ * own time limit: a case that hangs is killed (with everything it started)
+ * and reported as failed, by name and URL, and the next case runs. A case a
+ * backend cannot offer is skipped by the backend's capabilities
+ * (dlock_backend_at's DLOCK_CAP_* flags), or by DLOCK_ENOTSUP from the call
+ * itself, with the reason printed. cmocka checks inside the child.
+ * --no-fork runs the cases in this process (for valgrind), without limits.
+ *
+ * Adding a backend: one line in TARGETS (and one in tests/CMakeLists.txt
+ * naming the servers.sh kind that starts its server).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+
+/* (label, environment variable with the URL); NULL: the file backend in a
+ * scratch directory. */
+static const struct target_def {
+    const char *label, *env;
+} TARGETS[] = {
+    {"file", NULL},
+    {"redis", "DLOCK_TEST_REDIS"},
+    {"sentinel", "DLOCK_TEST_SENTINEL"},
+    {"cluster", "DLOCK_TEST_CLUSTER"},
+    {"redlock", "DLOCK_TEST_REDLOCK"},
+    {"zk", "DLOCK_TEST_ZK"},
+    {"etcd", "DLOCK_TEST_ETCD"},
+    {"postgres", "DLOCK_TEST_POSTGRES"},
+    {"mysql", "DLOCK_TEST_MYSQL"},
+    {"memcached", "DLOCK_TEST_MEMCACHED"},
+};
+#define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
+
+/* The target under test (set before each case runs). */
+static struct {
+    const char *label;
+    char url[1024];
+    const char *backend;
+    unsigned caps;
+    char scratch[256]; /* a private directory for counter files and logs */
+    char prefix[64];   /* lock names of this run: "c<pid>-" */
+} T;
+
+static int skip_fd = -1; /* where a child writes why it skipped */
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static bool has(unsigned cap)
+{
+    return (T.caps & cap) == cap;
+}
+
+/* Skip the running case, saying why (the runner prints it). */
+#define skip_because(...)                                                                    \
+    do {                                                                                     \
+        char why_[512];                                                                      \
+        snprintf(why_, sizeof why_, __VA_ARGS__);                                            \
+        if (skip_fd >= 0)                                                                    \
+            (void)!write(skip_fd, why_, strlen(why_));                                       \
+        else                                                                                 \
+            print_message("  skipped: %s\n", why_);                                          \
+        skip();                                                                              \
+    } while (0)
+
+static void nm(char *buf, size_t len, const char *base)
+{
+    snprintf(buf, len, "%s%s", T.prefix, base);
+}
+
+static dlock_client *open_client(void)
+{
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, T.url, NULL) != 0)
+        fail_msg("open %s: %s", T.url, dlock_client_errmsg(NULL));
+    if (strcmp(dlock_client_backend(c), T.backend) != 0)
+        fail_msg("%s: backend %s, expected %s", T.url, dlock_client_backend(c), T.backend);
+    return c;
+}
+
+static dlock_lock *mk(dlock_client *c, const char *name, dlock_kind kind, unsigned permits,
+                      int ttl_ms, int fair)
+{
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.kind = kind;
+    o.permits = permits;
+    o.ttl_ms = ttl_ms;
+    o.fair = fair;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, name, &o) != 0)
+        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
+    return l;
+}
+
+static dlock_lock *ex(dlock_client *c, const char *name)
+{
+    return mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+}
+
+/* fair=1 where the backend queues, its default elsewhere. */
+static int fair_if_can(void)
+{
+    return has(DLOCK_CAP_FAIR) ? 1 : -1;
+}
+
+static void acquire_ok(dlock_lock *l, int timeout_ms)
+{
+    int rc = dlock_acquire(l, timeout_ms);
+    if (rc != 0)
+        fail_msg("acquire \"%s\" (%d ms): %s: %s", dlock_lock_name(l), timeout_ms,
+                 dlock_err_name(rc), dlock_lock_errmsg(l));
+}
+
+static void release_ok(dlock_lock *l)
+{
+    int rc = dlock_release(l);
+    if (rc != 0)
+        fail_msg("release \"%s\": %s: %s", dlock_lock_name(l), dlock_err_name(rc),
+                 dlock_lock_errmsg(l));
+}
+
+static void wait_state(dlock_lock *l, dlock_state_t st, int ms)
+{
+    for (int i = 0; i < ms && dlock_state(l) != st; i++)
+        usleep(1000);
+    assert_int_equal(dlock_state(l), st);
+}
+
+/* inspect, or -1 where the backend cannot (its reason is the client's). */
+static int inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    int rc = dlock_inspect(c, name, info);
+    if (rc == DLOCK_ENOTSUP)
+        return -1;
+    if (rc != 0)
+        fail_msg("inspect \"%s\": %s: %s", name, dlock_err_name(rc), dlock_client_errmsg(c));
+    return 0;
+}
+
+/* An acquisition in a thread of its own. Never asserts (cmocka's checks
+ * belong to the main thread); the main thread looks at rc. */
+struct waiter {
+    dlock_lock *l;
+    int timeout;
+    bool release_after; /* release at once once acquired (FIFO order) */
+    atomic_int *order;
+    atomic_int rc;
+    atomic_int done;
+    int got;          /* position in *order */
+    int64_t done_ms;
+    pthread_t t;
+};
+
+static void *waiter_main(void *p)
+{
+    struct waiter *w = p;
+    int rc = dlock_acquire(w->l, w->timeout);
+    w->done_ms = now_ms();
+    if (rc == 0 && w->order)
+        w->got = atomic_fetch_add(w->order, 1);
+    if (rc == 0 && w->release_after)
+        rc = dlock_release(w->l) == 0 ? 0 : 1000;
+    atomic_store(&w->rc, rc);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void start_waiter(struct waiter *w, dlock_lock *l, int timeout)
+{
+    *w = (struct waiter){.l = l, .timeout = timeout, .got = -1};
+    assert_int_equal(pthread_create(&w->t, NULL, waiter_main, w), 0);
+}
+
+/* Join a waiter that must be done within ms; its rc. */
+static int join_waiter(struct waiter *w, int ms)
+{
+    for (int i = 0; i < ms && !atomic_load(&w->done); i++)
+        usleep(1000);
+    if (!atomic_load(&w->done))
+        fail_msg("an acquisition of \"%s\" still waits after %d ms", dlock_lock_name(w->l), ms);
+    pthread_join(w->t, NULL);
+    return atomic_load(&w->rc);
+}
+
+/* Until l waits, and — where inspect counts waiters — until the server has
+ * n of them queued; elsewhere a pause lets it get in line. */
+static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
+{
+    wait_state(l, DLOCK_STATE_WAITING, 5000);
+    dlock_info info;
+    if (inspect(c, name, &info) == 0 && info.waiters >= 0) {
+        for (int k = 0; k < 5000 && info.waiters != n; k++) {
+            usleep(1000);
+            assert_int_equal(inspect(c, name, &info), 0);
+        }
+        assert_int_equal(info.waiters, n);
+    } else {
+        usleep(200 * 1000);
+    }
+}
+
+/* A child process that takes NAME (kind/permits/ttl) `count` times on one
+ * client, says so on a pipe, and waits to be killed. Returns its pid once it
+ * holds; *ready_fd is kept open (closed by the caller). */
+static pid_t spawn_holder(const char *name, dlock_kind kind, unsigned permits, int ttl_ms,
+                          int count)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        dlock_client *c = NULL;
+        if (dlock_client_open(&c, T.url, NULL) != 0) {
+            fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
+            _exit(1);
+        }
+        for (int i = 0; i < count; i++) {
+            dlock_lock_opts o;
+            dlock_lock_opts_init(&o);
+            o.kind = kind;
+            o.permits = permits;
+            o.ttl_ms = ttl_ms;
+            dlock_lock *l = NULL;
+            if (dlock_lock_new(&l, c, name, &o) != 0 || dlock_acquire(l, 5000) != 0) {
+                fprintf(stderr, "holder child: %s\n",
+                        l ? dlock_lock_errmsg(l) : dlock_client_errmsg(c));
+                _exit(1);
+            }
+        }
+        if (write(ready[1], "x", 1) != 1)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    close(ready[1]); /* a child that dies first makes the read return 0 */
+    char b;
+    ssize_t got = read(ready[0], &b, 1);
+    close(ready[0]);
+    if (got != 1) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        fail_msg("the holder child did not take \"%s\" (exit status %d)", name,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    return pid;
+}
+
+/* How long a dead holder may keep a lock: its lease, or its session. */
+static int64_t death_bound_ms(int ttl_ms)
+{
+    return has(DLOCK_CAP_LEASE) ? ttl_ms + 2000 : 5000;
+}
+
+/* ---- the contract ---------------------------------------------------------- */
+
+/* §2.6: a token on every acquisition, strictly greater than every earlier
+ * one for the name; exclusion between handles and clients; state, count,
+ * validity (§ dlock_valid_ms) as the header says. */
+static void case_acquire_release_token(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "basic");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n), *a2 = ex(c, n);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_token(a), 0);
+    assert_int_equal(dlock_held_count(a), 0);
+    assert_int_equal(dlock_valid_ms(a), 0);
+    assert_string_equal(dlock_lock_name(a), n);
+    acquire_ok(a, 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_held_count(a), 1);
+    uint64_t last = dlock_token(a);
+    assert_true(last > 0);
+    long long valid = dlock_valid_ms(a);
+    if (has(DLOCK_CAP_LEASE))
+        assert_true(valid > 0 && valid <= 30000);
+    else
+        assert_int_equal(valid, -1);
+    /* Another client, and another handle of the same client: excluded. */
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_token(b), 0);
+    assert_int_equal(dlock_acquire(a2, 0), DLOCK_EBUSY);
+    release_ok(a);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_token(a), 0);
+    assert_int_equal(dlock_held_count(a), 0);
+    assert_int_equal(dlock_release(a), DLOCK_ENOTHELD);
+    /* Tokens keep rising, whoever takes the lock and however it waits. */
+    dlock_lock *who[3] = {a, b, a2};
+    const int waits[3] = {-1, 0, 2000};
+    for (int i = 0; i < 9; i++) {
+        dlock_lock *l = who[i % 3];
+        acquire_ok(l, waits[(i / 3) % 3]);
+        if (dlock_token(l) <= last)
+            fail_msg("token %" PRIu64 " after %" PRIu64, dlock_token(l), last);
+        last = dlock_token(l);
+        release_ok(l);
+    }
+    dlock_lock_free(a);
+    dlock_lock_free(a2);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §2.3: releasing what one does not hold is an error, never a deletion of
+ * someone else's lock. */
+static void case_release_not_held(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "notheld");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n);
+    assert_int_equal(dlock_release(a), DLOCK_ENOTHELD);
+    assert_true(dlock_lock_errmsg(a)[0] != '\0');
+    acquire_ok(b, 0);
+    uint64_t tb = dlock_token(b);
+    assert_int_equal(dlock_release(a), DLOCK_ENOTHELD);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_EBUSY); /* still b's */
+    dlock_info info;
+    if (inspect(c, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.token, tb);
+    }
+    release_ok(b);
+    acquire_ok(a, 0);
+    release_ok(a);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §2.9: try-once says EBUSY at once; a timed wait says ETIMEDOUT after at
+ * least its timeout and not much more (the header: + 100 ms; slack here
+ * for loaded machines); neither leaves anything queued behind; a wait
+ * forever lasts until the release. */
+static void case_try_timed_forever(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "timeouts");
+    int fair = fair_if_can();
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *third = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    acquire_ok(a, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+    int64_t took = now_ms() - t0;
+    if (took > 1000)
+        fail_msg("try-once took %lld ms", (long long)took);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    assert_true(dlock_lock_errmsg(b)[0] != '\0');
+    t0 = now_ns();
+    assert_int_equal(dlock_acquire(b, 300), DLOCK_ETIMEDOUT);
+    int64_t waited_us = (now_ns() - t0) / 1000;
+    print_message("  %s: acquire(300) on a held lock: ETIMEDOUT after %lld us\n", T.label,
+                  (long long)waited_us);
+    if (waited_us < 300 * 1000 || waited_us > (300 + 100 + 900) * 1000)
+        fail_msg("acquire(300) returned after %lld us", (long long)waited_us);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_token(b), 0);
+    const char *msg = dlock_lock_errmsg(b);
+    if (!strstr(msg, n) || (!strstr(msg, "timed out") && !strstr(msg, "timeout")))
+        fail_msg("ETIMEDOUT, but the message does not say so for \"%s\": %s", n, msg);
+    dlock_info info;
+    if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+        assert_int_equal(info.waiters, 0);
+    /* Nothing left queued by the two failed attempts: free means free. */
+    release_ok(a);
+    acquire_ok(third, 0);
+    uint64_t t3 = dlock_token(third);
+    /* Forever: returns when the holder lets go, not before. */
+    struct waiter w;
+    start_waiter(&w, b, -1);
+    wait_state(b, DLOCK_STATE_WAITING, 5000);
+    usleep(300 * 1000);
+    assert_int_equal(atomic_load(&w.done), 0);
+    release_ok(third);
+    assert_int_equal(join_waiter(&w, 5000), 0);
+    assert_true(dlock_token(b) > t3);
+    release_ok(b);
+    acquire_ok(a, 0);
+    release_ok(a);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(third);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §3: re-entrant per handle — count kept, token unchanged, one release per
+ * acquisition; other handles (same process too) stay excluded until the
+ * last one; freeing a held handle releases it. */
+static void case_reentry(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "reenter");
+    dlock_client *c = open_client();
+    dlock_lock *l = ex(c, n), *other = ex(c, n);
+    acquire_ok(l, 0);
+    uint64_t t = dlock_token(l);
+    acquire_ok(l, 0);
+    acquire_ok(l, 100);
+    acquire_ok(l, -1);
+    assert_int_equal(dlock_held_count(l), 4);
+    assert_int_equal(dlock_token(l), t);
+    for (int i = 3; i >= 1; i--) {
+        release_ok(l);
+        assert_int_equal(dlock_held_count(l), (unsigned)i);
+        assert_int_equal(dlock_state(l), DLOCK_STATE_HELD);
+        assert_int_equal(dlock_token(l), t);
+        assert_int_equal(dlock_acquire(other, 0), DLOCK_EBUSY);
+    }
+    release_ok(l);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTHELD);
+    acquire_ok(other, 0);
+    assert_true(dlock_token(other) > t);
+    acquire_ok(other, 0);
+    dlock_lock_free(other); /* freed while held (twice): released */
+    acquire_ok(l, 1000);
+    release_ok(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* §2.9: cancel from another thread ends a wait with ECANCELED, leaves no
+ * place in the queue behind, and is forgotten once the call returned. */
+static void case_cancel(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "cancel");
+    int fair = fair_if_can();
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *d = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    acquire_ok(a, 0);
+    const int timeouts[2] = {-1, 20000};
+    for (int i = 0; i < 2; i++) {
+        struct waiter w;
+        start_waiter(&w, b, timeouts[i]);
+        wait_queued(c, n, b, 1);
+        usleep(50 * 1000);
+        int64_t t0 = now_ms();
+        dlock_cancel(b);
+        assert_int_equal(join_waiter(&w, 3000), DLOCK_ECANCELED);
+        print_message("  %s: cancel of acquire(%d) took %lld ms\n", T.label, timeouts[i],
+                      (long long)(now_ms() - t0));
+        assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+        assert_int_equal(dlock_token(b), 0);
+        dlock_info info;
+        if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+            assert_int_equal(info.waiters, 0);
+    }
+    /* On release the lock is simply free: nobody was handed it. */
+    release_ok(a);
+    acquire_ok(d, 0);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    release_ok(d);
+    /* The cancels are forgotten: b acquires normally. */
+    acquire_ok(b, 0);
+    release_ok(b);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(d);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §2.7: a waiter gets the lock soon after the release (it is woken, it
+ * does not find out at its next poll), fair or not. */
+static void case_wake_on_release(void **state)
+{
+    (void)state;
+    int fairs[2] = {0, 1};
+    int nf = has(DLOCK_CAP_FAIR) ? 2 : 1;
+    int64_t bound = has(DLOCK_CAP_NATIVE_BLOCKING) ? 1000 : 2000;
+    for (int f = 0; f < nf; f++) {
+        char n[128];
+        nm(n, sizeof n, fairs[f] ? "wake-fair" : "wake");
+        dlock_client *c = open_client(), *c2 = open_client();
+        dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        acquire_ok(a, 0);
+        uint64_t ta = dlock_token(a);
+        struct waiter w;
+        start_waiter(&w, b, 15000);
+        wait_state(b, DLOCK_STATE_WAITING, 5000);
+        usleep(300 * 1000);
+        assert_int_equal(atomic_load(&w.done), 0);
+        int64_t t0 = now_ms();
+        release_ok(a);
+        assert_int_equal(join_waiter(&w, 15000), 0);
+        int64_t took = w.done_ms - t0;
+        print_message("  %s: fair=%d waiter had the lock %lld ms after the release\n", T.label,
+                      fairs[f], (long long)took);
+        if (took > bound)
+            fail_msg("fair=%d: the waiter got the lock %lld ms after the release (bound %lld)",
+                     fairs[f], (long long)took, (long long)bound);
+        assert_true(dlock_token(b) > ta);
+        release_ok(b);
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+        dlock_client_close(c);
+        dlock_client_close(c2);
+    }
+}
+
+/* §2.8: with fair=1, waiters get the lock in arrival order. */
+static void case_fifo(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "fifo");
+    dlock_client *c = open_client();
+    dlock_lock *h = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, 1);
+    acquire_ok(h, 0);
+    enum { N = 5 };
+    struct waiter w[N];
+    dlock_client *wc[N];
+    atomic_int order = 0;
+    for (int i = 0; i < N; i++) {
+        wc[i] = open_client();
+        start_waiter(&w[i], mk(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, 1), 20000);
+        w[i].order = &order; /* read by the thread only after it acquired */
+        w[i].release_after = true;
+        wait_queued(c, n, w[i].l, i + 1);
+    }
+    release_ok(h);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(join_waiter(&w[i], 20000), 0);
+        if (w[i].got != i)
+            fail_msg("waiter %d (in arrival order) got the lock as number %d", i, w[i].got);
+    }
+    for (int i = 0; i < N; i++) {
+        dlock_lock_free(w[i].l);
+        dlock_client_close(wc[i]);
+    }
+    dlock_lock_free(h);
+    dlock_client_close(c);
+}
+
+/* §3: read-write lock — readers together, a writer alone; a waiting writer
+ * is not starved by readers arriving after it. */
+static void case_shared(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "rw");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *r1 = mk(c, n, DLOCK_SHARED, 1, 0, -1), *r2 = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
+    dlock_lock *r3 = mk(c2, n, DLOCK_SHARED, 1, 0, -1), *w = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, -1);
+    acquire_ok(r1, 0);
+    acquire_ok(r2, 0);
+    assert_true(dlock_token(r2) > dlock_token(r1));
+    dlock_info info;
+    if (inspect(c, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        if (info.holders >= 0)
+            assert_int_equal(info.holders, 2);
+    }
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
+    struct waiter ww;
+    start_waiter(&ww, w, 15000);
+    wait_state(w, DLOCK_STATE_WAITING, 5000);
+    usleep(200 * 1000);
+    assert_int_equal(dlock_acquire(r3, 0), DLOCK_EBUSY); /* behind the writer */
+    release_ok(r1);
+    usleep(100 * 1000);
+    assert_int_equal(atomic_load(&ww.done), 0); /* r2 still reads */
+    release_ok(r2);
+    assert_int_equal(join_waiter(&ww, 5000), 0);
+    assert_true(dlock_token(w) > dlock_token(r2) || dlock_token(r2) == 0);
+    assert_int_equal(dlock_acquire(r3, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(r1, 0), DLOCK_EBUSY);
+    uint64_t tw = dlock_token(w);
+    release_ok(w);
+    acquire_ok(r3, 0);
+    acquire_ok(r1, 0);
+    assert_true(dlock_token(r3) > tw);
+    release_ok(r3);
+    release_ok(r1);
+    dlock_lock_free(r1);
+    dlock_lock_free(r2);
+    dlock_lock_free(r3);
+    dlock_lock_free(w);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §3: a semaphore of N has at most N holders; the N+1th waits and gets a
+ * permit when any one is freed; a dead holder's permits come back. */
+static void case_semaphore(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "sem");
+    const int ttl = 1500;
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = mk(i % 2 ? c2 : c, n, DLOCK_SEMAPHORE, 3, ttl, -1);
+    uint64_t last = 0;
+    for (int i = 0; i < 3; i++) {
+        acquire_ok(p[i], 0);
+        assert_true(dlock_token(p[i]) > last);
+        last = dlock_token(p[i]);
+    }
+    assert_int_equal(dlock_acquire(p[3], 0), DLOCK_EBUSY);
+    dlock_info info;
+    if (inspect(c, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        if (info.holders >= 0)
+            assert_int_equal(info.holders, 3);
+    }
+    struct waiter w;
+    start_waiter(&w, p[3], 15000);
+    wait_state(p[3], DLOCK_STATE_WAITING, 5000);
+    usleep(200 * 1000);
+    assert_int_equal(atomic_load(&w.done), 0);
+    /* The middle permit: a waiter waits for any of them. */
+    release_ok(p[1]);
+    assert_int_equal(join_waiter(&w, 5000), 0);
+    assert_true(dlock_token(p[3]) > last);
+    assert_int_equal(dlock_acquire(p[1], 0), DLOCK_EBUSY);
+    release_ok(p[0]);
+    release_ok(p[2]);
+    release_ok(p[3]);
+
+    /* A process holding two of the three permits dies. */
+    pid_t kid = spawn_holder(n, DLOCK_SEMAPHORE, 3, ttl, 2);
+    acquire_ok(p[0], 0);
+    assert_int_equal(dlock_acquire(p[1], 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    acquire_ok(p[1], (int)death_bound_ms(ttl));
+    acquire_ok(p[2], (int)death_bound_ms(ttl));
+    print_message("  %s: a killed process's two permits were back after %lld ms\n", T.label,
+                  (long long)(now_ms() - t0));
+    assert_int_equal(dlock_acquire(p[3], 0), DLOCK_EBUSY);
+    for (int i = 0; i < 4; i++)
+        dlock_lock_free(p[i]);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §3: multi-lock — all or nothing, within one timeout for the set. */
+static void case_multi_lock(void **state)
+{
+    (void)state;
+    char na[128], nb[128], nc[128];
+    nm(na, sizeof na, "m-a");
+    nm(nb, sizeof nb, "m-b");
+    nm(nc, sizeof nc, "m-c");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *set[3] = {ex(c, nc), ex(c, na), ex(c, nb)};
+    dlock_lock *spoiler = ex(c2, nb);
+    acquire_ok(spoiler, 0);
+    /* m-b is taken: m-a (taken first, in name order) must not stay held. */
+    assert_int_equal(dlock_acquire_all(set, 3, 0), DLOCK_EBUSY);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_state(set[i]), DLOCK_STATE_IDLE);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire_all(set, 3, 200), DLOCK_ETIMEDOUT);
+    int64_t took = now_ms() - t0;
+    if (took < 200 || took > 200 + 100 + 900)
+        fail_msg("acquire_all(200) returned after %lld ms", (long long)took);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_state(set[i]), DLOCK_STATE_IDLE);
+    dlock_lock *probe = ex(c2, na);
+    acquire_ok(probe, 0); /* really free */
+    release_ok(probe);
+    release_ok(spoiler);
+    assert_int_equal(dlock_acquire_all(set, 3, 2000), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_state(set[i]), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_acquire(spoiler, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(probe, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release_all(set, 3), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_state(set[i]), DLOCK_STATE_IDLE);
+    acquire_ok(spoiler, 0);
+    release_ok(spoiler);
+    /* One name twice in the set: refused, not a wait for oneself. */
+    dlock_lock *dup[2] = {set[0], ex(c, nc)};
+    assert_int_equal(dlock_acquire_all(dup, 2, 0), DLOCK_EINVAL);
+    dlock_lock_free(dup[1]);
+    for (int i = 0; i < 3; i++)
+        dlock_lock_free(set[i]);
+    dlock_lock_free(spoiler);
+    dlock_lock_free(probe);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+struct pair_arg {
+    const char *first, *second;
+    int iters;
+    atomic_int failures;
+    char why[256];
+};
+
+static void *pair_worker(void *p)
+{
+    struct pair_arg *a = p;
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, T.url, NULL) != 0) {
+        atomic_store(&a->failures, a->iters);
+        snprintf(a->why, sizeof a->why, "open: %s", dlock_client_errmsg(NULL));
+        return NULL;
+    }
+    dlock_lock *set[2] = {NULL, NULL};
+    if (dlock_lock_new(&set[0], c, a->first, NULL) || dlock_lock_new(&set[1], c, a->second, NULL)) {
+        atomic_store(&a->failures, a->iters);
+        snprintf(a->why, sizeof a->why, "lock_new: %s", dlock_client_errmsg(c));
+    } else {
+        for (int i = 0; i < a->iters; i++) {
+            int rc = dlock_acquire_all(set, 2, 10000);
+            if (rc != 0) {
+                if (atomic_fetch_add(&a->failures, 1) == 0)
+                    snprintf(a->why, sizeof a->why, "%s: %s", dlock_err_name(rc),
+                             dlock_lock_errmsg(set[0]));
+            } else if (dlock_release_all(set, 2) != 0) {
+                atomic_fetch_add(&a->failures, 1);
+            }
+        }
+    }
+    dlock_lock_free(set[0]);
+    dlock_lock_free(set[1]);
+    dlock_client_close(c);
+    return NULL;
+}
+
+/* §3: two callers taking the same two names in opposite orders never
+ * deadlock (canonical order). */
+static void case_multi_lock_no_deadlock(void **state)
+{
+    (void)state;
+    char x[128], y[128];
+    nm(x, sizeof x, "dx");
+    nm(y, sizeof y, "dy");
+    struct pair_arg a = {.first = x, .second = y, .iters = 60};
+    struct pair_arg b = {.first = y, .second = x, .iters = 60};
+    pthread_t t1, t2;
+    int64_t t0 = now_ms();
+    assert_int_equal(pthread_create(&t1, NULL, pair_worker, &a), 0);
+    assert_int_equal(pthread_create(&t2, NULL, pair_worker, &b), 0);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    print_message("  %s: 2 x %d opposite-order acquire_all in %lld ms\n", T.label, a.iters,
+                  (long long)(now_ms() - t0));
+    if (atomic_load(&a.failures) || atomic_load(&b.failures))
+        fail_msg("failures: %d (%s), %d (%s)", atomic_load(&a.failures), a.why,
+                 atomic_load(&b.failures), b.why);
+}
+
+struct campaigner {
+    dlock_lock *l;
+    const char *value;
+    int timeout;
+    atomic_int rc, done;
+};
+
+static void *campaign_main(void *p)
+{
+    struct campaigner *w = p;
+    atomic_store(&w->rc, dlock_campaign(w->l, w->value, w->timeout));
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* §3: election — campaign, observe the leader's value, resign, next. */
+static void case_election(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "leader");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n);
+    char buf[300];
+    int rc = dlock_leader(c2, n, buf, sizeof buf);
+    if (rc != DLOCK_ENOTSUP)
+        assert_int_equal(rc, DLOCK_ENOENT);
+    rc = dlock_campaign(a, "node-a:8080", 0);
+    if (rc == DLOCK_ENOTSUP) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dlock_lock_errmsg(a));
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+        dlock_client_close(c);
+        dlock_client_close(c2);
+        skip_because("dlock_campaign: ENOTSUP: %s", why);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_leader(c2, n, buf, sizeof buf), 0);
+    assert_string_equal(buf, "node-a:8080");
+    assert_int_equal(dlock_campaign(b, "node-b", 0), DLOCK_EBUSY);
+    /* b campaigns and waits; a resigns (whatever its re-entry count) and b
+     * is the leader soon after. */
+    acquire_ok(a, 0);
+    struct campaigner cb = {.l = b, .value = "node-b", .timeout = 15000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, campaign_main, &cb), 0);
+    wait_state(b, DLOCK_STATE_WAITING, 5000);
+    usleep(200 * 1000);
+    assert_int_equal(atomic_load(&cb.done), 0);
+    assert_int_equal(dlock_leader(c2, n, buf, sizeof buf), 0);
+    assert_string_equal(buf, "node-a:8080");
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_resign(a), 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&cb.rc), 0);
+    print_message("  %s: the next leader was in %lld ms after the resignation\n", T.label,
+                  (long long)(now_ms() - t0));
+    assert_int_equal(dlock_leader(c, n, buf, sizeof buf), 0);
+    assert_string_equal(buf, "node-b");
+    assert_int_equal(dlock_campaign(a, "node-a", 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_resign(b), 0);
+    assert_int_equal(dlock_leader(c, n, buf, sizeof buf), DLOCK_ENOENT);
+    char other[128];
+    nm(other, sizeof other, "leader-never");
+    assert_int_equal(dlock_leader(c, other, buf, sizeof buf), DLOCK_ENOENT);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* dlock_inspect: held, holder, token, times, waiters where knowable. */
+static void case_inspect(void **state)
+{
+    (void)state;
+    char n[128], never[128];
+    nm(n, sizeof n, "inspected");
+    nm(never, sizeof never, "never-used");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_info info;
+    if (inspect(c2, never, &info) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
+        dlock_client_close(c);
+        dlock_client_close(c2);
+        skip_because("dlock_inspect: ENOTSUP: %s", why);
+    }
+    assert_int_equal(info.held, 0);
+    const int ttl = 20000;
+    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    acquire_ok(l, 0);
+    usleep(50 * 1000);
+    assert_int_equal(inspect(c2, n, &info), 0);
+    print_message("  %s: held=%d holders=%d waiters=%d token=%" PRIu64
+                  " held_ms=%lld lease_ms=%lld holder=\"%s\"\n",
+                  T.label, info.held, info.holders, info.waiters, info.token, info.held_ms,
+                  info.lease_ms, info.holder);
+    assert_int_equal(info.held, 1);
+    assert_true(info.holders == -1 || info.holders == 1);
+    assert_int_equal(info.token, dlock_token(l));
+    assert_true(info.held_ms >= 0 && info.held_ms < 60000); /* every backend records it */
+    if (has(DLOCK_CAP_LEASE))
+        assert_true(info.lease_ms > 0 && info.lease_ms <= ttl);
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld", (long)getpid());
+    if (!strstr(info.holder, want))
+        fail_msg("holder \"%s\" does not name %s", info.holder, want);
+    /* A waiter is counted where the backend counts them. */
+    dlock_lock *w = mk(c2, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    struct waiter ws;
+    start_waiter(&ws, w, 15000);
+    wait_state(w, DLOCK_STATE_WAITING, 5000);
+    usleep(200 * 1000);
+    assert_int_equal(inspect(c2, n, &info), 0);
+    assert_true(info.waiters == -1 || info.waiters == 1);
+    uint64_t tl = dlock_token(l);
+    release_ok(l);
+    assert_int_equal(join_waiter(&ws, 5000), 0);
+    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, dlock_token(w));
+    assert_true(info.waiters == -1 || info.waiters == 0);
+    release_ok(w);
+    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(info.held, 0);
+    assert_true(info.token == 0 || info.token >= tl); /* the last issued, if known */
+    dlock_lock_free(l);
+    dlock_lock_free(w);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+struct seen {
+    const char *prefix;
+    char names[48][208];
+    int counts[48];
+    int n, foreign, calls;
+    int stop_with;
+};
+
+static int see(const char *name, void *arg)
+{
+    struct seen *s = arg;
+    s->calls++;
+    if (s->prefix && strncmp(name, s->prefix, strlen(s->prefix)) != 0)
+        s->foreign++;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0) {
+            s->counts[i]++;
+            return s->stop_with;
+        }
+    if (s->n < 48) {
+        snprintf(s->names[s->n], sizeof s->names[0], "%s", name);
+        s->counts[s->n++] = 1;
+    }
+    return s->stop_with;
+}
+
+static int seen_count(const struct seen *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return s->counts[i];
+    return 0;
+}
+
+/* dlock_list: every name with the prefix (held or used), once; a non-zero
+ * return stops the walk and is returned. */
+static void case_list(void **state)
+{
+    (void)state;
+    char p[128], a[160], b[160];
+    nm(p, sizeof p, "listed-");
+    snprintf(a, sizeof a, "%sa", p);
+    snprintf(b, sizeof b, "%sb", p);
+    dlock_client *c = open_client(), *c2 = open_client();
+    struct seen s = {.prefix = p};
+    int rc = dlock_list(c2, p, see, &s);
+    if (rc == DLOCK_ENOTSUP) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
+        dlock_client_close(c);
+        dlock_client_close(c2);
+        skip_because("dlock_list: ENOTSUP: %s", why);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(s.calls, 0);
+    dlock_lock *la = ex(c, a), *lb = ex(c, b);
+    acquire_ok(la, 0);
+    acquire_ok(lb, 0);
+    release_ok(lb);
+    s = (struct seen){.prefix = p};
+    assert_int_equal(dlock_list(c2, p, see, &s), 0);
+    assert_int_equal(s.foreign, 0);
+    assert_int_equal(seen_count(&s, a), 1);
+    assert_int_equal(seen_count(&s, b), 1);
+    assert_int_equal(s.n, 2);
+    s = (struct seen){.prefix = NULL};
+    assert_int_equal(dlock_list(c2, NULL, see, &s), 0);
+    assert_true(s.calls >= 2);
+    s = (struct seen){.prefix = p, .stop_with = 7};
+    assert_int_equal(dlock_list(c2, p, see, &s), 7);
+    assert_int_equal(s.calls, 1);
+    release_ok(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+static atomic_int lost_calls;
+static void on_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+/* §2.5: a lost lock is told at once — state LOST, the descriptor readable,
+ * the callback once — and the next holder gets a higher token; the loser's
+ * release says ELOST and returns the handle to idle. */
+static void case_loss_notification(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "lose");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.on_lost = on_lost;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
+    dlock_lock *other = ex(c2, n);
+    atomic_store(&lost_calls, 0);
+    assert_int_equal(dlock_debug_force_loss(l), DLOCK_ENOTHELD);
+    acquire_ok(l, 0);
+    uint64_t tl = dlock_token(l);
+    struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
+    assert_true(p.fd >= 0);
+    assert_int_equal(poll(&p, 1, 0), 0);
+    assert_int_equal(dlock_debug_force_loss(l), 0);
+    assert_int_equal(poll(&p, 1, 2000), 1);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+        usleep(10 * 1000);
+    usleep(200 * 1000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    /* Really gone: someone else takes it, with a higher token. */
+    acquire_ok(other, 2000);
+    assert_true(dlock_token(other) > tl);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ELOST);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    assert_int_equal(poll(&p, 1, 0), 0);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTHELD);
+    assert_int_equal(dlock_state(other), DLOCK_STATE_HELD);
+    uint64_t to = dlock_token(other);
+    release_ok(other);
+    acquire_ok(l, 0);
+    assert_true(dlock_token(l) > to);
+    release_ok(l);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
+/* §2.2: a holder that is killed loses the lock — at once for a session
+ * (kernel lock, connection), within its lease for a lease — and a waiter
+ * gets it without anyone releasing. */
+static void case_killed_holder(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "victim");
+    const int ttl = 1500;
+    pid_t kid = spawn_holder(n, DLOCK_EXCLUSIVE, 1, ttl, 1);
+    dlock_client *c = open_client();
+    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    dlock_info info;
+    if (inspect(c, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        char want[64];
+        snprintf(want, sizeof want, "pid %ld", (long)kid);
+        if (!strstr(info.holder, want))
+            fail_msg("holder \"%s\" does not name %s", info.holder, want);
+    }
+    struct waiter w;
+    start_waiter(&w, l, 20000);
+    wait_state(l, DLOCK_STATE_WAITING, 5000);
+    int64_t t0 = now_ms();
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    int64_t bound = death_bound_ms(ttl);
+    assert_int_equal(join_waiter(&w, 20000), 0);
+    int64_t took = w.done_ms - t0;
+    print_message("  %s: the waiter had the lock %lld ms after its holder was killed (ttl %d)\n",
+                  T.label, (long long)took, ttl);
+    if (took > bound)
+        fail_msg("the lock came free %lld ms after its holder died (bound %lld)", (long long)took,
+                 (long long)bound);
+    release_ok(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* §2.1: many processes with several threads each, one client per process
+ * shared by its threads, increment a counter file under the lock: no two
+ * critical sections overlap, tokens rise with time, no update is lost. */
+#define PROCS 4
+#define THREADS 2
+#define ITERS 25
+
+struct section {
+    int64_t enter, leave;
+    uint64_t token;
+};
+
+struct worker_arg {
+    dlock_client *c;
+    const char *name, *counter;
+    int logfd, fair;
+    atomic_int failed;
+};
+
+static void *contend(void *p)
+{
+    struct worker_arg *wa = p;
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.fair = wa->fair;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, wa->c, wa->name, &o) != 0) {
+        fprintf(stderr, "lock_new: %s\n", dlock_client_errmsg(wa->c));
+        atomic_store(&wa->failed, 1);
+        return NULL;
+    }
+    for (int i = 0; i < ITERS; i++) {
+        int rc = dlock_acquire(l, 30000);
+        if (rc != 0) {
+            fprintf(stderr, "acquire: %s: %s\n", dlock_err_name(rc), dlock_lock_errmsg(l));
+            atomic_store(&wa->failed, 1);
+            break;
+        }
+        struct section s = {.enter = now_ns(), .token = dlock_token(l)};
+        FILE *f = fopen(wa->counter, "r+");
+        long v = 0;
+        if (!f || fscanf(f, "%ld", &v) != 1) {
+            atomic_store(&wa->failed, 1);
+            if (f)
+                fclose(f);
+            break;
+        }
+        rewind(f);
+        fprintf(f, "%ld\n", v + 1);
+        fclose(f);
+        s.leave = now_ns();
+        if (write(wa->logfd, &s, sizeof s) != (ssize_t)sizeof s)
+            atomic_store(&wa->failed, 1);
+        if (dlock_release(l) != 0) {
+            fprintf(stderr, "release: %s\n", dlock_lock_errmsg(l));
+            atomic_store(&wa->failed, 1);
+            break;
+        }
+    }
+    dlock_lock_free(l);
+    return NULL;
+}
+
+static int by_enter(const void *a, const void *b)
+{
+    const struct section *x = a, *y = b;
+    return x->enter < y->enter ? -1 : x->enter > y->enter;
+}
+
+static void counter_run(int fair, const char *base)
+{
+    char name[128], counter[400], logpath[400];
+    nm(name, sizeof name, base);
+    snprintf(counter, sizeof counter, "%s/%s.counter", T.scratch, base);
+    snprintf(logpath, sizeof logpath, "%s/%s.sections", T.scratch, base);
+    FILE *f = fopen(counter, "w");
+    assert_non_null(f);
+    fputs("0\n", f);
+    fclose(f);
+    int logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+    assert_true(logfd >= 0);
+    int64_t t0 = now_ms();
+    pid_t pids[PROCS];
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        assert_true(pids[p] >= 0);
+        if (pids[p] == 0) {
+            dlock_client *c = NULL;
+            if (dlock_client_open(&c, T.url, NULL) != 0) {
+                fprintf(stderr, "open: %s\n", dlock_client_errmsg(NULL));
+                _exit(1);
+            }
+            struct worker_arg wa = {.c = c, .name = name, .counter = counter, .logfd = logfd,
+                                    .fair = fair};
+            pthread_t t[THREADS];
+            for (int i = 0; i < THREADS; i++)
+                if (pthread_create(&t[i], NULL, contend, &wa) != 0)
+                    _exit(2);
+            for (int i = 0; i < THREADS; i++)
+                pthread_join(t[i], NULL);
+            dlock_client_close(c);
+            _exit(atomic_load(&wa.failed) ? 3 : 0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int st;
+        assert_int_equal(waitpid(pids[p], &st, 0), pids[p]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("worker process %d failed (status 0x%x)", p, st);
+    }
+    close(logfd);
+    const int n = PROCS * THREADS * ITERS;
+    print_message("  %s: fair=%d: %d critical sections by %d processes x %d threads in %lld ms\n",
+                  T.label, fair, n, PROCS, THREADS, (long long)(now_ms() - t0));
+    struct section *s = calloc((size_t)n, sizeof *s);
+    assert_non_null(s);
+    int fd = open(logpath, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, s, (size_t)n * sizeof *s), (ssize_t)((size_t)n * sizeof *s));
+    close(fd);
+    qsort(s, (size_t)n, sizeof *s, by_enter);
+    for (int i = 1; i < n; i++) {
+        if (s[i].enter < s[i - 1].leave)
+            fail_msg("critical sections %d and %d overlap", i - 1, i);
+        if (s[i].token <= s[i - 1].token)
+            fail_msg("token %" PRIu64 " after %" PRIu64, s[i].token, s[i - 1].token);
+    }
+    free(s);
+    f = fopen(counter, "r");
+    assert_non_null(f);
+    long v = 0;
+    assert_int_equal(fscanf(f, "%ld", &v), 1);
+    fclose(f);
+    assert_int_equal(v, n);
+}
+
+static void case_counter(void **state)
+{
+    (void)state;
+    counter_run(-1, "counter");
+}
+
+static void case_counter_fair(void **state)
+{
+    (void)state;
+    counter_run(1, "counter-fair");
+}
+
+static void case_counter_nonfair(void **state)
+{
+    (void)state;
+    counter_run(0, "counter-nonfair");
+}
+
+/* Lock names: any printable ASCII but '/' and '\\', not starting with '.',
+ * 1..200 bytes — each maps to the backend's keys, paths and identifiers
+ * safely (no hash-tag, glob, escape or path games). Others are refused. */
+static void case_odd_names(void **state)
+{
+    (void)state;
+    static const char *const names[] = {
+        "}x", "a b", "x{y}", "%41", "}", "{", "a}b", "}}{{", "x{y}z}", "*", "a*b", "[ab]", "?",
+        "~!@#$%^&*()_+=-`|;'\",<>", "a:b:c", "in side", "-dash", "a..b", "x.",
+        "dlock:{x}:lock", "%s%n", "\x7e"};
+    char longest[201];
+    memset(longest, 'n', 200);
+    longest[200] = '\0';
+    dlock_client *c1 = open_client(), *c2 = open_client();
+    bool can_list = true, can_inspect = true;
+    size_t count = sizeof names / sizeof names[0] + 1;
+    for (size_t i = 0; i < count; i++) {
+        const char *name = i < count - 1 ? names[i] : longest;
+        char why[128];
+        if (dlock_name_valid(name, why, sizeof why) != 0)
+            fail_msg("name \"%s\" refused: %s", name, why);
+        dlock_lock *a = mk(c1, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        int rc = dlock_acquire(a, 0);
+        if (rc != 0)
+            fail_msg("name \"%s\": %s: %s", name, dlock_err_name(rc), dlock_lock_errmsg(a));
+        uint64_t ta = dlock_token(a);
+        assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+        dlock_info info;
+        if (can_inspect && inspect(c2, name, &info) == 0) {
+            if (info.held != 1 || info.token != ta)
+                fail_msg("inspect \"%s\": held %d token %" PRIu64 " (holder's %" PRIu64 ")",
+                         name, info.held, info.token, ta);
+        } else {
+            can_inspect = false;
+        }
+        if (can_list) {
+            struct seen s = {.prefix = NULL};
+            rc = dlock_list(c2, NULL, see, &s);
+            if (rc == DLOCK_ENOTSUP) {
+                can_list = false;
+            } else {
+                assert_int_equal(rc, 0);
+                if (seen_count(&s, name) != 1 && s.n < 48)
+                    fail_msg("list: \"%s\" seen %d times", name, seen_count(&s, name));
+                s = (struct seen){.prefix = name};
+                assert_int_equal(dlock_list(c2, name, see, &s), 0); /* as a prefix */
+                if (seen_count(&s, name) != 1 || s.foreign)
+                    fail_msg("list with prefix \"%s\": seen %d times, %d others", name,
+                             seen_count(&s, name), s.foreign);
+            }
+        }
+        release_ok(a);
+        acquire_ok(b, 2000);
+        assert_true(dlock_token(b) > ta);
+        release_ok(b);
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+    }
+    static const char *const bad[] = {"", ".", "..", ".hidden", "a/b", "/", "a\\b", "tab\there",
+                                      "nl\n", "\xc3\xa9", "caf\xc3\xa9", "del\x7f",
+                                      /* refused by dlock_name_valid, not (yet) in dlock.h */
+                                      " lead", "trail "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char why[128] = "";
+        assert_int_not_equal(dlock_name_valid(bad[i], why, sizeof why), 0);
+        assert_true(why[0] != '\0');
+        dlock_lock *l = NULL;
+        assert_int_equal(dlock_lock_new(&l, c1, bad[i], NULL), DLOCK_ENAME);
+        assert_null(l);
+        dlock_info info;
+        assert_int_equal(dlock_inspect(c1, bad[i], &info), DLOCK_ENAME);
+    }
+    char toolong[202];
+    memset(toolong, 'n', 201);
+    toolong[201] = '\0';
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c1, toolong, NULL), DLOCK_ENAME);
+    assert_null(l);
+    dlock_client_close(c1);
+    dlock_client_close(c2);
+}
+
+/* dlock_client_close gives back what its handles hold (re-entered too):
+ * another process takes the locks at once, not after a lease; the
+ * detached handles are idle and still freed safely afterwards. */
+static void case_close_releases(void **state)
+{
+    (void)state;
+    char n1[128], n2[128];
+    nm(n1, sizeof n1, "close-held");
+    nm(n2, sizeof n2, "close-twice");
+    dlock_client *c = open_client();
+    dlock_lock *held = ex(c, n1), *twice = ex(c, n2);
+    acquire_ok(held, 0);
+    acquire_ok(twice, 0);
+    acquire_ok(twice, 0);
+    dlock_client_close(c);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dlock_client *c2 = NULL;
+        dlock_lock *a = NULL, *b = NULL;
+        int ok = dlock_client_open(&c2, T.url, NULL) == 0 &&
+                 dlock_lock_new(&a, c2, n1, NULL) == 0 && dlock_lock_new(&b, c2, n2, NULL) == 0 &&
+                 dlock_acquire(a, 0) == 0 && dlock_acquire(b, 0) == 0;
+        if (!ok)
+            fprintf(stderr, "after close: %s\n",
+                    b ? dlock_lock_errmsg(b) : a ? dlock_lock_errmsg(a) : dlock_client_errmsg(c2));
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("another process could not take the locks of a closed client");
+    assert_int_equal(dlock_state(held), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_release(held), DLOCK_ENOTHELD);
+    assert_int_equal(dlock_acquire(held, 0), DLOCK_EINVAL);
+    dlock_lock_free(twice);
+    dlock_lock_free(held);
+}
+
+/* The runner's own check (--selftest): a case that never returns. */
+static void case_hang(void **state)
+{
+    (void)state;
+    for (;;)
+        pause();
+}
+
+/* ---- the runner ---------------------------------------------------------- */
+
+/* Until the backend answers: 32 names (on a cluster, spread over every
+ * master) taken and given back in one round, for at most 20 s. A cluster
+ * can still say CLUSTERDOWN on some masters just after servers.sh saw one
+ * of them report cluster_state:ok. In a child: the runner opens no client
+ * (no library threads before its forks). */
+static void warm_up(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char last[512] = "";
+        int64_t t0 = now_ms();
+        for (int round = 0; now_ms() - t0 < 20000; round++) {
+            dlock_client *c = NULL;
+            int bad = 0;
+            if (dlock_client_open(&c, T.url, NULL) != 0) {
+                snprintf(last, sizeof last, "open: %s", dlock_client_errmsg(NULL));
+                bad = 1;
+            }
+            for (int i = 0; c && i < 32 && !bad; i++) {
+                char n[128];
+                snprintf(n, sizeof n, "%swarm-%d", T.prefix, i);
+                dlock_lock *l = NULL;
+                if (dlock_lock_new(&l, c, n, NULL) != 0 || dlock_acquire(l, 0) != 0 ||
+                    dlock_release(l) != 0) {
+                    snprintf(last, sizeof last, "%s",
+                             l ? dlock_lock_errmsg(l) : dlock_client_errmsg(c));
+                    bad = 1;
+                }
+                dlock_lock_free(l);
+            }
+            if (c)
+                dlock_client_close(c);
+            if (!bad) {
+                if (round > 0)
+                    printf("  %s: ready after %lld ms (was: %s)\n", T.label,
+                           (long long)(now_ms() - t0), last);
+                _exit(0);
+            }
+            usleep(100 * 1000);
+        }
+        printf("  %s: not ready after 20 s: %s\n", T.label, last);
+        _exit(1);
+    }
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
+static const struct kase {
+    const char *name;
+    void (*fn)(void **);
+    unsigned needs;  /* DLOCK_CAP_* all required */
+    int timeout_s;
+} CASES[] = {
+    {"acquire_release_token", case_acquire_release_token, 0, 60},
+    {"release_not_held", case_release_not_held, 0, 60},
+    {"try_timed_forever", case_try_timed_forever, 0, 60},
+    {"reentry", case_reentry, 0, 60},
+    {"cancel", case_cancel, 0, 60},
+    {"wake_on_release", case_wake_on_release, 0, 60},
+    {"fifo", case_fifo, DLOCK_CAP_FAIR, 90},
+    {"shared", case_shared, DLOCK_CAP_SHARED, 60},
+    {"semaphore", case_semaphore, DLOCK_CAP_SEMAPHORE, 60},
+    {"multi_lock", case_multi_lock, 0, 60},
+    {"multi_lock_no_deadlock", case_multi_lock_no_deadlock, 0, 120},
+    {"election", case_election, 0, 60},
+    {"inspect", case_inspect, 0, 60},
+    {"list", case_list, 0, 60},
+    {"loss_notification", case_loss_notification, 0, 60},
+    {"killed_holder", case_killed_holder, 0, 60},
+    {"counter", case_counter, DLOCK_CAP_FENCING, 180},
+    {"counter_fair", case_counter_fair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
+    {"counter_nonfair", case_counter_nonfair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
+    {"odd_names", case_odd_names, 0, 120},
+    {"close_releases", case_close_releases, 0, 60},
+};
+#define NCASES (sizeof CASES / sizeof CASES[0])
+
+static const char *const CAP_NAMES[] = {"FENCING", "FAIR", "SHARED", "SEMAPHORE", "SESSION",
+                                        "LEASE", "NATIVE_BLOCKING", "ELECTION", "FENCING_WEAK"};
+
+static void caps_str(unsigned caps, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof CAP_NAMES / sizeof CAP_NAMES[0]; i++)
+        if (caps & (1u << i)) {
+            size_t u = strlen(buf);
+            snprintf(buf + u, len - u, "%s%s", u ? "," : "", CAP_NAMES[i]);
+        }
+}
+
+/* The backend a URL's scheme belongs to, from the registry. */
+static const dlock_backend_info *backend_of(const char *url)
+{
+    size_t sl = strcspn(url, ":");
+    for (size_t i = 0; i < dlock_backend_count(); i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        for (const char *s = b->schemes; *s;) {
+            size_t w = strcspn(s, " ");
+            if (w == sl && strncmp(s, url, sl) == 0)
+                return b;
+            s += w + (s[w] == ' ');
+        }
+    }
+    return NULL;
+}
+
+struct tally {
+    int pass, fail, skip;
+    char failed[4096];
+};
+
+static void note_failed(struct tally *t, const char *name)
+{
+    size_t u = strlen(t->failed);
+    snprintf(t->failed + u, sizeof t->failed - u, "%s%s@%s", u ? " " : "", name, T.label);
+}
+
+static double timeout_scale(void)
+{
+    const char *s = getenv("DLOCK_CONFORMANCE_TIMEOUT_SCALE");
+    double f = s ? atof(s) : 1.0;
+    return f > 0 ? f : 1.0;
+}
+
+/* One case in a child of its own, killed (with its process group) if it
+ * overruns. */
+static void run_forked(const struct kase *k, struct tally *t)
+{
+    int sp[2];
+    if (pipe(sp) != 0) {
+        perror("pipe");
+        exit(2);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    int64_t t0 = now_ms();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(2);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        close(sp[0]);
+        skip_fd = sp[1];
+        const struct CMUnitTest one[] = {{.name = k->name, .test_func = k->fn}};
+        cmocka_set_message_output(CM_OUTPUT_TAP); /* terse; CMOCKA_MESSAGE_OUTPUT wins */
+        char group[200];
+        snprintf(group, sizeof group, "%s@%s", k->name, T.label);
+        int failed = _cmocka_run_group_tests(group, one, 1, NULL, NULL);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(failed ? 1 : 0);
+    }
+    setpgid(pid, pid); /* either side's call wins the race */
+    close(sp[1]);
+    int64_t limit_ms = (int64_t)(k->timeout_s * 1000 * timeout_scale());
+    int status = 0;
+    bool timed_out = false;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            perror("waitpid");
+            exit(2);
+        }
+        if (now_ms() - t0 > limit_ms) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            timed_out = true;
+            break;
+        }
+        usleep(5000);
+    }
+    kill(-pid, SIGKILL); /* whatever the case left running in its group */
+    int64_t took = now_ms() - t0;
+    char why[512] = "";
+    ssize_t n = read(sp[0], why, sizeof why - 1);
+    close(sp[0]);
+    why[n > 0 ? n : 0] = '\0';
+    if (timed_out) {
+        printf("[ FAIL ] %-24s %s (%s): hung, killed after %lld ms\n", k->name, T.label, T.url,
+               (long long)took);
+        t->fail++;
+        note_failed(t, k->name);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && why[0]) {
+        printf("[ SKIP ] %-24s %s: %s\n", k->name, T.label, why);
+        t->skip++;
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        printf("[  OK  ] %-24s %s (%lld ms)\n", k->name, T.label, (long long)took);
+        t->pass++;
+    } else {
+        if (WIFSIGNALED(status))
+            printf("[ FAIL ] %-24s %s (%s): killed by signal %d\n", k->name, T.label, T.url,
+                   WTERMSIG(status));
+        else
+            printf("[ FAIL ] %-24s %s (%s): failed\n", k->name, T.label, T.url);
+        t->fail++;
+        note_failed(t, k->name);
+    }
+    fflush(stdout);
+}
+
+static bool wanted(const char *name, char **only, int nonly)
+{
+    if (nonly == 0)
+        return true;
+    for (int i = 0; i < nonly; i++)
+        if (strcmp(only[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Runs every applicable case against the current target. */
+static void run_target(bool nofork, char **only, int nonly, struct tally *t)
+{
+    const dlock_backend_info *b = backend_of(T.url);
+    if (!b) {
+        printf("[ FAIL ] %s: no backend for %s\n", T.label, T.url);
+        t->fail++;
+        note_failed(t, "(url)");
+        return;
+    }
+    T.backend = b->name;
+    T.caps = b->caps;
+    char caps[256];
+    caps_str(b->caps, caps, sizeof caps);
+    snprintf(T.prefix, sizeof T.prefix, "c%ld-", (long)getpid());
+    printf("=== %s: %s (backend %s; %s)\n", T.label, T.url, b->name, caps);
+    if (!b->available) {
+        printf("[ SKIP ] every case              %s: %s\n", T.label, b->missing);
+        t->skip++;
+        return;
+    }
+    warm_up();
+    int64_t t0 = now_ms();
+    struct CMUnitTest inproc[NCASES];
+    size_t ninproc = 0;
+    for (size_t i = 0; i < NCASES; i++) {
+        const struct kase *k = &CASES[i];
+        if (!wanted(k->name, only, nonly))
+            continue;
+        if ((b->caps & k->needs) != k->needs) {
+            char missing[256];
+            caps_str(k->needs & ~b->caps, missing, sizeof missing);
+            printf("[ SKIP ] %-24s %s: backend %s lacks DLOCK_CAP_{%s}\n", k->name, T.label,
+                   b->name, missing);
+            t->skip++;
+            continue;
+        }
+        if (nofork)
+            inproc[ninproc++] = (struct CMUnitTest){.name = k->name, .test_func = k->fn};
+        else
+            run_forked(k, t);
+    }
+    if (nofork && ninproc) {
+        int failed = _cmocka_run_group_tests(T.label, inproc, ninproc, NULL, NULL);
+        t->fail += failed;
+        t->pass += (int)ninproc - failed;
+        if (failed)
+            note_failed(t, "(in-process)");
+    }
+    printf("=== %s: %lld ms\n", T.label, (long long)(now_ms() - t0));
+}
+
+static int selftest(void)
+{
+    /* A hanging case is killed and reported; the next one still runs. */
+    struct kase hang = {"hang", case_hang, 0, 1};
+    struct kase ok = {"acquire_release_token", case_acquire_release_token, 0, 60};
+    struct tally t = {0};
+    run_forked(&hang, &t);
+    run_forked(&ok, &t);
+    bool good = t.fail == 1 && t.pass == 1 && strstr(t.failed, "hang@file");
+    printf("selftest: %s\n", good ? "a hanging case was killed and the next one ran" : "FAILED");
+    return good ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    bool nofork = getenv("DLOCK_CONFORMANCE_NOFORK") != NULL, self = false;
+    char *only[64], *labels[64];
+    int nonly = 0, nlabels = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-fork") == 0)
+            nofork = true;
+        else if (strcmp(argv[i], "--selftest") == 0)
+            self = true;
+        else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc && nonly < 64)
+            only[nonly++] = argv[++i];
+        else if (argv[i][0] != '-' && nlabels < 64)
+            labels[nlabels++] = argv[i];
+        else {
+            fprintf(stderr, "usage: %s [--no-fork] [--selftest] [--case NAME]... [LABEL...]\n",
+                    argv[0]);
+            return 64;
+        }
+    }
+    for (int i = 0; i < nonly; i++) {
+        bool known = false;
+        for (size_t k = 0; k < NCASES; k++)
+            known |= strcmp(CASES[k].name, only[i]) == 0;
+        if (!known) {
+            fprintf(stderr, "test_conformance: no case %s\n", only[i]);
+            return 64;
+        }
+    }
+    for (int i = 0; i < nlabels; i++) {
+        bool known = false;
+        for (size_t k = 0; k < NTARGETS; k++)
+            known |= strcmp(TARGETS[k].label, labels[i]) == 0;
+        if (!known) {
+            fprintf(stderr, "test_conformance: no target %s\n", labels[i]);
+            return 64;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+
+    char dir[] = "/tmp/dlock-conformance-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    snprintf(T.scratch, sizeof T.scratch, "%s", dir);
+
+    struct tally t = {0};
+    int ran = 0, status;
+    if (self) {
+        T.label = "file";
+        snprintf(T.url, sizeof T.url, "file://%s/locks", dir);
+        T.backend = "file";
+        snprintf(T.prefix, sizeof T.prefix, "c%ld-", (long)getpid());
+        status = selftest();
+        goto out;
+    }
+    for (size_t k = 0; k < NTARGETS; k++) {
+        const struct target_def *d = &TARGETS[k];
+        bool named = false;
+        for (int i = 0; i < nlabels; i++)
+            named |= strcmp(labels[i], d->label) == 0;
+        if (nlabels && !named)
+            continue;
+        const char *url = d->env ? getenv(d->env) : NULL;
+        if (d->env && (!url || !*url)) {
+            if (named)
+                printf("[ SKIP ] %s: %s is not set (run under tests/servers.sh)\n", d->label,
+                       d->env);
+            continue;
+        }
+        T.label = d->label;
+        if (url)
+            snprintf(T.url, sizeof T.url, "%s", url);
+        else
+            snprintf(T.url, sizeof T.url, "file://%s/locks", dir);
+        run_target(nofork, only, nonly, &t);
+        ran++;
+    }
+    printf("=== conformance: %d passed, %d failed, %d skipped%s%s\n", t.pass, t.fail, t.skip,
+           t.fail ? "; failed: " : "", t.failed);
+    status = t.fail ? 1 : ran == 0 ? 77 : 0;
+out:;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return status;
+}
