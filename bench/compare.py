@@ -31,7 +31,7 @@ METRICS = [
     ("handover_rtt_ratio", False),
     ("rss_per_lock_bytes", False),
     ("rtt_single_p50_us", False),
-    ("redis_commands_per_handover", False),
+    ("server_commands_per_handover", False),
     ("set_rps", True),
 ]
 

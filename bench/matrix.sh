@@ -14,8 +14,9 @@
 # Rows: -r, else the default rows of each backend (file: uncontended
 # contended8 contended64 names10k; redis: uncontended contended8_fair
 # contended64_fair contended512_fair names10k redis_set; redlock:
-# uncontended contended8 names10k). Rows on the Redis family also count the
-# servers' commands (--commandstats). redis_set is not a bench run:
+# uncontended contended8 names10k). Every row also counts the servers'
+# commands (--commandstats; null where the backend has no counters, as the
+# file backend). redis_set is not a bench run:
 # `redis-benchmark -c 8 -t set -q` against the same server, for the
 # throughput target of names10k.
 # The binary: $DLOCK, else build/dlock of this tree, else dlock from PATH.
@@ -197,10 +198,6 @@ for url in $URLS; do
 done
 for rep in $(seq "$REPS"); do
     for url in "${reachable[@]}"; do
-        extra=
-        case $url in
-        redis://* | redis+sentinel://* | redis+cluster://* | redlock://*) extra=--commandstats ;;
-        esac
         rows=${ROWS:-$(default_rows "$url")}
         for row in $rows; do
             if ! args=$(row_args "$row"); then
@@ -213,7 +210,7 @@ for rep in $(seq "$REPS"); do
                 continue
             fi
             # shellcheck disable=SC2086
-            line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline $extra --json)
+            line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline --commandstats --json)
             rc=$?
             if [ $rc -ne 0 ] || [ -z "$line" ]; then
                 echo "matrix.sh: $row on $url failed (exit $rc)" >&2

@@ -4,8 +4,21 @@ import json
 import sys
 
 
+# Keys of files written before the command counters had backend-neutral
+# names, read as the names they have now.
+RENAMED = {
+    "redis_commands": "server_commands",
+    "redis_commands_total": "server_commands_total",
+    "redis_script_calls": "server_commands_internal",
+    "redis_servers": "server_commands_servers",
+    "redis_commands_per_section": "server_commands_per_section",
+    "redis_commands_per_handover": "server_commands_per_handover",
+}
+
+
 def lines(path, tool):
-    """The JSON objects of a file, one per non-empty line."""
+    """The JSON objects of a file, one per non-empty line (older key names
+    renamed)."""
     out = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -16,6 +29,9 @@ def lines(path, tool):
                 d = json.loads(line)
             except ValueError as e:
                 sys.exit("%s: %s:%d: not JSON: %s" % (tool, path, n, e))
+            for old, new in RENAMED.items():
+                if old in d and new not in d:
+                    d[new] = d.pop(old)
             out.append(d)
     return out
 

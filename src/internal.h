@@ -132,6 +132,12 @@ typedef struct dl_backend {
      * core's own, DL_CORE_PARAMS). Any other is a malformed URL: a typo
      * must not be silently ignored. */
     const char *params;
+
+    /* What dlock's own tools ask beside the lock (src/tools.h: baseline
+     * round trip, bare hand-over relay, server command counters, which
+     * servers hold a lock); NULL, or any of its operations NULL, answers
+     * DLOCK_ENOTSUP. */
+    const struct dl_tools *tools;
 } dl_backend;
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields

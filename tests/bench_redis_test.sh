@@ -2,8 +2,8 @@
 # bench_redis_test.sh — short `dlock bench` runs on real Redis servers (one
 # master, five Redlock masters) started by tests/servers.sh: the SPEC §7
 # fields, the PING baseline (rtt_p50_us, and rtt_single_p50_us for Redlock),
-# the bare hand-over relay of contended runs (relay_p50_us),
-# the servers' command counts, no violations; bench/matrix.sh and
+# the bare hand-over relay of contended runs (relay_p50_us), the servers'
+# command counts (server_commands*), no violations; bench/matrix.sh and
 # bench/targets.py on a one-row matrix. Speed is measured, never asserted.
 # Skipped (exit 0) without redis-server or the redis backends. Needs $DLOCK
 # and python3.
@@ -37,7 +37,7 @@ jcheck "$TMP/redis1.json" "redis uncontended: every field, violations 0" \
 jcheck "$TMP/redis1.json" "redis uncontended: PING baseline to the master, ratio" \
     'd["rtt_p50_us"] > 0 and d["cycle_rtt_ratio"] > 0 and "PING" in d["baseline"]'
 jcheck "$TMP/redis1.json" "redis uncontended: commands counted (FCALL), about two per section" \
-    'd["redis_commands"]["fcall"] > 0 and 1.5 <= d["redis_commands_per_section"] <= 3'
+    'd["server_commands"]["fcall"] > 0 and 1.5 <= d["server_commands_per_section"] <= 3'
 
 run redis4 "$DLOCK_TEST_REDIS" -P 4 -H 50 --fair --baseline --commandstats $SHORT
 jcheck "$TMP/redis4.json" "redis 4 fair waiters: violations 0, hand-overs, ratio to rtt" \
@@ -45,13 +45,13 @@ jcheck "$TMP/redis4.json" "redis 4 fair waiters: violations 0, hand-overs, ratio
 jcheck "$TMP/redis4.json" "redis 4 fair waiters: the bare RPUSH->BLPOP relay measured beside it" \
     'd["relay_p50_us"] > 0 and d["relay_p99_us"] >= d["relay_p50_us"] and d["handover_relay_ratio"] > 0'
 jcheck "$TMP/redis4.json" "redis 4 fair waiters: commands per hand-over counted (BLPOP)" \
-    'd["redis_commands"]["blpop"] > 0 and d["redis_commands_per_handover"] > 0'
+    'd["server_commands"]["blpop"] > 0 and d["server_commands_per_handover"] > 0'
 
 run redlock1 "$DLOCK_TEST_REDLOCK" -P 1 --baseline --commandstats $SHORT
 jcheck "$TMP/redlock1.json" "redlock uncontended: every field, violations 0" \
     "all(k in d for k in $FIELDS) and d['violations'] == 0 and d['backend'] == 'redlock'"
 jcheck "$TMP/redlock1.json" "redlock: PING to all masters and to one alone" \
-    'd["rtt_p50_us"] > 0 and d["rtt_single_p50_us"] > 0 and "all 5 masters" in d["baseline"] and d["redis_servers"] == 5'
+    'd["rtt_p50_us"] > 0 and d["rtt_single_p50_us"] > 0 and "all 5 masters" in d["baseline"] and d["server_commands_servers"] == 5'
 
 run redlock3 "$DLOCK_TEST_REDLOCK" -P 3 -H 50 $SHORT
 jcheck "$TMP/redlock3.json" "redlock 3 waiters: violations 0" 'd["violations"] == 0 and d["n"] > 0'

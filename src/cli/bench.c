@@ -9,6 +9,7 @@
  * worker that died. From them the harness computes cycle, wait and handover
  * percentiles, the fairness spread and the violations of mutual exclusion.
  */
+#include "bench_adapter.h"
 #include "cli.h"
 #include "measure.h"
 
@@ -39,6 +40,7 @@
 /* Rounds of the relay baseline (each waits 1 ms for the BLPOP to be in place). */
 #define RELAY_ITERS 300
 #define BASELINE_MAX_NS 300000000LL
+#define BENCH_ERR 600 /* room for a client's error message */
 
 static const char bench_help[] =
     "usage: dlock [--url URL] bench [-P N] [-K N] [-H US] [-D SECS] [--warmup SECS]\n"
@@ -73,11 +75,13 @@ static const char bench_help[] =
     "                     F_OFD_SETLK lock+unlock; redis, sentinel: PING on one\n"
     "                     connection to the master; cluster: PING to the node of the\n"
     "                     lock's slot; redlock: PING to all masters in parallel (time\n"
-    "                     to the last reply; rtt_single_p50_us: one master alone)\n"
-    "      --commandstats (Redis family) INFO commandstats of the lock's servers\n"
-    "                     before and after the run: the commands clients sent, per\n"
-    "                     section and per hand-over (commands the lock script calls\n"
-    "                     inside the server are counted apart)\n"
+    "                     to the last reply; rtt_single_p50_us: one master alone);\n"
+    "                     with P > 1 also the server's bare hand-over where it has\n"
+    "                     one (Redis: RPUSH waking a BLPOP; relay_p50_us)\n"
+    "      --commandstats the command counters of the lock's servers (Redis family:\n"
+    "                     INFO commandstats) before and after the run: the commands\n"
+    "                     clients sent, per section and per hand-over (commands the\n"
+    "                     lock's own server-side code runs are counted apart)\n"
     "      --rss          measure client memory per held lock (default when K >= 1000)\n"
     "      --no-prepare   do not use every name once before the run (by default\n"
     "                     first uses, e.g. creating lock files, are not timed)\n"
@@ -137,7 +141,8 @@ typedef struct bctx {
     bcfg c;
     char backend[32];
     char url[512];
-    char dir[4096]; /* file backend's directory, "" otherwise */
+    const bench_adapter *ad; /* what the backend does differently */
+    bench_site site;
     pid_t harness;
     long procs, threads_max;
     bool per_op;
@@ -428,46 +433,6 @@ static int rss_main(void *arg)
     return 0;
 }
 
-/* ---- the file backend's round trip ------------------------------------- */
-
-static int baseline_file(const char *dir, int64_t *p50, int64_t *p99, size_t *iters)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.bench-rtt-%ld", dir, (long)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-        cli_err("bench: baseline: cannot create %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int64_t *v = malloc(BASELINE_ITERS * sizeof *v);
-    size_t n = 0;
-    int rc = v ? 0 : -1;
-    int64_t stop = ms_now_ns() + BASELINE_MAX_NS;
-    while (rc == 0 && n < BASELINE_ITERS && ms_now_ns() < stop) {
-        struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        struct flock un = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        int64_t t0 = ms_now_ns();
-        if (fcntl(fd, F_OFD_SETLK, &lk) != 0 || fcntl(fd, F_OFD_SETLK, &un) != 0) {
-            cli_err("bench: baseline: fcntl: %s", strerror(errno));
-            rc = -1;
-            break;
-        }
-        v[n++] = ms_now_ns() - t0;
-    }
-    close(fd);
-    if (unlink(path) != 0) {
-        /* a stray dot-file is ignored by `dlock list`; nothing to do */
-    }
-    if (rc == 0) {
-        ms_sort_i64(v, n);
-        *p50 = ms_pct(v, n, 500);
-        *p99 = ms_pct(v, n, 990);
-        *iters = n;
-    }
-    free(v);
-    return rc;
-}
-
 /* ---- statistics --------------------------------------------------------- */
 
 typedef struct bstats {
@@ -659,11 +624,11 @@ typedef struct extras {
     size_t rtt_iters;
     bool have_rtt_single; /* redlock: one master alone */
     int64_t rtt1_50, rtt1_99;
-    bool have_relay; /* Redis family: RPUSH waking a BLPOP, the bare hand-over */
+    bool have_relay; /* the server's bare hand-over (Redis: RPUSH waking a BLPOP) */
     int64_t relay50, relay99;
-    char rtt_what[300];
+    char rtt_what[300], relay_what[300];
     bool have_cmds;
-    ms_cmdstats cmds; /* after minus before */
+    dlock_tool_counters cmds; /* after minus before */
     bool have_rss;
     double rss_per_lock;
     long rss_held;
@@ -751,7 +716,7 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
     }
     fprintf(f, ",\"handovers_all\":%zu", s->handovers_all);
     if (c->cmdstats) {
-        fprintf(f, ",\"redis_commands\":");
+        fprintf(f, ",\"server_commands\":");
         if (e->have_cmds) {
             size_t all = s->total + (size_t)s->dropped;
             fprintf(f, "{");
@@ -761,22 +726,23 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
                 cli_json_str(f, e->cmds.name[i]);
                 fprintf(f, ":%" PRIu64, e->cmds.calls[i]);
             }
-            fprintf(f, "},\"redis_commands_total\":%" PRIu64 ",\"redis_script_calls\":%" PRIu64
-                       ",\"redis_servers\":%d,\"sections_all\":%zu",
+            fprintf(f, "},\"server_commands_total\":%" PRIu64
+                       ",\"server_commands_internal\":%" PRIu64
+                       ",\"server_commands_servers\":%d,\"sections_all\":%zu",
                     e->cmds.client, e->cmds.internal, e->cmds.servers, all);
             if (all > 0)
-                fprintf(f, ",\"redis_commands_per_section\":%.3f",
+                fprintf(f, ",\"server_commands_per_section\":%.3f",
                         (double)e->cmds.client / (double)all);
             else
-                fprintf(f, ",\"redis_commands_per_section\":null");
+                fprintf(f, ",\"server_commands_per_section\":null");
             if (s->handovers_all > 0)
-                fprintf(f, ",\"redis_commands_per_handover\":%.3f",
+                fprintf(f, ",\"server_commands_per_handover\":%.3f",
                         (double)e->cmds.client / (double)s->handovers_all);
             else
-                fprintf(f, ",\"redis_commands_per_handover\":null");
+                fprintf(f, ",\"server_commands_per_handover\":null");
         } else {
-            fprintf(f, "null,\"redis_commands_per_section\":null,"
-                       "\"redis_commands_per_handover\":null");
+            fprintf(f, "null,\"server_commands_per_section\":null,"
+                       "\"server_commands_per_handover\":null");
         }
     }
     if (e->have_rss)
@@ -839,7 +805,7 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
                 printf(", handover/rtt %.2f", (double)s->ho50 / (double)e->rtt50);
             printf("\n");
             if (e->have_relay) {
-                printf("  bare hand-over (RPUSH waking a BLPOP): p50 %.2f us, p99 %.2f us",
+                printf("  bare hand-over (%s): p50 %.2f us, p99 %.2f us", e->relay_what,
                        (double)e->relay50 / 1000.0, (double)e->relay99 / 1000.0);
                 if (s->handovers > 0 && e->relay50 > 0)
                     printf("; handover/relay %.2f", (double)s->ho50 / (double)e->relay50);
@@ -858,10 +824,11 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
                e->rss_per_lock, e->rss_held, e->fds_per_lock);
     if (c->cmdstats && e->have_cmds) {
         size_t all = s->total + (size_t)s->dropped;
-        printf("  redis commands sent: %" PRIu64 " (", e->cmds.client);
+        printf("  server commands sent: %" PRIu64 " (", e->cmds.client);
         for (int i = 0; i < e->cmds.n; i++)
             printf("%s%s %" PRIu64, i ? ", " : "", e->cmds.name[i], e->cmds.calls[i]);
-        printf(") on %d server%s; %" PRIu64 " more called by the lock script\n", e->cmds.servers,
+        printf(") on %d server%s; %" PRIu64 " more run inside them by the lock's code\n",
+               e->cmds.servers,
                e->cmds.servers == 1 ? "" : "s", e->cmds.internal);
         if (all > 0)
             printf("  per section: %.2f", (double)e->cmds.client / (double)all);
@@ -1005,24 +972,17 @@ static int parse(int argc, char **argv, bcfg *c)
     }
 }
 
-/* Remove the lock files the run created (file backend only: other backends
- * keep no per-name state worth removing through the public API). */
-static void remove_lock_files(const bctx *x)
+/* Remove the state the run's names left behind, where the backend's
+ * adapter knows what it is (the file backend's lock files). */
+static void forget_names(bctx *x)
 {
-    if (!x->dir[0])
-        return;
-    int dfd = open(x->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
+    if (!x->ad || !x->ad->forget)
         return;
     for (long i = 0; i < x->c.K; i++) {
-        char name[64], path[80];
+        char name[64];
         lock_name(name, sizeof name, x->harness, (uint32_t)i);
-        snprintf(path, sizeof path, "%s.lock", name);
-        if (unlinkat(dfd, path, 0) != 0) {
-            /* never created (a name no waiter picked) */
-        }
+        x->ad->forget(&x->site, name);
     }
-    close(dfd);
 }
 
 /* Wait for `cond` over the shared memory, servicing signals and dead
@@ -1098,8 +1058,10 @@ int cli_bench(int argc, char **argv, const char *url)
         return rc;
     snprintf(x.backend, sizeof x.backend, "%s", dlock_client_backend(probe));
     snprintf(x.url, sizeof x.url, "%s", dlock_client_url(probe));
-    if (strcmp(x.backend, "file") != 0 || ms_file_dir(x.url, x.dir, sizeof x.dir) != 0)
-        x.dir[0] = '\0';
+    x.ad = bench_adapter_for(x.backend);
+    x.site.url = x.url;
+    if (x.ad->open)
+        x.ad->open(&x.site);
     /* Unsupported lock kinds fail here, once, rather than in every worker. */
     dlock_lock_opts lo;
     dlock_lock_opts_init(&lo);
@@ -1154,7 +1116,7 @@ int cli_bench(int argc, char **argv, const char *url)
     dlock_client_close(probe);
     if (rc) {
         int sig = ms_signal_pending();
-        remove_lock_files(&x);
+        forget_names(&x);
         ms_signals_restore();
         return sig ? 128 + sig : cli_exit_for(rc);
     }
@@ -1171,7 +1133,7 @@ int cli_bench(int argc, char **argv, const char *url)
         cli_err("bench: --handles cached needs about %ld descriptors per process, the limit is "
                 "%ld",
                 need, nofile);
-        remove_lock_files(&x);
+        forget_names(&x);
         ms_signals_restore();
         return CLI_EXIT_USAGE;
     }
@@ -1180,64 +1142,57 @@ int cli_bench(int argc, char **argv, const char *url)
     extras e;
     memset(&e, 0, sizeof e);
     e.prep_ns = prep_ns;
-    if (c->baseline && x.dir[0]) {
-        if (baseline_file(x.dir, &e.rtt50, &e.rtt99, &e.rtt_iters) != 0) {
-            remove_lock_files(&x);
-            ms_signals_restore();
-            return CLI_EXIT_SOFTWARE;
-        }
-        e.have_rtt = true;
-        snprintf(e.rtt_what, sizeof e.rtt_what,
-                 "uncontended F_OFD_SETLK lock+unlock on a scratch file in the lock directory");
-    }
-    /* The Redis family: PING, and the servers' command counters. */
-    const char *rurl = url ? url : getenv("DLOCK_URL");
-    ms_rtarget rt;
-    bool have_rt = false;
+    /* The backend's own figures beside the lock: its cheapest round trip,
+     * its bare hand-over, its servers' command counters (bench_adapter.c),
+     * through a client that takes no lock. */
     char name0[64];
     lock_name(name0, sizeof name0, x.harness, 0);
-    if ((c->baseline || c->cmdstats) && ms_redis_kind(rurl) != MS_RK_NONE) {
-        char err[300];
-        if (ms_redis_target(rurl, &rt, err, sizeof err) == 0)
-            have_rt = true;
-        else
-            cli_err("bench: %s: %s", c->baseline ? "baseline" : "commandstats", err);
+    if ((c->baseline || c->cmdstats) && dlock_client_open(&x.site.client, url, NULL) != 0) {
+        cli_err("bench: %s: %s", c->baseline ? "baseline" : "commandstats",
+                dlock_client_errmsg(NULL));
+        x.site.client = NULL;
     }
-    if (c->baseline && have_rt) {
-        char err[300];
-        ms_rtt all, one;
-        if (ms_redis_rtt(&rt, name0, BASELINE_ITERS, BASELINE_MAX_NS, &all, &one, e.rtt_what,
-                         sizeof e.rtt_what, err, sizeof err) == 0) {
+    if (c->baseline) {
+        char err[BENCH_ERR];
+        dlock_tool_timing t;
+        memset(&t, 0, sizeof t);
+        int r = x.ad->baseline(&x.site, name0, BASELINE_ITERS, BASELINE_MAX_NS, &t, err,
+                               sizeof err);
+        if (r == 0) {
             e.have_rtt = true;
-            e.rtt50 = all.p50;
-            e.rtt99 = all.p99;
-            e.rtt_iters = all.samples;
-            if (rt.kind == MS_RK_REDLOCK) {
+            e.rtt50 = t.all.p50;
+            e.rtt99 = t.all.p99;
+            e.rtt_iters = t.all.samples;
+            snprintf(e.rtt_what, sizeof e.rtt_what, "%s", t.what);
+            if (t.servers > 1) {
                 e.have_rtt_single = true;
-                e.rtt1_50 = one.p50;
-                e.rtt1_99 = one.p99;
+                e.rtt1_50 = t.one.p50;
+                e.rtt1_99 = t.one.p99;
             }
-        } else {
+        } else if (r != DLOCK_ENOTSUP) {
             cli_err("bench: baseline: %s", err);
         }
-        ms_rtt relay;
-        if (rt.kind != MS_RK_REDLOCK && c->P > 1) {
-            if (ms_redis_relay(&rt, name0, RELAY_ITERS, &relay, err, sizeof err) == 0) {
-                e.have_relay = true;
-                e.relay50 = relay.p50;
-                e.relay99 = relay.p99;
-            } else {
-                cli_err("bench: relay baseline: %s", err);
-            }
+        /* a hand-over needs someone waiting */
+        memset(&t, 0, sizeof t);
+        r = c->P > 1 ? x.ad->relay(&x.site, name0, RELAY_ITERS, &t, err, sizeof err)
+                     : DLOCK_ENOTSUP;
+        if (r == 0) {
+            e.have_relay = true;
+            e.relay50 = t.all.p50;
+            e.relay99 = t.all.p99;
+            snprintf(e.relay_what, sizeof e.relay_what, "%s", t.what);
+        } else if (r != DLOCK_ENOTSUP) {
+            cli_err("bench: relay baseline: %s", err);
         }
     }
-    ms_cmdstats cmds_before;
+    dlock_tool_counters cmds_before;
     bool have_before = false;
-    if (c->cmdstats && have_rt) {
-        char err[300];
-        if (ms_redis_cmdstats(&rt, name0, &cmds_before, err, sizeof err) == 0)
+    if (c->cmdstats) {
+        char err[BENCH_ERR];
+        int r = x.ad->counters(&x.site, name0, &cmds_before, err, sizeof err);
+        if (r == 0)
             have_before = true;
-        else
+        else if (r != DLOCK_ENOTSUP)
             cli_err("bench: commandstats: %s", err);
     }
 
@@ -1252,10 +1207,9 @@ int cli_bench(int argc, char **argv, const char *url)
             munmap(x.sh, sizeof(bshm));
         if (x.recs != MAP_FAILED)
             munmap(x.recs, rec_bytes);
-        remove_lock_files(&x);
+        forget_names(&x);
         ms_signals_restore();
-        if (have_rt)
-            ms_redis_target_clear(&rt);
+        dlock_client_close(x.site.client);
         return CLI_EXIT_SOFTWARE;
     }
 
@@ -1313,9 +1267,9 @@ int cli_bench(int argc, char **argv, const char *url)
     }
     ms_group_destroy(&g);
     if (have_before && exit_code == 0) {
-        char err[300];
-        ms_cmdstats after;
-        if (ms_redis_cmdstats(&rt, name0, &after, err, sizeof err) == 0) {
+        char err[BENCH_ERR];
+        dlock_tool_counters after;
+        if (x.ad->counters(&x.site, name0, &after, err, sizeof err) == 0) {
             e.have_cmds = true;
             e.cmds = after;
             e.cmds.client = after.client - cmds_before.client;
@@ -1378,11 +1332,10 @@ out:
     } else if (sig) {
         exit_code = 128 + sig;
     }
-    remove_lock_files(&x);
+    forget_names(&x);
     munmap(x.recs, rec_bytes);
     munmap(x.sh, sizeof(bshm));
     ms_signals_restore();
-    if (have_rt)
-        ms_redis_target_clear(&rt);
+    dlock_client_close(x.site.client);
     return exit_code;
 }

@@ -1,6 +1,8 @@
 /*
  * measure.h — what `dlock bench` and `dlock check` share: clocks, worker
- * process groups, interruption, percentiles and the file backend's directory.
+ * process groups, interruption, percentiles and the file backend's directory
+ * (bench_common.c); and what `dlock check` uses of the Redis servers
+ * (bench_redis.c).
  *
  * Both commands fork worker processes into one process group of their own,
  * so that a terminal's ^C reaches only the harness, which then kills the
@@ -78,7 +80,13 @@ int ms_file_dir(const char *client_url, char *buf, size_t len);
  * limit (or the old one if it cannot be raised). */
 long ms_raise_nofile(void);
 
-/* ---- the Redis family's servers (bench_redis.c) ------------------------- */
+/* ---- the Redis family's servers, for `dlock check` (bench_redis.c) ----- */
+
+/*
+ * What `dlock check` needs to control the servers it faults; `dlock bench`
+ * takes its figures from the library's tool operations (src/tools.h)
+ * instead, and so does ms_redis_lock_nodes below.
+ */
 
 #define MS_RMAX 16
 
@@ -95,23 +103,9 @@ typedef struct ms_rtarget {
     ms_endpoint host[MS_RMAX]; /* as in the URL: masters, sentinels or seed nodes */
     int nhosts;
     char user[128], password[256];
-    char master_name[128];     /* sentinel */
+    char master_name[128]; /* sentinel */
+    char *url;             /* as given (with its password): for library clients */
 } ms_rtarget;
-
-typedef struct ms_rtt {
-    int64_t p50, p99; /* ns */
-    size_t samples;
-} ms_rtt;
-
-#define MS_CMDSTATS_MAX 24
-typedef struct ms_cmdstats {
-    uint64_t client;   /* commands clients sent (EVALSHA, BLPOP, ...) */
-    uint64_t internal; /* commands the lock script called */
-    int n;
-    char name[MS_CMDSTATS_MAX][32]; /* the client commands one by one */
-    uint64_t calls[MS_CMDSTATS_MAX];
-    int servers;
-} ms_cmdstats;
 
 /* Can this build talk to Redis (hiredis linked)? */
 bool ms_redis_usable(void);
@@ -123,27 +117,10 @@ void ms_redis_target_clear(ms_rtarget *t); /* wipes the password */
  * password; NULL with err on failure. */
 void *ms_redis_connect(const ms_rtarget *t, const char *host, int port, bool auth,
                        int timeout_ms, char *err, size_t errlen);
-void ms_redis_close(void *ctx);
-/* One command's reply as text (status, string, error or integer), NULL for
- * none or another type; caller frees. */
-char *ms_redis_text(void *ctx, int argc, const char **argv, bool *is_error);
-/* The servers that hold lock `name`'s keys now: the master (found through
- * Sentinel), the node of the key's slot, or every Redlock master. Returns
- * how many were written to out, -1 with err. */
+/* The servers that hold lock `name`'s keys now (dlock_tool_lock_servers):
+ * the master (found through Sentinel), the node of the name's slot, or every
+ * Redlock master. Returns how many were written to out, -1 with err. */
 int ms_redis_lock_nodes(const ms_rtarget *t, const char *name, ms_endpoint *out, int max,
                         char *err, size_t errlen);
-/* The raw round trip: PING to the lock's server(s), in parallel when there
- * are several (all: time to the last reply; one: the first server alone).
- * what describes the measurement. */
-int ms_redis_rtt(const ms_rtarget *t, const char *name, int iters, int64_t max_ns, ms_rtt *all,
-                 ms_rtt *one, char *what, size_t whatlen, char *err, size_t errlen);
-/* The bare hand-over chain of the lock's server: one client's RPUSH waking
- * another blocked in BLPOP, timed from before the push to the wake-up. */
-int ms_redis_relay(const ms_rtarget *t, const char *name, int iters, ms_rtt *out, char *err,
-                   size_t errlen);
-/* INFO commandstats summed over the lock's servers (every node of a
- * cluster). */
-int ms_redis_cmdstats(const ms_rtarget *t, const char *name, ms_cmdstats *out, char *err,
-                      size_t errlen);
 
 #endif

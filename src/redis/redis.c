@@ -1045,11 +1045,17 @@ static const dl_scheme redis_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
+#ifdef DLOCK_HAVE_REDIS
+extern const struct dl_tools dl_tools_redis; /* src/redis/tools.c */
+#endif
 const dl_backend dl_backend_redis = {
     .version = DL_BACKEND_V1,
     .name = "redis",
     .schemes = redis_schemes,
     .params = "wait wait_timeout",
+#ifdef DLOCK_HAVE_REDIS
+    .tools = &dl_tools_redis,
+#endif
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
     .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",

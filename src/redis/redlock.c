@@ -600,6 +600,9 @@ static const dl_scheme redlock_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
+#ifdef DLOCK_HAVE_REDIS
+extern const struct dl_tools dl_tools_redlock; /* src/redis/tools.c */
+#endif
 const dl_backend dl_backend_redlock = {
     .version = DL_BACKEND_V1,
     .name = "redlock",
@@ -609,6 +612,9 @@ const dl_backend dl_backend_redlock = {
     .fencing = "max of the quorum's counters, written back when they differ; a master that "
                "restarts without its data within a ttl can break exclusion and repeat tokens "
                "(use persistence or delayed restarts)",
+#ifdef DLOCK_HAVE_REDIS
+    .tools = &dl_tools_redlock,
+#endif
 #ifdef DLOCK_HAVE_REDIS
     .client_open = rl_client_open,
     .client_close = rl_client_close,
