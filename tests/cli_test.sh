@@ -125,6 +125,42 @@ expect 0 "$DLOCK" help run
 grep -q -- '--kill-grace' "$TMP/out" || fail "help run lacks --kill-grace"
 expect 0 "$DLOCK" run --help
 pass
+# The list in --help, `help CMD`, `CMD --help` and dispatch all come from one
+# table in main.c: the generated list keeps its layout, every listed command
+# has help, and both ways of asking give the same text.
+expect 0 "$DLOCK" --help
+sed -n '/^commands:$/,/^$/p' "$TMP/out" >"$TMP/list"
+cat >"$TMP/list.want" <<'LIST'
+commands:
+  run [OPTIONS] NAME -- CMD [ARGS...]
+                      take lock NAME, run CMD while holding it, release it
+  hold [OPTIONS] NAME print the fencing token, hold NAME until SIGINT/SIGTERM
+  elect [OPTIONS] NAME -- CMD [ARGS...]
+                      become leader of NAME, run CMD while leader
+  status NAME [--json]   who holds NAME, token, lease, waiters
+  list [PREFIX] [--json] names of known locks
+  break NAME --force     take NAME from its holders (logged to syslog)
+  backends [--json]      capabilities and guarantees of every backend
+  bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')
+  check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')
+  help [COMMAND]         this text, or the options of COMMAND
+
+LIST
+diff -u "$TMP/list.want" "$TMP/list" >&2 || fail "--help: the command list changed"
+pass
+for c in $(sed -n 's/^  \([a-z]\+\) .*/\1/p' "$TMP/list"); do
+    expect 0 "$DLOCK" help "$c"
+    [[ -s $TMP/out ]] || fail "help $c printed nothing"
+    mv "$TMP/out" "$TMP/help.$c"
+    [[ $c == help ]] && continue # 'help --help' asks for a command "--help"
+    expect 0 "$DLOCK" "$c" --help
+    cmp -s "$TMP/help.$c" "$TMP/out" || fail "'help $c' and '$c --help' differ"
+    pass
+done
+expect 0 "$DLOCK" help
+cmp -s "$TMP/help.help" "$TMP/out" || fail "'help' and 'help help' differ"
+usage_error help frobnicate
+usage_error help run hold
 
 # ---- usage errors -----------------------------------------------------------
 usage_error

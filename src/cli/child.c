@@ -20,6 +20,7 @@
  */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -38,6 +39,42 @@
 #endif
 
 extern char **environ;
+
+/* ---- descriptors the command inherits ---------------------------------- */
+
+/* Which descriptors the caller gave us, recorded by main() before anything
+ * of ours is open, so that the command inherits exactly those. Kept here
+ * with their only users (the exec plan, the guardian), not in main.c. */
+static int inherited[64];
+static size_t ninherited;
+
+void cli_note_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return; /* no /proc: hand nothing extra to the command */
+    int self = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && ninherited < sizeof inherited / sizeof inherited[0]) {
+        long fd;
+        if (cli_parse_long(e->d_name, 3, 1 << 30, &fd) == 0 && fd != self)
+            inherited[ninherited++] = (int)fd;
+    }
+    closedir(d);
+    /* ascending, for the child's close_range walk */
+    for (size_t i = 1; i < ninherited; i++)
+        for (size_t j = i; j > 0 && inherited[j - 1] > inherited[j]; j--) {
+            int t = inherited[j];
+            inherited[j] = inherited[j - 1];
+            inherited[j - 1] = t;
+        }
+}
+
+size_t cli_inherited_fds(const int **fds)
+{
+    *fds = inherited;
+    return ninherited;
+}
 
 /* ---- what the child will exec ------------------------------------------- */
 

@@ -27,29 +27,35 @@ int cli_check(int argc, char **argv, const char *url);
 
 /* ---- global options (main.c) ------------------------------------------ */
 
+/* What main.c hands a subcommand. The files are layered main.c -> run.c ->
+ * child.c -> signals.c (all -> util.c): nothing calls back up, so a
+ * subcommand gets its help text here instead of asking main.c for it. */
 typedef struct cli_global {
-    const char *url; /* --url, else $DLOCK_URL, else NULL (library default) */
-    int verbose;     /* -v given before the subcommand */
+    const char *url;  /* --url, else $DLOCK_URL, else NULL (library default) */
+    int verbose;      /* -v given before the subcommand */
+    const char *help; /* its text for --help, from main.c's command table */
 } cli_global;
-
-/* Per-command help (main.c); returns 0, or 64 for an unknown command. */
-int cli_help(const char *cmd, FILE *out);
 
 /* ---- run, hold, elect (run.c) ----------------------------------------- */
 
 /* argv[0] is "run", "hold" or "elect". Returns the exit code. */
 int cli_run(int argc, char **argv, const cli_global *g);
 
-/* Descriptors open when dlock started (besides 0-2): handed on to the
- * command untouched, closed in the guardian. Filled by cli_note_fds(). */
-void cli_note_fds(void);
-size_t cli_inherited_fds(const int **fds);
-
-/* ---- signals (run.c) ------------------------------------------------- */
+/* ---- signals (signals.c) ---------------------------------------------- */
 
 /* Handled signals (INT TERM HUP QUIT USR1 USR2 WINCH CONT CHLD) are blocked
  * in every thread but the one waiting for them, and their handler writes the
- * signal number as one byte to a self-pipe. */
+ * signal number as one byte to a self-pipe. run.c sets it up and waits on it;
+ * child.c uses it while the command runs.
+ *
+ * Install the handlers and block the signals in this thread (and so in every
+ * thread started from it): before the client exists. -1 with errno. */
+int cli_sig_setup(void);
+/* Undo cli_sig_setup (also after one that failed half-way). */
+void cli_sig_teardown(void);
+/* The handled signals, for the thread that unblocks them to wait. */
+const sigset_t *cli_sig_handled(void);
+/* The self-pipe's read end, to poll. */
 int cli_sig_fd(void);
 /* Next signal from the self-pipe, 0 when none is pending. */
 int cli_sig_next(void);
@@ -65,6 +71,12 @@ void cli_sig_forget(void);
 int cli_sig_terminates(int sig);
 
 /* ---- command supervision (child.c) ------------------------------------ */
+
+/* Descriptors open when dlock started (besides 0-2): handed on to the
+ * command untouched, closed in the guardian. main() calls cli_note_fds()
+ * before it opens anything. */
+void cli_note_fds(void);
+size_t cli_inherited_fds(const int **fds);
 
 typedef struct cli_supervise_cfg {
     const char *cmdname; /* "run" or "elect", for messages */

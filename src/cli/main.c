@@ -1,32 +1,24 @@
-/* main.c — dlock(1): global options, dispatch, help, and the inspection
- * commands (status, list, backends). run/hold/elect live in run.c. */
+/* main.c — dlock(1): global options, the command table (usage list, help,
+ * dispatch), and the inspection commands (status, list, break, backends).
+ * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
 
-static const char usage_text[] =
+/* `dlock --help` is usage_head, the command list built from the command
+ * table (at the end of this file), then usage_tail. */
+static const char usage_head[] =
     "usage: dlock [--url URL] [-v] COMMAND [ARGS...]\n"
     "\n"
     "Distributed locks over the systems you already run.\n"
     "\n"
-    "commands:\n"
-    "  run [OPTIONS] NAME -- CMD [ARGS...]\n"
-    "                      take lock NAME, run CMD while holding it, release it\n"
-    "  hold [OPTIONS] NAME print the fencing token, hold NAME until SIGINT/SIGTERM\n"
-    "  elect [OPTIONS] NAME -- CMD [ARGS...]\n"
-    "                      become leader of NAME, run CMD while leader\n"
-    "  status NAME [--json]   who holds NAME, token, lease, waiters\n"
-    "  list [PREFIX] [--json] names of known locks\n"
-    "  break NAME --force     take NAME from its holders (logged to syslog)\n"
-    "  backends [--json]      capabilities and guarantees of every backend\n"
-    "  bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')\n"
-    "  check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')\n"
-    "  help [COMMAND]         this text, or the options of COMMAND\n"
+    "commands:\n";
+
+static const char usage_tail[] =
     "\n"
     "global options:\n"
     "  --url URL      backend URL (default: $DLOCK_URL, else the embedded file\n"
@@ -153,32 +145,6 @@ static const char backends_help[] =
     "lease, native blocking, election), how a dead holder loses the lock, and\n"
     "what the fencing tokens promise.\n";
 
-int cli_help(const char *cmd, FILE *out)
-{
-    static const struct {
-        const char *name, *text;
-    } helps[] = {{"run", run_help},           {"hold", hold_help},
-                 {"elect", elect_help},       {"status", status_help},
-                 {"list", list_help},         {"backends", backends_help},
-                 {"break", break_help},
-                 {"help", usage_text}};
-    if (!cmd) {
-        fputs(usage_text, out);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
-        if (strcmp(cmd, helps[i].name) == 0) {
-            fputs(helps[i].text, out);
-            return 0;
-        }
-    if (strcmp(cmd, "bench") == 0 || strcmp(cmd, "check") == 0) {
-        char *argv[] = {(char *)cmd, (char *)"--help", NULL};
-        return strcmp(cmd, "bench") == 0 ? cli_bench(2, argv, NULL) : cli_check(2, argv, NULL);
-    }
-    char shown[CLI_SHOW_MAX];
-    return cli_usage("help", "unknown command %s", cli_show(cmd, shown, sizeof shown));
-}
-
 /* --json / --help handling shared by the inspection commands. */
 enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE, OPT_FORCE };
 
@@ -234,7 +200,8 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             *force = 1;
             break;
         case OPT_HELP:
-            return cli_help(argv[0], stdout);
+            fputs(g->help, stdout); /* this command's row in the table */
+            return 0;
         case OPT_URL:
             g->url = p.val;
             break;
@@ -602,44 +569,161 @@ static int cmd_backends(int argc, char **argv, cli_global *g)
     return finish_stdout("backends");
 }
 
-static int cmd_version(void)
+static int cmd_version(int argc, char **argv, cli_global *g)
 {
+    (void)argc, (void)argv, (void)g; /* any arguments are ignored, as always */
     printf("dlock %s (libdlock %s)\n", DLOCK_VERSION_STRING, dlock_version());
     return finish_stdout("version");
 }
 
-/* Record which descriptors the caller gave us (before anything of ours is
- * open), so that the command inherits exactly those. */
-static int inherited[64];
-static size_t ninherited;
-
-void cli_note_fds(void)
+/* Subcommands in other files, adapted to the table's handler type. */
+static int cmd_run(int argc, char **argv, cli_global *g)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return; /* no /proc: hand nothing extra to the command */
-    int self = dirfd(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && ninherited < sizeof inherited / sizeof inherited[0]) {
-        long fd;
-        if (cli_parse_long(e->d_name, 3, 1 << 30, &fd) == 0 && fd != self)
-            inherited[ninherited++] = (int)fd;
+    return cli_run(argc, argv, g);
+}
+
+static int cmd_bench(int argc, char **argv, cli_global *g)
+{
+    return cli_bench(argc, argv, g->url);
+}
+
+static int cmd_check(int argc, char **argv, cli_global *g)
+{
+    return cli_check(argc, argv, g->url);
+}
+
+/* bench and check keep their long help beside their own options and print
+ * it on --help; `dlock help bench` asks them for it the same way. */
+static int help_bench(void)
+{
+    char *argv[] = {(char *)"bench", (char *)"--help", NULL};
+    return cli_bench(2, argv, NULL);
+}
+
+static int help_check(void)
+{
+    char *argv[] = {(char *)"check", (char *)"--help", NULL};
+    return cli_check(2, argv, NULL);
+}
+
+static int help_usage(void);
+static int cmd_help(int argc, char **argv, cli_global *g);
+
+/* ---- the command table -------------------------------------------------- */
+
+/* Every subcommand, once: the list in `dlock --help`, `dlock help NAME`,
+ * `dlock NAME --help` (the text reaches the handler as g->help) and the
+ * dispatch in main() are all read from here. */
+typedef struct command {
+    const char *name;
+    const char *synopsis; /* left column of the usage list; NULL: not listed */
+    const char *summary;  /* right column */
+    int block;            /* listed rows of one block share the summary column */
+    const char *help;     /* help text; NULL: print_help prints it */
+    /* Commands with neither (version) have no help: `dlock help version` is
+     * refused as before. */
+    int (*print_help)(void);
+    int (*handler)(int argc, char **argv, cli_global *g); /* argv[0] is name */
+} command;
+
+static const command commands[] = {
+    {"run", "run [OPTIONS] NAME -- CMD [ARGS...]",
+     "take lock NAME, run CMD while holding it, release it", 1, run_help, NULL, cmd_run},
+    {"hold", "hold [OPTIONS] NAME",
+     "print the fencing token, hold NAME until SIGINT/SIGTERM", 1, hold_help, NULL, cmd_run},
+    {"elect", "elect [OPTIONS] NAME -- CMD [ARGS...]",
+     "become leader of NAME, run CMD while leader", 1, elect_help, NULL, cmd_run},
+    {"status", "status NAME [--json]", "who holds NAME, token, lease, waiters", 2, status_help,
+     NULL, cmd_status},
+    {"list", "list [PREFIX] [--json]", "names of known locks", 2, list_help, NULL, cmd_list},
+    {"break", "break NAME --force", "take NAME from its holders (logged to syslog)", 2,
+     break_help, NULL, cmd_break},
+    {"backends", "backends [--json]", "capabilities and guarantees of every backend", 2,
+     backends_help, NULL, cmd_backends},
+    {"bench", "bench [OPTIONS]", "measure the cost of locking (see 'dlock help bench')", 2, NULL,
+     help_bench, cmd_bench},
+    {"check", "check [OPTIONS]", "measure what the lock guarantees (see 'dlock help check')", 2,
+     NULL, help_check, cmd_check},
+    {"help", "help [COMMAND]", "this text, or the options of COMMAND", 2, NULL, help_usage,
+     cmd_help},
+    {"version", NULL, NULL, 0, NULL, NULL, cmd_version},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+/* A synopsis longer than this puts its summary on the next line, so that
+ * one long entry does not push its whole block's column to the right. */
+#define SYNOPSIS_WRAP 24
+
+/* Where the summaries of block start: one space after the longest synopsis
+ * that shares their line. */
+static int summary_column(int block)
+{
+    int col = 0;
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const command *c = &commands[i];
+        int len = c->synopsis ? (int)strlen(c->synopsis) : 0;
+        if (c->synopsis && c->block == block && len <= SYNOPSIS_WRAP && 2 + len + 1 > col)
+            col = 2 + len + 1;
     }
-    closedir(d);
-    /* ascending, for the child's close_range walk */
-    for (size_t i = 1; i < ninherited; i++)
-        for (size_t j = i; j > 0 && inherited[j - 1] > inherited[j]; j--) {
-            int t = inherited[j];
-            inherited[j] = inherited[j - 1];
-            inherited[j - 1] = t;
-        }
+    return col;
 }
 
-size_t cli_inherited_fds(const int **fds)
+static void print_usage(FILE *out)
 {
-    *fds = inherited;
-    return ninherited;
+    fputs(usage_head, out);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const command *c = &commands[i];
+        if (!c->synopsis)
+            continue;
+        int col = summary_column(c->block);
+        if ((int)strlen(c->synopsis) <= SYNOPSIS_WRAP)
+            fprintf(out, "  %-*s%s\n", col - 2, c->synopsis, c->summary);
+        else
+            fprintf(out, "  %s\n%*s%s\n", c->synopsis, col, "", c->summary);
+    }
+    fputs(usage_tail, out);
 }
+
+static int help_usage(void)
+{
+    print_usage(stdout);
+    return 0;
+}
+
+/* The help of command name (NULL: the usage); 0, or 64 if there is none. */
+static int show_help(const char *name)
+{
+    if (!name)
+        return help_usage();
+    const command *c = find_command(name);
+    if (c && c->help) {
+        fputs(c->help, stdout);
+        return 0;
+    }
+    if (c && c->print_help)
+        return c->print_help();
+    char shown[CLI_SHOW_MAX];
+    return cli_usage("help", "unknown command %s", cli_show(name, shown, sizeof shown));
+}
+
+static int cmd_help(int argc, char **argv, cli_global *g)
+{
+    (void)g;
+    if (argc > 2)
+        return cli_usage("help", "too many arguments");
+    int rc = show_help(argc > 1 ? argv[1] : NULL);
+    return rc ? rc : finish_stdout("help");
+}
+
+/* ---- main --------------------------------------------------------------- */
 
 enum { G_URL = 1, G_VERBOSE, G_HELP, G_VERSION };
 
@@ -654,7 +738,7 @@ static const cli_opt global_opts[] = {
 int main(int argc, char **argv)
 {
     cli_note_fds();
-    cli_global g = {.url = NULL, .verbose = 0};
+    cli_global g = {.url = NULL, .verbose = 0, .help = NULL};
     const char *env = getenv("DLOCK_URL");
     if (env && *env)
         g.url = env;
@@ -681,38 +765,21 @@ int main(int argc, char **argv)
             g.verbose = 1;
             break;
         case G_HELP:
-            fputs(usage_text, stdout);
+            print_usage(stdout);
             return finish_stdout("help");
         case G_VERSION:
-            return cmd_version();
+            return cmd_version(0, NULL, &g);
         }
     }
     /* The subcommand sees itself as argv[0]. */
     int sargc = argc - (p.idx - 1);
     char **sargv = argv + (p.idx - 1);
 
-    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "hold") == 0 || strcmp(cmd, "elect") == 0)
-        return cli_run(sargc, sargv, &g);
-    if (strcmp(cmd, "status") == 0)
-        return cmd_status(sargc, sargv, &g);
-    if (strcmp(cmd, "list") == 0)
-        return cmd_list(sargc, sargv, &g);
-    if (strcmp(cmd, "break") == 0)
-        return cmd_break(sargc, sargv, &g);
-    if (strcmp(cmd, "backends") == 0)
-        return cmd_backends(sargc, sargv, &g);
-    if (strcmp(cmd, "bench") == 0)
-        return cli_bench(sargc, sargv, g.url);
-    if (strcmp(cmd, "check") == 0)
-        return cli_check(sargc, sargv, g.url);
-    if (strcmp(cmd, "version") == 0)
-        return cmd_version();
-    if (strcmp(cmd, "help") == 0) {
-        if (sargc > 2)
-            return cli_usage("help", "too many arguments");
-        int rc = cli_help(sargc > 1 ? sargv[1] : NULL, stdout);
-        return rc ? rc : finish_stdout("help");
+    const command *c = find_command(cmd);
+    if (!c) {
+        char shown[CLI_SHOW_MAX];
+        return cli_usage(NULL, "unknown command %s", cli_show(cmd, shown, sizeof shown));
     }
-    char shown[CLI_SHOW_MAX];
-    return cli_usage(NULL, "unknown command %s", cli_show(cmd, shown, sizeof shown));
+    g.help = c->help;
+    return c->handler(sargc, sargv, &g);
 }

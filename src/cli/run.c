@@ -1,10 +1,10 @@
-/* run.c — `dlock run`, `dlock hold` and `dlock elect`: options, signals,
- * taking the lock (with a helper thread that reports and cancels), holding
- * it, and giving it back. The command itself is supervised in child.c. */
+/* run.c — `dlock run`, `dlock hold` and `dlock elect`: options, taking the
+ * lock (with a helper thread that reports and cancels), holding it, and
+ * giving it back. The command itself is supervised in child.c; signals
+ * arrive through the self-pipe of signals.c. */
 #include "cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -15,121 +15,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- signals ------------------------------------------------------------ */
-
-static const int handled[] = {SIGINT,  SIGTERM,  SIGHUP,  SIGQUIT, SIGUSR1,
-                              SIGUSR2, SIGWINCH, SIGCONT, SIGCHLD};
-#define NHANDLED (sizeof handled / sizeof handled[0])
-
-static int sig_pipe[2] = {-1, -1};
-static struct sigaction old_act[NHANDLED], old_pipe_act;
-static int installed[NHANDLED], pipe_ignored;
-static sigset_t handled_set, orig_mask, poll_mask;
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-    if (write(sig_pipe[1], &b, 1) < 0) {
-        /* pipe full: plenty of wake-ups are already pending */
-    }
-    errno = saved;
-}
-
-/* Install the self-pipe handlers and block the signals in this thread (and
- * so in every thread the library starts from it). */
-static int signals_setup(void)
-{
-    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-        return -1;
-    sigemptyset(&handled_set);
-    for (size_t i = 0; i < NHANDLED; i++)
-        sigaddset(&handled_set, handled[i]);
-    if (pthread_sigmask(SIG_BLOCK, &handled_set, &orig_mask) != 0)
-        return -1;
-    poll_mask = orig_mask;
-    for (size_t i = 0; i < NHANDLED; i++)
-        sigdelset(&poll_mask, handled[i]);
-    for (size_t i = 0; i < NHANDLED; i++) {
-        if (sigaction(handled[i], NULL, &old_act[i]) < 0)
-            return -1;
-        /* A signal our caller ignores (nohup, "cmd &" in a script ignoring
-         * INT and QUIT) stays ignored, for us and for the command. SIGCHLD
-         * is ours: ignoring it would reap the command behind our back. */
-        if (old_act[i].sa_handler == SIG_IGN && handled[i] != SIGCHLD)
-            continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sa.sa_flags = SA_RESTART;
-        sigfillset(&sa.sa_mask);
-        if (sigaction(handled[i], &sa, NULL) < 0)
-            return -1;
-        installed[i] = 1;
-    }
-    /* Writing to a closed stdout is an error to report, not a silent death. */
-    struct sigaction ign;
-    memset(&ign, 0, sizeof ign);
-    ign.sa_handler = SIG_IGN;
-    if (sigaction(SIGPIPE, &ign, &old_pipe_act) < 0)
-        return -1;
-    pipe_ignored = 1;
-    return 0;
-}
-
-void cli_sig_restore(void)
-{
-    for (size_t i = 0; i < NHANDLED; i++)
-        if (installed[i])
-            sigaction(handled[i], &old_act[i], NULL);
-    if (pipe_ignored)
-        sigaction(SIGPIPE, &old_pipe_act, NULL);
-    sigprocmask(SIG_SETMASK, &orig_mask, NULL);
-}
-
-void cli_sig_forget(void)
-{
-    if (sig_pipe[0] >= 0)
-        close(sig_pipe[0]);
-    if (sig_pipe[1] >= 0)
-        close(sig_pipe[1]);
-}
-
-int cli_sig_fd(void)
-{
-    return sig_pipe[0];
-}
-
-int cli_sig_next(void)
-{
-    unsigned char b;
-    ssize_t r;
-    do
-        r = read(sig_pipe[0], &b, 1);
-    while (r < 0 && errno == EINTR);
-    return r == 1 ? b : 0;
-}
-
-const sigset_t *cli_sig_pollmask(void)
-{
-    return &poll_mask;
-}
-
-int cli_sig_terminates(int sig)
-{
-    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
-}
-
-static void signals_teardown(void)
-{
-    cli_sig_restore();
-    if (sig_pipe[0] >= 0)
-        close(sig_pipe[0]);
-    if (sig_pipe[1] >= 0)
-        close(sig_pipe[1]);
-    sig_pipe[0] = sig_pipe[1] = -1;
-}
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -304,7 +189,10 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->url = p.val;
             break;
         case R_HELP:
-            return cli_help(cmd, stdout);
+            /* The text comes from main.c's command table through g, so
+             * that run.c never calls back into main.c. */
+            fputs(g->help, stdout);
+            return 0;
         }
     }
 done:
@@ -423,7 +311,7 @@ static void *waiter_main(void *arg)
     waiter *w = arg;
     /* The only thread with the signals unblocked: handlers run here, never
      * inside the library's calls. */
-    pthread_sigmask(SIG_UNBLOCK, &handled_set, NULL);
+    pthread_sigmask(SIG_UNBLOCK, cli_sig_handled(), NULL);
     int64_t next_report = w->started_ms + 1000;
     for (;;) {
         int timeout = -1;
@@ -432,7 +320,7 @@ static void *waiter_main(void *arg)
             timeout = 50; /* see below */
         else if (w->cfg->verbose)
             timeout = next_report > now ? (int)(next_report - now) : 0;
-        struct pollfd fds[2] = {{.fd = sig_pipe[0], .events = POLLIN},
+        struct pollfd fds[2] = {{.fd = cli_sig_fd(), .events = POLLIN},
                                 {.fd = w->stop_fd, .events = POLLIN}};
         int n = poll(fds, 2, timeout);
         if (n < 0 && errno != EINTR)
@@ -460,7 +348,7 @@ static void *waiter_main(void *arg)
             next_report = cli_now_ms() + 1000;
         }
     }
-    pthread_sigmask(SIG_BLOCK, &handled_set, NULL);
+    pthread_sigmask(SIG_BLOCK, cli_sig_handled(), NULL);
     return NULL;
 }
 
@@ -601,7 +489,7 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
     }
     int lost_fd = dlock_lost_fd(lock);
     for (;;) {
-        struct pollfd fds[2] = {{.fd = sig_pipe[0], .events = POLLIN},
+        struct pollfd fds[2] = {{.fd = cli_sig_fd(), .events = POLLIN},
                                 {.fd = lost_fd, .events = POLLIN}};
         struct timespec ts, *tsp = NULL;
         if (lose_at >= 0) {
@@ -653,9 +541,9 @@ int cli_run(int argc, char **argv, const cli_global *g)
     if ((rc = cli_check_name(cfg.cmdname, cfg.name)) != 0)
         return rc;
     /* Before the client exists, so that its threads inherit the mask. */
-    if (signals_setup() < 0) {
+    if (cli_sig_setup() < 0) {
         cli_err("%s: cannot set up signal handling: %s", cfg.cmdname, strerror(errno));
-        signals_teardown();
+        cli_sig_teardown();
         return CLI_EXIT_SOFTWARE;
     }
     dlock_client *c = NULL;
@@ -745,6 +633,6 @@ out:
         dlock_lock_free(lock);
     if (c)
         dlock_client_close(c);
-    signals_teardown();
+    cli_sig_teardown();
     return rc;
 }
