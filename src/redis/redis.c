@@ -636,6 +636,13 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         if (result)
             (void)release_quietly(l);
     }
+    /* A request of a timed wait cut short by the deadline bound (after the
+     * caller's deadline passed) means the wait ran out, not that a server
+     * that answered until then is gone. */
+    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
+        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out (a request was still "
+                                                  "unanswered at the deadline)",
+                             l->name);
     return result;
 }
 
