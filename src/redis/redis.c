@@ -576,13 +576,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         }
         if (x != RD_OK) {
             abort_wait(l);
-            /* Past the deadline the wait is over whatever held the reply
-             * up (a server answers BLPOP up to its cron period late). */
-            if (deadline > 0 && dl_ms_left(deadline) == 0 && x == RD_EIO)
-                result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%s)",
-                                     l->name, err);
-            else
-                result = call_failed(l, "waiting", x, err);
+            result = call_failed(l, "waiting", x, err); /* past the deadline: see below */
             break;
         }
         bool woken = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
@@ -637,12 +631,15 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             (void)release_quietly(l);
     }
     /* A request of a timed wait cut short by the deadline bound (after the
-     * caller's deadline passed) means the wait ran out, not that a server
-     * that answered until then is gone. */
-    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
-        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out (a request was still "
-                                                  "unanswered at the deadline)",
-                             l->name);
+     * caller's deadline passed; a server answers BLPOP up to its cron period
+     * late) means the wait ran out, not that the server is gone. */
+    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0) {
+        char why[DL_ERRMSG_MAX];
+        const char *detail = strstr(l->errmsg, "\": ");
+        snprintf(why, sizeof why, "%s", detail ? detail + 3 : l->errmsg);
+        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%.300s)",
+                             l->name, why);
+    }
     return result;
 }
 
