@@ -1,28 +1,44 @@
-# dlock_backend(NAME DESCRIPTORS d... SOURCES s... [LIB_SOURCES s...] [PKG module] [DEB package])
+# dlock_backend(NAME DESCRIPTORS d... SOURCES s... [LIB_SOURCES s...]
+#               [PKG module | LIBRARY lib HEADER header] [DEB package])
 #
 # Registers one backend (or family): DESCRIPTORS are the names of its
 # `const dl_backend dl_backend_<d>` descriptors, registered in this order;
 # SOURCES are always compiled (they hold the descriptors); LIB_SOURCES and
-# the define DLOCK_HAVE_<NAME> only when the pkg-config module PKG is found
-# (or when there is none). -DDLOCK_WITH_<NAME>=OFF leaves the library out.
+# the define DLOCK_HAVE_<NAME> only when its client library is found: the
+# pkg-config module PKG, or, for a library that ships no .pc file (the
+# ZooKeeper C client), LIBRARY and its HEADER. No library named: always
+# built. -DDLOCK_WITH_<NAME>=OFF leaves the library out.
 function(dlock_backend name)
-  cmake_parse_arguments(B "" "PKG;DEB" "DESCRIPTORS;SOURCES;LIB_SOURCES" ${ARGN})
+  cmake_parse_arguments(B "" "PKG;DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES" ${ARGN})
   string(TOUPPER "${name}" up)
   string(REPLACE "+" "_" up "${up}")
   set(have FALSE)
-  if(NOT B_PKG)
+  if(NOT B_PKG AND NOT B_LIBRARY)
     set(have TRUE)
   else()
-    option(DLOCK_WITH_${up} "Build the ${name} backend (needs ${B_PKG})" ON)
-    if(DLOCK_WITH_${up} AND PKG_CONFIG_FOUND)
+    option(DLOCK_WITH_${up} "Build the ${name} backend (needs ${B_PKG}${B_LIBRARY})" ON)
+    if(DLOCK_WITH_${up} AND B_PKG AND PKG_CONFIG_FOUND)
       pkg_check_modules(DLOCK_PKG_${up} IMPORTED_TARGET ${B_PKG})
+    elseif(DLOCK_WITH_${up} AND B_LIBRARY)
+      find_library(DLOCK_LIB_${up} ${B_LIBRARY})
+      find_path(DLOCK_INC_${up} ${B_HEADER})
+      if(DLOCK_LIB_${up} AND DLOCK_INC_${up})
+        add_library(dlock_lib_${name} INTERFACE IMPORTED GLOBAL)
+        target_link_libraries(dlock_lib_${name} INTERFACE ${DLOCK_LIB_${up}})
+        target_include_directories(dlock_lib_${name} INTERFACE ${DLOCK_INC_${up}})
+        set(DLOCK_PKG_${up}_FOUND TRUE)
+      endif()
     endif()
-    if(DLOCK_PKG_${up}_FOUND)
+    if(DLOCK_PKG_${up}_FOUND AND B_PKG)
       set(have TRUE)
       set(DLOCK_BACKEND_LIBS ${DLOCK_BACKEND_LIBS} PkgConfig::DLOCK_PKG_${up} PARENT_SCOPE)
       set(DLOCK_PC_REQUIRES_PRIVATE ${DLOCK_PC_REQUIRES_PRIVATE} ${B_PKG} PARENT_SCOPE)
+    elseif(DLOCK_PKG_${up}_FOUND)
+      set(have TRUE)
+      set(DLOCK_BACKEND_LIBS ${DLOCK_BACKEND_LIBS} dlock_lib_${name} PARENT_SCOPE)
+      set(DLOCK_PC_LIBS_PRIVATE ${DLOCK_PC_LIBS_PRIVATE} -l${B_LIBRARY} PARENT_SCOPE)
     else()
-      message(STATUS "${B_PKG} not found (Debian: ${B_DEB}): the ${name} backend will report itself missing")
+      message(STATUS "${B_PKG}${B_LIBRARY} not found (Debian: ${B_DEB}): the ${name} backend will report itself missing")
     endif()
   endif()
   set(sources ${DLOCK_BACKEND_SOURCES} ${B_SOURCES})

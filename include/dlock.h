@@ -181,8 +181,11 @@ DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
 /*
  * How many more milliseconds the held lock is certain to be valid: for a
  * lease, the time until its deadline minus the clock-drift allowance — the
- * moment it is declared lost unless a renewal succeeds first. -1 when the
- * lock is held but its liveness is not a lease (kernel lock, session); 0
+ * moment it is declared lost unless a renewal succeeds first; for a
+ * ZooKeeper session, until 2/3 of the session timeout past the server's
+ * last reply (when the lock is declared lost). -1 when the lock is held
+ * but its liveness has no deadline on our clock (kernel lock, database
+ * connection); 0
  * when it is not held (or that moment has passed). A supervisor that may be
  * stopped along with its process can use it to stop work in time.
  */

@@ -9,6 +9,8 @@ packages=(
   libcmocka-dev                           # unit and integration tests
   libhiredis-dev                          # the redis backends
   redis-server redis-sentinel redis-tools # real servers the redis tests start
+  libzookeeper-mt-dev zookeeper           # the zk backend and the servers its tests start
+  default-jre-headless                    # ZooKeeper's JVM
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

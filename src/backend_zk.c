@@ -1,10 +1,38 @@
 /*
- * backend_zk.c — ZooKeeper: ephemeral sequential znodes, a watch on the predecessor.
+ * backend_zk.c — ZooKeeper: ephemeral sequential znodes, a watch on the
+ * predecessor only.
  *
- * Not written yet: the descriptor states what the backend will offer, so
- * that `dlock backends` shows the whole product and a zk URL answers
- * DLOCK_ENOTSUP naming what is missing. Its issue fills in the operations
- * here.
+ * Layout: every lock name is a container znode CHROOT/dlock/NAME (names are
+ * printable ASCII without '/', never "." or "..": valid znode names as they
+ * are). Each acquisition creates one ephemeral sequential child
+ *
+ *     KIND-OWNER-SEQUENCE      KIND: "x" exclusive, "r" shared, "sN" semaphore of N
+ *
+ * whose data is "HOLDER\nVALUE" (the holder's description; a leader's value
+ * after the newline). Children in sequence order form the queue; a node
+ * holds when no earlier node excludes it (exclusive: none earlier; shared:
+ * no earlier non-reader; semaphore: fewer than N earlier, all semaphore
+ * nodes). A waiter watches one node — the one whose going can let it in —
+ * so a release wakes one waiter. The token is the holder node's creation
+ * zxid: it rises with every create in the ensemble, leader changes included.
+ * The owner id in the node's name finds the node again when a create's
+ * reply is lost (Curator's "protected" mode).
+ *
+ * Liveness is the session. The client asks the server for a reply at least
+ * every ttl/3 (one request per client, shared by its locks) and the core's
+ * watchdog declares every lock lost when no reply came for 2/3 of the
+ * negotiated session timeout — before the server can expire the session
+ * and let another client in (the server counts the timeout from our last
+ * request it saw, which is after our last reply's request was sent).
+ * Session expiry and the deletion of a holder's node (dlock break) are
+ * reported at once through watches.
+ *
+ * Only the asynchronous API of the C client is used: its synchronous calls
+ * cannot be bounded by a deadline. Each request is a zk_call, listed in the
+ * client; the waiter polls an eventfd (and the cancel descriptor) while the
+ * client's completion thread fills the call in. A waiter that gives up
+ * leaves the call to the completion, which frees it (and deletes a node
+ * created too late).
  */
 #include "internal.h"
 
@@ -13,13 +41,1786 @@ static const dl_scheme zk_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
+/* The facts, the same whether the client library is built in or not. */
+#define ZK_CAPS                                                                              \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |           \
+     DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
+#define ZK_LIVENESS                                                                          \
+    "ephemeral znode of the client's session: gone when the session ends or expires; the "  \
+    "holder is told before the server can expire it (no reply for 2/3 of the session "       \
+    "timeout); a paused holder learns only when it runs again (fencing catches it)"
+#define ZK_FENCING                                                                           \
+    "creation zxid of the holder's znode: rises with every write of the ensemble, across "   \
+    "leader changes, while a quorum lives"
+
+#ifdef DLOCK_HAVE_ZK
+#include <zookeeper/zookeeper.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define ZK_DEFAULT_SESSION_MS 10000
+#define ZK_PATH_MAX 1024
+
+enum call_kind {
+    CALL_CREATE,   /* created path and stat */
+    CALL_CHILDREN, /* children names */
+    CALL_STAT,     /* stat (exists) */
+    CALL_DATA,     /* data and stat (get) */
+    CALL_VOID,     /* delete, add_auth */
+    CALL_SET,      /* set data: stat */
+    CALL_WATCH,    /* a waiter's watch: done when it fires */
+    CALL_OWN       /* a holder's watch on its own node: fires a loss */
+};
+
+typedef struct zkclient zkclient;
+
+/* One request (or watch) in flight. Guarded by the client's mu. */
+typedef struct zk_call {
+    struct zk_call *next;
+    zkclient *zc;
+    zhandle_t *zh; /* the handle it was sent on */
+    enum call_kind kind;
+    int evfd;       /* the waiter's eventfd, -1 once it gave up */
+    int refs;       /* replies and armed watches outstanding */
+    bool armed;     /* a watch of ours may still fire */
+    bool done;      /* the reply came */
+    bool fired;     /* WATCH: the node event (or the session's end) came */
+    bool lost;      /* OWN: the node is gone (told to the holder if held) */
+    bool held;      /* OWN: the acquisition succeeded: a deletion is a loss */
+    bool abandoned; /* the waiter gave up: the last reference frees it */
+    int rc;         /* ZOK or a ZooKeeper error */
+    int event;      /* WATCH: the event type */
+    char *path;     /* CREATE: the node created; OWN: the node watched */
+    struct Stat stat;
+    char **kids; /* CHILDREN */
+    int nkids;
+    char *data; /* DATA */
+    int datalen;
+    dlock_lock *lock; /* OWN: the holder to tell */
+} zk_call;
+
+/* A node whose waiter gave up while its fate was unknown (the create's or
+ * the delete's reply lost): deleted, found by its owner id, once the
+ * connection is back. */
+typedef struct zk_orphan {
+    struct zk_orphan *next;
+    zkclient *zc;
+    zhandle_t *zh; /* the handle of the search in flight */
+    char parent[ZK_PATH_MAX];
+    char owner[DL_OWNER_HEX + 1];
+    bool searching;
+} zk_orphan;
+
+struct zkclient {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* session state changes; loss callbacks finishing */
+    /* Held for reading by every operation, for writing to replace an
+     * expired session's handle. Never taken by the C client's threads. */
+    pthread_rwlock_t rw;
+    zhandle_t *zh;
+    char *hosts; /* "h1:p1,h2:p2" */
+    char *base;  /* CHROOT/dlock */
+    char *cred;  /* "user:password" for digest auth, or NULL */
+    const char *redacted;
+    int session_ms; /* asked for */
+    int negotiated_ms;
+    int connect_ms, op_ms;
+    int state; /* last session state seen */
+    bool expired;
+    int64_t disconnected_ns;
+    int64_t confirmed_ns; /* when a request the server answered was sent */
+    zk_call *calls;
+    zk_orphan *orphans;
+    int busy; /* loss callbacks running (outside mu) */
+    pthread_t busy_thread;
+    struct ACL_vector acl; /* of names and lock nodes */
+    struct ACL acl_entries[2];
+    char self[200];
+};
+
+typedef struct zklock {
+    char parent[ZK_PATH_MAX];
+    char path[ZK_PATH_MAX]; /* our node while waiting or holding, "" none */
+    char kind[16];          /* "x", "r", "sN" */
+    zk_call *own;           /* the watch on our node while held */
+} zklock;
+
+static zkclient *zc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+static int64_t ms_to_ns(int64_t ms)
+{
+    return ms * 1000000LL;
+}
+
+/* dir/name into buf: false if it does not fit. */
+static bool pjoin(char *buf, size_t len, const char *dir, const char *name)
+{
+    int n = snprintf(buf, len, "%s/%s", dir, name);
+    return n >= 0 && (size_t)n < len;
+}
+
+static const char *zk_errstr(int rc)
+{
+    return zerror(rc);
+}
+
+/* Wake a waiter's poll. */
+static void poke(int fd)
+{
+    uint64_t one = 1;
+    if (fd >= 0 && write(fd, &one, sizeof one) < 0) {
+        /* only on counter overflow: a wake-up is pending anyway */
+    }
+}
+
+/* ---- calls ---------------------------------------------------------------- */
+
+/*
+ * A call lives while anything can still reach it: refs counts the replies
+ * and armed watches outstanding (the C client keeps a watch's context until
+ * a node event consumes it, and hands every watch each session event). The
+ * waiter gives it up with call_drop; whoever drops the last reference of an
+ * abandoned call frees it. All under the client's mu.
+ */
+static void call_free(zk_call *k)
+{
+    free(k->path);
+    for (int i = 0; i < k->nkids; i++)
+        free(k->kids[i]);
+    free(k->kids);
+    free(k->data);
+    free(k);
+}
+
+static void call_unlink(zkclient *zc, zk_call *k)
+{
+    for (zk_call **pp = &zc->calls; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            return;
+        }
+}
+
+/* mu held: one reference gone; frees an abandoned call with none left
+ * (true: k is gone). */
+static bool call_unref(zk_call *k)
+{
+    if (--k->refs > 0 || !k->abandoned)
+        return false;
+    call_unlink(k->zc, k);
+    call_free(k);
+    return true;
+}
+
+static zk_call *call_new(zkclient *zc, zhandle_t *zh, enum call_kind kind, int evfd)
+{
+    zk_call *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->zc = zc;
+    k->zh = zh;
+    k->kind = kind;
+    k->evfd = evfd;
+    pthread_mutex_lock(&zc->mu);
+    k->next = zc->calls;
+    zc->calls = k;
+    pthread_mutex_unlock(&zc->mu);
+    return k;
+}
+
+/* The waiter is done with k. */
+static void call_drop(zk_call *k)
+{
+    if (!k)
+        return;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    k->abandoned = true;
+    k->evfd = -1;
+    k->refs++;
+    call_unref(k);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* Account for a request about to be sent (mu not held): its reply, and its
+ * watch if it sets one. */
+static void call_arm(zk_call *k, bool watch)
+{
+    pthread_mutex_lock(&k->zc->mu);
+    k->refs += watch ? 2 : 1;
+    k->armed = watch;
+    pthread_mutex_unlock(&k->zc->mu);
+}
+
+/* The request could not be sent (rc from the C client): no callback will
+ * come; done at once with that error. */
+static void call_unsent(zk_call *k, int rc)
+{
+    pthread_mutex_lock(&k->zc->mu);
+    k->refs -= k->armed ? 2 : 1;
+    k->armed = false;
+    k->rc = rc;
+    k->done = true;
+    pthread_mutex_unlock(&k->zc->mu);
+}
+
+/* A reply came (mu held): record it, wake the waiter, drop its reference.
+ * A watch the server did not set (an error reply; for exists, ZNONODE sets
+ * one) drops its reference too. True when k is gone. */
+static bool call_reply(zk_call *k, int rc, bool watch_set)
+{
+    k->rc = rc;
+    k->done = true;
+    poke(k->evfd);
+    if (k->armed && !watch_set) {
+        k->armed = false;
+        k->refs--;
+    }
+    return call_unref(k);
+}
+
+static void on_void(int rc, const void *data)
+{
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    call_reply(k, rc, false);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_stat(int rc, const struct Stat *st, const void *data)
+{
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    if (rc == ZOK && st)
+        k->stat = *st;
+    call_reply(k, rc, rc == ZOK || rc == ZNONODE);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_data(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    if (rc == ZOK && st)
+        k->stat = *st;
+    if (rc == ZOK && value && len > 0 && !k->abandoned && (k->data = malloc((size_t)len + 1))) {
+        memcpy(k->data, value, (size_t)len);
+        k->data[len] = '\0';
+        k->datalen = len;
+    }
+    call_reply(k, rc, false);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_children(int rc, const struct String_vector *sv, const void *data)
+{
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    int watch_rc = rc;
+    if (rc == ZOK && sv && sv->count > 0 && !k->abandoned) {
+        k->kids = calloc((size_t)sv->count, sizeof *k->kids);
+        for (int i = 0; k->kids && i < sv->count; i++) {
+            if (!(k->kids[i] = strdup(sv->data[i])))
+                break;
+            k->nkids++;
+        }
+        if (k->nkids != sv->count)
+            rc = ZSYSTEMERROR;
+    }
+    call_reply(k, rc, watch_rc == ZOK);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_ignore(int rc, const void *data)
+{
+    (void)rc;
+    (void)data;
+}
+
+static void on_create(int rc, const char *path, const struct Stat *st, const void *data)
+{
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    if (rc == ZOK && k->abandoned && path) {
+        /* Created after its waiter gave up: nobody will use it. */
+        (void)zoo_adelete(k->zh, path, -1, on_ignore, NULL);
+    } else if (rc == ZOK && path && st) {
+        k->stat = *st;
+        if (!(k->path = strdup(path)))
+            rc = ZSYSTEMERROR; /* the waiter leaves it as an orphan */
+    }
+    call_reply(k, rc, false);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void tell_lost(zkclient *zc, dlock_lock **lost, int n, const char *why);
+static void own_rearm(zk_call *k);
+
+/*
+ * The watcher of every node watch. Session events reach every watch the C
+ * client keeps (and leave it in place): they only wake the waiter, which
+ * looks again. A node event consumes the watch: a waiter's fires; a
+ * holder's own node deleted is a loss, its data changed (our own writes)
+ * is watched again.
+ */
+static void node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh;
+    (void)path;
+    zk_call *k = ctx;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    if (type == ZOO_SESSION_EVENT) {
+        if (state == ZOO_EXPIRED_SESSION_STATE && k->kind == CALL_WATCH)
+            k->fired = true;
+        poke(k->evfd);
+        pthread_mutex_unlock(&zc->mu);
+        return;
+    }
+    k->armed = false; /* consumed: its reference goes below */
+    if (k->kind == CALL_WATCH) {
+        k->fired = true;
+        k->event = type;
+        poke(k->evfd);
+        call_unref(k);
+    } else if (k->abandoned) {
+        call_unref(k);
+    } else if (type == ZOO_DELETED_EVENT) {
+        dlock_lock *l = k->lock;
+        bool held = k->held && !k->lost;
+        k->lost = true;
+        poke(k->evfd); /* a waiter whose node went stops waiting */
+        call_unref(k); /* not abandoned: stays */
+        if (held)
+            tell_lost(zc, &l, 1,
+                      "its znode was deleted (dlock break --force, or the session ended)");
+    } else {
+        call_unref(k);
+        own_rearm(k);
+    }
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* The reply to a holder's watch on its own node: a node already gone is a
+ * loss (the watch the server left then waits for a creation that will
+ * never come; its reference stays until the session closes). */
+static void on_own(int rc, const struct Stat *st, const void *data)
+{
+    (void)st;
+    zk_call *k = (zk_call *)data;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    bool armed = rc == ZOK || rc == ZNONODE;
+    if (k->armed && !armed) {
+        k->armed = false;
+        k->refs--;
+    }
+    if (rc == ZNONODE && !k->abandoned && !k->lost) {
+        dlock_lock *l = k->lock;
+        bool held = k->held;
+        k->lost = true;
+        poke(k->evfd);
+        if (held)
+            tell_lost(zc, &l, 1,
+                      "its znode was gone (dlock break --force, or the session ended)");
+    }
+    call_unref(k);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* Watch a holder's own node again (mu held). */
+static void own_rearm(zk_call *k)
+{
+    if (k->abandoned || k->lost || !k->zh)
+        return;
+    k->refs += 2;
+    k->armed = true;
+    if (zoo_awexists(k->zh, k->path, node_watcher, k, on_own, k) != ZOK) {
+        /* The session is going: its end is reported by the session watcher. */
+        k->refs -= 2;
+        k->armed = false;
+    }
+}
+
+/* Wait until *flag (a field of k) is set, the deadline (monotonic ns; -1
+ * none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
+ * DLOCK_ECANCELED. */
+static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, int evfd,
+                         int64_t until_ns, int cancel_fd)
+{
+    zkclient *zc = k->zc;
+    for (;;) {
+        pthread_mutex_lock(&zc->mu);
+        bool set = *flag || (flag2 && *flag2);
+        pthread_mutex_unlock(&zc->mu);
+        if (set)
+            return 0;
+        int ms = until_ns < 0 ? -1 : dl_ms_left(until_ns);
+        if (until_ns >= 0 && ms == 0)
+            return DLOCK_ETIMEDOUT;
+        struct pollfd p[2] = {{.fd = evfd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
+        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno != EINTR)
+            return DLOCK_ETIMEDOUT;
+        if (n > 0 && (p[0].revents & POLLIN)) {
+            uint64_t v;
+            (void)!read(evfd, &v, sizeof v);
+        }
+        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
+            return DLOCK_ECANCELED;
+    }
+}
+
+static int call_wait(zk_call *k, int evfd, int64_t until_ns, int cancel_fd)
+{
+    return call_wait_for(k, &k->done, NULL, evfd, until_ns, cancel_fd);
+}
+
+/* ---- sessions --------------------------------------------------------------- */
+
+/* Tell the holders whose calls are in `lost` (collected under mu, busy
+ * counted) that their lock is gone; mu held on entry and exit. */
+static void tell_lost(zkclient *zc, dlock_lock **lost, int n, const char *why)
+{
+    if (n == 0)
+        return;
+    zc->busy++;
+    zc->busy_thread = pthread_self();
+    pthread_mutex_unlock(&zc->mu);
+    for (int i = 0; i < n; i++)
+        dl_mark_lost(lost[i], why);
+    pthread_mutex_lock(&zc->mu);
+    zc->busy--;
+    pthread_cond_broadcast(&zc->cv);
+}
+
+/* Every held lock of the client is gone (session expired): mu held. */
+static void all_lost(zkclient *zc, const char *why)
+{
+    for (;;) {
+        dlock_lock *lost[64];
+        int n = 0;
+        for (zk_call *k = zc->calls; k && n < 64; k = k->next)
+            if (k->kind == CALL_OWN && !k->abandoned && !k->lost) {
+                k->lost = true;
+                poke(k->evfd);
+                if (k->held)
+                    lost[n++] = k->lock;
+            }
+        if (n == 0)
+            return;
+        tell_lost(zc, lost, n, why);
+    }
+}
+
+static void orphans_purge(zkclient *zc, zhandle_t *zh);
+
+static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)path;
+    zkclient *zc = ctx;
+    if (type != ZOO_SESSION_EVENT || !zc)
+        return;
+    pthread_mutex_lock(&zc->mu);
+    if (zh != zc->zh) { /* an old handle being closed */
+        pthread_mutex_unlock(&zc->mu);
+        return;
+    }
+    zc->state = state;
+    if (state == ZOO_CONNECTED_STATE) {
+        zc->disconnected_ns = 0;
+        zc->negotiated_ms = zoo_recv_timeout(zh);
+        orphans_purge(zc, zh);
+    } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
+        if (!zc->disconnected_ns)
+            zc->disconnected_ns = dl_now_ns();
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        zc->expired = true;
+        all_lost(zc, state == ZOO_AUTH_FAILED_STATE
+                         ? "the ZooKeeper server refused the credentials; the session ended"
+                         : "the ZooKeeper session expired: its nodes are gone");
+    }
+    /* Every waiter looks again (a request on a dead session fails fast). */
+    for (zk_call *k = zc->calls; k; k = k->next)
+        poke(k->evfd);
+    pthread_cond_broadcast(&zc->cv);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+static void log_discard(const char *message)
+{
+    /* The C client logs every reconnection attempt to stderr by default;
+     * failures reach our callers as error codes and messages instead. */
+    (void)message;
+}
+
+/* Connect a new session (zc->zh NULL, rw held for writing or not yet
+ * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
+static int session_open(zkclient *zc, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&zc->mu);
+    zc->expired = false;
+    zc->state = 0;
+    zc->disconnected_ns = 0;
+    zc->confirmed_ns = 0;
+    pthread_mutex_unlock(&zc->mu);
+    errno = 0;
+    zhandle_t *zh =
+        zookeeper_init2(zc->hosts, session_watcher, zc->session_ms, NULL, zc, 0, log_discard);
+    if (!zh) {
+        snprintf(err, errlen, "cannot start a ZooKeeper client for %s: %s", zc->hosts,
+                 errno ? strerror(errno) : "bad host list");
+        return errno == ENOMEM ? DLOCK_ENOMEM : DLOCK_EURL;
+    }
+    pthread_mutex_lock(&zc->mu);
+    zc->zh = zh;
+    int64_t until = dl_now_ns() + ms_to_ns(zc->connect_ms);
+    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired && dl_now_ns() < until) {
+        int64_t at = dl_now_ns() + ms_to_ns(10); /* the first event may precede zc->zh */
+        if (at > until)
+            at = until;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (at - dl_now_ns());
+        if (rt < 0)
+            rt = 0;
+        ts.tv_sec = rt / 1000000000LL;
+        ts.tv_nsec = rt % 1000000000LL;
+        pthread_cond_timedwait(&zc->cv, &zc->mu, &ts);
+        if (zc->state != ZOO_CONNECTED_STATE && zoo_state(zh) == ZOO_CONNECTED_STATE) {
+            zc->state = ZOO_CONNECTED_STATE;
+            zc->negotiated_ms = zoo_recv_timeout(zh);
+        }
+    }
+    bool up = zc->state == ZOO_CONNECTED_STATE;
+    bool refused = zc->expired;
+    pthread_mutex_unlock(&zc->mu);
+    if (!up) {
+        snprintf(err, errlen,
+                 refused ? "the ZooKeeper server at %s ended the session at once"
+                         : "no ZooKeeper server at %s answered within %d ms (is it running, and "
+                           "is it ZooKeeper?)",
+                 zc->hosts, zc->connect_ms);
+        return DLOCK_EUNREACHABLE;
+    }
+    if (zc->cred) {
+        int evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        zk_call *k = evfd >= 0 ? call_new(zc, zh, CALL_VOID, evfd) : NULL;
+        if (!k) {
+            if (evfd >= 0)
+                close(evfd);
+            snprintf(err, errlen, "out of memory");
+            return DLOCK_ENOMEM;
+        }
+        call_arm(k, false);
+        int rc = zoo_add_auth(zh, "digest", zc->cred, (int)strlen(zc->cred), on_void, k);
+        if (rc != ZOK)
+            call_unsent(k, rc);
+        int w = call_wait(k, evfd, dl_now_ns() + ms_to_ns(zc->op_ms), -1);
+        rc = w ? ZOPERATIONTIMEOUT : k->rc;
+        call_drop(k);
+        close(evfd);
+        if (rc != ZOK) {
+            snprintf(err, errlen, "ZooKeeper at %s: authentication: %s", zc->hosts,
+                     zk_errstr(rc));
+            return rc == ZAUTHFAILED ? DLOCK_EPERM : DLOCK_EUNREACHABLE;
+        }
+    }
+    return 0;
+}
+
+/* Close the handle (nothing else uses it: rw held for writing, or the
+ * client closing) and free the calls only it could still have finished. */
+static void session_close(zkclient *zc)
+{
+    zhandle_t *zh = zc->zh;
+    if (!zh)
+        return;
+    /* Pending completions run (with ZCLOSING) inside zookeeper_close: mu
+     * must be free. */
+    zookeeper_close(zh);
+    pthread_mutex_lock(&zc->mu);
+    zc->zh = NULL;
+    for (zk_call **pp = &zc->calls; *pp;) {
+        zk_call *k = *pp;
+        if (k->zh != zh) {
+            pp = &k->next;
+        } else if (k->abandoned) {
+            *pp = k->next;
+            call_free(k);
+        } else {
+            /* a held lock's watch: its holder drops it at release */
+            k->zh = NULL;
+            k->armed = false;
+            k->refs = 0;
+            k->done = k->fired = true;
+            pp = &k->next;
+        }
+    }
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* Take the client for an operation (rw for reading), with a live session:
+ * an expired one is replaced first. 0 or a DLOCK_E* code in err. */
+static int session_enter(zkclient *zc, bool reopen, char *err, size_t errlen)
+{
+    pthread_rwlock_rdlock(&zc->rw);
+    pthread_mutex_lock(&zc->mu);
+    bool expired = zc->expired || !zc->zh;
+    pthread_mutex_unlock(&zc->mu);
+    if (!expired)
+        return 0;
+    if (!reopen) {
+        pthread_rwlock_unlock(&zc->rw);
+        snprintf(err, errlen, "the ZooKeeper session expired");
+        return DLOCK_ELOST;
+    }
+    pthread_rwlock_unlock(&zc->rw);
+    pthread_rwlock_wrlock(&zc->rw);
+    int rc = 0;
+    pthread_mutex_lock(&zc->mu);
+    expired = zc->expired || !zc->zh;
+    pthread_mutex_unlock(&zc->mu);
+    if (expired) {
+        session_close(zc);
+        rc = session_open(zc, err, errlen);
+    }
+    pthread_rwlock_unlock(&zc->rw);
+    if (rc)
+        return rc;
+    pthread_rwlock_rdlock(&zc->rw);
+    return 0;
+}
+
+static void session_leave(zkclient *zc)
+{
+    pthread_rwlock_unlock(&zc->rw);
+}
+
+/* Until the session is connected again (after a connection loss), the
+ * deadline, or its end: true when connected. */
+static bool wait_connected(zkclient *zc, int64_t until_ns)
+{
+    pthread_mutex_lock(&zc->mu);
+    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired) {
+        if (until_ns >= 0 && dl_now_ns() >= until_ns)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t wait = until_ns < 0 ? ms_to_ns(100) : until_ns - dl_now_ns();
+        if (wait > ms_to_ns(100))
+            wait = ms_to_ns(100);
+        int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + wait;
+        ts.tv_sec = rt / 1000000000LL;
+        ts.tv_nsec = rt % 1000000000LL;
+        pthread_cond_timedwait(&zc->cv, &zc->mu, &ts);
+    }
+    bool up = zc->state == ZOO_CONNECTED_STATE;
+    pthread_mutex_unlock(&zc->mu);
+    return up;
+}
+
+/* ---- node names --------------------------------------------------------------- */
+
+typedef struct zk_node {
+    const char *name;
+    char kind; /* 'x', 'r', 's' */
+    unsigned permits;
+    char owner[DL_OWNER_HEX + 1];
+    long long seq;
+} zk_node;
+
+/* "KIND-OWNER-SEQUENCE" → n; false for a name of another shape. */
+static bool node_parse(const char *name, zk_node *n)
+{
+    memset(n, 0, sizeof *n);
+    n->name = name;
+    const char *p = name;
+    if (*p == 'x' || *p == 'r') {
+        n->kind = *p++;
+        n->permits = 1;
+    } else if (*p == 's') {
+        n->kind = 's';
+        char *end;
+        unsigned long v = strtoul(p + 1, &end, 10);
+        if (end == p + 1 || v < 1 || v > 4096)
+            return false;
+        n->permits = (unsigned)v;
+        p = end;
+    } else {
+        return false;
+    }
+    if (*p++ != '-' || strlen(p) != DL_OWNER_HEX + 1 + 10 || p[DL_OWNER_HEX] != '-')
+        return false;
+    memcpy(n->owner, p, DL_OWNER_HEX);
+    n->owner[DL_OWNER_HEX] = '\0';
+    p += DL_OWNER_HEX + 1;
+    n->seq = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        n->seq = n->seq * 10 + (p[i] - '0');
+    }
+    return true;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    const zk_node *x = a, *y = b;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The queue of a name from its children, in sequence order (*out malloc'd;
+ * names point into kids). */
+static int queue_of(char **kids, int nkids, zk_node **out)
+{
+    zk_node *q = malloc(sizeof *q * (size_t)(nkids ? nkids : 1));
+    if (!q)
+        return -1;
+    int n = 0;
+    for (int i = 0; i < nkids; i++)
+        if (node_parse(kids[i], &q[n]))
+            n++;
+    qsort(q, (size_t)n, sizeof *q, by_seq);
+    *out = q;
+    return n;
+}
+
+enum { HOLDS = -1, WATCH_CHILDREN = -2 };
+
+/* Whether q[i] holds (HOLDS), else the index of the node whose going can
+ * let it in, or WATCH_CHILDREN for the first semaphore waiter (any holder's
+ * release lets it in). */
+static int blocker(const zk_node *q, int i)
+{
+    char k = q[i].kind;
+    if (k == 'x')
+        return i == 0 ? HOLDS : i - 1;
+    for (int j = i - 1; j >= 0; j--)
+        if (q[j].kind != k)
+            return j; /* the nearest node of another kind excludes us */
+    if (k == 'r' || (unsigned)i < q[i].permits)
+        return HOLDS;
+    /* Later semaphore waiters watch their predecessor: it wakes them when
+     * it goes, or when it takes a permit (it then touches its node). */
+    return (unsigned)i == q[i].permits ? WATCH_CHILDREN : i - 1;
+}
+
+/* ---- orphans ------------------------------------------------------------------ */
+
+static void on_orphan_children(int rc, const struct String_vector *sv, const void *data)
+{
+    zk_orphan *o = (zk_orphan *)data;
+    zkclient *zc = o->zc;
+    pthread_mutex_lock(&zc->mu);
+    o->searching = false;
+    bool found = false;
+    for (int i = 0; rc == ZOK && sv && i < sv->count; i++)
+        if (strstr(sv->data[i], o->owner)) {
+            char path[ZK_PATH_MAX];
+            if (pjoin(path, sizeof path, o->parent, sv->data[i]))
+                (void)zoo_adelete(o->zh, path, -1, on_ignore, NULL);
+            found = true;
+        }
+    if ((rc == ZOK && !found) || rc == ZNONODE) {
+        /* gone: forget it (a node found is looked for again next time) */
+        for (zk_orphan **pp = &zc->orphans; *pp; pp = &(*pp)->next)
+            if (*pp == o) {
+                *pp = o->next;
+                free(o);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* Look for every orphan's node (mu held, zh connected). */
+static void orphans_purge(zkclient *zc, zhandle_t *zh)
+{
+    for (zk_orphan *o = zc->orphans; o; o = o->next) {
+        if (o->searching)
+            continue;
+        o->zh = zh;
+        o->searching = zoo_aget_children(zh, o->parent, 0, on_orphan_children, o) == ZOK;
+    }
+}
+
+static void orphan_add(zkclient *zc, const char *parent, const char *owner)
+{
+    zk_orphan *o = calloc(1, sizeof *o);
+    if (!o)
+        return; /* the node then lives until the session ends */
+    o->zc = zc;
+    snprintf(o->parent, sizeof o->parent, "%s", parent);
+    snprintf(o->owner, sizeof o->owner, "%s", owner);
+    pthread_mutex_lock(&zc->mu);
+    o->next = zc->orphans;
+    zc->orphans = o;
+    if (zc->state == ZOO_CONNECTED_STATE && zc->zh)
+        orphans_purge(zc, zc->zh);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+static int zk_code(int rc)
+{
+    switch (rc) {
+    case ZNOAUTH:
+    case ZAUTHFAILED:
+        return DLOCK_EPERM;
+    case ZSESSIONEXPIRED:
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZCLOSING:
+    case ZINVALIDSTATE:
+        return DLOCK_EUNREACHABLE;
+    case ZSYSTEMERROR:
+        return DLOCK_ENOMEM;
+    default:
+        return DLOCK_EPROTO;
+    }
+}
+
+/* One operation's context: the session (rw held for reading) and an
+ * eventfd for its replies. */
+typedef struct zk_op {
+    zkclient *zc;
+    zhandle_t *zh;
+    int evfd;
+} zk_op;
+
+static int op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen)
+{
+    op->zc = zc;
+    int rc = session_enter(zc, reopen, err, errlen);
+    if (rc)
+        return rc;
+    op->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (op->evfd < 0) {
+        session_leave(zc);
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        return DLOCK_ENOMEM;
+    }
+    pthread_mutex_lock(&zc->mu);
+    op->zh = zc->zh;
+    pthread_mutex_unlock(&zc->mu);
+    return 0;
+}
+
+static void op_end(zk_op *op)
+{
+    close(op->evfd);
+    session_leave(op->zc);
+}
+
+/* Send one request (data for CREATE and SET; flags and acl for CREATE):
+ * the call, done at once if it could not be sent; NULL when out of memory. */
+static zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *data,
+                        int flags, const struct ACL_vector *acl)
+{
+    zk_call *k = call_new(op->zc, op->zh, kind, op->evfd);
+    if (!k)
+        return NULL;
+    call_arm(k, false);
+    int len = data ? (int)strlen(data) : -1;
+    int rc;
+    switch (kind) {
+    case CALL_CREATE:
+        rc = zoo_acreate2(op->zh, path, data, len, acl, flags, on_create, k);
+        break;
+    case CALL_CHILDREN:
+        rc = zoo_aget_children(op->zh, path, 0, on_children, k);
+        break;
+    case CALL_STAT:
+        rc = zoo_aexists(op->zh, path, 0, on_stat, k);
+        break;
+    case CALL_DATA:
+        rc = zoo_aget(op->zh, path, 0, on_data, k);
+        break;
+    case CALL_SET:
+        rc = zoo_aset(op->zh, path, data, len, -1, on_stat, k);
+        break;
+    case CALL_VOID:
+        rc = zoo_adelete(op->zh, path, -1, on_void, k);
+        break;
+    default:
+        rc = ZBADARGUMENTS;
+    }
+    if (rc != ZOK)
+        call_unsent(k, rc);
+    return k;
+}
+
+/* Wait for k's reply until until_ns: its result (ZOPERATIONTIMEOUT when the
+ * bound came first). The call stays the caller's. */
+static int zk_result(zk_op *op, zk_call *k, int64_t until_ns)
+{
+    if (!k)
+        return ZSYSTEMERROR;
+    return call_wait(k, op->evfd, until_ns, -1) ? ZOPERATIONTIMEOUT : k->rc;
+}
+
+/* Send, wait, and give the call up unless *out takes it (only on ZOK). */
+static int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *data,
+                 int64_t until_ns, zk_call **out)
+{
+    zk_call *k = zk_send(op, kind, path, data, 0, NULL);
+    int rc = zk_result(op, k, until_ns);
+    if (out && rc == ZOK)
+        *out = k;
+    else
+        call_drop(k);
+    return rc;
+}
+
+/* A watch on path: its existence (kind CALL_STAT) or its children
+ * (CALL_CHILDREN); the reply as for zk_send, the event in k->fired. */
+static zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
+{
+    zk_call *k = call_new(op->zc, op->zh, CALL_WATCH, op->evfd);
+    if (!k)
+        return NULL;
+    call_arm(k, true);
+    int rc = kind == CALL_CHILDREN
+                 ? zoo_awget_children(op->zh, path, node_watcher, k, on_children, k)
+                 : zoo_awexists(op->zh, path, node_watcher, k, on_stat, k);
+    if (rc != ZOK)
+        call_unsent(k, rc);
+    return k;
+}
+
+static int64_t op_until(zkclient *zc)
+{
+    return dl_now_ns() + ms_to_ns(zc->op_ms);
+}
+
+/* The bound of one request of l: op_timeout_ms cut to l's op deadline. */
+static int64_t req_until(dlock_lock *l)
+{
+    return dl_now_ns() + ms_to_ns(dl_op_timeout_ms(l, zc_of(l->c)->op_ms));
+}
+
+static const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
+{
+    if (rc == ZOPERATIONTIMEOUT)
+        snprintf(buf, len, "no reply from ZooKeeper in time (op_timeout_ms %d)", zc->op_ms);
+    else if (rc == ZNOAUTH)
+        snprintf(buf, len, "ZooKeeper: not authorised (another user's lock, or wrong password)");
+    else
+        snprintf(buf, len, "ZooKeeper: %s", zerror(rc));
+    return buf;
+}
+
+/* Create the persistent path components of base and the name's container
+ * node, each if absent. */
+static int ensure_parent(zk_op *op, const char *parent, int64_t until_ns)
+{
+    zkclient *zc = op->zc;
+    char p[ZK_PATH_MAX];
+    size_t blen = strlen(zc->base), plen = strlen(parent);
+    for (size_t i = 1; i <= plen; i++) {
+        if (parent[i] != '/' && parent[i] != '\0')
+            continue;
+        memcpy(p, parent, i);
+        p[i] = '\0';
+        bool name_node = i > blen;
+        /* The shared directories are open to every user; a name's node
+         * carries the client's ACL, so that other users cannot empty its
+         * queue. Containers vanish once their last child has gone. */
+        zk_call *k = zk_send(op, CALL_CREATE, p, NULL,
+                             name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
+                             name_node ? &zc->acl : &ZOO_OPEN_ACL_UNSAFE);
+        int rc = zk_result(op, k, until_ns);
+        call_drop(k);
+        if (rc != ZOK && rc != ZNODEEXISTS)
+            return rc;
+    }
+    return ZOK;
+}
+
+/* ---- holders' watches on their own node ----------------------------------------- */
+
+static zk_call *own_arm(dlock_lock *l, zk_op *op, const char *path)
+{
+    zk_call *k = call_new(op->zc, op->zh, CALL_OWN, op->evfd);
+    if (!k)
+        return NULL;
+    k->lock = l;
+    pthread_mutex_lock(&op->zc->mu);
+    if ((k->path = strdup(path)))
+        own_rearm(k);
+    pthread_mutex_unlock(&op->zc->mu);
+    return k;
+}
+
+/* Stop watching; waits for a loss being told of to finish (unless this is
+ * the thread telling it: a loss callback may release its lock). */
+static void own_drop(dlock_lock *l)
+{
+    zklock *zl = l->bstate;
+    zk_call *k = zl->own;
+    if (!k)
+        return;
+    zl->own = NULL;
+    zkclient *zc = k->zc;
+    pthread_mutex_lock(&zc->mu);
+    while (zc->busy && !pthread_equal(zc->busy_thread, pthread_self()))
+        pthread_cond_wait(&zc->cv, &zc->mu);
+    k->abandoned = true;
+    k->evfd = -1;
+    k->refs++;
+    call_unref(k);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* ---- acquisition ------------------------------------------------------------------ */
+
+/* Our node, found by the owner id in its name after a create whose reply
+ * was lost, if it belongs to this session (a node of an older session is
+ * never ours to hold). ZOK with path and czxid, ZNONODE if none. */
+static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size_t len,
+                    int64_t *czxid)
+{
+    zklock *zl = l->bstate;
+    zk_call *kids = NULL;
+    int rc = zk_do(op, CALL_CHILDREN, zl->parent, NULL, until_ns, &kids);
+    if (rc != ZOK)
+        return rc;
+    int found = -1;
+    for (int i = 0; i < kids->nkids && found < 0; i++)
+        if (strstr(kids->kids[i], l->owner))
+            found = i;
+    if (found >= 0 && !pjoin(path, len, zl->parent, kids->kids[found]))
+        found = -1;
+    call_drop(kids);
+    if (found < 0)
+        return ZNONODE;
+    zk_call *st = NULL;
+    rc = zk_do(op, CALL_STAT, path, NULL, until_ns, &st);
+    if (rc != ZOK)
+        return rc;
+    const clientid_t *me = zoo_client_id(op->zh);
+    bool mine = me && st->stat.ephemeralOwner == me->client_id;
+    *czxid = st->stat.czxid;
+    call_drop(st);
+    if (!mine) {
+        (void)zk_do(op, CALL_VOID, path, NULL, until_ns, NULL);
+        return ZNONODE;
+    }
+    return ZOK;
+}
+
+/* Create our node and read the queue (pipelined: a session's requests are
+ * served in order, so the read sees the create). ZOK with zl->path set and
+ * *kids the queue's read in flight. */
+static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown)
+{
+    zkclient *zc = op->zc;
+    zklock *zl = l->bstate;
+    char prefix[ZK_PATH_MAX], data[sizeof zc->self + 2];
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "%s-%s-", zl->kind, l->owner);
+    if (!pjoin(prefix, sizeof prefix, zl->parent, leaf))
+        return ZBADARGUMENTS;
+    snprintf(data, sizeof data, "%s\n", zc->self);
+    for (int tries = 0;; tries++) {
+        zk_call *cr = zk_send(op, CALL_CREATE, prefix, data, ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
+        *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+        int rc = zk_result(op, cr, req_until(l));
+        if (rc == ZOK) {
+            snprintf(zl->path, sizeof zl->path, "%s", cr->path);
+            *czxid = cr->stat.czxid;
+            call_drop(cr);
+            *unknown = false;
+            return ZOK;
+        }
+        call_drop(cr);
+        call_drop(*kids);
+        *kids = NULL;
+        if (rc == ZNONODE && tries < 3) {
+            rc = ensure_parent(op, zl->parent, req_until(l));
+            if (rc == ZOK)
+                continue;
+            return rc;
+        }
+        if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSYSTEMERROR)
+            return rc;
+        /* Created or not: the reply is lost. */
+        *unknown = true;
+        if (rc != ZCONNECTIONLOSS || tries >= 3 || !wait_connected(zc, req_until(l)))
+            return rc;
+        rc = find_own(op, l, req_until(l), zl->path, sizeof zl->path, czxid);
+        if (rc == ZOK) {
+            *unknown = false;
+            *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+            return ZOK;
+        }
+        if (rc != ZNONODE)
+            return rc;
+        *unknown = false; /* not there: create again */
+    }
+}
+
+/* Give our node up (timeout, cancel, error, a failed try): stop watching
+ * it and delete it; a deletion (or a creation) whose outcome is unknown
+ * leaves an orphan, deleted once the connection is back. */
+static void give_up(zk_op *op, dlock_lock *l, bool unknown)
+{
+    zklock *zl = l->bstate;
+    own_drop(l);
+    if (zl->path[0]) {
+        /* Past the deadline a reply may take the margin; an orphan then. */
+        int64_t until = l->op_deadline_ns ? l->op_deadline_ns : op_until(op->zc);
+        if (until < dl_now_ns() + ms_to_ns(20))
+            until = dl_now_ns() + ms_to_ns(20);
+        int rc = zk_do(op, CALL_VOID, zl->path, NULL, until, NULL);
+        if (rc != ZOK && rc != ZNONODE)
+            unknown = true;
+        zl->path[0] = '\0';
+    }
+    if (unknown)
+        orphan_add(op->zc, zl->parent, l->owner);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int zk_acquire(dlock_lock *l, int64_t deadline)
+{
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    zk_op op;
+    char err[300];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
+    int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
+    int64_t czxid = 0;
+    bool unknown = false, waited = false;
+    zk_call *kids = NULL;
+    zl->path[0] = '\0';
+    rc = enqueue(&op, l, &czxid, &kids, &unknown);
+    if (rc != ZOK) {
+        give_up(&op, l, unknown);
+        op_end(&op);
+        return dl_lock_err(l, zk_code(rc), "lock \"%s\": creating its node: %s (%s)", l->name,
+                           zk_why(zc, rc, err, sizeof err), zc->redacted);
+    }
+    zl->own = own_arm(l, &op, zl->path);
+    const char *mine = base_name(zl->path);
+    int result = 0;
+    for (;;) {
+        rc = zk_result(&op, kids, req_until(l));
+        if (rc == ZCONNECTIONLOSS && wait_connected(zc, req_until(l))) {
+            call_drop(kids);
+            kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+            continue;
+        }
+        if (rc != ZOK) {
+            result = dl_lock_err(l, zk_code(rc), "lock \"%s\": reading its queue: %s (%s)",
+                                 l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+            break;
+        }
+        zk_node *q = NULL;
+        int n = queue_of(kids->kids, kids->nkids, &q);
+        int i = 0;
+        while (i < n && strcmp(q[i].name, mine) != 0)
+            i++;
+        if (n < 0 || i == n) {
+            free(q);
+            call_drop(kids);
+            kids = NULL;
+            result = n < 0 ? dl_lock_err(l, DLOCK_ENOMEM, "out of memory")
+                           : dl_lock_err(l, DLOCK_EUNREACHABLE,
+                                         "lock \"%s\": its queue node vanished while it waited "
+                                         "(the session expired, or dlock break) (%s)",
+                                         l->name, zc->redacted);
+            break;
+        }
+        int b = blocker(q, i);
+        char watched[ZK_PATH_MAX];
+        if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
+            b = WATCH_CHILDREN; /* (names of ours always fit) */
+        free(q);
+        call_drop(kids); /* (q's names were its) */
+        kids = NULL;
+        if (b == HOLDS)
+            break;
+        if (deadline == 0) {
+            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+            break;
+        }
+        /* Watch the one node whose going can let us in. */
+        waited = true;
+        zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
+                              b == WATCH_CHILDREN ? zl->parent : watched);
+        rc = zk_result(&op, w, req_until(l));
+        if (rc == ZOK && b == WATCH_CHILDREN) {
+            /* The reply is the queue as the watch began: it may let us in. */
+            zk_node *q2 = NULL;
+            int n2 = queue_of(w->kids, w->nkids, &q2);
+            int j = 0;
+            while (j < n2 && strcmp(q2[j].name, mine) != 0)
+                j++;
+            bool in = n2 > 0 && j < n2 && blocker(q2, j) == HOLDS;
+            free(q2);
+            if (in) {
+                call_drop(w);
+                break;
+            }
+        }
+        if (rc == ZOK) {
+            int64_t until = deadline;
+            rc = call_wait_for(w, &w->fired, zl->own ? &zl->own->lost : NULL, op.evfd, until,
+                               cancel_fd);
+            call_drop(w);
+            if (rc) {
+                result = rc == DLOCK_ECANCELED
+                             ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
+                             : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
+                break;
+            }
+        } else {
+            call_drop(w);
+            if (rc != ZNONODE && rc != ZCONNECTIONLOSS) {
+                result = dl_lock_err(l, zk_code(rc), "lock \"%s\": watching its queue: %s (%s)",
+                                     l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+                break;
+            }
+            if (rc == ZCONNECTIONLOSS)
+                (void)wait_connected(zc, deadline < 0 ? op_until(zc) : deadline);
+        }
+        /* Gone (or changed): read the queue again. */
+        kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+    }
+    call_drop(kids);
+    if (result == 0) {
+        pthread_mutex_lock(&zc->mu);
+        bool lost = !zl->own || zl->own->lost;
+        if (!lost) {
+            zl->own->held = true;
+            zl->own->evfd = -1;
+        }
+        pthread_mutex_unlock(&zc->mu);
+        if (lost)
+            result = dl_lock_err(l, zl->own ? DLOCK_EUNREACHABLE : DLOCK_ENOMEM,
+                                 "lock \"%s\": its node vanished as it was granted (%s)",
+                                 l->name, zc->redacted);
+    }
+    if (result) {
+        give_up(&op, l, false);
+        op_end(&op);
+        return result;
+    }
+    if (waited && zl->kind[0] == 's') {
+        /* Our successor watches us: taking a permit makes it the first
+         * waiter (the reply does not matter; the watch does). */
+        char data[sizeof zc->self + 2];
+        snprintf(data, sizeof data, "%s\n", zc->self);
+        call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
+    }
+    op_end(&op);
+    atomic_store(&l->token, (uint64_t)czxid);
+    return 0;
+}
+
+static int zk_release(dlock_lock *l)
+{
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    own_drop(l);
+    zk_op op;
+    char err[300];
+    int rc = op_begin(zc, false, &op, err, sizeof err);
+    if (rc) {
+        zl->path[0] = '\0';
+        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_ELOST : rc,
+                           "lock \"%s\": %s: its node is gone with it (%s)", l->name, err,
+                           zc->redacted);
+    }
+    rc = zk_do(&op, CALL_VOID, zl->path, NULL, req_until(l), NULL);
+    int result = 0;
+    if (rc == ZNONODE)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its node was already gone",
+                             l->name);
+    else if (rc != ZOK) {
+        orphan_add(zc, zl->parent, l->owner);
+        result = dl_lock_err(l, zk_code(rc),
+                             "lock \"%s\": release not confirmed: %s; its node is deleted when "
+                             "the connection returns, or with the session (%s)",
+                             l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+    }
+    zl->path[0] = '\0';
+    op_end(&op);
+    return result;
+}
+
+static void zk_abandon(dlock_lock *l)
+{
+    zklock *zl = l->bstate;
+    if (zl->path[0])
+        (void)zk_release(l);
+    else
+        own_drop(l);
+}
+
+/* Liveness: one reply from the server within ttl/6 (shared by all the
+ * client's locks) extends every lock's validity from when it was asked. */
+static int zk_renew(dlock_lock *l)
+{
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    pthread_mutex_lock(&zc->mu);
+    bool gone = (zl->own && zl->own->lost) || zc->expired;
+    int64_t now = dl_now_ns(), confirmed = zc->confirmed_ns, disc = zc->disconnected_ns;
+    pthread_mutex_unlock(&zc->mu);
+    if (gone)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its node is gone (session expired, or "
+                                           "dlock break)", l->name);
+    if (confirmed && now - confirmed < ms_to_ns(l->opts.ttl_ms) / 6) {
+        l->lease_start_ns = confirmed;
+        return 0;
+    }
+    if (disc)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\" is uncertain: disconnected from ZooKeeper for %lld ms; "
+                           "it is lost %d ms after the last reply unless the session resumes",
+                           l->name, (long long)((now - disc) / 1000000), l->opts.ttl_ms);
+    zk_op op;
+    char err[300];
+    int rc = op_begin(zc, false, &op, err, sizeof err);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
+    int64_t sent = dl_now_ns();
+    rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
+    op_end(&op);
+    if (rc == ZOK || rc == ZNONODE) {
+        pthread_mutex_lock(&zc->mu);
+        if (sent > zc->confirmed_ns)
+            zc->confirmed_ns = sent;
+        pthread_mutex_unlock(&zc->mu);
+        l->lease_start_ns = sent;
+        return 0;
+    }
+    if (rc == ZSESSIONEXPIRED)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the ZooKeeper session expired", l->name);
+    return dl_lock_err(l, zk_code(rc), "lock \"%s\" is uncertain: %s", l->name,
+                       zk_why(zc, rc, err, sizeof err));
+}
+
+/* ---- what is known about a name ----------------------------------------------------- */
+
+/* The queue of name now: *q (malloc'd, names into *kids), its length, or
+ * a negative ZooKeeper code; ZNONODE gives an empty queue. */
+static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q)
+{
+    *kids = NULL;
+    *q = NULL;
+    int rc = zk_do(op, CALL_CHILDREN, parent, NULL, op_until(op->zc), kids);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK)
+        return rc;
+    int n = queue_of((*kids)->kids, (*kids)->nkids, q);
+    return n < 0 ? ZSYSTEMERROR : n;
+}
+
+static int parent_of(zkclient *zc, const char *name, char *buf, size_t len)
+{
+    return pjoin(buf, len, zc->base, name) ? 0 : -1;
+}
+
+/* Holder data "HOLDER\nVALUE": the holder part into holder, the value (or
+ * NULL when none was published) returned. */
+static const char *split_data(char *data, char *holder, size_t len)
+{
+    char *nl = data ? strchr(data, '\n') : NULL;
+    if (nl)
+        *nl = '\0';
+    if (holder)
+        snprintf(holder, len, "%s", data ? data : "");
+    return nl && nl[1] ? nl + 1 : NULL;
+}
+
+/* The first holder of name and its node's data/stat (*k, given up by the
+ * caller), the counts, or a ZooKeeper code; ZNONODE when nobody holds. */
+static int first_holder(zk_op *op, const char *name, int *holders, int *waiters, zk_call **k,
+                        char *path, size_t len)
+{
+    char parent[ZK_PATH_MAX];
+    if (parent_of(op->zc, name, parent, sizeof parent))
+        return ZBADARGUMENTS;
+    for (int tries = 0; tries < 5; tries++) {
+        zk_call *kids;
+        zk_node *q;
+        int n = read_queue(op, parent, &kids, &q);
+        if (n < 0)
+            return n;
+        int first = -1, h = 0;
+        for (int i = 0; i < n; i++)
+            if (blocker(q, i) == HOLDS) {
+                h++;
+                if (first < 0)
+                    first = i;
+            }
+        if (first >= 0 && !pjoin(path, len, parent, q[first].name))
+            first = -1;
+        free(q);
+        call_drop(kids);
+        *holders = h;
+        *waiters = n - h;
+        if (first < 0)
+            return ZNONODE;
+        int rc = zk_do(op, CALL_DATA, path, NULL, op_until(op->zc), k);
+        if (rc != ZNONODE)
+            return rc; /* (a holder that left meanwhile: look again) */
+    }
+    return ZOPERATIONTIMEOUT;
+}
+
+static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op;
+    char err[300], path[ZK_PATH_MAX];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, zc->redacted);
+    zk_call *k = NULL;
+    int holders = 0, waiters = 0;
+    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
+    op_end(&op);
+    info->lease_ms = -1;
+    info->holders = holders;
+    info->waiters = waiters;
+    if (rc == ZNONODE) {
+        info->held = 0;
+        return 0;
+    }
+    if (rc != ZOK)
+        return dl_client_err(c, zk_code(rc), "inspect \"%s\": %s (%s)", name,
+                             zk_why(zc, rc, err, sizeof err), zc->redacted);
+    info->held = 1;
+    info->token = (uint64_t)k->stat.czxid;
+    /* The server's clock stamped the node when it queued. */
+    long long ms = (long long)(dl_realtime_ms() - k->stat.ctime);
+    info->held_ms = ms < 0 ? 0 : ms;
+    split_data(k->data, info->holder, sizeof info->holder);
+    call_drop(k);
+    return 0;
+}
+
+static int zk_break(dlock_client *c, const char *name, dlock_info *info)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op;
+    char err[300], parent[ZK_PATH_MAX];
+    if (parent_of(zc, name, parent, sizeof parent))
+        return dl_client_err(c, DLOCK_ENAME, "break \"%s\": name too long for the chroot", name);
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, zc->redacted);
+    zk_call *kids;
+    zk_node *q;
+    int n = read_queue(&op, parent, &kids, &q);
+    int broken = 0, result = 0;
+    for (int i = 0; i < n && result == 0; i++) {
+        if (blocker(q, i) != HOLDS)
+            continue;
+        char path[ZK_PATH_MAX];
+        if (!pjoin(path, sizeof path, parent, q[i].name))
+            continue;
+        zk_call *d = NULL;
+        if (broken == 0 && zk_do(&op, CALL_DATA, path, NULL, op_until(zc), &d) == ZOK) {
+            info->token = (uint64_t)d->stat.czxid;
+            split_data(d->data, info->holder, sizeof info->holder);
+            call_drop(d);
+        }
+        /* The holder learns at once: it watches its own node. */
+        rc = zk_do(&op, CALL_VOID, path, NULL, op_until(zc), NULL);
+        if (rc == ZOK)
+            broken++;
+        else if (rc != ZNONODE)
+            result = dl_client_err(c, zk_code(rc), "break \"%s\": %s (%s)", name,
+                                   zk_why(zc, rc, err, sizeof err), zc->redacted);
+    }
+    if (n < 0)
+        result = dl_client_err(c, zk_code(n), "break \"%s\": %s (%s)", name,
+                               zk_why(zc, n, err, sizeof err), zc->redacted);
+    free(q);
+    call_drop(kids);
+    op_end(&op);
+    if (result)
+        return result;
+    info->held = broken > 0;
+    info->holders = broken;
+    if (broken == 0)
+        return dl_client_err(c, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    return 0;
+}
+
+static int zk_set_value(dlock_lock *l, const char *value)
+{
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    zk_op op;
+    char err[300];
+    int rc = op_begin(zc, false, &op, err, sizeof err);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
+    char data[sizeof zc->self + 300];
+    snprintf(data, sizeof data, "%s\n%s", zc->self, value);
+    rc = zk_do(&op, CALL_SET, zl->path, data, req_until(l), NULL);
+    op_end(&op);
+    if (rc == ZNONODE)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
+    if (rc != ZOK)
+        return dl_lock_err(l, zk_code(rc), "lock \"%s\": publishing the leader value: %s",
+                           l->name, zk_why(zc, rc, err, sizeof err));
+    return 0;
+}
+
+static int zk_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op;
+    char err[300], path[ZK_PATH_MAX];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, zc->redacted);
+    zk_call *k = NULL;
+    int holders, waiters;
+    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
+    op_end(&op);
+    if (rc == ZNONODE)
+        return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
+    if (rc != ZOK)
+        return dl_client_err(c, zk_code(rc), "leader of \"%s\": %s (%s)", name,
+                             zk_why(zc, rc, err, sizeof err), zc->redacted);
+    const char *value = split_data(k->data, NULL, 0);
+    if (value)
+        snprintf(buf, len, "%s", value);
+    call_drop(k);
+    return value ? 0 : dl_client_err(c, DLOCK_ENOENT, "no leader value for \"%s\" yet", name);
+}
+
+static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op;
+    char err[300];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "list: %s (%s)", err, zc->redacted);
+    zk_call *kids = NULL;
+    rc = zk_do(&op, CALL_CHILDREN, zc->base, NULL, op_until(zc), &kids);
+    op_end(&op);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK)
+        return dl_client_err(c, zk_code(rc), "list: %s (%s)", zk_why(zc, rc, err, sizeof err),
+                             zc->redacted);
+    int stop = 0;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < kids->nkids && !stop; i++)
+        if (strncmp(kids->kids[i], prefix, plen) == 0 &&
+            dlock_name_valid(kids->kids[i], NULL, 0) == 0)
+            stop = fn(kids->kids[i], arg);
+    call_drop(kids);
+    return stop;
+}
+
+/* ---- clients and handles --------------------------------------------------------------- */
+
+static int zk_lock_init(dlock_lock *l)
+{
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = calloc(1, sizeof *zl);
+    if (!zl)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    if (parent_of(zc, l->name, zl->parent, sizeof zl->parent)) {
+        free(zl);
+        return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long under the chroot",
+                           l->name);
+    }
+    if (l->opts.kind == DLOCK_SEMAPHORE)
+        snprintf(zl->kind, sizeof zl->kind, "s%u", l->opts.permits);
+    else
+        snprintf(zl->kind, sizeof zl->kind, "%s", l->opts.kind == DLOCK_SHARED ? "r" : "x");
+    /* The session is the lease: a lock is valid for 2/3 of its timeout
+     * past the last reply asked for (see the top of this file). */
+    pthread_mutex_lock(&zc->mu);
+    int t = zc->negotiated_ms ? zc->negotiated_ms : zc->session_ms;
+    pthread_mutex_unlock(&zc->mu);
+    l->opts.ttl_ms = t * 2 / 3 < 30 ? 30 : t * 2 / 3;
+    l->bstate = zl;
+    return 0;
+}
+
+static void zk_lock_fini(dlock_lock *l)
+{
+    own_drop(l);
+    free(l->bstate);
+    l->bstate = NULL;
+}
+
+static void zkclient_free(zkclient *zc)
+{
+    session_close(zc);
+    while (zc->calls) {
+        zk_call *k = zc->calls;
+        zc->calls = k->next;
+        call_free(k);
+    }
+    while (zc->orphans) {
+        zk_orphan *o = zc->orphans;
+        zc->orphans = o->next;
+        free(o);
+    }
+    if (zc->cred) {
+        explicit_bzero(zc->cred, strlen(zc->cred));
+        free(zc->cred);
+    }
+    free(zc->hosts);
+    free(zc->base);
+    pthread_rwlock_destroy(&zc->rw);
+    pthread_cond_destroy(&zc->cv);
+    pthread_mutex_destroy(&zc->mu);
+    free(zc);
+}
+
+static int zk_client_open(dlock_client *c, const dl_url *u)
+{
+    const char *s = dl_url_param(u, "session");
+    long session = ZK_DEFAULT_SESSION_MS;
+    if (s) {
+        char *end;
+        errno = 0;
+        session = strtol(s, &end, 10);
+        if (errno || *end || end == s || session < 100 || session > 3600000)
+            return dl_client_err(c, DLOCK_EURL,
+                                 "%s: session=%s: expected a session timeout in milliseconds "
+                                 "(100..3600000)",
+                                 u->redacted, s);
+    }
+    zkclient *zc = calloc(1, sizeof *zc);
+    if (!zc)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&zc->mu, NULL);
+    pthread_cond_init(&zc->cv, NULL);
+    pthread_rwlock_init(&zc->rw, NULL);
+    zc->session_ms = (int)session;
+    zc->connect_ms = c->opts.connect_timeout_ms;
+    zc->op_ms = c->opts.op_timeout_ms;
+    zc->redacted = u->redacted;
+    dl_self_desc(zc->self, sizeof zc->self);
+    size_t hl = 1;
+    for (size_t i = 0; i < u->nhosts; i++)
+        hl += strlen(u->hosts[i].host) + 16;
+    const char *chroot = u->path ? u->path : "";
+    size_t bl = strlen(chroot) + sizeof "/dlock";
+    zc->hosts = malloc(hl);
+    zc->base = malloc(bl);
+    if (u->user && (zc->cred = malloc(strlen(u->user) + (u->password ? strlen(u->password) : 0) + 2)))
+        sprintf(zc->cred, "%s:%s", u->user, u->password ? u->password : "");
+    if (!zc->hosts || !zc->base || (u->user && !zc->cred)) {
+        zkclient_free(zc);
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < u->nhosts; i++)
+        at += (size_t)snprintf(zc->hosts + at, hl - at, strchr(u->hosts[i].host, ':') ? "%s[%s]:%d" : "%s%s:%d",
+                               i ? "," : "", u->hosts[i].host, u->hosts[i].port);
+    snprintf(zc->base, bl, "%s/dlock", chroot);
+    if (bl + DL_NAME_MAX + 64 > ZK_PATH_MAX) {
+        zkclient_free(zc);
+        return dl_client_err(c, DLOCK_EURL, "%s: the chroot is too long", u->redacted);
+    }
+    if (zc->cred) {
+        /* The creator's credentials may do anything; everyone may look. */
+        static char auth[] = "auth", empty[] = "", world[] = "world", anyone[] = "anyone";
+        zc->acl_entries[0] = (struct ACL){.perms = ZOO_PERM_ALL, .id = {.scheme = auth, .id = empty}};
+        zc->acl_entries[1] =
+            (struct ACL){.perms = ZOO_PERM_READ, .id = {.scheme = world, .id = anyone}};
+        zc->acl = (struct ACL_vector){.count = 2, .data = zc->acl_entries};
+    } else {
+        zc->acl = ZOO_OPEN_ACL_UNSAFE;
+    }
+    c->bstate = zc;
+    char err[400];
+    int rc = session_open(zc, err, sizeof err);
+    if (rc) {
+        c->bstate = NULL;
+        zkclient_free(zc);
+        return dl_client_err(c, rc, "%s (%s)", err, u->redacted);
+    }
+    return 0;
+}
+
+static void zk_client_close(dlock_client *c)
+{
+    zkclient *zc = zc_of(c);
+    if (!zc)
+        return;
+    /* Closing the session deletes its nodes on the server at once. */
+    zkclient_free(zc);
+    c->bstate = NULL;
+}
+
 const dl_backend dl_backend_zk = {
     .version = DL_BACKEND_V1,
     .name = "zk",
     .schemes = zk_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
-    .liveness = "ephemeral znode, gone when the session expires",
-    .fencing = "creation zxid of the lock znode; monotonic across leader changes",
-    .missing = "the zk backend is not implemented in this version",
+    .params = "session",
+    .caps = ZK_CAPS,
+    .liveness = ZK_LIVENESS,
+    .fencing = ZK_FENCING,
+    .client_open = zk_client_open,
+    .client_close = zk_client_close,
+    .lock_init = zk_lock_init,
+    .lock_fini = zk_lock_fini,
+    .acquire = zk_acquire,
+    .release = zk_release,
+    .renew = zk_renew,
+    .abandon = zk_abandon,
+    .inspect = zk_inspect,
+    .list = zk_list,
+    .set_value = zk_set_value,
+    .get_value = zk_get_value,
+    .break_lock = zk_break,
 };
+
+#else /* no ZooKeeper C client */
+
+const dl_backend dl_backend_zk = {
+    .version = DL_BACKEND_V1,
+    .name = "zk",
+    .schemes = zk_schemes,
+    .params = "session",
+    .caps = ZK_CAPS,
+    .liveness = ZK_LIVENESS,
+    .fencing = ZK_FENCING,
+    .missing = "this build has no ZooKeeper C client (install libzookeeper-mt-dev and rebuild)",
+};
+
+#endif

@@ -710,9 +710,12 @@ static void renew_stop(dlock_client *c)
     c->renew_started = c->watch_started = false;
 }
 
+/* A lease backend, or a session backend that vouches for its session
+ * through renew (ZooKeeper): either way the lock has a deadline on our
+ * clock that the watchdog enforces. */
 static bool uses_lease(const dlock_lock *l)
 {
-    return (l->c->be->caps & DLOCK_CAP_LEASE) && l->c->be->renew;
+    return l->c->be->renew != NULL;
 }
 
 static void signal_fd(int fd)

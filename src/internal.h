@@ -116,7 +116,11 @@ typedef struct dl_backend {
      * Must watch dl_cancel_fd(l) while waiting. Sets l->token on success. */
     int (*acquire)(dlock_lock *l, int64_t deadline_ns);
     int (*release)(dlock_lock *l);
-    /* Lease backends: extend the lease; DLOCK_ELOST when no longer owner. */
+    /* Lease backends: extend the lease; DLOCK_ELOST when no longer owner.
+     * A session backend may fill it in too, to vouch for its session: the
+     * lock is then valid ttl_ms past each success (counted from
+     * l->lease_start_ns when set), and its lock_init sets l->opts.ttl_ms
+     * to the span the session allows (ZooKeeper: 2/3 of its timeout). */
     int (*renew)(dlock_lock *l);
     /* Drop a lock that is lost without touching anyone else's state. */
     void (*abandon)(dlock_lock *l);

@@ -15,6 +15,11 @@
 #   DLOCK_TEST_SENTINEL   redis+sentinel://127.0.0.1:S1,S2,S3/dlockmaster
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
+#   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
+#   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000  (kind zk3) a
+#                         three-member ensemble (zk3-1..3)
+#                         ZooKeeper runs with tickTime=500: sessions of 1–10 s,
+#                         so that expiry tests take a second or two.
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
@@ -118,14 +123,93 @@ srv_redis() {
   echo "$port"
 }
 
-# srv_restart NAME: kill -9 and start again with the same command (data lost)
+# srv_restart NAME: kill -9 and start again with the same command (data lost
+# for Redis; ZooKeeper keeps its data directory)
 srv_restart() {
   local name=$1
   kill -KILL "$(cat "$srv_dir/$name.pid")" 2>/dev/null
   sleep 0.05
-  eval "$(cat "$srv_dir/$name.cmd") </dev/null >/dev/null 2>&1 &"
+  eval "$(cat "$srv_dir/$name.cmd") </dev/null >>$srv_dir/$name/out 2>&1 &"
   echo $! >"$srv_dir/$name.pid"
-  srv_wait_redis "$(cat "$srv_dir/$name.port")"
+  if [ -e "$srv_dir/$name/zoo.cfg" ]; then
+    srv_wait_zk "$(cat "$srv_dir/$name.port")"
+  else
+    srv_wait_redis "$(cat "$srv_dir/$name.port")"
+  fi
+}
+
+# srv_zk_ask PORT WORD: a ZooKeeper four-letter word's answer ("" if none)
+srv_zk_ask() {
+  timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf %s "$2" >&3 && cat <&3' \
+    zk-ask "$1" "$2" 2>/dev/null
+}
+
+# srv_wait_zk PORT: until the server serves clients — standalone, or in an
+# ensemble with a leader (at most ~30 s: the JVM starts slowly on a busy
+# machine)
+srv_wait_zk() {
+  local i
+  for i in $(seq 300); do
+    srv_zk_ask "$1" srvr | grep -q '^Mode: ' && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: zookeeper on port $1 did not start" >&2
+  return 1
+}
+
+# srv_zk NAME CLIENTPORT [server.N lines...]: start one ZooKeeper JVM
+# (small heap, serial GC: several share a 2-core machine), not waiting.
+srv_zk() {
+  local name=$1 port=$2; shift 2
+  local d=$srv_dir/$name
+  mkdir -p "$d/data"
+  {
+    echo "tickTime=500"
+    echo "initLimit=20"
+    echo "syncLimit=10"
+    echo "dataDir=$d/data"
+    echo "clientPort=$port"
+    echo "clientPortAddress=127.0.0.1"
+    echo "admin.enableServer=false"
+    echo "4lw.commands.whitelist=*"
+    echo "maxClientCnxns=0"
+    echo "minSessionTimeout=1000"
+    echo "maxSessionTimeout=60000"
+    printf '%s\n' "$@"
+  } >"$d/zoo.cfg"
+  local cmd=(java -Xmx128m -Xms32m -XX:+UseSerialGC -Dzookeeper.log.dir="$d"
+             -Dzookeeper.root.logger=INFO,CONSOLE
+             -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar
+             org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg")
+  printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
+  "${cmd[@]}" </dev/null >"$d/log" 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  disown $! 2>/dev/null || true # stopped by pid; no "Killed" notice from bash
+  echo "$port" >"$srv_dir/$name.port"
+}
+
+srv_start_zk() {
+  local p; p=$(srv_free_port)
+  srv_zk zk "$p"
+  srv_wait_zk "$p" || return 1
+  export DLOCK_TEST_ZK="zk://127.0.0.1:$p?session=2000"
+}
+
+srv_start_zk3() {
+  local i p ports=() lines=() hosts=""
+  for i in 1 2 3; do
+    ports+=("$(srv_free_port)")
+    lines+=("server.$i=127.0.0.1:$(srv_free_port):$(srv_free_port)")
+  done
+  for i in 1 2 3; do
+    p=${ports[$((i - 1))]}
+    mkdir -p "$srv_dir/zk3-$i/data"
+    echo "$i" >"$srv_dir/zk3-$i/data/myid"
+    srv_zk "zk3-$i" "$p" "${lines[@]}"
+    hosts="$hosts${hosts:+,}127.0.0.1:$p"
+  done
+  for p in "${ports[@]}"; do srv_wait_zk "$p" || return 1; done
+  export DLOCK_TEST_ZK3="zk://$hosts?session=2000"
 }
 
 srv_start_redis() {
@@ -217,6 +301,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       redis6) srv_start_redis6 ;;
       sentinel) srv_start_sentinel ;;
       cluster) srv_start_cluster ;;
+      zk) srv_start_zk ;;
+      zk3) srv_start_zk3 ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift
