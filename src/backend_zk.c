@@ -35,6 +35,7 @@
  * created too late).
  */
 #include "internal.h"
+#include "tools.h"
 
 static const dl_scheme zk_schemes[] = {
     {"zk", "zk", 2181, true, DL_PATH_CHROOT},
@@ -97,6 +98,7 @@ typedef struct zk_call {
     bool abandoned; /* the waiter gave up: the last reference frees it */
     int rc;         /* ZOK or a ZooKeeper error */
     int event;      /* WATCH: the event type */
+    int64_t fired_ns; /* WATCH: when the event came (for the tools) */
     char *path;     /* CREATE: the node created; OWN: the node watched */
     struct Stat stat;
     char **kids; /* CHILDREN */
@@ -396,6 +398,7 @@ static void node_watcher(zhandle_t *zh, int type, int state, const char *path, v
     if (k->kind == CALL_WATCH) {
         k->fired = true;
         k->event = type;
+        k->fired_ns = dl_now_ns();
         poke(k->evfd);
         call_unref(k);
     } else if (k->abandoned) {
@@ -1228,6 +1231,8 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     zl->own = own_arm(l, &op, zl->path);
     const char *mine = base_name(zl->path);
     int result = 0;
+    zk_call *snap = NULL; /* the last queue read (q's names point into it) */
+    zk_node *q = NULL;
     for (;;) {
         rc = zk_result(&op, kids, req_until(l));
         if (rc == ZCONNECTIONLOSS && wait_connected(zc, req_until(l))) {
@@ -1240,15 +1245,15 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
             break;
         }
-        zk_node *q = NULL;
-        int n = queue_of(kids->kids, kids->nkids, &q);
+        free(q);
+        call_drop(snap);
+        snap = kids;
+        kids = NULL;
+        int n = queue_of(snap->kids, snap->nkids, &q);
         int i = 0;
         while (i < n && strcmp(q[i].name, mine) != 0)
             i++;
         if (n < 0 || i == n) {
-            free(q);
-            call_drop(kids);
-            kids = NULL;
             result = n < 0 ? dl_lock_err(l, DLOCK_ENOMEM, "out of memory")
                            : dl_lock_err(l, DLOCK_EUNREACHABLE,
                                          "lock \"%s\": its queue node vanished while it waited "
@@ -1256,62 +1261,69 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                          l->name, zc->redacted);
             break;
         }
-        int b = blocker(q, i);
-        char watched[ZK_PATH_MAX];
-        if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
-            b = WATCH_CHILDREN; /* (names of ours always fit) */
-        free(q);
-        call_drop(kids); /* (q's names were its) */
-        kids = NULL;
-        if (b == HOLDS)
-            break;
-        if (deadline == 0) {
-            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-            break;
-        }
-        /* Watch the one node whose going can let us in. */
-        waited = true;
-        zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
-                              b == WATCH_CHILDREN ? zl->parent : watched);
-        rc = zk_result(&op, w, req_until(l));
-        if (rc == ZOK && b == WATCH_CHILDREN) {
-            /* The reply is the queue as the watch began: it may let us in. */
-            zk_node *q2 = NULL;
-            int n2 = queue_of(w->kids, w->nkids, &q2);
-            int j = 0;
-            while (j < n2 && strcmp(q2[j].name, mine) != 0)
-                j++;
-            bool in = n2 > 0 && j < n2 && blocker(q2, j) == HOLDS;
-            free(q2);
-            if (in) {
+        int b;
+        bool in = false;
+        while ((b = blocker(q, i)) != HOLDS) {
+            if (deadline == 0) {
+                result =
+                    dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+                break;
+            }
+            /* Watch the one node whose going can let us in. */
+            char watched[ZK_PATH_MAX];
+            if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
+                b = WATCH_CHILDREN; /* (names of ours always fit) */
+            waited = true;
+            zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
+                                  b == WATCH_CHILDREN ? zl->parent : watched);
+            rc = zk_result(&op, w, req_until(l));
+            if (rc == ZOK && b == WATCH_CHILDREN) {
+                /* The reply is the queue as the watch began: it may let us in. */
+                zk_node *q2 = NULL;
+                int n2 = queue_of(w->kids, w->nkids, &q2);
+                int j = 0;
+                while (j < n2 && strcmp(q2[j].name, mine) != 0)
+                    j++;
+                in = n2 > 0 && j < n2 && blocker(q2, j) == HOLDS;
+                free(q2);
+            }
+            if (rc == ZOK && !in) {
+                rc = call_wait_for(w, &w->fired, zl->own ? &zl->own->lost : NULL, op.evfd,
+                                   deadline, cancel_fd);
+                if (rc) {
+                    call_drop(w);
+                    result = rc == DLOCK_ECANCELED
+                                 ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
+                                 : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
+                    break;
+                }
+                rc = w->event == ZOO_DELETED_EVENT ? ZNONODE : ZOK;
+            } else if (rc != ZOK && rc != ZNONODE && rc != ZCONNECTIONLOSS) {
                 call_drop(w);
-                break;
-            }
-        }
-        if (rc == ZOK) {
-            int64_t until = deadline;
-            rc = call_wait_for(w, &w->fired, zl->own ? &zl->own->lost : NULL, op.evfd, until,
-                               cancel_fd);
-            call_drop(w);
-            if (rc) {
-                result = rc == DLOCK_ECANCELED
-                             ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
-                             : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
-                break;
-            }
-        } else {
-            call_drop(w);
-            if (rc != ZNONODE && rc != ZCONNECTIONLOSS) {
                 result = dl_lock_err(l, zk_code(rc), "lock \"%s\": watching its queue: %s (%s)",
                                      l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
                 break;
             }
-            if (rc == ZCONNECTIONLOSS)
-                (void)wait_connected(zc, deadline < 0 ? op_until(zc) : deadline);
+            call_drop(w);
+            if (in || b == WATCH_CHILDREN || rc != ZNONODE) {
+                if (rc == ZCONNECTIONLOSS)
+                    (void)wait_connected(zc, deadline < 0 ? op_until(zc) : deadline);
+                break; /* read the queue again (unless in) */
+            }
+            /* The node we waited for is gone. Nodes only ever leave the
+             * part of the queue before ours (later ones get higher
+             * sequence numbers): if what is left of the last read lets us
+             * in, it holds now — no need to read the queue again. */
+            memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
+            n--;
+            i--;
         }
-        /* Gone (or changed): read the queue again. */
+        if (result || in || b == HOLDS)
+            break;
         kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     }
+    free(q);
+    call_drop(snap);
     call_drop(kids);
     if (result == 0) {
         pthread_mutex_lock(&zc->mu);
@@ -1787,6 +1799,195 @@ static void zk_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
+/* ---- what dlock's tools ask (src/tools.h) ---------------------------------------------- */
+
+/* A second session on the same servers, for a tool that needs two
+ * clients (the hand-over chain): NULL with err on failure. */
+static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
+{
+    zkclient *z2 = calloc(1, sizeof *z2);
+    if (!z2) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&z2->mu, NULL);
+    pthread_cond_init(&z2->cv, NULL);
+    pthread_rwlock_init(&z2->rw, NULL);
+    z2->session_ms = zc->session_ms;
+    z2->connect_ms = zc->connect_ms;
+    z2->op_ms = zc->op_ms;
+    z2->redacted = zc->redacted;
+    z2->acl = zc->acl;
+    z2->hosts = strdup(zc->hosts);
+    z2->base = strdup(zc->base);
+    z2->cred = zc->cred ? strdup(zc->cred) : NULL;
+    if (!z2->hosts || !z2->base || (zc->cred && !z2->cred)) {
+        snprintf(err, errlen, "out of memory");
+        zkclient_free(z2);
+        return NULL;
+    }
+    if (session_open(z2, err, errlen) != 0) {
+        zkclient_free(z2);
+        return NULL;
+    }
+    return z2;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* p50/p99 by nearest rank, as every tool computes them. */
+static void summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
+{
+    qsort(v, n, sizeof *v, cmp_i64);
+    size_t r50 = (n * 500 + 999) / 1000, r99 = (n * 990 + 999) / 1000;
+    out->p50 = n ? v[(r50 ? r50 : 1) - 1] : 0;
+    out->p99 = n ? v[(r99 ? r99 : 1) - 1] : 0;
+    out->samples = n;
+}
+
+/* The scratch node prefix of a tool under the name's node (ignored by the
+ * queue: not of the lock nodes' shape). */
+static int tool_prefix(zk_op *op, const char *name, const char *what, char *buf, size_t len)
+{
+    char parent[ZK_PATH_MAX];
+    if (parent_of(op->zc, name, parent, sizeof parent) || !pjoin(buf, len, parent, what))
+        return ZBADARGUMENTS;
+    return ensure_parent(op, parent, op_until(op->zc));
+}
+
+/* The least a lock recipe costs: one ephemeral sequential create and one
+ * delete, one after the other, through the same client code. */
+static int zk_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                            dlock_tool_timing *out)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op;
+    char err[300], prefix[ZK_PATH_MAX];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "baseline: %s (%s)", err, zc->redacted);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    rc = v ? tool_prefix(&op, name, "tool-baseline-", prefix, sizeof prefix) : ZSYSTEMERROR;
+    size_t n = 0;
+    int64_t stop = dl_now_ns() + max_ns;
+    for (int i = -20; rc == ZOK && i < iters && dl_now_ns() < stop; i++) {
+        int64_t t0 = dl_now_ns();
+        zk_call *cr = zk_send(&op, CALL_CREATE, prefix, "", ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
+        rc = zk_result(&op, cr, op_until(zc));
+        if (rc == ZOK)
+            rc = zk_do(&op, CALL_VOID, cr->path, NULL, op_until(zc), NULL);
+        call_drop(cr);
+        if (rc == ZOK && i >= 0) /* the first twenty warm up */
+            v[n++] = dl_now_ns() - t0;
+    }
+    op_end(&op);
+    if (rc != ZOK) {
+        free(v);
+        return dl_client_err(c, zk_code(rc), "baseline: %s (%s)", zk_why(zc, rc, err, sizeof err),
+                             zc->redacted);
+    }
+    summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what,
+             "one ephemeral sequential create then its delete, on one session");
+    return 0;
+}
+
+/* The bare hand-over chain: one session's delete firing another session's
+ * exists watch, from just before the delete to the watch's callback. */
+static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+{
+    zkclient *zc = zc_of(c);
+    zk_op op, op2;
+    char err[300], path[ZK_PATH_MAX];
+    int rc = op_begin(zc, true, &op, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "relay: %s (%s)", err, zc->redacted);
+    zkclient *z2 = zkclient_second(zc, err, sizeof err);
+    if (!z2) {
+        op_end(&op);
+        return dl_client_err(c, DLOCK_EUNREACHABLE, "relay: %s (%s)", err, zc->redacted);
+    }
+    rc = op_begin(z2, false, &op2, err, sizeof err);
+    if (rc) {
+        op_end(&op);
+        zkclient_free(z2);
+        return dl_client_err(c, rc, "relay: %s (%s)", err, zc->redacted);
+    }
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    char prefix[ZK_PATH_MAX];
+    rc = v ? tool_prefix(&op, name, "tool-relay-", prefix, sizeof prefix) : ZSYSTEMERROR;
+    size_t n = 0;
+    for (int i = -5; rc == ZOK && i < iters; i++) {
+        zk_call *cr = zk_send(&op, CALL_CREATE, prefix, "", ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
+        rc = zk_result(&op, cr, op_until(zc));
+        if (rc == ZOK && !pjoin(path, sizeof path, "", cr->path + 1))
+            rc = ZBADARGUMENTS;
+        call_drop(cr);
+        if (rc != ZOK)
+            break;
+        zk_call *w = zk_watch(&op2, CALL_STAT, path);
+        rc = zk_result(&op2, w, op_until(zc));
+        if (rc == ZOK) {
+            struct timespec ms1 = {0, 1000000};
+            nanosleep(&ms1, NULL);
+            int64_t t0 = dl_now_ns();
+            zk_call *d = zk_send(&op, CALL_VOID, path, NULL, 0, NULL);
+            rc = call_wait_for(w, &w->fired, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
+                                                                                : ZOK;
+            pthread_mutex_lock(&z2->mu);
+            int64_t t1 = w->fired_ns;
+            pthread_mutex_unlock(&z2->mu);
+            if (rc == ZOK && i >= 0)
+                v[n++] = t1 - t0;
+            if (zk_result(&op, d, op_until(zc)) != ZOK && rc == ZOK)
+                rc = d ? d->rc : ZSYSTEMERROR;
+            call_drop(d);
+        }
+        call_drop(w);
+    }
+    op_end(&op2);
+    op_end(&op);
+    zkclient_free(z2);
+    if (rc != ZOK) {
+        free(v);
+        return dl_client_err(c, zk_code(rc), "relay: %s (%s)", zk_why(zc, rc, err, sizeof err),
+                             zc->redacted);
+    }
+    summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what,
+             "one session's delete firing another session's exists watch (to its callback)");
+    return 0;
+}
+
+/* Every member of the ensemble holds every name's state. */
+static int zk_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out,
+                                int max)
+{
+    (void)name;
+    int n = 0;
+    for (size_t i = 0; i < c->url->nhosts && n < max; i++, n++) {
+        snprintf(out[n].host, sizeof out[n].host, "%s", c->url->hosts[i].host);
+        out[n].port = c->url->hosts[i].port;
+    }
+    return n;
+}
+
+static const struct dl_tools zk_tools = {
+    .baseline = zk_tool_baseline,
+    .relay = zk_tool_relay,
+    .lock_servers = zk_tool_lock_servers,
+};
+
 const dl_backend dl_backend_zk = {
     .version = DL_BACKEND_V1,
     .name = "zk",
@@ -1795,6 +1996,7 @@ const dl_backend dl_backend_zk = {
     .caps = ZK_CAPS,
     .liveness = ZK_LIVENESS,
     .fencing = ZK_FENCING,
+    .tools = &zk_tools,
     .client_open = zk_client_open,
     .client_close = zk_client_close,
     .lock_init = zk_lock_init,

@@ -173,6 +173,7 @@ srv_zk() {
     echo "admin.enableServer=false"
     echo "4lw.commands.whitelist=*"
     echo "maxClientCnxns=0"
+    echo "forceSync=no" # tests and benchmarks measure the protocol, not this disk
     echo "minSessionTimeout=1000"
     echo "maxSessionTimeout=60000"
     printf '%s\n' "$@"
