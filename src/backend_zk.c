@@ -1262,7 +1262,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             break;
         }
         int b;
-        bool in = false;
+        bool in = false, pred_held = false;
         while ((b = blocker(q, i)) != HOLDS) {
             if (deadline == 0) {
                 result =
@@ -1297,7 +1297,9 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
                     break;
                 }
-                rc = w->event == ZOO_DELETED_EVENT ? ZNONODE : ZOK;
+                rc = w->event == ZOO_DELETED_EVENT ? ZNONODE
+                     : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
+                                                      : ZOK;
             } else if (rc != ZOK && rc != ZNONODE && rc != ZCONNECTIONLOSS) {
                 call_drop(w);
                 result = dl_lock_err(l, zk_code(rc), "lock \"%s\": watching its queue: %s (%s)",
@@ -1305,6 +1307,21 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                 break;
             }
             call_drop(w);
+            /* An exclusive predecessor touches its node once it holds (see
+             * below): it was first then, so once it goes we are. Watch it
+             * again for its going (a re-watch that finds it gone already
+             * says the same). */
+            bool chain = b >= 0 && b == i - 1 && q[b].kind == 'x' && q[i].kind == 'x';
+            if (chain && rc == ZNODEEXISTS) {
+                pred_held = true;
+                continue;
+            }
+            if (chain && pred_held && rc == ZNONODE) {
+                memmove(q, &q[i], sizeof *q * (size_t)(n - i));
+                n -= i;
+                i = 0;
+                continue;
+            }
             if (in || b == WATCH_CHILDREN || rc != ZNONODE) {
                 if (rc == ZCONNECTIONLOSS)
                     (void)wait_connected(zc, deadline < 0 ? op_until(zc) : deadline);
@@ -1317,6 +1334,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
             n--;
             i--;
+            pred_held = false;
         }
         if (result || in || b == HOLDS)
             break;
@@ -1343,9 +1361,12 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         op_end(&op);
         return result;
     }
-    if (waited && zl->kind[0] == 's') {
-        /* Our successor watches us: taking a permit makes it the first
-         * waiter (the reply does not matter; the watch does). */
+    if (waited && zl->kind[0] != 'r') {
+        /* Our successor watches us: a semaphore's next waiter becomes the
+         * first; an exclusive one learns that we hold, so that our going
+         * lets it in without reading the queue again (the handover's
+         * critical path keeps one server hop). The reply does not matter;
+         * the watch does. */
         char data[sizeof zc->self + 2];
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
