@@ -39,7 +39,7 @@ if [ -z "${DLOCK_QUICK:-}" ]; then
 
   step "clang, TSan"
   # Tests fork workers that start threads (lease renewal): TSan can follow.
-  TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
+  TSAN_OPTIONS=halt_on_error=1:die_after_fork=0:suppressions=$PWD/tests/tsan.supp \
     suite build-tsan "" -DCMAKE_C_COMPILER=clang -DDLOCK_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug
 
   step "valgrind memcheck"

@@ -16,7 +16,7 @@
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
 #   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
-#   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000  (kind zk3) a
+#   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
 #                         ZooKeeper runs with tickTime=500: sessions of 1–10 s,
 #                         so that expiry tests take a second or two.
@@ -210,7 +210,9 @@ srv_start_zk3() {
     hosts="$hosts${hosts:+,}127.0.0.1:$p"
   done
   for p in "${ports[@]}"; do srv_wait_zk "$p" || return 1; done
-  export DLOCK_TEST_ZK3="zk://$hosts?session=2000"
+  # A freshly formed ensemble on a busy 2-core machine has been seen to
+  # hold a write for 2 s once: requests get 5 s here.
+  export DLOCK_TEST_ZK3="zk://$hosts?session=2000&op_timeout_ms=5000"
 }
 
 srv_start_redis() {
