@@ -22,6 +22,8 @@ build=$top/build-fuzz
 targets=(fuzz_url fuzz_name)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
+# The ZooKeeper target needs its C client (as the backend does).
+if [ -e /usr/include/zookeeper/zookeeper.h ]; then targets+=(fuzz_zk); fi
 
 CC=clang cmake -S "$top" -B "$build" -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

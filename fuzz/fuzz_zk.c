@@ -1,0 +1,77 @@
+/*
+ * fuzz_zk.c — libFuzzer target for what the ZooKeeper backend reads out of
+ * the server: the children of a name's node (any strings a server or another
+ * user could put there) and a holder node's data.
+ *
+ * The input is split at newlines into children names; the queue built from
+ * them and every node's verdict (holds, or which node it waits for) must
+ * hold together: a waiter waits for an earlier node or the children, an
+ * exclusive node holds only when first, nodes of different kinds never hold
+ * together (readers aside), a semaphore never has more holders than permits.
+ * The whole input is also read as a node's data.
+ */
+#include <string.h>
+
+#include "fuzz.h"
+
+/* The backend's file, its descriptor renamed: the library linked beside it
+ * has its own. */
+#define dl_backend_zk dl_backend_zk_under_fuzz
+#include "backend_zk.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *buf = malloc(size + 1);
+    char *kids[256];
+    if (!buf)
+        return 0;
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    int n = 0;
+    for (char *s = buf; n < 256;) {
+        kids[n++] = s;
+        char *nl = strchr(s, '\n');
+        if (!nl)
+            break;
+        *nl = '\0';
+        s = nl + 1;
+    }
+    zk_node *q = NULL;
+    int len = queue_of(kids, n, &q);
+    CHECK(len >= 0 && len <= n);
+    int holders = 0;
+    char held_kind = 0;
+    for (int i = 0; i < len; i++) {
+        CHECK(q[i].kind == 'x' || q[i].kind == 'r' || q[i].kind == 's');
+        CHECK(q[i].permits >= 1 && q[i].permits <= 4096);
+        CHECK(strlen(q[i].owner) == DL_OWNER_HEX);
+        if (i > 0)
+            CHECK(q[i - 1].seq <= q[i].seq);
+        int b = blocker(q, i);
+        CHECK(b == HOLDS || b == WATCH_CHILDREN || (b >= 0 && b < i));
+        if (b == WATCH_CHILDREN)
+            CHECK(q[i].kind == 's');
+        if (b != HOLDS)
+            continue;
+        if (q[i].kind == 'x')
+            CHECK(i == 0);
+        if (held_kind)
+            CHECK(held_kind == q[i].kind && q[i].kind != 'x');
+        held_kind = q[i].kind;
+        holders++;
+        if (q[i].kind == 's')
+            CHECK((unsigned)holders <= q[i].permits);
+    }
+    free(q);
+
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char holder[256];
+    const char *value = split_data(buf, holder, sizeof holder);
+    CHECK(strlen(holder) < sizeof holder);
+    if (value)
+        CHECK(value > buf && value <= buf + size && *value);
+    CHECK(split_data(NULL, holder, sizeof holder) == NULL && holder[0] == '\0');
+    free(buf);
+    return 0;
+}
