@@ -244,40 +244,62 @@ static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
     }
 }
 
-/* A child process that takes NAME (kind/permits/ttl) `count` times on one
- * client, says so on a pipe, and waits to be killed. Returns its pid once it
- * holds; *ready_fd is kept open (closed by the caller). */
+/* The holder child's own program (test_conformance --holder ...): takes
+ * NAME (kind/permits/ttl) `count` times on one client, writes one byte to
+ * fd, and waits to be killed. */
+static int holder_main(char **a)
+{
+    const char *url = a[0], *name = a[1];
+    int kind = atoi(a[2]), ttl = atoi(a[4]), count = atoi(a[5]), fd = atoi(a[6]);
+    unsigned permits = (unsigned)atoi(a[3]);
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, url, NULL) != 0) {
+        fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
+        return 1;
+    }
+    for (int i = 0; i < count; i++) {
+        dlock_lock_opts o;
+        dlock_lock_opts_init(&o);
+        o.kind = (dlock_kind)kind;
+        o.permits = permits;
+        o.ttl_ms = ttl;
+        dlock_lock *l = NULL;
+        if (dlock_lock_new(&l, c, name, &o) != 0 || dlock_acquire(l, 5000) != 0) {
+            fprintf(stderr, "holder child: %s\n", l ? dlock_lock_errmsg(l) : dlock_client_errmsg(c));
+            return 1;
+        }
+    }
+    if (write(fd, "x", 1) != 1)
+        return 2;
+    for (;;)
+        pause();
+}
+
+static char self_exe[4096]; /* this program, for the holder child */
+
+/* A child process that holds NAME (see holder_main): returns its pid once
+ * it holds. The child execs this program afresh rather than running on
+ * after fork: a fork of a process whose client libraries run threads (the
+ * ZooKeeper client's) can inherit a lock held by one of them. */
 static pid_t spawn_holder(const char *name, dlock_kind kind, unsigned permits, int ttl_ms,
                           int count)
 {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
+    char args[5][24];
+    snprintf(args[0], sizeof args[0], "%d", (int)kind);
+    snprintf(args[1], sizeof args[1], "%u", permits);
+    snprintf(args[2], sizeof args[2], "%d", ttl_ms);
+    snprintf(args[3], sizeof args[3], "%d", count);
+    snprintf(args[4], sizeof args[4], "%d", ready[1]);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         close(ready[0]);
-        dlock_client *c = NULL;
-        if (dlock_client_open(&c, T.url, NULL) != 0) {
-            fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
-            _exit(1);
-        }
-        for (int i = 0; i < count; i++) {
-            dlock_lock_opts o;
-            dlock_lock_opts_init(&o);
-            o.kind = kind;
-            o.permits = permits;
-            o.ttl_ms = ttl_ms;
-            dlock_lock *l = NULL;
-            if (dlock_lock_new(&l, c, name, &o) != 0 || dlock_acquire(l, 5000) != 0) {
-                fprintf(stderr, "holder child: %s\n",
-                        l ? dlock_lock_errmsg(l) : dlock_client_errmsg(c));
-                _exit(1);
-            }
-        }
-        if (write(ready[1], "x", 1) != 1)
-            _exit(2);
-        for (;;)
-            pause();
+        char *argv[] = {self_exe, "--holder", T.url, (char *)name, args[0], args[1],
+                        args[2], args[3], args[4], NULL};
+        execv(self_exe, argv);
+        _exit(127);
     }
     close(ready[1]); /* a child that dies first makes the read return 0 */
     char b;
@@ -1693,6 +1715,10 @@ static int selftest(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 9 && strcmp(argv[1], "--holder") == 0)
+        return holder_main(argv + 2);
+    if (!realpath("/proc/self/exe", self_exe))
+        snprintf(self_exe, sizeof self_exe, "%s", argv[0]);
     bool nofork = getenv("DLOCK_CONFORMANCE_NOFORK") != NULL, self = false;
     char *only[64], *labels[64];
     int nonly = 0, nlabels = 0;
