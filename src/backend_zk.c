@@ -1221,6 +1221,10 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     bool unknown = false, waited = false;
     zk_call *kids = NULL;
     zl->path[0] = '\0';
+    /* When the last request the server answered was sent: the lock's
+     * validity runs from there (see zk_renew), not from the start of a
+     * wait that may have lasted longer than the validity itself. */
+    int64_t asked = 0, kids_sent = dl_now_ns();
     rc = enqueue(&op, l, &czxid, &kids, &unknown);
     if (rc != ZOK) {
         give_up(&op, l, unknown);
@@ -1245,6 +1249,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
             break;
         }
+        asked = kids_sent;
         free(q);
         call_drop(snap);
         snap = kids;
@@ -1274,9 +1279,12 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
                 b = WATCH_CHILDREN; /* (names of ours always fit) */
             waited = true;
+            int64_t w_sent = dl_now_ns();
             zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
                                   b == WATCH_CHILDREN ? zl->parent : watched);
             rc = zk_result(&op, w, req_until(l));
+            if (rc == ZOK || rc == ZNONODE)
+                asked = w_sent;
             if (rc == ZOK && b == WATCH_CHILDREN) {
                 /* The reply is the queue as the watch began: it may let us in. */
                 zk_node *q2 = NULL;
@@ -1338,6 +1346,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         }
         if (result || in || b == HOLDS)
             break;
+        kids_sent = dl_now_ns();
         kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     }
     free(q);
@@ -1371,6 +1380,25 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
     }
+    /* After a long wait the last reply may be too old for the grant to be
+     * worth anything (the core would give it back and queue again, behind
+     * later waiters): ask the server once more. */
+    pthread_mutex_lock(&zc->mu);
+    if (zc->confirmed_ns > asked)
+        asked = zc->confirmed_ns;
+    pthread_mutex_unlock(&zc->mu);
+    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3) {
+        int64_t sent = dl_now_ns();
+        rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
+        if (rc == ZOK || rc == ZNONODE) {
+            asked = sent;
+            pthread_mutex_lock(&zc->mu);
+            if (sent > zc->confirmed_ns)
+                zc->confirmed_ns = sent;
+            pthread_mutex_unlock(&zc->mu);
+        }
+    }
+    l->lease_start_ns = asked;
     op_end(&op);
     atomic_store(&l->token, (uint64_t)czxid);
     return 0;
