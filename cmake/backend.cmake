@@ -7,7 +7,8 @@
 # the define DLOCK_HAVE_<NAME> only when its client library is found: the
 # pkg-config module PKG, or, for a library that ships no .pc file (the
 # ZooKeeper C client), LIBRARY and its HEADER. No library named: always
-# built. -DDLOCK_WITH_<NAME>=OFF leaves the library out.
+# built. -DDLOCK_WITH_<NAME>=OFF leaves the library out;
+# -DDLOCK_NO_CLIENT_LIBS=ON leaves every one out.
 function(dlock_backend name)
   cmake_parse_arguments(B "" "PKG;DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES" ${ARGN})
   string(TOUPPER "${name}" up)
@@ -17,6 +18,9 @@ function(dlock_backend name)
     set(have TRUE)
   else()
     option(DLOCK_WITH_${up} "Build the ${name} backend (needs ${B_PKG}${B_LIBRARY})" ON)
+    if(DLOCK_NO_CLIENT_LIBS) # every backend's library left out at once
+      set(DLOCK_WITH_${up} OFF)
+    endif()
     if(DLOCK_WITH_${up} AND B_PKG AND PKG_CONFIG_FOUND)
       pkg_check_modules(DLOCK_PKG_${up} IMPORTED_TARGET ${B_PKG})
     elseif(DLOCK_WITH_${up} AND B_LIBRARY)

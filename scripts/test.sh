@@ -22,7 +22,7 @@ cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-release -j"$jobs" >/dev/null
 # A build without a client library states the same facts of every backend
 # (only "available" and "missing" differ): the descriptors are one.
-cmake -S . -B build-nolibs -DDLOCK_WITH_REDIS=OFF -DDLOCK_WITH_ZK=OFF -DBUILD_TESTING=OFF >/dev/null
+cmake -S . -B build-nolibs -DDLOCK_NO_CLIENT_LIBS=ON -DBUILD_TESTING=OFF >/dev/null
 cmake --build build-nolibs -j"$jobs" >/dev/null
 facts() { "$1" backends --json | python3 -c 'import json,sys
 d=json.load(sys.stdin)
