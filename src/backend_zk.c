@@ -1898,6 +1898,26 @@ static void summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
     out->samples = n;
 }
 
+/* A timing tool's end: its samples summarised into out (one server's
+ * figures), or its error; v freed either way. */
+static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size_t n,
+                     dlock_tool_timing *out, const char *what)
+{
+    zkclient *zc = zc_of(c);
+    char err[300];
+    if (rc != ZOK) {
+        free(v);
+        return dl_client_err(c, zk_code(rc), "%s: %s (%s)", tool, zk_why(zc, rc, err, sizeof err),
+                             zc->redacted);
+    }
+    summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what, "%s", what);
+    return 0;
+}
+
 /* The scratch node prefix of a tool under the name's node (ignored by the
  * queue: not of the lock nodes' shape). */
 static int tool_prefix(zk_op *op, const char *name, const char *what, char *buf, size_t len)
@@ -1934,18 +1954,8 @@ static int zk_tool_baseline(dlock_client *c, const char *name, int iters, int64_
             v[n++] = dl_now_ns() - t0;
     }
     op_end(&op);
-    if (rc != ZOK) {
-        free(v);
-        return dl_client_err(c, zk_code(rc), "baseline: %s (%s)", zk_why(zc, rc, err, sizeof err),
-                             zc->redacted);
-    }
-    summarize(v, n, &out->all);
-    free(v);
-    out->one = out->all;
-    out->servers = 1;
-    snprintf(out->what, sizeof out->what,
-             "one ephemeral sequential create then its delete, on one session");
-    return 0;
+    return tool_done(c, rc, "baseline", v, n, out,
+                     "one ephemeral sequential create then its delete, on one session");
 }
 
 /* The bare hand-over chain: one session's delete firing another session's
@@ -2004,18 +2014,9 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
     op_end(&op2);
     op_end(&op);
     zkclient_free(z2);
-    if (rc != ZOK) {
-        free(v);
-        return dl_client_err(c, zk_code(rc), "relay: %s (%s)", zk_why(zc, rc, err, sizeof err),
-                             zc->redacted);
-    }
-    summarize(v, n, &out->all);
-    free(v);
-    out->one = out->all;
-    out->servers = 1;
-    snprintf(out->what, sizeof out->what,
-             "one session's delete firing another session's exists watch (to its callback)");
-    return 0;
+    return tool_done(
+        c, rc, "relay", v, n, out,
+        "one session's delete firing another session's exists watch (to its callback)");
 }
 
 /* Every member of the ensemble holds every name's state. */
