@@ -9,8 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The backend's operation, or NULL after setting the client's error. */
-static const struct dl_tools *ops(dlock_client *c, const char *name, const void *out, int *rc)
+/* The backend's table (NULL when it has none), or NULL with *rc set (and
+ * the client's error) when the arguments are wrong. */
+static const struct dl_tools *ops_of(dlock_client *c, const void *out, int *rc)
 {
     if (!c || c->closed || !out) {
         *rc = DLOCK_EINVAL;
@@ -18,13 +19,22 @@ static const struct dl_tools *ops(dlock_client *c, const char *name, const void 
             dl_client_err(c, DLOCK_EINVAL, "invalid argument");
         return NULL;
     }
+    *rc = 0;
+    return c->be->tools;
+}
+
+/* The same, for an operation on lock `name`. */
+static const struct dl_tools *ops(dlock_client *c, const char *name, const void *out, int *rc)
+{
+    const struct dl_tools *t = ops_of(c, out, rc);
+    if (*rc)
+        return NULL;
     char why[128];
     if (dlock_name_valid(name, why, sizeof why) != 0) {
         *rc = dl_client_err(c, DLOCK_ENAME, "%s", why);
         return NULL;
     }
-    *rc = 0;
-    return c->be->tools;
+    return t;
 }
 
 static int notsup(dlock_client *c, const char *what)
@@ -85,6 +95,101 @@ int dlock_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server
         return dl_client_err(c, DLOCK_EINVAL, "lock servers: no room for any");
     memset(out, 0, (size_t)max * sizeof *out);
     return t->lock_servers(c, name, out, max);
+}
+
+/* ---- dlock check ------------------------------------------------------------ */
+
+int dlock_tool_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, out, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->topology)
+        return notsup(c, "deployment topology for dlock check");
+    memset(out, 0, sizeof *out);
+    rc = t->topology(c, out);
+    if (rc == 0 && (out->quorum < 1 || out->trait == 0))
+        return dl_client_err(c, DLOCK_EPROTO, "the %s backend's topology is incomplete",
+                             c->be->name);
+    return rc;
+}
+
+int dlock_tool_members(dlock_client *c, dlock_tool_member *out, int max)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, out, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->members)
+        return notsup(c, "list of its deployment's servers");
+    if (max < 1)
+        return dl_client_err(c, DLOCK_EINVAL, "members: no room for any");
+    memset(out, 0, (size_t)max * sizeof *out);
+    return t->members(c, out, max);
+}
+
+int dlock_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, m, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->server_ready)
+        return notsup(c, "readiness probe");
+    return t->server_ready(c, m);
+}
+
+int dlock_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, primary, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->cut_replication)
+        return notsup(c, "replication to cut");
+    return t->cut_replication(c, primary);
+}
+
+int dlock_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool_server *old,
+                             const dlock_tool_wait *w, dlock_tool_server *out)
+{
+    int rc;
+    const struct dl_tools *t = ops(c, name, out, &rc);
+    if (rc)
+        return rc;
+    if (!old || !w)
+        return dl_client_err(c, DLOCK_EINVAL, "invalid argument");
+    if (!t || !t->wait_failover)
+        return notsup(c, "failover to wait for");
+    memset(out, 0, sizeof *out);
+    return t->wait_failover(c, name, old, w, out);
+}
+
+int dlock_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
+                      const dlock_tool_wait *w)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, m, &rc);
+    if (rc)
+        return rc;
+    if (n < 1 || !w)
+        return dl_client_err(c, DLOCK_EINVAL, "settle: no servers or no deadline");
+    if (!t || !t->settle)
+        return notsup(c, "way to tell its deployment settled");
+    return t->settle(c, m, n, w);
+}
+
+int dlock_tool_leader(dlock_client *c, dlock_tool_server *out)
+{
+    int rc;
+    const struct dl_tools *t = ops_of(c, out, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->leader)
+        return notsup(c, "ensemble leader to name");
+    memset(out, 0, sizeof *out);
+    return t->leader(c, out);
 }
 
 /* Copy s into buf, or say which part did not fit. */

@@ -1,7 +1,9 @@
 /*
  * tools.h — what dlock's own tools (`dlock bench`, `dlock check`) ask of a
  * backend beside the lock: its cheapest round trip, the bare hand-over chain
- * its servers offer, their command counters, and which servers hold a lock.
+ * its servers offer, their command counters, which servers hold a lock, and
+ * for `dlock check` the deployment's topology, its members and its faults
+ * (readiness, cutting replication, failover, settling back).
  *
  * Not part of the public API: not installed, not exported from libdlock.so
  * (the CLI links the static library). The tools include this header, never
@@ -12,12 +14,16 @@
  * (never a password). Servers are reached with the library's own connection
  * code and the client's URL, credentials and timeouts; none of these takes
  * a lock or changes a lock's state.
+ *
+ * Process control of test servers (kill, stop, restart) is not here: it is
+ * the same for every backend and stays in the tools.
  */
 #ifndef DLOCK_TOOLS_H
 #define DLOCK_TOOLS_H
 
 #include "dlock.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,6 +103,89 @@ typedef struct dlock_tool_url {
 
 int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t errlen);
 
+/* ---- for `dlock check`: the deployment and its faults ------------------ */
+
+/*
+ * What kind of deployment a URL names, as far as faults go: `dlock check`'s
+ * scenarios ask for these traits, never for a backend, so that a new
+ * backend's deployment gets every scenario its trait allows. One bit each.
+ */
+enum {
+    DLOCK_TOOL_TOPO_ONE_SERVER = 1, /* one server holds every lock (redis://) */
+    /* a primary with replicas, replication asynchronous, a promotion when
+     * the primary dies (Redis Sentinel) */
+    DLOCK_TOOL_TOPO_REPLICAS_FAILOVER = 2,
+    DLOCK_TOOL_TOPO_QUORUM = 4, /* independent servers, a lock needs a majority of them (Redlock) */
+    /* a consensus ensemble: it works while a majority lives, and its leader
+     * may be killed (ZooKeeper, etcd) */
+    DLOCK_TOOL_TOPO_CONSENSUS = 8,
+    DLOCK_TOOL_TOPO_SHARDS = 16 /* names spread over shards, each its own server (Redis Cluster) */
+};
+
+typedef struct dlock_tool_topo {
+    unsigned trait; /* one DLOCK_TOOL_TOPO_* */
+    int quorum;     /* data servers a lock needs: a majority for QUORUM and CONSENSUS, else 1 */
+    /* 1: clients connect straight to the servers listed in the URL and to no
+     * other (so a TCP relay in front of each host can cut a client off);
+     * 0: the servers name other servers to their clients, and `indirect`
+     * says how, for reports. */
+    int direct;
+    char indirect[256];
+} dlock_tool_topo;
+
+/* The topology of the client's URL, from the URL alone (no request). */
+int dlock_tool_topology(dlock_client *c, dlock_tool_topo *out);
+
+/* A server of the deployment and what it does there. */
+enum {
+    DLOCK_TOOL_DATA = 0,       /* holds lock state: master, replica, node, ensemble member */
+    DLOCK_TOOL_COORDINATOR = 1 /* holds none, watches or names the others (a sentinel) */
+};
+typedef struct dlock_tool_member {
+    dlock_tool_server addr; /* as the deployment names it */
+    int role;               /* DLOCK_TOOL_DATA or DLOCK_TOOL_COORDINATOR */
+} dlock_tool_member;
+
+/* Every server of the deployment now: the URL's hosts and those they name
+ * (Sentinel: the sentinels, the master and its replicas; Cluster: every
+ * node). Returns how many were written to out (at most max), or a DLOCK_E*
+ * code. */
+int dlock_tool_members(dlock_client *c, dlock_tool_member *out, int max);
+
+/* Does member m answer as ready to serve (Redis: any reply to PING but
+ * LOADING)? 0 when it does; DLOCK_EUNREACHABLE, or DLOCK_EBUSY when it
+ * answers but is not ready yet. One try, bounded by the client's timeouts. */
+int dlock_tool_server_ready(dlock_client *c, const dlock_tool_member *m);
+
+/* Cut replication from `primary` to its replicas, which keep what they have
+ * and fall behind (Redis: each made to replicate from a port where nothing
+ * listens). Returns how many replicas were cut, or a DLOCK_E* code. */
+int dlock_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary);
+
+/* How long a waiting tool operation may wait, and who may stop it. */
+typedef struct dlock_tool_wait {
+    int64_t until_ns;         /* CLOCK_MONOTONIC: then DLOCK_ETIMEDOUT */
+    bool (*stop)(void *arg);  /* asked between tries: true gives up (DLOCK_ECANCELED); or NULL */
+    void *arg;
+} dlock_tool_wait;
+
+/* Wait until a data server other than `old` serves lock `name` as its
+ * primary (a failover): 0 with its address in out, or a DLOCK_E* code. */
+int dlock_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool_server *old,
+                             const dlock_tool_wait *w, dlock_tool_server *out);
+
+/* Wait until the deployment of members m[0..n) (every one running again)
+ * is as it was: one primary every coordinator agrees on, replicas in sync,
+ * a cluster whole, every server ready. Never changes lock state; may point
+ * replicas back at their primary. 0, or a DLOCK_E* code with what is still
+ * missing in the message. */
+int dlock_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
+                      const dlock_tool_wait *w);
+
+/* The member that leads the consensus ensemble now (DLOCK_TOOL_TOPO_CONSENSUS):
+ * 0 with its address in out, or a DLOCK_E* code. */
+int dlock_tool_leader(dlock_client *c, dlock_tool_server *out);
+
 /* ---- for backends: the operations behind the functions above ---------- */
 
 /*
@@ -110,6 +199,15 @@ struct dl_tools {
     int (*relay)(dlock_client *c, const char *name, int iters, dlock_tool_timing *out);
     int (*counters)(dlock_client *c, const char *name, dlock_tool_counters *out);
     int (*lock_servers)(dlock_client *c, const char *name, dlock_tool_server *out, int max);
+    /* for dlock check (appended) */
+    int (*topology)(dlock_client *c, dlock_tool_topo *out);
+    int (*members)(dlock_client *c, dlock_tool_member *out, int max);
+    int (*server_ready)(dlock_client *c, const dlock_tool_member *m);
+    int (*cut_replication)(dlock_client *c, const dlock_tool_server *primary);
+    int (*wait_failover)(dlock_client *c, const char *name, const dlock_tool_server *old,
+                         const dlock_tool_wait *w, dlock_tool_server *out);
+    int (*settle)(dlock_client *c, const dlock_tool_member *m, int n, const dlock_tool_wait *w);
+    int (*leader)(dlock_client *c, dlock_tool_server *out);
 };
 
 #endif

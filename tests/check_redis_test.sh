@@ -97,8 +97,11 @@ DLOCK_TEST_SERVERS= "$DLOCK" --url "$DLOCK_TEST_REDIS" check -P 2 -D 0.3 --json 
     --scenario restart --scenario failover-cut >"$TMP/na.json"
 jcheck "$TMP/na.json" "no servers directory: server faults are n/a, not run" \
     'all(s["verdict"] == "n/a" and s["fenced"] is None for s in d["scenarios"])'
-check redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenario kill-minority
-jcheck "$TMP/redis-fo.json" "one master: failover-cut and kill-minority are n/a" \
-    'all(s["verdict"] == "n/a" for s in d["scenarios"])'
+check redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenario kill-minority \
+    --scenario kill-leader
+jcheck "$TMP/redis-fo.json" "one master: failover-cut, kill-minority and kill-leader are n/a" \
+    'all(s["verdict"] == "n/a" and s["fenced"] is None for s in d["scenarios"])'
+jcheck "$TMP/redis-fo.json" "one master: the n/a notes name the topology the faults need" \
+    '"replicas with failover" in sc("failover-cut")["note"] and "a quorum of independent servers or a consensus ensemble" in sc("kill-minority")["note"] and "a consensus ensemble" in sc("kill-leader")["note"]'
 
 finish

@@ -39,7 +39,8 @@ static const char check_help[] =
     "late grant, and a holder stopped for longer than its ttl must see\n"
     "dlock_state() LOST when it looks after SIGCONT.\n"
     "The partition scenario gives each worker a TCP relay of its own to the\n"
-    "servers (redis:// and redlock:// URLs) and freezes the holder's relay for\n"
+    "servers (where clients connect straight to the URL's hosts, e.g. redis://\n"
+    "and redlock://) and freezes the holder's relay for\n"
     "longer than the lease: the holder's section lasts until the library tells\n"
     "it of the loss, which must come before the lease runs out on the servers\n"
     "(reported: how long before, min and median); --ttl 30 runs it with the\n"
@@ -663,6 +664,12 @@ int cli_check(int argc, char **argv, const char *url)
         return rc;
     snprintf(cfg.backend, sizeof cfg.backend, "%s", dlock_client_backend(probe));
     snprintf(cfg.url_shown, sizeof cfg.url_shown, "%s", dlock_client_url(probe));
+    /* What the deployment is, from the backend's check adapter (the URL
+     * alone; nothing asked of the servers). */
+    if (dlock_tool_topology(probe, &cfg.topo) != 0) {
+        memset(&cfg.topo, 0, sizeof cfg.topo);
+        snprintf(cfg.topo.indirect, sizeof cfg.topo.indirect, "%s", dlock_client_errmsg(probe));
+    }
     dlock_client_close(probe);
     for (size_t i = 0; i < dlock_backend_count(); i++) {
         const dlock_backend_info *b = dlock_backend_at(i);
@@ -726,8 +733,11 @@ int cli_check(int argc, char **argv, const char *url)
         sc_out *o = &outs[i];
         o->name = sc->name;
         o->sc = sc;
-        bool have_servers = sc->needs_servers == 0 ||
-                            (cfg.servers && (sc->deploys == 0 || (cfg.servers->deploy & sc->deploys)));
+        /* the scenario's faults need servers, of a deployment with one of
+         * its traits */
+        bool have_servers =
+            sc->needs_servers == 0 ||
+            (cfg.servers && (sc->topos == CHK_TOPO_ANY || (cfg.servers->topo & sc->topos)));
         char cannot[400];
         if (have_servers && sc->cannot_run && sc->cannot_run(&cfg, cannot, sizeof cannot)) {
             /* it cannot be set up here: not run */
@@ -751,14 +761,22 @@ int cli_check(int argc, char **argv, const char *url)
                 static const struct {
                     unsigned bit;
                     const char *name;
-                } kinds[] = {{CHK_DEPLOY_SENTINEL, "Sentinel"},
-                             {CHK_DEPLOY_REDLOCK, "Redlock"},
-                             {CHK_DEPLOY_CLUSTER, "Cluster"}};
-                char wanted[64] = "";
-                for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-                    if (sc->deploys & kinds[k].bit)
-                        snprintf(wanted + strlen(wanted), sizeof wanted - strlen(wanted),
-                                 "%s%s", wanted[0] ? " or " : "", kinds[k].name);
+                } kinds[] = {{CHK_TOPO_ONE_SERVER, "one server"},
+                             {CHK_TOPO_REPLICAS_FAILOVER, "replicas with failover"},
+                             {CHK_TOPO_QUORUM, "a quorum of independent servers"},
+                             {CHK_TOPO_CONSENSUS, "a consensus ensemble"},
+                             {CHK_TOPO_SHARDS, "shards"}};
+                char wanted[160] = "";
+                size_t used = 0;
+                for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                    if (!(sc->topos & kinds[k].bit))
+                        continue;
+                    int w = snprintf(wanted + used, sizeof wanted - used, "%s%s",
+                                     used ? " or " : "", kinds[k].name);
+                    if (w < 0 || (size_t)w >= sizeof wanted - used)
+                        break; /* cut short: what fits is said */
+                    used += (size_t)w;
+                }
                 snprintf(o->note, sizeof o->note,
                          "not applicable: this fault needs a deployment of another kind (%s)",
                          wanted);

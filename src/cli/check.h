@@ -9,18 +9,24 @@
  *   check_history.c    the history format and the checker (no processes)
  *   check_relay.c      per-worker TCP relays to the servers, which the
  *                      partition scenario freezes to cut a holder off
+ *   check_servers.c    the servers of the deployment: their processes
+ *                      controlled here, the rest asked of the backend's
+ *                      check adapter
  *
  * A scenario injects faults through chk_ctl, one table of operations on
  * "targets": the harness's own worker processes (CHK_CLIENT), and servers of
- * the backend under test (CHK_SERVER) that a backend's test deployment
- * provides by filling a chk_servers table. The embedded file backend has no
- * server, so server operations answer -ENOTSUP for it.
+ * the backend under test (CHK_SERVER), found in a servers directory and
+ * described by the backend's check adapter (src/tools.h) in a chk_servers
+ * table. Scenarios ask for topology traits (CHK_TOPO_*), never for a
+ * backend. The embedded file backend has no server, so server operations
+ * answer -ENOTSUP for it.
  */
 #ifndef DLOCK_CLI_CHECK_H
 #define DLOCK_CLI_CHECK_H
 
 #include "check_history.h"
 #include "measure.h"
+#include "tools.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -102,27 +108,38 @@ typedef struct chk_ctl {
     int (*partition)(chk_run *r, chk_role role, int idx, int isolated);
 } chk_ctl;
 
-/* Deployments of the Redis family that a scenario may need. */
+/* What a scenario's server faults need of the deployment: its topology
+ * traits, as the backend's check adapter states them (tools.h). A scenario
+ * names the traits it applies to (any of them; 0: any deployment with
+ * servers), never a backend. */
 enum {
-    CHK_DEPLOY_SINGLE = 1,   /* redis://: one master */
-    CHK_DEPLOY_SENTINEL = 2, /* redis+sentinel://: master, replicas, sentinels */
-    CHK_DEPLOY_CLUSTER = 4,  /* redis+cluster:// */
-    CHK_DEPLOY_REDLOCK = 8   /* redlock://: N independent masters */
+    CHK_TOPO_ANY = 0,
+    CHK_TOPO_ONE_SERVER = DLOCK_TOOL_TOPO_ONE_SERVER,               /* redis:// */
+    CHK_TOPO_REPLICAS_FAILOVER = DLOCK_TOOL_TOPO_REPLICAS_FAILOVER, /* Sentinel */
+    CHK_TOPO_QUORUM = DLOCK_TOOL_TOPO_QUORUM,                       /* Redlock */
+    CHK_TOPO_CONSENSUS = DLOCK_TOOL_TOPO_CONSENSUS,                 /* ZooKeeper, etcd */
+    CHK_TOPO_SHARDS = DLOCK_TOOL_TOPO_SHARDS                        /* Redis Cluster */
 };
+
+/* Servers of one lock a scenario may fault at once. */
+#define CHK_LOCK_SERVERS 16
 
 /*
  * Servers of a backend's test deployment (none for the file backend), found
  * by check_servers.c in a directory of NAME.pid, NAME.port and NAME.cmd files
- * (what tests/servers.sh writes). Indexes are stable for the whole check.
+ * (what tests/servers.sh writes) and described by the backend's check
+ * adapter (tools.h). Indexes are stable for the whole check.
  */
 typedef struct chk_servers {
     const char *backend;
-    unsigned deploy; /* one CHK_DEPLOY_* */
+    unsigned topo;   /* the deployment's trait, one CHK_TOPO_* */
     int count;
-    int quorum;      /* masters a lock needs (redlock), else 1 */
+    int quorum;      /* data servers a lock needs (a majority of a quorum or ensemble), else 1 */
     void *state;
     const char *(*name)(void *state, int idx);
     int (*port)(void *state, int idx);  /* its TCP port on the loopback interface */
+    /* Does it hold lock state (not a coordinator such as a sentinel)? */
+    bool (*holds_data)(void *state, int idx);
     int (*start)(void *state, int idx); /* run NAME.cmd again; wait until it answers */
     int (*stop)(void *state, int idx);
     int (*kill)(void *state, int idx);  /* SIGKILL, and wait until it is gone */
@@ -130,8 +147,8 @@ typedef struct chk_servers {
     int (*resume)(void *state, int idx);
     int (*partition)(void *state, int idx, int isolated);
     /* The servers that hold the state of lock `name` now (the master of its
-     * key; every master for redlock): their indexes in idx[0..max). Returns
-     * how many, or a negative errno. */
+     * key; every master for a quorum): their indexes in idx[0..max).
+     * Returns how many, or a negative errno. */
     int (*lock_servers)(void *state, const char *name, int *idx, int max);
     /* Cut replication from master idx to its replicas, which keep what they
      * have and fall behind. Returns how many were cut, or a negative errno. */
@@ -139,16 +156,19 @@ typedef struct chk_servers {
     /* Wait until a server other than `old` serves lock `name` as master (a
      * failover); returns its index, or a negative errno (-ETIMEDOUT). */
     int (*wait_failover)(void *state, const char *name, int old, int64_t until_ns);
+    /* The leader of a consensus ensemble now: its index, or a negative errno. */
+    int (*leader)(void *state);
     /* Bring the deployment back as it was: start killed servers, continue
-     * stopped ones, rejoin replicas, wait until healthy. 0, or -1 with why. */
+     * stopped ones, wait until the backend says it is settled. 0, or -1
+     * with why. */
     int (*restore)(void *state, char *err, size_t errlen);
     void (*close)(void *state);
 } chk_servers;
 
 /*
- * Find the servers of `url` (a Redis family URL) in `dir`. Returns 0 with
- * *out set, 1 when the backend has no servers to control here (*out NULL,
- * why says why), or -1 on an error (why). check_servers.c.
+ * Find the servers of `url` in `dir`. Returns 0 with *out set, 1 when the
+ * backend has no servers to control here (*out NULL, why says why), or -1
+ * on an error (why). check_servers.c.
  */
 int chk_servers_open(const char *dir, const char *url, const char *backend, chk_servers **out,
                      char *why, size_t whylen);
@@ -165,6 +185,9 @@ typedef struct chk_config {
     int max_pause_us; /* random pause between read and write */
     const chk_servers *servers; /* NULL: none */
     char servers_note[512];     /* why there are none */
+    /* The deployment's topology (trait 0 when the backend states none, and
+     * why in topo.indirect). */
+    dlock_tool_topo topo;
 } chk_config;
 
 struct chk_scenario;
@@ -175,7 +198,7 @@ struct chk_scenario;
  */
 typedef struct chk_upstreams {
     int n;      /* hosts of the URL */
-    int quorum; /* of them a lock needs: a majority for redlock, else 1 */
+    int quorum; /* of them a lock needs (the topology's quorum) */
     struct {
         char host[256];
         int port;
@@ -194,10 +217,11 @@ typedef struct chk_relay {
     char url[2300]; /* the URL the worker uses: the relay's ports */
 } chk_relay;
 
-/* Can `url` be relayed? 0 with *u filled, or -1 with the reason in why
- * (a deployment whose servers name other servers to their clients). */
-int chk_upstreams_parse(const char *url, const char *backend, chk_upstreams *u, char *why,
-                        size_t whylen);
+/* Can `url`, of a deployment of topology `topo`, be relayed? 0 with *u
+ * filled, or -1 with the reason in why (a deployment whose servers name
+ * other servers to their clients). */
+int chk_upstreams_parse(const char *url, const dlock_tool_topo *topo, chk_upstreams *u,
+                        char *why, size_t whylen);
 /* Start worker slot's relay (r->relay[slot]), replacing any. 0 or -errno. */
 int chk_relay_start(chk_run *r, int slot);
 /* Freeze (SIGSTOP at a point between two forwarded writes, connections left
@@ -292,7 +316,7 @@ typedef struct chk_scenario {
     unsigned needs_caps;   /* the fault only takes effect with these caps */
     const char *na_reason; /* why it cannot take effect without them */
     int needs_servers;     /* 1: it faults servers of the backend */
-    unsigned deploys;      /* ... of these deployments (CHK_DEPLOY_*), 0 any */
+    unsigned topos;        /* ... of deployments with these traits (CHK_TOPO_*), 0 any */
     chk_validity validity;
     bool canary;           /* also run without fencing at the resource */
     int min_ttl_ms;        /* run with at least this ttl (0: --ttl as given) */

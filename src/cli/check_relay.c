@@ -15,13 +15,13 @@
  * requests are accepted by the kernel and never answered, new connections
  * are queued in the listener's backlog. SIGCONT heals it.
  *
- * Deployments whose servers name other servers to their clients (Sentinel's
- * master address, a cluster's MOVED and CLUSTER SLOTS) would lead the worker
- * around its relay, so they are not relayed.
+ * Deployments whose servers name other servers to their clients (a
+ * primary's address given out by a coordinator, a shard's redirections)
+ * would lead the worker around its relay, so they are not relayed: the
+ * backend's check adapter says which (dlock_tool_topo.direct).
  */
 #include "check.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -42,41 +42,42 @@
 
 /* ---- the URL ---------------------------------------------------------------- */
 
-int chk_upstreams_parse(const char *url, const char *backend, chk_upstreams *u, char *why,
-                        size_t whylen)
+int chk_upstreams_parse(const char *url, const dlock_tool_topo *topo, chk_upstreams *u,
+                        char *why, size_t whylen)
 {
-    (void)backend;
     memset(u, 0, sizeof *u);
     if (!url || !*url) {
         snprintf(why, whylen, "no URL to relay");
         return -1;
     }
+    /* Only a deployment whose clients connect to the URL's hosts and no
+     * other can be relayed: the relays stand in for those hosts. */
+    if (!topo->direct) {
+        snprintf(why, whylen, "%s", topo->indirect[0] ? topo->indirect
+                                                      : "this backend does not say where its "
+                                                        "clients connect");
+        return -1;
+    }
+    /* The hosts, with the scheme's default ports, as the library reads them. */
+    dlock_tool_url parsed;
+    if (dlock_tool_parse_url(url, &parsed, why, whylen) != 0)
+        return -1;
+    int nhosts = parsed.nhosts;
+    if (nhosts > CHK_RELAY_HOSTS) {
+        explicit_bzero(&parsed, sizeof parsed);
+        snprintf(why, whylen, "more than %d hosts in the URL", CHK_RELAY_HOSTS);
+        return -1;
+    }
+    for (int i = 0; i < nhosts; i++) {
+        snprintf(u->host[i].host, sizeof u->host[i].host, "%s", parsed.host[i].host);
+        u->host[i].port = parsed.host[i].port;
+    }
+    explicit_bzero(&parsed, sizeof parsed);
+    /* The text around the hosts, kept as written, so that the worker's URL
+     * differs only in its hosts: scheme://[userinfo@] ... [/path][?query] */
     const char *sep = strstr(url, "://");
-    if (!sep || sep - url > 32) {
+    if (!sep) {
         snprintf(why, whylen, "not a network URL");
-        return -1;
-    }
-    char scheme[33];
-    size_t sl = (size_t)(sep - url);
-    for (size_t i = 0; i < sl; i++)
-        scheme[i] = (char)tolower((unsigned char)url[i]);
-    scheme[sl] = '\0';
-    bool redlock = strcmp(scheme, "redlock") == 0;
-    if (strcmp(scheme, "redis+sentinel") == 0) {
-        snprintf(why, whylen, "Sentinel tells its clients the master's own address, which "
-                              "would lead the workers around their relays (use redis:// "
-                              "or redlock://)");
-        return -1;
-    }
-    if (strcmp(scheme, "redis+cluster") == 0) {
-        snprintf(why, whylen, "a cluster's redirections (MOVED, CLUSTER SLOTS) name its nodes' "
-                              "own ports, which would lead the workers around their relays "
-                              "(use redis:// or redlock://)");
-        return -1;
-    }
-    if (!redlock && strcmp(scheme, "redis") != 0 && strcmp(scheme, "rediss") != 0) {
-        snprintf(why, whylen, "the relays are written for redis:// and redlock:// URLs, not %s://",
-                 scheme);
         return -1;
     }
     const char *auth = sep + 3;
@@ -91,67 +92,18 @@ int chk_upstreams_parse(const char *url, const char *backend, chk_upstreams *u, 
         snprintf(why, whylen, "URL too long to relay");
         return -1;
     }
+    int written = 1;
+    for (const char *p = hosts; p < end; p++)
+        written += *p == ',';
+    if (nhosts == 0 || written != nhosts || u->host[0].host[0] == '/') {
+        snprintf(why, whylen, "the URL's hosts cannot be relayed (a Unix socket, or none)");
+        return -1;
+    }
     memcpy(u->prefix, url, plen);
     u->prefix[plen] = '\0';
     snprintf(u->suffix, sizeof u->suffix, "%s", end);
-    for (const char *p = hosts; p < end;) {
-        const char *q = memchr(p, ',', (size_t)(end - p));
-        if (!q)
-            q = end;
-        if (u->n == CHK_RELAY_HOSTS) {
-            snprintf(why, whylen, "more than %d hosts in the URL", CHK_RELAY_HOSTS);
-            return -1;
-        }
-        const char *h = p, *hend = q, *port = NULL;
-        if (*h == '[') { /* [v6]:port */
-            const char *rb = memchr(h, ']', (size_t)(q - h));
-            if (!rb) {
-                snprintf(why, whylen, "malformed host in the URL");
-                return -1;
-            }
-            h++;
-            hend = rb;
-            if (rb + 1 < q && rb[1] == ':')
-                port = rb + 2;
-        } else {
-            const char *colon = memchr(h, ':', (size_t)(q - h));
-            if (colon) {
-                hend = colon;
-                port = colon + 1;
-            }
-        }
-        size_t hl = (size_t)(hend - h);
-        if (hl == 0 || hl >= sizeof u->host[0].host) {
-            snprintf(why, whylen, "a host of the URL is empty or too long (a Unix socket "
-                                  "cannot be relayed)");
-            return -1;
-        }
-        memcpy(u->host[u->n].host, h, hl);
-        u->host[u->n].host[hl] = '\0';
-        int pn = 6379;
-        if (port && port < q) {
-            pn = 0;
-            for (const char *d = port; d < q; d++) {
-                if (!isdigit((unsigned char)*d) || pn > 65535) {
-                    snprintf(why, whylen, "malformed port in the URL");
-                    return -1;
-                }
-                pn = pn * 10 + (*d - '0');
-            }
-            if (pn <= 0 || pn > 65535) {
-                snprintf(why, whylen, "malformed port in the URL");
-                return -1;
-            }
-        }
-        u->host[u->n].port = pn;
-        u->n++;
-        p = q < end ? q + 1 : end;
-    }
-    if (u->n == 0) {
-        snprintf(why, whylen, "no host in the URL (a Unix socket cannot be relayed)");
-        return -1;
-    }
-    u->quorum = redlock ? u->n / 2 + 1 : 1;
+    u->n = nhosts;
+    u->quorum = topo->quorum > 0 && topo->quorum <= nhosts ? topo->quorum : 1;
     return 0;
 }
 

@@ -958,9 +958,9 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     for (int i = 0; i < CHK_MAX_WORKERS; i++)
         r->relay[i] = (chk_relay){.pid = 0, .ctl = -1};
     if (r->relayed) {
-        char why[300];
+        char why[400];
         const char *url = cfg->url ? cfg->url : getenv("DLOCK_URL");
-        if (chk_upstreams_parse(url, cfg->backend, &r->up, why, sizeof why) != 0) {
+        if (chk_upstreams_parse(url, &cfg->topo, &r->up, why, sizeof why) != 0) {
             snprintf(r->error, sizeof r->error, "cannot relay the workers: %s", why);
             return -1;
         }

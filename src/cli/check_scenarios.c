@@ -3,11 +3,12 @@
  *
  * A scenario is a name and an inject function that runs for the length of
  * the run, driving faults through r->ctl. Faults of the backend's servers
- * (a restart without persistence, a Sentinel failover after replication was
- * cut, a minority of Redlock masters killed, a client stopped with its
- * acquisition in flight) use r->ctl->kill(r, CHK_SERVER, i) and friends and
- * the deployment's own operations (check_servers.c), and set needs_servers
- * and the deployments they apply to.
+ * (a restart without persistence, a failover after replication was cut, a
+ * minority of a quorum or ensemble killed, an ensemble's leader killed, a
+ * client stopped with its acquisition in flight) use r->ctl->kill(r,
+ * CHK_SERVER, i) and friends and the deployment's own operations
+ * (check_servers.c), and set needs_servers and the topology traits
+ * (CHK_TOPO_*) they apply to, never a backend.
  */
 #include "check.h"
 
@@ -138,14 +139,15 @@ static int harness_error(chk_run *r, const char *what, int e)
 /* Does losing the data of nlost servers go beyond what the backend claims
  * to survive? A backend with DLOCK_CAP_FENCING_WEAK (a single master, and
  * Redlock, whose restarted master may have been one of a bare majority)
- * claims nothing then; otherwise Redlock would claim its locks while a
- * majority of the masters keeps its data. */
+ * claims nothing then; otherwise a quorum of independent servers, or a
+ * consensus ensemble, would claim its locks while a majority keeps its
+ * data. */
 static int beyond_claim(const chk_run *r, int nlost)
 {
     const chk_servers *sv = r->cfg->servers;
     if (r->cfg->caps & DLOCK_CAP_FENCING_WEAK)
         return 1;
-    if (sv->deploy == CHK_DEPLOY_REDLOCK)
+    if (sv->topo & (CHK_TOPO_QUORUM | CHK_TOPO_CONSENSUS))
         return nlost >= sv->quorum;
     return 1;
 }
@@ -190,8 +192,8 @@ static int inject_restart(chk_run *r)
         int a = chk_wait_claim(r, r->end_ns);
         if (a < 0)
             break;
-        int idx[MS_RMAX];
-        int n = lock_servers(r, idx, MS_RMAX);
+        int idx[CHK_LOCK_SERVERS];
+        int n = lock_servers(r, idx, CHK_LOCK_SERVERS);
         if (n <= 0)
             return -1;
         int victim = idx[turn++ % n];
@@ -225,12 +227,13 @@ static int inject_restart(chk_run *r)
 }
 
 /*
- * Sentinel failover after replication was cut: with nobody holding or
- * waiting, the master's replicas are cut off (they keep their data and fall
- * behind); a holder A takes the lock from the master alone and parks; the
- * master is killed; Sentinel promotes a replica that never heard of A's lock
- * (nor of the tokens issued since the cut). Another worker B takes the lock
- * from the new master and reads; then A makes its write.
+ * Failover after replication was cut (replicas with failover, as Sentinel
+ * runs them): with nobody holding or waiting, the master's replicas are cut
+ * off (they keep their data and fall behind); a holder A takes the lock from
+ * the master alone and parks; the master is killed; a replica that never
+ * heard of A's lock (nor of the tokens issued since the cut) is promoted.
+ * Another worker B takes the lock from the new master and reads; then A
+ * makes its write.
  */
 static int inject_failover_cut(chk_run *r)
 {
@@ -296,34 +299,36 @@ static int inject_failover_cut(chk_run *r)
 }
 
 /*
- * A minority of the Redlock masters (two of five) is killed while a holder
- * A is parked inside its section: nobody else may take the lock while A
- * holds it on the remaining majority, and once A is done the lock must go on
- * working with the majority alone. The killed masters are started again
- * (empty) after the run.
+ * Servers killed while a holder A is parked inside its section, as many as
+ * the deployment survives (pick chooses them: their indexes into victims,
+ * how many, or a negative errno): nobody else may take the lock while A
+ * holds it on those left, and once A is done the lock must go on working
+ * with them alone. The killed servers are started again (empty) after the
+ * run.
  */
-static int inject_kill_minority(chk_run *r)
+#define VICTIMS_MAX 64
+static int kill_while_held(chk_run *r, int (*pick)(chk_run *r, int *victims), const char *what)
 {
-    static int turn;
-    const chk_servers *sv = r->cfg->servers;
-    int k = sv->count - sv->quorum;
-    if (k <= 0)
-        return harness_error(r, "no minority of masters to kill", EINVAL);
     if (chk_sleep(r, WARMUP_NS))
         return -1;
     chk_arm(r, CHK_FAULT_PARK);
     int a = chk_wait_claim(r, r->end_ns);
     if (a < 0)
         return 0;
+    int victims[VICTIMS_MAX];
+    int k = pick(r, victims);
+    if (k <= 0) {
+        chk_let_go(r, a);
+        return harness_error(r, what, k < 0 ? k : -EINVAL);
+    }
     for (int i = 0; i < k; i++) {
-        int e = r->ctl->kill(r, CHK_SERVER, (turn + i) % sv->count);
+        int e = r->ctl->kill(r, CHK_SERVER, victims[i]);
         if (e) {
             chk_let_go(r, a);
-            return harness_error(r, "cannot kill a master", e);
+            return harness_error(r, "cannot kill a server", e);
         }
         r->faults_injected++;
     }
-    turn += k;
     /* A holds the lock on the majority left: nobody may take it now. */
     chk_arm(r, CHK_FAULT_PARK);
     int64_t hold = MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500);
@@ -334,6 +339,44 @@ static int inject_kill_minority(chk_run *r)
     r->faults_effective++;
     int64_t left = r->end_ns - ms_now_ns();
     return chk_sleep(r, left > MS(500) ? left : MS(500));
+}
+
+/* A minority of the data servers (two of five Redlock masters, one of a
+ * three-member ensemble), others each run. */
+static int pick_minority(chk_run *r, int *victims)
+{
+    static int turn;
+    const chk_servers *sv = r->cfg->servers;
+    int data[VICTIMS_MAX], nd = 0;
+    for (int i = 0; i < sv->count && nd < VICTIMS_MAX; i++)
+        if (sv->holds_data(sv->state, i))
+            data[nd++] = i;
+    int k = nd - sv->quorum;
+    for (int i = 0; i < k; i++)
+        victims[i] = data[(turn + i) % nd];
+    turn += k > 0 ? k : 0;
+    return k;
+}
+
+static int inject_kill_minority(chk_run *r)
+{
+    return kill_while_held(r, pick_minority, "no minority of servers to kill");
+}
+
+/* The leader of a consensus ensemble, found while the holder is parked: a
+ * new one is elected, and the holder's session must outlive the election. */
+static int pick_leader(chk_run *r, int *victims)
+{
+    const chk_servers *sv = r->cfg->servers;
+    int leader = sv->leader(sv->state);
+    if (leader >= 0)
+        victims[0] = leader;
+    return leader < 0 ? leader : 1;
+}
+
+static int inject_kill_leader(chk_run *r)
+{
+    return kill_while_held(r, pick_leader, "cannot tell the ensemble's leader");
 }
 
 static bool in_poll(long nr)
@@ -393,8 +436,8 @@ static int inject_pause_acquire(chk_run *r)
                 return -1;
             return harness_error(r, "workers did not stop before acquiring", ETIMEDOUT);
         }
-        int idx[MS_RMAX];
-        int n = lock_servers(r, idx, MS_RMAX);
+        int idx[CHK_LOCK_SERVERS];
+        int n = lock_servers(r, idx, CHK_LOCK_SERVERS);
         if (n <= 0) {
             chk_gate(r, 0);
             return -1;
@@ -410,7 +453,7 @@ static int inject_pause_acquire(chk_run *r)
         chk_gate_pass(r, a, true);
         /* Its request must lie unread at every server, and the worker wait
          * in poll(2) for the replies. */
-        int ports[MS_RMAX];
+        int ports[CHK_LOCK_SERVERS];
         for (int i = 0; i < n; i++)
             ports[i] = sv->port(sv->state, idx[i]);
         bool waiting = false;
@@ -570,10 +613,8 @@ static const char *partition_cannot_run(const chk_config *cfg, char *why, size_t
     }
     chk_upstreams u;
     const char *url = cfg->url ? cfg->url : getenv("DLOCK_URL");
-    return chk_upstreams_parse(url, cfg->backend, &u, why, len) == 0 ? NULL : why;
+    return chk_upstreams_parse(url, &cfg->topo, &u, why, len) == 0 ? NULL : why;
 }
-
-#define ALL_REDIS (CHK_DEPLOY_SINGLE | CHK_DEPLOY_SENTINEL | CHK_DEPLOY_CLUSTER | CHK_DEPLOY_REDLOCK)
 
 const chk_scenario chk_scenarios[] = {
     {"none", "no fault: workers contend for the lock", 0, NULL, 0, 0, CHK_VALID_RUNS, false, 0,
@@ -600,30 +641,39 @@ const chk_scenario chk_scenarios[] = {
      "them and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
-     ALL_REDIS, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL},
+     CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL},
     {"restart",
      "a server of the lock killed and started again at once, without persistence, while the "
      "holder is inside its section; another worker takes the lock, then the holder writes",
-     0, NULL, 1, ALL_REDIS, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL},
+     0, NULL, 1, CHK_TOPO_ANY, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL},
     {"failover-cut",
-     "Sentinel failover after replication to the replicas was cut: a holder takes the lock "
-     "from the master alone, the master is killed, a stale replica is promoted and another "
+     "failover after replication to the replicas was cut (e.g. Sentinel): a holder takes the "
+     "lock from the master alone, the master is killed, a stale replica is promoted and another "
      "worker takes the lock there (ttl at least 8 s, so that the first holding outlives the "
      "failover)",
-     0, NULL, 1, CHK_DEPLOY_SENTINEL, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut, false, NULL},
+     0, NULL, 1, CHK_TOPO_REPLICAS_FAILOVER, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut,
+     false, NULL},
     {"kill-minority",
-     "a minority of the Redlock masters (two of five) killed while the holder is inside its "
-     "section: nobody else may take the lock, and it must go on working",
-     0, NULL, 1, CHK_DEPLOY_REDLOCK, CHK_VALID_SERVER, false, 0, inject_kill_minority, false, NULL},
+     "a minority of the data servers (two of five Redlock masters, one of a three-member "
+     "ensemble) killed while the holder is inside its section: nobody else may take the lock, "
+     "and it must go on working",
+     0, NULL, 1, CHK_TOPO_QUORUM | CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0,
+     inject_kill_minority, false, NULL},
     {"partition",
      "the holder cut off from the servers inside its section (its TCP relay frozen) for ttl "
      "+ max(ttl/4, 0.25 s) up to 2 s more: it must be told of the loss before its lease runs "
      "out on the servers, and so before another worker takes the lock; then it makes its "
-     "stale write (redis:// and redlock://)",
+     "stale write (where clients connect straight to the URL's servers, e.g. redis:// and "
+     "redlock://)",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives, so a holder cut off from "
      "the servers keeps the lock",
      0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run},
+    {"kill-leader",
+     "the leader of a consensus ensemble killed while the holder is inside its section: a "
+     "new leader is elected, nobody else may take the lock, and it must go on working",
+     0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0, inject_kill_leader, false,
+     NULL},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];

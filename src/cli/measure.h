@@ -1,8 +1,7 @@
 /*
  * measure.h — what `dlock bench` and `dlock check` share: clocks, worker
  * process groups, interruption, percentiles and the file backend's directory
- * (bench_common.c); and what `dlock check` uses of the Redis servers
- * (bench_redis.c).
+ * (bench_common.c).
  *
  * Both commands fork worker processes into one process group of their own,
  * so that a terminal's ^C reaches only the harness, which then kills the
@@ -79,48 +78,5 @@ int ms_file_dir(const char *client_url, char *buf, size_t len);
 /* Raise RLIMIT_NOFILE's soft limit to the hard one; returns the new soft
  * limit (or the old one if it cannot be raised). */
 long ms_raise_nofile(void);
-
-/* ---- the Redis family's servers, for `dlock check` (bench_redis.c) ----- */
-
-/*
- * What `dlock check` needs to control the servers it faults; `dlock bench`
- * takes its figures from the library's tool operations (src/tools.h)
- * instead, and so does ms_redis_lock_nodes below.
- */
-
-#define MS_RMAX 16
-
-enum { MS_RK_NONE = 0, MS_RK_SINGLE, MS_RK_SENTINEL, MS_RK_CLUSTER, MS_RK_REDLOCK };
-
-typedef struct ms_endpoint {
-    char host[256];
-    int port;
-} ms_endpoint;
-
-/* A Redis family URL taken apart (the password stays here, never printed). */
-typedef struct ms_rtarget {
-    int kind;                  /* MS_RK_* */
-    ms_endpoint host[MS_RMAX]; /* as in the URL: masters, sentinels or seed nodes */
-    int nhosts;
-    char user[128], password[256];
-    char master_name[128]; /* sentinel */
-    char *url;             /* as given (with its password): for library clients */
-} ms_rtarget;
-
-/* Can this build talk to Redis (hiredis linked)? */
-bool ms_redis_usable(void);
-/* MS_RK_* of a URL by its scheme. */
-int ms_redis_kind(const char *url);
-int ms_redis_target(const char *url, ms_rtarget *t, char *err, size_t errlen);
-void ms_redis_target_clear(ms_rtarget *t); /* wipes the password */
-/* A hiredis context (redisContext *), AUTH done when auth and the URL has a
- * password; NULL with err on failure. */
-void *ms_redis_connect(const ms_rtarget *t, const char *host, int port, bool auth,
-                       int timeout_ms, char *err, size_t errlen);
-/* The servers that hold lock `name`'s keys now (dlock_tool_lock_servers):
- * the master (found through Sentinel), the node of the name's slot, or every
- * Redlock master. Returns how many were written to out, -1 with err. */
-int ms_redis_lock_nodes(const ms_rtarget *t, const char *name, ms_endpoint *out, int max,
-                        char *err, size_t errlen);
 
 #endif
