@@ -59,11 +59,14 @@ static const dl_scheme zk_schemes[] = {
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define ZK_DEFAULT_SESSION_MS 10000
@@ -2032,10 +2035,132 @@ static int zk_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_se
     return n;
 }
 
+/* ---- for `dlock check`: the ensemble ------------------------------------------------ */
+
+/*
+ * A four-letter word's answer from one server (at most len-1 bytes), over a
+ * plain TCP connection bounded by the client's timeouts. Written by hand
+ * because the C client has no call for a server's mode: four-letter words
+ * are ZooKeeper's own admin interface, on the client port. 0, or -1 with
+ * errno's reason in why.
+ */
+static int zk_ask(zkclient *zc, const char *host, int port, const char *word, char *buf,
+                  size_t len, char *why, size_t whylen)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int e = getaddrinfo(host, ps, &hints, &ai);
+    if (e) {
+        snprintf(why, whylen, "%s", gai_strerror(e));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = zc->op_ms / 1000, .tv_usec = (zc->op_ms % 1000) * 1000};
+    bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+              setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
+              connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+              write(fd, word, strlen(word)) == (ssize_t)strlen(word);
+    if (!ok)
+        snprintf(why, whylen, "%s", strerror(errno));
+    freeaddrinfo(ai);
+    size_t n = 0;
+    while (ok && n + 1 < len) {
+        ssize_t r = read(fd, buf + n, len - 1 - n);
+        if (r < 0)
+            snprintf(why, whylen, "%s", strerror(errno));
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    if (fd >= 0)
+        close(fd);
+    if (ok && n == 0)
+        snprintf(why, whylen, "no answer to \"%s\"", word);
+    return ok && n > 0 ? 0 : -1;
+}
+
+/* One server: a consensus ensemble when the URL names several. */
+static int zk_tool_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    bool ensemble = c->url->nhosts > 1;
+    out->trait = ensemble ? DLOCK_TOOL_TOPO_CONSENSUS : DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->quorum = ensemble ? (int)c->url->nhosts / 2 + 1 : 1;
+    out->direct = 1;
+    return 0;
+}
+
+static int zk_tool_members(dlock_client *c, dlock_tool_member *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->url->nhosts && n < max; i++, n++) {
+        snprintf(out[n].addr.host, sizeof out[n].addr.host, "%s", c->url->hosts[i].host);
+        out[n].addr.port = c->url->hosts[i].port;
+        out[n].role = DLOCK_TOOL_DATA;
+    }
+    return n;
+}
+
+/* A member that says its mode (standalone, leader, follower) serves. */
+static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    char buf[1024], why[128];
+    if (zk_ask(zc_of(c), m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why, sizeof why))
+        return dl_client_err(c, DLOCK_EUNREACHABLE, "zk %s:%d: %s", m->addr.host, m->addr.port,
+                             why);
+    if (!strstr(buf, "\nMode: ") && strncmp(buf, "Mode: ", 6) != 0)
+        return dl_client_err(c, DLOCK_EBUSY, "zk %s:%d is not serving yet (no quorum?)",
+                             m->addr.host, m->addr.port);
+    return 0;
+}
+
+static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
+{
+    char buf[1024], why[128];
+    for (size_t i = 0; i < c->url->nhosts; i++) {
+        const dl_host *h = &c->url->hosts[i];
+        if (zk_ask(zc_of(c), h->host, h->port, "srvr", buf, sizeof buf, why, sizeof why) == 0 &&
+            (strstr(buf, "Mode: leader") || strstr(buf, "Mode: standalone"))) {
+            snprintf(out->host, sizeof out->host, "%s", h->host);
+            out->port = h->port;
+            return 0;
+        }
+    }
+    return dl_client_err(c, DLOCK_EUNREACHABLE, "no member of %s says it leads",
+                         zc_of(c)->redacted);
+}
+
+/* Every member serving again, and one of them leading. */
+static int zk_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
+                          const dlock_tool_wait *w)
+{
+    for (;;) {
+        int rc = 0;
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = zk_tool_ready(c, &m[i]);
+        dlock_tool_server lead;
+        if (rc == 0 && (rc = zk_tool_leader(c, &lead)) == 0)
+            return 0;
+        if (w->stop && w->stop(w->arg))
+            return dl_client_err(c, DLOCK_ECANCELED, "settling the ensemble: interrupted");
+        if (dl_now_ns() >= w->until_ns)
+            return dl_client_err(c, DLOCK_ETIMEDOUT, "the ensemble did not settle: %s",
+                                 dlock_client_errmsg(c));
+        struct timespec step = {0, 100 * 1000000};
+        nanosleep(&step, NULL);
+    }
+}
+
 static const struct dl_tools zk_tools = {
     .baseline = zk_tool_baseline,
     .relay = zk_tool_relay,
     .lock_servers = zk_tool_lock_servers,
+    .topology = zk_tool_topology,
+    .members = zk_tool_members,
+    .server_ready = zk_tool_ready,
+    .settle = zk_tool_settle,
+    .leader = zk_tool_leader,
 };
 
 const dl_backend dl_backend_zk = {
