@@ -670,12 +670,26 @@ int cli_check(int argc, char **argv, const char *url)
         memset(&cfg.topo, 0, sizeof cfg.topo);
         snprintf(cfg.topo.indirect, sizeof cfg.topo.indirect, "%s", dlock_client_errmsg(probe));
     }
-    dlock_client_close(probe);
     for (size_t i = 0; i < dlock_backend_count(); i++) {
         const dlock_backend_info *b = dlock_backend_at(i);
         if (b && strcmp(b->name, cfg.backend) == 0)
             cfg.caps = b->caps;
     }
+    /* A session backend may still give held locks a deadline (ZooKeeper):
+     * a probe lock says how long; the span is ttl less the drift allowance
+     * (ttl/100 + 2 ms), rounded up here so that windows end no earlier. */
+    dlock_lock *pl = NULL;
+    if (!(cfg.caps & DLOCK_CAP_LEASE) &&
+        dlock_lock_new(&pl, probe, "dlock-check-probe", NULL) == 0) {
+        if (dlock_acquire(pl, 2000) == 0) {
+            long long v = dlock_valid_ms(pl);
+            if (v > 0)
+                cfg.session_ttl_ms = (int)(((v + 3) * 100 + 98) / 99);
+            (void)dlock_release(pl);
+        }
+        dlock_lock_free(pl);
+    }
+    dlock_client_close(probe);
     if (strcmp(cfg.backend, "file") != 0 ||
         ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
         cfg.dir[0] = '\0';
@@ -747,9 +761,11 @@ int cli_check(int argc, char **argv, const char *url)
             done = i + 1;
             continue;
         }
-        o->applicable = (cfg.caps & sc->needs_caps) == sc->needs_caps && have_servers;
+        unsigned caps = cfg.caps | (chk_has_deadline(&cfg) ? DLOCK_CAP_LEASE : 0);
+        o->applicable = (caps & sc->needs_caps) == sc->needs_caps && have_servers;
         o->verdict = "invalid";
-        o->ttl_ms = (cfg.caps & DLOCK_CAP_LEASE)
+        o->ttl_ms = cfg.session_ttl_ms ? cfg.session_ttl_ms
+                    : (cfg.caps & DLOCK_CAP_LEASE)
                         ? (cfg.ttl_ms > sc->min_ttl_ms ? cfg.ttl_ms : sc->min_ttl_ms)
                         : 0;
         if (!have_servers) {

@@ -182,6 +182,12 @@ typedef struct chk_config {
     int workers;
     int duration_ms;
     int ttl_ms;       /* lock ttl for lease backends; the pause scenario's yardstick */
+    /* A session backend whose held locks still have a deadline on the
+     * holder's clock (dlock_valid_ms >= 0: ZooKeeper vouches for its
+     * session): that span, learnt from a probe lock; 0 none. Its windows
+     * end there, as a lease's do, and its server lets go only later (a
+     * session outlives the span by half of it). */
+    int session_ttl_ms;
     int max_pause_us; /* random pause between read and write */
     const chk_servers *servers; /* NULL: none */
     char servers_note[512];     /* why there are none */
@@ -330,5 +336,12 @@ typedef struct chk_scenario {
 extern const chk_scenario chk_scenarios[];
 extern const size_t chk_nscenarios;
 const chk_scenario *chk_scenario_find(const char *name);
+
+/* Do held locks have a deadline on the holder's clock (a lease, or a
+ * session the client vouches for)? */
+static inline bool chk_has_deadline(const chk_config *cfg)
+{
+    return (cfg->caps & DLOCK_CAP_LEASE) || cfg->session_ttl_ms > 0;
+}
 
 #endif

@@ -952,7 +952,9 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     r->cfg = cfg;
     r->ctl = &local_ctl;
     r->fencing = fencing;
-    r->ttl_ms = cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms : sc->min_ttl_ms;
+    r->ttl_ms = cfg->session_ttl_ms ? cfg->session_ttl_ms
+                : cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms
+                                              : sc->min_ttl_ms;
     r->server_faults = sc->needs_servers != 0;
     r->relayed = sc->relayed;
     for (int i = 0; i < CHK_MAX_WORKERS; i++)
@@ -1044,7 +1046,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     snprintf(out->meta.mode, sizeof out->meta.mode, "%s", fencing ? "fenced" : "canary");
     snprintf(out->meta.backend, sizeof out->meta.backend, "%s", cfg->backend);
     out->meta.caps = cfg->caps;
-    out->meta.ttl_ms = (cfg->caps & DLOCK_CAP_LEASE) ? r->ttl_ms : 0;
+    out->meta.ttl_ms = chk_has_deadline(cfg) ? r->ttl_ms : 0;
     out->meta.fencing = fencing;
     uint64_t n = atomic_load(&sh->nev);
     if (n > CHK_EVENT_CAP)

@@ -65,7 +65,10 @@ static int inject_kill(chk_run *r)
  */
 static int stale_writer(chk_run *r, bool lose)
 {
-    int64_t pause_ns = ((int64_t)r->ttl_ms + 500) * 1000000;
+    /* Past the lease; past a vouched-for session's end on the server too
+     * (it outlives the holder's span by half of it). */
+    int64_t pause_ns =
+        ((int64_t)r->ttl_ms * (r->cfg->session_ttl_ms ? 3 : 2) / 2 + 500) * 1000000;
     while (!chk_time_up(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
         int a = chk_wait_claim(r, r->end_ns);
