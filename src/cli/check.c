@@ -679,8 +679,10 @@ int cli_check(int argc, char **argv, const char *url)
      * a probe lock says how long; the span is ttl less the drift allowance
      * (ttl/100 + 2 ms), rounded up here so that windows end no earlier. */
     dlock_lock *pl = NULL;
+    bool probed = false;
     if (!(cfg.caps & DLOCK_CAP_LEASE) &&
         dlock_lock_new(&pl, probe, "dlock-check-probe", NULL) == 0) {
+        probed = true;
         if (dlock_acquire(pl, 2000) == 0) {
             long long v = dlock_valid_ms(pl);
             if (v > 0)
@@ -693,6 +695,11 @@ int cli_check(int argc, char **argv, const char *url)
     if (strcmp(cfg.backend, "file") != 0 ||
         ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
         cfg.dir[0] = '\0';
+    if (probed && cfg.dir[0]) { /* the embedded backend keeps a file per name */
+        char path[sizeof cfg.dir + 32];
+        if (snprintf(path, sizeof path, "%s/dlock-check-probe.lock", cfg.dir) < (int)sizeof path)
+            (void)unlink(path);
+    }
     /* The servers to fault, if the URL's are in the servers directory. */
     chk_servers *servers = NULL;
     {
