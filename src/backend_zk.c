@@ -1229,6 +1229,19 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
      * wait that may have lasted longer than the validity itself. */
     int64_t asked = 0, kids_sent = dl_now_ns();
     rc = enqueue(&op, l, &czxid, &kids, &unknown);
+    if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
+        /* The session ended before the client heard of it (a process
+         * stopped past its timeout): start a new one and queue there. */
+        pthread_mutex_lock(&zc->mu);
+        zc->expired = true;
+        pthread_mutex_unlock(&zc->mu);
+        op_end(&op);
+        rc = op_begin(zc, true, &op, err, sizeof err);
+        if (rc)
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
+        zl->path[0] = '\0';
+        rc = enqueue(&op, l, &czxid, &kids, &unknown);
+    }
     if (rc != ZOK) {
         give_up(&op, l, unknown);
         op_end(&op);
@@ -1422,6 +1435,12 @@ static int zk_release(dlock_lock *l)
                            zc->redacted);
     }
     rc = zk_do(&op, CALL_VOID, zl->path, NULL, req_until(l), NULL);
+    if (rc == ZCONNECTIONLOSS && wait_connected(zc, req_until(l))) /* the session resumed */
+        rc = zk_do(&op, CALL_VOID, zl->path, NULL, req_until(l), NULL);
+    pthread_mutex_lock(&zc->mu);
+    if (rc != ZOK && zc->expired)
+        rc = ZNONODE; /* the session ended: its nodes are gone */
+    pthread_mutex_unlock(&zc->mu);
     int result = 0;
     if (rc == ZNONODE)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its node was already gone",

@@ -1330,7 +1330,11 @@ static void case_odd_names(void **state)
         assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
         dlock_info info;
         if (can_inspect && inspect(c2, name, &info) == 0) {
-            if (info.held != 1 || info.token != ta)
+            /* "The last token issued": on a quorum of independent masters
+             * (Redlock) a competing try granted on a minority, then given
+             * back, may have issued a higher one that never held. */
+            bool later_ok = has(DLOCK_CAP_FENCING_WEAK) && info.token > ta;
+            if (info.held != 1 || (info.token != ta && !later_ok))
                 fail_msg("inspect \"%s\": held %d token %" PRIu64 " (holder's %" PRIu64 ")",
                          name, info.held, info.token, ta);
         } else {
