@@ -174,11 +174,6 @@ static bool pjoin(char *buf, size_t len, const char *dir, const char *name)
     return n >= 0 && (size_t)n < len;
 }
 
-static const char *zk_errstr(int rc)
-{
-    return zerror(rc);
-}
-
 /* Wake a waiter's poll. */
 static void poke(int fd)
 {
@@ -543,7 +538,9 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     if (type != ZOO_SESSION_EVENT || !zc)
         return;
     pthread_mutex_lock(&zc->mu);
-    if (zh != zc->zh) { /* an old handle being closed */
+    /* Not an old handle being closed (a new one may speak before
+     * session_open has stored it: zc->zh is NULL then). */
+    if (zc->zh && zh != zc->zh) {
         pthread_mutex_unlock(&zc->mu);
         return;
     }
@@ -575,6 +572,8 @@ static void log_discard(const char *message)
     (void)message;
 }
 
+static bool wait_connected(zkclient *zc, int64_t until_ns);
+
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
 static int session_open(zkclient *zc, char *err, size_t errlen)
@@ -595,25 +594,9 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
     }
     pthread_mutex_lock(&zc->mu);
     zc->zh = zh;
-    int64_t until = dl_now_ns() + ms_to_ns(zc->connect_ms);
-    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired && dl_now_ns() < until) {
-        int64_t at = dl_now_ns() + ms_to_ns(10); /* the first event may precede zc->zh */
-        if (at > until)
-            at = until;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (at - dl_now_ns());
-        if (rt < 0)
-            rt = 0;
-        ts.tv_sec = rt / 1000000000LL;
-        ts.tv_nsec = rt % 1000000000LL;
-        pthread_cond_timedwait(&zc->cv, &zc->mu, &ts);
-        if (zc->state != ZOO_CONNECTED_STATE && zoo_state(zh) == ZOO_CONNECTED_STATE) {
-            zc->state = ZOO_CONNECTED_STATE;
-            zc->negotiated_ms = zoo_recv_timeout(zh);
-        }
-    }
-    bool up = zc->state == ZOO_CONNECTED_STATE;
+    pthread_mutex_unlock(&zc->mu);
+    bool up = wait_connected(zc, dl_now_ns() + ms_to_ns(zc->connect_ms));
+    pthread_mutex_lock(&zc->mu);
     bool refused = zc->expired;
     pthread_mutex_unlock(&zc->mu);
     if (!up) {
@@ -642,8 +625,7 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
         call_drop(k);
         close(evfd);
         if (rc != ZOK) {
-            snprintf(err, errlen, "ZooKeeper at %s: authentication: %s", zc->hosts,
-                     zk_errstr(rc));
+            snprintf(err, errlen, "ZooKeeper at %s: authentication: %s", zc->hosts, zerror(rc));
             return rc == ZAUTHFAILED ? DLOCK_EPERM : DLOCK_EUNREACHABLE;
         }
     }
