@@ -551,6 +551,10 @@ static pid_t guardian_start(sup *s, int go_w)
     for (size_t i = 0; i < nkeep && nclose < sizeof closefds / sizeof closefds[0]; i++)
         closefds[nclose++] = keep[i];
     char died[256], late[320];
+    /* The span of the lock as held (a session backend's is its own, not the
+     * ttl asked for), else the ttl asked for. */
+    long long valid = dlock_valid_ms(s->cfg->lock);
+    int slack_ms = (int)((valid > 0 ? valid : s->cfg->ttl_ms) / 200 + 1);
     guard_args a = {
         .pgid = s->pgid,
         .rfd = gp[0],
@@ -561,7 +565,7 @@ static pid_t guardian_start(sup *s, int go_w)
         .late_msg = late,
         .kill_sig = s->cfg->kill_sig,
         .grace_ms = s->cfg->kill_grace_ms,
-        .slack_ms = s->cfg->ttl_ms / 200 + 1, /* half the library's drift allowance */
+        .slack_ms = slack_ms, /* half the library's drift allowance */
     };
     a.died_len = line(sizeof died,
                       snprintf(died, sizeof died,
@@ -612,16 +616,19 @@ static int guard_send(sup *s, char kind, int64_t value)
 }
 
 /* Tell the guardian when the lease stops being valid, if that moved. The
- * lease is renewed every ttl/3; looking every ttl/4 keeps the guardian's
- * deadline ahead of its expiry by a wide margin. */
+ * lease is renewed every ttl/3, so at least 2/3 of it is left after each
+ * renewal: looking again after a quarter of what is left keeps the
+ * guardian's deadline ahead of its expiry by a wide margin. What is left
+ * says it, not the ttl asked for: a session backend's lock has a span of
+ * its own (ZooKeeper: 2/3 of the session timeout). */
 static void deadline_refresh(sup *s)
 {
     if (!s->lease || s->lost || s->guardian <= 0)
         return;
     int64_t now = cli_now_ms();
-    int step = s->cfg->ttl_ms / 4;
-    s->refresh_at = now + (step > 0 ? step : 1);
     long long valid = dlock_valid_ms(s->cfg->lock);
+    long long step = (valid > 0 ? valid : s->cfg->ttl_ms) / 4;
+    s->refresh_at = now + (step > 0 ? step : 1);
     if (valid < 0)
         return; /* not a lease after all: no time limit */
     int64_t deadline = now + valid;

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# cli_zk_test.sh — dlock(1) on ZooKeeper, where a lock's span is its
+# session's, not the ttl asked for: a run longer than that span keeps its
+# lock (the guardian follows the lock's own deadline); a holder whose
+# network freezes (a TCP relay SIGSTOPped) has its command stopped before
+# the server lets another client in; conflicts with every -E code run
+# nothing; SIGTERM while waiting leaves no queue node. Real server from
+# tests/servers.sh. Skipped (exit 0) without ZooKeeper or the zk backend.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/testlib.sh"
+if [ ! -e /usr/share/java/zookeeper.jar ] || ! "$DLOCK" backends | grep -q '^zk .* yes$'; then
+    echo "zookeeper or the zk backend missing: skipped"
+    exit 0
+fi
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    exec bash "$here/servers.sh" run zk -- bash "$0" "$@"
+fi
+. "$here/servers.sh" # srv_free_port
+U=$DLOCK_TEST_ZK # session=2000: a lock's span is about 1.3 s
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-zk.XXXXXX")
+relay=
+trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
+now_ms() { date +%s%3N; }
+
+# A run twice as long as the lock's span: renewed, exit 0.
+"$DLOCK" --url "$U" run long -- sleep 3 2>"$TMP/long.err"
+rc=$?
+[ $rc = 0 ] && ok "a 3 s run on a 1.3 s span keeps its lock" ||
+    bad "a 3 s run on a 1.3 s span: exit $rc: $(cat "$TMP/long.err")"
+
+# Conflicts: nothing runs, whatever the exit code asked for.
+"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+for _ in $(seq 50); do "$DLOCK" --url "$U" status held 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+for e in 0 3 75; do
+    out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
+    rc=$?
+    [ $rc = $e ] && [ -z "$out" ] && ok "conflict with -n -E $e: exit $e, nothing ran" ||
+        bad "conflict with -n -E $e: exit $rc, output '$out'"
+done
+out=$("$DLOCK" --url "$U" run -w 0.3 -E 0 held -- echo RAN 2>/dev/null)
+rc=$?
+[ $rc = 0 ] && [ -z "$out" ] && ok "conflict with -w 0.3 -E 0: nothing ran" ||
+    bad "conflict with -w 0.3 -E 0: exit $rc, output '$out'"
+# SIGTERM while waiting (a background job of this shell ignores SIGINT):
+# the waiter goes, and so does its queue node.
+"$DLOCK" --url "$U" run -w 10 held -- echo RAN >"$TMP/int.out" 2>/dev/null & w=$!
+sleep 0.5
+kill -TERM $w
+wait $w
+rc=$?
+[ $rc != 0 ] && [ ! -s "$TMP/int.out" ] && ok "SIGTERM while waiting: exit $rc, nothing ran" ||
+    bad "SIGTERM while waiting: exit $rc, ran: $(cat "$TMP/int.out")"
+"$DLOCK" --url "$U" status held 2>/dev/null | grep -q 'waiters: *0' &&
+    ok "SIGTERM while waiting: no queue node left" || bad "SIGTERM while waiting: a waiter is left"
+wait $holder
+
+# A holder whose network freezes: its command is stopped before another
+# client can have the lock (the server waits the whole session).
+port=$(cat "$DLOCK_TEST_SERVERS/zk.port")
+rport=$(srv_free_port)
+python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
+sleep 0.5
+"$DLOCK" --url "zk://127.0.0.1:$rport?session=2000" run frozen -- \
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+for _ in $(seq 50); do "$DLOCK" --url "$U" status frozen 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+kill -STOP $relay
+frozen_at=$(now_ms)
+"$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null
+rc=$?
+other_at=$(now_ms)
+wait $h
+if [ $rc = 0 ] && [ -s "$TMP/stopped" ] && [ "$(cat "$TMP/stopped")" -lt "$other_at" ]; then
+    ok "frozen holder: its command stopped $(( $(cat "$TMP/stopped") - frozen_at )) ms after the freeze, another client got the lock after $(( other_at - frozen_at )) ms"
+else
+    bad "frozen holder: other client exit $rc at +$(( other_at - frozen_at )) ms; command stopped at $(cat "$TMP/stopped" 2>/dev/null || echo never)"
+fi
+kill -CONT $relay
+finish
