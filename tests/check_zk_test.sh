@@ -18,16 +18,16 @@ if ! "$DLOCK" backends | grep -q '^zk .* yes$'; then
     exit 0
 fi
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run zk3 -- bash "$0" "$@"
+    exec bash "$here/servers.sh" run zk zk3 -- bash "$0" "$@"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-zk.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-check() { # NAME ARGS...: dlock check --json into $TMP/NAME.json
-    local name=$1
-    shift
-    "$DLOCK" --url "$DLOCK_TEST_ZK3" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
+check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
+    local name=$1 url=$2
+    shift 2
+    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
     local rc=$?
     if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
         bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
@@ -35,13 +35,17 @@ check() { # NAME ARGS...: dlock check --json into $TMP/NAME.json
     fi
 }
 # A killed or stopped holder's lock comes free when its session expires
-# (2 s here): those runs last long enough to see the takeover.
-check zk3-kill -P 3 -D 4 --scenario kill --scenario pause
-check zk3 -P 3 -D 1 --scenario restart --scenario kill-minority --scenario kill-leader
+# (2 s here): those runs last long enough to see the takeover. They run on
+# the standalone server: on the ensemble under CI load a request has been
+# seen to stall for seconds (see docs/zk.md, Limits), past the harness's 5 s for
+# workers to stop.
+check zk-one "$DLOCK_TEST_ZK" -P 3 -D 4 --scenario kill --scenario pause
+check zk3 "$DLOCK_TEST_ZK3" -P 3 -D 1 --scenario restart --scenario kill-minority \
+    --scenario kill-leader
 j=$TMP/zk3.json
 jcheck "$j" "zk3: three servers found, strong fencing" 'd["servers"] == 3 and not d["fencing_weak"]'
-jcheck "$TMP/zk3-kill.json" "zk3 kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'
-jcheck "$TMP/zk3-kill.json" "zk3 pause past the session: pass, stale writes rejected, the canary lost updates" \
+jcheck "$TMP/zk-one.json" "zk kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'
+jcheck "$TMP/zk-one.json" "zk pause past the session: pass, stale writes rejected, the canary lost updates" \
     'sc("pause")["verdict"] == "pass" and sc("pause")["fenced"]["stale_writes_accepted"] == 0 and sc("pause")["canary"]["lost_increments"] > 0'
 jcheck "$j" "zk3 restart of a member: pass (an ensemble keeps its data)" \
     'sc("restart")["verdict"] == "pass" and sc("restart")["overlaps"] == 0'
