@@ -1,5 +1,5 @@
 # dlock_backend(NAME DESCRIPTORS d... SOURCES s... [LIB_SOURCES s...]
-#               [PKG module | LIBRARY lib HEADER header] [DEB package])
+#               [PKG module... | LIBRARY lib HEADER header] [DEB package])
 #
 # Registers one backend (or family): DESCRIPTORS are the names of its
 # `const dl_backend dl_backend_<d>` descriptors, registered in this order;
@@ -10,7 +10,7 @@
 # built. -DDLOCK_WITH_<NAME>=OFF leaves the library out;
 # -DDLOCK_NO_CLIENT_LIBS=ON leaves every one out.
 function(dlock_backend name)
-  cmake_parse_arguments(B "" "PKG;DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES" ${ARGN})
+  cmake_parse_arguments(B "" "DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES;PKG" ${ARGN})
   string(TOUPPER "${name}" up)
   string(REPLACE "+" "_" up "${up}")
   set(have FALSE)

@@ -1,12 +1,41 @@
 /*
- * backend_etcd.c — etcd v3: a lease per client, a key per waiter, a watch on the predecessor.
+ * backend_etcd.c — etcd v3: a lease per client, a key per waiter, a watch on
+ * the predecessor.
  *
- * Not written yet: the descriptor states what the backend will offer, so
- * that `dlock backends` shows the whole product and a etcd URL answers
- * DLOCK_ENOTSUP naming what is missing. Its issue fills in the operations
- * here.
+ * Layout: every acquisition creates one key bound to the client's lease
+ *
+ *     PREFIX/NAME/KIND-LEASE-OWNER     KIND: "x", "r" or "sN" (src/internal.h)
+ *
+ * whose value is "HOLDER\nVALUE" (a leader's value after the newline). The
+ * keys of a name in create-revision order form its queue; the rule of who
+ * holds is the core's (dl_queue_blocker). A waiter watches the deletion of
+ * the one key whose going can let it in, and of its own key (a lease that
+ * ran out, dlock break), from the revision of the read that queued it, so
+ * nothing between the read and the watch is missed; after every wake-up it
+ * reads the queue again up to its own key, which also proves its key still
+ * exists (Jepsen's etcd 3.4.3 finding: a lock granted after the lease had
+ * expired). The token is the key's create revision: it rises with every
+ * write of the cluster, across leader changes.
+ *
+ * Liveness is the client's one lease, granted on first use and kept alive
+ * by the client's thread at ttl/4 whatever the number of keys; a lock is
+ * valid for the lease's TTL past the sending of the last keep-alive the
+ * server answered, and the core's watchdog declares it lost at that
+ * deadline on our own clock. Beside its locks each lease has a key
+ * PREFIX/.clients/LEASE (lock names never start with '.'): the client's
+ * thread watches it, so a revoked or expired lease (the key goes with it)
+ * is reported at once, and dlock break touches it to make the holder look
+ * at its keys.
+ *
+ * The transport is etcd's JSON gateway over HTTP/1.1 (libcurl, cJSON):
+ * one keep-alive connection per request in flight, taken from a pool; a
+ * waiter's watch is one streaming request (HTTP/1.1 cannot add watchers to
+ * a stream whose request body is sent). Request bodies are built with
+ * snprintf: every string in them is base64 or a decimal number, except the
+ * credentials, which cJSON escapes.
  */
 #include "internal.h"
+#include "tools.h"
 
 static const dl_scheme etcd_schemes[] = {
     {"etcd", "etcd", 2379, true, DL_PATH_NONE},
@@ -14,13 +43,2075 @@ static const dl_scheme etcd_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
+/* The facts, the same whether the client libraries are built in or not. */
+#define ETCD_CAPS                                                                            \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |           \
+     DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
+#define ETCD_LIVENESS                                                                        \
+    "one lease per client, kept alive at ttl/4; linearizable; the holder is told on its own " \
+    "clock before the lease can expire, at once when the lease is revoked or the key "       \
+    "deleted; a paused holder learns only when it runs again (fencing catches it)"
+#define ETCD_FENCING                                                                         \
+    "create revision of the holder's key: rises with every write of the cluster, across "   \
+    "leader changes"
+#define ETCD_PARAMS "ttl prefix cacert cert key"
+
+#ifdef DLOCK_HAVE_ETCD
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EC_DEFAULT_TTL_S 10
+#define EC_KEY_MAX 512
+#define EC_REPLY_MAX (64u << 20) /* a reply larger than this is not etcd's */
+
+/* ---- base64 (the gateway's keys and values) ---------------------------------------- */
+/* By hand: neither libcurl nor cJSON exports a codec, and 30 lines spare a
+ * dependency on OpenSSL's. */
+
+static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* n bytes of s into out (4*ceil(n/3)+1 bytes). */
+static void b64_encode(const void *s, size_t n, char *out)
+{
+    const unsigned char *p = s;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        out[o++] = b64c[(v >> 18) & 63];
+        out[o++] = b64c[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? b64c[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? b64c[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+static int b64_val(char ch)
+{
+    const char *at = ch ? strchr(b64c, ch) : NULL;
+    return at ? (int)(at - b64c) : -1;
+}
+
+/* Decode s into out (at most cap-1 bytes, NUL-terminated): the length, or
+ * -1 for input that is not base64 or does not fit. */
+static long b64_decode(const char *s, char *out, size_t cap)
+{
+    size_t n = strlen(s), o = 0;
+    if (n % 4)
+        return -1;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        for (int j = 0; j < 4; j++) {
+            v[j] = s[i + j] == '=' && i + 4 == n && j >= 2 ? 0 : b64_val(s[i + j]);
+            if (v[j] < 0)
+                return -1;
+        }
+        if (s[i + 2] == '=' && s[i + 3] != '=')
+            return -1;
+        unsigned w = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 |
+                     (unsigned)v[3];
+        int take = s[i + 2] == '=' ? 1 : s[i + 3] == '=' ? 2 : 3;
+        if (o + (size_t)take >= cap)
+            return -1;
+        out[o++] = (char)(w >> 16);
+        if (take > 1)
+            out[o++] = (char)(w >> 8);
+        if (take > 2)
+            out[o++] = (char)w;
+    }
+    out[o] = '\0';
+    return (long)o;
+}
+
+/* ---- replies --------------------------------------------------------------------- */
+
+/* An int64 the gateway writes as a string ("12") or a number; def if absent. */
+static int64_t jint(const cJSON *o, const char *name, int64_t def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (cJSON_IsString(v) && v->valuestring[0]) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v->valuestring, &end, 10);
+        return errno || *end ? def : (int64_t)x;
+    }
+    if (cJSON_IsNumber(v))
+        return (int64_t)v->valuedouble;
+    return def;
+}
+
+static const cJSON *jobj(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsObject(v) ? v : NULL;
+}
+
+static const cJSON *jarr(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsArray(v) ? v : NULL;
+}
+
+/* A kv's key, decoded into buf: false when absent or malformed. */
+static bool kv_key(const cJSON *kv, char *buf, size_t len)
+{
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(kv, "key");
+    return cJSON_IsString(k) && b64_decode(k->valuestring, buf, len) >= 0;
+}
+
+/* A kv's value, decoded into buf ("" when absent). */
+static void kv_value(const cJSON *kv, char *buf, size_t len)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+    if (!cJSON_IsString(v) || b64_decode(v->valuestring, buf, len) < 0)
+        buf[0] = '\0';
+}
+
+/* ---- the client -------------------------------------------------------------------- */
+
+/* One HTTP connection: an easy handle in a multi handle of its own, so that
+ * every transfer can be bounded by a deadline and a cancel descriptor
+ * (curl_multi_poll's extra descriptors) and keeps its connection alive. */
+typedef struct ec_conn {
+    struct ec_conn *next;
+    CURL *easy;
+    CURLM *multi;
+    /* reply body (unary) or unparsed rest of a stream */
+    char *buf;
+    size_t len, cap;
+    bool toolarge;
+    /* stream: called for each complete line */
+    void (*on_line)(struct ec_conn *, cJSON *);
+    void *arg;
+} ec_conn;
+
+typedef struct eclock eclock;
+
+typedef struct ecclient {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a grant finishing; loss callbacks finishing */
+    char **endpoints;  /* "http://h:p" */
+    int nendpoints;
+    int cur; /* the endpoint that answered last */
+    bool tls;
+    char *cacert, *cert, *key;
+    char *user, *password;
+    char *auth; /* "Authorization: TOKEN" header, or NULL */
+    const char *redacted;
+    int connect_ms, op_ms;
+    int ttl_s;
+    char prefix[128]; /* "dlock" */
+    ec_conn *idle;
+
+    /* the lease */
+    int64_t lease;     /* 0: none yet */
+    uint64_t gen;      /* bumped with every new lease */
+    bool lease_gone;   /* revoked or expired: the next acquisition grants anew */
+    bool granting;
+    bool ckey_made;    /* PREFIX/.clients/LEASE exists */
+    int64_t confirmed_ns; /* when the last keep-alive the server answered was sent */
+    int64_t next_ka_ns;
+    int64_t ckey_rev;  /* the client key's last revision seen */
+
+    /* the client's thread: keep-alive, the watch on the client key, orphans */
+    pthread_t thread;
+    bool thread_started, stopping;
+    CURLM *bgm;
+    eclock *held;
+    bool verify; /* a break touched the client key: look at the held keys */
+    int busy;    /* loss callbacks running outside mu */
+    pthread_t busy_thread;
+    char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
+    size_t norphans;
+    char **touches; /* bodies of /v3/kv/txn to send: a holder that waited says so */
+    size_t ntouches;
+    char self[200];
+} ecclient;
+
+struct eclock {
+    eclock *next_held;
+    dlock_lock *l;
+    bool listed;
+    char dir[300];         /* PREFIX/NAME/ (prefix < 64, name <= 200) */
+    char key[EC_KEY_MAX];  /* our key while queued or holding, "" none */
+    char kind[16];
+    int64_t rev;  /* its create revision */
+    uint64_t gen; /* the lease it is bound to */
+    int64_t since_ms; /* wall clock when it was granted (queued, until then) */
+    bool lost;
+};
+
+static ecclient *ec_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+static int64_t ms_to_ns(int64_t ms)
+{
+    return ms * 1000000LL;
+}
+
+/* The end of the key range of every key starting with prefix p (p ends in
+ * '/', which becomes '0'). */
+static void range_end(const char *p, char *out, size_t len)
+{
+    snprintf(out, len, "%s", p);
+    size_t n = strlen(out);
+    if (n)
+        out[n - 1] = (char)(out[n - 1] + 1);
+}
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
+{
+    ec_conn *k = arg;
+    size_t n = size * nmemb;
+    if (k->len + n + 1 > k->cap) {
+        if (k->len + n + 1 > EC_REPLY_MAX) {
+            k->toolarge = true;
+            return 0; /* aborts the transfer */
+        }
+        size_t cap = k->cap ? k->cap : 4096;
+        while (cap < k->len + n + 1)
+            cap *= 2;
+        char *b = realloc(k->buf, cap);
+        if (!b)
+            return 0;
+        k->buf = b;
+        k->cap = cap;
+    }
+    memcpy(k->buf + k->len, data, n);
+    k->len += n;
+    k->buf[k->len] = '\0';
+    if (k->on_line) {
+        char *nl, *start = k->buf;
+        while ((nl = memchr(start, '\n', k->len - (size_t)(start - k->buf)))) {
+            *nl = '\0';
+            cJSON *j = cJSON_Parse(start);
+            k->on_line(k, j); /* NULL for a line that is not JSON */
+            cJSON_Delete(j);
+            start = nl + 1;
+        }
+        k->len -= (size_t)(start - k->buf);
+        memmove(k->buf, start, k->len);
+        k->buf[k->len] = '\0';
+    }
+    return n;
+}
+
+static void conn_free(ec_conn *k)
+{
+    if (!k)
+        return;
+    if (k->multi)
+        curl_multi_cleanup(k->multi);
+    if (k->easy)
+        curl_easy_cleanup(k->easy);
+    free(k->buf);
+    free(k);
+}
+
+static ec_conn *conn_get(ecclient *ec)
+{
+    pthread_mutex_lock(&ec->mu);
+    ec_conn *k = ec->idle;
+    if (k)
+        ec->idle = k->next;
+    pthread_mutex_unlock(&ec->mu);
+    if (!k) {
+        k = calloc(1, sizeof *k);
+        if (!k)
+            return NULL;
+        k->easy = curl_easy_init();
+        k->multi = curl_multi_init();
+        if (!k->easy || !k->multi) {
+            conn_free(k);
+            return NULL;
+        }
+    }
+    k->len = 0;
+    k->toolarge = false;
+    k->on_line = NULL;
+    k->arg = NULL;
+    return k;
+}
+
+static void conn_put(ecclient *ec, ec_conn *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&ec->mu);
+    k->next = ec->idle;
+    ec->idle = k;
+    pthread_mutex_unlock(&ec->mu);
+}
+
+/* Set up k's easy handle for POST path on endpoint e. */
+static int conn_setup(ecclient *ec, ec_conn *k, int e, const char *path, const char *body,
+                      struct curl_slist *hdrs, int connect_ms)
+{
+    char url[600];
+    snprintf(url, sizeof url, "%s%s", ec->endpoints[e], path);
+    CURL *h = k->easy;
+    curl_easy_reset(h);
+    bool ok = curl_easy_setopt(h, CURLOPT_URL, url) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_POSTFIELDS, body) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_WRITEDATA, k) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(connect_ms > 0 ? connect_ms : 1)) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 2L) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 1L) == CURLE_OK &&
+              curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http") == CURLE_OK;
+    if (ok && ec->cacert)
+        ok = curl_easy_setopt(h, CURLOPT_CAINFO, ec->cacert) == CURLE_OK;
+    if (ok && ec->cert)
+        ok = curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert) == CURLE_OK;
+    if (ok && ec->key)
+        ok = curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key) == CURLE_OK;
+    return ok ? 0 : DLOCK_ENOMEM;
+}
+
+enum xfer { XFER_DONE, XFER_TIMEOUT, XFER_CANCELED, XFER_STOP };
+
+/* Run k's transfer until it ends, until_ns passes, cancel_fd becomes
+ * readable or *stop turns true. *res: curl's result when XFER_DONE. */
+static enum xfer conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
+                          CURLcode *res)
+{
+    if (curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
+        *res = CURLE_OUT_OF_MEMORY;
+        return XFER_DONE;
+    }
+    enum xfer out = XFER_TIMEOUT;
+    for (;;) {
+        int running = 0;
+        curl_multi_perform(k->multi, &running);
+        CURLMsg *m;
+        int left;
+        bool done = false;
+        while ((m = curl_multi_info_read(k->multi, &left)))
+            if (m->msg == CURLMSG_DONE) {
+                *res = m->data.result;
+                done = true;
+            }
+        if (done || !running) {
+            if (!done)
+                *res = CURLE_RECV_ERROR;
+            out = XFER_DONE;
+            break;
+        }
+        if (stop && *stop) {
+            out = XFER_STOP;
+            break;
+        }
+        int wait = 1000;
+        if (until_ns >= 0) {
+            int64_t left_ns = until_ns - dl_now_ns();
+            if (left_ns <= 0)
+                break;
+            if (left_ns / 1000000 + 1 < wait)
+                wait = (int)(left_ns / 1000000 + 1);
+        }
+        struct curl_waitfd extra = {.fd = cancel_fd, .events = CURL_WAIT_POLLIN};
+        curl_multi_poll(k->multi, cancel_fd >= 0 ? &extra : NULL, cancel_fd >= 0 ? 1 : 0,
+                        wait, NULL);
+        if (cancel_fd >= 0 && (extra.revents & CURL_WAIT_POLLIN)) {
+            out = XFER_CANCELED;
+            break;
+        }
+    }
+    curl_multi_remove_handle(k->multi, k->easy);
+    return out;
+}
+
+/* Whether a transport failure leaves the request unsent for sure (another
+ * endpoint may take it without doubt), merely failed, or not a failure. */
+static bool curl_failed_before_send(CURLcode rc)
+{
+    return rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+           rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION;
+}
+
+static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
+
+/* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
+ * as a DLOCK_E* code and a message. */
+static int gateway_error(ecclient *ec, long status, const cJSON *j, char *err, size_t errlen)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
+    if (!cJSON_IsString(m))
+        m = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const char *msg = cJSON_IsString(m) ? m->valuestring : "";
+    int code = (int)jint(j, "code", -1);
+    if (!cJSON_IsString(m) || code < 0) {
+        snprintf(err, errlen, "%s answers HTTP %ld without an etcd error: not an etcd v3 gateway?",
+                 ec->endpoints[ec->cur], status);
+        return DLOCK_EPROTO;
+    }
+    if (strstr(msg, "no leader") || strstr(msg, "request timed out") ||
+        strstr(msg, "leader changed") || strstr(msg, "too many requests")) {
+        snprintf(err, errlen, "etcd has no leader, or lost its quorum (%.200s)", msg);
+        return DLOCK_EUNREACHABLE;
+    }
+    if (strstr(msg, "lease not found")) {
+        snprintf(err, errlen, "the client's lease is gone (%.200s)", msg);
+        return DLOCK_ELOST;
+    }
+    snprintf(err, errlen, "etcd: %.300s", msg);
+    if (code == 16 || code == 7 || strstr(msg, "auth") || strstr(msg, "permission denied"))
+        return DLOCK_EPERM;
+    if (code == 14 || code == 4)
+        return DLOCK_EUNREACHABLE;
+    return DLOCK_EPROTO;
+}
+
+static bool auth_retryable(const char *err)
+{
+    return strstr(err, "invalid auth token") || strstr(err, "user name is empty") ||
+           strstr(err, "auth token is expired");
+}
+
+/*
+ * POST body to path on the cluster: *out the reply (NULL when out is NULL).
+ * A connection that fails before the request went out moves to the next
+ * endpoint; so does a timeout or a reset once, when time is left. until_ns
+ * bounds everything (-1: the op timeout); cancel_fd ends a wait early.
+ * *sent (may be NULL) tells whether the request may have reached a server.
+ */
+static int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns,
+                   int cancel_fd, cJSON **out, bool *sent, char *err, size_t errlen)
+{
+    if (out)
+        *out = NULL;
+    if (sent)
+        *sent = false;
+    if (until_ns < 0)
+        until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
+    ec_conn *k = conn_get(ec);
+    if (!k) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    bool reauthed = false;
+    int result = DLOCK_EUNREACHABLE;
+    pthread_mutex_lock(&ec->mu);
+    int e = ec->cur;
+    pthread_mutex_unlock(&ec->mu);
+    snprintf(err, errlen, "no endpoint answered");
+    for (int tries = 0; tries < 2 * ec->nendpoints + 1; tries++) {
+        int64_t left = until_ns - dl_now_ns();
+        if (left <= 0) {
+            if (tries == 0)
+                snprintf(err, errlen, "no time left for the request");
+            result = DLOCK_EUNREACHABLE;
+            break;
+        }
+        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+        pthread_mutex_lock(&ec->mu);
+        struct curl_slist *h2 = hdrs && ec->auth ? curl_slist_append(hdrs, ec->auth) : hdrs;
+        pthread_mutex_unlock(&ec->mu);
+        if (!h2) {
+            curl_slist_free_all(hdrs);
+            result = DLOCK_ENOMEM;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        hdrs = h2;
+        int cms = ec->connect_ms < left / 1000000 ? ec->connect_ms : (int)(left / 1000000);
+        if (conn_setup(ec, k, e, path, body, hdrs, cms)) {
+            curl_slist_free_all(hdrs);
+            result = DLOCK_ENOMEM;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        k->len = 0;
+        CURLcode res = CURLE_OK;
+        enum xfer x = conn_run(k, until_ns, cancel_fd, NULL, &res);
+        curl_slist_free_all(hdrs);
+        if (x == XFER_CANCELED) {
+            if (sent)
+                *sent = true;
+            snprintf(err, errlen, "canceled");
+            result = DLOCK_ECANCELED;
+            break;
+        }
+        if (x == XFER_TIMEOUT || res != CURLE_OK) {
+            if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
+                *sent = true;
+            if (x == XFER_TIMEOUT)
+                snprintf(err, errlen, "%s did not answer in time", ec->endpoints[e]);
+            else if (k->toolarge)
+                snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
+                         ec->endpoints[e], EC_REPLY_MAX >> 20);
+            else
+                snprintf(err, errlen, "%s: %s", ec->endpoints[e], curl_easy_strerror(res));
+            result = res == CURLE_OUT_OF_MEMORY ? DLOCK_ENOMEM
+                     : res == CURLE_SSL_CACERT_BADFILE || res == CURLE_SSL_CERTPROBLEM
+                         ? DLOCK_EURL
+                         : DLOCK_EUNREACHABLE;
+            if (result != DLOCK_EUNREACHABLE)
+                break;
+            e = (e + 1) % ec->nendpoints;
+            continue;
+        }
+        if (sent)
+            *sent = true;
+        long status = 0;
+        curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
+        cJSON *j = k->len ? cJSON_ParseWithLength(k->buf, k->len) : NULL;
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            snprintf(err, errlen, "%s answers HTTP %ld but not with etcd's JSON: not an etcd v3 "
+                                  "gateway?", ec->endpoints[e], status);
+            result = DLOCK_EPROTO;
+            break;
+        }
+        pthread_mutex_lock(&ec->mu);
+        ec->cur = e;
+        pthread_mutex_unlock(&ec->mu);
+        if (status != 200) {
+            result = gateway_error(ec, status, j, err, errlen);
+            cJSON_Delete(j);
+            if (result == DLOCK_EPERM && ec->user && !reauthed && auth_retryable(err) &&
+                strcmp(path, "/v3/auth/authenticate") != 0) {
+                reauthed = true;
+                char aerr[300];
+                int arc = authenticate(ec, until_ns, aerr, sizeof aerr);
+                if (arc == 0) {
+                    tries--;
+                    continue;
+                }
+                snprintf(err, errlen, "%s", aerr);
+                result = arc;
+            }
+            break;
+        }
+        if (out)
+            *out = j;
+        else
+            cJSON_Delete(j);
+        result = 0;
+        break;
+    }
+    conn_put(ec, k);
+    return result;
+}
+
+/* Log in: a token for the Authorization header of every later request. */
+static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
+{
+    cJSON *req = cJSON_CreateObject();
+    char *body = NULL;
+    if (req && cJSON_AddStringToObject(req, "name", ec->user) &&
+        cJSON_AddStringToObject(req, "password", ec->password ? ec->password : ""))
+        body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    if (!body) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/auth/authenticate", body, until_ns, -1, &j, NULL, err, errlen);
+    explicit_bzero(body, strlen(body));
+    free(body);
+    if (rc) {
+        if (rc == DLOCK_EPERM)
+            snprintf(err, errlen, "etcd refused user \"%s\": wrong user or password, or "
+                                  "authentication is not enabled", ec->user);
+        return rc;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "token");
+    char *hdr = NULL;
+    if (cJSON_IsString(t) && (hdr = malloc(strlen(t->valuestring) + 32)))
+        sprintf(hdr, "Authorization: %s", t->valuestring);
+    cJSON_Delete(j);
+    if (!hdr) {
+        snprintf(err, errlen, "etcd's authenticate reply has no token");
+        return DLOCK_EPROTO;
+    }
+    pthread_mutex_lock(&ec->mu);
+    free(ec->auth);
+    ec->auth = hdr;
+    pthread_mutex_unlock(&ec->mu);
+    return 0;
+}
+
+/* The header revision of a reply (0 if absent). */
+static int64_t header_rev(const cJSON *j)
+{
+    return jint(jobj(j, "header"), "revision", 0);
+}
+
+/* A key's value: "SINCE HOLDER\nVALUE", SINCE the wall-clock ms at which
+ * the holder got it (as its own clock says), VALUE a leader's value. */
+static void value_format(const ecclient *ec, int64_t since_ms, const char *leader, char *buf,
+                         size_t len)
+{
+    snprintf(buf, len, "%" PRId64 " %s\n%s", since_ms, ec->self, leader ? leader : "");
+}
+
+/* ---- the lease ------------------------------------------------------------------- */
+
+static void *client_thread(void *arg);
+
+static void ckey_of(const ecclient *ec, int64_t lease, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/.clients/%016" PRIx64, ec->prefix, (uint64_t)lease);
+}
+
+/* Keep-alive of the current lease: 0 (confirmed_ns moved), DLOCK_ELOST
+ * when the server no longer knows the lease, or a transport error. */
+static int keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&ec->mu);
+    int64_t lease = ec->lease;
+    uint64_t gen = ec->gen;
+    bool gone = ec->lease_gone;
+    pthread_mutex_unlock(&ec->mu);
+    if (!lease || gone) {
+        snprintf(err, errlen, "the client's lease is gone");
+        return DLOCK_ELOST;
+    }
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    int64_t sent = dl_now_ns();
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/lease/keepalive", body, until_ns, -1, &j, NULL, err, errlen);
+    if (rc)
+        return rc;
+    const cJSON *r = jobj(j, "result");
+    int64_t ttl = jint(r, "TTL", 0);
+    const cJSON *er = jobj(j, "error");
+    cJSON_Delete(j);
+    if (!r || er) {
+        snprintf(err, errlen, "etcd's keep-alive reply has no result");
+        return DLOCK_EPROTO;
+    }
+    pthread_mutex_lock(&ec->mu);
+    if (gen == ec->gen) {
+        if (ttl <= 0)
+            ec->lease_gone = true;
+        else if (sent > ec->confirmed_ns)
+            ec->confirmed_ns = sent;
+    }
+    pthread_mutex_unlock(&ec->mu);
+    if (ttl <= 0) {
+        snprintf(err, errlen, "the client's lease %" PRId64 " expired or was revoked", lease);
+        return DLOCK_ELOST;
+    }
+    return 0;
+}
+
+/*
+ * The client's lease, granted when there is none (first use, or after it
+ * was lost): *lease, *gen and whether the client key still has to be made
+ * (the caller puts it in its first transaction).
+ */
+static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen,
+                        bool *make_ckey, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&ec->mu);
+    while (ec->granting)
+        pthread_cond_wait(&ec->cv, &ec->mu);
+    if (ec->lease && !ec->lease_gone) {
+        *lease = ec->lease;
+        *gen = ec->gen;
+        *make_ckey = !ec->ckey_made;
+        pthread_mutex_unlock(&ec->mu);
+        return 0;
+    }
+    ec->granting = true;
+    pthread_mutex_unlock(&ec->mu);
+    char body[64];
+    snprintf(body, sizeof body, "{\"TTL\":\"%d\"}", ec->ttl_s);
+    int64_t sent = dl_now_ns();
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/lease/grant", body, until_ns, -1, &j, NULL, err, errlen);
+    int64_t id = rc ? 0 : jint(j, "ID", 0), ttl = rc ? 0 : jint(j, "TTL", 0);
+    if (!rc && (id <= 0 || ttl <= 0)) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        snprintf(err, errlen, "etcd granted no lease%s%.200s", cJSON_IsString(e) ? ": " : "",
+                 cJSON_IsString(e) ? e->valuestring : "");
+        rc = DLOCK_EPROTO;
+    }
+    cJSON_Delete(j);
+    pthread_mutex_lock(&ec->mu);
+    ec->granting = false;
+    if (rc == 0) {
+        ec->lease = id;
+        ec->gen++;
+        ec->lease_gone = false;
+        ec->ckey_made = false;
+        ec->ckey_rev = 0;
+        ec->confirmed_ns = sent;
+        /* Keep-alives at a quarter of what the server granted (it may
+         * grant more than asked, never less). */
+        ec->next_ka_ns = sent + ms_to_ns(ttl * 1000) / 4;
+        *lease = id;
+        *gen = ec->gen;
+        *make_ckey = true;
+        if (!ec->thread_started) {
+            if (pthread_create(&ec->thread, NULL, client_thread, ec) == 0)
+                ec->thread_started = true;
+            else
+                rc = DLOCK_ENOMEM;
+        } else if (ec->bgm) {
+            curl_multi_wakeup(ec->bgm);
+        }
+    }
+    pthread_cond_broadcast(&ec->cv);
+    pthread_mutex_unlock(&ec->mu);
+    if (rc == DLOCK_ENOMEM)
+        snprintf(err, errlen, "cannot start the client's thread");
+    return rc;
+}
+
+/* ---- losses ------------------------------------------------------------------------ */
+
+/* Tell the holders in lost[] (marked lost under mu, busy counted). */
+static void tell_lost(ecclient *ec, dlock_lock **lost, int n, const char *why)
+{
+    for (int i = 0; i < n; i++)
+        dl_mark_lost(lost[i], why);
+    pthread_mutex_lock(&ec->mu);
+    ec->busy--;
+    pthread_cond_broadcast(&ec->cv);
+    pthread_mutex_unlock(&ec->mu);
+    free(lost);
+}
+
+/* Every held lock of lease generation gen is lost (the lease is gone). */
+static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
+{
+    pthread_mutex_lock(&ec->mu);
+    if (gen == ec->gen)
+        ec->lease_gone = true;
+    int n = 0;
+    for (eclock *el = ec->held; el; el = el->next_held)
+        n++;
+    dlock_lock **lost = malloc(sizeof *lost * (size_t)(n ? n : 1));
+    n = 0;
+    for (eclock *el = ec->held; el && lost; el = el->next_held)
+        if (el->gen == gen && !el->lost) {
+            el->lost = true;
+            lost[n++] = el->l;
+        }
+    ec->busy++;
+    ec->busy_thread = pthread_self();
+    pthread_mutex_unlock(&ec->mu);
+    tell_lost(ec, lost, n, why);
+}
+
+/* A break touched our client key: which held keys are gone? */
+static void verify_held(ecclient *ec)
+{
+    /* Ask about every held key; mark the missing ones. */
+    pthread_mutex_lock(&ec->mu);
+    int n = 0;
+    for (eclock *el = ec->held; el; el = el->next_held)
+        n++;
+    char (*keys)[EC_KEY_MAX] = malloc(sizeof *keys * (size_t)(n ? n : 1));
+    n = 0;
+    for (eclock *el = ec->held; el && keys; el = el->next_held)
+        if (!el->lost)
+            snprintf(keys[n++], EC_KEY_MAX, "%s", el->key);
+    pthread_mutex_unlock(&ec->mu);
+    if (!keys)
+        return;
+    for (int i = 0; i < n; i++) {
+        char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
+        b64_encode(keys[i], strlen(keys[i]), b64);
+        snprintf(body, sizeof body, "{\"key\":\"%s\",\"count_only\":true}", b64);
+        cJSON *j = NULL;
+        if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) != 0)
+            continue; /* the keep-alive decides then */
+        int64_t count = jint(j, "count", 0);
+        cJSON_Delete(j);
+        if (count > 0)
+            continue;
+        pthread_mutex_lock(&ec->mu);
+        dlock_lock **lost = malloc(sizeof *lost);
+        int m = 0;
+        for (eclock *el = ec->held; el && lost; el = el->next_held)
+            if (!el->lost && strcmp(el->key, keys[i]) == 0) {
+                el->lost = true;
+                lost[m++] = el->l;
+                break;
+            }
+        ec->busy++;
+        ec->busy_thread = pthread_self();
+        pthread_mutex_unlock(&ec->mu);
+        tell_lost(ec, lost, m, "its key was deleted (dlock break)");
+    }
+    free(keys);
+}
+
+/* Take el out of the held list, waiting for a loss callback about it to
+ * finish (unless this thread is the one running it). */
+static void held_drop(ecclient *ec, eclock *el)
+{
+    pthread_mutex_lock(&ec->mu);
+    if (el->listed) {
+        for (eclock **p = &ec->held; *p; p = &(*p)->next_held)
+            if (*p == el) {
+                *p = el->next_held;
+                break;
+            }
+        el->listed = false;
+    }
+    while (ec->busy && !pthread_equal(ec->busy_thread, pthread_self()))
+        pthread_cond_wait(&ec->cv, &ec->mu);
+    pthread_mutex_unlock(&ec->mu);
+}
+
+static void orphan_add(ecclient *ec, const char *key)
+{
+    char *k = strdup(key);
+    pthread_mutex_lock(&ec->mu);
+    char **o = k ? realloc(ec->orphans, sizeof *o * (ec->norphans + 1)) : NULL;
+    if (o) {
+        ec->orphans = o;
+        o[ec->norphans++] = k;
+        k = NULL;
+    }
+    pthread_mutex_unlock(&ec->mu);
+    free(k); /* (out of memory: the lease's end deletes it) */
+}
+
+static int delete_key(ecclient *ec, const char *key, int64_t until_ns, int64_t *deleted,
+                      char *err, size_t errlen)
+{
+    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 32];
+    b64_encode(key, strlen(key), b64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/deleterange", body, until_ns, -1, &j, NULL, err, errlen);
+    if (rc == 0 && deleted)
+        *deleted = jint(j, "deleted", 0);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void orphans_purge(ecclient *ec)
+{
+    for (;;) {
+        pthread_mutex_lock(&ec->mu);
+        char *k = ec->norphans ? ec->orphans[--ec->norphans] : NULL;
+        pthread_mutex_unlock(&ec->mu);
+        if (!k)
+            return;
+        char err[200];
+        if (delete_key(ec, k, -1, NULL, err, sizeof err) != 0) {
+            orphan_add(ec, k);
+            free(k);
+            return;
+        }
+        free(k);
+    }
+}
+
+/* ---- the client's thread -------------------------------------------------------------- */
+
+typedef struct ck_watch {
+    ecclient *ec;
+    uint64_t gen;
+    bool deleted, touched, failed;
+    int64_t rev;
+} ck_watch;
+
+static void ck_line(ec_conn *k, cJSON *j)
+{
+    ck_watch *w = k->arg;
+    const cJSON *r = jobj(j, "result");
+    if (!r) {
+        w->failed = true; /* an error line, or not JSON */
+        return;
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
+        w->failed = true;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, jarr(r, "events"))
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+        int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
+        if (mod > w->rev)
+            w->rev = mod;
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0)
+            w->deleted = true;
+        else
+            w->touched = true; /* PUT: the default type is left out */
+    }
+}
+
+/*
+ * One thread per client, from the first lease on: keep-alives at ttl/4,
+ * the watch on the client key (a revoked lease or a break told at once),
+ * deletion of orphaned keys. Blocking requests here are bounded by the op
+ * timeout.
+ */
+static void *client_thread(void *arg)
+{
+    ecclient *ec = arg;
+    CURLM *m = curl_multi_init();
+    pthread_mutex_lock(&ec->mu);
+    ec->bgm = m;
+    pthread_mutex_unlock(&ec->mu);
+    ec_conn *wk = NULL; /* the watch's connection */
+    ck_watch w = {.ec = ec};
+    struct curl_slist *hdrs = NULL;
+    char body[EC_KEY_MAX * 2 + 128];
+    int64_t retry_watch_ns = 0;
+    for (;;) {
+        pthread_mutex_lock(&ec->mu);
+        bool stop = ec->stopping;
+        uint64_t gen = ec->gen;
+        bool live = ec->lease && !ec->lease_gone;
+        bool have_ckey = ec->ckey_made;
+        int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
+        bool orphans = ec->norphans > 0, verify = ec->verify;
+        ec->verify = false;
+        pthread_mutex_unlock(&ec->mu);
+        if (stop)
+            break;
+        int64_t now = dl_now_ns();
+        if (live && now >= next_ka) {
+            char err[300];
+            int rc = keepalive(ec, -1, err, sizeof err);
+            pthread_mutex_lock(&ec->mu);
+            /* on failure try again soon: the core's watchdog keeps time */
+            ec->next_ka_ns = dl_now_ns() + (rc == 0 ? ms_to_ns(ec->ttl_s * 1000) / 4
+                                                    : ms_to_ns(100));
+            pthread_mutex_unlock(&ec->mu);
+            if (rc == DLOCK_ELOST)
+                lose_gen(ec, gen, "the client's etcd lease expired or was revoked");
+            continue;
+        }
+        if (verify)
+            verify_held(ec);
+        if (orphans && live)
+            orphans_purge(ec);
+        for (;;) {
+            pthread_mutex_lock(&ec->mu);
+            char *t = ec->ntouches ? ec->touches[0] : NULL;
+            if (t)
+                memmove(ec->touches, ec->touches + 1, sizeof *ec->touches * --ec->ntouches);
+            pthread_mutex_unlock(&ec->mu);
+            if (!t)
+                break;
+            char err[200];
+            (void)ec_post(ec, "/v3/kv/txn", t, -1, -1, NULL, NULL, err, sizeof err);
+            free(t);
+        }
+        /* The watch on the client key of the current lease. */
+        if (wk && (w.gen != gen || !live)) {
+            curl_multi_remove_handle(m, wk->easy);
+            conn_put(ec, wk);
+            wk = NULL;
+        }
+        if (!wk && live && have_ckey && m && now >= retry_watch_ns) {
+            wk = conn_get(ec);
+            char key[EC_KEY_MAX], b64[EC_KEY_MAX * 2];
+            ckey_of(ec, lease, key, sizeof key);
+            b64_encode(key, strlen(key), b64);
+            snprintf(body, sizeof body,
+                     "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}",
+                     b64, from + 1);
+            curl_slist_free_all(hdrs);
+            hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+            pthread_mutex_lock(&ec->mu);
+            if (hdrs && ec->auth)
+                hdrs = curl_slist_append(hdrs, ec->auth);
+            int e = ec->cur;
+            pthread_mutex_unlock(&ec->mu);
+            w = (ck_watch){.ec = ec, .gen = gen, .rev = from};
+            if (wk && hdrs && conn_setup(ec, wk, e, "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+                wk->on_line = ck_line;
+                wk->arg = &w;
+                if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
+                    conn_put(ec, wk);
+                    wk = NULL;
+                }
+            } else {
+                conn_put(ec, wk);
+                wk = NULL;
+            }
+            retry_watch_ns = now + ms_to_ns(200);
+        }
+        int running = 0;
+        if (m)
+            curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while (m && (msg = curl_multi_info_read(m, &left)))
+            if (msg->msg == CURLMSG_DONE && wk && msg->easy_handle == wk->easy)
+                w.failed = true;
+        if (wk && (w.deleted || w.touched || w.failed)) {
+            pthread_mutex_lock(&ec->mu);
+            if (w.gen == ec->gen && w.rev > ec->ckey_rev)
+                ec->ckey_rev = w.rev;
+            pthread_mutex_unlock(&ec->mu);
+            if (w.deleted)
+                lose_gen(ec, w.gen, "the client's etcd lease was revoked or expired (its key "
+                                    "is gone)");
+            else if (w.touched)
+                verify_held(ec);
+            w.touched = false;
+            if (w.deleted || w.failed) {
+                curl_multi_remove_handle(m, wk->easy);
+                conn_put(ec, wk);
+                wk = NULL;
+                if (w.failed && !w.deleted)
+                    verify_held(ec); /* events may have been missed */
+            }
+        }
+        int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
+        if (wait_ns > ms_to_ns(200) && (!wk && live))
+            wait_ns = ms_to_ns(200);
+        if (wait_ns < 0)
+            wait_ns = 0;
+        if (m)
+            curl_multi_poll(m, NULL, 0, (int)(wait_ns / 1000000) + 1, NULL);
+        else
+            usleep(100000);
+    }
+    if (wk) {
+        curl_multi_remove_handle(m, wk->easy);
+        conn_put(ec, wk);
+    }
+    curl_slist_free_all(hdrs);
+    pthread_mutex_lock(&ec->mu);
+    ec->bgm = NULL;
+    pthread_mutex_unlock(&ec->mu);
+    if (m)
+        curl_multi_cleanup(m);
+    return NULL;
+}
+
+/* ---- the queue ------------------------------------------------------------------------ */
+
+typedef struct ec_entry {
+    dl_qpos pos; /* first: dl_queue_blocker reads it */
+    char key[EC_KEY_MAX];
+    int64_t rev;
+} ec_entry;
+
+/* "PREFIX/NAME/KIND-LEASE-OWNER" → the entry's kind (false for another shape). */
+static bool entry_parse(const char *dir, const char *key, ec_entry *e)
+{
+    size_t dl = strlen(dir);
+    if (strncmp(key, dir, dl) != 0)
+        return false;
+    const char *p = dl_qkind_parse(key + dl, &e->pos);
+    if (!p || *p != '-' || strlen(p + 1) != 16 + 1 + DL_OWNER_HEX || p[17] != '-')
+        return false;
+    snprintf(e->key, sizeof e->key, "%s", key);
+    return true;
+}
+
+/* The lease id in an entry's key. */
+static int64_t entry_lease(const char *dir, const char *key)
+{
+    const char *p = strchr(key + strlen(dir), '-');
+    return p ? (int64_t)strtoull(p + 1, NULL, 16) : 0;
+}
+
+/* The queue in a range reply's kvs, ascending by create revision. */
+static int queue_of(const cJSON *range, const char *dir, bool descending, ec_entry **out)
+{
+    const cJSON *kvs = jarr(range, "kvs");
+    int n = cJSON_GetArraySize(kvs), m = 0;
+    ec_entry *q = calloc((size_t)(n ? n : 1), sizeof *q);
+    if (!q)
+        return -1;
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, kvs)
+    {
+        char key[EC_KEY_MAX];
+        if (kv_key(kv, key, sizeof key) && entry_parse(dir, key, &q[m])) {
+            q[m].rev = jint(kv, "create_revision", 0);
+            m++;
+        }
+    }
+    if (descending)
+        for (int i = 0; i < m / 2; i++) {
+            ec_entry t = q[i];
+            q[i] = q[m - 1 - i];
+            q[m - 1 - i] = t;
+        }
+    *out = q;
+    return m;
+}
+
+/* Read the queue of el's name up to its own key: the last two keys for an
+ * exclusive lock (it and its predecessor), every earlier key otherwise. */
+static int read_queue(ecclient *ec, eclock *el, int64_t until_ns, ec_entry **q, int *n,
+                      int64_t *rev, char *err, size_t errlen)
+{
+    char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], end[EC_KEY_MAX], body[EC_KEY_MAX * 4 + 200];
+    range_end(el->dir, end, sizeof end);
+    b64_encode(el->dir, strlen(el->dir), b64k);
+    b64_encode(end, strlen(end), b64e);
+    bool x = el->kind[0] == 'x';
+    snprintf(body, sizeof body,
+             "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,\"sort_target\":\"CREATE\","
+             "\"sort_order\":\"%s\",\"max_create_revision\":\"%" PRId64 "\"%s}",
+             b64k, b64e, x ? "DESCEND" : "ASCEND", el->rev, x ? ",\"limit\":\"2\"" : "");
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/range", body, until_ns, -1, &j, NULL, err, errlen);
+    if (rc)
+        return rc;
+    *rev = header_rev(j);
+    *n = queue_of(j, el->dir, x, q);
+    cJSON_Delete(j);
+    if (*n < 0) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    return 0;
+}
+
+/*
+ * Queue el: one transaction puts its key (only if absent: a retried
+ * request finds it) and, on the first use of a lease, the client key, then
+ * reads the queue as it is with our key in it.
+ */
+static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make_ckey,
+                   int64_t until_ns, ec_entry **q, int *n, int64_t *rev, bool *unknown,
+                   char *err, size_t errlen)
+{
+    char value[sizeof ec->self + 32];
+    el->since_ms = dl_realtime_ms();
+    value_format(ec, el->since_ms, NULL, value, sizeof value);
+    char b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2], b64d[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2];
+    char end[EC_KEY_MAX], ckey[EC_KEY_MAX], b64ck[EC_KEY_MAX * 2], b64s[sizeof ec->self * 2];
+    b64_encode(el->key, strlen(el->key), b64k);
+    b64_encode(value, strlen(value), b64v);
+    b64_encode(el->dir, strlen(el->dir), b64d);
+    range_end(el->dir, end, sizeof end);
+    b64_encode(end, strlen(end), b64e);
+    ckey_of(ec, lease, ckey, sizeof ckey);
+    b64_encode(ckey, strlen(ckey), b64ck);
+    b64_encode(ec->self, strlen(ec->self), b64s);
+    char cput[EC_KEY_MAX * 6];
+    cput[0] = '\0';
+    if (make_ckey)
+        snprintf(cput, sizeof cput,
+                 ",{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}}",
+                 b64ck, b64s, lease);
+    bool x = el->kind[0] == 'x';
+    char range[EC_KEY_MAX * 6];
+    snprintf(range, sizeof range,
+             "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,"
+             "\"sort_target\":\"CREATE\",\"sort_order\":\"%s\"%s}}",
+             b64d, b64e, x ? "DESCEND" : "ASCEND", x ? ",\"limit\":\"2\"" : "");
+    /* The name's marker (PREFIX/.names/NAME, for dlock list), put only
+     * when absent: a nested transaction costs no write when it exists. */
+    char marker[EC_KEY_MAX], b64m[EC_KEY_MAX * 2];
+    snprintf(marker, sizeof marker, "%s/.names/%s", ec->prefix, l->name);
+    b64_encode(marker, strlen(marker), b64m);
+    char body[EC_KEY_MAX * 24];
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+             "\"create_revision\":\"0\"}],"
+             "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
+             "\"}},%s%s,{\"request_txn\":{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\","
+             "\"result\":\"EQUAL\",\"create_revision\":\"0\"}],\"success\":[{\"request_put\":"
+             "{\"key\":\"%s\"}}]}}],"
+             "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+             b64k, b64k, b64v, lease, range, cput, b64m, b64m, b64k);
+    cJSON *j = NULL;
+    bool sent = false;
+    int rc = ec_post(ec, "/v3/kv/txn", body, until_ns, -1, &j, &sent, err, errlen);
+    *unknown = rc != 0 && sent;
+    if (rc)
+        return rc;
+    bool ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
+    const cJSON *resp = jarr(j, "responses");
+    int64_t hrev = header_rev(j);
+    if (!ok) {
+        /* Our key exists already (a retried request): read on from it. */
+        const cJSON *r = jobj(cJSON_GetArrayItem(resp, 0), "response_range");
+        const cJSON *kv = cJSON_GetArrayItem(jarr(r, "kvs"), 0);
+        el->rev = jint(kv, "create_revision", 0);
+        cJSON_Delete(j);
+        if (el->rev <= 0) {
+            snprintf(err, errlen, "etcd's transaction reply makes no sense");
+            return DLOCK_EPROTO;
+        }
+        return read_queue(ec, el, until_ns, q, n, rev, err, errlen);
+    }
+    el->rev = hrev;
+    const cJSON *r = jobj(cJSON_GetArrayItem(resp, 1), "response_range");
+    *rev = hrev;
+    *n = r ? queue_of(r, el->dir, x, q) : -2;
+    cJSON_Delete(j);
+    if (*n == -1) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    if (*n < 0 || hrev <= 0) {
+        snprintf(err, errlen, "etcd's transaction reply has no queue");
+        return DLOCK_EPROTO;
+    }
+    if (make_ckey) {
+        pthread_mutex_lock(&ec->mu);
+        if (ec->lease == lease) {
+            ec->ckey_made = true;
+            if (ec->ckey_rev < hrev)
+                ec->ckey_rev = hrev;
+        }
+        pthread_mutex_unlock(&ec->mu);
+        if (ec->bgm)
+            curl_multi_wakeup(ec->bgm);
+    }
+    return 0;
+}
+
+/* A waiter's watch: the deletion of `pred` (or of any key under `pred`
+ * when range), any change of it when puts, or the deletion of our own key,
+ * from revision from on. */
+typedef struct wait_watch {
+    bool fired, failed;
+    char why[200];
+} wait_watch;
+
+static void wait_line(ec_conn *k, cJSON *j)
+{
+    wait_watch *w = k->arg;
+    const cJSON *r = jobj(j, "result");
+    if (!r) {
+        const cJSON *e = jobj(j, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e ? e : j, "message");
+        snprintf(w->why, sizeof w->why, "%s", cJSON_IsString(m) ? m->valuestring : "not JSON");
+        w->failed = true;
+        return;
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")) ||
+        cJSON_GetArraySize(jarr(r, "events")) > 0)
+        w->fired = true; /* canceled: compacted past our revision; read again */
+}
+
+static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
+                       int64_t from, int64_t deadline, int cancel_fd, char *err, size_t errlen)
+{
+    char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
+    char rend[EC_KEY_MAX * 2 + 32] = "";
+    b64_encode(pred, strlen(pred), b64p);
+    b64_encode(own, strlen(own), b64o);
+    if (range) {
+        range_end(pred, end, sizeof end);
+        b64_encode(end, strlen(end), b64e);
+        snprintf(rend, sizeof rend, ",\"range_end\":\"%s\"", b64e);
+    }
+    char body[EC_KEY_MAX * 6 + 300];
+    snprintf(body, sizeof body,
+             "{\"create_request\":{\"key\":\"%s\"%s,\"start_revision\":\"%" PRId64 "\"%s}}"
+             "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+             "\",\"filters\":[\"NOPUT\"]}}",
+             b64p, rend, from, puts ? "" : ",\"filters\":[\"NOPUT\"]", b64o, from);
+    ec_conn *k = conn_get(ec);
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    pthread_mutex_lock(&ec->mu);
+    if (hdrs && ec->auth)
+        hdrs = curl_slist_append(hdrs, ec->auth);
+    int e = ec->cur;
+    pthread_mutex_unlock(&ec->mu);
+    if (!k || !hdrs || conn_setup(ec, k, e, "/v3/watch", body, hdrs, ec->connect_ms)) {
+        curl_slist_free_all(hdrs);
+        conn_put(ec, k);
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    wait_watch w = {0};
+    k->on_line = wait_line;
+    k->arg = &w;
+    CURLcode res = CURLE_OK;
+    enum xfer x = conn_run(k, deadline, cancel_fd, &w.fired, &res);
+    curl_slist_free_all(hdrs);
+    conn_put(ec, k);
+    if (x == XFER_CANCELED) {
+        snprintf(err, errlen, "canceled");
+        return DLOCK_ECANCELED;
+    }
+    if (x == XFER_TIMEOUT) {
+        snprintf(err, errlen, "timed out");
+        return DLOCK_ETIMEDOUT;
+    }
+    if (w.fired)
+        return 0;
+    /* The stream ended or failed: the caller reads the queue again (a
+     * server that is gone answers that read with the reason). A short
+     * pause keeps a server that closes every watch at once from spinning
+     * us. */
+    if (w.failed && (strstr(w.why, "permission") || strstr(w.why, "auth"))) {
+        snprintf(err, errlen, "etcd: %s", w.why);
+        return DLOCK_EPERM;
+    }
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+/* ---- locks ------------------------------------------------------------------------------ */
+
+static int64_t req_until(dlock_lock *l)
+{
+    ecclient *ec = ec_of(l->c);
+    return dl_now_ns() + ms_to_ns(dl_op_timeout_ms(l, ec->op_ms));
+}
+
+/* A waiter gives up: delete its key now, or later when that fails. */
+static void give_up(ecclient *ec, eclock *el, bool unknown)
+{
+    (void)unknown;
+    if (!el->key[0])
+        return;
+    char err[200];
+    int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms < 1000 ? ec->op_ms : 1000);
+    if (delete_key(ec, el->key, until, NULL, err, sizeof err) != 0)
+        orphan_add(ec, el->key);
+    el->key[0] = '\0';
+}
+
+static int etcd_acquire(dlock_lock *l, int64_t deadline)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    char err[400];
+    int64_t lease;
+    uint64_t gen;
+    bool make_ckey;
+    el->key[0] = '\0';
+    int rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
+    if (rc)
+        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+                           "lock \"%s\": no lease: %s (%s)", l->name, err, ec->redacted);
+    snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
+             (uint64_t)lease, l->owner);
+    el->gen = gen;
+    el->lost = false;
+    int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
+    ec_entry *q = NULL;
+    int n = 0;
+    int64_t rev = 0;
+    bool unknown = false, waited = false;
+    rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
+                 sizeof err);
+    if (rc == DLOCK_ELOST) {
+        /* The lease ended before we heard of it (a process stopped past
+         * its TTL): grant a new one and queue there. */
+        pthread_mutex_lock(&ec->mu);
+        if (ec->gen == gen)
+            ec->lease_gone = true;
+        pthread_mutex_unlock(&ec->mu);
+        rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
+        if (rc == 0) {
+            snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
+                     (uint64_t)lease, l->owner);
+            el->gen = gen;
+            rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
+                         sizeof err);
+        }
+    }
+    if (rc) {
+        if (unknown)
+            orphan_add(ec, el->key);
+        el->key[0] = '\0';
+        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+                           "lock \"%s\": queueing: %s (%s)", l->name, err, ec->redacted);
+    }
+    int result = 0;
+    for (;;) {
+        /* q: the queue up to our key, ascending; ours is the last entry. */
+        int i = n - 1;
+        if (i < 0 || strcmp(q[i].key, el->key) != 0) {
+            result = dl_lock_err(l, DLOCK_EUNREACHABLE,
+                                 "lock \"%s\": its key vanished while it waited (the lease "
+                                 "expired or was revoked, or dlock break) (%s)",
+                                 l->name, ec->redacted);
+            break;
+        }
+        int b = dl_queue_blocker(q, sizeof *q, i);
+        if (b == DL_Q_HOLDS)
+            break;
+        if (deadline == 0) {
+            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+            break;
+        }
+        waited = true;
+        /* Watch the one key whose going can let us in (any key of the name
+         * for the first semaphore waiter; the predecessor's touch too for
+         * later ones), and our own. */
+        bool any = b == DL_Q_ANY, puts = !any && q[i].pos.kind == 's';
+        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, el->key, rev + 1, deadline,
+                         cancel_fd, err, sizeof err);
+        if (rc) {
+            result = rc == DLOCK_ECANCELED
+                         ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
+                     : rc == DLOCK_ETIMEDOUT
+                         ? dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name)
+                         : dl_lock_err(l, rc, "lock \"%s\": watching its queue: %s (%s)", l->name,
+                                       err, ec->redacted);
+            break;
+        }
+        free(q);
+        q = NULL;
+        rc = read_queue(ec, el, req_until(l), &q, &n, &rev, err, sizeof err);
+        if (rc) {
+            result = dl_lock_err(l, rc, "lock \"%s\": reading its queue: %s (%s)", l->name, err,
+                                 ec->redacted);
+            break;
+        }
+    }
+    free(q);
+    if (result == 0) {
+        pthread_mutex_lock(&ec->mu);
+        bool gone = ec->gen != el->gen || ec->lease_gone;
+        int64_t confirmed = ec->confirmed_ns;
+        if (!gone) {
+            el->next_held = ec->held;
+            ec->held = el;
+            el->listed = true;
+        }
+        pthread_mutex_unlock(&ec->mu);
+        if (gone)
+            result = dl_lock_err(l, DLOCK_EUNREACHABLE,
+                                 "lock \"%s\": the client's lease ended as it was granted (%s)",
+                                 l->name, ec->redacted);
+        else if (dl_now_ns() - confirmed > ms_to_ns(l->opts.ttl_ms) / 3) {
+            /* After a long wait the last keep-alive may be too old for the
+             * grant to be worth anything: ask once more. */
+            rc = keepalive(ec, req_until(l), err, sizeof err);
+            if (rc)
+                result = dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+                                     "lock \"%s\": renewing the lease as it was granted: %s (%s)",
+                                     l->name, err, ec->redacted);
+        }
+    }
+    if (result) {
+        held_drop(ec, el);
+        give_up(ec, el, false);
+        return result;
+    }
+    if (waited) {
+        /* Off the hand-over's path, the client's thread writes when we got
+         * the lock into our value (dlock_inspect's held_ms), which also
+         * tells a later semaphore waiter watching us that we took a permit.
+         * ignore_lease fails on a key that is gone: it never makes one;
+         * the version compare keeps a late touch from overwriting a leader
+         * value set meanwhile. */
+        el->since_ms = dl_realtime_ms();
+        char value[sizeof ec->self + 32], b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2];
+        char body[EC_KEY_MAX * 4 + sizeof b64v + 200];
+        value_format(ec, el->since_ms, NULL, value, sizeof value);
+        b64_encode(el->key, strlen(el->key), b64k);
+        b64_encode(value, strlen(value), b64v);
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"VERSION\",\"result\":\"EQUAL\","
+                 "\"version\":\"1\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":"
+                 "\"%s\",\"ignore_lease\":true}}]}",
+                 b64k, b64k, b64v);
+        char *t = strdup(body);
+        pthread_mutex_lock(&ec->mu);
+        char **ts = t ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1)) : NULL;
+        if (ts) {
+            ec->touches = ts;
+            ts[ec->ntouches++] = t;
+            t = NULL;
+            if (ec->bgm)
+                curl_multi_wakeup(ec->bgm);
+        }
+        pthread_mutex_unlock(&ec->mu);
+        free(t);
+    }
+    pthread_mutex_lock(&ec->mu);
+    l->lease_start_ns = ec->confirmed_ns;
+    pthread_mutex_unlock(&ec->mu);
+    atomic_store(&l->token, (uint64_t)el->rev);
+    return 0;
+}
+
+static int etcd_release(dlock_lock *l)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    held_drop(ec, el);
+    char err[300];
+    int64_t deleted = 0;
+    int rc = delete_key(ec, el->key, req_until(l), &deleted, err, sizeof err);
+    int result = 0;
+    if (rc == 0 && deleted == 0)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone",
+                             l->name);
+    else if (rc) {
+        orphan_add(ec, el->key);
+        result = dl_lock_err(l, rc,
+                             "lock \"%s\": release not confirmed: %s; its key is deleted when "
+                             "etcd answers again, or with the lease (%s)",
+                             l->name, err, ec->redacted);
+    }
+    el->key[0] = '\0';
+    return result;
+}
+
+static void etcd_abandon(dlock_lock *l)
+{
+    eclock *el = l->bstate;
+    if (el->key[0])
+        (void)etcd_release(l);
+    else
+        held_drop(ec_of(l->c), el);
+}
+
+/* The lease is the client's: a keep-alive the server answered within
+ * ttl/2 (the client's thread sends one every ttl/4) vouches for every lock
+ * from when it was sent. */
+static int etcd_renew(dlock_lock *l)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    pthread_mutex_lock(&ec->mu);
+    bool gone = el->lost || ec->lease_gone || ec->gen != el->gen;
+    int64_t confirmed = ec->confirmed_ns;
+    pthread_mutex_unlock(&ec->mu);
+    if (gone)
+        return dl_lock_err(l, DLOCK_ELOST,
+                           "lock \"%s\": its key is gone (lease expired or revoked, or dlock "
+                           "break)", l->name);
+    if (dl_now_ns() - confirmed < ms_to_ns(l->opts.ttl_ms) / 2) {
+        l->lease_start_ns = confirmed;
+        return 0;
+    }
+    char err[300];
+    int rc = keepalive(ec, req_until(l), err, sizeof err);
+    if (rc == DLOCK_ELOST)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": %s", l->name, err);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\" is uncertain: %s", l->name, err);
+    pthread_mutex_lock(&ec->mu);
+    l->lease_start_ns = ec->confirmed_ns;
+    pthread_mutex_unlock(&ec->mu);
+    return 0;
+}
+
+/* ---- what is known about a name -------------------------------------------------------- */
+
+static void dir_of(const ecclient *ec, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s/", ec->prefix, name);
+}
+
+/* The whole queue of name with values: *q ascending, values[] parallel. */
+static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)[320], int *n,
+                    char *err, size_t errlen)
+{
+    char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], end[EC_KEY_MAX], body[EC_KEY_MAX * 4 + 200];
+    range_end(dir, end, sizeof end);
+    b64_encode(dir, strlen(dir), b64k);
+    b64_encode(end, strlen(end), b64e);
+    snprintf(body, sizeof body,
+             "{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_target\":\"CREATE\","
+             "\"sort_order\":\"ASCEND\"}",
+             b64k, b64e);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, errlen);
+    if (rc)
+        return rc;
+    *n = queue_of(j, dir, false, q);
+    *values = NULL;
+    if (*n >= 0) {
+        *values = calloc((size_t)(*n ? *n : 1), sizeof **values);
+        const cJSON *kv;
+        int i = 0;
+        cJSON_ArrayForEach(kv, jarr(j, "kvs"))
+        {
+            char key[EC_KEY_MAX];
+            if (*values && i < *n && kv_key(kv, key, sizeof key) && strcmp(key, (*q)[i].key) == 0)
+                kv_value(kv, (*values)[i++], sizeof **values);
+        }
+    }
+    cJSON_Delete(j);
+    if (*n < 0 || !*values) {
+        free(*q);
+        *q = NULL;
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    return 0;
+}
+
+/* A value as value_format wrote it: the holder into holder, when it got
+ * the lock into *since_ms (-1 unknown), the leader value returned (NULL
+ * if none). */
+static const char *split_value(char *v, char *holder, size_t len, int64_t *since_ms)
+{
+    char *nl = strchr(v, '\n');
+    if (nl)
+        *nl = '\0';
+    char *end;
+    long long since = strtoll(v, &end, 10);
+    bool stamped = end != v && *end == ' ';
+    if (since_ms)
+        *since_ms = stamped ? since : -1;
+    if (holder)
+        snprintf(holder, len, "%s", stamped ? end + 1 : v);
+    return nl && nl[1] ? nl + 1 : NULL;
+}
+
+static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    ecclient *ec = ec_of(c);
+    char dir[EC_KEY_MAX], err[300];
+    dir_of(ec, name, dir, sizeof dir);
+    ec_entry *q = NULL;
+    char(*values)[320] = NULL;
+    int n = 0;
+    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, ec->redacted);
+    int holders = 0, first = -1;
+    for (int i = 0; i < n; i++)
+        if (dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS) {
+            holders++;
+            if (first < 0)
+                first = i;
+        }
+    info->held = holders > 0;
+    info->holders = holders;
+    info->waiters = n - holders;
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    if (first >= 0) {
+        info->token = (uint64_t)q[first].rev;
+        int64_t since;
+        split_value(values[first], info->holder, sizeof info->holder, &since);
+        if (since >= 0) {
+            int64_t ms = dl_realtime_ms() - since;
+            info->held_ms = ms < 0 ? 0 : ms; /* (another host's clock may be ahead) */
+        }
+        char body[64];
+        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", entry_lease(dir, q[first].key));
+        cJSON *j = NULL;
+        if (ec_post(ec, "/v3/lease/timetolive", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
+            int64_t ttl = jint(j, "TTL", -1);
+            info->lease_ms = ttl >= 0 ? ttl * 1000 : -1;
+        }
+        cJSON_Delete(j);
+    }
+    free(q);
+    free(values);
+    return 0;
+}
+
+static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
+{
+    ecclient *ec = ec_of(c);
+    char dir[EC_KEY_MAX], err[300];
+    dir_of(ec, name, dir, sizeof dir);
+    ec_entry *q = NULL;
+    char(*values)[320] = NULL;
+    int n = 0;
+    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, ec->redacted);
+    int broken = 0, result = 0;
+    for (int i = 0; i < n && result == 0; i++) {
+        if (dl_queue_blocker(q, sizeof *q, i) != DL_Q_HOLDS)
+            continue;
+        int64_t deleted = 0;
+        rc = delete_key(ec, q[i].key, -1, &deleted, err, sizeof err);
+        if (rc) {
+            result = dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, ec->redacted);
+            break;
+        }
+        if (!deleted)
+            continue;
+        if (broken++ == 0) {
+            info->token = (uint64_t)q[i].rev;
+            split_value(values[i], info->holder, sizeof info->holder, NULL);
+        }
+        /* Tell the holder at once: it watches its client key. A put bound
+         * to its lease goes with it (and fails if the lease is gone). */
+        char ckey[EC_KEY_MAX], b64[EC_KEY_MAX * 2], b64v[64], body[EC_KEY_MAX * 2 + 200];
+        int64_t lease = entry_lease(dir, q[i].key);
+        ckey_of(ec, lease, ckey, sizeof ckey);
+        b64_encode(ckey, strlen(ckey), b64);
+        b64_encode("broken", 6, b64v);
+        snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}",
+                 b64, b64v, lease);
+        (void)ec_post(ec, "/v3/kv/put", body, -1, -1, NULL, NULL, err, sizeof err);
+    }
+    free(q);
+    free(values);
+    if (result)
+        return result;
+    info->held = broken > 0;
+    info->holders = broken;
+    if (broken == 0)
+        return dl_client_err(c, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    return 0;
+}
+
+static int etcd_set_value(dlock_lock *l, const char *value)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    char data[sizeof ec->self + 300], b64k[EC_KEY_MAX * 2], b64v[sizeof data * 2];
+    char body[sizeof b64k * 2 + sizeof b64v + 300], err[300];
+    value_format(ec, el->since_ms, value, data, sizeof data);
+    b64_encode(el->key, strlen(el->key), b64k);
+    b64_encode(data, strlen(data), b64v);
+    /* Only while our key exists: a put would make it anew. */
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+             "\"create_revision\":\"%" PRId64 "\"}],"
+             "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+             "\"ignore_lease\":true}}]}",
+             b64k, el->rev, b64k, b64v);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/txn", body, req_until(l), -1, &j, NULL, err, sizeof err);
+    bool ok = rc == 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
+    cJSON_Delete(j);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": publishing the leader value: %s", l->name, err);
+    if (!ok)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
+    return 0;
+}
+
+static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    ecclient *ec = ec_of(c);
+    char dir[EC_KEY_MAX], err[300];
+    dir_of(ec, name, dir, sizeof dir);
+    ec_entry *q = NULL;
+    char(*values)[320] = NULL;
+    int n = 0;
+    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, ec->redacted);
+    int first = -1;
+    for (int i = 0; i < n && first < 0; i++)
+        if (dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS)
+            first = i;
+    const char *value = first >= 0 ? split_value(values[first], NULL, 0, NULL) : NULL;
+    if (value)
+        snprintf(buf, len, "%s", value);
+    free(q);
+    free(values);
+    if (first < 0)
+        return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
+    return value ? 0 : dl_client_err(c, DLOCK_ENOENT, "no leader value for \"%s\" yet", name);
+}
+
+/* Every name ever locked has a marker PREFIX/.names/NAME (see enqueue):
+ * the walk reads them in pages of 1000, in key order. */
+static int etcd_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    ecclient *ec = ec_of(c);
+    char base[EC_KEY_MAX], from[EC_KEY_MAX], end[EC_KEY_MAX], err[300];
+    int bl = snprintf(base, sizeof base, "%s/.names/", ec->prefix);
+    int fl = snprintf(from, sizeof from, "%s%s", base, prefix);
+    range_end(base, end, sizeof end);
+    int stop = 0;
+    for (;;) {
+        char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200];
+        b64_encode(from, (size_t)fl, b64k);
+        b64_encode(end, strlen(end), b64e);
+        snprintf(body, sizeof body,
+                 "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,\"limit\":\"1000\"}",
+                 b64k, b64e);
+        cJSON *j = NULL;
+        int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err);
+        if (rc)
+            return dl_client_err(c, rc, "list: %s (%s)", err, ec->redacted);
+        const cJSON *kv;
+        bool past = false;
+        int seen = 0;
+        cJSON_ArrayForEach(kv, jarr(j, "kvs"))
+        {
+            char key[EC_KEY_MAX];
+            if (!kv_key(kv, key, sizeof key) || strncmp(key, base, (size_t)bl) != 0)
+                continue;
+            seen++;
+            const char *name = key + bl;
+            if (strncmp(name, prefix, strlen(prefix)) != 0) {
+                past = true; /* keys are in order: no later one has the prefix */
+                break;
+            }
+            /* the next page starts just after this key */
+            fl = snprintf(from, sizeof from, "%s", key) + 1;
+            if (dlock_name_valid(name, NULL, 0) == 0 && (stop = fn(name, arg)) != 0)
+                break;
+        }
+        bool more = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "more"));
+        cJSON_Delete(j);
+        if (stop || past || !more || seen == 0 || fl >= (int)sizeof from)
+            break;
+    }
+    return stop;
+}
+
+/* ---- clients and handles --------------------------------------------------------------- */
+
+static int etcd_lock_init(dlock_lock *l)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = calloc(1, sizeof *el);
+    if (!el)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    el->l = l;
+    dir_of(ec, l->name, el->dir, sizeof el->dir);
+    dl_qkind_format(l, el->kind, sizeof el->kind);
+    /* The client's lease is every lock's: valid for its TTL past the last
+     * keep-alive answered (see the top of this file). */
+    l->opts.ttl_ms = ec->ttl_s * 1000;
+    l->bstate = el;
+    return 0;
+}
+
+static void etcd_lock_fini(dlock_lock *l)
+{
+    if (l->bstate)
+        held_drop(ec_of(l->c), l->bstate);
+    free(l->bstate);
+    l->bstate = NULL;
+}
+
+static void ecclient_free(ecclient *ec)
+{
+    pthread_mutex_lock(&ec->mu);
+    ec->stopping = true;
+    if (ec->bgm)
+        curl_multi_wakeup(ec->bgm);
+    bool joined = ec->thread_started;
+    pthread_mutex_unlock(&ec->mu);
+    if (joined)
+        pthread_join(ec->thread, NULL);
+    while (ec->idle) {
+        ec_conn *k = ec->idle;
+        ec->idle = k->next;
+        conn_free(k);
+    }
+    for (size_t i = 0; i < ec->norphans; i++)
+        free(ec->orphans[i]);
+    free(ec->orphans);
+    for (size_t i = 0; i < ec->ntouches; i++)
+        free(ec->touches[i]);
+    free(ec->touches);
+    for (int i = 0; i < ec->nendpoints; i++)
+        free(ec->endpoints[i]);
+    free(ec->endpoints);
+    free(ec->cacert);
+    free(ec->cert);
+    free(ec->key);
+    free(ec->user);
+    if (ec->password) {
+        explicit_bzero(ec->password, strlen(ec->password));
+        free(ec->password);
+    }
+    if (ec->auth) {
+        explicit_bzero(ec->auth, strlen(ec->auth));
+        free(ec->auth);
+    }
+    pthread_cond_destroy(&ec->cv);
+    pthread_mutex_destroy(&ec->mu);
+    free(ec);
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* A readable file named by URL parameter key (NULL when absent). */
+static int file_param(dlock_client *c, const dl_url *u, const char *key, char **out)
+{
+    const char *v = dl_url_param(u, key);
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (strcmp(u->scheme, "etcds") != 0)
+        return dl_client_err(c, DLOCK_EURL, "%s: %s= needs etcds:// (TLS)", u->redacted, key);
+    if (!*v || access(v, R_OK) != 0)
+        return dl_client_err(c, DLOCK_EURL, "%s: %s=%s: %s", u->redacted, key, v,
+                             *v ? strerror(errno) : "empty file name");
+    *out = strdup(v);
+    return *out ? 0 : dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+}
+
+static int etcd_client_open(dlock_client *c, const dl_url *u)
+{
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return dl_client_err(c, DLOCK_ENOMEM, "libcurl failed to initialize: %s",
+                             curl_easy_strerror(curl_init_rc));
+    const char *t = dl_url_param(u, "ttl");
+    long ttl = EC_DEFAULT_TTL_S;
+    if (t) {
+        char *end;
+        errno = 0;
+        ttl = strtol(t, &end, 10);
+        if (errno || *end || end == t || ttl < 1 || ttl > 86400)
+            return dl_client_err(c, DLOCK_EURL,
+                                 "%s: ttl=%s: expected the lease's length in seconds (1..86400)",
+                                 u->redacted, t);
+    }
+    const char *prefix = dl_url_param(u, "prefix");
+    if (!prefix)
+        prefix = "dlock";
+    size_t pl = strlen(prefix);
+    bool prefix_ok = pl > 0 && pl < 64 && prefix[0] != '/' && prefix[pl - 1] != '/';
+    for (size_t i = 0; i < pl && prefix_ok; i++)
+        prefix_ok = (prefix[i] >= 'a' && prefix[i] <= 'z') || (prefix[i] >= 'A' && prefix[i] <= 'Z') ||
+                    (prefix[i] >= '0' && prefix[i] <= '9') || strchr("_-./", prefix[i]);
+    if (!prefix_ok)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: prefix=%s: expected 1..63 characters of A-Z a-z 0-9 _ - . / "
+                             "not starting or ending with '/'",
+                             u->redacted, prefix);
+    ecclient *ec = calloc(1, sizeof *ec);
+    if (!ec)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&ec->mu, NULL);
+    pthread_cond_init(&ec->cv, NULL);
+    ec->ttl_s = (int)ttl;
+    ec->connect_ms = c->opts.connect_timeout_ms;
+    ec->op_ms = c->opts.op_timeout_ms;
+    ec->redacted = u->redacted;
+    ec->tls = strcmp(u->scheme, "etcds") == 0;
+    snprintf(ec->prefix, sizeof ec->prefix, "%s", prefix);
+    dl_self_desc(ec->self, sizeof ec->self);
+    int rc = file_param(c, u, "cacert", &ec->cacert);
+    if (!rc)
+        rc = file_param(c, u, "cert", &ec->cert);
+    if (!rc)
+        rc = file_param(c, u, "key", &ec->key);
+    if (!rc && (!ec->cert) != (!ec->key))
+        rc = dl_client_err(c, DLOCK_EURL, "%s: cert= and key= go together", u->redacted);
+    if (rc) {
+        ecclient_free(ec);
+        return rc;
+    }
+    ec->endpoints = calloc(u->nhosts, sizeof *ec->endpoints);
+    for (size_t i = 0; ec->endpoints && i < u->nhosts; i++) {
+        char buf[400];
+        snprintf(buf, sizeof buf, strchr(u->hosts[i].host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
+                 ec->tls ? "https" : "http", u->hosts[i].host, u->hosts[i].port);
+        if ((ec->endpoints[i] = strdup(buf)))
+            ec->nendpoints++;
+    }
+    if (u->user) {
+        ec->user = strdup(u->user);
+        ec->password = strdup(u->password ? u->password : "");
+    }
+    if (!ec->endpoints || ec->nendpoints != (int)u->nhosts || (u->user && (!ec->user || !ec->password))) {
+        ecclient_free(ec);
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    }
+    c->bstate = ec;
+    char err[400];
+    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms + ec->op_ms);
+    if (ec->user)
+        rc = authenticate(ec, until, err, sizeof err);
+    else {
+        /* Ask once, so that a wrong URL fails here, not at the first lock. */
+        cJSON *j = NULL;
+        rc = ec_post(ec, "/v3/maintenance/status", "{}", until, -1, &j, NULL, err, sizeof err);
+        if (rc == 0 && !jobj(j, "header")) {
+            snprintf(err, sizeof err, "%s answers, but not as etcd does", ec->endpoints[ec->cur]);
+            rc = DLOCK_EPROTO;
+        }
+        cJSON_Delete(j);
+    }
+    if (rc) {
+        c->bstate = NULL;
+        ecclient_free(ec);
+        return dl_client_err(c, rc, "%s (%s)", err, u->redacted);
+    }
+    return 0;
+}
+
+static void etcd_client_close(dlock_client *c)
+{
+    ecclient *ec = ec_of(c);
+    if (!ec)
+        return;
+    /* Revoking the lease deletes every key left on it at once. */
+    pthread_mutex_lock(&ec->mu);
+    int64_t lease = ec->lease_gone ? 0 : ec->lease;
+    ec->stopping = true;
+    if (ec->bgm)
+        curl_multi_wakeup(ec->bgm);
+    pthread_mutex_unlock(&ec->mu);
+    if (lease) {
+        char body[64], err[200];
+        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+        (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
+    }
+    ecclient_free(ec);
+    c->bstate = NULL;
+}
+
+/* ---- what dlock's tools ask (src/tools.h) ---------------------------------------------- */
+
+static const struct dl_tools etcd_tools = {
+    .baseline = NULL,
+};
+
 const dl_backend dl_backend_etcd = {
     .version = DL_BACKEND_V1,
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION,
-    .liveness = "lease with keep-alive",
-    .fencing = "create revision of the waiter key; monotonic",
-    .missing = "the etcd backend is not implemented in this version",
+    .params = ETCD_PARAMS,
+    .caps = ETCD_CAPS,
+    .liveness = ETCD_LIVENESS,
+    .fencing = ETCD_FENCING,
+    .tools = &etcd_tools,
+    .client_open = etcd_client_open,
+    .client_close = etcd_client_close,
+    .lock_init = etcd_lock_init,
+    .lock_fini = etcd_lock_fini,
+    .acquire = etcd_acquire,
+    .release = etcd_release,
+    .renew = etcd_renew,
+    .abandon = etcd_abandon,
+    .inspect = etcd_inspect,
+    .list = etcd_list,
+    .set_value = etcd_set_value,
+    .get_value = etcd_get_value,
+    .break_lock = etcd_break,
 };
+
+#else /* no libcurl or cJSON */
+
+const dl_backend dl_backend_etcd = {
+    .version = DL_BACKEND_V1,
+    .name = "etcd",
+    .schemes = etcd_schemes,
+    .params = ETCD_PARAMS,
+    .caps = ETCD_CAPS,
+    .liveness = ETCD_LIVENESS,
+    .fencing = ETCD_FENCING,
+    .missing = "this build has no libcurl or cJSON (install libcurl4-openssl-dev and "
+               "libcjson-dev and rebuild)",
+};
+
+#endif

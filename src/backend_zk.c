@@ -726,9 +726,8 @@ static bool wait_connected(zkclient *zc, int64_t until_ns)
 /* ---- node names --------------------------------------------------------------- */
 
 typedef struct zk_node {
+    dl_qpos pos; /* first: the queue rule reads it (dl_queue_blocker) */
     const char *name;
-    char kind; /* 'x', 'r', 's' */
-    unsigned permits;
     char owner[DL_OWNER_HEX + 1];
     long long seq;
 } zk_node;
@@ -738,21 +737,9 @@ static bool node_parse(const char *name, zk_node *n)
 {
     memset(n, 0, sizeof *n);
     n->name = name;
-    const char *p = name;
-    if (*p == 'x' || *p == 'r') {
-        n->kind = *p++;
-        n->permits = 1;
-    } else if (*p == 's') {
-        n->kind = 's';
-        char *end;
-        unsigned long v = strtoul(p + 1, &end, 10);
-        if (end == p + 1 || v < 1 || v > 4096)
-            return false;
-        n->permits = (unsigned)v;
-        p = end;
-    } else {
+    const char *p = dl_qkind_parse(name, &n->pos);
+    if (!p)
         return false;
-    }
     if (*p++ != '-' || strlen(p) != DL_OWNER_HEX + 1 + 10 || p[DL_OWNER_HEX] != '-')
         return false;
     memcpy(n->owner, p, DL_OWNER_HEX);
@@ -789,24 +776,11 @@ static int queue_of(char **kids, int nkids, zk_node **out)
     return n;
 }
 
-enum { HOLDS = -1, WATCH_CHILDREN = -2 };
+enum { HOLDS = DL_Q_HOLDS, WATCH_CHILDREN = DL_Q_ANY };
 
-/* Whether q[i] holds (HOLDS), else the index of the node whose going can
- * let it in, or WATCH_CHILDREN for the first semaphore waiter (any holder's
- * release lets it in). */
 static int blocker(const zk_node *q, int i)
 {
-    char k = q[i].kind;
-    if (k == 'x')
-        return i == 0 ? HOLDS : i - 1;
-    for (int j = i - 1; j >= 0; j--)
-        if (q[j].kind != k)
-            return j; /* the nearest node of another kind excludes us */
-    if (k == 'r' || (unsigned)i < q[i].permits)
-        return HOLDS;
-    /* Later semaphore waiters watch their predecessor: it wakes them when
-     * it goes, or when it takes a permit (it then touches its node). */
-    return (unsigned)i == q[i].permits ? WATCH_CHILDREN : i - 1;
+    return dl_queue_blocker(q, sizeof *q, i);
 }
 
 /* ---- orphans ------------------------------------------------------------------ */
@@ -1317,7 +1291,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
              * below): it was first then, so once it goes we are. Watch it
              * again for its going (a re-watch that finds it gone already
              * says the same). */
-            bool chain = b >= 0 && b == i - 1 && q[b].kind == 'x' && q[i].kind == 'x';
+            bool chain = b >= 0 && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
             if (chain && rc == ZNODEEXISTS) {
                 pred_held = true;
                 continue;
@@ -1728,10 +1702,7 @@ static int zk_lock_init(dlock_lock *l)
         return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long under the chroot",
                            l->name);
     }
-    if (l->opts.kind == DLOCK_SEMAPHORE)
-        snprintf(zl->kind, sizeof zl->kind, "s%u", l->opts.permits);
-    else
-        snprintf(zl->kind, sizeof zl->kind, "%s", l->opts.kind == DLOCK_SHARED ? "r" : "x");
+    dl_qkind_format(l, zl->kind, sizeof zl->kind);
     /* The session is the lease: a lock is valid for 2/3 of its timeout
      * past the last reply asked for (see the top of this file). */
     pthread_mutex_lock(&zc->mu);

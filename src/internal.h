@@ -273,6 +273,29 @@ int dl_random(void *buf, size_t n);
 /* "pid 123 on host" style description of this process. */
 void dl_self_desc(char *buf, size_t len);
 
+/* ---- queues of waiters (ZooKeeper's sequential nodes, etcd's keys) ---- */
+
+/* The kind of one entry of a queue ordered by arrival: 'x' exclusive, 'r'
+ * shared, 's' semaphore of `permits`. Entries of a backend's queue array
+ * start with a dl_qpos, so that one rule serves every queue backend. */
+typedef struct dl_qpos {
+    char kind;
+    unsigned permits;
+} dl_qpos;
+
+enum { DL_Q_HOLDS = -1, DL_Q_ANY = -2 };
+
+/* Whether entry i of queue (entries `stride` bytes apart) holds
+ * (DL_Q_HOLDS), else the index of the entry whose going can let it in, or
+ * DL_Q_ANY for the first semaphore waiter (any holder's going lets it in).
+ * Semaphore waiters past the first watch their predecessor, which must
+ * touch its entry when it takes a permit. */
+int dl_queue_blocker(const void *queue, size_t stride, int i);
+/* "x", "r" or "sN" for l's kind into buf. */
+void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
+/* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */
+const char *dl_qkind_parse(const char *s, dl_qpos *out);
+
 /* Find a backend by URL scheme (NULL if unknown). */
 const dl_backend *dl_backend_for_scheme(const char *scheme);
 
