@@ -197,6 +197,13 @@ typedef struct ec_conn {
 
 typedef struct eclock eclock;
 
+/* A write the client's thread sends at `due` unless the lock is released
+ * first: the /v3/kv/txn body that stamps key's value with its grant time. */
+typedef struct ec_touch {
+    char *key, *body;
+    int64_t due_ns;
+} ec_touch;
+
 typedef struct ecclient {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* a grant finishing; loss callbacks finishing */
@@ -233,7 +240,7 @@ typedef struct ecclient {
     pthread_t busy_thread;
     char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
     size_t norphans;
-    char **touches; /* bodies of /v3/kv/txn to send: a holder that waited says so */
+    ec_touch *touches; /* a holder that waited says when it got the lock */
     size_t ntouches;
     char self[200];
 } ecclient;
@@ -355,12 +362,12 @@ static void conn_put(ecclient *ec, ec_conn *k)
     pthread_mutex_unlock(&ec->mu);
 }
 
-/* Set up k's easy handle for POST path on endpoint e. */
-static int conn_setup(ecclient *ec, ec_conn *k, int e, const char *path, const char *body,
+/* Set up k's easy handle for POST path on the endpoint at base ("http://h:p"). */
+static int conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
                       struct curl_slist *hdrs, int connect_ms)
 {
     char url[600];
-    snprintf(url, sizeof url, "%s%s", ec->endpoints[e], path);
+    snprintf(url, sizeof url, "%s%s", base, path);
     CURL *h = k->easy;
     curl_easy_reset(h);
     bool ok = curl_easy_setopt(h, CURLOPT_URL, url) == CURLE_OK &&
@@ -386,16 +393,23 @@ static int conn_setup(ecclient *ec, ec_conn *k, int e, const char *path, const c
 
 enum xfer { XFER_DONE, XFER_TIMEOUT, XFER_CANCELED, XFER_STOP };
 
+/* A transfer is started, pumped (perhaps several times: a stream), and
+ * stopped. */
+static bool conn_start(ec_conn *k)
+{
+    return curl_multi_add_handle(k->multi, k->easy) == CURLM_OK;
+}
+
+static void conn_stop(ec_conn *k)
+{
+    curl_multi_remove_handle(k->multi, k->easy);
+}
+
 /* Run k's transfer until it ends, until_ns passes, cancel_fd becomes
  * readable or *stop turns true. *res: curl's result when XFER_DONE. */
-static enum xfer conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
-                          CURLcode *res)
+static enum xfer conn_pump(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
+                           CURLcode *res)
 {
-    if (curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
-        *res = CURLE_OUT_OF_MEMORY;
-        return XFER_DONE;
-    }
-    enum xfer out = XFER_TIMEOUT;
     for (;;) {
         int running = 0;
         curl_multi_perform(k->multi, &running);
@@ -410,31 +424,36 @@ static enum xfer conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const boo
         if (done || !running) {
             if (!done)
                 *res = CURLE_RECV_ERROR;
-            out = XFER_DONE;
-            break;
+            return XFER_DONE;
         }
-        if (stop && *stop) {
-            out = XFER_STOP;
-            break;
-        }
+        if (stop && *stop)
+            return XFER_STOP;
         int wait = 1000;
         if (until_ns >= 0) {
             int64_t left_ns = until_ns - dl_now_ns();
             if (left_ns <= 0)
-                break;
+                return XFER_TIMEOUT;
             if (left_ns / 1000000 + 1 < wait)
                 wait = (int)(left_ns / 1000000 + 1);
         }
         struct curl_waitfd extra = {.fd = cancel_fd, .events = CURL_WAIT_POLLIN};
         curl_multi_poll(k->multi, cancel_fd >= 0 ? &extra : NULL, cancel_fd >= 0 ? 1 : 0,
                         wait, NULL);
-        if (cancel_fd >= 0 && (extra.revents & CURL_WAIT_POLLIN)) {
-            out = XFER_CANCELED;
-            break;
-        }
+        if (cancel_fd >= 0 && (extra.revents & CURL_WAIT_POLLIN))
+            return XFER_CANCELED;
     }
-    curl_multi_remove_handle(k->multi, k->easy);
-    return out;
+}
+
+static enum xfer conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
+                          CURLcode *res)
+{
+    if (!conn_start(k)) {
+        *res = CURLE_OUT_OF_MEMORY;
+        return XFER_DONE;
+    }
+    enum xfer x = conn_pump(k, until_ns, cancel_fd, stop, res);
+    conn_stop(k);
+    return x;
 }
 
 /* Whether a transport failure leaves the request unsent for sure (another
@@ -449,7 +468,7 @@ static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen
 
 /* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
  * as a DLOCK_E* code and a message. */
-static int gateway_error(ecclient *ec, long status, const cJSON *j, char *err, size_t errlen)
+static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
     if (!cJSON_IsString(m))
@@ -458,7 +477,7 @@ static int gateway_error(ecclient *ec, long status, const cJSON *j, char *err, s
     int code = (int)jint(j, "code", -1);
     if (!cJSON_IsString(m) || code < 0) {
         snprintf(err, errlen, "%s answers HTTP %ld without an etcd error: not an etcd v3 gateway?",
-                 ec->endpoints[ec->cur], status);
+                 base, status);
         return DLOCK_EPROTO;
     }
     if (strstr(msg, "no leader") || strstr(msg, "request timed out") ||
@@ -490,9 +509,11 @@ static bool auth_retryable(const char *err)
  * endpoint; so does a timeout or a reset once, when time is left. until_ns
  * bounds everything (-1: the op timeout); cancel_fd ends a wait early.
  * *sent (may be NULL) tells whether the request may have reached a server.
+ * only: that endpoint ("http://h:p") and no other, or NULL.
  */
-static int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns,
-                   int cancel_fd, cJSON **out, bool *sent, char *err, size_t errlen)
+static int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body,
+                      int64_t until_ns, int cancel_fd, cJSON **out, bool *sent, char *err,
+                      size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -511,7 +532,8 @@ static int ec_post(ecclient *ec, const char *path, const char *body, int64_t unt
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
     snprintf(err, errlen, "no endpoint answered");
-    for (int tries = 0; tries < 2 * ec->nendpoints + 1; tries++) {
+    int max_tries = only ? 1 : 2 * ec->nendpoints + 1;
+    for (int tries = 0; tries < max_tries; tries++) {
         int64_t left = until_ns - dl_now_ns();
         if (left <= 0) {
             if (tries == 0)
@@ -531,7 +553,8 @@ static int ec_post(ecclient *ec, const char *path, const char *body, int64_t unt
         }
         hdrs = h2;
         int cms = ec->connect_ms < left / 1000000 ? ec->connect_ms : (int)(left / 1000000);
-        if (conn_setup(ec, k, e, path, body, hdrs, cms)) {
+        const char *base = only ? only : ec->endpoints[e];
+        if (conn_setup(ec, k, base, path, body, hdrs, cms)) {
             curl_slist_free_all(hdrs);
             result = DLOCK_ENOMEM;
             snprintf(err, errlen, "out of memory");
@@ -552,12 +575,12 @@ static int ec_post(ecclient *ec, const char *path, const char *body, int64_t unt
             if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
                 *sent = true;
             if (x == XFER_TIMEOUT)
-                snprintf(err, errlen, "%s did not answer in time", ec->endpoints[e]);
+                snprintf(err, errlen, "%s did not answer in time", base);
             else if (k->toolarge)
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
-                         ec->endpoints[e], EC_REPLY_MAX >> 20);
+                         base, EC_REPLY_MAX >> 20);
             else
-                snprintf(err, errlen, "%s: %s", ec->endpoints[e], curl_easy_strerror(res));
+                snprintf(err, errlen, "%s: %s", base, curl_easy_strerror(res));
             result = res == CURLE_OUT_OF_MEMORY ? DLOCK_ENOMEM
                      : res == CURLE_SSL_CACERT_BADFILE || res == CURLE_SSL_CERTPROBLEM
                          ? DLOCK_EURL
@@ -575,15 +598,17 @@ static int ec_post(ecclient *ec, const char *path, const char *body, int64_t unt
         if (!cJSON_IsObject(j)) {
             cJSON_Delete(j);
             snprintf(err, errlen, "%s answers HTTP %ld but not with etcd's JSON: not an etcd v3 "
-                                  "gateway?", ec->endpoints[e], status);
+                                  "gateway?", base, status);
             result = DLOCK_EPROTO;
             break;
         }
-        pthread_mutex_lock(&ec->mu);
-        ec->cur = e;
-        pthread_mutex_unlock(&ec->mu);
+        if (!only) {
+            pthread_mutex_lock(&ec->mu);
+            ec->cur = e;
+            pthread_mutex_unlock(&ec->mu);
+        }
         if (status != 200) {
-            result = gateway_error(ec, status, j, err, errlen);
+            result = gateway_error(base, status, j, err, errlen);
             cJSON_Delete(j);
             if (result == DLOCK_EPERM && ec->user && !reauthed && auth_retryable(err) &&
                 strcmp(path, "/v3/auth/authenticate") != 0) {
@@ -608,6 +633,12 @@ static int ec_post(ecclient *ec, const char *path, const char *body, int64_t unt
     }
     conn_put(ec, k);
     return result;
+}
+
+static int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns,
+                   int cancel_fd, cJSON **out, bool *sent, char *err, size_t errlen)
+{
+    return ec_post_to(ec, NULL, path, body, until_ns, cancel_fd, out, sent, err, errlen);
 }
 
 /* Log in: a token for the Authorization header of every later request. */
@@ -1003,17 +1034,25 @@ static void *client_thread(void *arg)
             verify_held(ec);
         if (orphans && live)
             orphans_purge(ec);
+        int64_t next_touch = INT64_MAX;
         for (;;) {
+            ec_touch t = {0};
             pthread_mutex_lock(&ec->mu);
-            char *t = ec->ntouches ? ec->touches[0] : NULL;
-            if (t)
-                memmove(ec->touches, ec->touches + 1, sizeof *ec->touches * --ec->ntouches);
+            for (size_t i = 0; i < ec->ntouches; i++)
+                if (ec->touches[i].due_ns <= dl_now_ns()) {
+                    t = ec->touches[i];
+                    ec->touches[i] = ec->touches[--ec->ntouches];
+                    break;
+                } else if (ec->touches[i].due_ns < next_touch) {
+                    next_touch = ec->touches[i].due_ns;
+                }
             pthread_mutex_unlock(&ec->mu);
-            if (!t)
+            if (!t.body)
                 break;
             char err[200];
-            (void)ec_post(ec, "/v3/kv/txn", t, -1, -1, NULL, NULL, err, sizeof err);
-            free(t);
+            (void)ec_post(ec, "/v3/kv/txn", t.body, -1, -1, NULL, NULL, err, sizeof err);
+            free(t.body);
+            free(t.key);
         }
         /* The watch on the client key of the current lease. */
         if (wk && (w.gen != gen || !live)) {
@@ -1037,7 +1076,7 @@ static void *client_thread(void *arg)
             int e = ec->cur;
             pthread_mutex_unlock(&ec->mu);
             w = (ck_watch){.ec = ec, .gen = gen, .rev = from};
-            if (wk && hdrs && conn_setup(ec, wk, e, "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+            if (wk && hdrs && conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
                 wk->on_line = ck_line;
                 wk->arg = &w;
                 if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
@@ -1078,6 +1117,8 @@ static void *client_thread(void *arg)
             }
         }
         int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
+        if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
+            wait_ns = next_touch - dl_now_ns();
         if (wait_ns > ms_to_ns(200) && (!wk && live))
             wait_ns = ms_to_ns(200);
         if (wait_ns < 0)
@@ -1155,24 +1196,41 @@ static int queue_of(const cJSON *range, const char *dir, bool descending, ec_ent
     return m;
 }
 
-/* Read the queue of el's name up to its own key: the last two keys for an
- * exclusive lock (it and its predecessor), every earlier key otherwise. */
-static int read_queue(ecclient *ec, eclock *el, int64_t until_ns, ec_entry **q, int *n,
-                      int64_t *rev, char *err, size_t errlen)
+/*
+ * Read the queue of el's name up to its own key: the last two keys for an
+ * exclusive lock (it and its predecessor), every earlier key otherwise.
+ *
+ * After a watch event of revision seen, the read is served by the member
+ * from what it has applied (serializable: no wait behind writes in
+ * flight), provided it has applied that event: keys before ours only ever
+ * go, so an older state could only show more of them, and our own key's
+ * deletion, had it come first, is applied too. Else, and without an event,
+ * the read is linearizable.
+ */
+static int read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, ec_entry **q,
+                      int *n, int64_t *rev, char *err, size_t errlen)
 {
     char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], end[EC_KEY_MAX], body[EC_KEY_MAX * 4 + 200];
     range_end(el->dir, end, sizeof end);
     b64_encode(el->dir, strlen(el->dir), b64k);
     b64_encode(end, strlen(end), b64e);
     bool x = el->kind[0] == 'x';
-    snprintf(body, sizeof body,
-             "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,\"sort_target\":\"CREATE\","
-             "\"sort_order\":\"%s\",\"max_create_revision\":\"%" PRId64 "\"%s}",
-             b64k, b64e, x ? "DESCEND" : "ASCEND", el->rev, x ? ",\"limit\":\"2\"" : "");
     cJSON *j = NULL;
-    int rc = ec_post(ec, "/v3/kv/range", body, until_ns, -1, &j, NULL, err, errlen);
-    if (rc)
-        return rc;
+    for (int serializable = seen > 0; serializable >= 0; serializable--) {
+        snprintf(body, sizeof body,
+                 "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,"
+                 "\"sort_target\":\"CREATE\",\"sort_order\":\"%s\",\"max_create_revision\":\"%" PRId64
+                 "\"%s%s}",
+                 b64k, b64e, x ? "DESCEND" : "ASCEND", el->rev, x ? ",\"limit\":\"2\"" : "",
+                 serializable ? ",\"serializable\":true" : "");
+        int rc = ec_post(ec, "/v3/kv/range", body, until_ns, -1, &j, NULL, err, errlen);
+        if (rc)
+            return rc;
+        if (!serializable || header_rev(j) >= seen)
+            break;
+        cJSON_Delete(j); /* that member is behind the event: ask the leader */
+        j = NULL;
+    }
     *rev = header_rev(j);
     *n = queue_of(j, el->dir, x, q);
     cJSON_Delete(j);
@@ -1251,7 +1309,7 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
             snprintf(err, errlen, "etcd's transaction reply makes no sense");
             return DLOCK_EPROTO;
         }
-        return read_queue(ec, el, until_ns, q, n, rev, err, errlen);
+        return read_queue(ec, el, 0, until_ns, q, n, rev, err, errlen);
     }
     el->rev = hrev;
     const cJSON *r = jobj(cJSON_GetArrayItem(resp, 1), "response_range");
@@ -1282,9 +1340,13 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
 
 /* A waiter's watch: the deletion of `pred` (or of any key under `pred`
  * when range), any change of it when puts, or the deletion of our own key,
- * from revision from on. */
+ * after revision rev (the read that found us waiting). */
 typedef struct wait_watch {
     bool fired, failed;
+    bool stop;        /* fired, or both watches created: look */
+    int created;      /* watches created */
+    int64_t at_rev;   /* the store's revision when they were */
+    int64_t ev_rev;   /* the revision of the last event */
     char why[200];
 } wait_watch;
 
@@ -1299,13 +1361,60 @@ static void wait_line(ec_conn *k, cJSON *j)
         w->failed = true;
         return;
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")) ||
-        cJSON_GetArraySize(jarr(r, "events")) > 0)
-        w->fired = true; /* canceled: compacted past our revision; read again */
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, jarr(r, "events"))
+    {
+        int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
+        if (mod > w->ev_rev)
+            w->ev_rev = mod;
+        w->fired = w->stop = true;
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
+        w->fired = w->stop = true; /* the watch is gone; read again */
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
+        int64_t rev = header_rev(r);
+        if (rev > w->at_rev)
+            w->at_rev = rev;
+        if (++w->created == 2)
+            w->stop = true;
+    }
+}
+
+/* Did the keys a waiter watches change between revision rev (its read) and
+ * at_rev (its watches' start): pred gone (or, with puts, written), own key
+ * gone? A range watch (any key of the name) is taken as changed. The read
+ * may be served from what the member has applied, as long as that reaches
+ * at_rev: whatever happens later, the watches see. */
+static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
+                          int64_t rev, int64_t at_rev, int64_t until_ns)
+{
+    if (range)
+        return true;
+    char b64p[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200], err[200];
+    b64_encode(pred, strlen(pred), b64p);
+    b64_encode(own, strlen(own), b64o);
+    snprintf(body, sizeof body,
+             "{\"success\":[{\"request_range\":{\"key\":\"%s\",\"keys_only\":true,"
+             "\"serializable\":true}},{\"request_range\":{\"key\":\"%s\",\"keys_only\":true,"
+             "\"serializable\":true}}]}",
+             b64p, b64o);
+    cJSON *j = NULL;
+    if (ec_post(ec, "/v3/kv/txn", body, until_ns, -1, &j, NULL, err, sizeof err) != 0 ||
+        header_rev(j) < at_rev) {
+        cJSON_Delete(j);
+        return true; /* the caller's read says what is wrong, or is up to date */
+    }
+    const cJSON *resp = jarr(j, "responses");
+    const cJSON *p = cJSON_GetArrayItem(jarr(jobj(cJSON_GetArrayItem(resp, 0), "response_range"), "kvs"), 0);
+    const cJSON *o = cJSON_GetArrayItem(jarr(jobj(cJSON_GetArrayItem(resp, 1), "response_range"), "kvs"), 0);
+    bool changed = !p || !o || (puts && jint(p, "mod_revision", 0) > rev);
+    cJSON_Delete(j);
+    return changed;
 }
 
 static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
-                       int64_t from, int64_t deadline, int cancel_fd, char *err, size_t errlen)
+                       int64_t rev, int64_t deadline, int cancel_fd, int64_t *ev_rev, char *err,
+                       size_t errlen)
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
@@ -1316,12 +1425,15 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
         b64_encode(end, strlen(end), b64e);
         snprintf(rend, sizeof rend, ",\"range_end\":\"%s\"", b64e);
     }
+    /* The watches start at the store's current revision, not at our
+     * read's: etcd serves a watch that starts in the past from its history
+     * only every 100 ms. Whether anything changed in between is asked
+     * once they exist (changed_since). */
     char body[EC_KEY_MAX * 6 + 300];
     snprintf(body, sizeof body,
-             "{\"create_request\":{\"key\":\"%s\"%s,\"start_revision\":\"%" PRId64 "\"%s}}"
-             "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
-             "\",\"filters\":[\"NOPUT\"]}}",
-             b64p, rend, from, puts ? "" : ",\"filters\":[\"NOPUT\"]", b64o, from);
+             "{\"create_request\":{\"key\":\"%s\"%s%s}}"
+             "{\"create_request\":{\"key\":\"%s\",\"filters\":[\"NOPUT\"]}}",
+             b64p, rend, puts ? "" : ",\"filters\":[\"NOPUT\"]", b64o);
     ec_conn *k = conn_get(ec);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&ec->mu);
@@ -1329,7 +1441,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
         hdrs = curl_slist_append(hdrs, ec->auth);
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
-    if (!k || !hdrs || conn_setup(ec, k, e, "/v3/watch", body, hdrs, ec->connect_ms)) {
+    if (!k || !hdrs || conn_setup(ec, k, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms)) {
         curl_slist_free_all(hdrs);
         conn_put(ec, k);
         snprintf(err, errlen, "out of memory");
@@ -1339,9 +1451,24 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
     k->on_line = wait_line;
     k->arg = &w;
     CURLcode res = CURLE_OK;
-    enum xfer x = conn_run(k, deadline, cancel_fd, &w.fired, &res);
+    enum xfer x = XFER_DONE;
+    if (conn_start(k)) {
+        for (;;) {
+            x = conn_pump(k, deadline, cancel_fd, &w.stop, &res);
+            if (x != XFER_STOP || w.fired)
+                break;
+            w.stop = false;
+            if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev,
+                                                dl_now_ns() + ms_to_ns(ec->op_ms))) {
+                w.fired = true;
+                break;
+            }
+        }
+        conn_stop(k);
+    }
     curl_slist_free_all(hdrs);
     conn_put(ec, k);
+    *ev_rev = w.ev_rev;
     if (x == XFER_CANCELED) {
         snprintf(err, errlen, "canceled");
         return DLOCK_ECANCELED;
@@ -1456,8 +1583,9 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
          * for the first semaphore waiter; the predecessor's touch too for
          * later ones), and our own. */
         bool any = b == DL_Q_ANY, puts = !any && q[i].pos.kind == 's';
-        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, el->key, rev + 1, deadline,
-                         cancel_fd, err, sizeof err);
+        int64_t ev_rev = 0;
+        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, el->key, rev, deadline,
+                         cancel_fd, &ev_rev, err, sizeof err);
         if (rc) {
             result = rc == DLOCK_ECANCELED
                          ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
@@ -1469,7 +1597,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         }
         free(q);
         q = NULL;
-        rc = read_queue(ec, el, req_until(l), &q, &n, &rev, err, sizeof err);
+        rc = read_queue(ec, el, ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
         if (rc) {
             result = dl_lock_err(l, rc, "lock \"%s\": reading its queue: %s (%s)", l->name, err,
                                  ec->redacted);
@@ -1508,11 +1636,13 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     }
     if (waited) {
         /* Off the hand-over's path, the client's thread writes when we got
-         * the lock into our value (dlock_inspect's held_ms), which also
-         * tells a later semaphore waiter watching us that we took a permit.
-         * ignore_lease fails on a key that is gone: it never makes one;
-         * the version compare keeps a late touch from overwriting a leader
-         * value set meanwhile. */
+         * the lock into our value (dlock_inspect's held_ms; until then it
+         * says when we queued), which also tells a later semaphore waiter
+         * watching us that we took a permit. The write is left 50 ms, and
+         * dropped when we release before: short critical sections cost no
+         * write (a semaphore's successor cannot wait). ignore_lease fails on
+         * a key that is gone: it never makes one; the version compare keeps
+         * a late touch from overwriting a leader value set meanwhile. */
         el->since_ms = dl_realtime_ms();
         char value[sizeof ec->self + 32], b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2];
         char body[EC_KEY_MAX * 4 + sizeof b64v + 200];
@@ -1524,18 +1654,21 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                  "\"version\":\"1\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":"
                  "\"%s\",\"ignore_lease\":true}}]}",
                  b64k, b64k, b64v);
-        char *t = strdup(body);
+        ec_touch t = {.key = strdup(el->key), .body = strdup(body),
+                      .due_ns = dl_now_ns() + (el->kind[0] == 's' ? 0 : ms_to_ns(50))};
         pthread_mutex_lock(&ec->mu);
-        char **ts = t ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1)) : NULL;
+        ec_touch *ts = t.key && t.body ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1))
+                                       : NULL;
         if (ts) {
             ec->touches = ts;
             ts[ec->ntouches++] = t;
-            t = NULL;
+            t = (ec_touch){0};
             if (ec->bgm)
                 curl_multi_wakeup(ec->bgm);
         }
         pthread_mutex_unlock(&ec->mu);
-        free(t);
+        free(t.key);
+        free(t.body);
     }
     pthread_mutex_lock(&ec->mu);
     l->lease_start_ns = ec->confirmed_ns;
@@ -1549,6 +1682,14 @@ static int etcd_release(dlock_lock *l)
     ecclient *ec = ec_of(l->c);
     eclock *el = l->bstate;
     held_drop(ec, el);
+    pthread_mutex_lock(&ec->mu);
+    for (size_t i = 0; i < ec->ntouches; i++)
+        if (strcmp(ec->touches[i].key, el->key) == 0) {
+            free(ec->touches[i].key);
+            free(ec->touches[i].body);
+            ec->touches[i--] = ec->touches[--ec->ntouches];
+        }
+    pthread_mutex_unlock(&ec->mu);
     char err[300];
     int64_t deleted = 0;
     int rc = delete_key(ec, el->key, req_until(l), &deleted, err, sizeof err);
@@ -1910,8 +2051,10 @@ static void ecclient_free(ecclient *ec)
     for (size_t i = 0; i < ec->norphans; i++)
         free(ec->orphans[i]);
     free(ec->orphans);
-    for (size_t i = 0; i < ec->ntouches; i++)
-        free(ec->touches[i]);
+    for (size_t i = 0; i < ec->ntouches; i++) {
+        free(ec->touches[i].key);
+        free(ec->touches[i].body);
+    }
     free(ec->touches);
     for (int i = 0; i < ec->nendpoints; i++)
         free(ec->endpoints[i]);
@@ -2072,8 +2215,238 @@ static void etcd_client_close(dlock_client *c)
 
 /* ---- what dlock's tools ask (src/tools.h) ---------------------------------------------- */
 
+/* A second connection's watch on key, from revision from, that records when
+ * its first event came (the relay's far end). */
+typedef struct relay_watch {
+    ecclient *ec;
+    ec_conn *k;
+    int64_t fired_ns;
+    bool created, fired;
+    int rc;
+    bool stop;
+} relay_watch;
+
+static void relay_line(ec_conn *k, cJSON *j)
+{
+    relay_watch *w = k->arg;
+    const cJSON *r = jobj(j, "result");
+    if (cJSON_GetArraySize(jarr(r, "events")) > 0 && !w->fired) {
+        w->fired_ns = dl_now_ns();
+        w->fired = true;
+    } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
+        __atomic_store_n(&w->created, true, __ATOMIC_RELEASE);
+    }
+}
+
+static void *relay_main(void *arg)
+{
+    relay_watch *w = arg;
+    CURLcode res;
+    enum xfer x = conn_run(w->k, dl_now_ns() + ms_to_ns(w->ec->op_ms), -1, &w->fired, &res);
+    w->rc = w->fired ? 0 : x == XFER_TIMEOUT ? DLOCK_ETIMEDOUT : DLOCK_EUNREACHABLE;
+    __atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* The scratch key of a tool under the name (not of a queue key's shape:
+ * the queue ignores it). */
+static void tool_key(ecclient *ec, const char *name, const char *what, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s/tool-%s", ec->prefix, name, what);
+}
+
+static int tool_done(dlock_client *c, int rc, const char *tool, const char *err, int64_t *v,
+                     size_t n, dlock_tool_timing *out, const char *what)
+{
+    if (rc) {
+        free(v);
+        return dl_client_err(c, rc, "%s: %s (%s)", tool, err, ec_of(c)->redacted);
+    }
+    dl_tool_summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what, "%s", what);
+    return 0;
+}
+
+/* The least a lock costs: one put bound to the client's lease and one
+ * delete, one after the other, over the same kept-alive connections. */
+static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                              dlock_tool_timing *out)
+{
+    ecclient *ec = ec_of(c);
+    char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 100];
+    char del[EC_KEY_MAX * 2 + 32];
+    int64_t lease;
+    uint64_t gen;
+    bool make_ckey;
+    int rc = lease_ensure(ec, -1, &lease, &gen, &make_ckey, err, sizeof err);
+    tool_key(ec, name, "baseline", key, sizeof key);
+    b64_encode(key, strlen(key), b64k);
+    snprintf(put, sizeof put, "{\"key\":\"%s\",\"lease\":\"%" PRId64 "\"}", b64k, lease);
+    snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    if (!v && !rc) {
+        rc = DLOCK_ENOMEM;
+        snprintf(err, sizeof err, "out of memory");
+    }
+    size_t n = 0;
+    int64_t stop = dl_now_ns() + max_ns;
+    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
+        int64_t t0 = dl_now_ns();
+        rc = ec_post(ec, "/v3/kv/put", put, -1, -1, NULL, NULL, err, sizeof err);
+        if (rc == 0)
+            rc = ec_post(ec, "/v3/kv/deleterange", del, -1, -1, NULL, NULL, err, sizeof err);
+        if (rc == 0 && i >= 0) /* the first twenty warm up */
+            v[n++] = dl_now_ns() - t0;
+    }
+    return tool_done(c, rc, "baseline", err, v, n, out,
+                     "one put bound to the client's lease then its delete (HTTP keep-alive)");
+}
+
+/* The bare hand-over chain: one connection's delete reaching another
+ * connection's watch, from just before the delete to the event. */
+static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+{
+    ecclient *ec = ec_of(c);
+    char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 32];
+    char del[EC_KEY_MAX * 2 + 32], watch[EC_KEY_MAX * 2 + 100];
+    tool_key(ec, name, "relay", key, sizeof key);
+    b64_encode(key, strlen(key), b64k);
+    snprintf(put, sizeof put, "{\"key\":\"%s\"}", b64k);
+    snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    int rc = v ? 0 : DLOCK_ENOMEM;
+    size_t n = 0;
+    for (int i = -5; rc == 0 && i < iters; i++) {
+        cJSON *j = NULL;
+        rc = ec_post(ec, "/v3/kv/put", put, -1, -1, &j, NULL, err, sizeof err);
+        int64_t rev = header_rev(j);
+        cJSON_Delete(j);
+        if (rc)
+            break;
+        snprintf(watch, sizeof watch,
+                 "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+                 "\",\"filters\":[\"NOPUT\"]}}",
+                 b64k, rev + 1);
+        relay_watch w = {.ec = ec, .k = conn_get(ec)};
+        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+        pthread_mutex_lock(&ec->mu);
+        if (hdrs && ec->auth)
+            hdrs = curl_slist_append(hdrs, ec->auth);
+        const char *base = ec->endpoints[ec->cur];
+        pthread_mutex_unlock(&ec->mu);
+        pthread_t t;
+        if (!w.k || !hdrs || conn_setup(ec, w.k, base, "/v3/watch", watch, hdrs, ec->connect_ms) ||
+            (w.k->on_line = relay_line, w.k->arg = &w, pthread_create(&t, NULL, relay_main, &w))) {
+            curl_slist_free_all(hdrs);
+            conn_put(ec, w.k);
+            rc = DLOCK_ENOMEM;
+            snprintf(err, sizeof err, "out of memory");
+            break;
+        }
+        int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms);
+        while (!__atomic_load_n(&w.created, __ATOMIC_ACQUIRE) &&
+               !__atomic_load_n(&w.stop, __ATOMIC_ACQUIRE) && dl_now_ns() < until) {
+            struct timespec us100 = {0, 100000};
+            nanosleep(&us100, NULL);
+        }
+        struct timespec ms1 = {0, 1000000};
+        nanosleep(&ms1, NULL);
+        int64_t t0 = dl_now_ns();
+        rc = ec_post(ec, "/v3/kv/deleterange", del, -1, -1, NULL, NULL, err, sizeof err);
+        pthread_join(t, NULL);
+        curl_slist_free_all(hdrs);
+        conn_put(ec, w.k);
+        if (rc == 0 && w.rc) {
+            rc = w.rc;
+            snprintf(err, sizeof err, "the watch saw no delete");
+        }
+        if (rc == 0 && i >= 0)
+            v[n++] = w.fired_ns - t0;
+    }
+    return tool_done(c, rc, "relay", err, v, n, out,
+                     "one connection's delete reaching another connection's watch (to its event)");
+}
+
+/* A member's own status: its id, the leader it knows (0: none). */
+static int member_status(dlock_client *c, const char *host, int port, int64_t *id,
+                         int64_t *leader)
+{
+    ecclient *ec = ec_of(c);
+    char base[400], err[300];
+    snprintf(base, sizeof base, strchr(host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
+             ec->tls ? "https" : "http", host, port);
+    cJSON *j = NULL;
+    int rc = ec_post_to(ec, base, "/v3/maintenance/status", "{}", -1, -1, &j, NULL, err,
+                        sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "etcd %s:%d: %s", host, port, err);
+    *id = jint(jobj(j, "header"), "member_id", 0);
+    *leader = jint(j, "leader", 0);
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* A member that knows a leader serves. */
+static int etcd_tool_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    int64_t id, leader;
+    int rc = member_status(c, m->addr.host, m->addr.port, &id, &leader);
+    if (rc)
+        return rc;
+    if (!leader)
+        return dl_client_err(c, DLOCK_EBUSY, "etcd %s:%d knows no leader yet (no quorum?)",
+                             m->addr.host, m->addr.port);
+    return 0;
+}
+
+static int etcd_tool_leader(dlock_client *c, dlock_tool_server *out)
+{
+    for (size_t i = 0; i < c->url->nhosts; i++) {
+        const dl_host *h = &c->url->hosts[i];
+        int64_t id, leader;
+        if (member_status(c, h->host, h->port, &id, &leader) == 0 && leader && id == leader) {
+            snprintf(out->host, sizeof out->host, "%s", h->host);
+            out->port = h->port;
+            return 0;
+        }
+    }
+    return dl_client_err(c, DLOCK_EUNREACHABLE, "no member of %s says it leads",
+                         ec_of(c)->redacted);
+}
+
+/* Every member serving again, and one of them leading. */
+static int etcd_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
+                            const dlock_tool_wait *w)
+{
+    for (;;) {
+        int rc = 0;
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = etcd_tool_ready(c, &m[i]);
+        dlock_tool_server lead;
+        if (rc == 0 && (rc = etcd_tool_leader(c, &lead)) == 0)
+            return 0;
+        if (w->stop && w->stop(w->arg))
+            return dl_client_err(c, DLOCK_ECANCELED, "settling the cluster: interrupted");
+        if (dl_now_ns() >= w->until_ns)
+            return dl_client_err(c, DLOCK_ETIMEDOUT, "the cluster did not settle: %s",
+                                 dlock_client_errmsg(c));
+        struct timespec step = {0, 100 * 1000000};
+        nanosleep(&step, NULL);
+    }
+}
+
 static const struct dl_tools etcd_tools = {
-    .baseline = NULL,
+    .baseline = etcd_tool_baseline,
+    .relay = etcd_tool_relay,
+    .lock_servers = dl_tool_url_servers,
+    .topology = dl_tool_url_topology,
+    .members = dl_tool_url_members,
+    .server_ready = etcd_tool_ready,
+    .settle = etcd_tool_settle,
+    .leader = etcd_tool_leader,
 };
 
 const dl_backend dl_backend_etcd = {

@@ -1857,21 +1857,6 @@ static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
     return z2;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* p50/p99 by nearest rank, as every tool computes them. */
-static void summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
-{
-    qsort(v, n, sizeof *v, cmp_i64);
-    size_t r50 = (n * 500 + 999) / 1000, r99 = (n * 990 + 999) / 1000;
-    out->p50 = n ? v[(r50 ? r50 : 1) - 1] : 0;
-    out->p99 = n ? v[(r99 ? r99 : 1) - 1] : 0;
-    out->samples = n;
-}
 
 /* A timing tool's end: its samples summarised into out (one server's
  * figures), or its error; v freed either way. */
@@ -1885,7 +1870,7 @@ static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size
         return dl_client_err(c, zk_code(rc), "%s: %s (%s)", tool, zk_why(zc, rc, err, sizeof err),
                              zc->redacted);
     }
-    summarize(v, n, &out->all);
+    dl_tool_summarize(v, n, &out->all);
     free(v);
     out->one = out->all;
     out->servers = 1;
@@ -1994,18 +1979,6 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
         "one session's delete firing another session's exists watch (to its callback)");
 }
 
-/* Every member of the ensemble holds every name's state. */
-static int zk_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out,
-                                int max)
-{
-    (void)name;
-    int n = 0;
-    for (size_t i = 0; i < c->url->nhosts && n < max; i++, n++) {
-        snprintf(out[n].host, sizeof out[n].host, "%s", c->url->hosts[i].host);
-        out[n].port = c->url->hosts[i].port;
-    }
-    return n;
-}
 
 /* ---- for `dlock check`: the ensemble ------------------------------------------------ */
 
@@ -2053,26 +2026,7 @@ static int zk_ask(zkclient *zc, const char *host, int port, const char *word, ch
     return ok && n > 0 ? 0 : -1;
 }
 
-/* One server: a consensus ensemble when the URL names several. */
-static int zk_tool_topology(dlock_client *c, dlock_tool_topo *out)
-{
-    bool ensemble = c->url->nhosts > 1;
-    out->trait = ensemble ? DLOCK_TOOL_TOPO_CONSENSUS : DLOCK_TOOL_TOPO_ONE_SERVER;
-    out->quorum = ensemble ? (int)c->url->nhosts / 2 + 1 : 1;
-    out->direct = 1;
-    return 0;
-}
 
-static int zk_tool_members(dlock_client *c, dlock_tool_member *out, int max)
-{
-    int n = 0;
-    for (size_t i = 0; i < c->url->nhosts && n < max; i++, n++) {
-        snprintf(out[n].addr.host, sizeof out[n].addr.host, "%s", c->url->hosts[i].host);
-        out[n].addr.port = c->url->hosts[i].port;
-        out[n].role = DLOCK_TOOL_DATA;
-    }
-    return n;
-}
 
 /* A member that says its mode (standalone, leader, follower) serves. */
 static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
@@ -2127,9 +2081,9 @@ static int zk_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
 static const struct dl_tools zk_tools = {
     .baseline = zk_tool_baseline,
     .relay = zk_tool_relay,
-    .lock_servers = zk_tool_lock_servers,
-    .topology = zk_tool_topology,
-    .members = zk_tool_members,
+    .lock_servers = dl_tool_url_servers,
+    .topology = dl_tool_url_topology,
+    .members = dl_tool_url_members,
     .server_ready = zk_tool_ready,
     .settle = zk_tool_settle,
     .leader = zk_tool_leader,

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The backend's table (NULL when it has none), or NULL with *rc set (and
@@ -235,4 +236,60 @@ int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t
     if (rc)
         explicit_bzero(out, sizeof *out);
     return rc;
+}
+
+/* ---- shared by the adapters ------------------------------------------ */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest rank: the smallest value with at least permille of them at or
+ * below it (as the tools compute every percentile). */
+static int64_t pct(const int64_t *sorted, size_t n, unsigned permille)
+{
+    if (n == 0)
+        return 0;
+    size_t rank = (size_t)(((unsigned long long)n * permille + 999) / 1000);
+    rank = rank < 1 ? 1 : rank > n ? n : rank;
+    return sorted[rank - 1];
+}
+
+void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
+{
+    qsort(v, n, sizeof *v, cmp_i64);
+    out->p50 = pct(v, n, 500);
+    out->p99 = pct(v, n, 990);
+    out->samples = n;
+}
+
+int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max)
+{
+    (void)name;
+    int n = 0;
+    for (size_t i = 0; i < c->url->nhosts && n < max; i++, n++) {
+        snprintf(out[n].host, sizeof out[n].host, "%s", c->url->hosts[i].host);
+        out[n].port = c->url->hosts[i].port;
+    }
+    return n;
+}
+
+int dl_tool_url_members(dlock_client *c, dlock_tool_member *out, int max)
+{
+    dlock_tool_server s[DLOCK_TOOL_URL_HOSTS];
+    int n = dl_tool_url_servers(c, NULL, s, max < DLOCK_TOOL_URL_HOSTS ? max : DLOCK_TOOL_URL_HOSTS);
+    for (int i = 0; i < n; i++)
+        out[i] = (dlock_tool_member){.addr = s[i], .role = DLOCK_TOOL_DATA};
+    return n;
+}
+
+int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    bool ensemble = c->url->nhosts > 1;
+    out->trait = ensemble ? DLOCK_TOOL_TOPO_CONSENSUS : DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->quorum = ensemble ? (int)c->url->nhosts / 2 + 1 : 1;
+    out->direct = 1;
+    return 0;
 }

@@ -210,4 +210,13 @@ struct dl_tools {
     int (*leader)(dlock_client *c, dlock_tool_server *out);
 };
 
+/* Shared by the adapters: p50/p99 of v[0..n) by nearest rank (sorts v). */
+void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out);
+/* For deployments whose servers are exactly the URL's hosts, each holding
+ * every lock (a consensus ensemble, or one server): the hosts as lock
+ * servers and data members, and the topology (consensus when several). */
+int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max);
+int dl_tool_url_members(dlock_client *c, dlock_tool_member *out, int max);
+int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out);
+
 #endif

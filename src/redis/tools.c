@@ -235,30 +235,6 @@ static int rt_connect(dlock_client *c, rtarget *t, rconn **cs, const char *what)
     return 0;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest rank: the smallest value with at least permille of them at or
- * below it (as the tools compute every percentile). */
-static int64_t pct(const int64_t *sorted, size_t n, unsigned permille)
-{
-    if (n == 0)
-        return 0;
-    size_t rank = (size_t)(((unsigned long long)n * permille + 999) / 1000);
-    rank = rank < 1 ? 1 : rank > n ? n : rank;
-    return sorted[rank - 1];
-}
-
-static void summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
-{
-    qsort(v, n, sizeof *v, cmp_i64);
-    out->p50 = pct(v, n, 500);
-    out->p99 = pct(v, n, 990);
-    out->samples = n;
-}
 
 /* ---- the round trip ------------------------------------------------------ */
 
@@ -314,7 +290,7 @@ static int ping_samples(const rtarget *t, rconn **cs, int n, int iters, int64_t 
             v[k++] = t1 - t0;
     }
     if (rc == RD_OK)
-        summarize(v, (size_t)k, out);
+        dl_tool_summarize(v, (size_t)k, out);
     free(v);
     return rc;
 }
@@ -501,7 +477,7 @@ static int rd_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
     if (x == RD_OK) {
         for (int i = 0; i < iters; i++)
             sent_at[i] = woke[i] - sent_at[i];
-        summarize(sent_at, (size_t)iters, &out->all);
+        dl_tool_summarize(sent_at, (size_t)iters, &out->all);
         out->one = out->all;
         out->servers = 1;
         snprintf(out->what, sizeof out->what, "RPUSH waking a BLPOP");
