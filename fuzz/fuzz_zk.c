@@ -42,25 +42,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int holders = 0;
     char held_kind = 0;
     for (int i = 0; i < len; i++) {
-        CHECK(q[i].kind == 'x' || q[i].kind == 'r' || q[i].kind == 's');
-        CHECK(q[i].permits >= 1 && q[i].permits <= 4096);
+        CHECK(q[i].pos.kind == 'x' || q[i].pos.kind == 'r' || q[i].pos.kind == 's');
+        CHECK(q[i].pos.permits >= 1 && q[i].pos.permits <= 4096);
         CHECK(strlen(q[i].owner) == DL_OWNER_HEX);
         if (i > 0)
             CHECK(q[i - 1].seq <= q[i].seq);
         int b = blocker(q, i);
         CHECK(b == HOLDS || b == WATCH_CHILDREN || (b >= 0 && b < i));
         if (b == WATCH_CHILDREN)
-            CHECK(q[i].kind == 's');
+            CHECK(q[i].pos.kind == 's');
         if (b != HOLDS)
             continue;
-        if (q[i].kind == 'x')
+        if (q[i].pos.kind == 'x')
             CHECK(i == 0);
         if (held_kind)
-            CHECK(held_kind == q[i].kind && q[i].kind != 'x');
-        held_kind = q[i].kind;
+            CHECK(held_kind == q[i].pos.kind && q[i].pos.kind != 'x');
+        held_kind = q[i].pos.kind;
         holders++;
-        if (q[i].kind == 's')
-            CHECK((unsigned)holders <= q[i].permits);
+        if (q[i].pos.kind == 's')
+            CHECK((unsigned)holders <= q[i].pos.permits);
     }
     free(q);
 

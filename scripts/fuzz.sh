@@ -24,6 +24,8 @@ targets=(fuzz_url fuzz_name)
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
 # The ZooKeeper target needs its C client (as the backend does).
 if [ -e /usr/include/zookeeper/zookeeper.h ]; then targets+=(fuzz_zk); fi
+# The etcd target needs libcurl and cJSON (as the backend does).
+if pkg-config --exists libcurl libcjson 2>/dev/null; then targets+=(fuzz_etcd); fi
 
 CC=clang cmake -S "$top" -B "$build" -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
