@@ -1331,9 +1331,9 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
             if (ec->ckey_rev < hrev)
                 ec->ckey_rev = hrev;
         }
-        pthread_mutex_unlock(&ec->mu);
         if (ec->bgm)
             curl_multi_wakeup(ec->bgm);
+        pthread_mutex_unlock(&ec->mu);
     }
     return 0;
 }
