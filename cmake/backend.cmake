@@ -1,5 +1,6 @@
 # dlock_backend(NAME DESCRIPTORS d... SOURCES s... [LIB_SOURCES s...]
-#               [PKG module... | LIBRARY lib HEADER header] [DEB package])
+#               [PKG module... | LIBRARY lib HEADER header] [DLOPEN module...]
+#               [DEB package])
 #
 # Registers one backend (or family): DESCRIPTORS are the names of its
 # `const dl_backend dl_backend_<d>` descriptors, registered in this order;
@@ -7,10 +8,13 @@
 # the define DLOCK_HAVE_<NAME> only when its client library is found: the
 # pkg-config module PKG, or, for a library that ships no .pc file (the
 # ZooKeeper C client), LIBRARY and its HEADER. No library named: always
-# built. -DDLOCK_WITH_<NAME>=OFF leaves the library out;
+# built. DLOPEN modules are needed too, but only their headers at build
+# time: the backend loads them with dlopen when a client first needs them
+# (libcurl: linked, its thirty-odd libraries would slow down the start of
+# every dlock process, whatever its backend). -DDLOCK_WITH_<NAME>=OFF leaves the library out;
 # -DDLOCK_NO_CLIENT_LIBS=ON leaves every one out.
 function(dlock_backend name)
-  cmake_parse_arguments(B "" "DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES;PKG" ${ARGN})
+  cmake_parse_arguments(B "" "DEB;LIBRARY;HEADER" "DESCRIPTORS;SOURCES;LIB_SOURCES;PKG;DLOPEN" ${ARGN})
   string(TOUPPER "${name}" up)
   string(REPLACE "+" "_" up "${up}")
   set(have FALSE)
@@ -23,6 +27,12 @@ function(dlock_backend name)
     endif()
     if(DLOCK_WITH_${up} AND B_PKG AND PKG_CONFIG_FOUND)
       pkg_check_modules(DLOCK_PKG_${up} IMPORTED_TARGET ${B_PKG})
+      if(B_DLOPEN AND DLOCK_PKG_${up}_FOUND)
+        pkg_check_modules(DLOCK_DLO_${up} ${B_DLOPEN})
+        if(NOT DLOCK_DLO_${up}_FOUND)
+          set(DLOCK_PKG_${up}_FOUND FALSE)
+        endif()
+      endif()
     elseif(DLOCK_WITH_${up} AND B_LIBRARY)
       find_library(DLOCK_LIB_${up} ${B_LIBRARY})
       find_path(DLOCK_INC_${up} ${B_HEADER})
@@ -42,7 +52,7 @@ function(dlock_backend name)
       set(DLOCK_BACKEND_LIBS ${DLOCK_BACKEND_LIBS} dlock_lib_${name} PARENT_SCOPE)
       set(DLOCK_PC_LIBS_PRIVATE ${DLOCK_PC_LIBS_PRIVATE} -l${B_LIBRARY} PARENT_SCOPE)
     else()
-      message(STATUS "${B_PKG}${B_LIBRARY} not found (Debian: ${B_DEB}): the ${name} backend will report itself missing")
+      message(STATUS "${B_PKG}${B_DLOPEN}${B_LIBRARY} not found (Debian: ${B_DEB}): the ${name} backend will report itself missing")
     endif()
   endif()
   set(sources ${DLOCK_BACKEND_SOURCES} ${B_SOURCES})
