@@ -557,6 +557,24 @@ static bool curl_failed_before_send(CURLcode rc)
 }
 
 static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
+static int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body,
+                      int64_t until_ns, int cancel_fd, cJSON **out, bool *sent, char *err,
+                      size_t errlen);
+
+/* After a request timed out: does that member answer, but know no leader?
+ * (A write waits for a quorum; a member's status does not.) Asked within
+ * 200 ms, so that a timeout says why when it can. */
+static bool no_leader(ecclient *ec, const char *base)
+{
+    char err[200];
+    cJSON *j = NULL;
+    if (ec_post_to(ec, base, "/v3/maintenance/status", "{}", dl_now_ns() + ms_to_ns(200), -1,
+                   &j, NULL, err, sizeof err) != 0)
+        return false;
+    bool none = jint(j, "leader", 0) == 0;
+    cJSON_Delete(j);
+    return none;
+}
 
 /* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
  * as a DLOCK_E* code and a message. */
@@ -666,7 +684,11 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         if (x == XFER_TIMEOUT || res != CURLE_OK) {
             if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
                 *sent = true;
-            if (x == XFER_TIMEOUT)
+            if (x == XFER_TIMEOUT && strcmp(path, "/v3/maintenance/status") != 0 &&
+                no_leader(ec, base))
+                snprintf(err, errlen, "etcd has no leader, or lost its quorum (%s answers, but "
+                                      "knows no leader)", base);
+            else if (x == XFER_TIMEOUT)
                 snprintf(err, errlen, "%s did not answer in time", base);
             else if (k->toolarge)
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",

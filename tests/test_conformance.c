@@ -56,6 +56,7 @@ static const struct target_def {
     {"zk", "DLOCK_TEST_ZK"},
     {"zk3", "DLOCK_TEST_ZK3"},
     {"etcd", "DLOCK_TEST_ETCD"},
+    {"etcd3", "DLOCK_TEST_ETCD3"},
     {"postgres", "DLOCK_TEST_POSTGRES"},
     {"mysql", "DLOCK_TEST_MYSQL"},
     {"memcached", "DLOCK_TEST_MEMCACHED"},
