@@ -347,6 +347,7 @@ struct eclock {
     int64_t rev;  /* its create revision */
     uint64_t gen; /* the lease it is bound to */
     int64_t since_ms; /* wall clock when it was granted (queued, until then) */
+    bool pred_first;  /* exclusive: the last read found only its predecessor before it */
     bool lost;
 };
 
@@ -1316,8 +1317,9 @@ static int queue_of(const cJSON *range, const char *dir, bool descending, ec_ent
 }
 
 /*
- * Read the queue of el's name up to its own key: the last two keys for an
- * exclusive lock (it and its predecessor), every earlier key otherwise.
+ * Read the queue of el's name up to its own key: the last three keys for an
+ * exclusive lock (it, its predecessor, and whether that one is first),
+ * every earlier key otherwise.
  *
  * After a watch event of revision seen, the read is served by the member
  * from what it has applied (serializable: no wait behind writes in
@@ -1340,7 +1342,7 @@ static int read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, 
                  "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,"
                  "\"sort_target\":\"CREATE\",\"sort_order\":\"%s\",\"max_create_revision\":\"%" PRId64
                  "\"%s%s}",
-                 b64k, b64e, x ? "DESCEND" : "ASCEND", el->rev, x ? ",\"limit\":\"2\"" : "",
+                 b64k, b64e, x ? "DESCEND" : "ASCEND", el->rev, x ? ",\"limit\":\"3\"" : "",
                  serializable ? ",\"serializable\":true" : "");
         int rc = ec_post(ec, "/v3/kv/range", body, until_ns, -1, &j, NULL, err, errlen);
         if (rc)
@@ -1352,6 +1354,9 @@ static int read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, 
     }
     *rev = header_rev(j);
     *n = queue_of(j, el->dir, x, q);
+    /* Counted over every key returned, ours or not: two of at most three
+     * means nothing at all is before the predecessor. */
+    el->pred_first = x && *n == 2 && cJSON_GetArraySize(jarr(j, "kvs")) == 2;
     cJSON_Delete(j);
     if (*n < 0) {
         snprintf(err, errlen, "out of memory");
@@ -1393,7 +1398,7 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
     snprintf(range, sizeof range,
              "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,"
              "\"sort_target\":\"CREATE\",\"sort_order\":\"%s\"%s}}",
-             b64d, b64e, x ? "DESCEND" : "ASCEND", x ? ",\"limit\":\"2\"" : "");
+             b64d, b64e, x ? "DESCEND" : "ASCEND", x ? ",\"limit\":\"3\"" : "");
     /* The name's marker (PREFIX/.names/NAME, for dlock list), put only
      * when absent: a nested transaction costs no write when it exists. */
     char marker[EC_KEY_MAX], b64m[EC_KEY_MAX * 2];
@@ -1434,6 +1439,7 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
     const cJSON *r = jobj(cJSON_GetArrayItem(resp, 1), "response_range");
     *rev = hrev;
     *n = r ? queue_of(r, el->dir, x, q) : -2;
+    el->pred_first = x && *n == 2 && cJSON_GetArraySize(jarr(r, "kvs")) == 2;
     cJSON_Delete(j);
     if (*n == -1) {
         snprintf(err, errlen, "out of memory");
@@ -1462,6 +1468,11 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
  * when range), any change of it when puts, or the deletion of our own key,
  * after revision rev (the read that found us waiting). */
 typedef struct wait_watch {
+    const char *pred, *own; /* the keys watched */
+    bool chain;       /* exclusive behind exclusive: pred's write says it holds */
+    bool pred_held;   /* ... and it came */
+    bool pred_gone;   /* an event: pred deleted */
+    bool other;       /* an event of another kind or key, or the watch canceled */
     bool fired, failed;
     bool stop;        /* fired, or both watches created: look */
     int created;      /* watches created */
@@ -1487,10 +1498,22 @@ static void wait_line(ec_conn *k, cJSON *j)
         int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
         if (mod > w->ev_rev)
             w->ev_rev = mod;
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+        char key[EC_KEY_MAX];
+        bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
+        bool on_pred = kv_key(jobj(ev, "kv"), key, sizeof key) && strcmp(key, w->pred) == 0;
+        if (on_pred && !del && w->chain) {
+            w->pred_held = true; /* it holds, so it is first: wait on for its going */
+            continue;
+        }
+        if (on_pred && del)
+            w->pred_gone = true;
+        else
+            w->other = true;
         w->fired = w->stop = true;
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
-        w->fired = w->stop = true; /* the watch is gone; read again */
+        w->fired = w->stop = w->other = true; /* the watch is gone; read again */
     else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
         int64_t rev = header_rev(r);
         if (rev > w->at_rev)
@@ -1532,9 +1555,9 @@ static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts,
     return changed;
 }
 
-static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
-                       int64_t rev, int64_t deadline, int cancel_fd, int64_t *ev_rev, char *err,
-                       size_t errlen)
+static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
+                       const char *own, int64_t rev, int64_t deadline, int cancel_fd,
+                       wait_watch *out, char *err, size_t errlen)
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
@@ -1553,7 +1576,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
     snprintf(body, sizeof body,
              "{\"create_request\":{\"key\":\"%s\"%s%s}}"
              "{\"create_request\":{\"key\":\"%s\",\"filters\":[\"NOPUT\"]}}",
-             b64p, rend, puts ? "" : ",\"filters\":[\"NOPUT\"]", b64o);
+             b64p, rend, puts || chain ? "" : ",\"filters\":[\"NOPUT\"]", b64o);
     ec_conn *k = conn_get(ec);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&ec->mu);
@@ -1567,7 +1590,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
     }
-    wait_watch w = {0};
+    wait_watch w = {.pred = pred, .own = own, .chain = chain};
     k->on_line = wait_line;
     k->arg = &w;
     CURLcode res = CURLE_OK;
@@ -1580,7 +1603,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
             w.stop = false;
             if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev,
                                                 dl_now_ns() + ms_to_ns(ec->op_ms))) {
-                w.fired = true;
+                w.fired = w.other = true;
                 break;
             }
         }
@@ -1588,7 +1611,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, co
     }
     curl_slist_free_all(hdrs);
     conn_put(ec, k);
-    *ev_rev = w.ev_rev;
+    *out = w;
     if (x == XFER_CANCELED) {
         snprintf(err, errlen, "canceled");
         return DLOCK_ECANCELED;
@@ -1703,9 +1726,10 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
          * for the first semaphore waiter; the predecessor's touch too for
          * later ones), and our own. */
         bool any = b == DL_Q_ANY, puts = !any && q[i].pos.kind == 's';
-        int64_t ev_rev = 0;
-        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, el->key, rev, deadline,
-                         cancel_fd, &ev_rev, err, sizeof err);
+        bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
+        wait_watch w;
+        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, rev, deadline,
+                         cancel_fd, &w, err, sizeof err);
         if (rc) {
             result = rc == DLOCK_ECANCELED
                          ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
@@ -1715,9 +1739,18 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                                        err, ec->redacted);
             break;
         }
+        /* An exclusive waiter whose exclusive predecessor was first (the
+         * last read found nothing before it, or it wrote its key once it
+         * held: see the touch below), and which saw only that key's
+         * deletion, is first: keys before it only ever go, and its own
+         * key's deletion would have come in the same stream first (a
+         * stream sends events in revision order), or been found when the
+         * watches began (changed_since). No read on the hand-over's path. */
+        if (chain && (el->pred_first || w.pred_held) && w.pred_gone && !w.other)
+            break;
         free(q);
         q = NULL;
-        rc = read_queue(ec, el, ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
+        rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
         if (rc) {
             result = dl_lock_err(l, rc, "lock \"%s\": reading its queue: %s (%s)", l->name, err,
                                  ec->redacted);
@@ -1755,14 +1788,15 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         return result;
     }
     if (waited) {
-        /* Off the hand-over's path, the client's thread writes when we got
-         * the lock into our value (dlock_inspect's held_ms; until then it
-         * says when we queued), which also tells a later semaphore waiter
-         * watching us that we took a permit. The write is left 50 ms, and
-         * dropped when we release before: short critical sections cost no
-         * write (a semaphore's successor cannot wait). ignore_lease fails on
-         * a key that is gone: it never makes one; the version compare keeps
-         * a late touch from overwriting a leader value set meanwhile. */
+        /* Off our path, the client's thread writes when we got the lock into
+         * our value (dlock_inspect's held_ms; until then it says when we
+         * queued). The write tells the waiter behind us that we hold: an
+         * exclusive one then takes our deletion as its grant without
+         * reading the queue (the hand-over keeps one server hop); a later
+         * semaphore waiter learns that we took a permit. Dropped when we
+         * release first. ignore_lease fails on a key that is gone: it
+         * never makes one; the version compare keeps a late touch from
+         * overwriting a leader value set meanwhile. */
         el->since_ms = dl_realtime_ms();
         char value[sizeof ec->self + 32], b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2];
         char body[EC_KEY_MAX * 4 + sizeof b64v + 200];
@@ -1775,7 +1809,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                  "\"%s\",\"ignore_lease\":true}}]}",
                  b64k, b64k, b64v);
         ec_touch t = {.key = strdup(el->key), .body = strdup(body),
-                      .due_ns = dl_now_ns() + (el->kind[0] == 's' ? 0 : ms_to_ns(50))};
+                      .due_ns = dl_now_ns()};
         pthread_mutex_lock(&ec->mu);
         ec_touch *ts = t.key && t.body ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1))
                                        : NULL;
@@ -2359,11 +2393,10 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-/* The scratch key of a tool under the name (not of a queue key's shape:
- * the queue ignores it). */
+/* The scratch key of a tool, beside the name's queue, not in it. */
 static void tool_key(ecclient *ec, const char *name, const char *what, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/%s/tool-%s", ec->prefix, name, what);
+    snprintf(buf, len, "%s/.tools/%s/%s", ec->prefix, name, what);
 }
 
 static int tool_done(dlock_client *c, int rc, const char *tool, const char *err, int64_t *v,
