@@ -675,18 +675,23 @@ int cli_check(int argc, char **argv, const char *url)
         if (b && strcmp(b->name, cfg.backend) == 0)
             cfg.caps = b->caps;
     }
-    /* A session backend may still give held locks a deadline (ZooKeeper):
-     * a probe lock says how long; the span is ttl less the drift allowance
-     * (ttl/100 + 2 ms), rounded up here so that windows end no earlier. */
+    /* A session backend may still give held locks a deadline (ZooKeeper),
+     * and a lease backend may keep a span of its own whatever ttl a lock
+     * asks for (etcd: the client's lease): a probe lock says how long; the
+     * span is ttl less the drift allowance (ttl/100 + 2 ms), rounded up
+     * here so that windows end no earlier. */
     dlock_lock *pl = NULL;
     bool probed = false;
-    if (!(cfg.caps & DLOCK_CAP_LEASE) &&
-        dlock_lock_new(&pl, probe, "dlock-check-probe", NULL) == 0) {
+    dlock_lock_opts po;
+    dlock_lock_opts_init(&po);
+    po.ttl_ms = cfg.ttl_ms;
+    if (dlock_lock_new(&pl, probe, "dlock-check-probe", &po) == 0) {
         probed = true;
         if (dlock_acquire(pl, 2000) == 0) {
             long long v = dlock_valid_ms(pl);
-            if (v > 0)
-                cfg.session_ttl_ms = (int)(((v + 3) * 100 + 98) / 99);
+            int span = v > 0 ? (int)(((v + 3) * 100 + 98) / 99) : 0;
+            if (!(cfg.caps & DLOCK_CAP_LEASE) || span > cfg.ttl_ms + cfg.ttl_ms / 10)
+                cfg.session_ttl_ms = span;
             (void)dlock_release(pl);
         }
         dlock_lock_free(pl);
