@@ -11,6 +11,9 @@ packages=(
   redis-server redis-sentinel redis-tools # real servers the redis tests start
   libzookeeper-mt-dev zookeeper           # the zk backend and the servers its tests start
   default-jre-headless                    # ZooKeeper's JVM
+  libcurl4-openssl-dev libcjson-dev       # the etcd backend (libcurl is loaded at run time)
+  etcd-server etcd-client                 # the etcd servers its tests start, and etcdctl
+  openssl                                 # the etcd TLS test's throwaway CA
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

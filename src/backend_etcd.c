@@ -241,6 +241,19 @@ static int64_t jint(const cJSON *o, const char *name, int64_t def)
     return def;
 }
 
+/* A uint64 the gateway writes as a string (member ids use all 64 bits); 0
+ * if absent or malformed. */
+static uint64_t juint(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsString(v) || v->valuestring[0] < '0' || v->valuestring[0] > '9')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v->valuestring, &end, 10);
+    return errno || *end ? 0 : (uint64_t)x;
+}
+
 static const cJSON *jobj(const cJSON *o, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -572,7 +585,7 @@ static bool no_leader(ecclient *ec, const char *base)
     if (ec_post_to(ec, base, "/v3/maintenance/status", "{}", dl_now_ns() + ms_to_ns(200), -1,
                    &j, NULL, err, sizeof err) != 0)
         return false;
-    bool none = jint(j, "leader", 0) == 0;
+    bool none = juint(j, "leader") == 0;
     cJSON_Delete(j);
     return none;
 }
@@ -595,6 +608,11 @@ static int gateway_error(const char *base, long status, const cJSON *j, char *er
         strstr(msg, "leader changed") || strstr(msg, "too many requests")) {
         snprintf(err, errlen, "etcd has no leader, or lost its quorum (%.200s)", msg);
         return DLOCK_EUNREACHABLE;
+    }
+    if (strstr(msg, "user name is empty")) {
+        snprintf(err, errlen, "etcd has authentication on: give user:password@ in the URL (%.200s)",
+                 msg);
+        return DLOCK_EPERM;
     }
     if (strstr(msg, "lease not found")) {
         snprintf(err, errlen, "the client's lease is gone (%.200s)", msg);
@@ -2515,8 +2533,8 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
 }
 
 /* A member's own status: its id, the leader it knows (0: none). */
-static int member_status(dlock_client *c, const char *host, int port, int64_t *id,
-                         int64_t *leader)
+static int member_status(dlock_client *c, const char *host, int port, uint64_t *id,
+                         uint64_t *leader)
 {
     ecclient *ec = ec_of(c);
     char base[400], err[300];
@@ -2527,8 +2545,8 @@ static int member_status(dlock_client *c, const char *host, int port, int64_t *i
                         sizeof err);
     if (rc)
         return dl_client_err(c, rc, "etcd %s:%d: %s", host, port, err);
-    *id = jint(jobj(j, "header"), "member_id", 0);
-    *leader = jint(j, "leader", 0);
+    *id = juint(jobj(j, "header"), "member_id");
+    *leader = juint(j, "leader");
     cJSON_Delete(j);
     return 0;
 }
@@ -2536,7 +2554,7 @@ static int member_status(dlock_client *c, const char *host, int port, int64_t *i
 /* A member that knows a leader serves. */
 static int etcd_tool_ready(dlock_client *c, const dlock_tool_member *m)
 {
-    int64_t id, leader;
+    uint64_t id, leader;
     int rc = member_status(c, m->addr.host, m->addr.port, &id, &leader);
     if (rc)
         return rc;
@@ -2550,7 +2568,7 @@ static int etcd_tool_leader(dlock_client *c, dlock_tool_server *out)
 {
     for (size_t i = 0; i < c->url->nhosts; i++) {
         const dl_host *h = &c->url->hosts[i];
-        int64_t id, leader;
+        uint64_t id, leader;
         if (member_status(c, h->host, h->port, &id, &leader) == 0 && leader && id == leader) {
             snprintf(out->host, sizeof out->host, "%s", h->host);
             out->port = h->port;

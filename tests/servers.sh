@@ -20,6 +20,14 @@
 #                         three-member ensemble (zk3-1..3)
 #                         ZooKeeper runs with tickTime=500: sessions of 1–10 s,
 #                         so that expiry tests take a second or two.
+#   DLOCK_TEST_ETCD       etcd://127.0.0.1:P?ttl=2           one etcd member
+#   DLOCK_TEST_ETCD3      etcd://127.0.0.1:P1,P2,P3?ttl=2 (etcd3): a three-member
+#                         cluster (etcd3-1..3)
+#   DLOCK_TEST_ETCDS      etcds://dlock:s3cret@127.0.0.1:P?cacert=CA&ttl=2 (etcds):
+#                         one member with TLS on the client port (a throwaway
+#                         CA: DLOCK_TEST_ETCDS_CA) and authentication on (users
+#                         root:rootpw and dlock:s3cret, the latter read-write
+#                         on every key); DLOCK_TEST_ETCDS_ENDPOINT=https://127.0.0.1:P
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
@@ -133,6 +141,8 @@ srv_restart() {
   echo $! >"$srv_dir/$name.pid"
   if [ -e "$srv_dir/$name/zoo.cfg" ]; then
     srv_wait_zk "$(cat "$srv_dir/$name.port")"
+  elif [ -d "$srv_dir/$name/etcd" ]; then
+    srv_wait_etcd "$(cat "$srv_dir/$name.port")"
   else
     srv_wait_redis "$(cat "$srv_dir/$name.port")"
   fi
@@ -213,6 +223,108 @@ srv_start_zk3() {
   # A freshly formed ensemble on a busy 2-core machine has been seen to
   # hold a write for 2 s once: requests get 5 s here.
   export DLOCK_TEST_ZK3="zk://$hosts?session=2000&op_timeout_ms=5000"
+}
+
+# srv_etcd_healthy PORT [SCHEME CA]: does the member at PORT know a leader?
+# (python3: curl may not be installed; the status call needs no token, also
+# with authentication on)
+srv_etcd_healthy() {
+  python3 - "$1" "${2:-http}" "${3:-}" <<'PY' >/dev/null 2>&1
+import json, ssl, sys, urllib.request
+port, scheme, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca) if scheme == "https" else None
+req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}/v3/maintenance/status", data=b"{}",
+                             headers={"Content-Type": "application/json"})
+d = json.load(urllib.request.urlopen(req, timeout=1, context=ctx))
+sys.exit(0 if int(d.get("leader", "0")) != 0 else 1)
+PY
+}
+
+# srv_wait_etcd PORT [SCHEME CA]: until the member serves with a leader (~30 s)
+srv_wait_etcd() {
+  local i
+  for i in $(seq 300); do
+    srv_etcd_healthy "$@" && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: etcd on port $1 did not start" >&2
+  return 1
+}
+
+# srv_etcd NAME CLIENTPORT PEERPORT CLUSTER [etcd args...]: start one member,
+# not waiting; CLUSTER is its --initial-cluster list. Its data directory
+# stays: NAME.cmd again (a restart) rejoins the cluster it formed.
+srv_etcd() {
+  local name=$1 port=$2 peer=$3 cluster=$4; shift 4
+  local d=$srv_dir/$name scheme=http
+  mkdir -p "$d/etcd"
+  case " $* " in *" --cert-file "*) scheme=https ;; esac
+  local cmd=(etcd --name "$name" --data-dir "$d/etcd"
+             --listen-client-urls "$scheme://127.0.0.1:$port"
+             --advertise-client-urls "$scheme://127.0.0.1:$port"
+             --listen-peer-urls "http://127.0.0.1:$peer"
+             --initial-advertise-peer-urls "http://127.0.0.1:$peer"
+             --initial-cluster "$cluster" --initial-cluster-state new
+             --initial-cluster-token "dlock-$(basename "$srv_dir")"
+             --log-outputs stderr "$@")
+  printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
+  "${cmd[@]}" </dev/null >"$d/log" 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  disown $! 2>/dev/null || true
+  echo "$port" >"$srv_dir/$name.port"
+}
+
+srv_start_etcd() {
+  local p q; p=$(srv_free_port); q=$(srv_free_port)
+  srv_etcd etcd "$p" "$q" "etcd=http://127.0.0.1:$q"
+  srv_wait_etcd "$p" || return 1
+  export DLOCK_TEST_ETCD="etcd://127.0.0.1:$p?ttl=2"
+}
+
+srv_start_etcd3() {
+  local i p ports=() peers=() cluster="" hosts=""
+  for i in 1 2 3; do
+    ports+=("$(srv_free_port)")
+    peers+=("$(srv_free_port)")
+    cluster="$cluster${cluster:+,}etcd3-$i=http://127.0.0.1:${peers[$((i - 1))]}"
+  done
+  for i in 1 2 3; do
+    srv_etcd "etcd3-$i" "${ports[$((i - 1))]}" "${peers[$((i - 1))]}" "$cluster"
+    hosts="$hosts${hosts:+,}127.0.0.1:${ports[$((i - 1))]}"
+  done
+  for p in "${ports[@]}"; do srv_wait_etcd "$p" || return 1; done
+  export DLOCK_TEST_ETCD3="etcd://$hosts?ttl=2"
+}
+
+# One member with TLS on the client port and authentication on.
+srv_start_etcds() {
+  local p q d=$srv_dir/etcds-ca
+  p=$(srv_free_port); q=$(srv_free_port)
+  mkdir -p "$d"
+  (
+    cd "$d" || exit 1
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
+      -subj "/CN=dlock test CA" >/dev/null 2>&1 &&
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+      -subj "/CN=127.0.0.1" >/dev/null 2>&1 &&
+    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+      -out server.pem -days 2 -extfile san.ext >/dev/null 2>&1
+  ) || { echo "servers.sh: openssl could not make the test CA" >&2; return 1; }
+  srv_etcd etcds "$p" "$q" "etcds=http://127.0.0.1:$q" \
+    --cert-file "$d/server.pem" --key-file "$d/server.key"
+  srv_wait_etcd "$p" https "$d/ca.pem" || return 1
+  local ctl=(env ETCDCTL_API=3 etcdctl --endpoints "https://127.0.0.1:$p" --cacert "$d/ca.pem")
+  { "${ctl[@]}" user add root:rootpw &&
+    "${ctl[@]}" user add dlock:s3cret &&
+    "${ctl[@]}" role add dlockrw &&
+    "${ctl[@]}" role grant-permission dlockrw --prefix=true readwrite '' &&
+    "${ctl[@]}" user grant-role dlock dlockrw &&
+    "${ctl[@]}" auth enable; } >"$srv_dir/etcds/auth.log" 2>&1 ||
+    { cat "$srv_dir/etcds/auth.log" >&2; return 1; }
+  export DLOCK_TEST_ETCDS="etcds://dlock:s3cret@127.0.0.1:$p?cacert=$d/ca.pem&ttl=2"
+  export DLOCK_TEST_ETCDS_CA=$d/ca.pem
+  export DLOCK_TEST_ETCDS_ENDPOINT=https://127.0.0.1:$p
 }
 
 srv_start_redis() {
@@ -306,6 +418,9 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       cluster) srv_start_cluster ;;
       zk) srv_start_zk ;;
       zk3) srv_start_zk3 ;;
+      etcd) srv_start_etcd ;;
+      etcd3) srv_start_etcd3 ;;
+      etcds) srv_start_etcds ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift

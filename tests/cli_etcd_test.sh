@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# cli_etcd_test.sh — dlock(1) on etcd, the hostile cases: a run longer than
+# the lease keeps its lock; conflicts with every -E code run nothing;
+# SIGTERM while waiting leaves no key; kill -9 of a holder frees the lock
+# when its lease runs out; a lease revoked from outside stops the command at
+# once; a holder whose network freezes (a TCP relay SIGSTOPped) has its
+# command stopped before the server lets another client in. Real server
+# from tests/servers.sh. Skipped (exit 0) without etcd or the etcd backend.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/testlib.sh"
+if ! command -v etcd >/dev/null || ! "$DLOCK" backends | grep -q '^etcd .* yes$'; then
+    echo "etcd or the etcd backend missing: skipped"
+    exit 0
+fi
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    exec bash "$here/servers.sh" run etcd -- bash "$0" "$@"
+fi
+. "$here/servers.sh" # srv_free_port
+U=$DLOCK_TEST_ETCD # ttl=2: a lock's span is 2 s
+port=$(cat "$DLOCK_TEST_SERVERS/etcd.port")
+ctl() { ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$port" "$@"; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-etcd.XXXXXX")
+relay=
+trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
+now_ms() { date +%s%3N; }
+wait_held() { # NAME: until status says held (5 s at most)
+    for _ in $(seq 50); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
+    return 1
+}
+
+# A run more than twice as long as the lease: kept alive, exit 0.
+"$DLOCK" --url "$U" run long -- sleep 5 2>"$TMP/long.err"
+rc=$?
+[ $rc = 0 ] && ok "a 5 s run on a 2 s lease keeps its lock" ||
+    bad "a 5 s run on a 2 s lease: exit $rc: $(cat "$TMP/long.err")"
+
+# Conflicts: nothing runs, whatever the exit code asked for.
+"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+wait_held held
+for e in 0 3 75; do
+    out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
+    rc=$?
+    [ $rc = $e ] && [ -z "$out" ] && ok "conflict with -n -E $e: exit $e, nothing ran" ||
+        bad "conflict with -n -E $e: exit $rc, output '$out'"
+done
+out=$("$DLOCK" --url "$U" run -w 0.3 -E 0 held -- echo RAN 2>/dev/null)
+rc=$?
+[ $rc = 0 ] && [ -z "$out" ] && ok "conflict with -w 0.3 -E 0: nothing ran" ||
+    bad "conflict with -w 0.3 -E 0: exit $rc, output '$out'"
+# SIGTERM while waiting: the waiter goes, and so does its key.
+"$DLOCK" --url "$U" run -w 10 held -- echo RAN >"$TMP/int.out" 2>/dev/null & w=$!
+sleep 0.5
+kill -TERM $w
+wait $w
+rc=$?
+[ $rc != 0 ] && [ ! -s "$TMP/int.out" ] && ok "SIGTERM while waiting: exit $rc, nothing ran" ||
+    bad "SIGTERM while waiting: exit $rc, ran: $(cat "$TMP/int.out")"
+n=$(ctl get --prefix dlock/held/ --keys-only | grep -c .)
+[ "$n" = 1 ] && ok "SIGTERM while waiting: no key left (only the holder's)" ||
+    bad "SIGTERM while waiting: $n keys under dlock/held/"
+wait $holder
+
+# kill -9 of a holder: the lock is free once its lease runs out.
+"$DLOCK" --url "$U" run killed -- sleep 30 & h=$!
+wait_held killed
+killed_at=$(now_ms)
+kill -9 $h
+"$DLOCK" --url "$U" run -w 10 killed -- true 2>/dev/null
+rc=$?
+[ $rc = 0 ] && ok "kill -9 of a holder: the lock was free after $(( $(now_ms) - killed_at )) ms (lease 2 s)" ||
+    bad "kill -9 of a holder: the next run exited $rc"
+
+# The holder's lease revoked from outside: its command is stopped at once.
+"$DLOCK" --url "etcd://127.0.0.1:$port?ttl=30" run revoked -- \
+    sh -c "trap 'date +%s%3N >$TMP/revoked; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+wait_held revoked
+lease=$(ctl get --prefix dlock/revoked/ --keys-only | grep . | head -1 | sed -E 's/.*-([0-9a-f]{16})-[0-9a-f]+$/\1/')
+at=$(now_ms)
+ctl lease revoke "$lease" >/dev/null
+wait $h
+rc=$?
+if [ -s "$TMP/revoked" ] && [ $(( $(cat "$TMP/revoked") - at )) -lt 5000 ] && [ $rc != 0 ]; then
+    ok "lease revoked from outside: the command stopped $(( $(cat "$TMP/revoked") - at )) ms later (lease 30 s), exit $rc"
+else
+    bad "lease revoked from outside (lease $lease): exit $rc, stopped at $(cat "$TMP/revoked" 2>/dev/null || echo never)"
+fi
+
+# A holder whose network freezes: its command is stopped before another
+# client can have the lock (the server waits the whole lease).
+rport=$(srv_free_port)
+python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
+sleep 0.5
+"$DLOCK" --url "etcd://127.0.0.1:$rport?ttl=2" run frozen -- \
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+wait_held frozen
+kill -STOP $relay
+frozen_at=$(now_ms)
+"$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null
+rc=$?
+other_at=$(now_ms)
+wait $h
+if [ $rc = 0 ] && [ -s "$TMP/stopped" ] && [ "$(cat "$TMP/stopped")" -lt "$other_at" ]; then
+    ok "frozen holder: its command stopped $(( $(cat "$TMP/stopped") - frozen_at )) ms after the freeze, another client got the lock after $(( other_at - frozen_at )) ms"
+else
+    bad "frozen holder: other client exit $rc at +$(( other_at - frozen_at )) ms; command stopped at $(cat "$TMP/stopped" 2>/dev/null || echo never)"
+fi
+kill -CONT $relay
+finish
