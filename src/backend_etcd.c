@@ -2579,27 +2579,6 @@ static int etcd_tool_leader(dlock_client *c, dlock_tool_server *out)
                          ec_of(c)->redacted);
 }
 
-/* Every member serving again, and one of them leading. */
-static int etcd_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
-                            const dlock_tool_wait *w)
-{
-    for (;;) {
-        int rc = 0;
-        for (int i = 0; i < n && rc == 0; i++)
-            rc = etcd_tool_ready(c, &m[i]);
-        dlock_tool_server lead;
-        if (rc == 0 && (rc = etcd_tool_leader(c, &lead)) == 0)
-            return 0;
-        if (w->stop && w->stop(w->arg))
-            return dl_client_err(c, DLOCK_ECANCELED, "settling the cluster: interrupted");
-        if (dl_now_ns() >= w->until_ns)
-            return dl_client_err(c, DLOCK_ETIMEDOUT, "the cluster did not settle: %s",
-                                 dlock_client_errmsg(c));
-        struct timespec step = {0, 100 * 1000000};
-        nanosleep(&step, NULL);
-    }
-}
-
 static const struct dl_tools etcd_tools = {
     .baseline = etcd_tool_baseline,
     .relay = etcd_tool_relay,
@@ -2607,7 +2586,7 @@ static const struct dl_tools etcd_tools = {
     .topology = dl_tool_url_topology,
     .members = dl_tool_url_members,
     .server_ready = etcd_tool_ready,
-    .settle = etcd_tool_settle,
+    .settle = dl_tool_settle_ensemble,
     .leader = etcd_tool_leader,
 };
 

@@ -2057,27 +2057,6 @@ static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
                          zc_of(c)->redacted);
 }
 
-/* Every member serving again, and one of them leading. */
-static int zk_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
-                          const dlock_tool_wait *w)
-{
-    for (;;) {
-        int rc = 0;
-        for (int i = 0; i < n && rc == 0; i++)
-            rc = zk_tool_ready(c, &m[i]);
-        dlock_tool_server lead;
-        if (rc == 0 && (rc = zk_tool_leader(c, &lead)) == 0)
-            return 0;
-        if (w->stop && w->stop(w->arg))
-            return dl_client_err(c, DLOCK_ECANCELED, "settling the ensemble: interrupted");
-        if (dl_now_ns() >= w->until_ns)
-            return dl_client_err(c, DLOCK_ETIMEDOUT, "the ensemble did not settle: %s",
-                                 dlock_client_errmsg(c));
-        struct timespec step = {0, 100 * 1000000};
-        nanosleep(&step, NULL);
-    }
-}
-
 static const struct dl_tools zk_tools = {
     .baseline = zk_tool_baseline,
     .relay = zk_tool_relay,
@@ -2085,7 +2064,7 @@ static const struct dl_tools zk_tools = {
     .topology = dl_tool_url_topology,
     .members = dl_tool_url_members,
     .server_ready = zk_tool_ready,
-    .settle = zk_tool_settle,
+    .settle = dl_tool_settle_ensemble,
     .leader = zk_tool_leader,
 };
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The backend's table (NULL when it has none), or NULL with *rc set (and
  * the client's error) when the arguments are wrong. */
@@ -292,4 +293,25 @@ int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out)
     out->quorum = ensemble ? (int)c->url->nhosts / 2 + 1 : 1;
     out->direct = 1;
     return 0;
+}
+
+int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
+                            const dlock_tool_wait *w)
+{
+    const struct dl_tools *t = c->be->tools;
+    for (;;) {
+        int rc = 0;
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = t->server_ready(c, &m[i]);
+        dlock_tool_server lead;
+        if (rc == 0 && (rc = t->leader(c, &lead)) == 0)
+            return 0;
+        if (w->stop && w->stop(w->arg))
+            return dl_client_err(c, DLOCK_ECANCELED, "settling the ensemble: interrupted");
+        if (dl_now_ns() >= w->until_ns)
+            return dl_client_err(c, DLOCK_ETIMEDOUT, "the ensemble did not settle: %s",
+                                 dlock_client_errmsg(c));
+        struct timespec step = {0, 100 * 1000000};
+        nanosleep(&step, NULL);
+    }
 }

@@ -218,5 +218,9 @@ void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out);
 int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max);
 int dl_tool_url_members(dlock_client *c, dlock_tool_member *out, int max);
 int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out);
+/* A consensus ensemble's settle: every member ready (server_ready) and one
+ * of them leading (leader), asked every 100 ms until w says stop. */
+int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
+                            const dlock_tool_wait *w);
 
 #endif
