@@ -35,116 +35,16 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "testutil.h"
 
 static const char *etcd_url; /* etcd://127.0.0.1:C?ttl=2 */
 static int etcd_port;
-static int name_seq;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    if (ms > 0) {
-        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0) {
-        }
-    }
-}
-
-static void unique(char *buf, size_t len, const char *base)
-{
-    snprintf(buf, len, "%s-%d-%d", base, (int)getpid(), ++name_seq);
-}
 
 /* etcd://127.0.0.1:C?QUERY */
 static void url_with(char *buf, size_t len, const char *query)
 {
     int n = snprintf(buf, len, "etcd://127.0.0.1:%d?%s", etcd_port, query);
     assert_true(n > 0 && (size_t)n < len);
-}
-
-static dlock_client *open_url(const char *url)
-{
-    dlock_client *c = NULL;
-    if (dlock_client_open(&c, url, NULL))
-        fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
-    return c;
-}
-
-static dlock_lock *mk(dlock_client *c, const char *name, dlock_lost_cb cb, void *arg)
-{
-    dlock_lock_opts o;
-    dlock_lock_opts_init(&o);
-    o.on_lost = cb;
-    o.on_lost_arg = arg;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
-    return l;
-}
-
-static void acquire_ok(dlock_lock *l, int timeout_ms)
-{
-    int rc = dlock_acquire(l, timeout_ms);
-    if (rc != 0)
-        fail_msg("acquire %s: %s: %s", dlock_lock_name(l), dlock_err_name(rc),
-                 dlock_lock_errmsg(l));
-}
-
-static dlock_info inspect(dlock_client *c, const char *name)
-{
-    dlock_info info;
-    memset(&info, 0, sizeof info);
-    int rc = dlock_inspect(c, name, &info);
-    if (rc != 0)
-        fail_msg("inspect %s: %s: %s", name, dlock_err_name(rc), dlock_client_errmsg(c));
-    return info;
-}
-
-/* Until NAME has `waiters` waiters (at most limit_ms). */
-static void wait_waiters(dlock_client *c, const char *name, int waiters, int limit_ms)
-{
-    int64_t end = now_ms() + limit_ms;
-    dlock_info info;
-    do {
-        info = inspect(c, name);
-        if (info.waiters == waiters)
-            return;
-        sleep_ms(2);
-    } while (now_ms() < end);
-    fail_msg("%s: %d waiters, not %d, after %d ms", name, info.waiters, waiters, limit_ms);
-}
-
-/* Wait until l's loss descriptor is readable: ms waited, -1 if not within limit_ms. */
-static int64_t wait_lost(dlock_lock *l, int limit_ms)
-{
-    struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
-    if (p.fd < 0)
-        return -1;
-    int64_t t0 = now_ms();
-    int n;
-    while ((n = poll(&p, 1, limit_ms)) < 0) {
-    }
-    return n == 1 ? now_ms() - t0 : -1;
-}
-
-static atomic_int lost_calls;
-static void count_lost(dlock_lock *l, void *arg)
-{
-    (void)l;
-    (void)arg;
-    atomic_fetch_add(&lost_calls, 1);
-}
-
-static void wait_lost_calls(int n, int limit_ms)
-{
-    for (int i = 0; i < limit_ms / 5 && atomic_load(&lost_calls) < n; i++)
-        sleep_ms(5);
 }
 
 /* ---- the server's own account --------------------------------------------------- */

@@ -1,0 +1,122 @@
+/*
+ * testutil.h — what the backends' own cmocka tests share: clocks, unique
+ * names, opening clients and locks that fail the test with the library's
+ * message, inspecting, and waiting for waiters and for losses. Included by
+ * one test program each (everything static).
+ */
+#ifndef DLOCK_TESTUTIL_H
+#define DLOCK_TESTUTIL_H
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+
+static int name_seq;
+static atomic_int lost_calls; /* count_lost's count */
+
+static inline int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline void sleep_ms(int64_t ms)
+{
+    if (ms > 0) {
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+}
+
+static inline void unique(char *buf, size_t len, const char *base)
+{
+    snprintf(buf, len, "%s-%d-%d", base, (int)getpid(), ++name_seq);
+}
+
+static inline dlock_client *open_url(const char *url)
+{
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, url, NULL))
+        fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
+    return c;
+}
+
+static inline dlock_lock *mk(dlock_client *c, const char *name, dlock_lost_cb cb, void *arg)
+{
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.on_lost = cb;
+    o.on_lost_arg = arg;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, name, &o))
+        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
+    return l;
+}
+
+static inline void acquire_ok(dlock_lock *l, int timeout_ms)
+{
+    int rc = dlock_acquire(l, timeout_ms);
+    if (rc != 0)
+        fail_msg("acquire %s: %s: %s", dlock_lock_name(l), dlock_err_name(rc),
+                 dlock_lock_errmsg(l));
+}
+
+static inline dlock_info inspect(dlock_client *c, const char *name)
+{
+    dlock_info info;
+    memset(&info, 0, sizeof info);
+    int rc = dlock_inspect(c, name, &info);
+    if (rc != 0)
+        fail_msg("inspect %s: %s: %s", name, dlock_err_name(rc), dlock_client_errmsg(c));
+    return info;
+}
+
+/* Until NAME has `waiters` waiters (at most limit_ms). */
+static inline void wait_waiters(dlock_client *c, const char *name, int waiters, int limit_ms)
+{
+    int64_t end = now_ms() + limit_ms;
+    dlock_info info;
+    do {
+        info = inspect(c, name);
+        if (info.waiters == waiters)
+            return;
+        sleep_ms(2);
+    } while (now_ms() < end);
+    fail_msg("%s: %d waiters, not %d, after %d ms", name, info.waiters, waiters, limit_ms);
+}
+
+/* Wait until l's loss descriptor is readable: ms waited, -1 if not within limit_ms. */
+static inline int64_t wait_lost(dlock_lock *l, int limit_ms)
+{
+    struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
+    if (p.fd < 0)
+        return -1;
+    int64_t t0 = now_ms();
+    int n;
+    while ((n = poll(&p, 1, limit_ms)) < 0) {
+    }
+    return n == 1 ? now_ms() - t0 : -1;
+}
+
+static inline void count_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static inline void wait_lost_calls(int n, int limit_ms)
+{
+    for (int i = 0; i < limit_ms / 5 && atomic_load(&lost_calls) < n; i++)
+        sleep_ms(5);
+}
+
+#endif
