@@ -160,51 +160,6 @@ static int teardown_processes(void **state)
     return 0;
 }
 
-/* ---- waiters in threads ------------------------------------------------------------ */
-
-struct waiter {
-    dlock_lock *l;
-    int timeout;
-    bool release; /* release at once once held */
-    atomic_int rc;
-    atomic_int done;
-    int order; /* rank among the waiters that got the lock */
-    uint64_t token;
-    pthread_t t;
-};
-static atomic_int order_counter;
-
-static void *waiter_main(void *p)
-{
-    struct waiter *w = p;
-    int rc = dlock_acquire(w->l, w->timeout);
-    if (rc == 0) {
-        w->order = atomic_fetch_add(&order_counter, 1);
-        w->token = dlock_token(w->l);
-        if (w->release && dlock_release(w->l) != 0)
-            rc = 99;
-    }
-    atomic_store(&w->rc, rc);
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
-static void waiter_start(struct waiter *w, dlock_lock *l, int timeout, bool release)
-{
-    w->l = l;
-    w->timeout = timeout;
-    w->release = release;
-    atomic_store(&w->rc, -1000);
-    atomic_store(&w->done, 0);
-    assert_int_equal(pthread_create(&w->t, NULL, waiter_main, w), 0);
-}
-
-static int waiter_join(struct waiter *w)
-{
-    assert_int_equal(pthread_join(w->t, NULL), 0);
-    return atomic_load(&w->rc);
-}
-
 /* ---- 1. a holder whose session expires ----------------------------------------------- */
 
 struct expiry_report {
