@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* A watch stream, in pieces of up to 7 bytes. */
     ec_conn k = {0};
-    wait_watch w = {0};
+    wait_watch w = {.pred = "a/k2", .own = "a/k1", .chain = size % 2};
     k.on_line = wait_line;
     k.arg = &w;
     for (size_t at = 0; at < size;) {

@@ -1519,7 +1519,8 @@ static void wait_line(ec_conn *k, cJSON *j)
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
         char key[EC_KEY_MAX];
         bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
-        bool on_pred = kv_key(jobj(ev, "kv"), key, sizeof key) && strcmp(key, w->pred) == 0;
+        bool on_pred = w->pred && kv_key(jobj(ev, "kv"), key, sizeof key) &&
+                       strcmp(key, w->pred) == 0;
         if (on_pred && !del && w->chain) {
             w->pred_held = true; /* it holds, so it is first: wait on for its going */
             continue;
