@@ -236,7 +236,8 @@ static int64_t jint(const cJSON *o, const char *name, int64_t def)
         long long x = strtoll(v->valuestring, &end, 10);
         return errno || *end ? def : (int64_t)x;
     }
-    if (cJSON_IsNumber(v))
+    /* (the range test keeps a huge or NaN number from being undefined) */
+    if (cJSON_IsNumber(v) && v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18)
         return (int64_t)v->valuedouble;
     return def;
 }
