@@ -231,6 +231,37 @@ static void test_lease_deadline_ends_window(void **state)
     hist_runs_free(runs, n);
 }
 
+static void test_promised_end_ends_window(void **state)
+{
+    (void)state;
+    /* A lease older than the call (one per client, as etcd's): w=1 was
+     * promised the lock until 1.5 s, sooner than call + ttl (2 s): w=2
+     * taking it at 1.6 s overlaps nothing. */
+    static const char text[] =
+        "run scenario=lease ttl_ms=2000 caps=0x21 fencing=1\n"
+        "0 acquire w=1\n"
+        "100 acquired w=1 token=1 value=1500000000\n"
+        "200 read w=1 token=1 value=0\n"
+        "1600000000 acquired w=2 token=2\n"
+        "1600000100 read w=2 token=2 value=0\n"
+        "1600000200 write_rejected w=1 token=1 value=1\n"
+        "1600000300 write_accepted w=2 token=2 value=1\n"
+        "1600000400 release w=2\n"
+        "1600000500 release w=1\n";
+    size_t n;
+    hist_run *runs = read_str(text, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.stale_rejected, 1);
+    /* A promise later than the library may give stays bounded by call + ttl,
+     * and one the next grant comes before is an overlap. */
+    runs[0].ev[1].value = 1700000000;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.overlaps, 1);
+    hist_runs_free(runs, n);
+}
+
 /* A holder cut off from the servers (partitioned) holds until it is told of
  * the loss: told 32 ms before its lease ran out on the servers (at 3.1 s),
  * it does not overlap w=2, which took the lock at 3.15 s. */
@@ -368,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_kill_ends_window_and_counts_takeover),
         cmocka_unit_test(test_lease_deadline_ends_window),
+        cmocka_unit_test(test_promised_end_ends_window),
         cmocka_unit_test(test_partition_told_in_time),
         cmocka_unit_test(test_partition_told_late_or_never),
         cmocka_unit_test(test_write_read_round_trip),

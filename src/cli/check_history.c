@@ -132,6 +132,10 @@ int hist_write(FILE *f, const hist_run *r)
         case H_PARTITIONED:
             fprintf(f, " value=%" PRId64, e->value);
             break;
+        case H_ACQUIRED: /* the promised end, where the library gave one */
+            if (e->value)
+                fprintf(f, " value=%" PRId64, e->value);
+            break;
         default:
             break;
         }
@@ -647,6 +651,10 @@ int hist_check(hist_run *r, hist_result *res)
             }
             int64_t dl = deadline_of(&c, w, e->t);
             bool late = ttl_ns > 0 && e->t >= dl;
+            /* The library's own promise, where sooner: a lease that predates
+             * the call (one per client) ends before call + ttl. */
+            if (e->value > 0 && e->value < dl)
+                dl = e->value;
             if (late) {
                 /* reported after its lease, which began no earlier than
                  * the call, could have run out: an empty holding */

@@ -30,7 +30,7 @@
 
 typedef enum hist_type {
     H_ACQUIRE = 0,    /* worker invokes acquire */
-    H_ACQUIRED,       /* acquire returned the lock; token */
+    H_ACQUIRED,       /* acquire returned the lock; token, promised end (0 none) */
     H_ACQUIRE_FAILED, /* acquire returned an error; rc */
     H_LOST,           /* the holder lost the lock (stamped before the loss) */
     H_RELEASE,        /* worker invokes release */

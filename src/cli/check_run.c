@@ -398,7 +398,12 @@ static int worker_main(void *arg)
         }
         uint64_t tk = dlock_token(l);
         atomic_store(&lost_arg.token, tk);
-        chk_log(sh, H_ACQUIRED, id, tk, 0, 0);
+        /* The holding's end as the library promises it, on the history's
+         * clock (0: no deadline): a session lease granted before this
+         * acquisition may end sooner than the call plus a ttl. */
+        int64_t before = ms_now_ns();
+        long long valid = dlock_valid_ms(l);
+        chk_log(sh, H_ACQUIRED, id, tk, valid > 0 ? before + valid * 1000000 : 0, 0);
         if (watched)
             log_state(sh, id, l, tk);
         res_req q = {.op = RES_READ, .worker = id, .token = tk};
