@@ -141,6 +141,10 @@ DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client);
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client);
 /* Name of the client's backend ("file", "redis", ...). */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
+/* What this client offers (DLOCK_CAP_*): its backend's capabilities, or
+ * fewer where the URL chose a mode that lacks some (postgres mode=advisory
+ * has no lease and no semaphores). */
+DLOCK_EXTERN unsigned dlock_client_caps(const dlock_client *client);
 
 /*
  * Lock names: 1..200 bytes of printable ASCII other than '/' and '\\'; they

@@ -14,6 +14,7 @@ packages=(
   libcurl4-openssl-dev libcjson-dev       # the etcd backend (libcurl is loaded at run time)
   etcd-server etcd-client                 # the etcd servers its tests start, and etcdctl
   openssl                                 # the etcd TLS test's throwaway CA
+  libpq-dev postgresql                    # the postgres backend (libpq is loaded at run time) and its test server
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

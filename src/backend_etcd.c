@@ -62,7 +62,6 @@ static const dl_scheme etcd_schemes[] = {
 #define CURL_DISABLE_TYPECHECK
 #include <curl/curl.h>
 
-#include <dlfcn.h>
 #include <stddef.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -121,16 +120,7 @@ static char lc_error[300]; /* why loading failed, "" when it did not */
 
 static void lc_load(void)
 {
-    void *h = dlopen(EC_LIBCURL, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(lc_error, sizeof lc_error, "cannot load %s (Debian: libcurl4): %s", EC_LIBCURL,
-                 dlerror());
-        return;
-    }
-    static const struct {
-        const char *name;
-        size_t off;
-    } syms[] = {
+    static const dl_sym syms[] = {
 #define SYM(f, m) {"curl_" #f, offsetof(__typeof__(lc), m)}
         SYM(global_init, global_init),     SYM(easy_init, easy_init),
         SYM(easy_cleanup, easy_cleanup),   SYM(easy_reset, easy_reset),
@@ -143,15 +133,9 @@ static void lc_load(void)
         SYM(slist_append, slist_append),   SYM(slist_free_all, slist_free_all),
 #undef SYM
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(h, syms[i].name);
-        if (!f) {
-            snprintf(lc_error, sizeof lc_error,
-                     "%s has no %s (libcurl 7.68 or later is needed)", EC_LIBCURL, syms[i].name);
-            return; /* (the library stays loaded: harmless) */
-        }
-        memcpy((char *)&lc + syms[i].off, &f, sizeof f);
-    }
+    if (dl_load_library(EC_LIBCURL, "libcurl4", syms, sizeof syms / sizeof syms[0], &lc,
+                        lc_error, sizeof lc_error) != 0)
+        return;
     CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK)
         snprintf(lc_error, sizeof lc_error, "libcurl failed to initialize: %s",

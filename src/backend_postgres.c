@@ -1,26 +1,1451 @@
 /*
- * backend_postgres.c — PostgreSQL: session advisory locks, or a lease table.
+ * backend_postgres.c — PostgreSQL: session advisory locks.
  *
- * Not written yet: the descriptor states what the backend will offer, so
- * that `dlock backends` shows the whole product and a postgres URL answers
- * DLOCK_ENOTSUP naming what is missing. Its issue fills in the operations
- * here.
+ * mode=advisory (the default): a lock is a session advisory lock on a 64-bit
+ * key, FNV-1a of the table's name and the lock's name. Each held lock has a
+ * connection of its own, taken from the client's pool and given back once
+ * the lock is unlocked, so that no lock can leak into a session someone else
+ * uses. The server queues the waiters in its lock manager and wakes one per
+ * release; lock_timeout bounds a timed wait on the server's side.
+ *
+ * One statement takes the lock and draws its token: the advisory lock in a
+ * CTE, then an upsert of the name's row in the table (default "dlock"),
+ *
+ *     name text PRIMARY KEY, key bigint UNIQUE, token bigint, holder, since, value
+ *
+ * that adds one to the token and records the holder, committed with the
+ * statement. The row is written only once the lock is ours, so tokens rise
+ * with every grant. Two names whose keys collide meet at the unique key:
+ * the second one's acquisition fails, naming the first (never a silent
+ * shared lock).
+ *
+ * Liveness is the connection. A thread per client watches the sockets of
+ * the connections that hold locks: a server that ends the session (a
+ * restart, pg_terminate_backend, dlock break) closes it, and the holder is
+ * told at once. A network that goes silent is found by TCP keepalives
+ * (2 s idle, then 3 probes 1 s apart, unless the URL says otherwise). A
+ * waiter that gives up (timeout, dlock_cancel) has its statement cancelled
+ * from another connection and its own closed; on servers from 14 on,
+ * client_connection_check_interval also makes a waiting backend whose
+ * client died leave the queue within a second.
+ *
+ * libpq is loaded at run time (see dl_load_library) and used only through
+ * its asynchronous calls, each bounded by our deadlines and the lock's
+ * cancel descriptor: its synchronous ones cannot be.
  */
 #include "internal.h"
+#include "tools.h"
 
 static const dl_scheme postgres_schemes[] = {
-    {"postgres", "postgres", 5432, false, DL_PATH_DBNAME},
-    {"postgresql", "postgres", 5432, false, DL_PATH_DBNAME},
+    {"postgres", "postgres", 5432, true, DL_PATH_DBNAME},
+    {"postgresql", "postgres", 5432, true, DL_PATH_DBNAME},
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
+
+/* The facts, the same whether libpq is there or not. */
+#define PG_CAPS                                                                              \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION |             \
+     DLOCK_CAP_NATIVE_BLOCKING)
+#define PG_LIVENESS                                                                          \
+    "mode=advisory: a session advisory lock, held while the holder's connection lives; the " \
+    "holder is told at once when the server ends the session, and within ~5 s (TCP "         \
+    "keepalives) when the network goes silent — while the server, which does not see the "  \
+    "silence, keeps the lock for it; a paused holder keeps its lock"
+#define PG_FENCING "a counter per name in the lock table, raised in the statement that takes the lock"
+/* The URL's own parameters, and libpq's connection parameters that make
+ * sense in a URL (passed through to libpq as they are). */
+#define PG_PARAMS                                                                            \
+    "mode table schema password "                                                            \
+    "sslmode sslrootcert sslcert sslkey sslpassword sslcrl sslcrldir sslsni "                \
+    "sslcompression gssencmode krbsrvname gsslib channel_binding target_session_attrs "      \
+    "application_name fallback_application_name connect_timeout keepalives "                 \
+    "keepalives_idle keepalives_interval keepalives_count tcp_user_timeout options "         \
+    "client_encoding passfile service hostaddr ssl_min_protocol_version "                    \
+    "ssl_max_protocol_version"
+
+#ifdef DLOCK_HAVE_POSTGRES
+#include <libpq-fe.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* ---- libpq, loaded when the first client opens ------------------------------------ */
+
+#define PG_LIBPQ "libpq.so.5"
+static struct {
+    __typeof__(PQconnectStartParams) *connectStartParams;
+    __typeof__(PQconnectPoll) *connectPoll;
+    __typeof__(PQstatus) *status;
+    __typeof__(PQsocket) *socket;
+    __typeof__(PQfinish) *finish;
+    __typeof__(PQerrorMessage) *errorMessage;
+    __typeof__(PQsetnonblocking) *setnonblocking;
+    __typeof__(PQsetNoticeProcessor) *setNoticeProcessor;
+    __typeof__(PQserverVersion) *serverVersion;
+    __typeof__(PQbackendPID) *backendPID;
+    __typeof__(PQsendQueryParams) *sendQueryParams;
+    __typeof__(PQflush) *flush;
+    __typeof__(PQconsumeInput) *consumeInput;
+    __typeof__(PQisBusy) *isBusy;
+    __typeof__(PQgetResult) *getResult;
+    __typeof__(PQresultStatus) *resultStatus;
+    __typeof__(PQresultErrorField) *resultErrorField;
+    __typeof__(PQresultErrorMessage) *resultErrorMessage;
+    __typeof__(PQntuples) *ntuples;
+    __typeof__(PQgetvalue) *getvalue;
+    __typeof__(PQgetisnull) *getisnull;
+    __typeof__(PQclear) *clear;
+    __typeof__(PQconninfoParse) *conninfoParse;
+    __typeof__(PQconninfoFree) *conninfoFree;
+    __typeof__(PQnotifies) *notifies;
+    __typeof__(PQfreemem) *freemem;
+} pq;
+static char pq_error[300];
+static pthread_once_t pq_once = PTHREAD_ONCE_INIT;
+
+static void pq_load(void)
+{
+    static const dl_sym syms[] = {
+#define SYM(f, m) {"PQ" #f, offsetof(__typeof__(pq), m)}
+        SYM(connectStartParams, connectStartParams), SYM(connectPoll, connectPoll),
+        SYM(status, status), SYM(socket, socket), SYM(finish, finish),
+        SYM(errorMessage, errorMessage), SYM(setnonblocking, setnonblocking),
+        SYM(setNoticeProcessor, setNoticeProcessor), SYM(serverVersion, serverVersion),
+        SYM(backendPID, backendPID), SYM(sendQueryParams, sendQueryParams),
+        SYM(flush, flush), SYM(consumeInput, consumeInput), SYM(isBusy, isBusy),
+        SYM(getResult, getResult), SYM(resultStatus, resultStatus),
+        SYM(resultErrorField, resultErrorField), SYM(resultErrorMessage, resultErrorMessage),
+        SYM(ntuples, ntuples), SYM(getvalue, getvalue), SYM(getisnull, getisnull),
+        SYM(clear, clear), SYM(conninfoParse, conninfoParse), SYM(conninfoFree, conninfoFree),
+        SYM(notifies, notifies), SYM(freemem, freemem),
+#undef SYM
+    };
+    (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pq,
+                          pq_error, sizeof pq_error);
+}
+
+#define PG_IDENT_MAX 63      /* PostgreSQL's identifier limit (NAMEDATALEN - 1) */
+#define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
+#define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
+
+/* One server session. `held` is the lock it holds (NULL: idle or in use by
+ * a call); only connections on the client's held list are watched. */
+typedef struct pg_conn {
+    PGconn *pg;
+    struct pg_conn *next;
+    dlock_lock *held;
+    bool lost; /* the watcher found the session gone */
+    char lost_why[256];
+} pg_conn;
+
+typedef struct pgclient {
+    const char **keys, **vals; /* libpq's connection parameters, NULL-ended */
+    size_t nkv;
+    char *strings;             /* storage for what keys/vals point at */
+    char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
+    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r;
+    const char *redacted;
+    int op_timeout_ms, connect_timeout_ms;
+    int server_version;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pg_conn *idle; /* the pool */
+    int nidle;
+    pg_conn *held; /* connections that hold locks: the watcher's */
+    int busy;      /* the watcher is telling holders (mu released) */
+    pthread_t busy_thread;
+    pthread_t watcher;
+    bool watcher_started, stopping;
+    int wake_fd;
+} pgclient;
+
+typedef struct pglock {
+    int64_t key;
+    pg_conn *conn; /* while held */
+} pglock;
+
+static pgclient *pc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+/* ---- statements ------------------------------------------------------------------ */
+
+static void pq_quiet(void *arg, const char *msg)
+{
+    (void)arg; /* notices ("already exists, skipping", unlock warnings) are ours to judge */
+    (void)msg;
+}
+
+static void conn_close(pg_conn *k)
+{
+    if (!k)
+        return;
+    if (k->pg)
+        pq.finish(k->pg);
+    free(k);
+}
+
+/* First line of a libpq message, without its "ERROR:  " prefix. */
+static const char *one_line(const char *msg, char *buf, size_t len)
+{
+    if (!msg || !*msg)
+        msg = "no message";
+    if (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0)
+        msg += 8;
+    size_t n = strcspn(msg, "\n");
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, msg, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Wait until fd is ready for `events`, the deadline passes (0 returned) or
+ * cancel_fd is readable (DLOCK_ECANCELED). until_ns -1: no deadline. */
+static int wait_fd(int fd, short events, int64_t until_ns, int cancel_fd)
+{
+    for (;;) {
+        int ms = until_ns < 0 ? -1 : dl_ms_left(until_ns);
+        if (until_ns >= 0 && ms == 0)
+            return DLOCK_ETIMEDOUT;
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cancel_fd, .events = POLLIN}};
+        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return DLOCK_EIO;
+        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
+            return DLOCK_ECANCELED;
+        if (n > 0 && p[0].revents)
+            return 0;
+    }
+}
+
+/* Send one statement with text parameters on k (see run). */
+static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
+                     int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    char line[200];
+    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0)) {
+        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        return DLOCK_EUNREACHABLE;
+    }
+    int f;
+    while ((f = pq.flush(k->pg)) == 1) {
+        int rc = wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd);
+        if (rc) {
+            snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
+            return rc;
+        }
+    }
+    if (f < 0) {
+        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        return DLOCK_EUNREACHABLE;
+    }
+    return 0;
+}
+
+/* The result of the statement sent on k (see run). */
+static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+                     size_t wlen)
+{
+    char line[200];
+    PGresult *first = NULL;
+    *out = NULL;
+    for (;;) {
+        while (!pq.isBusy(k->pg)) {
+            PGresult *r = pq.getResult(k->pg);
+            if (!r) {
+                if (!first) {
+                    snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+                    return DLOCK_EUNREACHABLE;
+                }
+                *out = first;
+                return 0;
+            }
+            if (!first)
+                first = r;
+            else
+                pq.clear(r);
+        }
+        int rc = wait_fd(pq.socket(k->pg), POLLIN, until_ns, cancel_fd);
+        if (rc == 0 && !pq.consumeInput(k->pg))
+            rc = DLOCK_EUNREACHABLE;
+        if (rc) {
+            if (rc == DLOCK_EUNREACHABLE)
+                snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+            else
+                snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
+            pq.clear(first);
+            return rc;
+        }
+    }
+}
+
+/*
+ * Run one statement with text parameters on k, waiting at most until
+ * until_ns (-1: no bound) and while cancel_fd is quiet. Returns 0 with the
+ * statement's result in *out (caller clears; a server error is a result
+ * too: check its status), or DLOCK_EUNREACHABLE (the session is gone),
+ * DLOCK_ETIMEDOUT or DLOCK_ECANCELED — after which the statement may still
+ * run on the server: the caller must not reuse k. why gets one line.
+ */
+static int run(pg_conn *k, const char *sql, int n, const char *const *vals, int64_t until_ns,
+               int cancel_fd, PGresult **out, char *why, size_t wlen)
+{
+    *out = NULL;
+    int rc = stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+    return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
+}
+
+/* The SQLSTATE of a failed result ("" for success). */
+static const char *sqlstate(const PGresult *r)
+{
+    ExecStatusType s = pq.resultStatus(r);
+    if (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK)
+        return "";
+    const char *st = pq.resultErrorField(r, PG_DIAG_SQLSTATE);
+    return st ? st : "XX000";
+}
+
+/* A server error's code: permission, lock timeout, or a protocol surprise. */
+static int code_of_state(const char *st)
+{
+    if (strncmp(st, "42501", 5) == 0 || strncmp(st, "28", 2) == 0)
+        return DLOCK_EPERM;
+    if (strcmp(st, "55P03") == 0)
+        return DLOCK_ETIMEDOUT;
+    if (strncmp(st, "57P", 3) == 0 || strncmp(st, "08", 2) == 0)
+        return DLOCK_EUNREACHABLE;
+    return DLOCK_EPROTO;
+}
+
+/* ---- connections ----------------------------------------------------------------- */
+
+/* A new session, connected within until_ns and set up: non-blocking,
+ * notices swallowed, and on servers from 14 on a check of the client's
+ * socket while a statement waits. */
+static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
+                     size_t wlen)
+{
+    *out = NULL;
+    char line[200];
+    pg_conn *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    k->pg = pq.connectStartParams(pc->keys, pc->vals, 0);
+    if (!k->pg) {
+        free(k);
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    int rc = 0;
+    if (pq.status(k->pg) == CONNECTION_BAD) {
+        rc = DLOCK_EUNREACHABLE;
+    } else {
+        PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+        while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+            rc = wait_fd(pq.socket(k->pg), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                         until_ns, cancel_fd);
+            if (rc)
+                break;
+            st = pq.connectPoll(k->pg);
+        }
+        if (!rc && st == PGRES_POLLING_FAILED)
+            rc = DLOCK_EUNREACHABLE;
+    }
+    if (rc) {
+        if (rc == DLOCK_EUNREACHABLE) {
+            const char *m = pq.errorMessage(k->pg);
+            one_line(m, line, sizeof line);
+            /* libpq says why in words only: a refused password or role is
+             * not a network problem. */
+            if (strstr(m, "password authentication failed") || strstr(m, "no password") ||
+                strstr(m, "role \"") || strstr(m, "permission denied") ||
+                strstr(m, "pg_hba.conf"))
+                rc = DLOCK_EPERM;
+            else if (strstr(m, "database \"") && strstr(m, "does not exist"))
+                rc = DLOCK_ENOENT;
+            else if (strstr(m, "received invalid response") || strstr(m, "expected authentication") ||
+                     strstr(m, "invalid") || strstr(m, "unexpected message") ||
+                     strstr(m, "server closed the connection unexpectedly"))
+                rc = strstr(m, "Connection refused") ? DLOCK_EUNREACHABLE : DLOCK_EPROTO;
+            snprintf(why, wlen, "%s%s", line,
+                     rc == DLOCK_EPROTO ? " (is it a PostgreSQL server?)" : "");
+        } else {
+            snprintf(why, wlen, "%s",
+                     rc == DLOCK_ECANCELED ? "canceled while connecting"
+                                           : "no connection within the time allowed");
+        }
+        conn_close(k);
+        return rc;
+    }
+    pq.setNoticeProcessor(k->pg, pq_quiet, NULL);
+    if (pq.setnonblocking(k->pg, 1) != 0) {
+        snprintf(why, wlen, "cannot make the connection non-blocking");
+        conn_close(k);
+        return DLOCK_EIO;
+    }
+    int v = pq.serverVersion(k->pg);
+    if (v > 0 && v < 90500) {
+        snprintf(why, wlen, "PostgreSQL %d.%d is too old (9.5 or later: INSERT ... ON CONFLICT)",
+                 v / 10000, v / 100 % 100);
+        conn_close(k);
+        return DLOCK_ENOTSUP;
+    }
+    pc->server_version = v;
+    if (v >= 140000) {
+        const char *p[] = {PG_CHECK_INTERVAL};
+        PGresult *r;
+        rc = run(k, "SELECT set_config('client_connection_check_interval', $1, false)", 1, p,
+                 until_ns, cancel_fd, &r, why, wlen);
+        if (!rc && *sqlstate(r)) {
+            rc = code_of_state(sqlstate(r));
+            snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+        }
+        pq.clear(r);
+        if (rc) {
+            conn_close(k);
+            return rc;
+        }
+    }
+    *out = k;
+    return 0;
+}
+
+/* An idle session from the pool, or a new one. */
+static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
+                    size_t wlen)
+{
+    pthread_mutex_lock(&pc->mu);
+    pg_conn *k = pc->idle;
+    if (k) {
+        pc->idle = k->next;
+        pc->nidle--;
+        k->next = NULL;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    if (k) {
+        /* A pooled session the server ended while it idled shows as a
+         * readable socket: consume, and drop it if it is gone. */
+        struct pollfd p = {.fd = pq.socket(k->pg), .events = POLLIN};
+        if (poll(&p, 1, 0) > 0 && (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK)) {
+            conn_close(k);
+            k = NULL;
+        }
+    }
+    if (k) {
+        *out = k;
+        return 0;
+    }
+    int64_t bound = dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < bound)
+        bound = until_ns;
+    return conn_open(pc, bound, cancel_fd, out, why, wlen);
+}
+
+/* Give a session back to the pool (or close it when the pool is full). */
+static void conn_put(pgclient *pc, pg_conn *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&pc->mu);
+    if (pc->nidle < PG_POOL_IDLE_MAX && !pc->stopping && pq.status(k->pg) == CONNECTION_OK) {
+        k->held = NULL;
+        k->next = pc->idle;
+        pc->idle = k;
+        pc->nidle++;
+        k = NULL;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    conn_close(k);
+}
+
+/* A statement that may still wait on the server (a lock wait we gave up
+ * on): cancel it from another session, bounded, then close k. Closing
+ * alone would leave the server's backend in the lock queue until it next
+ * looks at its socket. */
+static void conn_abandon(pgclient *pc, pg_conn *k)
+{
+    if (!k)
+        return;
+    char pid[24], why[128];
+    snprintf(pid, sizeof pid, "%d", pq.backendPID(k->pg));
+    conn_close(k);
+    pg_conn *o;
+    int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
+    if (conn_get(pc, until, -1, &o, why, sizeof why) != 0)
+        return; /* client_connection_check_interval is the fallback */
+    const char *p[] = {pid};
+    PGresult *r;
+    int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until, -1, &r, why, sizeof why);
+    pq.clear(r);
+    if (rc)
+        conn_close(o);
+    else
+        conn_put(pc, o);
+}
+
+/* One statement on a pooled session, for the calls that hold no lock. */
+static int pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
+                    PGresult **out, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(c);
+    int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
+    pg_conn *k;
+    int rc = conn_get(pc, until, -1, &k, why, wlen);
+    if (rc)
+        return rc;
+    rc = run(k, sql, n, vals, until, -1, out, why, wlen);
+    if (rc) {
+        conn_close(k);
+        return rc;
+    }
+    if (*sqlstate(*out)) {
+        char line[200];
+        rc = code_of_state(sqlstate(*out));
+        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(*out), line, sizeof line));
+        pq.clear(*out);
+        *out = NULL;
+    }
+    conn_put(pc, k);
+    return rc;
+}
+
+/* ---- the watcher: sessions that hold locks ---------------------------------------- */
+
+static void wake_watcher(pgclient *pc)
+{
+    uint64_t one = 1;
+    (void)!write(pc->wake_fd, &one, sizeof one);
+}
+
+/* Whether k's session has ended (mu held): consumes what the server sent
+ * an idle session — a notice, or the error that ends it. */
+static bool session_gone(pg_conn *k, char *why, size_t wlen)
+{
+    char line[200];
+    if (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK) {
+        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        return true;
+    }
+    PGnotify *nf;
+    while ((nf = pq.notifies(k->pg)) != NULL)
+        pq.freemem(nf);
+    return false;
+}
+
+static void *watcher_main(void *arg)
+{
+    pgclient *pc = arg;
+    struct pollfd *fds = NULL;
+    pg_conn **who = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&pc->mu);
+    while (!pc->stopping) {
+        size_t n = 1;
+        for (pg_conn *k = pc->held; k; k = k->next)
+            n++;
+        if (n > cap) {
+            size_t nc = n * 2;
+            struct pollfd *nf = realloc(fds, nc * sizeof *nf);
+            if (nf)
+                fds = nf;
+            pg_conn **nw = nf ? realloc(who, nc * sizeof *nw) : NULL;
+            if (nw)
+                who = nw;
+            if (!nf || !nw) { /* out of memory: look again in a while */
+                pthread_mutex_unlock(&pc->mu);
+                usleep(100000);
+                pthread_mutex_lock(&pc->mu);
+                continue;
+            }
+            cap = nc;
+        }
+        fds[0] = (struct pollfd){.fd = pc->wake_fd, .events = POLLIN};
+        n = 1;
+        for (pg_conn *k = pc->held; k; k = k->next, n++) {
+            fds[n] = (struct pollfd){.fd = pq.socket(k->pg), .events = POLLIN};
+            who[n] = k;
+        }
+        pthread_mutex_unlock(&pc->mu);
+        int got = poll(fds, n, -1);
+        pthread_mutex_lock(&pc->mu);
+        if (got <= 0)
+            continue;
+        if (fds[0].revents) {
+            uint64_t v;
+            (void)!read(pc->wake_fd, &v, sizeof v);
+        }
+        dlock_lock **lost = NULL;
+        size_t nlost = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (!fds[i].revents)
+                continue;
+            /* still on the list? (it may have been released meanwhile) */
+            pg_conn **pp = &pc->held;
+            while (*pp && *pp != who[i])
+                pp = &(*pp)->next;
+            if (!*pp)
+                continue;
+            pg_conn *k = *pp;
+            if (!session_gone(k, k->lost_why, sizeof k->lost_why))
+                continue;
+            *pp = k->next;
+            k->next = NULL;
+            k->lost = true;
+            dlock_lock **nl = realloc(lost, (nlost + 1) * sizeof *nl);
+            if (!nl)
+                continue; /* the release will find it lost */
+            lost = nl;
+            lost[nlost++] = k->held;
+        }
+        if (nlost) {
+            pc->busy++;
+            pc->busy_thread = pthread_self();
+            pthread_mutex_unlock(&pc->mu);
+            for (size_t i = 0; i < nlost; i++) {
+                pglock *pl = lost[i]->bstate;
+                char why[400];
+                snprintf(why, sizeof why, "the session holding it ended: %s",
+                         pl->conn ? pl->conn->lost_why : "connection closed");
+                dl_mark_lost(lost[i], why);
+            }
+            pthread_mutex_lock(&pc->mu);
+            pc->busy--;
+            pthread_cond_broadcast(&pc->cv);
+        }
+        free(lost);
+    }
+    pthread_mutex_unlock(&pc->mu);
+    free(fds);
+    free(who);
+    return NULL;
+}
+
+/* mu held: wait until the watcher is not telling holders (unless we are the
+ * watcher: a loss callback may release). */
+static void wait_not_busy(pgclient *pc)
+{
+    while (pc->busy > 0 && !pthread_equal(pc->busy_thread, pthread_self()))
+        pthread_cond_wait(&pc->cv, &pc->mu);
+}
+
+/* k now holds l: watched from here on. */
+static int watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    int rc = 0;
+    pthread_mutex_lock(&pc->mu);
+    if (!pc->watcher_started) {
+        if (pthread_create(&pc->watcher, NULL, watcher_main, pc) != 0) {
+            rc = DLOCK_EIO;
+            snprintf(why, wlen, "cannot start the thread that watches held sessions");
+        } else {
+            pc->watcher_started = true;
+        }
+    }
+    if (!rc) {
+        k->held = l;
+        k->next = pc->held;
+        pc->held = k;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    if (!rc)
+        wake_watcher(pc);
+    return rc;
+}
+
+/* Take l's session off the watched list for a call on it (or for good);
+ * NULL when the watcher found it gone (then k->lost says why). */
+static pg_conn *unwatch_conn(dlock_lock *l)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    pthread_mutex_lock(&pc->mu);
+    wait_not_busy(pc);
+    pg_conn *k = pl->conn;
+    if (k && !k->lost) {
+        pg_conn **pp = &pc->held;
+        while (*pp && *pp != k)
+            pp = &(*pp)->next;
+        if (*pp)
+            *pp = k->next;
+        k->next = NULL;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    return k;
+}
+
+/* Back on the watched list after a call on it. */
+static void rewatch_conn(dlock_lock *l, pg_conn *k)
+{
+    pgclient *pc = pc_of(l->c);
+    pthread_mutex_lock(&pc->mu);
+    k->next = pc->held;
+    pc->held = k;
+    pthread_mutex_unlock(&pc->mu);
+    wake_watcher(pc);
+}
+
+/* ---- locks ----------------------------------------------------------------------- */
+
+/* FNV-1a of the table and the name: the advisory key. Names of another
+ * table get other keys; a collision inside one table is caught by the
+ * table's unique key (see acquire). */
+static int64_t key_of(const pgclient *pc, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *s = pc->table; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    h = (h ^ 0) * 0x100000001b3ULL;
+    for (const char *s = name; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    int64_t k;
+    memcpy(&k, &h, sizeof k);
+    return k;
+}
+
+static int pg_lock_init(dlock_lock *l)
+{
+    pglock *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    pl->key = key_of(pc_of(l->c), l->name);
+    l->bstate = pl;
+    return 0;
+}
+
+static void pg_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+    l->bstate = NULL;
+}
+
+/* The name that took l's key first (a collision), into buf. */
+static void colliding_name(dlock_lock *l, char *buf, size_t len)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    char key[24], why[128], sql[256];
+    snprintf(key, sizeof key, "%" PRId64, pl->key);
+    snprintf(sql, sizeof sql, "SELECT name FROM %s WHERE key = $1::bigint", pc->table);
+    const char *p[] = {key};
+    PGresult *r = NULL;
+    snprintf(buf, len, "another name");
+    if (pool_run(l->c, sql, 1, p, &r, why, sizeof why) == 0 && pq.ntuples(r) == 1)
+        snprintf(buf, len, "\"%s\"", pq.getvalue(r, 0, 0));
+    pq.clear(r);
+}
+
+static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    char why[300], line[200];
+    bool shared = l->opts.kind == DLOCK_SHARED;
+    int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
+    /* A timed wait is bounded by the server (lock_timeout at the deadline)
+     * and, should the server not answer, by op_deadline_ns here. */
+    int64_t until = deadline_ns == 0 ? dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000
+                    : deadline_ns < 0 ? -1
+                                      : l->op_deadline_ns;
+    pg_conn *k;
+    int64_t connect_until = deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
+                                            : until;
+    int rc = conn_get(pc, connect_until, cancel_fd, &k, why, sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    char key[24], holder[300], timeout[24];
+    snprintf(key, sizeof key, "%" PRId64, pl->key);
+    char self[200];
+    dl_self_desc(self, sizeof self);
+    snprintf(holder, sizeof holder, "%s %s", l->owner, self);
+    const char *sql;
+    const char *p[4] = {key, l->name, holder, timeout};
+    int np = 3;
+    if (deadline_ns == 0) {
+        sql = shared ? pc->sql_try_r : pc->sql_try_x;
+    } else {
+        int ms = deadline_ns < 0 ? 0 : dl_ms_left(deadline_ns);
+        if (deadline_ns > 0 && ms == 0)
+            ms = 1;
+        snprintf(timeout, sizeof timeout, "%d", ms);
+        sql = shared ? pc->sql_wait_r : pc->sql_wait_x;
+        np = 4;
+    }
+    PGresult *r;
+    rc = run(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
+    if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) {
+        conn_abandon(pc, k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EUNREACHABLE : DLOCK_ETIMEDOUT,
+                           "lock \"%s\": the server did not answer in time (%s)", l->name,
+                           pc->redacted);
+    }
+    if (rc) {
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    }
+    const char *st = sqlstate(r);
+    if (*st) {
+        one_line(pq.resultErrorMessage(r), line, sizeof line);
+        pq.clear(r);
+        /* The session may hold the advisory lock whatever failed after it:
+         * only closing it lets go for sure. */
+        conn_close(k);
+        if (strcmp(st, "55P03") == 0)
+            return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out", l->name);
+        if (strcmp(st, "57014") == 0) /* canceled on the server's side */
+            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
+        if (strcmp(st, "23505") == 0) {
+            char other[DL_NAME_MAX + 8];
+            colliding_name(l, other, sizeof other);
+            return dl_lock_err(l, DLOCK_ENAME,
+                               "lock \"%s\": its advisory key collides with the one of %s in "
+                               "table %s (64-bit hash): use another name",
+                               l->name, other, pc->table);
+        }
+        return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
+                           pc->redacted);
+    }
+    if (pq.ntuples(r) != 1) { /* try: someone holds it */
+        pq.clear(r);
+        conn_put(pc, k);
+        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    }
+    uint64_t token = strtoull(pq.getvalue(r, 0, 0), NULL, 10);
+    pq.clear(r);
+    atomic_store(&l->token, token);
+    pl->conn = k;
+    rc = watch_conn(l, k, why, sizeof why);
+    if (rc) {
+        pl->conn = NULL;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
+    return 0;
+}
+
+static int pg_release(dlock_lock *l)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    pg_conn *k = unwatch_conn(l);
+    pl->conn = NULL;
+    if (!k)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    if (k->lost) {
+        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
+                             l->name, k->lost_why);
+        conn_close(k);
+        return rc;
+    }
+    char key[24], why[300];
+    snprintf(key, sizeof key, "%" PRId64, pl->key);
+    const char *p[] = {key};
+    PGresult *r;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    int rc = run(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
+                                                : "SELECT pg_advisory_unlock($1::bigint)",
+                 1, p, until, -1, &r, why, sizeof why);
+    if (rc) {
+        /* Closing the session lets go of the lock as soon as the server
+         * sees it closed. */
+        conn_close(k);
+        return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
+                           "lock \"%s\": releasing: %s; its session was closed, which lets "
+                           "go of it (%s)",
+                           l->name, why, pc->redacted);
+    }
+    bool was_held = !*sqlstate(r) && pq.ntuples(r) == 1 && strcmp(pq.getvalue(r, 0, 0), "t") == 0;
+    pq.clear(r);
+    if (!was_held) {
+        conn_close(k);
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its session no longer held it",
+                           l->name);
+    }
+    conn_put(pc, k);
+    return 0;
+}
+
+static void pg_abandon(dlock_lock *l)
+{
+    pglock *pl = l->bstate;
+    pg_conn *k = unwatch_conn(l);
+    pl->conn = NULL;
+    conn_close(k); /* the session's end lets go of its locks */
+}
+
+/* ---- what the lock table knows ---------------------------------------------------- */
+
+/* pg_locks names an int8 advisory key by its halves and objsubid 1. */
+#define PG_LOCKS_OF(key)                                                                     \
+    "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = "                           \
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "                  \
+    "l.classid = ((" key " >> 32) & 4294967295)::oid AND l.objid = (" key " & 4294967295)::oid"
+
+static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    pgclient *pc = pc_of(c);
+    char key[24], why[300], sql[1400];
+    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT count(*) FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
+             " AND l.granted), (SELECT count(*) FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
+             " AND NOT l.granted), t.token, t.holder, "
+             "floor(extract(epoch FROM clock_timestamp() - t.since) * 1000)::bigint "
+             "FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = $2",
+             pc->table);
+    const char *p[] = {key, name};
+    PGresult *r;
+    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
+    int holders = atoi(pq.getvalue(r, 0, 0));
+    info->held = holders > 0;
+    info->holders = holders;
+    info->waiters = atoi(pq.getvalue(r, 0, 1));
+    info->token = pq.getisnull(r, 0, 2) ? 0 : strtoull(pq.getvalue(r, 0, 2), NULL, 10);
+    info->lease_ms = -1;
+    info->held_ms = -1;
+    if (holders > 0 && !pq.getisnull(r, 0, 3)) {
+        /* "OWNER pid N on HOST": the last to take it, so the holder of an
+         * exclusive lock */
+        const char *h = pq.getvalue(r, 0, 3);
+        const char *sp = strchr(h, ' ');
+        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        if (!pq.getisnull(r, 0, 4))
+            info->held_ms = strtoll(pq.getvalue(r, 0, 4), NULL, 10);
+    }
+    pq.clear(r);
+    return 0;
+}
+
+static int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    pgclient *pc = pc_of(c);
+    /* prefix as a LIKE pattern: its own %, _ and \ escaped */
+    char pat[2 * DL_NAME_MAX + 2], sql[300], why[300];
+    size_t j = 0;
+    for (const char *s = prefix ? prefix : ""; *s && j + 3 < sizeof pat; s++) {
+        if (*s == '%' || *s == '_' || *s == '\\')
+            pat[j++] = '\\';
+        pat[j++] = *s;
+    }
+    pat[j++] = '%';
+    pat[j] = '\0';
+    snprintf(sql, sizeof sql, "SELECT name FROM %s WHERE name LIKE $1 ORDER BY name", pc->table);
+    const char *p[] = {pat};
+    PGresult *r;
+    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "list: %s (%s)", why, pc->redacted);
+    int stop = 0;
+    for (int i = 0; i < pq.ntuples(r) && !stop; i++)
+        if (dlock_name_valid(pq.getvalue(r, i, 0), NULL, 0) == 0)
+            stop = fn(pq.getvalue(r, i, 0), arg);
+    pq.clear(r);
+    return stop;
+}
+
+static int pg_set_value(dlock_lock *l, const char *value)
+{
+    pgclient *pc = pc_of(l->c);
+    pg_conn *k = unwatch_conn(l);
+    if (!k)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    if (k->lost)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
+                           l->name, k->lost_why);
+    char sql[200], why[300];
+    snprintf(sql, sizeof sql, "UPDATE %s SET value = $2 WHERE name = $1", pc->table);
+    const char *p[] = {l->name, value};
+    PGresult *r;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    int rc = run(k, sql, 2, p, until, -1, &r, why, sizeof why);
+    if (!rc && *sqlstate(r)) {
+        char line[200];
+        rc = code_of_state(sqlstate(r));
+        snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+    }
+    pq.clear(r);
+    rewatch_conn(l, k);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
+    return 0;
+}
+
+static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    pgclient *pc = pc_of(c);
+    char key[24], why[300], sql[900];
+    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(sql, sizeof sql,
+             "SELECT t.value FROM %s AS t WHERE t.name = $2 AND t.value IS NOT NULL AND "
+             "EXISTS (SELECT 1 FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
+             " AND l.granted AND l.mode = 'ExclusiveLock')",
+             pc->table);
+    const char *p[] = {key, name};
+    PGresult *r;
+    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
+    if (pq.ntuples(r) != 1) {
+        pq.clear(r);
+        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+    }
+    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
+    pq.clear(r);
+    return 0;
+}
+
+static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
+{
+    pgclient *pc = pc_of(c);
+    int rc = pg_inspect(c, name, broken);
+    if (rc)
+        return rc;
+    if (broken->held != 1)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    char key[24], why[300], sql[900];
+    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
+             "pg_terminate_backend(l.pid) AS ended FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
+             " AND l.granted) AS t");
+    const char *p[] = {key};
+    PGresult *r;
+    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
+    long ended = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
+    pq.clear(r);
+    if (all > 0 && ended < all)
+        return dl_client_err(c, DLOCK_EPERM,
+                             "break \"%s\": the server refused to end %ld of the %ld sessions "
+                             "holding it (a superuser's, or this role lacks pg_signal_backend)",
+                             name, all - ended, all);
+    return 0;
+}
+
+/* ---- clients --------------------------------------------------------------------- */
+
+static bool ident_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > PG_IDENT_MAX || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z')))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
+            return false;
+    return true;
+}
+
+static void pc_free(pgclient *pc)
+{
+    if (!pc)
+        return;
+    while (pc->idle) {
+        pg_conn *k = pc->idle;
+        pc->idle = k->next;
+        conn_close(k);
+    }
+    free(pc->keys);
+    free(pc->vals);
+    free(pc->strings);
+    free(pc->sql_try_x);
+    free(pc->sql_try_r);
+    free(pc->sql_wait_x);
+    free(pc->sql_wait_r);
+    if (pc->wake_fd >= 0)
+        close(pc->wake_fd);
+    pthread_mutex_destroy(&pc->mu);
+    pthread_cond_destroy(&pc->cv);
+    free(pc);
+}
+
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* The statements that take a lock, with the table's name in them. */
+static int build_sql(pgclient *pc)
+{
+    static const char upsert[] =
+        "INSERT INTO %s AS t (name, key, token, holder, since) "
+        "SELECT $2, $1::bigint, 1, $3, clock_timestamp() FROM l%s "
+        "ON CONFLICT (name) DO UPDATE SET token = t.token + 1, holder = excluded.holder, "
+        "since = excluded.since, value = NULL RETURNING t.token";
+    char tail_try[600], tail_wait[600];
+    snprintf(tail_try, sizeof tail_try, upsert, pc->table, " WHERE l.ok");
+    snprintf(tail_wait, sizeof tail_wait, upsert, pc->table, "");
+    pc->sql_try_x = fmt_alloc("WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok) %s",
+                              tail_try);
+    pc->sql_try_r = fmt_alloc(
+        "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok) %s", tail_try);
+    /* set_config first (l reads s): lock_timeout bounds the wait that follows */
+    pc->sql_wait_x = fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
+                               "l AS (SELECT pg_advisory_lock($1::bigint) FROM s) %s",
+                               tail_wait);
+    pc->sql_wait_r = fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
+                               "l AS (SELECT pg_advisory_lock_shared($1::bigint) FROM s) %s",
+                               tail_wait);
+    return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r ? 0 : DLOCK_ENOMEM;
+}
+
+/* libpq's connection parameters from the URL: hosts, ports, database,
+ * user, password, and every parameter that is not ours, plus our defaults
+ * (keepalives, application_name) where the URL gives none. */
+static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
+{
+    size_t cap = u->nparams + 12;
+    pc->keys = calloc(cap, sizeof *pc->keys);
+    pc->vals = calloc(cap, sizeof *pc->vals);
+    size_t slen = 64;
+    for (size_t i = 0; i < u->nhosts; i++)
+        slen += strlen(u->hosts[i].host) + 16;
+    pc->strings = calloc(1, slen);
+    if (!pc->keys || !pc->vals || !pc->strings) {
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    char *hosts = pc->strings, *ports = hosts + slen / 2;
+    size_t hl = 0, pl = 0;
+    for (size_t i = 0; i < u->nhosts; i++) {
+        hl += (size_t)snprintf(hosts + hl, slen / 2 - hl, "%s%s", i ? "," : "", u->hosts[i].host);
+        pl += (size_t)snprintf(ports + pl, slen / 2 - pl, "%s%d", i ? "," : "", u->hosts[i].port);
+    }
+    size_t n = 0;
+#define KV(k, v) (pc->keys[n] = (k), pc->vals[n] = (v), n++)
+    KV("host", hosts);
+    KV("port", ports);
+    if (u->path && *u->path)
+        KV("dbname", u->path);
+    if (u->user)
+        KV("user", u->user);
+    if (u->password)
+        KV("password", u->password);
+    bool has_app = false, has_ka[4] = {false, false, false, false};
+    static const char *const ka_keys[] = {"keepalives", "keepalives_idle", "keepalives_interval",
+                                          "keepalives_count"};
+    static const char *const ka_vals[] = {"1", "2", "1", "3"};
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key;
+        if (!strcmp(k, "mode") || !strcmp(k, "table") || !strcmp(k, "schema") ||
+            !strcmp(k, "connect_timeout_ms") || !strcmp(k, "op_timeout_ms"))
+            continue;
+        has_app |= strcmp(k, "application_name") == 0;
+        for (int j = 0; j < 4; j++)
+            has_ka[j] |= strcmp(k, ka_keys[j]) == 0;
+        KV(k, u->params[i].value);
+    }
+    if (!has_app)
+        KV("application_name", "dlock");
+    for (int j = 0; j < 4; j++)
+        if (!has_ka[j])
+            KV(ka_keys[j], ka_vals[j]);
+#undef KV
+    pc->nkv = n;
+    return 0;
+}
+
+/* The lock table, created when it is missing. */
+static int ensure_table(dlock_client *c, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(c);
+    const char *p[] = {pc->table};
+    PGresult *r;
+    int rc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL", 1, p, &r, why, wlen);
+    if (rc)
+        return rc;
+    bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
+    pq.clear(r);
+    if (exists)
+        return 0;
+    char sql[600];
+    snprintf(sql, sizeof sql,
+             "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, key bigint NOT NULL UNIQUE, "
+             "token bigint NOT NULL, holder text NOT NULL DEFAULT '', since timestamptz, "
+             "value text)",
+             pc->table);
+    rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
+    if (rc == 0) {
+        pq.clear(r);
+        return 0;
+    }
+    if (rc == DLOCK_EPERM) {
+        char detail[200];
+        snprintf(detail, sizeof detail, "%.199s", why);
+        snprintf(why, wlen,
+                 "the lock table %s does not exist and this role may not create it (%s): "
+                 "create it as its owner (see docs/postgres.md) or grant CREATE",
+                 pc->table, detail);
+    } else if (strstr(why, "already exists")) {
+        return 0; /* another client created it at the same moment */
+    }
+    return rc;
+}
+
+static void pg_client_close(dlock_client *c);
+
+static int pg_client_open(dlock_client *c, const dl_url *u)
+{
+    pthread_once(&pq_once, pq_load);
+    if (pq_error[0])
+        return dl_client_err(c, DLOCK_ENOTSUP, "%s", pq_error);
+    const char *mode = dl_url_param(u, "mode");
+    if (mode && strcmp(mode, "advisory") != 0) {
+        if (strcmp(mode, "lease") == 0 || strcmp(mode, "rowlock") == 0)
+            return dl_client_err(c, DLOCK_ENOTSUP,
+                                 "%s: mode=%s is not built yet in this version (mode=advisory is)",
+                                 u->redacted, mode);
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: mode must be advisory, lease or rowlock, not \"%s\"",
+                             u->redacted, mode);
+    }
+    const char *table = dl_url_param(u, "table"), *schema = dl_url_param(u, "schema");
+    if (!table)
+        table = "dlock";
+    if (!ident_ok(table) || (schema && !ident_ok(schema)))
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: table= and schema= take lowercase identifiers ([a-z_][a-z0-9_]*, "
+                             "at most %d bytes)",
+                             u->redacted, PG_IDENT_MAX);
+    pgclient *pc = calloc(1, sizeof *pc);
+    if (!pc)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    pc->wake_fd = -1;
+    pthread_mutex_init(&pc->mu, NULL);
+    pthread_cond_init(&pc->cv, NULL);
+    c->bstate = pc;
+    pc->redacted = u->redacted;
+    pc->op_timeout_ms = c->opts.op_timeout_ms;
+    pc->connect_timeout_ms = c->opts.connect_timeout_ms;
+    if (schema)
+        snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
+    else
+        snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
+    char why[600];
+    int rc = build_params(pc, u, why, sizeof why);
+    if (!rc)
+        rc = build_sql(pc) ? DLOCK_ENOMEM : 0;
+    if (!rc && (pc->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        rc = DLOCK_EIO;
+    if (rc) {
+        pg_client_close(c);
+        return dl_client_err(c, rc, "%s: %s", u->redacted,
+                             rc == DLOCK_ENOMEM ? "out of memory" : "cannot make an eventfd");
+    }
+    /* The first session: the server is there, the role may log in, and the
+     * table exists. */
+    rc = ensure_table(c, why, sizeof why);
+    if (rc) {
+        pg_client_close(c);
+        return dl_client_err(c, rc, "%s: %s", u->redacted, why);
+    }
+    /* mode=advisory: liveness is the session; nothing to renew. */
+    c->caps = PG_CAPS;
+    c->renews = false;
+    return 0;
+}
+
+static void pg_client_close(dlock_client *c)
+{
+    pgclient *pc = pc_of(c);
+    if (!pc)
+        return;
+    pthread_mutex_lock(&pc->mu);
+    pc->stopping = true;
+    pthread_mutex_unlock(&pc->mu);
+    if (pc->watcher_started) {
+        wake_watcher(pc);
+        pthread_join(pc->watcher, NULL);
+    }
+    /* Sessions still holding locks (the core released what it could) end
+     * with the client: the server lets go of their locks. */
+    while (pc->held) {
+        pg_conn *k = pc->held;
+        pc->held = k->next;
+        if (k->held && k->held->bstate)
+            ((pglock *)k->held->bstate)->conn = NULL;
+        conn_close(k);
+    }
+    pc_free(pc);
+    c->bstate = NULL;
+}
+
+/* ---- tools ----------------------------------------------------------------------- */
+
+static int tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
+                     size_t n, dlock_tool_timing *out, const char *what)
+{
+    if (rc) {
+        free(v);
+        return dl_client_err(c, rc, "%s: %s (%s)", tool, why, pc_of(c)->redacted);
+    }
+    dl_tool_summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what, "%s", what);
+    return 0;
+}
+
+/* The least a statement costs: SELECT 1 on a pooled session. */
+static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                            dlock_tool_timing *out)
+{
+    (void)name;
+    pgclient *pc = pc_of(c);
+    char why[300] = "";
+    pg_conn *k = NULL;
+    int rc = conn_get(pc, dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000, -1, &k, why,
+                      sizeof why);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    if (!v && !rc) {
+        rc = DLOCK_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    size_t n = 0;
+    int64_t stop = dl_now_ns() + max_ns;
+    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
+        int64_t t0 = dl_now_ns();
+        PGresult *r;
+        rc = run(k, "SELECT 1", 0, NULL, t0 + (int64_t)pc->op_timeout_ms * 1000000, -1, &r, why,
+                 sizeof why);
+        pq.clear(r);
+        if (rc == 0 && i >= 0) /* the first twenty warm up */
+            v[n++] = dl_now_ns() - t0;
+    }
+    if (rc)
+        conn_close(k);
+    else
+        conn_put(pc, k);
+    return tool_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
+}
+
+/* The bare hand-over chain: one session's pg_advisory_unlock waking another
+ * session blocked in pg_advisory_lock on the same key, from just before the
+ * unlock is sent to the waiter's reply. */
+static int pg_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+{
+    pgclient *pc = pc_of(c);
+    char why[300] = "", key[24], relay[DL_NAME_MAX + 16];
+    snprintf(relay, sizeof relay, "%s\x01relay", name);
+    snprintf(key, sizeof key, "%" PRId64, key_of(pc, relay));
+    const char *p[] = {key};
+    int64_t bound = (int64_t)pc->op_timeout_ms * 1000000;
+    pg_conn *a = NULL, *b = NULL;
+    int rc = conn_open(pc, dl_now_ns() + bound, -1, &a, why, sizeof why);
+    if (!rc)
+        rc = conn_open(pc, dl_now_ns() + bound, -1, &b, why, sizeof why);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    if (!v && !rc) {
+        rc = DLOCK_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    PGresult *r = NULL;
+    if (!rc)
+        rc = run(a, "SELECT pg_advisory_lock($1::bigint)", 1, p, dl_now_ns() + bound, -1, &r,
+                 why, sizeof why);
+    pq.clear(r);
+    size_t n = 0;
+    for (int i = -5; rc == 0 && i < iters; i++) {
+        rc = stmt_send(b, "SELECT pg_advisory_lock($1::bigint)", 1, p, dl_now_ns() + bound, -1,
+                       why, sizeof why);
+        struct timespec gap = {0, 1000000}; /* let b queue on the server */
+        nanosleep(&gap, NULL);
+        int64_t t0 = dl_now_ns();
+        if (!rc)
+            rc = stmt_send(a, "SELECT pg_advisory_unlock($1::bigint)", 1, p, t0 + bound, -1, why,
+                           sizeof why);
+        if (!rc)
+            rc = stmt_wait(b, t0 + bound, -1, &r, why, sizeof why);
+        int64_t t1 = dl_now_ns();
+        pq.clear(r);
+        if (!rc)
+            rc = stmt_wait(a, t0 + bound, -1, &r, why, sizeof why);
+        pq.clear(r);
+        if (rc == 0 && i >= 0)
+            v[n++] = t1 - t0;
+        pg_conn *t = a; /* b holds now */
+        a = b;
+        b = t;
+    }
+    conn_close(a); /* the sessions' end lets go of the key */
+    conn_close(b);
+    return tool_done(c, rc, "relay", why, v, n, out,
+                     "pg_advisory_unlock waking a session blocked in pg_advisory_lock");
+}
+
+/* libpq's host list is failover, in order: the deployment is one server. */
+static int pg_tool_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    (void)c;
+    out->trait = DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->quorum = 1;
+    out->direct = 1;
+    return 0;
+}
+
+static int pg_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    (void)m; /* one server: the URL's */
+    PGresult *r;
+    char why[300];
+    int rc = pool_run(c, "SELECT 1", 0, NULL, &r, why, sizeof why);
+    pq.clear(r);
+    return rc ? dl_client_err(c, rc, "%s", why) : 0;
+}
+
+static const struct dl_tools pg_tools = {
+    .baseline = pg_tool_baseline,
+    .relay = pg_tool_relay,
+    .lock_servers = dl_tool_url_servers,
+    .topology = pg_tool_topology,
+    .members = dl_tool_url_members,
+    .server_ready = pg_tool_server_ready,
+};
+
+#define PG_OPS                                                                               \
+    .client_open = pg_client_open, .client_close = pg_client_close,                          \
+    .lock_init = pg_lock_init, .lock_fini = pg_lock_fini, .acquire = pg_acquire,             \
+    .release = pg_release, .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,    \
+    .set_value = pg_set_value, .get_value = pg_get_value, .break_lock = pg_break,            \
+    .tools = &pg_tools
+#else
+#define PG_OPS .missing = "built without libpq (Debian: libpq-dev)"
+#endif
 
 const dl_backend dl_backend_postgres = {
     .version = DL_BACKEND_V1,
     .name = "postgres",
     .schemes = postgres_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE |
-            DLOCK_CAP_NATIVE_BLOCKING,
-    .liveness = "advisory: the connection; lease mode: expiry column renewed",
-    .fencing = "sequence-backed token row updated in the acquiring transaction",
-    .missing = "the postgres backend is not implemented in this version",
+    .caps = PG_CAPS,
+    .liveness = PG_LIVENESS,
+    .fencing = PG_FENCING,
+    .params = PG_PARAMS,
+    PG_OPS,
 };

@@ -7,6 +7,7 @@
  */
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -429,6 +430,8 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     pthread_cond_init(&c->renew_cv, &ca);
     pthread_cond_init(&c->watch_cv, &ca);
     pthread_condattr_destroy(&ca);
+    c->caps = be->caps;
+    c->renews = be->renew != NULL;
     rc = be->client_open(c, u);
     if (rc) {
         /* client_open reported through dl_client_err, which also fills
@@ -455,6 +458,11 @@ DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client)
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client)
 {
     return client ? client->be->name : "";
+}
+
+DLOCK_EXTERN unsigned dlock_client_caps(const dlock_client *client)
+{
+    return client ? client->caps : 0;
 }
 
 static void renew_stop(dlock_client *c);
@@ -715,7 +723,7 @@ static void renew_stop(dlock_client *c)
  * clock that the watchdog enforces. */
 static bool uses_lease(const dlock_lock *l)
 {
-    return l->c->be->renew != NULL;
+    return l->c->renews;
 }
 
 static void signal_fd(int fd)
@@ -792,16 +800,20 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     if (o.ttl_ms < 30)
         return dl_client_err(client, DLOCK_EINVAL, "ttl of %d ms is too short (minimum 30 ms)",
                              o.ttl_ms);
-    unsigned caps = client->be->caps;
+    unsigned caps = client->caps;
     char have[256];
-    if (o.kind == DLOCK_SHARED && !(caps & DLOCK_CAP_SHARED))
+    const char *what = o.kind == DLOCK_SHARED ? "shared locks" : "semaphores";
+    unsigned need = o.kind == DLOCK_SHARED                           ? DLOCK_CAP_SHARED
+                    : o.kind == DLOCK_SEMAPHORE && o.permits > 1 ? DLOCK_CAP_SEMAPHORE
+                                                                   : 0;
+    if (need && !(caps & need) && (client->be->caps & need))
         return dl_client_err(client, DLOCK_ENOTSUP,
-                             "the %s backend has no shared locks (%s have)",
-                             client->be->name, dl_backends_with(DLOCK_CAP_SHARED, have, sizeof have));
-    if (o.kind == DLOCK_SEMAPHORE && o.permits > 1 && !(caps & DLOCK_CAP_SEMAPHORE))
-        return dl_client_err(client, DLOCK_ENOTSUP,
-                             "the %s backend has no semaphores (%s have)", client->be->name,
-                             dl_backends_with(DLOCK_CAP_SEMAPHORE, have, sizeof have));
+                             "the %s backend has %s only in another mode than this URL's "
+                             "(see dlock backends)",
+                             client->be->name, what);
+    if (need && !(caps & need))
+        return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend has no %s (%s have)",
+                             client->be->name, what, dl_backends_with(need, have, sizeof have));
 
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l)
@@ -1376,4 +1388,23 @@ const char *dl_qkind_parse(const char *s, dl_qpos *out)
     out->kind = 's';
     out->permits = (unsigned)v;
     return p;
+}
+
+int dl_load_library(const char *lib, const char *deb, const dl_sym *syms, size_t n,
+                    void *table, char *err, size_t errlen)
+{
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "cannot load %s (Debian: %s): %s", lib, deb, dlerror());
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        void *f = dlsym(h, syms[i].name);
+        if (!f) {
+            snprintf(err, errlen, "%s has no %s (too old a version?)", lib, syms[i].name);
+            return -1; /* (the library stays loaded: harmless) */
+        }
+        memcpy((char *)table + syms[i].off, &f, sizeof f);
+    }
+    return 0;
 }

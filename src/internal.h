@@ -162,6 +162,11 @@ struct dlock_client {
     const dl_backend *be;
     dl_url *url;
     void *bstate; /* backend's per-client state */
+    /* What this client offers, and whether the core renews its locks: the
+     * backend's (caps; renew != NULL), narrowed by client_open where the
+     * URL chose a mode without some of them (postgres mode=advisory). */
+    unsigned caps;
+    bool renews;
     dlock_client_opts opts;
     pthread_mutex_t mu; /* guards errmsg, the renewal list and thread */
     char errmsg[DL_ERRMSG_MAX];
@@ -295,6 +300,20 @@ int dl_queue_blocker(const void *queue, size_t stride, int i);
 void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
 /* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */
 const char *dl_qkind_parse(const char *s, dl_qpos *out);
+
+/* ---- client libraries loaded at run time ------------------------------ */
+
+/* A backend may load its client library with dlopen instead of linking it
+ * (etcd's libcurl, postgres's libpq: linked, their dozens of dependencies
+ * slowed the start of every dlock process, whatever its backend). Each
+ * symbol's pointer lands in `table` at `off`. 0, or a one-line reason in
+ * err (naming the Debian package `deb`). Call it once (pthread_once). */
+typedef struct dl_sym {
+    const char *name;
+    size_t off;
+} dl_sym;
+int dl_load_library(const char *lib, const char *deb, const dl_sym *syms, size_t n,
+                    void *table, char *err, size_t errlen);
 
 /* Find a backend by URL scheme (NULL if unknown). */
 const dl_backend *dl_backend_for_scheme(const char *scheme);

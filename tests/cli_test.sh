@@ -200,7 +200,7 @@ expect 0 "$DLOCK" help run
 grep -q -- '--permits N .*4096' "$TMP/out" || fail "help run: --permits range not 1-4096"
 pass
 # a password in a URL never shows up in a message
-expect 70 "$DLOCK" --url 'postgres://user:s3cretpw@127.0.0.1:1/db' status x
+expect 69 "$DLOCK" --url 'postgres://user:s3cretpw@127.0.0.1:1/db' status x
 ! grep -q s3cretpw "$TMP/err" || fail "password printed: $(cat "$TMP/err")"
 pass
 

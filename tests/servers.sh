@@ -28,6 +28,12 @@
 #                         CA: DLOCK_TEST_ETCDS_CA) and authentication on (users
 #                         root:rootpw and dlock:s3cret, the latter read-write
 #                         on every key); DLOCK_TEST_ETCDS_ENDPOINT=https://127.0.0.1:P
+#   DLOCK_TEST_POSTGRES   postgres://dlock:s3cret@127.0.0.1:P/dlock  one PostgreSQL
+#                         server (fsync off), password authentication over TCP;
+#                         role dlock owns database dlock. Beside it:
+#                         DLOCK_TEST_POSTGRES_RO (role dlock_ro: may connect, may
+#                         not create tables) and DLOCK_TEST_POSTGRES_ADMIN (the
+#                         superuser postgres)
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
@@ -141,6 +147,8 @@ srv_restart() {
   echo $! >"$srv_dir/$name.pid"
   if [ -e "$srv_dir/$name/zoo.cfg" ]; then
     srv_wait_zk "$(cat "$srv_dir/$name.port")"
+  elif [ -e "$srv_dir/$name/start.sh" ]; then
+    srv_wait_postgres "$srv_dir/$name" "$(cat "$srv_dir/$name.port")"
   elif [ -d "$srv_dir/$name/etcd" ]; then
     srv_wait_etcd "$(cat "$srv_dir/$name.port")"
   else
@@ -327,6 +335,70 @@ srv_start_etcds() {
   export DLOCK_TEST_ETCDS_ENDPOINT=https://127.0.0.1:$p
 }
 
+# srv_wait_postgres DIR PORT: until it accepts connections (at most ~20 s)
+srv_wait_postgres() {
+  local i
+  for i in $(seq 200); do
+    pg_isready -q -h "$1" -p "$2" -U postgres 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: postgres on port $2 did not start" >&2
+  return 1
+}
+
+# One PostgreSQL server from Debian's package, run by the package's
+# postgres user (it refuses root), on a spare port and a private socket
+# directory, fsync off. NAME.cmd is a script that waits, after a kill -9 of
+# the postmaster, until the killed server's backends have let go of its
+# shared memory (they exit as they notice) — else the restart is refused.
+srv_start_postgres() {
+  local name=postgres port bin d
+  port=$(srv_free_port)
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  d=$srv_dir/$name
+  mkdir -p "$d"
+  local as=()
+  if [ "$(id -u)" = 0 ]; then
+    chmod o+x "$srv_dir"
+    chown postgres: "$d"
+    as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+  fi
+  printf 'pgpw\n' >"$d/pwfile"
+  [ "$(id -u)" = 0 ] && chown postgres: "$d/pwfile"
+  "${as[@]}" "$bin/initdb" -D "$d/data" -U postgres --pwfile="$d/pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 >"$d/initdb.log" 2>&1 ||
+    { cat "$d/initdb.log" >&2; return 1; }
+  {
+    echo '#!/usr/bin/env bash'
+    echo "pidfile=$(printf %q "$d/data/postmaster.pid")"
+    cat <<'SH'
+for i in $(seq 200); do
+  [ -e "$pidfile" ] || break
+  id=$(sed -n 7p "$pidfile" | awk '{print $2}')
+  [ -n "$id" ] && ipcs -m -i "$id" 2>/dev/null | grep -q 'nattch=[1-9]' || break
+  sleep 0.05
+done
+SH
+    printf 'exec'
+    printf ' %q' "${as[@]}" "$bin/postgres" -D "$d/data" -p "$port" -k "$d" \
+      -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+      -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB
+    echo
+  } >"$d/start.sh"
+  printf 'bash %q' "$d/start.sh" >"$srv_dir/$name.cmd"
+  bash "$d/start.sh" </dev/null >"$d/log" 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  echo "$port" >"$srv_dir/$name.port"
+  srv_wait_postgres "$d" "$port" || return 1
+  psql -q -h "$d" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+    -c "CREATE ROLE dlock LOGIN PASSWORD 's3cret'" \
+    -c "CREATE DATABASE dlock OWNER dlock" \
+    -c "CREATE ROLE dlock_ro LOGIN PASSWORD 'ro'" >/dev/null || return 1
+  export DLOCK_TEST_POSTGRES="postgres://dlock:s3cret@127.0.0.1:$port/dlock"
+  export DLOCK_TEST_POSTGRES_RO="postgres://dlock_ro:ro@127.0.0.1:$port/dlock"
+  export DLOCK_TEST_POSTGRES_ADMIN="postgres://postgres:pgpw@127.0.0.1:$port/dlock"
+}
+
 srv_start_redis() {
   local p; p=$(srv_redis single) || return 1
   export DLOCK_TEST_REDIS=redis://127.0.0.1:$p
@@ -421,6 +493,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       etcd) srv_start_etcd ;;
       etcd3) srv_start_etcd3 ;;
       etcds) srv_start_etcds ;;
+      postgres) srv_start_postgres ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift

@@ -1665,8 +1665,16 @@ static void run_target(bool nofork, char **only, int nonly, struct tally *t)
     }
     T.backend = b->name;
     T.caps = b->caps;
+    /* What this URL's client offers: a mode may offer less than its
+     * backend (postgres mode=advisory has no lease). */
+    if (b->available) {
+        dlock_client *c = NULL;
+        if (dlock_client_open(&c, T.url, NULL) == 0)
+            T.caps = dlock_client_caps(c);
+        dlock_client_close(c);
+    }
     char caps[256];
-    caps_str(b->caps, caps, sizeof caps);
+    caps_str(T.caps, caps, sizeof caps);
     snprintf(T.prefix, sizeof T.prefix, "c%ld-", (long)getpid());
     printf("=== %s: %s (backend %s; %s)\n", T.label, T.url, b->name, caps);
     if (!b->available) {
@@ -1682,9 +1690,9 @@ static void run_target(bool nofork, char **only, int nonly, struct tally *t)
         const struct kase *k = &CASES[i];
         if (!wanted(k->name, only, nonly))
             continue;
-        if ((b->caps & k->needs) != k->needs) {
+        if ((T.caps & k->needs) != k->needs) {
             char missing[256];
-            caps_str(k->needs & ~b->caps, missing, sizeof missing);
+            caps_str(k->needs & ~T.caps, missing, sizeof missing);
             printf("[ SKIP ] %-24s %s: backend %s lacks DLOCK_CAP_{%s}\n", k->name, T.label,
                    b->name, missing);
             t->skip++;

@@ -344,7 +344,11 @@ static void test_sql(void **state)
     host_is(u, 0, "h", 3306);
     dl_url_free(u);
 
-    bad("postgres://h1,h2/db", "postgres urls take one host");
+    /* libpq takes a list of hosts (tried in order) */
+    u = ok("postgres://h1,h2:5433/db");
+    host_is(u, 0, "h1", 5432);
+    host_is(u, 1, "h2", 5433);
+    dl_url_free(u);
     bad("mysql://h1,h2/db", "mysql urls take one host");
     bad("mariadb://h1,h2/db", "mysql urls take one host");
 }
