@@ -505,6 +505,7 @@ static int pool_run(dlock_client *c, const char *sql, int n, const char *const *
     pgclient *pc = pc_of(c);
     int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
     pg_conn *k;
+    *out = NULL;
     int rc = conn_get(pc, until, -1, &k, why, wlen);
     if (rc)
         return rc;

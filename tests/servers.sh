@@ -371,6 +371,8 @@ srv_start_postgres() {
   {
     echo '#!/usr/bin/env bash'
     echo "pidfile=$(printf %q "$d/data/postmaster.pid")"
+    echo "socklock=$(printf %q "$d/.s.PGSQL.$port.lock")"
+    echo "exec >>$(printf %q "$d/log") 2>&1 </dev/null"
     cat <<'SH'
 for i in $(seq 200); do
   [ -e "$pidfile" ] || break
@@ -378,15 +380,23 @@ for i in $(seq 200); do
   [ -n "$id" ] && ipcs -m -i "$id" 2>/dev/null | grep -q 'nattch=[1-9]' || break
   sleep 0.05
 done
+# A killed postmaster nobody reaped (its parent was not us) is a zombie,
+# which postgres takes for a live server holding its lock files.
+for f in "$pidfile" "$socklock"; do
+  old=$(head -n 1 "$f" 2>/dev/null)
+  if [ -n "$old" ] && { [ ! -e "/proc/$old" ] || [ "$(awk '{print $3}' "/proc/$old/stat" 2>/dev/null)" = Z ]; }; then
+    rm -f "$f"
+  fi
+done
 SH
     printf 'exec'
     printf ' %q' "${as[@]}" "$bin/postgres" -D "$d/data" -p "$port" -k "$d" \
-      -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+      -c listen_addresses=127.0.0.1 -c fsync=off \
       -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB
     echo
   } >"$d/start.sh"
   printf 'bash %q' "$d/start.sh" >"$srv_dir/$name.cmd"
-  bash "$d/start.sh" </dev/null >"$d/log" 2>&1 &
+  bash "$d/start.sh" &
   echo $! >"$srv_dir/$name.pid"
   echo "$port" >"$srv_dir/$name.port"
   srv_wait_postgres "$d" "$port" || return 1

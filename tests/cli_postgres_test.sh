@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# cli_postgres_test.sh — dlock(1) on PostgreSQL advisory locks, the hostile
+# cases: conflicts with every -E code run nothing; SIGTERM while waiting
+# leaves no waiter in the server's lock queue; kill -9 of a holder frees the
+# lock at once (its session ends); a session ended from outside stops the
+# command at once; a holder whose network freezes (a TCP relay SIGSTOPped)
+# keeps the lock — the server still has its session — and nobody else gets
+# it meanwhile. Real server from tests/servers.sh. Skipped (exit 0) without
+# PostgreSQL or the postgres backend.
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/testlib.sh"
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ||
+    ! "$DLOCK" backends | grep -q '^postgres .* yes$'; then
+    echo "PostgreSQL or the postgres backend missing: skipped"
+    exit 0
+fi
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    exec bash "$here/servers.sh" run postgres -- bash "$0" "$@"
+fi
+. "$here/servers.sh" # srv_free_port
+U=$DLOCK_TEST_POSTGRES
+port=$(cat "$DLOCK_TEST_SERVERS/postgres.port")
+sql() { psql "$DLOCK_TEST_POSTGRES_ADMIN" -Atqc "$1"; }
+waiting() { sql "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-pg.XXXXXX")
+relay=
+trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
+now_ms() { date +%s%3N; }
+wait_held() { # NAME: until status says held (5 s at most)
+    for _ in $(seq 50); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
+    return 1
+}
+
+# Conflicts: nothing runs, whatever the exit code asked for.
+"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+wait_held held
+for e in 0 3 75; do
+    out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
+    rc=$?
+    [ $rc = $e ] && [ -z "$out" ] && ok "conflict with -n -E $e: exit $e, nothing ran" ||
+        bad "conflict with -n -E $e: exit $rc, output '$out'"
+done
+out=$("$DLOCK" --url "$U" run -w 0.3 -E 0 held -- echo RAN 2>/dev/null)
+rc=$?
+[ $rc = 0 ] && [ -z "$out" ] && ok "conflict with -w 0.3 -E 0: nothing ran" ||
+    bad "conflict with -w 0.3 -E 0: exit $rc, output '$out'"
+# SIGTERM while waiting: the waiter goes, and so does its place in the queue.
+"$DLOCK" --url "$U" run -w 10 held -- echo RAN >"$TMP/int.out" 2>/dev/null & w=$!
+sleep 0.5
+[ "$(waiting)" = 1 ] || bad "the waiter is not queued on the server ($(waiting) waiting)"
+kill -TERM $w
+wait $w
+rc=$?
+[ $rc != 0 ] && [ ! -s "$TMP/int.out" ] && ok "SIGTERM while waiting: exit $rc, nothing ran" ||
+    bad "SIGTERM while waiting: exit $rc, ran: $(cat "$TMP/int.out")"
+n=$(waiting)
+for _ in $(seq 20); do [ "$n" = 0 ] && break; sleep 0.1; n=$(waiting); done
+[ "$n" = 0 ] && ok "SIGTERM while waiting: nothing left in the server's lock queue" ||
+    bad "SIGTERM while waiting: $n requests still waiting on the server"
+wait $holder
+
+# kill -9 of a holder: the lock is free as soon as the server sees the
+# session closed.
+"$DLOCK" --url "$U" run killed -- sleep 30 & h=$!
+wait_held killed
+killed_at=$(now_ms)
+kill -9 $h
+"$DLOCK" --url "$U" run -w 10 killed -- true 2>/dev/null
+rc=$?
+[ $rc = 0 ] && ok "kill -9 of a holder: the lock was free after $(( $(now_ms) - killed_at )) ms" ||
+    bad "kill -9 of a holder: the next run exited $rc"
+
+# The holder's session ended from outside: its command is stopped at once.
+"$DLOCK" --url "$U" run ended -- \
+    sh -c "trap 'date +%s%3N >$TMP/ended; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+wait_held ended
+at=$(now_ms)
+sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted" >/dev/null
+wait $h
+rc=$?
+if [ -s "$TMP/ended" ] && [ $(( $(cat "$TMP/ended") - at )) -lt 3000 ] && [ $rc != 0 ]; then
+    ok "session ended from outside: the command stopped $(( $(cat "$TMP/ended") - at )) ms later, exit $rc"
+else
+    bad "session ended from outside: exit $rc, stopped at $(cat "$TMP/ended" 2>/dev/null || echo never)"
+fi
+
+# A holder whose network freezes: the server keeps its session and so its
+# lock; another client must not get it while the holder's command runs.
+rport=$(srv_free_port)
+python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
+sleep 0.5
+"$DLOCK" --url "postgres://dlock:s3cret@127.0.0.1:$rport/dlock" run frozen -- \
+    sh -c "date +%s%3N >$TMP/began; sleep 4; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
+wait_held frozen
+kill -STOP $relay
+"$DLOCK" --url "$U" run -w 2 frozen -- echo RAN >"$TMP/other.out" 2>/dev/null
+rc=$?
+kill -CONT $relay
+wait $h
+hrc=$?
+if [ $rc = 1 ] && [ ! -s "$TMP/other.out" ] && [ $hrc = 0 ] && [ -s "$TMP/finished" ]; then
+    ok "frozen holder: kept its lock (its command finished, exit 0); the other client timed out (exit 1)"
+else
+    bad "frozen holder: other client exit $rc ran '$(cat "$TMP/other.out")'; holder exit $hrc: $(cat "$TMP/frozen.err")"
+fi
+finish
