@@ -107,6 +107,8 @@ static struct {
     __typeof__(PQconninfoFree) *conninfoFree;
     __typeof__(PQnotifies) *notifies;
     __typeof__(PQfreemem) *freemem;
+    __typeof__(PQenterPipelineMode) *enterPipelineMode;
+    __typeof__(PQpipelineSync) *pipelineSync;
 } pq;
 static char pq_error[300];
 static pthread_once_t pq_once = PTHREAD_ONCE_INIT;
@@ -126,6 +128,7 @@ static void pq_load(void)
         SYM(ntuples, ntuples), SYM(getvalue, getvalue), SYM(getisnull, getisnull),
         SYM(clear, clear), SYM(conninfoParse, conninfoParse), SYM(conninfoFree, conninfoFree),
         SYM(notifies, notifies), SYM(freemem, freemem),
+        SYM(enterPipelineMode, enterPipelineMode), SYM(pipelineSync, pipelineSync),
 #undef SYM
     };
     (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pq,
@@ -141,6 +144,7 @@ static void pq_load(void)
 typedef struct pg_conn {
     PGconn *pg;
     struct pg_conn *next;
+    int pending; /* statements sent whose replies are unread (pipeline mode) */
     dlock_lock *held;
     bool lost; /* the watcher found the session gone */
     char lost_why[256];
@@ -231,15 +235,25 @@ static int wait_fd(int fd, short events, int64_t until_ns, int cancel_fd)
     }
 }
 
+/*
+ * Sessions run in libpq's pipeline mode, each statement followed by a sync
+ * point: a statement can be sent before the reply to the previous one has
+ * come (a release's unlock is sent and not waited for; the next statement
+ * on that session goes out behind it at once), and an error ends at its
+ * sync point. k->pending counts the statements whose replies are unread.
+ */
+
 /* Send one statement with text parameters on k (see run). */
 static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
                      int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     char line[200];
-    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0)) {
+    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0) ||
+        !pq.pipelineSync(k->pg)) {
         snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
         return DLOCK_EUNREACHABLE;
     }
+    k->pending++;
     int f;
     while ((f = pq.flush(k->pg)) == 1) {
         int rc = wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd);
@@ -255,22 +269,42 @@ static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals
     return 0;
 }
 
-/* The result of the statement sent on k (see run). */
-static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+/* The reply to the oldest statement sent on k and not read yet: its first
+ * result in *out (NULL when out is NULL: read and dropped), up to its sync
+ * point (see run for the codes). */
+static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
                      size_t wlen)
 {
     char line[200];
     PGresult *first = NULL;
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (k->pending <= 0) {
+        snprintf(why, wlen, "no statement to read a reply to");
+        return DLOCK_EPROTO;
+    }
     for (;;) {
         while (!pq.isBusy(k->pg)) {
             PGresult *r = pq.getResult(k->pg);
             if (!r) {
-                if (!first) {
+                if (pq.status(k->pg) != CONNECTION_OK) {
                     snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+                    pq.clear(first);
                     return DLOCK_EUNREACHABLE;
                 }
-                *out = first;
+                continue; /* the end of one statement's results */
+            }
+            if (pq.resultStatus(r) == PGRES_PIPELINE_SYNC) {
+                pq.clear(r);
+                k->pending--;
+                if (!first) {
+                    snprintf(why, wlen, "the server sent no result");
+                    return DLOCK_EPROTO;
+                }
+                if (out)
+                    *out = first;
+                else
+                    pq.clear(first);
                 return 0;
             }
             if (!first)
@@ -290,6 +324,21 @@ static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
             return rc;
         }
     }
+}
+
+/* The reply to the statement sent last on k; the replies still unread
+ * before it (a release's unlock) are read and dropped: the session's end
+ * would have let go of anything they failed to. */
+static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+                     size_t wlen)
+{
+    *out = NULL;
+    while (k->pending > 1) {
+        int rc = stmt_read(k, until_ns, cancel_fd, NULL, why, wlen);
+        if (rc)
+            return rc;
+    }
+    return stmt_read(k, until_ns, cancel_fd, out, why, wlen);
 }
 
 /*
@@ -393,8 +442,8 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         return rc;
     }
     pq.setNoticeProcessor(k->pg, pq_quiet, NULL);
-    if (pq.setnonblocking(k->pg, 1) != 0) {
-        snprintf(why, wlen, "cannot make the connection non-blocking");
+    if (pq.setnonblocking(k->pg, 1) != 0 || !pq.enterPipelineMode(k->pg)) {
+        snprintf(why, wlen, "cannot make the connection non-blocking and pipelined");
         conn_close(k);
         return DLOCK_EIO;
     }
@@ -858,26 +907,21 @@ static int pg_release(dlock_lock *l)
     char key[24], why[300];
     snprintf(key, sizeof key, "%" PRId64, pl->key);
     const char *p[] = {key};
-    PGresult *r;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
-    int rc = run(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
-                                                : "SELECT pg_advisory_unlock($1::bigint)",
-                 1, p, until, -1, &r, why, sizeof why);
+    /* Sent, not waited for: the session runs it before anything else sent
+     * on it later, and a session that is gone has let go already. Its
+     * reply is read (and dropped) by the next statement on the session. */
+    int rc = stmt_send(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
+                                                     : "SELECT pg_advisory_unlock($1::bigint)",
+                       1, p, until, -1, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
         conn_close(k);
-        return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
                            "lock \"%s\": releasing: %s; its session was closed, which lets "
                            "go of it (%s)",
                            l->name, why, pc->redacted);
-    }
-    bool was_held = !*sqlstate(r) && pq.ntuples(r) == 1 && strcmp(pq.getvalue(r, 0, 0), "t") == 0;
-    pq.clear(r);
-    if (!was_held) {
-        conn_close(k);
-        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its session no longer held it",
-                           l->name);
     }
     conn_put(pc, k);
     return 0;
