@@ -262,6 +262,31 @@ static void test_promised_end_ends_window(void **state)
     hist_runs_free(runs, n);
 }
 
+static void test_renewed_promise_extends_window(void **state)
+{
+    (void)state;
+    /* Promised 1.5 s at the grant, renewed since: about to write at 2.5 s
+     * it was promised 3.5 s, so the write is its own, and w=2's grant at
+     * 3 s overlaps it. */
+    static const char text[] =
+        "run scenario=lease ttl_ms=2000 caps=0x21 fencing=1\n"
+        "0 acquire w=1\n"
+        "100 acquired w=1 token=1 value=1500000000\n"
+        "200 read w=1 token=1 value=0\n"
+        "2500000000 valid w=1 token=1 value=3500000000\n"
+        "2500000100 write_accepted w=1 token=1 value=1\n"
+        "3000000000 acquired w=2 token=2\n"
+        "3000000100 release w=1\n"
+        "3000000200 release w=2\n";
+    size_t n;
+    hist_run *runs = read_str(text, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.stale_accepted, 0);
+    assert_int_equal(r.overlaps, 1);
+    hist_runs_free(runs, n);
+}
+
 /* A holder cut off from the servers (partitioned) holds until it is told of
  * the loss: told 32 ms before its lease ran out on the servers (at 3.1 s),
  * it does not overlap w=2, which took the lock at 3.15 s. */
@@ -400,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_kill_ends_window_and_counts_takeover),
         cmocka_unit_test(test_lease_deadline_ends_window),
         cmocka_unit_test(test_promised_end_ends_window),
+        cmocka_unit_test(test_renewed_promise_extends_window),
         cmocka_unit_test(test_partition_told_in_time),
         cmocka_unit_test(test_partition_told_late_or_never),
         cmocka_unit_test(test_write_read_round_trip),

@@ -34,6 +34,7 @@ static const char *const type_names[H_NTYPES] = {
     [H_DATA_LOSS] = "data_loss",
     [H_PARTITIONED] = "partitioned",
     [H_HEALED] = "healed",
+    [H_VALID] = "valid",
 };
 
 const char *hist_type_name(int type)
@@ -130,6 +131,7 @@ int hist_write(FILE *f, const hist_run *r)
         case H_FAILOVER:
         case H_DATA_LOSS:
         case H_PARTITIONED:
+        case H_VALID:
             fprintf(f, " value=%" PRId64, e->value);
             break;
         case H_ACQUIRED: /* the promised end, where the library gave one */
@@ -775,6 +777,13 @@ int hist_check(hist_run *r, hist_result *res)
                 w->cut_expiry = exp;
                 w->cut_pending = 1;
             }
+            break;
+        case H_VALID:
+            /* The library's promise as the holder was about to write: a
+             * renewal since the acquisition moved it on. (A holder cut
+             * off from the servers holds until told: left as it is.) */
+            if (w && w->open >= 0 && !w->cut_expiry && e->value > c.win[w->open].end)
+                c.win[w->open].end = e->value;
             break;
         case H_PAUSED:
             res->pauses++;

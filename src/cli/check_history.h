@@ -57,6 +57,9 @@ typedef enum hist_type {
                          value: when its lease runs out on the servers (0 unknown).
                          It holds until it is told of the loss or releases. */
     H_HEALED,         /* harness: the worker's relay continued */
+    /* added with session leases older than the acquisition (etcd) */
+    H_VALID,          /* worker, about to write: value = the end of its holding as the
+                         library promises it now (renewals move it on) */
     H_NTYPES
 } hist_type;
 

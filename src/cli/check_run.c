@@ -418,7 +418,13 @@ static int worker_main(void *arg)
         if (r->cfg->max_pause_us > 0)
             ms_sleep_ns((int64_t)(rnd(&seed) % (uint64_t)r->cfg->max_pause_us) * 1000);
         /* No check of dlock_state here, on purpose: this is the window in
-         * which a holder that was paused does not know it lost the lock. */
+         * which a holder that was paused does not know it lost the lock.
+         * What the library promises now is logged, not acted on: renewals
+         * since the acquisition extend the holding. */
+        before = ms_now_ns();
+        valid = dlock_valid_ms(l);
+        if (valid > 0)
+            chk_log(sh, H_VALID, id, tk, before + valid * 1000000, 0);
         q = (res_req){.op = RES_WRITE, .worker = id, .token = tk, .value = p.value + 1};
         if (resource_call(fd, &q, &p) != 0) {
             worker_fail(me, id, "write", "the resource is gone");
