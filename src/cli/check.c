@@ -670,11 +670,8 @@ int cli_check(int argc, char **argv, const char *url)
         memset(&cfg.topo, 0, sizeof cfg.topo);
         snprintf(cfg.topo.indirect, sizeof cfg.topo.indirect, "%s", dlock_client_errmsg(probe));
     }
-    for (size_t i = 0; i < dlock_backend_count(); i++) {
-        const dlock_backend_info *b = dlock_backend_at(i);
-        if (b && strcmp(b->name, cfg.backend) == 0)
-            cfg.caps = b->caps;
-    }
+    /* what this URL's client offers (a mode may offer less than its backend) */
+    cfg.caps = dlock_client_caps(probe);
     /* A session backend may still give held locks a deadline (ZooKeeper),
      * and a lease backend may keep a span of its own whatever ttl a lock
      * asks for (etcd: the client's lease): a probe lock says how long; the
