@@ -43,15 +43,22 @@ static const dl_scheme postgres_schemes[] = {
 };
 
 /* The facts, the same whether libpq is there or not. */
-#define PG_CAPS                                                                              \
+#define PG_CAPS_ADVISORY                                                                     \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION |             \
      DLOCK_CAP_NATIVE_BLOCKING)
+#define PG_CAPS_LEASE                                                                        \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING)
+#define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE) /* a client has its mode's */
 #define PG_LIVENESS                                                                          \
     "mode=advisory: a session advisory lock, held while the holder's connection lives; the " \
     "holder is told at once when the server ends the session, and within ~5 s (TCP "         \
     "keepalives) when the network goes silent — while the server, which does not see the "  \
-    "silence, keeps the lock for it; a paused holder keeps its lock"
-#define PG_FENCING "a counter per name in the lock table, raised in the statement that takes the lock"
+    "silence, keeps the lock for it; a paused holder keeps its lock. mode=lease: a row "     \
+    "whose expiry is the server's clock, renewed every ttl/3; the holder is told on its own " \
+    "clock before the row can expire"
+#define PG_FENCING                                                                           \
+    "advisory: a counter per name in the lock table, raised in the statement that takes "    \
+    "the lock; lease: the table's sequence, drawn by the statement that takes the row"
 /* The URL's own parameters, and libpq's connection parameters that make
  * sense in a URL (passed through to libpq as they are). */
 #define PG_PARAMS                                                                            \
@@ -155,7 +162,10 @@ typedef struct pgclient {
     size_t nkv;
     char *strings;             /* storage for what keys/vals point at */
     char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
-    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r;
+    char seq[2 * PG_IDENT_MAX + 8];    /* mode=lease: the tokens' sequence */
+    bool lease;                        /* mode=lease, else advisory */
+    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
+    char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
     int server_version;
@@ -174,7 +184,8 @@ typedef struct pgclient {
 
 typedef struct pglock {
     int64_t key;
-    pg_conn *conn; /* while held */
+    pg_conn *conn; /* advisory: while held */
+    int slot;      /* lease: the row held */
 } pglock;
 
 static pgclient *pc_of(dlock_client *c)
@@ -800,9 +811,20 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
     pq.clear(r);
 }
 
+static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
+static int lease_release(dlock_lock *l);
+static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
+static int lease_set_value(dlock_lock *l, const char *value);
+static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len);
+static int lease_break(dlock_client *c, const char *name, dlock_info *broken);
+static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
+static void channel_of(const pglock *pl, char *buf, size_t len);
+
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     pgclient *pc = pc_of(l->c);
+    if (pc->lease)
+        return lease_acquire(l, deadline_ns);
     pglock *pl = l->bstate;
     char why[300], line[200];
     bool shared = l->opts.kind == DLOCK_SHARED;
@@ -893,6 +915,8 @@ static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 static int pg_release(dlock_lock *l)
 {
     pgclient *pc = pc_of(l->c);
+    if (pc->lease)
+        return lease_release(l);
     pglock *pl = l->bstate;
     pg_conn *k = unwatch_conn(l);
     pl->conn = NULL;
@@ -930,6 +954,15 @@ static int pg_release(dlock_lock *l)
 static void pg_abandon(dlock_lock *l)
 {
     pglock *pl = l->bstate;
+    if (pc_of(l->c)->lease) {
+        /* Give the row back if it is still ours (a grant that came too
+         * late); the owner check leaves anyone else's alone. */
+        char chan[32];
+        channel_of(pl, chan, sizeof chan);
+        int touched;
+        (void)lease_row(l, pc_of(l->c)->sql_free, chan, &touched);
+        return;
+    }
     pg_conn *k = unwatch_conn(l);
     pl->conn = NULL;
     conn_close(k); /* the session's end lets go of its locks */
@@ -946,6 +979,8 @@ static void pg_abandon(dlock_lock *l)
 static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     pgclient *pc = pc_of(c);
+    if (pc->lease)
+        return lease_inspect(c, name, info);
     char key[24], why[300], sql[1400];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
     snprintf(sql, sizeof sql,
@@ -993,7 +1028,8 @@ static int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
     }
     pat[j++] = '%';
     pat[j] = '\0';
-    snprintf(sql, sizeof sql, "SELECT name FROM %s WHERE name LIKE $1 ORDER BY name", pc->table);
+    snprintf(sql, sizeof sql, "SELECT DISTINCT name FROM %s WHERE name LIKE $1 ORDER BY name",
+             pc->table);
     const char *p[] = {pat};
     PGresult *r;
     int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
@@ -1010,6 +1046,8 @@ static int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
 static int pg_set_value(dlock_lock *l, const char *value)
 {
     pgclient *pc = pc_of(l->c);
+    if (pc->lease)
+        return lease_set_value(l, value);
     pg_conn *k = unwatch_conn(l);
     if (!k)
         return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
@@ -1037,6 +1075,8 @@ static int pg_set_value(dlock_lock *l, const char *value)
 static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len)
 {
     pgclient *pc = pc_of(c);
+    if (pc->lease)
+        return lease_get_value(c, name, buf, len);
     char key[24], why[300], sql[900];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
     snprintf(sql, sizeof sql,
@@ -1061,6 +1101,8 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
 static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
 {
     pgclient *pc = pc_of(c);
+    if (pc->lease)
+        return lease_break(c, name, broken);
     int rc = pg_inspect(c, name, broken);
     if (rc)
         return rc;
@@ -1084,6 +1126,370 @@ static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
                              "break \"%s\": the server refused to end %ld of the %ld sessions "
                              "holding it (a superuser's, or this role lacks pg_signal_backend)",
                              name, all - ended, all);
+    return 0;
+}
+
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* ---- mode=lease: the lock table of the seeds ------------------------------------- */
+/*
+ * A lock is a row (name, slot) of the lease table: owned while `owner` is
+ * set and `expires` — the server's clock, never ours — is ahead. Taking it
+ * is one statement that inserts the row or takes over a free or expired one
+ * (the row lock ON CONFLICT takes re-checks the condition, so two takers
+ * cannot both win); a semaphore of N permits has N slots and a taker gets
+ * the first free one. Renewal and release check the owner. Tokens come from
+ * the table's sequence (nextval is never rolled back and never repeats).
+ * Nothing lives in a session between statements: the lock survives a
+ * connection's end, and renewal may use any connection (transaction-mode
+ * poolers work for holders).
+ *
+ * Waiting: the waiter LISTENs on the name's channel and a release NOTIFYs
+ * it, in the same statement as the release; it also wakes when the
+ * holder's row would expire (the take-over), and at least every second
+ * (the NOTIFY may be lost: a transaction-mode pooler does not carry
+ * LISTEN). All waiters of the name wake on a release and one wins:
+ * no fairness is promised.
+ */
+
+#define PG_LEASE_RECHECK_MS 1000
+
+/* The name's NOTIFY channel: "dlock_" and 16 hex digits of its key. */
+static void channel_of(const pglock *pl, char *buf, size_t len)
+{
+    snprintf(buf, len, "dlock_%016" PRIx64, (uint64_t)pl->key);
+}
+
+static int lease_build_sql(pgclient *pc)
+{
+    const char *t = pc->table;
+    pc->sql_take = fmt_alloc(
+        "WITH free AS (SELECT s FROM generate_series(0, $5::int - 1) AS s WHERE NOT EXISTS "
+        "(SELECT 1 FROM %s AS o WHERE o.name = $1 AND o.slot = s AND o.owner IS NOT NULL AND "
+        "o.expires >= clock_timestamp()) ORDER BY s LIMIT 1) "
+        "INSERT INTO %s AS t (name, slot, owner, expires, token, holder, since) "
+        "SELECT $1, free.s, $2, clock_timestamp() + $3::int * interval '1 millisecond', "
+        "nextval('%s'), $4, clock_timestamp() FROM free "
+        "ON CONFLICT (name, slot) DO UPDATE SET owner = excluded.owner, "
+        "expires = excluded.expires, token = excluded.token, holder = excluded.holder, "
+        "since = excluded.since, value = NULL "
+        "WHERE t.owner IS NULL OR t.expires < clock_timestamp() RETURNING t.slot, t.token",
+        t, t, pc->seq);
+    /* When not taken: how long until the first holder's row expires. */
+    pc->sql_expiry = fmt_alloc(
+        "SELECT floor(greatest(0, extract(epoch FROM min(expires) - clock_timestamp()) * 1000)) "
+        "FROM %s WHERE name = $1 AND owner IS NOT NULL",
+        t);
+    pc->sql_free = fmt_alloc(
+        "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
+        "AND owner = $3 RETURNING name) SELECT pg_notify($4, $1) FROM r",
+        t);
+    pc->sql_renew = fmt_alloc(
+        "UPDATE %s SET expires = clock_timestamp() + $4::int * interval '1 millisecond' "
+        "WHERE name = $1 AND slot = $2 AND owner = $3 AND expires >= clock_timestamp() "
+        "RETURNING 1",
+        t);
+    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew ? 0 : DLOCK_ENOMEM;
+}
+
+/* Notifications that came to a session are not needed once read. */
+static void drop_notices(pg_conn *k)
+{
+    PGnotify *nf;
+    (void)pq.consumeInput(k->pg);
+    while ((nf = pq.notifies(k->pg)) != NULL)
+        pq.freemem(nf);
+}
+
+static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    char why[300], line[200], chan[32], ttl[16], permits[16], self[200], holder[300];
+    int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
+    channel_of(pl, chan, sizeof chan);
+    snprintf(ttl, sizeof ttl, "%d", l->opts.ttl_ms);
+    snprintf(permits, sizeof permits, "%u", l->opts.permits);
+    dl_self_desc(self, sizeof self);
+    snprintf(holder, sizeof holder, "%s %s", l->owner, self);
+    const char *p[] = {l->name, l->owner, ttl, holder, permits};
+    pg_conn *k;
+    int64_t bound = dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000;
+    if (deadline_ns > 0 && l->op_deadline_ns < bound)
+        bound = l->op_deadline_ns;
+    int rc = conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    bool listening = false;
+    for (;;) {
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+        PGresult *r = NULL;
+        if (deadline_ns != 0 && !listening) {
+            /* before the first try, so that no release between the try and
+             * the wait goes unheard */
+            char listen[64];
+            snprintf(listen, sizeof listen, "LISTEN \"%s\"", chan);
+            rc = stmt_send(k, listen, 0, NULL, until, cancel_fd, why, sizeof why);
+            listening = rc == 0;
+        }
+        int64_t sent = dl_now_ns();
+        if (!rc)
+            rc = stmt_send(k, pc->sql_take, 5, p, until, cancel_fd, why, sizeof why);
+        if (!rc)
+            rc = stmt_send(k, pc->sql_expiry, 1, p, until, cancel_fd, why, sizeof why);
+        PGresult *took = NULL;
+        if (!rc) {
+            while (k->pending > 2 && !rc)
+                rc = stmt_read(k, until, cancel_fd, NULL, why, sizeof why); /* LISTEN */
+            if (!rc)
+                rc = stmt_read(k, until, cancel_fd, &took, why, sizeof why);
+            if (!rc)
+                rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
+        }
+        if (rc) {
+            pq.clear(took);
+            pq.clear(r);
+            conn_close(k); /* a statement may be left on it: no reuse */
+            if (rc == DLOCK_ECANCELED)
+                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
+                               "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        }
+        const char *st = sqlstate(took);
+        if (*st) {
+            one_line(pq.resultErrorMessage(took), line, sizeof line);
+            pq.clear(took);
+            pq.clear(r);
+            conn_put(pc, k);
+            return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
+                               pc->redacted);
+        }
+        if (pq.ntuples(took) == 1) {
+            pl->slot = atoi(pq.getvalue(took, 0, 0));
+            atomic_store(&l->token, strtoull(pq.getvalue(took, 0, 1), NULL, 10));
+            pq.clear(took);
+            pq.clear(r);
+            l->lease_start_ns = sent; /* counted from before the statement that took it */
+            if (listening)
+                (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
+            drop_notices(k);
+            conn_put(pc, k);
+            return 0;
+        }
+        pq.clear(took);
+        long expires_in = !*sqlstate(r) && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 0)
+                              ? atol(pq.getvalue(r, 0, 0))
+                              : 0;
+        pq.clear(r);
+        if (deadline_ns == 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)) {
+            if (listening)
+                (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
+            conn_put(pc, k);
+            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                               deadline_ns == 0 ? "lock \"%s\" is held by another owner"
+                                                : "lock \"%s\": timed out",
+                               l->name);
+        }
+        /* Wait for a release's NOTIFY, the holder's expiry, a second, the
+         * deadline or a cancel, whichever first. */
+        int64_t wake = dl_now_ns() + (int64_t)(expires_in < PG_LEASE_RECHECK_MS
+                                                   ? expires_in + 1
+                                                   : PG_LEASE_RECHECK_MS) * 1000000;
+        if (deadline_ns > 0 && deadline_ns < wake)
+            wake = deadline_ns;
+        for (;;) {
+            PGnotify *nf = pq.notifies(k->pg);
+            if (nf) {
+                pq.freemem(nf);
+                drop_notices(k);
+                break;
+            }
+            rc = wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd);
+            if (rc == DLOCK_ETIMEDOUT) {
+                rc = 0;
+                break;
+            }
+            if (rc == 0 && !pq.consumeInput(k->pg))
+                rc = DLOCK_EUNREACHABLE;
+            if (rc) {
+                conn_close(k);
+                if (rc == DLOCK_ECANCELED)
+                    return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+                return dl_lock_err(l, rc, "lock \"%s\": the session broke while waiting (%s)",
+                                   l->name, pc->redacted);
+            }
+        }
+    }
+}
+
+/* A statement about the held row (release, renewal, value) on a pooled
+ * session: 1 when it touched the row, 0 when the row is no longer ours. */
+static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    char slot[16], why[300], line[200];
+    snprintf(slot, sizeof slot, "%d", pl->slot);
+    const char *p[] = {l->name, slot, l->owner, extra};
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    pg_conn *k;
+    int rc = conn_get(pc, until, -1, &k, why, sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    PGresult *r;
+    rc = run(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
+    if (rc) {
+        conn_close(k);
+        return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
+                           "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    }
+    const char *st = sqlstate(r);
+    if (*st) {
+        one_line(pq.resultErrorMessage(r), line, sizeof line);
+        pq.clear(r);
+        conn_put(pc, k);
+        return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
+                           pc->redacted);
+    }
+    *touched = pq.ntuples(r) > 0;
+    pq.clear(r);
+    drop_notices(k);
+    conn_put(pc, k);
+    return 0;
+}
+
+static int lease_release(dlock_lock *l)
+{
+    char chan[32];
+    channel_of(l->bstate, chan, sizeof chan);
+    int touched = 0;
+    int rc = lease_row(l, pc_of(l->c)->sql_free, chan, &touched);
+    if (rc)
+        return rc;
+    return touched ? 0
+                   : dl_lock_err(l, DLOCK_ELOST,
+                                 "lock \"%s\": its row had expired or been taken over", l->name);
+}
+
+static int pg_renew(dlock_lock *l)
+{
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", l->opts.ttl_ms);
+    int touched = 0;
+    int rc = lease_row(l, pc_of(l->c)->sql_renew, ttl, &touched);
+    if (rc)
+        return rc;
+    return touched ? 0
+                   : dl_lock_err(l, DLOCK_ELOST,
+                                 "lock \"%s\": its row had expired or been taken over", l->name);
+}
+
+static int lease_set_value(dlock_lock *l, const char *value)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "UPDATE %s SET value = $4 WHERE name = $1 AND slot = $2::int AND owner = $3 AND "
+             "expires >= clock_timestamp() RETURNING 1",
+             pc_of(l->c)->table);
+    int touched = 0;
+    int rc = lease_row(l, sql, value, &touched);
+    if (rc)
+        return rc;
+    return touched ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": no longer ours", l->name);
+}
+
+/* What the rows of a name say, now. */
+#define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
+
+static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    pgclient *pc = pc_of(c);
+    char sql[900], why[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FILTER (WHERE " LEASE_HELD "), max(token), "
+             "(array_agg(holder ORDER BY since) FILTER (WHERE " LEASE_HELD "))[1], "
+             "floor(extract(epoch FROM clock_timestamp() - min(since) FILTER (WHERE " LEASE_HELD
+             ")) * 1000)::bigint, "
+             "floor(extract(epoch FROM min(expires) FILTER (WHERE " LEASE_HELD
+             ") - clock_timestamp()) * 1000)::bigint FROM %s WHERE name = $1",
+             pc->table);
+    const char *p[] = {name};
+    PGresult *r;
+    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
+    int holders = atoi(pq.getvalue(r, 0, 0));
+    info->held = holders > 0;
+    info->holders = holders;
+    info->waiters = -1; /* listeners are not visible to other sessions */
+    info->token = pq.getisnull(r, 0, 1) ? 0 : strtoull(pq.getvalue(r, 0, 1), NULL, 10);
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    if (holders > 0) {
+        const char *h = pq.getvalue(r, 0, 2);
+        const char *sp = strchr(h, ' ');
+        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        info->held_ms = pq.getisnull(r, 0, 3) ? -1 : strtoll(pq.getvalue(r, 0, 3), NULL, 10);
+        info->lease_ms = pq.getisnull(r, 0, 4) ? -1 : strtoll(pq.getvalue(r, 0, 4), NULL, 10);
+    }
+    pq.clear(r);
+    return 0;
+}
+
+static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    pgclient *pc = pc_of(c);
+    char sql[400], why[300];
+    snprintf(sql, sizeof sql,
+             "SELECT value FROM %s WHERE name = $1 AND " LEASE_HELD
+             " AND value IS NOT NULL ORDER BY since DESC LIMIT 1",
+             pc->table);
+    const char *p[] = {name};
+    PGresult *r;
+    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
+    if (pq.ntuples(r) != 1) {
+        pq.clear(r);
+        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+    }
+    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
+    pq.clear(r);
+    return 0;
+}
+
+/* Take the rows over: each holder learns at its next renewal (ttl/3). */
+static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
+{
+    pgclient *pc = pc_of(c);
+    int rc = lease_inspect(c, name, broken);
+    if (rc)
+        return rc;
+    if (broken->held != 1)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    pglock tmp = {.key = key_of(pc, name)};
+    char chan[32], sql[400], why[300];
+    channel_of(&tmp, chan, sizeof chan);
+    snprintf(sql, sizeof sql,
+             "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND "
+             "owner IS NOT NULL RETURNING name) SELECT pg_notify($2, $1) FROM r",
+             pc->table);
+    const char *p[] = {name, chan};
+    PGresult *r;
+    rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
+    pq.clear(r);
     return 0;
 }
 
@@ -1116,6 +1522,10 @@ static void pc_free(pgclient *pc)
     free(pc->sql_try_r);
     free(pc->sql_wait_x);
     free(pc->sql_wait_r);
+    free(pc->sql_take);
+    free(pc->sql_expiry);
+    free(pc->sql_free);
+    free(pc->sql_renew);
     if (pc->wake_fd >= 0)
         close(pc->wake_fd);
     pthread_mutex_destroy(&pc->mu);
@@ -1123,17 +1533,6 @@ static void pc_free(pgclient *pc)
     free(pc);
 }
 
-static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt_alloc(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 /* The statements that take a lock, with the table's name in them. */
 static int build_sql(pgclient *pc)
@@ -1220,9 +1619,12 @@ static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
 static int ensure_table(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
-    const char *p[] = {pc->table};
+    const char *p[] = {pc->table, pc->seq};
     PGresult *r;
-    int rc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL", 1, p, &r, why, wlen);
+    int rc = pool_run(c,
+                      pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL"
+                                : "SELECT to_regclass($1) IS NOT NULL",
+                      pc->lease ? 2 : 1, p, &r, why, wlen);
     if (rc)
         return rc;
     bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
@@ -1230,16 +1632,27 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
     if (exists)
         return 0;
     char sql[600];
-    snprintf(sql, sizeof sql,
-             "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, key bigint NOT NULL UNIQUE, "
-             "token bigint NOT NULL, holder text NOT NULL DEFAULT '', since timestamptz, "
-             "value text)",
-             pc->table);
+    if (pc->lease)
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, slot int NOT NULL, owner text, "
+                 "expires timestamptz, token bigint NOT NULL, holder text NOT NULL DEFAULT '', "
+                 "since timestamptz, value text, PRIMARY KEY (name, slot))",
+                 pc->table);
+    else
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, key bigint NOT NULL "
+                 "UNIQUE, token bigint NOT NULL, holder text NOT NULL DEFAULT '', "
+                 "since timestamptz, value text)",
+                 pc->table);
     rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-    if (rc == 0) {
+    pq.clear(r);
+    if (rc == 0 && pc->lease) {
+        snprintf(sql, sizeof sql, "CREATE SEQUENCE IF NOT EXISTS %s", pc->seq);
+        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
         pq.clear(r);
-        return 0;
     }
+    if (rc == 0)
+        return 0;
     if (rc == DLOCK_EPERM) {
         char detail[200];
         snprintf(detail, sizeof detail, "%.199s", why);
@@ -1261,23 +1674,27 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     if (pq_error[0])
         return dl_client_err(c, DLOCK_ENOTSUP, "%s", pq_error);
     const char *mode = dl_url_param(u, "mode");
-    if (mode && strcmp(mode, "advisory") != 0) {
-        if (strcmp(mode, "lease") == 0 || strcmp(mode, "rowlock") == 0)
+    bool lease = mode && strcmp(mode, "lease") == 0;
+    if (mode && !lease && strcmp(mode, "advisory") != 0) {
+        if (strcmp(mode, "rowlock") == 0)
             return dl_client_err(c, DLOCK_ENOTSUP,
-                                 "%s: mode=%s is not built yet in this version (mode=advisory is)",
-                                 u->redacted, mode);
+                                 "%s: mode=rowlock is not built yet in this version "
+                                 "(mode=advisory and mode=lease are)",
+                                 u->redacted);
         return dl_client_err(c, DLOCK_EURL,
                              "%s: mode must be advisory, lease or rowlock, not \"%s\"",
                              u->redacted, mode);
     }
     const char *table = dl_url_param(u, "table"), *schema = dl_url_param(u, "schema");
     if (!table)
-        table = "dlock";
-    if (!ident_ok(table) || (schema && !ident_ok(schema)))
+        table = lease ? "dlock_lease" : "dlock";
+    /* lease mode names its sequence TABLE_token: room for the suffix */
+    if (!ident_ok(table) || (schema && !ident_ok(schema)) ||
+        (lease && strlen(table) > PG_IDENT_MAX - 6))
         return dl_client_err(c, DLOCK_EURL,
                              "%s: table= and schema= take lowercase identifiers ([a-z_][a-z0-9_]*, "
-                             "at most %d bytes)",
-                             u->redacted, PG_IDENT_MAX);
+                             "at most %d bytes; %d for a lease table)",
+                             u->redacted, PG_IDENT_MAX, PG_IDENT_MAX - 6);
     pgclient *pc = calloc(1, sizeof *pc);
     if (!pc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
@@ -1288,14 +1705,18 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pc->redacted = u->redacted;
     pc->op_timeout_ms = c->opts.op_timeout_ms;
     pc->connect_timeout_ms = c->opts.connect_timeout_ms;
-    if (schema)
+    pc->lease = lease;
+    if (schema) {
         snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
-    else
+        snprintf(pc->seq, sizeof pc->seq, "\"%s\".\"%s_token\"", schema, table);
+    } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
+        snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
+    }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);
     if (!rc)
-        rc = build_sql(pc) ? DLOCK_ENOMEM : 0;
+        rc = (lease ? lease_build_sql(pc) : build_sql(pc)) ? DLOCK_ENOMEM : 0;
     if (!rc && (pc->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         rc = DLOCK_EIO;
     if (rc) {
@@ -1310,9 +1731,10 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         pg_client_close(c);
         return dl_client_err(c, rc, "%s: %s", u->redacted, why);
     }
-    /* mode=advisory: liveness is the session; nothing to renew. */
-    c->caps = PG_CAPS;
-    c->renews = false;
+    /* advisory: liveness is the session, nothing to renew; lease: rows
+     * renewed by the core through pg_renew. */
+    c->caps = lease ? PG_CAPS_LEASE : PG_CAPS_ADVISORY;
+    c->renews = lease;
     return 0;
 }
 
@@ -1477,7 +1899,7 @@ static const struct dl_tools pg_tools = {
 #define PG_OPS                                                                               \
     .client_open = pg_client_open, .client_close = pg_client_close,                          \
     .lock_init = pg_lock_init, .lock_fini = pg_lock_fini, .acquire = pg_acquire,             \
-    .release = pg_release, .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,    \
+    .release = pg_release, .renew = pg_renew, .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,    \
     .set_value = pg_set_value, .get_value = pg_get_value, .break_lock = pg_break,            \
     .tools = &pg_tools
 #else

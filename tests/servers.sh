@@ -31,6 +31,7 @@
 #   DLOCK_TEST_POSTGRES   postgres://dlock:s3cret@127.0.0.1:P/dlock  one PostgreSQL
 #                         server (fsync off), password authentication over TCP;
 #                         role dlock owns database dlock. Beside it:
+#                         DLOCK_TEST_POSTGRES_LEASE (the same, ?mode=lease),
 #                         DLOCK_TEST_POSTGRES_RO (role dlock_ro: may connect, may
 #                         not create tables) and DLOCK_TEST_POSTGRES_ADMIN (the
 #                         superuser postgres)
@@ -405,6 +406,7 @@ SH
     -c "CREATE DATABASE dlock OWNER dlock" \
     -c "CREATE ROLE dlock_ro LOGIN PASSWORD 'ro'" >/dev/null || return 1
   export DLOCK_TEST_POSTGRES="postgres://dlock:s3cret@127.0.0.1:$port/dlock"
+  export DLOCK_TEST_POSTGRES_LEASE="postgres://dlock:s3cret@127.0.0.1:$port/dlock?mode=lease"
   export DLOCK_TEST_POSTGRES_RO="postgres://dlock_ro:ro@127.0.0.1:$port/dlock"
   export DLOCK_TEST_POSTGRES_ADMIN="postgres://postgres:pgpw@127.0.0.1:$port/dlock"
 }

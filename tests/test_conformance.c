@@ -58,6 +58,7 @@ static const struct target_def {
     {"etcd", "DLOCK_TEST_ETCD"},
     {"etcd3", "DLOCK_TEST_ETCD3"},
     {"postgres", "DLOCK_TEST_POSTGRES"},
+    {"postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"},
     {"mysql", "DLOCK_TEST_MYSQL"},
     {"memcached", "DLOCK_TEST_MEMCACHED"},
 };
