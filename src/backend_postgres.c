@@ -152,6 +152,7 @@ typedef struct pg_conn {
     PGconn *pg;
     struct pg_conn *next;
     int pending; /* statements sent whose replies are unread (pipeline mode) */
+    bool reused; /* taken from the pool: it may have died idle (one retry) */
     dlock_lock *held;
     bool lost; /* the watcher found the session gone */
     char lost_why[256];
@@ -166,6 +167,8 @@ typedef struct pgclient {
     bool lease;                        /* mode=lease, else advisory */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
+    char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
+    char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
     int server_version;
@@ -447,7 +450,9 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         } else {
             snprintf(why, wlen, "%s",
                      rc == DLOCK_ECANCELED ? "canceled while connecting"
-                                           : "no connection within the time allowed");
+                                           : "no answer from the server in time while connecting");
+            if (rc == DLOCK_ETIMEDOUT)
+                rc = DLOCK_EUNREACHABLE;
         }
         conn_close(k);
         return rc;
@@ -489,24 +494,27 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
 static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
                     size_t wlen)
 {
-    pthread_mutex_lock(&pc->mu);
-    pg_conn *k = pc->idle;
-    if (k) {
-        pc->idle = k->next;
-        pc->nidle--;
-        k->next = NULL;
-    }
-    pthread_mutex_unlock(&pc->mu);
-    if (k) {
-        /* A pooled session the server ended while it idled shows as a
-         * readable socket: consume, and drop it if it is gone. */
-        struct pollfd p = {.fd = pq.socket(k->pg), .events = POLLIN};
-        if (poll(&p, 1, 0) > 0 && (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK)) {
-            conn_close(k);
-            k = NULL;
+    for (;;) {
+        pthread_mutex_lock(&pc->mu);
+        pg_conn *k = pc->idle;
+        if (k) {
+            pc->idle = k->next;
+            pc->nidle--;
+            k->next = NULL;
         }
-    }
-    if (k) {
+        pthread_mutex_unlock(&pc->mu);
+        if (!k)
+            break;
+        /* A pooled session the server ended while it idled shows as a
+         * readable socket with nothing due on it: a server about to end a
+         * session says why first. Such a session is dropped. */
+        struct pollfd p = {.fd = pq.socket(k->pg), .events = POLLIN};
+        if (poll(&p, 1, 0) > 0 &&
+            (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK || k->pending == 0)) {
+            conn_close(k);
+            continue;
+        }
+        k->reused = true;
         *out = k;
         return 0;
     }
@@ -566,14 +574,20 @@ static int pool_run(dlock_client *c, const char *sql, int n, const char *const *
     int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
     pg_conn *k;
     *out = NULL;
-    int rc = conn_get(pc, until, -1, &k, why, wlen);
+    int rc;
+    do {
+        rc = conn_get(pc, until, -1, &k, why, wlen);
+        if (rc)
+            return rc;
+        bool reused = k->reused;
+        rc = run(k, sql, n, vals, until, -1, out, why, wlen);
+        if (rc)
+            conn_close(k);
+        if (rc != DLOCK_EUNREACHABLE || !reused)
+            break;
+    } while (1); /* a pooled session that died idle: again on another */
     if (rc)
         return rc;
-    rc = run(k, sql, n, vals, until, -1, out, why, wlen);
-    if (rc) {
-        conn_close(k);
-        return rc;
-    }
     if (*sqlstate(*out)) {
         char line[200];
         rc = code_of_state(sqlstate(*out));
@@ -818,7 +832,6 @@ static int lease_set_value(dlock_lock *l, const char *value);
 static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len);
 static int lease_break(dlock_client *c, const char *name, dlock_info *broken);
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
-static void channel_of(const pglock *pl, char *buf, size_t len);
 
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
@@ -837,9 +850,13 @@ static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
     pg_conn *k;
     int64_t connect_until = deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
                                             : until;
-    int rc = conn_get(pc, connect_until, cancel_fd, &k, why, sizeof why);
+    int rc;
+    PGresult *r;
+again:
+    rc = conn_get(pc, connect_until, cancel_fd, &k, why, sizeof why);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+    bool reused = k->reused;
     char key[24], holder[300], timeout[24];
     snprintf(key, sizeof key, "%" PRId64, pl->key);
     char self[200];
@@ -858,8 +875,11 @@ static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
         sql = shared ? pc->sql_wait_r : pc->sql_wait_x;
         np = 4;
     }
-    PGresult *r;
     rc = run(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
+    if (rc == DLOCK_EUNREACHABLE && reused) {
+        conn_close(k); /* a pooled session that died idle: again on another */
+        goto again;
+    }
     if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) {
         conn_abandon(pc, k);
         if (rc == DLOCK_ECANCELED)
@@ -932,20 +952,29 @@ static int pg_release(dlock_lock *l)
     snprintf(key, sizeof key, "%" PRId64, pl->key);
     const char *p[] = {key};
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
-    /* Sent, not waited for: the session runs it before anything else sent
-     * on it later, and a session that is gone has let go already. Its
-     * reply is read (and dropped) by the next statement on the session. */
-    int rc = stmt_send(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
-                                                     : "SELECT pg_advisory_unlock($1::bigint)",
-                       1, p, until, -1, why, sizeof why);
+    /* Waited for: once release returns, a rival's try finds the lock free,
+     * and an unlock that held nothing says the lock was lost. (Sent and not
+     * waited for, the cycle was 2.4 x SELECT 1 instead of 3.6, but a try
+     * right after the release could still find it held.) */
+    PGresult *r;
+    int rc = run(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
+                                                : "SELECT pg_advisory_unlock($1::bigint)",
+                 1, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
         conn_close(k);
-        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+        return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
                            "lock \"%s\": releasing: %s; its session was closed, which lets "
                            "go of it (%s)",
                            l->name, why, pc->redacted);
+    }
+    bool was_held = !*sqlstate(r) && pq.ntuples(r) == 1 && strcmp(pq.getvalue(r, 0, 0), "t") == 0;
+    pq.clear(r);
+    if (!was_held) {
+        conn_close(k);
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its session no longer held it",
+                           l->name);
     }
     conn_put(pc, k);
     return 0;
@@ -957,10 +986,8 @@ static void pg_abandon(dlock_lock *l)
     if (pc_of(l->c)->lease) {
         /* Give the row back if it is still ours (a grant that came too
          * late); the owner check leaves anyone else's alone. */
-        char chan[32];
-        channel_of(pl, chan, sizeof chan);
         int touched;
-        (void)lease_row(l, pc_of(l->c)->sql_free, chan, &touched);
+        (void)lease_row(l, pc_of(l->c)->sql_free, NULL, &touched);
         return;
     }
     pg_conn *k = unwatch_conn(l);
@@ -1164,12 +1191,6 @@ static char *fmt_alloc(const char *fmt, ...)
 
 #define PG_LEASE_RECHECK_MS 1000
 
-/* The name's NOTIFY channel: "dlock_" and 16 hex digits of its key. */
-static void channel_of(const pglock *pl, char *buf, size_t len)
-{
-    snprintf(buf, len, "dlock_%016" PRIx64, (uint64_t)pl->key);
-}
-
 static int lease_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
@@ -1190,16 +1211,35 @@ static int lease_build_sql(pgclient *pc)
         "SELECT floor(greatest(0, extract(epoch FROM min(expires) - clock_timestamp()) * 1000)) "
         "FROM %s WHERE name = $1 AND owner IS NOT NULL",
         t);
+    /* The release, and a NOTIFY to the first live waiter (at commit). */
     pc->sql_free = fmt_alloc(
         "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
-        "AND owner = $3 RETURNING name) SELECT pg_notify($4, $1) FROM r",
-        t);
+        "AND owner = $3 RETURNING name), "
+        "w AS (SELECT owner FROM %s WHERE name = $1 AND alive >= clock_timestamp() AND "
+        "EXISTS (SELECT 1 FROM r) ORDER BY since LIMIT 1), "
+        "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w) "
+        "SELECT (SELECT count(*) FROM r) WHERE (SELECT count(*) FROM n) >= 0 AND "
+        "EXISTS (SELECT 1 FROM r)",
+        t, pc->waiters);
+    pc->sql_enqueue = fmt_alloc(
+        "INSERT INTO %s (name, owner, since, alive) VALUES ($1, $2, clock_timestamp(), "
+        "clock_timestamp() + interval '3 seconds') ON CONFLICT (name, owner) DO UPDATE SET "
+        "alive = excluded.alive",
+        pc->waiters);
+    pc->sql_refresh = fmt_alloc(
+        "UPDATE %s SET alive = clock_timestamp() + interval '3 seconds' WHERE name = $1 AND "
+        "owner = $2",
+        pc->waiters);
+    pc->sql_dequeue = fmt_alloc("DELETE FROM %s WHERE name = $1 AND owner = $2", pc->waiters);
     pc->sql_renew = fmt_alloc(
         "UPDATE %s SET expires = clock_timestamp() + $4::int * interval '1 millisecond' "
         "WHERE name = $1 AND slot = $2 AND owner = $3 AND expires >= clock_timestamp() "
         "RETURNING 1",
         t);
-    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew ? 0 : DLOCK_ENOMEM;
+    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew && pc->sql_enqueue &&
+                   pc->sql_refresh && pc->sql_dequeue
+               ? 0
+               : DLOCK_ENOMEM;
 }
 
 /* Notifications that came to a session are not needed once read. */
@@ -1211,18 +1251,70 @@ static void drop_notices(pg_conn *k)
         pq.freemem(nf);
 }
 
-static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
+/* One round of a lease acquisition on k: the statements in `pre` (LISTEN,
+ * the waiter's row), then a take and the time until the first holder's row
+ * expires, all pipelined. 1 taken, 0 not (expires_in set), or an error. */
+static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const int *npar,
+                     int npre, int64_t until, int cancel_fd, long *expires_in, char *why,
+                     size_t wlen)
 {
     pgclient *pc = pc_of(l->c);
     pglock *pl = l->bstate;
-    char why[300], line[200], chan[32], ttl[16], permits[16], self[200], holder[300];
-    int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
-    channel_of(pl, chan, sizeof chan);
+    char ttl[16], permits[16], self[200], holder[300];
     snprintf(ttl, sizeof ttl, "%d", l->opts.ttl_ms);
     snprintf(permits, sizeof permits, "%u", l->opts.permits);
     dl_self_desc(self, sizeof self);
     snprintf(holder, sizeof holder, "%s %s", l->owner, self);
     const char *p[] = {l->name, l->owner, ttl, holder, permits};
+    int rc = 0;
+    for (int i = 0; i < npre && !rc; i++)
+        rc = stmt_send(k, pre[i], npar[i], p, until, cancel_fd, why, wlen);
+    int64_t sent = dl_now_ns();
+    if (!rc)
+        rc = stmt_send(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
+    if (!rc)
+        rc = stmt_send(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
+    PGresult *took = NULL, *r = NULL;
+    while (!rc && k->pending > 2) { /* what came before: must have worked */
+        rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
+        if (!rc && *sqlstate(r)) {
+            char line[200];
+            rc = code_of_state(sqlstate(r));
+            snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+        }
+        pq.clear(r);
+        r = NULL;
+    }
+    if (!rc)
+        rc = stmt_read(k, until, cancel_fd, &took, why, wlen);
+    if (!rc)
+        rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
+    if (!rc && *sqlstate(took)) {
+        char line[200];
+        rc = code_of_state(sqlstate(took));
+        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(took), line, sizeof line));
+    }
+    int taken = 0;
+    if (!rc && pq.ntuples(took) == 1) {
+        pl->slot = atoi(pq.getvalue(took, 0, 0));
+        atomic_store(&l->token, strtoull(pq.getvalue(took, 0, 1), NULL, 10));
+        l->lease_start_ns = sent; /* counted from before the statement that took it */
+        taken = 1;
+    } else if (!rc) {
+        *expires_in = !*sqlstate(r) && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 0)
+                          ? atol(pq.getvalue(r, 0, 0))
+                          : 0;
+    }
+    pq.clear(took);
+    pq.clear(r);
+    return rc ? rc : taken;
+}
+
+static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    pgclient *pc = pc_of(l->c);
+    char why[300], listen[64];
+    int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
     pg_conn *k;
     int64_t bound = dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000;
     if (deadline_ns > 0 && l->op_deadline_ns < bound)
@@ -1230,78 +1322,60 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int rc = conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
-    bool listening = false;
+    /* A waiter listens on a channel of its own and queues in the waiters'
+     * table; a release notifies the first live waiter only. */
+    snprintf(listen, sizeof listen, "LISTEN \"dlock_w_%s\"", l->owner);
+    const char *enqueue[] = {listen, pc->sql_enqueue};
+    const char *refresh[] = {pc->sql_refresh};
+    static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
+    bool queued = false;
+    long expires_in = 0;
     for (;;) {
         int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
-        PGresult *r = NULL;
-        if (deadline_ns != 0 && !listening) {
-            /* before the first try, so that no release between the try and
-             * the wait goes unheard */
-            char listen[64];
-            snprintf(listen, sizeof listen, "LISTEN \"%s\"", chan);
-            rc = stmt_send(k, listen, 0, NULL, until, cancel_fd, why, sizeof why);
-            listening = rc == 0;
+        bool last = deadline_ns == 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) == 0);
+        const char *const *pre = NULL;
+        const int *npar = NULL;
+        int npre = 0;
+        if (!last && !queued && expires_in > 0) { /* (not before the first try: cheap if free) */
+            pre = enqueue;
+            npar = enqueue_npar;
+            npre = 2;
+        } else if (queued) {
+            pre = refresh;
+            npar = refresh_npar;
+            npre = 1;
         }
-        int64_t sent = dl_now_ns();
-        if (!rc)
-            rc = stmt_send(k, pc->sql_take, 5, p, until, cancel_fd, why, sizeof why);
-        if (!rc)
-            rc = stmt_send(k, pc->sql_expiry, 1, p, until, cancel_fd, why, sizeof why);
-        PGresult *took = NULL;
-        if (!rc) {
-            while (k->pending > 2 && !rc)
-                rc = stmt_read(k, until, cancel_fd, NULL, why, sizeof why); /* LISTEN */
-            if (!rc)
-                rc = stmt_read(k, until, cancel_fd, &took, why, sizeof why);
-            if (!rc)
-                rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
-        }
-        if (rc) {
-            pq.clear(took);
-            pq.clear(r);
-            conn_close(k); /* a statement may be left on it: no reuse */
+        rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, why, sizeof why);
+        if (rc < 0) {
+            conn_close(k); /* a statement may be left on it; the queue row expires */
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
                                "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
-        const char *st = sqlstate(took);
-        if (*st) {
-            one_line(pq.resultErrorMessage(took), line, sizeof line);
-            pq.clear(took);
-            pq.clear(r);
-            conn_put(pc, k);
-            return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
-                               pc->redacted);
-        }
-        if (pq.ntuples(took) == 1) {
-            pl->slot = atoi(pq.getvalue(took, 0, 0));
-            atomic_store(&l->token, strtoull(pq.getvalue(took, 0, 1), NULL, 10));
-            pq.clear(took);
-            pq.clear(r);
-            l->lease_start_ns = sent; /* counted from before the statement that took it */
-            if (listening)
+        queued |= npre == 2;
+        if (rc == 1 || last) {
+            if (queued) { /* sent, not waited for: read by the session's next statement */
+                const char *p[] = {l->name, l->owner};
+                (void)stmt_send(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
                 (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
+            }
             drop_notices(k);
             conn_put(pc, k);
-            return 0;
-        }
-        pq.clear(took);
-        long expires_in = !*sqlstate(r) && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 0)
-                              ? atol(pq.getvalue(r, 0, 0))
-                              : 0;
-        pq.clear(r);
-        if (deadline_ns == 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)) {
-            if (listening)
-                (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
-            conn_put(pc, k);
+            if (rc == 1)
+                return 0;
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                                deadline_ns == 0 ? "lock \"%s\" is held by another owner"
                                                 : "lock \"%s\": timed out",
                                l->name);
         }
-        /* Wait for a release's NOTIFY, the holder's expiry, a second, the
-         * deadline or a cancel, whichever first. */
+        if (!queued) {
+            expires_in = expires_in > 0 ? expires_in : 1;
+            continue; /* queue, and try again at once */
+        }
+        /* Wait for our NOTIFY, the holder's expiry, a second (our queue row
+         * is refreshed, and a NOTIFY to a waiter that died is made up
+         * for), the deadline or a cancel, whichever first. */
         int64_t wake = dl_now_ns() + (int64_t)(expires_in < PG_LEASE_RECHECK_MS
                                                    ? expires_in + 1
                                                    : PG_LEASE_RECHECK_MS) * 1000000;
@@ -1315,10 +1389,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 break;
             }
             rc = wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd);
-            if (rc == DLOCK_ETIMEDOUT) {
-                rc = 0;
+            if (rc == DLOCK_ETIMEDOUT)
                 break;
-            }
             if (rc == 0 && !pq.consumeInput(k->pg))
                 rc = DLOCK_EUNREACHABLE;
             if (rc) {
@@ -1370,10 +1442,8 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
 
 static int lease_release(dlock_lock *l)
 {
-    char chan[32];
-    channel_of(l->bstate, chan, sizeof chan);
     int touched = 0;
-    int rc = lease_row(l, pc_of(l->c)->sql_free, chan, &touched);
+    int rc = lease_row(l, pc_of(l->c)->sql_free, NULL, &touched);
     if (rc)
         return rc;
     return touched ? 0
@@ -1477,16 +1547,16 @@ static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
         return rc;
     if (broken->held != 1)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
-    pglock tmp = {.key = key_of(pc, name)};
-    char chan[32], sql[400], why[300];
-    channel_of(&tmp, chan, sizeof chan);
+    char sql[700], why[300];
     snprintf(sql, sizeof sql,
              "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND "
-             "owner IS NOT NULL RETURNING name) SELECT pg_notify($2, $1) FROM r",
-             pc->table);
-    const char *p[] = {name, chan};
+             "owner IS NOT NULL RETURNING name), w AS (SELECT owner FROM %s WHERE name = $1 "
+             "AND alive >= clock_timestamp() AND EXISTS (SELECT 1 FROM r) ORDER BY since "
+             "LIMIT 1) SELECT pg_notify('dlock_w_' || owner, $1) FROM w",
+             pc->table, pc->waiters);
+    const char *p[] = {name};
     PGresult *r;
-    rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
     pq.clear(r);
@@ -1526,6 +1596,9 @@ static void pc_free(pgclient *pc)
     free(pc->sql_expiry);
     free(pc->sql_free);
     free(pc->sql_renew);
+    free(pc->sql_enqueue);
+    free(pc->sql_refresh);
+    free(pc->sql_dequeue);
     if (pc->wake_fd >= 0)
         close(pc->wake_fd);
     pthread_mutex_destroy(&pc->mu);
@@ -1619,12 +1692,13 @@ static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
 static int ensure_table(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
-    const char *p[] = {pc->table, pc->seq};
+    const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
     int rc = pool_run(c,
-                      pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL"
+                      pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
+                                  "NULL AND to_regclass($3) IS NOT NULL"
                                 : "SELECT to_regclass($1) IS NOT NULL",
-                      pc->lease ? 2 : 1, p, &r, why, wlen);
+                      pc->lease ? 3 : 1, p, &r, why, wlen);
     if (rc)
         return rc;
     bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
@@ -1648,6 +1722,15 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
     pq.clear(r);
     if (rc == 0 && pc->lease) {
         snprintf(sql, sizeof sql, "CREATE SEQUENCE IF NOT EXISTS %s", pc->seq);
+        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pq.clear(r);
+    }
+    if (rc == 0 && pc->lease) {
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, owner text NOT NULL, "
+                 "since timestamptz NOT NULL, alive timestamptz NOT NULL, "
+                 "PRIMARY KEY (name, owner))",
+                 pc->waiters);
         rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
         pq.clear(r);
     }
@@ -1709,9 +1792,11 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     if (schema) {
         snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s\".\"%s_token\"", schema, table);
+        snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
     } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
+        snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
     }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);

@@ -1,0 +1,1379 @@
+/*
+ * test_postgres.c — the PostgreSQL backend's own behaviour (mode=advisory)
+ * against a real server started by tests/servers.sh
+ * (DLOCK_TEST_POSTGRES=postgres://dlock:s3cret@127.0.0.1:P/dlock; beside it
+ * DLOCK_TEST_POSTGRES_RO, a role that may not create tables nor touch
+ * dlock's, DLOCK_TEST_POSTGRES_ADMIN, the superuser, and
+ * DLOCK_TEST_SERVERS/postgres.{pid,cmd,port} to restart the server). The
+ * lock contract itself is tests/test_conformance.c's; what is here needs
+ * PostgreSQL: names that look like SQL, LIKE patterns in list prefixes,
+ * the longest names, conflicts and timeouts in the server's lock manager,
+ * a release that has let go when it returns, shared locks, sessions ended
+ * from the server's side (pg_terminate_backend, a restart, dlock_break) —
+ * held ones and pooled idle ones —, waiters cancelled on the server, roles
+ * without rights, a wrong password, servers that are not PostgreSQL, a key
+ * collision in the lock table, election values, the URL's modes. The test
+ * reads the server's own account with psql as the superuser (pg_locks,
+ * pg_stat_activity, the lock table). Run it as
+ *
+ *   tests/servers.sh run postgres -- tests/test_postgres [TEST-NAME-PATTERN]
+ *
+ * Without DLOCK_TEST_POSTGRES it is skipped (exit 77).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "testutil.h"
+
+static const char *pg_url;    /* postgres://dlock:s3cret@127.0.0.1:P/dlock */
+static const char *ro_url;    /* postgres://dlock_ro:ro@127.0.0.1:P/dlock */
+static const char *admin_url; /* postgres://postgres:pgpw@127.0.0.1:P/dlock */
+
+/* pg_url?QUERY */
+static void url_with(char *buf, size_t len, const char *base, const char *query)
+{
+    int n = snprintf(buf, len, "%s?%s", base, query);
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+/* ---- the server's own account --------------------------------------------------- */
+
+/* s in single quotes for sh, its own single quotes as '\'' */
+static void shell_quote(char *buf, size_t len, const char *s)
+{
+    size_t j = 0;
+    assert_true(len > 2);
+    buf[j++] = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            assert_true(j + 5 < len);
+            memcpy(buf + j, "'\\''", 4);
+            j += 4;
+        } else {
+            assert_true(j + 2 < len);
+            buf[j++] = *s;
+        }
+    }
+    buf[j++] = '\'';
+    buf[j] = '\0';
+}
+
+/* s as an SQL string literal: '...' with its quotes doubled */
+static void sql_lit(char *buf, size_t len, const char *s)
+{
+    size_t j = 0;
+    assert_true(len > 2);
+    buf[j++] = '\'';
+    for (; *s; s++) {
+        assert_true(j + 3 < len);
+        if (*s == '\'')
+            buf[j++] = '\'';
+        buf[j++] = *s;
+    }
+    buf[j++] = '\'';
+    buf[j] = '\0';
+}
+
+/* Run a shell command; its standard output into out (NUL-terminated,
+ * truncated to len, trailing newlines dropped); its exit status returned
+ * (-1 if it did not exit). */
+static int run_cmd(char *out, size_t len, const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        fail_msg("popen %s: %s", cmd, strerror(errno));
+    size_t got = 0;
+    char sink[4096];
+    for (;;) {
+        char *to = out && got + 1 < len ? out + got : sink;
+        size_t room = out && got + 1 < len ? len - got - 1 : sizeof sink;
+        size_t r = fread(to, 1, room, f);
+        if (r == 0)
+            break;
+        if (to != sink)
+            got += r;
+    }
+    if (out && len) {
+        out[got] = '\0';
+        while (got > 0 && out[got - 1] == '\n')
+            out[--got] = '\0';
+    }
+    int st = pclose(f);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* One statement as the superuser through psql (unaligned, tuples only):
+ * its output into out, psql's exit status returned. */
+static int __attribute__((format(printf, 3, 4)))
+psql(char *out, size_t len, const char *fmt, ...)
+{
+    char sql[2048], qsql[4200], qurl[512], cmd[5000];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < sizeof sql);
+    shell_quote(qsql, sizeof qsql, sql);
+    shell_quote(qurl, sizeof qurl, admin_url);
+    n = snprintf(cmd, sizeof cmd, "psql %s -X -q -A -t -v ON_ERROR_STOP=1 -c %s 2>&1", qurl,
+                 qsql);
+    assert_true(n > 0 && (size_t)n < sizeof cmd);
+    return run_cmd(out, len, cmd);
+}
+
+/* A statement that must succeed; its output (one value) as a number. */
+static long long __attribute__((format(printf, 1, 2))) psql_num(const char *fmt, ...)
+{
+    char sql[2048], out[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < sizeof sql);
+    int rc = psql(out, sizeof out, "%s", sql);
+    if (rc != 0)
+        fail_msg("psql %s: exit %d: %s", sql, rc, out);
+    char *end = NULL;
+    long long v = strtoll(out, &end, 10);
+    if (end == out || *end)
+        fail_msg("psql %s: not a number: \"%s\"", sql, out);
+    return v;
+}
+
+/* pg_locks of NAME's advisory key (read from the lock table), as in the
+ * backend: an int8 key is named by its halves, objsubid 1. */
+#define LOCKS_OF_NAME                                                                        \
+    "FROM pg_locks l JOIN dlock t ON l.locktype = 'advisory' AND l.objsubid = 1 AND "        \
+    "l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "     \
+    "l.classid = ((t.key >> 32) & 4294967295)::oid AND l.objid = (t.key & 4294967295)::oid " \
+    "WHERE t.name = "
+
+/* Granted advisory locks on NAME's key. */
+static long long granted_on(const char *name)
+{
+    char lit[512];
+    sql_lit(lit, sizeof lit, name);
+    return psql_num("SELECT count(*) " LOCKS_OF_NAME "%s AND l.granted", lit);
+}
+
+/* Advisory lock requests still waiting anywhere on the server. */
+static long long waiting_anywhere(void)
+{
+    return psql_num("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+}
+
+/* Until f() == want (at most limit_ms): whether it was. */
+static bool wait_count(long long (*f)(void), long long want, int limit_ms)
+{
+    int64_t end = now_ms() + limit_ms;
+    do {
+        if (f() == want)
+            return true;
+        sleep_ms(50);
+    } while (now_ms() < end);
+    return false;
+}
+
+static bool wait_granted(const char *name, long long want, int limit_ms)
+{
+    int64_t end = now_ms() + limit_ms;
+    do {
+        if (granted_on(name) == want)
+            return true;
+        sleep_ms(50);
+    } while (now_ms() < end);
+    return false;
+}
+
+/* The backend pid of the only session that holds NAME. */
+static long long holder_pid(const char *name)
+{
+    char lit[512], out[256];
+    sql_lit(lit, sizeof lit, name);
+    int rc = psql(out, sizeof out, "SELECT l.pid " LOCKS_OF_NAME "%s AND l.granted", lit);
+    if (rc != 0)
+        fail_msg("psql: holder of %s: exit %d: %s", name, rc, out);
+    if (!out[0] || strchr(out, '\n'))
+        fail_msg("%s: not exactly one holding session: \"%s\"", name, out);
+    return strtoll(out, NULL, 10);
+}
+
+/* ---- messages ------------------------------------------------------------------- */
+
+static void assert_no_password(const char *msg)
+{
+    assert_non_null(msg);
+    if (strstr(msg, "s3cret") || strstr(msg, "n0t-it-pw") || strstr(msg, "pgpw") ||
+        strstr(msg, ":ro@") || strstr(msg, "pw-not-shown"))
+        fail_msg("a password leaked: %s", msg);
+}
+
+/* Open url expecting failure: its code (checked against want unless 0),
+ * the message checked (one line, no password) and the time bounded. */
+static int expect_open_fails(const char *url, int want, const char *what)
+{
+    dlock_client *c = (dlock_client *)1;
+    int64_t t0 = now_ms();
+    int rc = dlock_client_open(&c, url, NULL);
+    int64_t took = now_ms() - t0;
+    const char *msg = dlock_client_errmsg(NULL);
+    fprintf(stderr, "# %s: %s after %" PRId64 " ms: %s\n", what, dlock_err_name(rc), took, msg);
+    if (rc == 0) {
+        dlock_client_close(c);
+        fail_msg("%s: the open succeeded", what);
+    }
+    assert_true(rc < 0);
+    if (want && rc != want)
+        fail_msg("%s: %s, expected %s: %s", what, dlock_err_name(rc), dlock_err_name(want), msg);
+    assert_null(c);
+    assert_true(took < 5000);
+    assert_non_null(msg);
+    assert_true(msg[0] != '\0');
+    assert_null(strchr(msg, '\n'));
+    assert_no_password(msg);
+    return rc;
+}
+
+/* dlock_list's callback: the names it was given. */
+struct seen {
+    int n;
+    char names[64][256];
+};
+
+static int collect(const char *name, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 64)
+        snprintf(s->names[s->n], sizeof s->names[0], "%s", name);
+    s->n++;
+    return 0;
+}
+
+static bool seen_has(const struct seen *s, const char *name)
+{
+    for (int i = 0; i < s->n && i < 64; i++)
+        if (strcmp(s->names[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* ---- 1. names that look like SQL ------------------------------------------------ */
+
+/* Names are parameters, never SQL: quotes, comments, semicolons and LIKE's
+ * wildcards lock and unlock like any name, each its own key; the table is
+ * still there afterwards; a list prefix with % or _ matches only itself. */
+static void test_sql_injection_names(void **state)
+{
+    (void)state;
+    char tag[64];
+    unique(tag, sizeof tag, "");
+    static const char *const bases[] = {
+        "x'); DROP TABLE dlock; --",
+        "a\" OR 1=1",
+        "' OR '1'='1",
+        "\"; DELETE FROM dlock WHERE 'a'='a",
+        "$1::bigint); SELECT pg_sleep(10); --",
+        "a%",
+        "a_",
+        "ab",
+        "ax",
+        "100% _done_",
+        "E'\\\\x' -- not a name",
+    };
+    enum { N = sizeof bases / sizeof bases[0] };
+    char names[N][256];
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s", bases[i], tag);
+        if (strchr(names[i], '\\')) {
+            /* '\\' is not a lock name: refused before any SQL */
+            dlock_lock *bad = NULL;
+            assert_int_equal(dlock_lock_new(&bad, c1, names[i], NULL), DLOCK_ENAME);
+            assert_null(bad);
+            dlock_info info;
+            assert_int_equal(dlock_inspect(c1, names[i], &info), DLOCK_ENAME);
+            snprintf(names[i], sizeof names[i], "E'x' -- not a name%s", tag);
+        }
+        char why[128];
+        if (dlock_name_valid(names[i], why, sizeof why) != 0)
+            fail_msg("%s: %s", names[i], why);
+    }
+    dlock_lock *ls[N], *os[N];
+    uint64_t tokens[N];
+    for (int i = 0; i < N; i++) { /* every one at once: no two share a key */
+        ls[i] = mk(c1, names[i], NULL, NULL);
+        os[i] = mk(c2, names[i], NULL, NULL);
+        acquire_ok(ls[i], 0);
+        tokens[i] = dlock_token(ls[i]);
+        assert_true(tokens[i] > 0);
+    }
+    for (int i = 0; i < N; i++) {
+        int rc = dlock_acquire(os[i], 0);
+        if (rc != DLOCK_EBUSY)
+            fail_msg("\"%s\" held by c1, c2's try: %s: %s", names[i], dlock_err_name(rc),
+                     dlock_lock_errmsg(os[i]));
+        dlock_info info = inspect(c2, names[i]);
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.token, tokens[i]);
+        assert_int_equal(granted_on(names[i]), 1);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(dlock_release(ls[i]), 0);
+        acquire_ok(os[i], 2000); /* at once: test_release_frees_at_once */
+        uint64_t otok = dlock_token(os[i]);
+        assert_true(otok > tokens[i]);
+        assert_int_equal(dlock_release(os[i]), 0);
+        acquire_ok(ls[i], 2000);
+        assert_true(dlock_token(ls[i]) > otok);
+        assert_int_equal(dlock_release(ls[i]), 0);
+    }
+
+    /* The table is still there, and holds each name as it was written. */
+    assert_int_equal(psql_num("SELECT count(*) FROM pg_class WHERE relname = 'dlock' AND "
+                              "relkind = 'r'"),
+                     1);
+    for (int i = 0; i < N; i++) {
+        char lit[512];
+        sql_lit(lit, sizeof lit, names[i]);
+        long long tok = psql_num("SELECT token FROM dlock WHERE name = %s", lit);
+        assert_true(tok >= (long long)tokens[i] + 2);
+        dlock_info info = inspect(c2, names[i]);
+        assert_int_equal(info.held, 0);
+        assert_int_equal((long long)info.token, tok);
+    }
+
+    /* LIKE's wildcards in a prefix are literal. */
+    char pfx[128], want_pct[128], want_us[128], ab[128], ax[128];
+    snprintf(want_pct, sizeof want_pct, "a%%%s", tag);
+    snprintf(want_us, sizeof want_us, "a_%s", tag);
+    snprintf(ab, sizeof ab, "ab%s", tag);
+    snprintf(ax, sizeof ax, "ax%s", tag);
+    struct seen *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    assert_int_equal(dlock_list(c1, "a%", collect, s), 0);
+    for (int j = 0; j < s->n && j < 64; j++)
+        if (strncmp(s->names[j], "a%", 2) != 0)
+            fail_msg("dlock_list(\"a%%\") returned \"%s\"", s->names[j]);
+    assert_true(seen_has(s, want_pct));
+    assert_false(seen_has(s, ab));
+    memset(s, 0, sizeof *s);
+    assert_int_equal(dlock_list(c1, "a_", collect, s), 0);
+    for (int j = 0; j < s->n && j < 64; j++)
+        if (strncmp(s->names[j], "a_", 2) != 0)
+            fail_msg("dlock_list(\"a_\") returned \"%s\"", s->names[j]);
+    assert_true(seen_has(s, want_us));
+    assert_false(seen_has(s, ax));
+    assert_false(seen_has(s, ab));
+    /* a '\\' in a prefix is literal too (and no name has one) */
+    memset(s, 0, sizeof *s);
+    assert_int_equal(dlock_list(c1, "a\\", collect, s), 0);
+    assert_int_equal(s->n, 0);
+    memset(s, 0, sizeof *s);
+    assert_int_equal(dlock_list(c1, "%", collect, s), 0);
+    for (int j = 0; j < s->n && j < 64; j++)
+        if (s->names[j][0] != '%')
+            fail_msg("dlock_list(\"%%\") returned \"%s\"", s->names[j]);
+    /* the injection name is found by its own prefix */
+    memset(s, 0, sizeof *s);
+    snprintf(pfx, sizeof pfx, "x'); DROP TABLE dlock; --%s", tag);
+    assert_int_equal(dlock_list(c2, pfx, collect, s), 0);
+    assert_int_equal(s->n, 1);
+    assert_string_equal(s->names[0], names[0]);
+    free(s);
+
+    for (int i = 0; i < N; i++) {
+        dlock_lock_free(ls[i]);
+        dlock_lock_free(os[i]);
+    }
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 2. the longest names ------------------------------------------------------- */
+
+static void test_long_names(void **state)
+{
+    (void)state;
+    char tag[64], a[256], b[256], too_long[256];
+    unique(tag, sizeof tag, "long");
+    /* 200 bytes, quotes included; a and b differ in their last byte only */
+    memset(a, 'n', 200);
+    a[200] = '\0';
+    memcpy(a, tag, strlen(tag));
+    memcpy(a + 100, "'\";--%_", 7);
+    a[199] = 'A';
+    memcpy(b, a, sizeof b);
+    b[199] = 'B';
+    memcpy(too_long, a, 200);
+    too_long[200] = 'x';
+    too_long[201] = '\0';
+    assert_int_equal(strlen(a), 200);
+    assert_int_equal(dlock_name_valid(a, NULL, 0), 0);
+    assert_int_equal(dlock_name_valid(too_long, NULL, 0), DLOCK_ENAME);
+
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *bad = NULL;
+    assert_int_equal(dlock_lock_new(&bad, c1, too_long, NULL), DLOCK_ENAME);
+    assert_null(bad);
+
+    dlock_lock *la = mk(c1, a, NULL, NULL), *lb = mk(c1, b, NULL, NULL);
+    dlock_lock *oa = mk(c2, a, NULL, NULL);
+    acquire_ok(la, 0);
+    acquire_ok(lb, 0); /* another key */
+    uint64_t ta = dlock_token(la);
+    assert_int_equal(dlock_acquire(oa, 0), DLOCK_EBUSY);
+    dlock_info info = inspect(c2, a);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, ta);
+    char lit[512];
+    sql_lit(lit, sizeof lit, a);
+    assert_int_equal(psql_num("SELECT length(name) FROM dlock WHERE name = %s", lit), 200);
+    struct seen *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    char pfx[256];
+    snprintf(pfx, sizeof pfx, "%.199s", a);
+    assert_int_equal(dlock_list(c2, pfx, collect, s), 0);
+    assert_int_equal(s->n, 2);
+    assert_true(seen_has(s, a));
+    assert_true(seen_has(s, b));
+    free(s);
+
+    assert_int_equal(dlock_release(la), 0);
+    acquire_ok(oa, 2000);
+    assert_true(dlock_token(oa) > ta);
+    assert_int_equal(dlock_release(oa), 0);
+    assert_int_equal(dlock_release(lb), 0);
+    dlock_lock_free(oa);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 3. exclusive conflicts, timeouts, hand-over --------------------------------- */
+
+static void test_exclusive_busy_timeout(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "excl");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    uint64_t t1 = dlock_token(h);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_valid_ms(h), -1); /* a session: no deadline on our clock */
+
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_state(w), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_token(w), 0);
+
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(w, 300);
+    int64_t took = now_ms() - t0;
+    fprintf(stderr, "# timed acquire of a held lock: %s after %" PRId64 " ms: %s\n",
+            dlock_err_name(rc), took, dlock_lock_errmsg(w));
+    assert_int_equal(rc, DLOCK_ETIMEDOUT);
+    assert_true(took >= 280);
+    assert_true(took < 5000);
+    assert_int_equal(dlock_state(w), DLOCK_STATE_IDLE);
+    /* the waiter that timed out is not left in the server's queue */
+    if (!wait_count(waiting_anywhere, 0, 2000))
+        fail_msg("%lld advisory requests still waiting after the timeout", waiting_anywhere());
+    assert_int_equal(granted_on(name), 1);
+
+    /* Re-entry keeps the token. */
+    acquire_ok(h, 0);
+    assert_int_equal(dlock_held_count(h), 2);
+    assert_int_equal(dlock_token(h), t1);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(dlock_release(h), DLOCK_ENOTHELD);
+
+    acquire_ok(w, 2000); /* at once: test_release_frees_at_once */
+    uint64_t t2 = dlock_token(w);
+    assert_true(t2 > t1);
+
+    /* A waiter gets it when the holder lets go, with a higher token. */
+    struct waiter ws;
+    waiter_start(&ws, h, 10000, false);
+    wait_waiters(c1, name, 1, 5000);
+    assert_int_equal(dlock_release(w), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    assert_true(dlock_token(h) > t2);
+    assert_int_equal(dlock_release(h), 0);
+    assert_true(wait_granted(name, 0, 2000));
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 4. shared locks ------------------------------------------------------------ */
+
+static void test_shared_readers_block_writer(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "rw");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url), *c3 = open_url(pg_url);
+    unsigned caps = dlock_client_caps(c1);
+    assert_true(caps & DLOCK_CAP_SHARED);
+    assert_true(caps & DLOCK_CAP_FENCING);
+    assert_true(caps & DLOCK_CAP_SESSION);
+    assert_false(caps & DLOCK_CAP_SEMAPHORE);
+    assert_false(caps & DLOCK_CAP_LEASE);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.kind = DLOCK_SHARED;
+    dlock_lock *r1 = NULL, *r2 = NULL;
+    assert_int_equal(dlock_lock_new(&r1, c1, name, &o), 0);
+    assert_int_equal(dlock_lock_new(&r2, c2, name, &o), 0);
+    dlock_lock *w = mk(c3, name, NULL, NULL);
+
+    acquire_ok(r1, 0);
+    acquire_ok(r2, 0);
+    assert_true(dlock_token(r2) > dlock_token(r1));
+    dlock_info info = inspect(c3, name);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.holders, 2);
+    assert_int_equal(granted_on(name), 2);
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
+
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, false);
+    wait_waiters(c3, name, 1, 5000);
+    assert_int_equal(dlock_release(r1), 0);
+    sleep_ms(300);
+    assert_int_equal(atomic_load(&ws.done), 0); /* one reader still holds */
+    assert_int_equal(dlock_state(w), DLOCK_STATE_WAITING);
+    info = inspect(c3, name);
+    assert_int_equal(info.holders, 1);
+    assert_int_equal(info.waiters, 1);
+    uint64_t rtok = dlock_token(r2);
+    assert_int_equal(dlock_release(r2), 0);
+    int rc = waiter_join(&ws);
+    if (rc != 0)
+        fail_msg("writer: %s: %s", dlock_err_name(rc), dlock_lock_errmsg(w));
+    assert_true(dlock_token(w) > rtok);
+    info = inspect(c3, name);
+    assert_int_equal(info.holders, 1);
+    assert_int_equal(info.waiters, 0);
+    /* readers wait for the writer in turn */
+    assert_int_equal(dlock_acquire(r1, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(w), 0);
+    acquire_ok(r1, 2000);
+    assert_int_equal(dlock_release(r1), 0);
+
+    dlock_lock_free(w);
+    dlock_lock_free(r2);
+    dlock_lock_free(r1);
+    dlock_client_close(c3);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 3b. a release lets go before it returns ----------------------------------------- */
+
+/* Once dlock_release (or dlock_resign) has returned, the lock is free on
+ * the server: another client told of the release (here: the next line)
+ * gets it with a try, and dlock_leader of another client no longer names
+ * the leader that resigned. Each round is checked at once, then the test
+ * waits until the server agrees, so that one late unlock does not spoil
+ * the next round. */
+static void test_release_frees_at_once(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 40 };
+    char name[64], buf[300];
+    unique(name, sizeof name, "handover");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *a = mk(c1, name, NULL, NULL), *b = mk(c2, name, NULL, NULL);
+    int busy = 0, stale_leader = 0, first_busy = -1;
+    uint64_t last = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        acquire_ok(a, 2000);
+        assert_true(dlock_token(a) > last);
+        last = dlock_token(a);
+        assert_int_equal(dlock_release(a), 0);
+        int rc = dlock_acquire(b, 0); /* the release has returned */
+        if (rc == DLOCK_EBUSY) {
+            busy++;
+            if (first_busy < 0)
+                first_busy = i;
+            acquire_ok(b, 2000);
+        } else if (rc != 0) {
+            fail_msg("round %d: %s: %s", i, dlock_err_name(rc), dlock_lock_errmsg(b));
+        }
+        assert_true(dlock_token(b) > last);
+        last = dlock_token(b);
+        assert_int_equal(dlock_release(b), 0);
+        assert_true(wait_granted(name, 0, 2000));
+
+        assert_int_equal(dlock_campaign(a, "leader-a", 2000), 0);
+        assert_int_equal(dlock_leader(c2, name, buf, sizeof buf), 0);
+        assert_string_equal(buf, "leader-a");
+        last = dlock_token(a);
+        assert_int_equal(dlock_resign(a), 0);
+        if (dlock_leader(c2, name, buf, sizeof buf) == 0)
+            stale_leader++;
+        assert_true(wait_granted(name, 0, 2000));
+    }
+    fprintf(stderr, "# %d of %d tries right after a release got EBUSY (first in round %d); "
+            "%d of %d dlock_leader calls right after a resign still named the old leader\n",
+            busy, ROUNDS, first_busy, stale_leader, ROUNDS);
+    if (busy || stale_leader)
+        fail_msg("dlock_release/dlock_resign returned before the server had let go: %d of %d "
+                 "tries by another client right after the release got EBUSY, %d of %d "
+                 "dlock_leader calls right after the resign still named the old leader",
+                 busy, ROUNDS, stale_leader, ROUNDS);
+    dlock_lock_free(b);
+    dlock_lock_free(a);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 5. the holder's session ended by the server ---------------------------------- */
+
+static void test_session_terminated(void **state)
+{
+    (void)state;
+    char name[64], out[256];
+    unique(name, sizeof name, "terminated");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    atomic_store(&lost_calls, 0);
+    dlock_lock *h = mk(c1, name, count_lost, NULL), *o = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    uint64_t token = dlock_token(h);
+    long long pid = holder_pid(name);
+    assert_true(wait_lost(h, 0) < 0);
+
+    int64_t t0 = now_ms();
+    int rc = psql(out, sizeof out, "SELECT pg_terminate_backend(%lld)", pid);
+    if (rc != 0 || strcmp(out, "t") != 0)
+        fail_msg("pg_terminate_backend(%lld): exit %d: %s", pid, rc, out);
+    int64_t told = wait_lost(h, 5000);
+    fprintf(stderr, "# holder told %" PRId64 " ms after pg_terminate_backend returned (%" PRId64
+            " ms after it was sent)\n", told, now_ms() - t0);
+    assert_true(told >= 0);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_LOST);
+    wait_lost_calls(1, 2000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+
+    /* Another client gets it, with a higher token. */
+    acquire_ok(o, 2000);
+    assert_true(dlock_token(o) > token);
+    assert_int_equal(granted_on(name), 1);
+    assert_true(holder_pid(name) != pid);
+
+    /* The holder's release says so; its handle works again. */
+    rc = dlock_release(h);
+    fprintf(stderr, "# release after the session ended: %s: %s\n", dlock_err_name(rc),
+            dlock_lock_errmsg(h));
+    assert_int_equal(rc, DLOCK_ELOST);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_acquire(h, 0), DLOCK_EBUSY);
+    uint64_t otok = dlock_token(o);
+    assert_int_equal(dlock_release(o), 0);
+    acquire_ok(h, 2000);
+    assert_true(dlock_token(h) > otok);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(o);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 7. a cancelled waiter leaves the server's queue -------------------------------- */
+
+struct canceller {
+    dlock_lock *l;
+    int delay_ms;
+    int64_t at; /* when dlock_cancel was called */
+    pthread_t t;
+};
+
+static void *canceller_main(void *p)
+{
+    struct canceller *k = p;
+    sleep_ms(k->delay_ms);
+    k->at = now_ms();
+    dlock_cancel(k->l);
+    return NULL;
+}
+
+static void test_cancel_leaves_no_waiter(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "cancel");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    uint64_t token = dlock_token(h);
+    static const int timeouts[] = {-1, 30000};
+    for (int i = 0; i < 2; i++) {
+        /* once queued on the server (seen in pg_locks), cancelled from another thread */
+        struct waiter ws;
+        waiter_start(&ws, w, timeouts[i], false);
+        wait_waiters(c1, name, 1, 5000);
+        assert_int_equal(waiting_anywhere(), 1);
+        struct canceller k = {.l = w, .delay_ms = 100};
+        assert_int_equal(pthread_create(&k.t, NULL, canceller_main, &k), 0);
+        int rc = waiter_join(&ws);
+        int64_t took = now_ms() - k.at;
+        assert_int_equal(pthread_join(k.t, NULL), 0);
+        fprintf(stderr, "# cancelled waiter (timeout %d): %s %" PRId64 " ms after the cancel: %s\n",
+                timeouts[i], dlock_err_name(rc), took, dlock_lock_errmsg(w));
+        assert_int_equal(rc, DLOCK_ECANCELED);
+        assert_true(took < 2000);
+        assert_int_equal(dlock_state(w), DLOCK_STATE_IDLE);
+        if (!wait_count(waiting_anywhere, 0, 2000))
+            fail_msg("%lld advisory requests still waiting 2 s after the cancel",
+                     waiting_anywhere());
+        assert_int_equal(granted_on(name), 1);
+        assert_int_equal(dlock_state(h), DLOCK_STATE_HELD);
+    }
+    /* The handle works again once the holder lets go. */
+    assert_int_equal(dlock_release(h), 0);
+    acquire_ok(w, 2000);
+    assert_true(dlock_token(w) > token);
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 8. a role without rights ---------------------------------------------------- */
+
+static void test_role_without_rights(void **state)
+{
+    (void)state;
+    char url[512], name[64];
+    unique(name, sizeof name, "ro");
+    /* the table exists (made by its owner) */
+    dlock_client *c = open_url(pg_url);
+
+    /* A table it would have to create. */
+    url_with(url, sizeof url, ro_url, "table=dlock_other");
+    expect_open_fails(url, DLOCK_EPERM, "a role without CREATE, a new table");
+    const char *msg = dlock_client_errmsg(NULL);
+    if (!strstr(msg, "dlock_other") || !strstr(msg, "may not create"))
+        fail_msg("the message does not name the table and say it may not be created: %s", msg);
+    assert_int_equal(psql_num("SELECT count(*) FROM pg_class WHERE relname = 'dlock_other'"), 0);
+
+    /* The existing table, on which it has no rights. */
+    dlock_client *ro = open_url(ro_url);
+    dlock_lock *l = mk(ro, name, NULL, NULL);
+    static const int timeouts[] = {0, 1000};
+    for (int i = 0; i < 2; i++) {
+        int rc = dlock_acquire(l, timeouts[i]);
+        fprintf(stderr, "# a role without rights on the table, acquire(%d): %s: %s\n",
+                timeouts[i], dlock_err_name(rc), dlock_lock_errmsg(l));
+        assert_int_equal(rc, DLOCK_EPERM);
+        if (!strstr(dlock_lock_errmsg(l), "permission denied"))
+            fail_msg("the message does not say permission denied: %s", dlock_lock_errmsg(l));
+        assert_no_password(dlock_lock_errmsg(l));
+        assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    }
+    /* listing reads the table too */
+    struct seen *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    int rc = dlock_list(ro, "", collect, s);
+    fprintf(stderr, "# a role without rights on the table, list: %s: %s\n", dlock_err_name(rc),
+            dlock_client_errmsg(ro));
+    assert_int_equal(rc, DLOCK_EPERM);
+    free(s);
+    /* nothing was left held on the server */
+    dlock_lock *ok = mk(c, name, NULL, NULL);
+    acquire_ok(ok, 0);
+    assert_int_equal(dlock_release(ok), 0);
+    dlock_lock_free(ok);
+    dlock_lock_free(l);
+    dlock_client_close(ro);
+    dlock_client_close(c);
+}
+
+/* ---- 9. a wrong password --------------------------------------------------------- */
+
+static void test_wrong_password(void **state)
+{
+    (void)state;
+    const char *at = strchr(pg_url, '@');
+    assert_non_null(at);
+    char url[512];
+    snprintf(url, sizeof url, "postgres://dlock:n0t-it-pw%s", at);
+    expect_open_fails(url, DLOCK_EPERM, "wrong password");
+    snprintf(url, sizeof url, "postgres://nobody-here:n0t-it-pw%s", at);
+    expect_open_fails(url, DLOCK_EPERM, "unknown role");
+    /* right password, a database that does not exist */
+    const char *slash = strrchr(pg_url, '/');
+    assert_non_null(slash);
+    snprintf(url, sizeof url, "%.*s/no_such_db", (int)(slash - pg_url), pg_url);
+    expect_open_fails(url, DLOCK_ENOENT, "no such database");
+}
+
+/* ---- 10. a server that is not PostgreSQL ---------------------------------------------- */
+
+enum fake_mode { FAKE_GARBAGE, FAKE_SILENT, FAKE_CLOSE };
+
+struct fake {
+    int lfd, port;
+    enum fake_mode mode;
+    atomic_int stop;
+    atomic_int accepted;
+    int held[64];
+    int nheld;
+    pthread_t t;
+};
+
+static void *fake_main(void *p)
+{
+    struct fake *f = p;
+    static const char garbage[] = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+    while (!atomic_load(&f->stop)) {
+        struct pollfd pl = {.fd = f->lfd, .events = POLLIN};
+        if (poll(&pl, 1, 50) != 1)
+            continue;
+        int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        atomic_fetch_add(&f->accepted, 1);
+        if (f->mode == FAKE_SILENT) {
+            if (f->nheld < 64)
+                f->held[f->nheld++] = fd;
+            else
+                close(fd);
+            continue;
+        }
+        if (f->mode == FAKE_GARBAGE) {
+            char buf[512];
+            struct pollfd pr = {.fd = fd, .events = POLLIN};
+            if (poll(&pr, 1, 1000) == 1) /* the client's first message */
+                (void)!read(fd, buf, sizeof buf);
+            (void)!send(fd, garbage, sizeof garbage - 1, MSG_NOSIGNAL);
+            shutdown(fd, SHUT_WR);
+            for (int i = 0; i < 20 && poll(&pr, 1, 50) == 1; i++) /* until the client goes */
+                if (read(fd, buf, sizeof buf) <= 0)
+                    break;
+        }
+        close(fd);
+    }
+    for (int i = 0; i < f->nheld; i++)
+        close(f->held[i]);
+    return NULL;
+}
+
+static void fake_start(struct fake *f, enum fake_mode mode)
+{
+    memset(f, 0, sizeof *f);
+    f->mode = mode;
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
+    assert_int_equal(listen(f->lfd, 16), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->t, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+    atomic_store(&f->stop, 1);
+    assert_int_equal(pthread_join(f->t, NULL), 0);
+    close(f->lfd);
+}
+
+/* A server that is not PostgreSQL: the open fails within a few seconds,
+ * as a protocol error or an unreachable server, in one line. The cases
+ * from `first` on: test_not_postgres runs the talking ones,
+ * test_silent_server the one that never answers. */
+static void not_postgres(size_t first, size_t last)
+{
+    static const struct {
+        enum fake_mode mode;
+        const char *what;
+    } cases[] = {
+        {FAKE_GARBAGE, "a server answering HTTP"},
+        {FAKE_CLOSE, "a server that accepts and closes"},
+        {FAKE_SILENT, "a server that accepts and never answers"},
+    };
+    assert_true(last < sizeof cases / sizeof cases[0]);
+    for (size_t i = first; i <= last; i++) {
+        struct fake f;
+        fake_start(&f, cases[i].mode);
+        char url[256];
+        snprintf(url, sizeof url, "postgres://u:pw-not-shown@127.0.0.1:%d/db?connect_timeout_ms=1000",
+                 f.port);
+        int rc = expect_open_fails(url, 0, cases[i].what);
+        int accepted = atomic_load(&f.accepted);
+        fake_stop(&f);
+        assert_true(accepted >= 1); /* it did talk to our listener */
+        if (rc != DLOCK_EPROTO && rc != DLOCK_EUNREACHABLE)
+            fail_msg("%s: %s, expected EPROTO or EUNREACHABLE: %s", cases[i].what,
+                     dlock_err_name(rc), dlock_client_errmsg(NULL));
+    }
+}
+
+static void test_not_postgres(void **state)
+{
+    (void)state;
+    not_postgres(0, 1);
+}
+
+static void test_silent_server(void **state)
+{
+    (void)state;
+    not_postgres(2, 2);
+}
+
+/* ---- 11. a key collision in the lock table ------------------------------------------ */
+
+/* A forged row of another name with the real name's key: the real name's
+ * next acquisition fails, naming the other one — never a silent shared key. */
+static void test_key_collision(void **state)
+{
+    (void)state;
+    char name[64], forged[64], lit[128], flit[128];
+    unique(name, sizeof name, "collide");
+    unique(forged, sizeof forged, "forged-other");
+    sql_lit(lit, sizeof lit, name);
+    sql_lit(flit, sizeof flit, forged);
+    dlock_client *c = open_url(pg_url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    uint64_t token = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    long long key = psql_num("SELECT key FROM dlock WHERE name = %s", lit);
+    assert_int_equal(psql_num("WITH u AS (UPDATE dlock SET name = %s WHERE name = %s "
+                              "RETURNING 1) SELECT count(*) FROM u",
+                              flit, lit),
+                     1);
+    assert_int_equal(psql_num("SELECT key FROM dlock WHERE name = %s", flit), key);
+
+    static const int timeouts[] = {0, 1000};
+    for (int i = 0; i < 2; i++) {
+        int rc = dlock_acquire(l, timeouts[i]);
+        const char *msg = dlock_lock_errmsg(l);
+        fprintf(stderr, "# acquire(%d) of a name whose key another name has: %s: %s\n",
+                timeouts[i], dlock_err_name(rc), msg);
+        assert_int_equal(rc, DLOCK_ENAME);
+        if (!strstr(msg, forged))
+            fail_msg("the message does not name \"%s\": %s", forged, msg);
+        assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+        assert_int_equal(dlock_token(l), 0);
+        /* the advisory lock the failed statement took is let go */
+        if (!wait_granted(forged, 0, 2000))
+            fail_msg("the key is still held on the server after the failed acquisition");
+    }
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock WHERE name = %s", lit), 0);
+
+    /* The row back: the name works again, its tokens still rising. */
+    assert_int_equal(psql_num("WITH u AS (UPDATE dlock SET name = %s WHERE name = %s "
+                              "RETURNING 1) SELECT count(*) FROM u",
+                              lit, flit),
+                     1);
+    acquire_ok(l, 0);
+    assert_true(dlock_token(l) > token);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* ---- 12. election ------------------------------------------------------------------ */
+
+/* dlock_leader until it says there is none (at most limit_ms): its last code.
+ * (Immediately after a resign: test_release_frees_at_once.) */
+static int wait_no_leader(dlock_client *c, const char *name, int limit_ms)
+{
+    char buf[300];
+    int64_t end = now_ms() + limit_ms;
+    int rc;
+    while ((rc = dlock_leader(c, name, buf, sizeof buf)) == 0 && now_ms() < end)
+        sleep_ms(5);
+    return rc;
+}
+
+static void test_election(void **state)
+{
+    (void)state;
+    char name[64], buf[300];
+    unique(name, sizeof name, "elect");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *a = mk(c1, name, NULL, NULL), *b = mk(c2, name, NULL, NULL);
+    assert_int_equal(dlock_leader(c2, name, buf, sizeof buf), DLOCK_ENOENT);
+
+    static const char va[] = "node-a:8080 'quoted' \"and\" %_";
+    assert_int_equal(dlock_campaign(a, va, 0), 0);
+    uint64_t ta = dlock_token(a);
+    int rc = dlock_leader(c2, name, buf, sizeof buf);
+    if (rc != 0)
+        fail_msg("leader: %s: %s", dlock_err_name(rc), dlock_client_errmsg(c2));
+    assert_string_equal(buf, va);
+    assert_int_equal(dlock_leader(c1, name, buf, sizeof buf), 0);
+    assert_string_equal(buf, va);
+    assert_int_equal(dlock_campaign(b, "node-b", 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_campaign(b, "node-b", 200), DLOCK_ETIMEDOUT);
+    assert_int_equal(dlock_leader(c2, name, buf, sizeof buf), 0);
+    assert_string_equal(buf, va);
+
+    assert_int_equal(dlock_resign(a), 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(wait_no_leader(c2, name, 2000), DLOCK_ENOENT);
+
+    /* The next leader publishes its own value; a plain acquisition none. */
+    assert_int_equal(dlock_campaign(b, "node-b", 2000), 0);
+    assert_true(dlock_token(b) > ta);
+    assert_int_equal(dlock_leader(c1, name, buf, sizeof buf), 0);
+    assert_string_equal(buf, "node-b");
+    assert_int_equal(dlock_resign(b), 0);
+    assert_int_equal(wait_no_leader(c1, name, 2000), DLOCK_ENOENT);
+    acquire_ok(a, 2000);
+    assert_int_equal(dlock_leader(c2, name, buf, sizeof buf), DLOCK_ENOENT);
+    assert_int_equal(dlock_release(a), 0);
+    dlock_lock_free(b);
+    dlock_lock_free(a);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 13. break --------------------------------------------------------------------- */
+
+static void test_break(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "break");
+    dlock_client *ca = open_url(pg_url), *cb = open_url(pg_url), *adm = open_url(admin_url);
+    atomic_store(&lost_calls, 0);
+    dlock_lock *a = mk(ca, name, count_lost, NULL), *b = mk(cb, name, count_lost, NULL);
+    dlock_info broken;
+    assert_int_equal(dlock_break(cb, name, &broken), DLOCK_ENOTHELD);
+
+    /* The same role breaks. */
+    acquire_ok(a, 0);
+    uint64_t ta = dlock_token(a);
+    int64_t t0 = now_ms();
+    int rc = dlock_break(cb, name, &broken);
+    if (rc != 0)
+        fail_msg("break: %s: %s", dlock_err_name(rc), dlock_client_errmsg(cb));
+    assert_int_equal(broken.held, 1);
+    assert_int_equal(broken.token, ta);
+    int64_t told = wait_lost(a, 5000);
+    fprintf(stderr, "# holder told %" PRId64 " ms after the break returned (%" PRId64
+            " ms after it began)\n", told, now_ms() - t0);
+    assert_true(told >= 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_LOST);
+    acquire_ok(b, 2000);
+    uint64_t tb = dlock_token(b);
+    assert_true(tb > ta);
+    assert_int_equal(dlock_release(a), DLOCK_ELOST);
+
+    /* The superuser breaks. */
+    rc = dlock_break(adm, name, &broken);
+    if (rc != 0)
+        fail_msg("break as the superuser: %s: %s", dlock_err_name(rc), dlock_client_errmsg(adm));
+    assert_int_equal(broken.token, tb);
+    assert_true(wait_lost(b, 5000) >= 0);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_LOST);
+    acquire_ok(a, 2000);
+    assert_true(dlock_token(a) > tb);
+    assert_int_equal(dlock_release(b), DLOCK_ELOST);
+    wait_lost_calls(2, 2000);
+    assert_int_equal(atomic_load(&lost_calls), 2);
+    assert_int_equal(dlock_release(a), 0);
+    assert_true(wait_granted(name, 0, 2000));
+    assert_int_equal(dlock_break(adm, name, &broken), DLOCK_ENOTHELD);
+    dlock_lock_free(b);
+    dlock_lock_free(a);
+    dlock_client_close(adm);
+    dlock_client_close(cb);
+    dlock_client_close(ca);
+}
+
+/* ---- 14. the URL's modes and table ----------------------------------------------------- */
+
+static void test_url_modes(void **state)
+{
+    (void)state;
+    char url[512];
+    /* The modes other than advisory: one not built yet says so at open
+     * (ENOTSUP, naming it); one that is built opens with its own
+     * capabilities (mode=lease: leases and semaphores, no shared locks). */
+    static const char *const modes[] = {"lease", "rowlock"};
+    for (int i = 0; i < 2; i++) {
+        char q[32], what[32];
+        snprintf(q, sizeof q, "mode=%s", modes[i]);
+        snprintf(what, sizeof what, "mode=%s", modes[i]);
+        url_with(url, sizeof url, pg_url, q);
+        dlock_client *m = NULL;
+        int rc = dlock_client_open(&m, url, NULL);
+        const char *msg = dlock_client_errmsg(NULL);
+        fprintf(stderr, "# %s: %s%s%s\n", what, dlock_err_name(rc), rc ? ": " : "",
+                rc ? msg : "");
+        if (rc == 0) {
+            unsigned caps = dlock_client_caps(m);
+            if (strcmp(modes[i], "lease") == 0) {
+                assert_true(caps & DLOCK_CAP_LEASE);
+                assert_true(caps & DLOCK_CAP_FENCING);
+                assert_false(caps & DLOCK_CAP_SHARED);
+            }
+            dlock_client_close(m);
+            continue;
+        }
+        if (rc != DLOCK_ENOTSUP)
+            fail_msg("%s: %s, expected ENOTSUP (or a client): %s", what, dlock_err_name(rc), msg);
+        assert_null(m);
+        assert_non_null(strstr(msg, what));
+        assert_null(strchr(msg, '\n'));
+        assert_no_password(msg);
+    }
+    url_with(url, sizeof url, pg_url, "mode=bogus");
+    expect_open_fails(url, DLOCK_EURL, "mode=bogus");
+    assert_non_null(strstr(dlock_client_errmsg(NULL), "bogus"));
+    url_with(url, sizeof url, pg_url, "table=Bad-Name");
+    expect_open_fails(url, DLOCK_EURL, "table=Bad-Name");
+    url_with(url, sizeof url, pg_url, "table=x%22%3Bdrop");
+    expect_open_fails(url, DLOCK_EURL, "table=x\";drop");
+    url_with(url, sizeof url, pg_url, "schema=Public");
+    expect_open_fails(url, DLOCK_EURL, "schema=Public");
+    url_with(url, sizeof url, pg_url, "no_such_param=1");
+    expect_open_fails(url, DLOCK_EURL, "an unknown parameter");
+    assert_non_null(strstr(dlock_client_errmsg(NULL), "no_such_param"));
+
+    /* mode=advisory said aloud, and a table of its own made by its owner:
+     * the same name there is another lock. */
+    char name[64];
+    unique(name, sizeof name, "modes");
+    url_with(url, sizeof url, pg_url, "mode=advisory&table=dlock_mine");
+    dlock_client *c1 = open_url(url), *c2 = open_url(pg_url);
+    assert_int_equal(psql_num("SELECT count(*) FROM pg_class WHERE relname = 'dlock_mine' AND "
+                              "relkind = 'r'"),
+                     1);
+    assert_null(strstr(dlock_client_url(c1), "s3cret"));
+    assert_string_equal(dlock_client_backend(c1), "postgres");
+    dlock_lock *l1 = mk(c1, name, NULL, NULL), *l2 = mk(c2, name, NULL, NULL);
+    acquire_ok(l1, 0);
+    acquire_ok(l2, 0);
+    char lit[128];
+    sql_lit(lit, sizeof lit, name);
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock_mine WHERE name = %s", lit), 1);
+    assert_int_equal(dlock_release(l2), 0);
+    assert_int_equal(dlock_release(l1), 0);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* ---- 6. a server restart while a lock is held ------------------------------------------ */
+
+/* kill -KILL of the postmaster, then its command again, then until it
+ * accepts connections (as srv_restart in tests/servers.sh does). */
+static void restart_server(void)
+{
+    const char *dir = getenv("DLOCK_TEST_SERVERS");
+    assert_non_null(dir);
+    char qdir[600], cmd[2400], out[2048];
+    shell_quote(qdir, sizeof qdir, dir);
+    int n = snprintf(
+        cmd, sizeof cmd,
+        "bash -c 'd=$1; p=$(cat \"$d/postgres.port\") || exit 2; "
+        "kill -KILL \"$(cat \"$d/postgres.pid\")\" || exit 3; sleep 0.05; "
+        "eval \"$(cat \"$d/postgres.cmd\") </dev/null >>$d/postgres/out 2>&1 &\"; "
+        "echo $! >\"$d/postgres.pid\"; "
+        "for i in $(seq 300); do pg_isready -q -h \"$d/postgres\" -p \"$p\" -U postgres "
+        "&& exit 0; sleep 0.1; done; echo did not start; exit 1' restart %s 2>&1",
+        qdir);
+    assert_true(n > 0 && (size_t)n < sizeof cmd);
+    int rc = run_cmd(out, sizeof out, cmd);
+    if (rc != 0)
+        fail_msg("restarting the server: exit %d: %s", rc, out);
+}
+
+static void test_server_restart(void **state)
+{
+    (void)state;
+    if (!getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "restart");
+    dlock_client *c1 = open_url(pg_url);
+    atomic_store(&lost_calls, 0);
+    dlock_lock *h = mk(c1, name, count_lost, NULL);
+    acquire_ok(h, 0);
+    uint64_t token = dlock_token(h);
+
+    int64_t t0 = now_ms();
+    restart_server();
+    fprintf(stderr, "# server restarted in %" PRId64 " ms\n", now_ms() - t0);
+    int64_t told = wait_lost(h, 5000);
+    fprintf(stderr, "# holder told within %" PRId64 " ms of the restart's end\n", told);
+    assert_true(told >= 0);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_LOST);
+    wait_lost_calls(1, 2000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    int rc = dlock_release(h);
+    fprintf(stderr, "# release after the restart: %s: %s\n", dlock_err_name(rc),
+            dlock_lock_errmsg(h));
+    assert_int_equal(rc, DLOCK_ELOST);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_IDLE);
+
+    /* A new client gets the lock, with a higher token: the table survived. */
+    dlock_client *c2 = open_url(pg_url);
+    dlock_lock *n2 = mk(c2, name, NULL, NULL);
+    acquire_ok(n2, 2000);
+    uint64_t t2 = dlock_token(n2);
+    fprintf(stderr, "# token before the restart %" PRIu64 ", after %" PRIu64 "\n", token, t2);
+    assert_true(t2 > token);
+    dlock_info info = inspect(c2, name);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, t2);
+    assert_int_equal(dlock_release(n2), 0);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(n2);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* A client whose idle pooled sessions the server ended (`end` does it):
+ * its next calls must work, on new sessions. Fails naming the first
+ * failure and how many calls in a row failed. */
+static void pool_survives(const char *what, void (*end)(void))
+{
+    char name[64], other[64];
+    unique(name, sizeof name, "pooled");
+    unique(other, sizeof other, "pooled-other");
+    dlock_client *c = open_url(pg_url);
+    dlock_lock *l = mk(c, name, NULL, NULL), *o = mk(c, other, NULL, NULL);
+    /* two sessions back in the pool */
+    acquire_ok(l, 0);
+    acquire_ok(o, 0);
+    uint64_t token = dlock_token(l);
+    assert_int_equal(dlock_release(o), 0);
+    assert_int_equal(dlock_release(l), 0);
+    (void)inspect(c, name);
+    assert_true(wait_granted(name, 0, 2000));
+
+    end();
+    sleep_ms(200); /* the old sessions' sockets have their end by now */
+
+    int rc = dlock_acquire(l, 2000);
+    if (rc != 0) {
+        char first[512];
+        snprintf(first, sizeof first, "%s: %s", dlock_err_name(rc), dlock_lock_errmsg(l));
+        int failed = 1;
+        while (failed < 12 && (rc = dlock_acquire(l, 2000)) != 0)
+            failed++;
+        fprintf(stderr, "# %s: %d acquire(2000) calls in a row failed (the first: %s); then %s\n",
+                what, failed, first, dlock_err_name(rc));
+        if (rc == 0)
+            assert_int_equal(dlock_release(l), 0);
+        fail_msg("%s: the client's first %d acquisitions failed: %s", what, failed, first);
+    }
+    assert_true(dlock_token(l) > token);
+    dlock_info info;
+    rc = dlock_inspect(c, name, &info);
+    if (rc != 0)
+        fail_msg("%s: inspect: %s: %s", what, dlock_err_name(rc), dlock_client_errmsg(c));
+    assert_int_equal(info.token, dlock_token(l));
+    acquire_ok(o, 2000);
+    assert_int_equal(dlock_release(o), 0);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* pg_terminate_backend of every idle session of role dlock (the pools'). */
+static void terminate_idle_sessions(void)
+{
+    long long n = psql_num("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE usename = 'dlock' AND state = 'idle'");
+    fprintf(stderr, "# ended %lld idle sessions\n", n);
+    assert_true(n >= 1);
+}
+
+static void test_pool_after_sessions_ended(void **state)
+{
+    (void)state;
+    pool_survives("idle sessions ended by pg_terminate_backend", terminate_idle_sessions);
+}
+
+static void test_pool_after_restart(void **state)
+{
+    (void)state;
+    if (!getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    pool_survives("a client opened before a server restart", restart_server);
+}
+
+int main(int argc, char **argv)
+{
+    pg_url = getenv("DLOCK_TEST_POSTGRES");
+    ro_url = getenv("DLOCK_TEST_POSTGRES_RO");
+    admin_url = getenv("DLOCK_TEST_POSTGRES_ADMIN");
+    if (!pg_url || !ro_url || !admin_url) {
+        fprintf(stderr, "test_postgres: run inside tests/servers.sh run postgres -- ...: "
+                        "skipped\n");
+        return 77;
+    }
+    if (strncmp(pg_url, "postgres://", 11) != 0 || strchr(pg_url, '?')) {
+        fprintf(stderr, "test_postgres: expected postgres://USER:PW@HOST:PORT/DB, not %s\n",
+                pg_url);
+        return 1;
+    }
+    if (run_cmd(NULL, 0, "psql --version >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_postgres: psql is needed (Debian package postgresql-client)\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sql_injection_names),
+        cmocka_unit_test(test_long_names),
+        cmocka_unit_test(test_exclusive_busy_timeout),
+        cmocka_unit_test(test_release_frees_at_once),
+        cmocka_unit_test(test_shared_readers_block_writer),
+        cmocka_unit_test(test_session_terminated),
+        cmocka_unit_test(test_cancel_leaves_no_waiter),
+        cmocka_unit_test(test_role_without_rights),
+        cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_not_postgres),
+        cmocka_unit_test(test_silent_server),
+        cmocka_unit_test(test_key_collision),
+        cmocka_unit_test(test_election),
+        cmocka_unit_test(test_break),
+        cmocka_unit_test(test_url_modes),
+        cmocka_unit_test(test_pool_after_sessions_ended),
+        cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
+        cmocka_unit_test(test_pool_after_restart),
+    };
+    if (argc > 1) /* a test's name, or a pattern with '*' and '?' */
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
+}
