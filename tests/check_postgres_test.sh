@@ -26,6 +26,18 @@ if [ $rc -le 2 ] && [ -s "$TMP/pg.json" ]; then ok "postgres: ran (exit $rc)"; e
     bad "postgres: exit $rc: $(head -3 "$TMP/pg.err")"
     echo '{"scenarios":[]}' >"$TMP/pg.json"
 fi
+# mode=lease: a row with an expiry on the server's clock; a paused holder
+# loses it and fencing must catch its late write.
+"$DLOCK" --url "$DLOCK_TEST_POSTGRES_LEASE" check --json -P 3 -D 2 --scenario kill --scenario pause \
+    >"$TMP/lease.json" 2>"$TMP/lease.err"
+rc=$?
+if [ $rc -le 2 ] && [ -s "$TMP/lease.json" ]; then ok "postgres mode=lease: ran (exit $rc)"; else
+    bad "postgres mode=lease: exit $rc: $(head -3 "$TMP/lease.err")"
+    echo '{"scenarios":[]}' >"$TMP/lease.json"
+fi
+jcheck "$TMP/lease.json" "lease kill: pass, the lock taken over when the row expired" 'sc("kill")["verdict"] == "pass"'
+jcheck "$TMP/lease.json" "lease pause past the lease: pass, stale writes rejected, the canary lost updates" \
+    'sc("pause")["verdict"] == "pass" and sc("pause")["fenced"]["stale_writes_accepted"] == 0 and sc("pause")["canary"]["lost_increments"] > 0'
 j=$TMP/pg.json
 jcheck "$j" "one server found, strong fencing" 'd["servers"] == 1 and not d["fencing_weak"]'
 jcheck "$j" "kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'
