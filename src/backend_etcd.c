@@ -2403,21 +2403,6 @@ static void tool_key(ecclient *ec, const char *name, const char *what, char *buf
     snprintf(buf, len, "%s/.tools/%s/%s", ec->prefix, name, what);
 }
 
-static int tool_done(dlock_client *c, int rc, const char *tool, const char *err, int64_t *v,
-                     size_t n, dlock_tool_timing *out, const char *what)
-{
-    if (rc) {
-        free(v);
-        return dl_client_err(c, rc, "%s: %s (%s)", tool, err, ec_of(c)->redacted);
-    }
-    dl_tool_summarize(v, n, &out->all);
-    free(v);
-    out->one = out->all;
-    out->servers = 1;
-    snprintf(out->what, sizeof out->what, "%s", what);
-    return 0;
-}
-
 /* The least a lock costs: one put bound to the client's lease and one
  * delete, one after the other, over the same kept-alive connections. */
 static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
@@ -2449,7 +2434,7 @@ static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int6
         if (rc == 0 && i >= 0) /* the first twenty warm up */
             v[n++] = dl_now_ns() - t0;
     }
-    return tool_done(c, rc, "baseline", err, v, n, out,
+    return dl_tool_done(c, rc, "baseline", err, v, n, out,
                      "one put bound to the client's lease then its delete (HTTP keep-alive)");
 }
 
@@ -2514,7 +2499,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
         if (rc == 0 && i >= 0)
             v[n++] = w.fired_ns - t0;
     }
-    return tool_done(c, rc, "relay", err, v, n, out,
+    return dl_tool_done(c, rc, "relay", err, v, n, out,
                      "one connection's delete reaching another connection's watch (to its event)");
 }
 

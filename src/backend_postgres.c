@@ -1850,21 +1850,6 @@ static void pg_client_close(dlock_client *c)
 
 /* ---- tools ----------------------------------------------------------------------- */
 
-static int tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
-                     size_t n, dlock_tool_timing *out, const char *what)
-{
-    if (rc) {
-        free(v);
-        return dl_client_err(c, rc, "%s: %s (%s)", tool, why, pc_of(c)->redacted);
-    }
-    dl_tool_summarize(v, n, &out->all);
-    free(v);
-    out->one = out->all;
-    out->servers = 1;
-    snprintf(out->what, sizeof out->what, "%s", what);
-    return 0;
-}
-
 /* The least a statement costs: SELECT 1 on a pooled session. */
 static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
                             dlock_tool_timing *out)
@@ -1895,7 +1880,7 @@ static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_
         conn_close(k);
     else
         conn_put(pc, k);
-    return tool_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
+    return dl_tool_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
 }
 
 /* The bare hand-over chain: one session's pg_advisory_unlock waking another
@@ -1948,7 +1933,7 @@ static int pg_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
     }
     conn_close(a); /* the sessions' end lets go of the key */
     conn_close(b);
-    return tool_done(c, rc, "relay", why, v, n, out,
+    return dl_tool_done(c, rc, "relay", why, v, n, out,
                      "pg_advisory_unlock waking a session blocked in pg_advisory_lock");
 }
 

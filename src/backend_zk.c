@@ -1858,24 +1858,14 @@ static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
 }
 
 
-/* A timing tool's end: its samples summarised into out (one server's
- * figures), or its error; v freed either way. */
+/* A timing tool's end (dl_tool_done, with ZooKeeper's error words). */
 static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size_t n,
                      dlock_tool_timing *out, const char *what)
 {
-    zkclient *zc = zc_of(c);
-    char err[300];
-    if (rc != ZOK) {
-        free(v);
-        return dl_client_err(c, zk_code(rc), "%s: %s (%s)", tool, zk_why(zc, rc, err, sizeof err),
-                             zc->redacted);
-    }
-    dl_tool_summarize(v, n, &out->all);
-    free(v);
-    out->one = out->all;
-    out->servers = 1;
-    snprintf(out->what, sizeof out->what, "%s", what);
-    return 0;
+    char err[300] = "";
+    if (rc != ZOK)
+        zk_why(zc_of(c), rc, err, sizeof err);
+    return dl_tool_done(c, rc == ZOK ? 0 : zk_code(rc), tool, err, v, n, out, what);
 }
 
 /* The scratch node prefix of a tool under the name's node (ignored by the

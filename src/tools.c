@@ -315,3 +315,18 @@ int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
         nanosleep(&step, NULL);
     }
 }
+
+int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
+                 size_t n, dlock_tool_timing *out, const char *what)
+{
+    if (rc) {
+        free(v);
+        return dl_client_err(c, rc, "%s: %s (%s)", tool, why, c->url->redacted);
+    }
+    dl_tool_summarize(v, n, &out->all);
+    free(v);
+    out->one = out->all;
+    out->servers = 1;
+    snprintf(out->what, sizeof out->what, "%s", what);
+    return 0;
+}

@@ -212,6 +212,11 @@ struct dl_tools {
 
 /* Shared by the adapters: p50/p99 of v[0..n) by nearest rank (sorts v). */
 void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out);
+/* A one-server timing tool's end: rc 0 summarises v[0..n) into out with
+ * `what`; else the error "TOOL: WHY (URL)" is set on c and returned. v is
+ * freed either way. */
+int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
+                 size_t n, dlock_tool_timing *out, const char *what);
 /* For deployments whose servers are exactly the URL's hosts, each holding
  * every lock (a consensus ensemble, or one server): the hosts as lock
  * servers and data members, and the topology (consensus when several). */

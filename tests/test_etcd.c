@@ -60,24 +60,7 @@ run(char *out, size_t len, const char *fmt, ...)
     int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
     assert_true(n > 0 && (size_t)n < sizeof cmd);
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        fail_msg("popen %s: %s", cmd, strerror(errno));
-    size_t got = 0;
-    char sink[4096];
-    for (;;) {
-        char *to = out && got + 1 < len ? out + got : sink;
-        size_t room = out && got + 1 < len ? len - got - 1 : sizeof sink;
-        size_t r = fread(to, 1, room, f);
-        if (r == 0)
-            break;
-        if (to != sink)
-            got += r;
-    }
-    if (out && len)
-        out[got] = '\0';
-    int st = pclose(f);
-    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return shell_out(out, len, cmd);
 }
 
 /* etcdctl against the test's server, standard error into the output too. */

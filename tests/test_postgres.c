@@ -99,27 +99,11 @@ static void sql_lit(char *buf, size_t len, const char *s)
  * (-1 if it did not exit). */
 static int run_cmd(char *out, size_t len, const char *cmd)
 {
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        fail_msg("popen %s: %s", cmd, strerror(errno));
-    size_t got = 0;
-    char sink[4096];
-    for (;;) {
-        char *to = out && got + 1 < len ? out + got : sink;
-        size_t room = out && got + 1 < len ? len - got - 1 : sizeof sink;
-        size_t r = fread(to, 1, room, f);
-        if (r == 0)
-            break;
-        if (to != sink)
-            got += r;
-    }
-    if (out && len) {
-        out[got] = '\0';
-        while (got > 0 && out[got - 1] == '\n')
-            out[--got] = '\0';
-    }
-    int st = pclose(f);
-    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int rc = shell_out(out, len, cmd);
+    size_t got = out && len ? strlen(out) : 0;
+    while (got > 0 && out[got - 1] == '\n')
+        out[--got] = '\0';
+    return rc;
 }
 
 /* One statement as the superuser through psql (unaligned, tuples only):

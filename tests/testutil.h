@@ -19,6 +19,9 @@
 
 #include "dlock.h"
 
+#include <errno.h>
+#include <sys/wait.h>
+
 static int name_seq;
 static atomic_int lost_calls; /* count_lost's count */
 
@@ -164,6 +167,31 @@ static inline int waiter_join(struct waiter *w)
 {
     assert_int_equal(pthread_join(w->t, NULL), 0);
     return atomic_load(&w->rc);
+}
+
+/* Run a shell command; its standard output into out (NUL-terminated,
+ * truncated to len; may be NULL); its exit status returned (-1 if it did
+ * not exit). Needs cmocka.h first. */
+static inline int shell_out(char *out, size_t len, const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        fail_msg("popen %s: %s", cmd, strerror(errno));
+    size_t got = 0;
+    char sink[4096];
+    for (;;) {
+        char *to = out && got + 1 < len ? out + got : sink;
+        size_t room = out && got + 1 < len ? len - got - 1 : sizeof sink;
+        size_t r = fread(to, 1, room, f);
+        if (r == 0)
+            break;
+        if (to != sink)
+            got += r;
+    }
+    if (out && len)
+        out[got] = '\0';
+    int st = pclose(f);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 #endif
