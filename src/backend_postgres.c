@@ -1,5 +1,7 @@
 /*
- * backend_postgres.c — PostgreSQL: session advisory locks.
+ * backend_postgres.c — PostgreSQL: session advisory locks (mode=advisory), the
+ * seeds' lock table with leases (mode=lease), row locks held by an open
+ * transaction (mode=rowlock). Each mode's own part is below its heading.
  *
  * mode=advisory (the default): a lock is a session advisory lock on a 64-bit
  * key, FNV-1a of the table's name and the lock's name. Each held lock has a
@@ -48,17 +50,21 @@ static const dl_scheme postgres_schemes[] = {
      DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_LEASE                                                                        \
     (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING)
-#define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE) /* a client has its mode's */
+#define PG_CAPS_ROWLOCK                                                                      \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
+#define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE | PG_CAPS_ROWLOCK) /* a client: its mode's */
 #define PG_LIVENESS                                                                          \
     "mode=advisory: a session advisory lock, held while the holder's connection lives; the " \
     "holder is told at once when the server ends the session, and within ~5 s (TCP "         \
     "keepalives) when the network goes silent — while the server, which does not see the "  \
-    "silence, keeps the lock for it; a paused holder keeps its lock. mode=lease: a row "     \
-    "whose expiry is the server's clock, renewed every ttl/3; the holder is told on its own " \
-    "clock before the row can expire"
+    "silence, keeps the lock for it; a paused holder keeps its lock. mode=rowlock: the "     \
+    "same, a row locked by an open transaction. mode=lease: a row whose expiry is the "      \
+    "server's clock, renewed every ttl/3; the holder is told on its own clock before the "   \
+    "row can expire"
 #define PG_FENCING                                                                           \
     "advisory: a counter per name in the lock table, raised in the statement that takes "    \
-    "the lock; lease: the table's sequence, drawn by the statement that takes the row"
+    "the lock; lease, rowlock: the table's sequence, drawn by the statement that takes the " \
+    "row"
 /* The URL's own parameters, and libpq's connection parameters that make
  * sense in a URL (passed through to libpq as they are). */
 #define PG_PARAMS                                                                            \
@@ -82,6 +88,7 @@ static const dl_scheme postgres_schemes[] = {
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- libpq, loaded when the first client opens ------------------------------------ */
@@ -164,7 +171,11 @@ typedef struct pgclient {
     char *strings;             /* storage for what keys/vals point at */
     char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
     char seq[2 * PG_IDENT_MAX + 8];    /* mode=lease: the tokens' sequence */
-    bool lease;                        /* mode=lease, else advisory */
+    bool lease;                        /* mode=lease */
+    bool rowlock;                      /* mode=rowlock (else advisory) */
+    char *sql_row_ensure, *sql_row_value, *sql_row_info; /* rowlock */
+    char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
+    char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
@@ -832,6 +843,10 @@ static int lease_set_value(dlock_lock *l, const char *value);
 static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len);
 static int lease_break(dlock_client *c, const char *name, dlock_info *broken);
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
+static int row_inspect(dlock_client *c, const char *name, dlock_info *info);
+static int row_set_value(dlock_lock *l, const char *value);
+static int row_get_value(dlock_client *c, const char *name, char *buf, size_t len);
+static int row_break(dlock_client *c, const char *name, dlock_info *broken);
 
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
@@ -875,7 +890,36 @@ again:
         sql = shared ? pc->sql_wait_r : pc->sql_wait_x;
         np = 4;
     }
-    rc = run(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
+    if (pc->rowlock) {
+        /* the name's row (committed at once), then the transaction that
+         * locks it: its statements take the name and the timeout */
+        p[0] = l->name;
+        p[1] = timeout;
+        np = deadline_ns == 0 ? 1 : 2;
+        const char *ensure[] = {l->name};
+        while (k->pending > 0 && !rc) /* replies left from the session's last use */
+            rc = stmt_read(k, until, cancel_fd, NULL, why, sizeof why);
+        if (!rc)
+            rc = stmt_send(k, pc->sql_row_ensure, 1, ensure, until, cancel_fd, why, sizeof why);
+        if (!rc)
+            rc = stmt_send(k, "BEGIN", 0, NULL, until, cancel_fd, why, sizeof why);
+        for (int i = 0; i < 2 && !rc; i++) {
+            rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
+            if (!rc && *sqlstate(r)) {
+                rc = code_of_state(sqlstate(r));
+                snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+            }
+            pq.clear(r);
+            r = NULL;
+        }
+        if (rc && rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED &&
+            !(rc == DLOCK_EUNREACHABLE && reused)) {
+            conn_close(k);
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        }
+    }
+    if (!pc->rowlock || !rc)
+        rc = run(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
     if (rc == DLOCK_EUNREACHABLE && reused) {
         conn_close(k); /* a pooled session that died idle: again on another */
         goto again;
@@ -899,6 +943,8 @@ again:
         /* The session may hold the advisory lock whatever failed after it:
          * only closing it lets go for sure. */
         conn_close(k);
+        if (strcmp(st, "55P03") == 0 && deadline_ns == 0) /* rowlock's NOWAIT */
+            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
         if (strcmp(st, "55P03") == 0)
             return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out", l->name);
         if (strcmp(st, "57014") == 0) /* canceled on the server's side */
@@ -914,6 +960,12 @@ again:
         return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
                            pc->redacted);
     }
+    if (pq.ntuples(r) != 1 && pc->rowlock) { /* its row is gone: dropped by hand? */
+        pq.clear(r);
+        conn_close(k);
+        return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": its row in %s vanished", l->name,
+                           pc->table);
+    }
     if (pq.ntuples(r) != 1) { /* try: someone holds it */
         pq.clear(r);
         conn_put(pc, k);
@@ -922,6 +974,21 @@ again:
     uint64_t token = strtoull(pq.getvalue(r, 0, 0), NULL, 10);
     pq.clear(r);
     atomic_store(&l->token, token);
+    if (pc->rowlock) {
+        /* who took the row, for dlock_inspect and the leader's value: the
+         * row itself stays locked until the release */
+        char tok[24];
+        snprintf(tok, sizeof tok, "%" PRIu64, token);
+        const char *ip[] = {l->name, l->owner, tok, holder};
+        PGresult *ir;
+        rc = pool_run(l->c, pc->sql_row_info, 4, ip, &ir, why, sizeof why);
+        pq.clear(ir);
+        if (rc) {
+            conn_close(k); /* its transaction ends, and the row is free */
+            return dl_lock_err(l, rc, "lock \"%s\": recording the holder: %s (%s)", l->name, why,
+                               pc->redacted);
+        }
+    }
     pl->conn = k;
     rc = watch_conn(l, k, why, sizeof why);
     if (rc) {
@@ -957,9 +1024,10 @@ static int pg_release(dlock_lock *l)
      * waited for, the cycle was 2.4 x SELECT 1 instead of 3.6, but a try
      * right after the release could still find it held.) */
     PGresult *r;
-    int rc = run(k, l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
-                                                : "SELECT pg_advisory_unlock($1::bigint)",
-                 1, p, until, -1, &r, why, sizeof why);
+    const char *sql = pc->rowlock                      ? "COMMIT"
+                      : l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
+                                                     : "SELECT pg_advisory_unlock($1::bigint)";
+    int rc = run(k, sql, pc->rowlock ? 0 : 1, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
@@ -969,8 +1037,16 @@ static int pg_release(dlock_lock *l)
                            "go of it (%s)",
                            l->name, why, pc->redacted);
     }
-    bool was_held = !*sqlstate(r) && pq.ntuples(r) == 1 && strcmp(pq.getvalue(r, 0, 0), "t") == 0;
+    bool was_held = !*sqlstate(r) && (pc->rowlock || (pq.ntuples(r) == 1 &&
+                                                       strcmp(pq.getvalue(r, 0, 0), "t") == 0));
     pq.clear(r);
+    if (was_held && pc->rowlock) { /* its leader value goes with it (sent, not waited for) */
+        char del[300];
+        snprintf(del, sizeof del, "UPDATE %s SET value = NULL WHERE name = $1 AND owner = $2",
+                 pc->values);
+        const char *dp[] = {l->name, l->owner};
+        (void)stmt_send(k, del, 2, dp, until, -1, why, sizeof why);
+    }
     if (!was_held) {
         conn_close(k);
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its session no longer held it",
@@ -1006,6 +1082,8 @@ static void pg_abandon(dlock_lock *l)
 static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     pgclient *pc = pc_of(c);
+    if (pc->rowlock)
+        return row_inspect(c, name, info);
     if (pc->lease)
         return lease_inspect(c, name, info);
     char key[24], why[300], sql[1400];
@@ -1073,6 +1151,8 @@ static int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
 static int pg_set_value(dlock_lock *l, const char *value)
 {
     pgclient *pc = pc_of(l->c);
+    if (pc->rowlock)
+        return row_set_value(l, value);
     if (pc->lease)
         return lease_set_value(l, value);
     pg_conn *k = unwatch_conn(l);
@@ -1102,6 +1182,8 @@ static int pg_set_value(dlock_lock *l, const char *value)
 static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len)
 {
     pgclient *pc = pc_of(c);
+    if (pc->rowlock)
+        return row_get_value(c, name, buf, len);
     if (pc->lease)
         return lease_get_value(c, name, buf, len);
     char key[24], why[300], sql[900];
@@ -1128,6 +1210,8 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
 static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
 {
     pgclient *pc = pc_of(c);
+    if (pc->rowlock)
+        return row_break(c, name, broken);
     if (pc->lease)
         return lease_break(c, name, broken);
     int rc = pg_inspect(c, name, broken);
@@ -1563,6 +1647,157 @@ static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
     return 0;
 }
 
+/* ---- mode=rowlock: the seeds' pessimistic lock ----------------------------------- */
+/*
+ * A lock is the name's row of the rowlock table, locked by SELECT … FOR
+ * UPDATE in a transaction left open on a session of its own (watched like
+ * an advisory lock's), released by COMMIT. The server queues the waiters
+ * on the row; NOWAIT and a transaction-local lock_timeout bound tries and
+ * timed waits. The row itself cannot carry the token (a rolled-back
+ * transaction would take it back): the token is nextval of the table's
+ * sequence, drawn by the statement once it has the row. Who holds a row is
+ * read from pg_locks: the holder's transaction holds its own transaction
+ * id, which is the locked row's xmax.
+ */
+
+/* The session holding NAME's row: pg_locks of the transaction that locked it. */
+#define ROW_HOLDER_JOIN                                                                      \
+    "LEFT JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax "  \
+    "AND l.granted AND l.mode = 'ExclusiveLock' "
+
+static int row_build_sql(pgclient *pc)
+{
+    const char *t = pc->table;
+    pc->sql_row_ensure = fmt_alloc("INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t);
+    pc->sql_try_x = fmt_alloc("WITH l AS (SELECT name FROM %s WHERE name = $1 FOR UPDATE NOWAIT) "
+                              "SELECT nextval('%s') FROM l",
+                              t, pc->seq);
+    /* set_config first (the join reads s before the row is locked) */
+    pc->sql_wait_x = fmt_alloc(
+        "WITH s AS (SELECT set_config('lock_timeout', $2, true) AS v), l AS (SELECT t.name FROM "
+        "%s AS t, s WHERE t.name = $1 FOR UPDATE OF t) SELECT nextval('%s') FROM l",
+        t, pc->seq);
+    pc->sql_try_r = pc->sql_try_x ? strdup(pc->sql_try_x) : NULL; /* (no shared locks) */
+    pc->sql_wait_r = pc->sql_wait_x ? strdup(pc->sql_wait_x) : NULL;
+    pc->sql_row_value = fmt_alloc(
+        "UPDATE %s SET value = $3 WHERE name = $1 AND owner = $2 RETURNING 1", pc->values);
+    pc->sql_row_info = fmt_alloc(
+        "INSERT INTO %s AS h (name, owner, token, holder, since) VALUES ($1, $2, $3::bigint, $4, "
+        "clock_timestamp()) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+        "token = excluded.token, holder = excluded.holder, since = excluded.since, value = NULL",
+        pc->values);
+    return pc->sql_row_ensure && pc->sql_try_x && pc->sql_wait_x && pc->sql_try_r &&
+                   pc->sql_wait_r && pc->sql_row_value && pc->sql_row_info
+               ? 0
+               : DLOCK_ENOMEM;
+}
+
+static int row_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    pgclient *pc = pc_of(c);
+    char sql[1400], why[300];
+    snprintf(sql, sizeof sql,
+             "SELECT l.pid, h.holder, "
+             "floor(extract(epoch FROM clock_timestamp() - h.since) * 1000)::bigint, "
+             "(SELECT count(*) FROM pg_locks AS w WHERE NOT w.granted AND "
+             "((w.locktype = 'transactionid' AND w.transactionid = t.xmax) OR "
+             "(w.locktype = 'tuple' AND w.relation = to_regclass($2) AND "
+             "w.page = (t.ctid::text::point)[0]::int AND w.tuple = (t.ctid::text::point)[1]::int))), "
+             "h.token FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = $1 " ROW_HOLDER_JOIN
+             "LEFT JOIN %s AS h ON h.name = $1",
+             pc->table, pc->values);
+    const char *p[] = {name, pc->table};
+    PGresult *r;
+    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
+    bool held = !pq.getisnull(r, 0, 0);
+    info->held = held;
+    info->holders = held ? 1 : 0;
+    info->waiters = pq.getisnull(r, 0, 3) ? 0 : atoi(pq.getvalue(r, 0, 3));
+    info->token = pq.getisnull(r, 0, 4) ? 0 : strtoull(pq.getvalue(r, 0, 4), NULL, 10);
+    info->lease_ms = -1;
+    info->held_ms = -1;
+    if (held && !pq.getisnull(r, 0, 1)) {
+        /* "OWNER pid N on HOST", written by the holder once it had the row */
+        const char *h = pq.getvalue(r, 0, 1);
+        const char *sp = strchr(h, ' ');
+        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        if (!pq.getisnull(r, 0, 2))
+            info->held_ms = strtoll(pq.getvalue(r, 0, 2), NULL, 10);
+    }
+    pq.clear(r);
+    return 0;
+}
+
+/* The leader's value: beside the row (the row is locked), in TABLE_holder. */
+static int row_set_value(dlock_lock *l, const char *value)
+{
+    pgclient *pc = pc_of(l->c);
+    const char *p[] = {l->name, l->owner, value};
+    PGresult *r;
+    char why[300];
+    int rc = pool_run(l->c, pc->sql_row_value, 3, p, &r, why, sizeof why);
+    bool ours = !rc && pq.ntuples(r) == 1;
+    pq.clear(r);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
+    if (!ours)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": another holder took it", l->name);
+    return 0;
+}
+
+static int row_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    pgclient *pc = pc_of(c);
+    char sql[700], why[300];
+    snprintf(sql, sizeof sql,
+             "SELECT v.value FROM %s AS v JOIN %s AS t ON t.name = v.name " ROW_HOLDER_JOIN
+             "WHERE v.name = $1 AND l.pid IS NOT NULL",
+             pc->values, pc->table);
+    const char *p[] = {name};
+    PGresult *r;
+    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
+    if (pq.ntuples(r) != 1) {
+        pq.clear(r);
+        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+    }
+    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
+    pq.clear(r);
+    return 0;
+}
+
+static int row_break(dlock_client *c, const char *name, dlock_info *broken)
+{
+    pgclient *pc = pc_of(c);
+    int rc = row_inspect(c, name, broken);
+    if (rc)
+        return rc;
+    if (broken->held != 1)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    char sql[600], why[300];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
+             "pg_terminate_backend(l.pid) AS ended FROM %s AS t " ROW_HOLDER_JOIN
+             "WHERE t.name = $1 AND l.pid IS NOT NULL) AS x",
+             pc->table);
+    const char *p[] = {name};
+    PGresult *r;
+    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
+    long ended = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
+    pq.clear(r);
+    if (all > 0 && ended < all)
+        return dl_client_err(c, DLOCK_EPERM,
+                             "break \"%s\": the server refused to end the session holding it "
+                             "(a superuser's, or this role lacks pg_signal_backend)",
+                             name);
+    return 0;
+}
+
 /* ---- clients --------------------------------------------------------------------- */
 
 static bool ident_ok(const char *s)
@@ -1597,6 +1832,9 @@ static void pc_free(pgclient *pc)
     free(pc->sql_free);
     free(pc->sql_renew);
     free(pc->sql_enqueue);
+    free(pc->sql_row_ensure);
+    free(pc->sql_row_value);
+    free(pc->sql_row_info);
     free(pc->sql_refresh);
     free(pc->sql_dequeue);
     if (pc->wake_fd >= 0)
@@ -1678,8 +1916,12 @@ static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
             has_ka[j] |= strcmp(k, ka_keys[j]) == 0;
         KV(k, u->params[i].value);
     }
-    if (!has_app)
-        KV("application_name", "dlock");
+    if (!has_app) {
+        char self[100];
+        dl_self_desc(self, sizeof self);
+        snprintf(pc->appname, sizeof pc->appname, "dlock %s", self);
+        KV("application_name", pc->appname);
+    }
     for (int j = 0; j < 4; j++)
         if (!has_ka[j])
             KV(ka_keys[j], ka_vals[j]);
@@ -1689,16 +1931,19 @@ static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
 }
 
 /* The lock table, created when it is missing. */
-static int ensure_table(dlock_client *c, char *why, size_t wlen)
+static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
     const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
+    if (pc->rowlock)
+        p[2] = pc->values;
+    bool three = pc->lease || pc->rowlock;
     int rc = pool_run(c,
-                      pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
-                                  "NULL AND to_regclass($3) IS NOT NULL"
-                                : "SELECT to_regclass($1) IS NOT NULL",
-                      pc->lease ? 3 : 1, p, &r, why, wlen);
+                      three ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
+                              "NULL AND to_regclass($3) IS NOT NULL"
+                            : "SELECT to_regclass($1) IS NOT NULL",
+                      three ? 3 : 1, p, &r, why, wlen);
     if (rc)
         return rc;
     bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
@@ -1706,7 +1951,10 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
     if (exists)
         return 0;
     char sql[600];
-    if (pc->lease)
+    if (pc->rowlock)
+        snprintf(sql, sizeof sql, "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY)",
+                 pc->table);
+    else if (pc->lease)
         snprintf(sql, sizeof sql,
                  "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, slot int NOT NULL, owner text, "
                  "expires timestamptz, token bigint NOT NULL, holder text NOT NULL DEFAULT '', "
@@ -1720,7 +1968,7 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
                  pc->table);
     rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
     pq.clear(r);
-    if (rc == 0 && pc->lease) {
+    if (rc == 0 && (pc->lease || pc->rowlock)) {
         snprintf(sql, sizeof sql, "CREATE SEQUENCE IF NOT EXISTS %s", pc->seq);
         rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
         pq.clear(r);
@@ -1734,6 +1982,14 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
         rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
         pq.clear(r);
     }
+    if (rc == 0 && pc->rowlock) {
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, owner text NOT NULL, "
+                 "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
+                 pc->values);
+        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pq.clear(r);
+    }
     if (rc == 0)
         return 0;
     if (rc == DLOCK_EPERM) {
@@ -1743,8 +1999,22 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
                  "the lock table %s does not exist and this role may not create it (%s): "
                  "create it as its owner (see docs/postgres.md) or grant CREATE",
                  pc->table, detail);
-    } else if (strstr(why, "already exists")) {
-        return 0; /* another client created it at the same moment */
+    }
+    return rc;
+}
+
+/* The lock tables, created when missing. Two clients creating them at the
+ * same moment: CREATE ... IF NOT EXISTS can still fail on the catalog's
+ * unique index for the slower one, which looks again. */
+static int ensure_table(dlock_client *c, char *why, size_t wlen)
+{
+    int rc = 0;
+    for (int i = 0; i < 5; i++) {
+        rc = ensure_table_once(c, why, wlen);
+        if (rc == 0 || rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM)
+            break;
+        struct timespec pause = {0, 20 * 1000000};
+        nanosleep(&pause, NULL);
     }
     return rc;
 }
@@ -1758,22 +2028,17 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         return dl_client_err(c, DLOCK_ENOTSUP, "%s", pq_error);
     const char *mode = dl_url_param(u, "mode");
     bool lease = mode && strcmp(mode, "lease") == 0;
-    if (mode && !lease && strcmp(mode, "advisory") != 0) {
-        if (strcmp(mode, "rowlock") == 0)
-            return dl_client_err(c, DLOCK_ENOTSUP,
-                                 "%s: mode=rowlock is not built yet in this version "
-                                 "(mode=advisory and mode=lease are)",
-                                 u->redacted);
+    bool rowlock = mode && strcmp(mode, "rowlock") == 0;
+    if (mode && !lease && !rowlock && strcmp(mode, "advisory") != 0)
         return dl_client_err(c, DLOCK_EURL,
                              "%s: mode must be advisory, lease or rowlock, not \"%s\"",
                              u->redacted, mode);
-    }
     const char *table = dl_url_param(u, "table"), *schema = dl_url_param(u, "schema");
     if (!table)
-        table = lease ? "dlock_lease" : "dlock";
-    /* lease mode names its sequence TABLE_token: room for the suffix */
+        table = lease ? "dlock_lease" : rowlock ? "dlock_row" : "dlock";
+    /* lease and rowlock name their sequence TABLE_token: room for it */
     if (!ident_ok(table) || (schema && !ident_ok(schema)) ||
-        (lease && strlen(table) > PG_IDENT_MAX - 6))
+        ((lease || rowlock) && strlen(table) > PG_IDENT_MAX - 6))
         return dl_client_err(c, DLOCK_EURL,
                              "%s: table= and schema= take lowercase identifiers ([a-z_][a-z0-9_]*, "
                              "at most %d bytes; %d for a lease table)",
@@ -1789,19 +2054,24 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pc->op_timeout_ms = c->opts.op_timeout_ms;
     pc->connect_timeout_ms = c->opts.connect_timeout_ms;
     pc->lease = lease;
+    pc->rowlock = rowlock;
     if (schema) {
         snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s\".\"%s_token\"", schema, table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
+        snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
     } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
+        snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
     }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);
     if (!rc)
-        rc = (lease ? lease_build_sql(pc) : build_sql(pc)) ? DLOCK_ENOMEM : 0;
+        rc = (lease ? lease_build_sql(pc) : rowlock ? row_build_sql(pc) : build_sql(pc))
+                 ? DLOCK_ENOMEM
+                 : 0;
     if (!rc && (pc->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         rc = DLOCK_EIO;
     if (rc) {
@@ -1818,7 +2088,7 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     }
     /* advisory: liveness is the session, nothing to renew; lease: rows
      * renewed by the core through pg_renew. */
-    c->caps = lease ? PG_CAPS_LEASE : PG_CAPS_ADVISORY;
+    c->caps = lease ? PG_CAPS_LEASE : rowlock ? PG_CAPS_ROWLOCK : PG_CAPS_ADVISORY;
     c->renews = lease;
     return 0;
 }

@@ -38,6 +38,17 @@ fi
 jcheck "$TMP/lease.json" "lease kill: pass, the lock taken over when the row expired" 'sc("kill")["verdict"] == "pass"'
 jcheck "$TMP/lease.json" "lease pause past the lease: pass, stale writes rejected, the canary lost updates" \
     'sc("pause")["verdict"] == "pass" and sc("pause")["fenced"]["stale_writes_accepted"] == 0 and sc("pause")["canary"]["lost_increments"] > 0'
+# mode=rowlock: a row locked by an open transaction, liveness the session.
+"$DLOCK" --url "$DLOCK_TEST_POSTGRES_ROW" check --json -P 3 -D 2 --scenario kill \
+    --scenario restart >"$TMP/row.json" 2>"$TMP/row.err"
+rc=$?
+if [ $rc -le 2 ] && [ -s "$TMP/row.json" ]; then ok "postgres mode=rowlock: ran (exit $rc)"; else
+    bad "postgres mode=rowlock: exit $rc: $(head -3 "$TMP/row.err")"
+    echo '{"scenarios":[]}' >"$TMP/row.json"
+fi
+jcheck "$TMP/row.json" "rowlock kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'
+jcheck "$TMP/row.json" "rowlock restart: pass, holders told, tokens kept (a durable sequence)" \
+    'sc("restart")["verdict"] == "pass" and sc("restart")["overlaps"] == 0'
 j=$TMP/pg.json
 jcheck "$j" "one server found, strong fencing" 'd["servers"] == 1 and not d["fencing_weak"]'
 jcheck "$j" "kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'

@@ -35,7 +35,7 @@ wait_held() { # NAME: until status says held (5 s at most)
 
 # Conflicts: nothing runs, whatever the exit code asked for.
 "$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
-wait_held held
+wait_held held || bad "held: the holder never held its lock"
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
     rc=$?
@@ -64,7 +64,7 @@ wait $holder
 # kill -9 of a holder: the lock is free as soon as the server sees the
 # session closed.
 "$DLOCK" --url "$U" run killed -- sleep 30 & h=$!
-wait_held killed
+wait_held killed || bad "killed: the holder never held its lock"
 killed_at=$(now_ms)
 kill -9 $h
 "$DLOCK" --url "$U" run -w 10 killed -- true 2>/dev/null
@@ -75,7 +75,7 @@ rc=$?
 # The holder's session ended from outside: its command is stopped at once.
 "$DLOCK" --url "$U" run ended -- \
     sh -c "trap 'date +%s%3N >$TMP/ended; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held ended
+wait_held ended || bad "ended: the holder never held its lock"
 at=$(now_ms)
 sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted" >/dev/null
 wait $h
@@ -93,7 +93,7 @@ python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
 sleep 0.5
 "$DLOCK" --url "postgres://dlock:s3cret@127.0.0.1:$rport/dlock" run frozen -- \
     sh -c "date +%s%3N >$TMP/began; sleep 4; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
-wait_held frozen
+wait_held frozen || bad "frozen: the holder never held its lock"
 kill -STOP $relay
 "$DLOCK" --url "$U" run -w 2 frozen -- echo RAN >"$TMP/other.out" 2>/dev/null
 rc=$?

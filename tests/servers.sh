@@ -32,6 +32,7 @@
 #                         server (fsync off), password authentication over TCP;
 #                         role dlock owns database dlock. Beside it:
 #                         DLOCK_TEST_POSTGRES_LEASE (the same, ?mode=lease),
+#                         DLOCK_TEST_POSTGRES_ROW (?mode=rowlock),
 #                         DLOCK_TEST_POSTGRES_RO (role dlock_ro: may connect, may
 #                         not create tables) and DLOCK_TEST_POSTGRES_ADMIN (the
 #                         superuser postgres)
@@ -407,6 +408,7 @@ SH
     -c "CREATE ROLE dlock_ro LOGIN PASSWORD 'ro'" >/dev/null || return 1
   export DLOCK_TEST_POSTGRES="postgres://dlock:s3cret@127.0.0.1:$port/dlock"
   export DLOCK_TEST_POSTGRES_LEASE="postgres://dlock:s3cret@127.0.0.1:$port/dlock?mode=lease"
+  export DLOCK_TEST_POSTGRES_ROW="postgres://dlock:s3cret@127.0.0.1:$port/dlock?mode=rowlock"
   export DLOCK_TEST_POSTGRES_RO="postgres://dlock_ro:ro@127.0.0.1:$port/dlock"
   export DLOCK_TEST_POSTGRES_ADMIN="postgres://postgres:pgpw@127.0.0.1:$port/dlock"
 }

@@ -59,6 +59,7 @@ static const struct target_def {
     {"etcd3", "DLOCK_TEST_ETCD3"},
     {"postgres", "DLOCK_TEST_POSTGRES"},
     {"postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"},
+    {"postgres-row", "DLOCK_TEST_POSTGRES_ROW"},
     {"mysql", "DLOCK_TEST_MYSQL"},
     {"memcached", "DLOCK_TEST_MEMCACHED"},
 };

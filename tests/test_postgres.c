@@ -1100,6 +1100,46 @@ static void test_break(void **state)
     dlock_client_close(ca);
 }
 
+/* ---- 15. clients that create the tables at the same moment -------------------------- */
+
+struct opener {
+    char url[512];
+    int rc;
+    pthread_t t;
+};
+
+static void *opener_main(void *arg)
+{
+    struct opener *o = arg;
+    dlock_client *c = NULL;
+    o->rc = dlock_client_open(&c, o->url, NULL);
+    dlock_client_close(c);
+    return NULL;
+}
+
+static void test_tables_created_at_once(void **state)
+{
+    (void)state;
+    /* Six clients of each mode open on tables nobody has made yet, at the
+     * same moment: every one opens (CREATE ... IF NOT EXISTS races on the
+     * catalog; the slower ones look again). */
+    static const char *const modes[] = {"advisory", "lease", "rowlock"};
+    for (int m = 0; m < 3; m++) {
+        struct opener o[6];
+        char q[96];
+        snprintf(q, sizeof q, "mode=%s&table=race_%s_%ld", modes[m], modes[m], (long)getpid());
+        for (int i = 0; i < 6; i++) {
+            url_with(o[i].url, sizeof o[i].url, pg_url, q);
+            assert_int_equal(pthread_create(&o[i].t, NULL, opener_main, &o[i]), 0);
+        }
+        for (int i = 0; i < 6; i++) {
+            pthread_join(o[i].t, NULL);
+            if (o[i].rc != 0)
+                fail_msg("mode=%s: open %d: %s", modes[m], i, dlock_err_name(o[i].rc));
+        }
+    }
+}
+
 /* ---- 14. the URL's modes and table ----------------------------------------------------- */
 
 static void test_url_modes(void **state)
@@ -1353,6 +1393,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_election),
         cmocka_unit_test(test_break),
         cmocka_unit_test(test_url_modes),
+        cmocka_unit_test(test_tables_created_at_once),
         cmocka_unit_test(test_pool_after_sessions_ended),
         cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
         cmocka_unit_test(test_pool_after_restart),
