@@ -936,7 +936,8 @@ again:
         conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     }
-    const char *st = sqlstate(r);
+    char st[8]; /* the result is cleared before the code is looked at */
+    snprintf(st, sizeof st, "%s", sqlstate(r));
     if (*st) {
         one_line(pq.resultErrorMessage(r), line, sizeof line);
         pq.clear(r);
@@ -1509,7 +1510,8 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
         return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
                            "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     }
-    const char *st = sqlstate(r);
+    char st[8]; /* the result is cleared before the code is looked at */
+    snprintf(st, sizeof st, "%s", sqlstate(r));
     if (*st) {
         one_line(pq.resultErrorMessage(r), line, sizeof line);
         pq.clear(r);

@@ -1126,8 +1126,10 @@ static void test_tables_created_at_once(void **state)
     static const char *const modes[] = {"advisory", "lease", "rowlock"};
     for (int m = 0; m < 3; m++) {
         struct opener o[6];
-        char q[96];
-        snprintf(q, sizeof q, "mode=%s&table=race_%s_%ld", modes[m], modes[m], (long)getpid());
+        char q[160];
+        /* (generous bounds: six connects at once are slow under valgrind) */
+        snprintf(q, sizeof q, "mode=%s&table=race_%s_%ld&op_timeout_ms=15000&connect_timeout_ms=15000",
+                 modes[m], modes[m], (long)getpid());
         for (int i = 0; i < 6; i++) {
             url_with(o[i].url, sizeof o[i].url, pg_url, q);
             assert_int_equal(pthread_create(&o[i].t, NULL, opener_main, &o[i]), 0);
