@@ -49,7 +49,8 @@ static const dl_scheme postgres_schemes[] = {
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION |             \
      DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_LEASE                                                                        \
-    (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING)
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE |              \
+     DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_ROWLOCK                                                                      \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE | PG_CAPS_ROWLOCK) /* a client: its mode's */
@@ -1266,12 +1267,15 @@ static char *fmt_alloc(const char *fmt, ...)
  * connection's end, and renewal may use any connection (transaction-mode
  * poolers work for holders).
  *
- * Waiting: the waiter LISTENs on the name's channel and a release NOTIFYs
- * it, in the same statement as the release; it also wakes when the
- * holder's row would expire (the take-over), and at least every second
- * (the NOTIFY may be lost: a transaction-mode pooler does not carry
- * LISTEN). All waiters of the name wake on a release and one wins:
- * no fairness is promised.
+ * Waiting: a waiter queues in the waiters' table (TABLE_wait: its arrival
+ * and a liveness stamp it refreshes every second) and LISTENs on a channel
+ * of its own; a release NOTIFYs the first live waiter only, in the same
+ * statement. Nobody takes a free row while a live waiter queued before it
+ * (a newcomer: any live waiter) wants it, so the row goes in arrival order.
+ * A waiter also wakes when the holder's row would expire (the take-over)
+ * and at least every second (a NOTIFY may be lost: a transaction-mode
+ * pooler does not carry LISTEN; a waiter that died leaves the queue when
+ * its stamp runs out, 3 s).
  */
 
 #define PG_LEASE_RECHECK_MS 1000
@@ -1282,7 +1286,10 @@ static int lease_build_sql(pgclient *pc)
     pc->sql_take = fmt_alloc(
         "WITH free AS (SELECT s FROM generate_series(0, $5::int - 1) AS s WHERE NOT EXISTS "
         "(SELECT 1 FROM %s AS o WHERE o.name = $1 AND o.slot = s AND o.owner IS NOT NULL AND "
-        "o.expires >= clock_timestamp()) ORDER BY s LIMIT 1) "
+        "o.expires >= clock_timestamp()) AND NOT EXISTS (SELECT 1 FROM %s AS w WHERE "
+        "w.name = $1 AND w.owner <> $2 AND w.alive >= clock_timestamp() AND w.since < "
+        "coalesce((SELECT m.since FROM %s AS m WHERE m.name = $1 AND m.owner = $2), "
+        "'infinity')) ORDER BY s LIMIT 1) "
         "INSERT INTO %s AS t (name, slot, owner, expires, token, holder, since) "
         "SELECT $1, free.s, $2, clock_timestamp() + $3::int * interval '1 millisecond', "
         "nextval('%s'), $4, clock_timestamp() FROM free "
@@ -1290,7 +1297,7 @@ static int lease_build_sql(pgclient *pc)
         "expires = excluded.expires, token = excluded.token, holder = excluded.holder, "
         "since = excluded.since, value = NULL "
         "WHERE t.owner IS NULL OR t.expires < clock_timestamp() RETURNING t.slot, t.token",
-        t, t, pc->seq);
+        t, pc->waiters, pc->waiters, t, pc->seq);
     /* When not taken: how long until the first holder's row expires. */
     pc->sql_expiry = fmt_alloc(
         "SELECT floor(greatest(0, extract(epoch FROM min(expires) - clock_timestamp()) * 1000)) "
@@ -1386,13 +1393,28 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         l->lease_start_ns = sent; /* counted from before the statement that took it */
         taken = 1;
     } else if (!rc) {
+        /* -1: no row is held (a live waiter ahead of us is due to take it) */
         *expires_in = !*sqlstate(r) && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 0)
                           ? atol(pq.getvalue(r, 0, 0))
-                          : 0;
+                          : -1;
     }
     pq.clear(took);
     pq.clear(r);
     return rc ? rc : taken;
+}
+
+/* A waiter that gives up leaves the queue (else it would hold the ones
+ * behind it back until its liveness stamp runs out). */
+static void lease_dequeue(dlock_lock *l, bool queued)
+{
+    if (!queued)
+        return;
+    pgclient *pc = pc_of(l->c);
+    const char *p[] = {l->name, l->owner};
+    PGresult *r;
+    char why[300];
+    (void)pool_run(l->c, pc->sql_dequeue, 2, p, &r, why, sizeof why);
+    pq.clear(r);
 }
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
@@ -1413,7 +1435,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     const char *enqueue[] = {listen, pc->sql_enqueue};
     const char *refresh[] = {pc->sql_refresh};
     static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
-    bool queued = false;
+    bool queued = false, tried = false;
     long expires_in = 0;
     for (;;) {
         int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
@@ -1421,7 +1443,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         const char *const *pre = NULL;
         const int *npar = NULL;
         int npre = 0;
-        if (!last && !queued && expires_in > 0) { /* (not before the first try: cheap if free) */
+        if (!last && !queued && tried) { /* (not before the first try: cheap if free) */
             pre = enqueue;
             npar = enqueue_npar;
             npre = 2;
@@ -1431,8 +1453,10 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             npre = 1;
         }
         rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, why, sizeof why);
+        tried = true;
         if (rc < 0) {
-            conn_close(k); /* a statement may be left on it; the queue row expires */
+            conn_close(k); /* a statement may be left on it */
+            lease_dequeue(l, queued);
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
@@ -1454,14 +1478,12 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                                                 : "lock \"%s\": timed out",
                                l->name);
         }
-        if (!queued) {
-            expires_in = expires_in > 0 ? expires_in : 1;
+        if (!queued)
             continue; /* queue, and try again at once */
-        }
         /* Wait for our NOTIFY, the holder's expiry, a second (our queue row
          * is refreshed, and a NOTIFY to a waiter that died is made up
          * for), the deadline or a cancel, whichever first. */
-        int64_t wake = dl_now_ns() + (int64_t)(expires_in < PG_LEASE_RECHECK_MS
+        int64_t wake = dl_now_ns() + (int64_t)(expires_in >= 0 && expires_in < PG_LEASE_RECHECK_MS
                                                    ? expires_in + 1
                                                    : PG_LEASE_RECHECK_MS) * 1000000;
         if (deadline_ns > 0 && deadline_ns < wake)
@@ -1480,6 +1502,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 rc = DLOCK_EUNREACHABLE;
             if (rc) {
                 conn_close(k);
+                lease_dequeue(l, queued);
                 if (rc == DLOCK_ECANCELED)
                     return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
                 return dl_lock_err(l, rc, "lock \"%s\": the session broke while waiting (%s)",
