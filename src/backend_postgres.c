@@ -124,6 +124,8 @@ static struct {
     __typeof__(PQfreemem) *freemem;
     __typeof__(PQenterPipelineMode) *enterPipelineMode;
     __typeof__(PQpipelineSync) *pipelineSync;
+    __typeof__(PQsendPrepare) *sendPrepare;
+    __typeof__(PQsendQueryPrepared) *sendQueryPrepared;
 } pq;
 static char pq_error[300];
 static pthread_once_t pq_once = PTHREAD_ONCE_INIT;
@@ -144,6 +146,7 @@ static void pq_load(void)
         SYM(clear, clear), SYM(conninfoParse, conninfoParse), SYM(conninfoFree, conninfoFree),
         SYM(notifies, notifies), SYM(freemem, freemem),
         SYM(enterPipelineMode, enterPipelineMode), SYM(pipelineSync, pipelineSync),
+        SYM(sendPrepare, sendPrepare), SYM(sendQueryPrepared, sendQueryPrepared),
 #undef SYM
     };
     (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pq,
@@ -153,6 +156,7 @@ static void pq_load(void)
 #define PG_IDENT_MAX 63      /* PostgreSQL's identifier limit (NAMEDATALEN - 1) */
 #define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
+#define PG_PREPARED_MAX 16       /* fixed statements a session keeps prepared */
 
 /* One server session. `held` is the lock it holds (NULL: idle or in use by
  * a call); only connections on the client's held list are watched. */
@@ -161,6 +165,9 @@ typedef struct pg_conn {
     struct pg_conn *next;
     int pending; /* statements sent whose replies are unread (pipeline mode) */
     bool reused; /* taken from the pool: it may have died idle (one retry) */
+    bool failed; /* a statement failed on it: not pooled again (see stmt_send_fixed) */
+    const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
+    int nprepared;
     dlock_lock *held;
     bool lost; /* the watcher found the session gone */
     char lost_why[256];
@@ -180,6 +187,7 @@ typedef struct pgclient {
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
+    char *sql_setvalue;                                    /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
@@ -269,17 +277,10 @@ static int wait_fd(int fd, short events, int64_t until_ns, int cancel_fd)
  * sync point. k->pending counts the statements whose replies are unread.
  */
 
-/* Send one statement with text parameters on k (see run). */
-static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
-                     int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+/* Push what libpq has queued on k out to the server. */
+static int stmt_flush(pg_conn *k, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     char line[200];
-    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0) ||
-        !pq.pipelineSync(k->pg)) {
-        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
-        return DLOCK_EUNREACHABLE;
-    }
-    k->pending++;
     int f;
     while ((f = pq.flush(k->pg)) == 1) {
         int rc = wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd);
@@ -293,6 +294,53 @@ static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals
         return DLOCK_EUNREACHABLE;
     }
     return 0;
+}
+
+/* Send one statement with text parameters on k (see run). */
+static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
+                     int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    char line[200];
+    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0) ||
+        !pq.pipelineSync(k->pg)) {
+        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        return DLOCK_EUNREACHABLE;
+    }
+    k->pending++;
+    return stmt_flush(k, until_ns, cancel_fd, why, wlen);
+}
+
+/*
+ * A statement whose text never changes (the client's, or a literal):
+ * prepared once per session, then executed by name. Planning the lock
+ * statements' CTEs cost more than a round trip each time. A session on
+ * which any statement failed is not pooled again, so that no statement it
+ * believes prepared can be missing.
+ */
+static int stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+                           int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    int i = 0;
+    while (i < k->nprepared && k->prepared[i] != sql)
+        i++;
+    if (i == PG_PREPARED_MAX)
+        return stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+    char name[16], line[200];
+    snprintf(name, sizeof name, "dlock%d", i);
+    if (i == k->nprepared) {
+        /* (one segment with the execution: one reply, read as one) */
+        if (!pq.sendPrepare(k->pg, name, sql, n, NULL)) {
+            snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+            return DLOCK_EUNREACHABLE;
+        }
+        k->prepared[k->nprepared++] = sql;
+    }
+    if (!pq.sendQueryPrepared(k->pg, name, n, vals, NULL, NULL, 0) || !pq.pipelineSync(k->pg)) {
+        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        return DLOCK_EUNREACHABLE;
+    }
+    k->pending++;
+    return stmt_flush(k, until_ns, cancel_fd, why, wlen);
 }
 
 /* The reply to the oldest statement sent on k and not read yet: its first
@@ -333,10 +381,18 @@ static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
                     pq.clear(first);
                 return 0;
             }
-            if (!first)
+            ExecStatusType st = pq.resultStatus(r);
+            if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
+                k->failed = true;
+            /* A segment's last result is its statement's (a Prepare's comes
+             * first), unless an earlier one failed. */
+            ExecStatusType fs = first ? pq.resultStatus(first) : PGRES_COMMAND_OK;
+            if (fs == PGRES_TUPLES_OK || fs == PGRES_COMMAND_OK) {
+                pq.clear(first);
                 first = r;
-            else
+            } else {
                 pq.clear(r);
+            }
         }
         int rc = wait_fd(pq.socket(k->pg), POLLIN, until_ns, cancel_fd);
         if (rc == 0 && !pq.consumeInput(k->pg))
@@ -380,6 +436,15 @@ static int run(pg_conn *k, const char *sql, int n, const char *const *vals, int6
 {
     *out = NULL;
     int rc = stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+    return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
+}
+
+/* run for a statement of fixed text (see stmt_send_fixed). */
+static int run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+                     int64_t until_ns, int cancel_fd, PGresult **out, char *why, size_t wlen)
+{
+    *out = NULL;
+    int rc = stmt_send_fixed(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
     return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
 }
 
@@ -542,7 +607,8 @@ static void conn_put(pgclient *pc, pg_conn *k)
     if (!k)
         return;
     pthread_mutex_lock(&pc->mu);
-    if (pc->nidle < PG_POOL_IDLE_MAX && !pc->stopping && pq.status(k->pg) == CONNECTION_OK) {
+    if (pc->nidle < PG_POOL_IDLE_MAX && !pc->stopping && !k->failed &&
+        pq.status(k->pg) == CONNECTION_OK) {
         k->held = NULL;
         k->next = pc->idle;
         pc->idle = k;
@@ -901,9 +967,10 @@ again:
         while (k->pending > 0 && !rc) /* replies left from the session's last use */
             rc = stmt_read(k, until, cancel_fd, NULL, why, sizeof why);
         if (!rc)
-            rc = stmt_send(k, pc->sql_row_ensure, 1, ensure, until, cancel_fd, why, sizeof why);
+            rc = stmt_send_fixed(k, pc->sql_row_ensure, 1, ensure, until, cancel_fd, why,
+                                 sizeof why);
         if (!rc)
-            rc = stmt_send(k, "BEGIN", 0, NULL, until, cancel_fd, why, sizeof why);
+            rc = stmt_send_fixed(k, "BEGIN", 0, NULL, until, cancel_fd, why, sizeof why);
         for (int i = 0; i < 2 && !rc; i++) {
             rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
             if (!rc && *sqlstate(r)) {
@@ -920,7 +987,7 @@ again:
         }
     }
     if (!pc->rowlock || !rc)
-        rc = run(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
+        rc = run_fixed(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
     if (rc == DLOCK_EUNREACHABLE && reused) {
         conn_close(k); /* a pooled session that died idle: again on another */
         goto again;
@@ -1029,7 +1096,7 @@ static int pg_release(dlock_lock *l)
     const char *sql = pc->rowlock                      ? "COMMIT"
                       : l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
                                                      : "SELECT pg_advisory_unlock($1::bigint)";
-    int rc = run(k, sql, pc->rowlock ? 0 : 1, p, until, -1, &r, why, sizeof why);
+    int rc = run_fixed(k, sql, pc->rowlock ? 0 : 1, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
@@ -1323,13 +1390,17 @@ static int lease_build_sql(pgclient *pc)
         "owner = $2",
         pc->waiters);
     pc->sql_dequeue = fmt_alloc("DELETE FROM %s WHERE name = $1 AND owner = $2", pc->waiters);
+    pc->sql_setvalue = fmt_alloc(
+        "UPDATE %s SET value = $4 WHERE name = $1 AND slot = $2::int AND owner = $3 AND "
+        "expires >= clock_timestamp() RETURNING 1",
+        t);
     pc->sql_renew = fmt_alloc(
         "UPDATE %s SET expires = clock_timestamp() + $4::int * interval '1 millisecond' "
         "WHERE name = $1 AND slot = $2 AND owner = $3 AND expires >= clock_timestamp() "
         "RETURNING 1",
         t);
     return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew && pc->sql_enqueue &&
-                   pc->sql_refresh && pc->sql_dequeue
+                   pc->sql_refresh && pc->sql_dequeue && pc->sql_setvalue
                ? 0
                : DLOCK_ENOMEM;
 }
@@ -1360,12 +1431,14 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     const char *p[] = {l->name, l->owner, ttl, holder, permits};
     int rc = 0;
     for (int i = 0; i < npre && !rc; i++)
-        rc = stmt_send(k, pre[i], npar[i], p, until, cancel_fd, why, wlen);
+        rc = strncmp(pre[i], "LISTEN", 6) == 0 /* (its channel is the waiter's own) */
+                 ? stmt_send(k, pre[i], npar[i], p, until, cancel_fd, why, wlen)
+                 : stmt_send_fixed(k, pre[i], npar[i], p, until, cancel_fd, why, wlen);
     int64_t sent = dl_now_ns();
     if (!rc)
-        rc = stmt_send(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
+        rc = stmt_send_fixed(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
     if (!rc)
-        rc = stmt_send(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
+        rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
     PGresult *took = NULL, *r = NULL;
     while (!rc && k->pending > 2) { /* what came before: must have worked */
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
@@ -1437,6 +1510,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
     bool queued = false, tried = false;
     long expires_in = 0;
+    int64_t refreshed = 0; /* when our queue row's liveness stamp was last renewed */
     for (;;) {
         int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
         bool last = deadline_ns == 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) == 0);
@@ -1447,13 +1521,16 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             pre = enqueue;
             npar = enqueue_npar;
             npre = 2;
-        } else if (queued) {
+        } else if (queued && dl_now_ns() - refreshed >= (int64_t)PG_LEASE_RECHECK_MS * 1000000) {
+            /* (not on every wake-up: a NOTIFY's hand-over goes without) */
             pre = refresh;
             npar = refresh_npar;
             npre = 1;
         }
         rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, why, sizeof why);
         tried = true;
+        if (npre > 0)
+            refreshed = dl_now_ns();
         if (rc < 0) {
             conn_close(k); /* a statement may be left on it */
             lease_dequeue(l, queued);
@@ -1466,7 +1543,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (rc == 1 || last) {
             if (queued) { /* sent, not waited for: read by the session's next statement */
                 const char *p[] = {l->name, l->owner};
-                (void)stmt_send(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
+                (void)stmt_send_fixed(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
                 (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
             }
             drop_notices(k);
@@ -1513,7 +1590,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
 }
 
 /* A statement about the held row (release, renewal, value) on a pooled
- * session: 1 when it touched the row, 0 when the row is no longer ours. */
+ * session: 1 when it touched the row, 0 when the row is no longer ours.
+ * sql is one of the client's fixed statements (it is prepared). */
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched)
 {
     pgclient *pc = pc_of(l->c);
@@ -1527,7 +1605,7 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     PGresult *r;
-    rc = run(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
+    rc = run_fixed(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
     if (rc) {
         conn_close(k);
         return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
@@ -1575,13 +1653,8 @@ static int pg_renew(dlock_lock *l)
 
 static int lease_set_value(dlock_lock *l, const char *value)
 {
-    char sql[300];
-    snprintf(sql, sizeof sql,
-             "UPDATE %s SET value = $4 WHERE name = $1 AND slot = $2::int AND owner = $3 AND "
-             "expires >= clock_timestamp() RETURNING 1",
-             pc_of(l->c)->table);
     int touched = 0;
-    int rc = lease_row(l, sql, value, &touched);
+    int rc = lease_row(l, pc_of(l->c)->sql_setvalue, value, &touched);
     if (rc)
         return rc;
     return touched ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": no longer ours", l->name);
@@ -1857,6 +1930,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_free);
     free(pc->sql_renew);
     free(pc->sql_enqueue);
+    free(pc->sql_setvalue);
     free(pc->sql_row_ensure);
     free(pc->sql_row_value);
     free(pc->sql_row_info);
@@ -2165,7 +2239,7 @@ static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_
     for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
         int64_t t0 = dl_now_ns();
         PGresult *r;
-        rc = run(k, "SELECT 1", 0, NULL, t0 + (int64_t)pc->op_timeout_ms * 1000000, -1, &r, why,
+        rc = run_fixed(k, "SELECT 1", 0, NULL, t0 + (int64_t)pc->op_timeout_ms * 1000000, -1, &r, why,
                  sizeof why);
         pq.clear(r);
         if (rc == 0 && i >= 0) /* the first twenty warm up */
