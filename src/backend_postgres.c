@@ -914,12 +914,10 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int lease_set_value(dlock_lock *l, const char *value);
-static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len);
 static int lease_break(dlock_client *c, const char *name, dlock_info *broken);
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
 static int row_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int row_set_value(dlock_lock *l, const char *value);
-static int row_get_value(dlock_client *c, const char *name, char *buf, size_t len);
 static int row_break(dlock_client *c, const char *name, dlock_info *broken);
 
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
@@ -1147,6 +1145,13 @@ static void pg_abandon(dlock_lock *l)
     conn_close(k); /* the session's end lets go of its locks */
 }
 
+/* lease: a row held now */
+#define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
+/* rowlock: the session holding NAME's row: pg_locks of the transaction that locked it. */
+#define ROW_HOLDER_JOIN                                                                      \
+    "LEFT JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax "  \
+    "AND l.granted AND l.mode = 'ExclusiveLock' "
+
 /* ---- what the lock table knows ---------------------------------------------------- */
 
 /* pg_locks names an int8 advisory key by its halves and objsubid 1. */
@@ -1258,20 +1263,27 @@ static int pg_set_value(dlock_lock *l, const char *value)
 static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len)
 {
     pgclient *pc = pc_of(c);
-    if (pc->rowlock)
-        return row_get_value(c, name, buf, len);
-    if (pc->lease)
-        return lease_get_value(c, name, buf, len);
     char key[24], why[300], sql[900];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
-    snprintf(sql, sizeof sql,
-             "SELECT t.value FROM %s AS t WHERE t.name = $2 AND t.value IS NOT NULL AND "
-             "EXISTS (SELECT 1 FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
-             " AND l.granted AND l.mode = 'ExclusiveLock')",
-             pc->table);
-    const char *p[] = {key, name};
+    const char *p[] = {name, key};
+    if (pc->rowlock) /* beside the locked row, while its holder's transaction lives */
+        snprintf(sql, sizeof sql,
+                 "SELECT v.value FROM %s AS v JOIN %s AS t ON t.name = v.name " ROW_HOLDER_JOIN
+                 "WHERE v.name = $1 AND l.pid IS NOT NULL AND v.value IS NOT NULL",
+                 pc->values, pc->table);
+    else if (pc->lease)
+        snprintf(sql, sizeof sql,
+                 "SELECT value FROM %s WHERE name = $1 AND " LEASE_HELD
+                 " AND value IS NOT NULL ORDER BY since DESC LIMIT 1",
+                 pc->table);
+    else
+        snprintf(sql, sizeof sql,
+                 "SELECT t.value FROM %s AS t WHERE t.name = $1 AND t.value IS NOT NULL AND "
+                 "EXISTS (SELECT 1 FROM pg_locks l WHERE " PG_LOCKS_OF("$2::bigint")
+                 " AND l.granted AND l.mode = 'ExclusiveLock')",
+                 pc->table);
     PGresult *r;
-    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    int rc = pool_run(c, sql, pc->rowlock || pc->lease ? 1 : 2, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
     if (pq.ntuples(r) != 1) {
@@ -1667,8 +1679,6 @@ static int lease_set_value(dlock_lock *l, const char *value)
     return touched ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": no longer ours", l->name);
 }
 
-/* What the rows of a name say, now. */
-#define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
 
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
@@ -1701,28 +1711,6 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
         info->held_ms = pq.getisnull(r, 0, 3) ? -1 : strtoll(pq.getvalue(r, 0, 3), NULL, 10);
         info->lease_ms = pq.getisnull(r, 0, 4) ? -1 : strtoll(pq.getvalue(r, 0, 4), NULL, 10);
     }
-    pq.clear(r);
-    return 0;
-}
-
-static int lease_get_value(dlock_client *c, const char *name, char *buf, size_t len)
-{
-    pgclient *pc = pc_of(c);
-    char sql[400], why[300];
-    snprintf(sql, sizeof sql,
-             "SELECT value FROM %s WHERE name = $1 AND " LEASE_HELD
-             " AND value IS NOT NULL ORDER BY since DESC LIMIT 1",
-             pc->table);
-    const char *p[] = {name};
-    PGresult *r;
-    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
-    if (pq.ntuples(r) != 1) {
-        pq.clear(r);
-        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
-    }
-    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
     pq.clear(r);
     return 0;
 }
@@ -1765,10 +1753,6 @@ static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
  * id, which is the locked row's xmax.
  */
 
-/* The session holding NAME's row: pg_locks of the transaction that locked it. */
-#define ROW_HOLDER_JOIN                                                                      \
-    "LEFT JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax "  \
-    "AND l.granted AND l.mode = 'ExclusiveLock' "
 
 static int row_build_sql(pgclient *pc)
 {
@@ -1849,28 +1833,6 @@ static int row_set_value(dlock_lock *l, const char *value)
         return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
     if (!ours)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": another holder took it", l->name);
-    return 0;
-}
-
-static int row_get_value(dlock_client *c, const char *name, char *buf, size_t len)
-{
-    pgclient *pc = pc_of(c);
-    char sql[700], why[300];
-    snprintf(sql, sizeof sql,
-             "SELECT v.value FROM %s AS v JOIN %s AS t ON t.name = v.name " ROW_HOLDER_JOIN
-             "WHERE v.name = $1 AND l.pid IS NOT NULL",
-             pc->values, pc->table);
-    const char *p[] = {name};
-    PGresult *r;
-    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
-    if (pq.ntuples(r) != 1) {
-        pq.clear(r);
-        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
-    }
-    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
-    pq.clear(r);
     return 0;
 }
 
