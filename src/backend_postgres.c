@@ -914,11 +914,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int lease_set_value(dlock_lock *l, const char *value);
-static int lease_break(dlock_client *c, const char *name, dlock_info *broken);
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
 static int row_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int row_set_value(dlock_lock *l, const char *value);
-static int row_break(dlock_client *c, const char *name, dlock_info *broken);
 
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
@@ -1295,13 +1293,12 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
     return 0;
 }
 
+/* Advisory and rowlock: end the sessions holding the name (the holders are
+ * told at once); lease: take the rows over (each holder learns at its next
+ * renewal, ttl/3) and wake the first waiter. */
 static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
 {
     pgclient *pc = pc_of(c);
-    if (pc->rowlock)
-        return row_break(c, name, broken);
-    if (pc->lease)
-        return lease_break(c, name, broken);
     int rc = pg_inspect(c, name, broken);
     if (rc)
         return rc;
@@ -1309,22 +1306,37 @@ static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
     char key[24], why[300], sql[900];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
-             "pg_terminate_backend(l.pid) AS ended FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
-             " AND l.granted) AS t");
-    const char *p[] = {key};
+    const char *p[] = {name};
+    static const char ended[] = "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
+                                "pg_terminate_backend(l.pid) AS ended FROM ";
+    if (pc->lease)
+        snprintf(sql, sizeof sql,
+                 "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND "
+                 "owner IS NOT NULL RETURNING name), w AS (SELECT owner FROM %s WHERE name = $1 "
+                 "AND alive >= clock_timestamp() AND EXISTS (SELECT 1 FROM r) ORDER BY since "
+                 "LIMIT 1) SELECT 0, 0 FROM (SELECT count(pg_notify('dlock_w_' || owner, $1)) "
+                 "FROM w) AS n",
+                 pc->table, pc->waiters);
+    else if (pc->rowlock)
+        snprintf(sql, sizeof sql,
+                 "%s%s AS t " ROW_HOLDER_JOIN "WHERE t.name = $1 AND l.pid IS NOT NULL) AS x",
+                 ended, pc->table);
+    else
+        snprintf(sql, sizeof sql,
+                 "%spg_locks l WHERE " PG_LOCKS_OF("$1::bigint") " AND l.granted) AS t", ended);
+    if (!pc->lease && !pc->rowlock)
+        p[0] = key; /* advisory: the sessions are found by the key */
     PGresult *r;
     rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
-    long ended = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
+    long done = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
     pq.clear(r);
-    if (all > 0 && ended < all)
+    if (all > 0 && done < all)
         return dl_client_err(c, DLOCK_EPERM,
                              "break \"%s\": the server refused to end %ld of the %ld sessions "
                              "holding it (a superuser's, or this role lacks pg_signal_backend)",
-                             name, all - ended, all);
+                             name, all - done, all);
     return 0;
 }
 
@@ -1715,31 +1727,6 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     return 0;
 }
 
-/* Take the rows over: each holder learns at its next renewal (ttl/3). */
-static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
-{
-    pgclient *pc = pc_of(c);
-    int rc = lease_inspect(c, name, broken);
-    if (rc)
-        return rc;
-    if (broken->held != 1)
-        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
-    char sql[700], why[300];
-    snprintf(sql, sizeof sql,
-             "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND "
-             "owner IS NOT NULL RETURNING name), w AS (SELECT owner FROM %s WHERE name = $1 "
-             "AND alive >= clock_timestamp() AND EXISTS (SELECT 1 FROM r) ORDER BY since "
-             "LIMIT 1) SELECT pg_notify('dlock_w_' || owner, $1) FROM w",
-             pc->table, pc->waiters);
-    const char *p[] = {name};
-    PGresult *r;
-    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
-    pq.clear(r);
-    return 0;
-}
-
 /* ---- mode=rowlock: the seeds' pessimistic lock ----------------------------------- */
 /*
  * A lock is the name's row of the rowlock table, locked by SELECT … FOR
@@ -1833,35 +1820,6 @@ static int row_set_value(dlock_lock *l, const char *value)
         return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
     if (!ours)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": another holder took it", l->name);
-    return 0;
-}
-
-static int row_break(dlock_client *c, const char *name, dlock_info *broken)
-{
-    pgclient *pc = pc_of(c);
-    int rc = row_inspect(c, name, broken);
-    if (rc)
-        return rc;
-    if (broken->held != 1)
-        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
-    char sql[600], why[300];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
-             "pg_terminate_backend(l.pid) AS ended FROM %s AS t " ROW_HOLDER_JOIN
-             "WHERE t.name = $1 AND l.pid IS NOT NULL) AS x",
-             pc->table);
-    const char *p[] = {name};
-    PGresult *r;
-    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
-    long ended = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
-    pq.clear(r);
-    if (all > 0 && ended < all)
-        return dl_client_err(c, DLOCK_EPERM,
-                             "break \"%s\": the server refused to end the session holding it "
-                             "(a superuser's, or this role lacks pg_signal_backend)",
-                             name);
     return 0;
 }
 
