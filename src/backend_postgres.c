@@ -88,7 +88,6 @@ static const dl_scheme postgres_schemes[] = {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,8 +157,8 @@ static void pq_load(void)
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
 #define PG_PREPARED_MAX 16       /* fixed statements a session keeps prepared */
 
-/* One server session. `held` is the lock it holds (NULL: idle or in use by
- * a call); only connections on the client's held list are watched. */
+/* One server session; `sess` is its place on the client's watch list while
+ * it holds a lock (advisory, rowlock). */
 typedef struct pg_conn {
     PGconn *pg;
     struct pg_conn *next;
@@ -168,9 +167,7 @@ typedef struct pg_conn {
     bool failed; /* a statement failed on it: not pooled again (see stmt_send_fixed) */
     const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
     int nprepared;
-    dlock_lock *held;
-    bool lost; /* the watcher found the session gone */
-    char lost_why[256];
+    dl_session sess;
 } pg_conn;
 
 typedef struct pgclient {
@@ -197,12 +194,8 @@ typedef struct pgclient {
     pthread_cond_t cv;
     pg_conn *idle; /* the pool */
     int nidle;
-    pg_conn *held; /* connections that hold locks: the watcher's */
-    int busy;      /* the watcher is telling holders (mu released) */
-    pthread_t busy_thread;
-    pthread_t watcher;
-    bool watcher_started, stopping;
-    int wake_fd;
+    dl_session_watch watch; /* the sessions that hold locks */
+    bool stopping;
 } pgclient;
 
 typedef struct pglock {
@@ -616,7 +609,6 @@ static void conn_put(pgclient *pc, pg_conn *k)
     pthread_mutex_lock(&pc->mu);
     if (pc->nidle < PG_POOL_IDLE_MAX && !pc->stopping && !k->failed &&
         pq.status(k->pg) == CONNECTION_OK) {
-        k->held = NULL;
         k->next = pc->idle;
         pc->idle = k;
         pc->nidle++;
@@ -684,18 +676,14 @@ static int pool_run(dlock_client *c, const char *sql, int n, const char *const *
     return rc;
 }
 
-/* ---- the watcher: sessions that hold locks ---------------------------------------- */
+/* ---- sessions that hold locks (advisory, rowlock) ---------------------------------- */
 
-static void wake_watcher(pgclient *pc)
+/* Whether an idle held session has ended (the core's watcher asks when its
+ * socket is readable): consumes what the server sent it — a notice, or the
+ * error that ends it. */
+static bool session_gone(dl_session *s, char *why, size_t wlen)
 {
-    uint64_t one = 1;
-    (void)!write(pc->wake_fd, &one, sizeof one);
-}
-
-/* Whether k's session has ended (mu held): consumes what the server sent
- * an idle session — a notice, or the error that ends it. */
-static bool session_gone(pg_conn *k, char *why, size_t wlen)
-{
+    pg_conn *k = (pg_conn *)((char *)s - offsetof(pg_conn, sess));
     char line[200];
     if (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK) {
         snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
@@ -707,157 +695,27 @@ static bool session_gone(pg_conn *k, char *why, size_t wlen)
     return false;
 }
 
-static void *watcher_main(void *arg)
-{
-    pgclient *pc = arg;
-    struct pollfd *fds = NULL;
-    pg_conn **who = NULL;
-    size_t cap = 0;
-    pthread_mutex_lock(&pc->mu);
-    while (!pc->stopping) {
-        size_t n = 1;
-        for (pg_conn *k = pc->held; k; k = k->next)
-            n++;
-        if (n > cap) {
-            size_t nc = n * 2;
-            struct pollfd *nf = realloc(fds, nc * sizeof *nf);
-            if (nf)
-                fds = nf;
-            pg_conn **nw = nf ? realloc(who, nc * sizeof *nw) : NULL;
-            if (nw)
-                who = nw;
-            if (!nf || !nw) { /* out of memory: look again in a while */
-                pthread_mutex_unlock(&pc->mu);
-                usleep(100000);
-                pthread_mutex_lock(&pc->mu);
-                continue;
-            }
-            cap = nc;
-        }
-        fds[0] = (struct pollfd){.fd = pc->wake_fd, .events = POLLIN};
-        n = 1;
-        for (pg_conn *k = pc->held; k; k = k->next, n++) {
-            fds[n] = (struct pollfd){.fd = pq.socket(k->pg), .events = POLLIN};
-            who[n] = k;
-        }
-        pthread_mutex_unlock(&pc->mu);
-        int got = poll(fds, n, -1);
-        pthread_mutex_lock(&pc->mu);
-        if (got <= 0)
-            continue;
-        if (fds[0].revents) {
-            uint64_t v;
-            (void)!read(pc->wake_fd, &v, sizeof v);
-        }
-        dlock_lock **lost = NULL;
-        size_t nlost = 0;
-        for (size_t i = 1; i < n; i++) {
-            if (!fds[i].revents)
-                continue;
-            /* still on the list? (it may have been released meanwhile) */
-            pg_conn **pp = &pc->held;
-            while (*pp && *pp != who[i])
-                pp = &(*pp)->next;
-            if (!*pp)
-                continue;
-            pg_conn *k = *pp;
-            if (!session_gone(k, k->lost_why, sizeof k->lost_why))
-                continue;
-            *pp = k->next;
-            k->next = NULL;
-            k->lost = true;
-            dlock_lock **nl = realloc(lost, (nlost + 1) * sizeof *nl);
-            if (!nl)
-                continue; /* the release will find it lost */
-            lost = nl;
-            lost[nlost++] = k->held;
-        }
-        if (nlost) {
-            pc->busy++;
-            pc->busy_thread = pthread_self();
-            pthread_mutex_unlock(&pc->mu);
-            for (size_t i = 0; i < nlost; i++) {
-                pglock *pl = lost[i]->bstate;
-                char why[400];
-                snprintf(why, sizeof why, "the session holding it ended: %s",
-                         pl->conn ? pl->conn->lost_why : "connection closed");
-                dl_mark_lost(lost[i], why);
-            }
-            pthread_mutex_lock(&pc->mu);
-            pc->busy--;
-            pthread_cond_broadcast(&pc->cv);
-        }
-        free(lost);
-    }
-    pthread_mutex_unlock(&pc->mu);
-    free(fds);
-    free(who);
-    return NULL;
-}
-
-/* mu held: wait until the watcher is not telling holders (unless we are the
- * watcher: a loss callback may release). */
-static void wait_not_busy(pgclient *pc)
-{
-    while (pc->busy > 0 && !pthread_equal(pc->busy_thread, pthread_self()))
-        pthread_cond_wait(&pc->cv, &pc->mu);
-}
-
 /* k now holds l: watched from here on. */
 static int watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen)
 {
-    pgclient *pc = pc_of(l->c);
-    int rc = 0;
-    pthread_mutex_lock(&pc->mu);
-    if (!pc->watcher_started) {
-        if (pthread_create(&pc->watcher, NULL, watcher_main, pc) != 0) {
-            rc = DLOCK_EIO;
-            snprintf(why, wlen, "cannot start the thread that watches held sessions");
-        } else {
-            pc->watcher_started = true;
-        }
-    }
-    if (!rc) {
-        k->held = l;
-        k->next = pc->held;
-        pc->held = k;
-    }
-    pthread_mutex_unlock(&pc->mu);
-    if (!rc)
-        wake_watcher(pc);
-    return rc;
+    return dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pq.socket(k->pg), why, wlen);
 }
 
 /* Take l's session off the watched list for a call on it (or for good);
- * NULL when the watcher found it gone (then k->lost says why). */
+ * NULL when it holds nothing; k->sess.lost when the watcher found it gone. */
 static pg_conn *unwatch_conn(dlock_lock *l)
 {
-    pgclient *pc = pc_of(l->c);
-    pglock *pl = l->bstate;
-    pthread_mutex_lock(&pc->mu);
-    wait_not_busy(pc);
-    pg_conn *k = pl->conn;
-    if (k && !k->lost) {
-        pg_conn **pp = &pc->held;
-        while (*pp && *pp != k)
-            pp = &(*pp)->next;
-        if (*pp)
-            *pp = k->next;
-        k->next = NULL;
-    }
-    pthread_mutex_unlock(&pc->mu);
+    pg_conn *k = ((pglock *)l->bstate)->conn;
+    if (k)
+        (void)dl_swatch_remove(&pc_of(l->c)->watch, &k->sess);
     return k;
 }
 
 /* Back on the watched list after a call on it. */
 static void rewatch_conn(dlock_lock *l, pg_conn *k)
 {
-    pgclient *pc = pc_of(l->c);
-    pthread_mutex_lock(&pc->mu);
-    k->next = pc->held;
-    pc->held = k;
-    pthread_mutex_unlock(&pc->mu);
-    wake_watcher(pc);
+    char why[100]; /* cannot fail: the thread runs since the lock was taken */
+    (void)dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pq.socket(k->pg), why, sizeof why);
 }
 
 /* ---- locks ----------------------------------------------------------------------- */
@@ -1081,9 +939,9 @@ static int pg_release(dlock_lock *l)
     pl->conn = NULL;
     if (!k)
         return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->lost) {
+    if (k->sess.lost) {
         int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                             l->name, k->lost_why);
+                             l->name, k->sess.why);
         conn_close(k);
         return rc;
     }
@@ -1237,9 +1095,9 @@ static int pg_set_value(dlock_lock *l, const char *value)
     pg_conn *k = unwatch_conn(l);
     if (!k)
         return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->lost)
+    if (k->sess.lost)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                           l->name, k->lost_why);
+                           l->name, k->sess.why);
     char sql[200], why[300];
     snprintf(sql, sizeof sql, "UPDATE %s SET value = $2 WHERE name = $1", pc->table);
     const char *p[] = {l->name, value};
@@ -1863,8 +1721,6 @@ static void pc_free(pgclient *pc)
     free(pc->sql_row_info);
     free(pc->sql_refresh);
     free(pc->sql_dequeue);
-    if (pc->wake_fd >= 0)
-        close(pc->wake_fd);
     pthread_mutex_destroy(&pc->mu);
     pthread_cond_destroy(&pc->cv);
     free(pc);
@@ -2072,7 +1928,6 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pgclient *pc = calloc(1, sizeof *pc);
     if (!pc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
-    pc->wake_fd = -1;
     pthread_mutex_init(&pc->mu, NULL);
     pthread_cond_init(&pc->cv, NULL);
     c->bstate = pc;
@@ -2098,8 +1953,8 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         rc = (lease ? lease_build_sql(pc) : rowlock ? row_build_sql(pc) : build_sql(pc))
                  ? DLOCK_ENOMEM
                  : 0;
-    if (!rc && (pc->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
-        rc = DLOCK_EIO;
+    if (!rc)
+        rc = dl_swatch_init(&pc->watch, session_gone);
     if (rc) {
         pg_client_close(c);
         return dl_client_err(c, rc, "%s: %s", u->redacted,
@@ -2127,17 +1982,14 @@ static void pg_client_close(dlock_client *c)
     pthread_mutex_lock(&pc->mu);
     pc->stopping = true;
     pthread_mutex_unlock(&pc->mu);
-    if (pc->watcher_started) {
-        wake_watcher(pc);
-        pthread_join(pc->watcher, NULL);
-    }
     /* Sessions still holding locks (the core released what it could) end
      * with the client: the server lets go of their locks. */
-    while (pc->held) {
-        pg_conn *k = pc->held;
-        pc->held = k->next;
-        if (k->held && k->held->bstate)
-            ((pglock *)k->held->bstate)->conn = NULL;
+    dl_session *left = dl_swatch_fini(&pc->watch);
+    while (left) {
+        pg_conn *k = (pg_conn *)((char *)left - offsetof(pg_conn, sess));
+        left = left->next;
+        if (k->sess.lock && k->sess.lock->bstate)
+            ((pglock *)k->sess.lock->bstate)->conn = NULL;
         conn_close(k);
     }
     pc_free(pc);

@@ -1341,6 +1341,187 @@ DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list
     return client->be->list(client, prefix ? prefix : "", fn, arg);
 }
 
+/* ---- sessions that hold locks ------------------------------------------ */
+
+int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t))
+{
+    memset(w, 0, sizeof *w);
+    w->gone = gone;
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd < 0)
+        return DLOCK_EIO;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return 0;
+}
+
+static void swatch_wake(dl_session_watch *w)
+{
+    uint64_t one = 1;
+    (void)!write(w->wake_fd, &one, sizeof one);
+}
+
+static void *swatch_main(void *arg)
+{
+    dl_session_watch *w = arg;
+    struct pollfd *fds = NULL;
+    dl_session **who = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stopping) {
+        size_t n = 1;
+        for (dl_session *s = w->list; s; s = s->next)
+            n++;
+        if (n > cap) {
+            size_t nc = n * 2;
+            struct pollfd *nf = realloc(fds, nc * sizeof *nf);
+            if (nf)
+                fds = nf;
+            dl_session **nw = nf ? realloc(who, nc * sizeof *nw) : NULL;
+            if (nw)
+                who = nw;
+            if (!nf || !nw) { /* out of memory: look again in a while */
+                pthread_mutex_unlock(&w->mu);
+                usleep(100000);
+                pthread_mutex_lock(&w->mu);
+                continue;
+            }
+            cap = nc;
+        }
+        fds[0] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
+        n = 1;
+        for (dl_session *s = w->list; s; s = s->next, n++) {
+            fds[n] = (struct pollfd){.fd = s->fd, .events = POLLIN};
+            who[n] = s;
+        }
+        pthread_mutex_unlock(&w->mu);
+        int got = poll(fds, n, -1);
+        pthread_mutex_lock(&w->mu);
+        if (got <= 0)
+            continue;
+        if (fds[0].revents) {
+            uint64_t v;
+            (void)!read(w->wake_fd, &v, sizeof v);
+        }
+        dlock_lock **lost = NULL;
+        dl_session **lost_s = NULL;
+        size_t nlost = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (!fds[i].revents)
+                continue;
+            /* still watched? (a call may have taken it off meanwhile) */
+            dl_session **pp = &w->list;
+            while (*pp && *pp != who[i])
+                pp = &(*pp)->next;
+            if (!*pp)
+                continue;
+            dl_session *s = *pp;
+            if (!w->gone(s, s->why, sizeof s->why))
+                continue;
+            *pp = s->next;
+            s->next = NULL;
+            s->lost = true;
+            dlock_lock **nl = realloc(lost, (nlost + 1) * sizeof *nl);
+            if (nl)
+                lost = nl;
+            dl_session **ns = nl ? realloc(lost_s, (nlost + 1) * sizeof *ns) : NULL;
+            if (ns)
+                lost_s = ns;
+            if (!nl || !ns)
+                continue; /* the lock's next call finds it lost */
+            lost[nlost] = s->lock;
+            lost_s[nlost++] = s;
+        }
+        if (nlost) {
+            /* Told outside the mutex: a loss callback may release. */
+            w->busy++;
+            w->busy_thread = pthread_self();
+            pthread_mutex_unlock(&w->mu);
+            for (size_t i = 0; i < nlost; i++) {
+                char why[400];
+                snprintf(why, sizeof why, "the session holding it ended: %s", lost_s[i]->why);
+                dl_mark_lost(lost[i], why);
+            }
+            pthread_mutex_lock(&w->mu);
+            w->busy--;
+            pthread_cond_broadcast(&w->cv);
+        }
+        free(lost);
+        free(lost_s);
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(fds);
+    free(who);
+    return NULL;
+}
+
+int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, char *why,
+                  size_t wlen)
+{
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    if (!w->started) {
+        if (pthread_create(&w->thread, NULL, swatch_main, w) != 0) {
+            rc = DLOCK_EIO;
+            snprintf(why, wlen, "cannot start the thread that watches held sessions");
+        } else {
+            w->started = true;
+        }
+    }
+    if (!rc) {
+        s->fd = fd;
+        s->lock = l;
+        s->lost = false;
+        s->next = w->list;
+        w->list = s;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!rc)
+        swatch_wake(w);
+    return rc;
+}
+
+bool dl_swatch_remove(dl_session_watch *w, dl_session *s)
+{
+    pthread_mutex_lock(&w->mu);
+    /* Not while the thread is telling holders (unless this is that thread:
+     * a loss callback may release), so that a loss is told before the
+     * session is reused. */
+    while (w->busy > 0 && !pthread_equal(w->busy_thread, pthread_self()))
+        pthread_cond_wait(&w->cv, &w->mu);
+    bool lost = s->lost;
+    if (!lost) {
+        dl_session **pp = &w->list;
+        while (*pp && *pp != s)
+            pp = &(*pp)->next;
+        if (*pp)
+            *pp = s->next;
+        s->next = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return !lost;
+}
+
+dl_session *dl_swatch_fini(dl_session_watch *w)
+{
+    if (!w->gone || w->wake_fd < 0)
+        return NULL; /* never initialised (or failed to) */
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    pthread_mutex_unlock(&w->mu);
+    if (w->started) {
+        swatch_wake(w);
+        pthread_join(w->thread, NULL);
+    }
+    dl_session *left = w->list;
+    w->list = NULL;
+    close(w->wake_fd);
+    w->wake_fd = -1;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    return left;
+}
+
 /* ---- queues of waiters ------------------------------------------------- */
 
 static const dl_qpos *qpos_at(const void *queue, size_t stride, int i)
