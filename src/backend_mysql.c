@@ -1,12 +1,45 @@
 /*
- * backend_mysql.c — MySQL / MariaDB: GET_LOCK, or the seeds' unique-index lease table.
+ * backend_mysql.c — MySQL / MariaDB: user locks (mode=getlock), the seeds'
+ * unique-index lease table (mode=lease), a row locked by an open
+ * transaction (mode=rowlock). Each mode's own part is below its heading.
  *
- * Not written yet: the descriptor states what the backend will offer, so
- * that `dlock backends` shows the whole product and a mysql URL answers
- * DLOCK_ENOTSUP naming what is missing. Its issue fills in the operations
- * here.
+ * mode=getlock (the default): GET_LOCK on a connection of its own per held
+ * lock, taken from the client's pool and given back once RELEASE_LOCK has
+ * answered, so no lock can leak into a session someone else uses. The
+ * server queues the waiters and wakes one per release; GET_LOCK's own
+ * timeout bounds a timed wait on the server's side. Names longer than the
+ * server's 64-character limit become "dlock:" and a 128-bit hash; the table
+ * (default "dlock") keeps the full name beside that key, so a collision is
+ * an error, never a silently shared lock.
+ *
+ * One statement takes the lock and draws its token:
+ *
+ *     INSERT INTO dlock ... SELECT ... FROM DUAL WHERE GET_LOCK(key, timeout) = 1
+ *     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1) ...
+ *
+ * The row is written only once the lock is ours, and committed with the
+ * statement, so tokens rise with every grant and survive the holder's
+ * crash. The token comes back in the reply's insert id (LAST_INSERT_ID(x)
+ * sets it): no result set, one round trip.
+ *
+ * Liveness is the connection, watched by the core's session watcher
+ * (dl_session_watch): a server that ends it (a restart, KILL, dlock break)
+ * closes it and the holder is told at once; a silent network is found by
+ * TCP keepalives (2 s idle, 3 probes 1 s apart). A waiter that gives up
+ * (timeout, dlock_cancel) has its connection killed from another one:
+ * closing our end alone would leave the server's thread queued in GET_LOCK
+ * (the server does not look at an idle client's socket while it waits).
+ *
+ * MariaDB Connector/C is loaded at run time (dl_load_library) and used only
+ * through its non-blocking calls (the _start and _cont pairs), each driven
+ * here by poll() against our own deadlines and the lock's cancel
+ * descriptor: its blocking calls cannot be bounded that way. Every
+ * statement is a prepared statement with bound parameters, prepared once
+ * per connection; table names come from the URL and are checked against a
+ * strict pattern before they are quoted into the statement text.
  */
 #include "internal.h"
+#include "tools.h"
 
 static const dl_scheme mysql_schemes[] = {
     {"mysql", "mysql", 3306, false, DL_PATH_DBNAME},
@@ -14,12 +47,2096 @@ static const dl_scheme mysql_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
+/* The facts, the same whether Connector/C is there or not. */
+#define MY_CAPS_GETLOCK                                                                      \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
+#define MY_CAPS_LEASE (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE)
+#define MY_CAPS_ROWLOCK (DLOCK_CAP_FENCING | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
+#define MY_CAPS (MY_CAPS_GETLOCK | MY_CAPS_LEASE | MY_CAPS_ROWLOCK) /* a client: its mode's */
+#define MY_LIVENESS                                                                          \
+    "mode=getlock: GET_LOCK, held while the holder's connection lives; the holder is told "  \
+    "at once when the server ends the connection, and within ~5 s (TCP keepalives) when "   \
+    "the network goes silent — while the server, which does not see the silence, keeps "    \
+    "the lock for it; a paused holder keeps its lock. mode=rowlock: the same, a row locked " \
+    "by an open transaction. mode=lease: a row whose expiry is the server's clock, renewed " \
+    "every ttl/3; the holder is told on its own clock before the row can expire"
+#define MY_FENCING                                                                           \
+    "a counter per name in a table, raised and committed by the statement that takes the "  \
+    "lock (getlock) or right after the take (lease, rowlock), never rolled back with the "  \
+    "holder"
+#define MY_PARAMS "mode table ssl-mode ssl-ca ssl-cert ssl-key"
+
+#ifdef DLOCK_HAVE_MYSQL
+#include <mysql.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- Connector/C, loaded when the first client opens ------------------------------ */
+
+#define MY_LIB "libmariadb.so.3"
+static struct {
+    __typeof__(mysql_server_init) *server_init;
+    __typeof__(mysql_init) *init;
+    __typeof__(mysql_options) *options;
+    __typeof__(mysql_optionsv) *optionsv;
+    __typeof__(mysql_real_connect_start) *connect_start;
+    __typeof__(mysql_real_connect_cont) *connect_cont;
+    __typeof__(mysql_close_start) *close_start;
+    __typeof__(mysql_close_cont) *close_cont;
+    __typeof__(mysql_get_socket) *get_socket;
+    __typeof__(mysql_get_timeout_value_ms) *timeout_ms;
+    __typeof__(mysql_errno) *err_no;
+    __typeof__(mysql_error) *error;
+    __typeof__(mysql_thread_id) *thread_id;
+    __typeof__(mysql_get_server_info) *server_info;
+    __typeof__(mysql_autocommit_start) *autocommit_start;
+    __typeof__(mysql_autocommit_cont) *autocommit_cont;
+    __typeof__(mysql_commit_start) *commit_start;
+    __typeof__(mysql_commit_cont) *commit_cont;
+    __typeof__(mysql_rollback_start) *rollback_start;
+    __typeof__(mysql_rollback_cont) *rollback_cont;
+    __typeof__(mysql_stmt_init) *stmt_init;
+    __typeof__(mysql_stmt_prepare_start) *prepare_start;
+    __typeof__(mysql_stmt_prepare_cont) *prepare_cont;
+    __typeof__(mysql_stmt_bind_param) *bind_param;
+    __typeof__(mysql_stmt_execute_start) *execute_start;
+    __typeof__(mysql_stmt_execute_cont) *execute_cont;
+    __typeof__(mysql_stmt_store_result_start) *store_start;
+    __typeof__(mysql_stmt_store_result_cont) *store_cont;
+    __typeof__(mysql_stmt_field_count) *field_count;
+    __typeof__(mysql_stmt_bind_result) *bind_result;
+    __typeof__(mysql_stmt_fetch) *fetch;
+    __typeof__(mysql_stmt_free_result) *free_result;
+    __typeof__(mysql_stmt_close) *stmt_close;
+    __typeof__(mysql_stmt_affected_rows) *affected_rows;
+    __typeof__(mysql_stmt_insert_id) *insert_id;
+    __typeof__(mysql_stmt_errno) *stmt_errno;
+    __typeof__(mysql_stmt_error) *stmt_error;
+} my;
+static char my_error[300];
+static pthread_once_t my_once = PTHREAD_ONCE_INIT;
+
+static void my_load(void)
+{
+    static const dl_sym syms[] = {
+#define SYM(f, m) {"mysql_" #f, offsetof(__typeof__(my), m)}
+        SYM(server_init, server_init), SYM(init, init), SYM(options, options),
+        SYM(optionsv, optionsv), SYM(real_connect_start, connect_start),
+        SYM(real_connect_cont, connect_cont), SYM(close_start, close_start),
+        SYM(close_cont, close_cont), SYM(get_socket, get_socket),
+        SYM(get_timeout_value_ms, timeout_ms), SYM(errno, err_no), SYM(error, error),
+        SYM(thread_id, thread_id), SYM(get_server_info, server_info),
+        SYM(autocommit_start, autocommit_start), SYM(autocommit_cont, autocommit_cont),
+        SYM(commit_start, commit_start), SYM(commit_cont, commit_cont),
+        SYM(rollback_start, rollback_start), SYM(rollback_cont, rollback_cont),
+        SYM(stmt_init, stmt_init), SYM(stmt_prepare_start, prepare_start),
+        SYM(stmt_prepare_cont, prepare_cont), SYM(stmt_bind_param, bind_param),
+        SYM(stmt_execute_start, execute_start), SYM(stmt_execute_cont, execute_cont),
+        SYM(stmt_store_result_start, store_start), SYM(stmt_store_result_cont, store_cont),
+        SYM(stmt_field_count, field_count), SYM(stmt_bind_result, bind_result),
+        SYM(stmt_fetch, fetch), SYM(stmt_free_result, free_result),
+        SYM(stmt_close, stmt_close), SYM(stmt_affected_rows, affected_rows),
+        SYM(stmt_insert_id, insert_id), SYM(stmt_errno, stmt_errno),
+        SYM(stmt_error, stmt_error),
+#undef SYM
+    };
+    if (dl_load_library(MY_LIB, "libmariadb3", syms, sizeof syms / sizeof syms[0], &my,
+                        my_error, sizeof my_error) == 0 &&
+        my.server_init(0, NULL, NULL) != 0) /* not thread-safe: once, here */
+        snprintf(my_error, sizeof my_error, "%s could not initialise", MY_LIB);
+}
+
+/* ---- connections and statements --------------------------------------------------- */
+
+#define MY_KEY_MAX 64       /* GET_LOCK's name limit (MySQL 5.7+) */
+#define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
+#define MY_POOL_IDLE_MAX 8  /* idle connections a client keeps */
+#define MY_PREPARED_MAX 32  /* statements a connection keeps prepared */
+#define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
+#define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
+#define MY_LEASE_BACKOFF_MIN_MS 2
+#define MY_LEASE_BACKOFF_MAX_MS 50
+
+/* One server connection; `sess` is its place on the client's watch list
+ * while it holds a lock (getlock, rowlock). */
+typedef struct my_conn {
+    MYSQL *m;
+    struct my_conn *next; /* in the pool */
+    unsigned long id;     /* the server's connection id (KILL) */
+    bool reused;          /* taken from the pool: it may have died idle (one retry) */
+    bool failed;          /* broken, or a call on it was abandoned: never pooled */
+    bool txn;             /* autocommit off (rowlock) */
+    int lock_wait_s;      /* innodb_lock_wait_timeout set on it (-1: the server's) */
+    struct {
+        const char *sql; /* by address: our statements are fixed per client */
+        MYSQL_STMT *st;
+    } prep[MY_PREPARED_MAX];
+    int nprep;
+    dl_session sess;
+} my_conn;
+
+enum my_mode { MODE_GETLOCK, MODE_LEASE, MODE_ROWLOCK };
+
+typedef struct myclient {
+    enum my_mode mode;
+    char *host, *user, *password, *db;
+    int port;
+    char *ssl_ca, *ssl_cert, *ssl_key;
+    int ssl_mode; /* 0 none asked, 1 required, 2 verify the server */
+    char holder[200];
+    const char *redacted;
+    int op_timeout_ms, connect_timeout_ms;
+    bool mariadb;
+    int ps_ok; /* performance_schema.metadata_locks readable: -1 unknown, 0 no, 1 yes */
+    /* statements, with the table names in them */
+    char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
+        *sql_getvalue, *sql_name_of;                          /* getlock */
+    char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
+        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info; /* lease */
+    char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
+        *sql_row_getvalue;  /* rowlock */
+    char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
+    char *sql_queue;        /* lease: the waiters' GET_LOCK */
+    char *sql_ddl[2];       /* the tables (kept: prepared statements are known by address) */
+    char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
+
+    pthread_mutex_t mu;
+    my_conn *idle; /* the pool */
+    int nidle;
+    bool stopping;
+    dl_session_watch watch; /* connections that hold locks */
+} myclient;
+
+typedef struct mylock {
+    char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
+    my_conn *conn;            /* getlock, rowlock: while held */
+    int slot;                 /* lease: the row held */
+} mylock;
+
+/* A statement's parameter. */
+typedef struct my_arg {
+    char t; /* 's' string, 'i' integer, 'd' double, 'n' NULL */
+    const char *s;
+    long long i;
+    double d;
+} my_arg;
+#define A_S(x) ((my_arg){'s', (x), 0, 0})
+#define A_I(x) ((my_arg){'i', NULL, (long long)(x), 0})
+#define A_D(x) ((my_arg){'d', NULL, 0, (x)})
+#define A_NULL ((my_arg){'n', NULL, 0, 0})
+
+/* A statement's outcome: the OK packet's counts, and any rows as text. */
+typedef struct my_res {
+    unsigned long long affected, insert_id;
+    int nrows, ncols;
+    char **cell; /* row-major; NULL for SQL NULL */
+} my_res;
+
+static myclient *mc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+static const char *cell(const my_res *r, int row, int col)
+{
+    if (!r->cell || row >= r->nrows || col >= r->ncols)
+        return NULL;
+    return r->cell[row * r->ncols + col];
+}
+
+static void res_free(my_res *r)
+{
+    if (r->cell)
+        for (int i = 0; i < r->nrows * r->ncols; i++)
+            free(r->cell[i]);
+    free(r->cell);
+    memset(r, 0, sizeof *r);
+}
+
+/* A server error's code: permission, a lock wait that ran out, a lost
+ * connection, or something a MySQL server would not say. */
+static int code_of_errno(unsigned e)
+{
+    switch (e) {
+    case 1044: /* access denied to the database */
+    case 1045: /* access denied: user or password */
+    case 1095: /* KILL: not the owner of that thread */
+    case 1142: /* command denied on a table */
+    case 1227: /* needs a privilege */
+    case 1370: /* routine denied */
+    case 1698: /* access denied (unix socket auth) */
+        return DLOCK_EPERM;
+    case 1049: /* unknown database */
+        return DLOCK_ENOENT;
+    case 1205: /* lock wait timeout (and NOWAIT) */
+    case 3572: /* MySQL: NOWAIT */
+        return DLOCK_ETIMEDOUT;
+    case 1053: /* server shutdown in progress */
+    case 1927: /* connection killed */
+    case 2002: /* can't connect (socket) */
+    case 2003: /* can't connect (TCP) */
+    case 2005: /* unknown host */
+    case 2006: /* server has gone away */
+    case 2013: /* lost connection during query */
+    case 2055: /* lost connection (system error) */
+        return DLOCK_EUNREACHABLE;
+    case 2001: case 2004: case 2007: case 2008: case 2009: case 2012: case 2027:
+        return DLOCK_EPROTO; /* the handshake or a packet made no sense */
+    default:
+        return e >= 2000 ? DLOCK_EUNREACHABLE : DLOCK_EPROTO;
+    }
+}
+
+/* Wait for what a non-blocking call asked for (status: MYSQL_WAIT_* bits),
+ * bounded by until_ns (-1: none) and cancel_fd: the ready bits to hand back
+ * to its *_cont, or DLOCK_ETIMEDOUT / DLOCK_ECANCELED / DLOCK_EIO. */
+static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
+{
+    struct pollfd p[2] = {
+        {.fd = (int)my.get_socket(m),
+         .events = (short)((status & MYSQL_WAIT_READ ? POLLIN : 0) |
+                           (status & MYSQL_WAIT_WRITE ? POLLOUT : 0) |
+                           (status & MYSQL_WAIT_EXCEPT ? POLLPRI : 0))},
+        {.fd = cancel_fd, .events = POLLIN},
+    };
+    int64_t lib_until = -1;
+    if (status & MYSQL_WAIT_TIMEOUT)
+        lib_until = dl_now_ns() + (int64_t)my.timeout_ms(m) * 1000000;
+    for (;;) {
+        int64_t bound = until_ns;
+        if (lib_until >= 0 && (bound < 0 || lib_until < bound))
+            bound = lib_until;
+        int ms = bound < 0 ? -1 : dl_ms_left(bound);
+        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return DLOCK_EIO;
+        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
+            return DLOCK_ECANCELED;
+        if (n > 0 && p[0].revents) {
+            int r = 0;
+            if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
+                r |= MYSQL_WAIT_READ;
+            if (p[0].revents & (POLLOUT | POLLHUP | POLLERR))
+                r |= MYSQL_WAIT_WRITE;
+            if (p[0].revents & POLLPRI)
+                r |= MYSQL_WAIT_EXCEPT;
+            r &= status;
+            return r ? r : (status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT));
+        }
+        int64_t now = dl_now_ns();
+        if (lib_until >= 0 && now >= lib_until)
+            return MYSQL_WAIT_TIMEOUT;
+        if (until_ns >= 0 && now >= until_ns)
+            return DLOCK_ETIMEDOUT;
+    }
+}
+
+/* Drive one non-blocking call: `start` gives the first status, `cont` (an
+ * expression using ev_) the next; rc gets our own bound's error, if any.
+ * A call cut short leaves the connection mid-protocol: the caller must
+ * not use it again (k->failed). */
+#define MY_DRIVE(rc, m, until, cfd, start, cont)                                              \
+    do {                                                                                     \
+        int st_ = (start);                                                                   \
+        while (st_) {                                                                        \
+            int ev_ = my_wait((m), st_, (until), (cfd));                                     \
+            if (ev_ < 0) {                                                                   \
+                (rc) = ev_;                                                                  \
+                break;                                                                       \
+            }                                                                                \
+            st_ = (cont);                                                                    \
+        }                                                                                    \
+    } while (0)
+
+static void cut_why(int rc, char *why, size_t wlen)
+{
+    snprintf(why, wlen, "%s",
+             rc == DLOCK_ECANCELED ? "canceled" : rc == DLOCK_EIO ? "poll failed"
+                                                                  : "no answer in time");
+}
+
+/* Close k: politely (COM_QUIT, so that the server logs no aborted
+ * connection) when it is healthy, else by shutting the socket first, so
+ * that nothing can block. Its statements are freed after it (they are
+ * only memory once the connection is gone). */
+static void conn_close(my_conn *k)
+{
+    if (!k)
+        return;
+    if (k->m) {
+        int fd = (int)my.get_socket(k->m);
+        if (k->failed && fd >= 0)
+            shutdown(fd, SHUT_RDWR);
+        int st = my.close_start(k->m);
+        for (int i = 0; st && i < 100; i++) {
+            if (i == 0 && fd >= 0)
+                shutdown(fd, SHUT_RDWR); /* it would wait: stop waiting */
+            st = my.close_cont(k->m, st & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE));
+        }
+    }
+    for (int i = 0; i < k->nprep; i++)
+        my.stmt_close(k->prep[i].st);
+    free(k);
+}
+
+/* The prepared form of sql on k (prepared on first use). */
+static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
+                   MYSQL_STMT **out, char *why, size_t wlen)
+{
+    for (int i = 0; i < k->nprep; i++)
+        if (k->prep[i].sql == sql) {
+            *out = k->prep[i].st;
+            return 0;
+        }
+    MYSQL_STMT *st = my.stmt_init(k->m);
+    if (!st) {
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    int ret = 0, rc = 0;
+    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.prepare_start(&ret, st, sql, strlen(sql)),
+             my.prepare_cont(&ret, st, ev_));
+    if (rc || ret) {
+        if (rc) {
+            cut_why(rc, why, wlen);
+        } else {
+            rc = code_of_errno(my.stmt_errno(st));
+            snprintf(why, wlen, "%s", my.stmt_error(st));
+        }
+        k->failed = true;
+        my.stmt_close(st); /* after the connection: see conn_close */
+        return rc;
+    }
+    if (k->nprep == MY_PREPARED_MAX) { /* not reached: fewer statements exist */
+        k->failed = true;
+        snprintf(why, wlen, "too many prepared statements");
+        return DLOCK_EIO;
+    }
+    k->prep[k->nprep].sql = sql;
+    k->prep[k->nprep++].st = st;
+    *out = st;
+    return 0;
+}
+
+/* Run sql with args on k, within until_ns (-1: no bound) and cancel_fd.
+ * 0 with *res filled; or a server error's code (k still usable unless it
+ * was a connection error); or our bound's (k->failed: abandon it). */
+static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res *res,
+                  int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    memset(res, 0, sizeof *res);
+    MYSQL_STMT *st;
+    int rc = stmt_of(k, sql, until_ns, cancel_fd, &st, why, wlen);
+    if (rc)
+        return rc;
+    MYSQL_BIND b[8];
+    unsigned long len[8];
+    if (nargs > 8) {
+        snprintf(why, wlen, "too many parameters");
+        return DLOCK_EIO;
+    }
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < nargs; i++) {
+        switch (args[i].t) {
+        case 's':
+            len[i] = strlen(args[i].s);
+            b[i].buffer_type = MYSQL_TYPE_STRING;
+            b[i].buffer = (void *)args[i].s;
+            b[i].buffer_length = len[i];
+            b[i].length = &len[i];
+            break;
+        case 'i':
+            b[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            b[i].buffer = (void *)&args[i].i;
+            break;
+        case 'd':
+            b[i].buffer_type = MYSQL_TYPE_DOUBLE;
+            b[i].buffer = (void *)&args[i].d;
+            break;
+        default:
+            b[i].buffer_type = MYSQL_TYPE_NULL;
+        }
+    }
+    int ret = 0;
+    if (nargs && my.bind_param(st, b)) {
+        snprintf(why, wlen, "%s", my.stmt_error(st));
+        return DLOCK_EIO;
+    }
+    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.execute_start(&ret, st),
+             my.execute_cont(&ret, st, ev_));
+    if (!rc && !ret && my.field_count(st) > 0)
+        MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.store_start(&ret, st),
+                 my.store_cont(&ret, st, ev_));
+    if (rc) {
+        k->failed = true;
+        cut_why(rc, why, wlen);
+        return rc;
+    }
+    if (ret) {
+        unsigned e = my.stmt_errno(st);
+        rc = code_of_errno(e);
+        snprintf(why, wlen, "%s", my.stmt_error(st));
+        if (e >= 2000)
+            k->failed = true;
+        return rc;
+    }
+    res->affected = my.affected_rows(st);
+    res->insert_id = my.insert_id(st);
+    unsigned nf = my.field_count(st);
+    if (nf == 0)
+        return 0;
+    if (nf > 8) {
+        (void)my.free_result(st);
+        snprintf(why, wlen, "too many columns");
+        return DLOCK_EIO;
+    }
+    char buf[8][MY_CELL_MAX];
+    unsigned long blen[8];
+    my_bool isnull[8];
+    MYSQL_BIND rb[8];
+    memset(rb, 0, sizeof rb);
+    for (unsigned i = 0; i < nf; i++) {
+        rb[i].buffer_type = MYSQL_TYPE_STRING;
+        rb[i].buffer = buf[i];
+        rb[i].buffer_length = MY_CELL_MAX - 1;
+        rb[i].length = &blen[i];
+        rb[i].is_null = &isnull[i];
+    }
+    if (my.bind_result(st, rb)) {
+        snprintf(why, wlen, "%s", my.stmt_error(st));
+        (void)my.free_result(st);
+        return DLOCK_EIO;
+    }
+    res->ncols = (int)nf;
+    size_t cap = 0;
+    int f;
+    while ((f = my.fetch(st)) == 0) {
+        if ((size_t)(res->nrows + 1) * nf > cap) {
+            size_t nc = cap ? cap * 2 : nf * 4;
+            char **ncell = realloc(res->cell, nc * sizeof *ncell);
+            if (!ncell) {
+                rc = DLOCK_ENOMEM;
+                break;
+            }
+            res->cell = ncell;
+            cap = nc;
+        }
+        for (unsigned i = 0; i < nf; i++) {
+            char *v = NULL;
+            if (!isnull[i]) {
+                size_t n = blen[i] < MY_CELL_MAX - 1 ? blen[i] : MY_CELL_MAX - 1;
+                v = malloc(n + 1);
+                if (v) {
+                    memcpy(v, buf[i], n);
+                    v[n] = '\0';
+                } else {
+                    rc = DLOCK_ENOMEM;
+                }
+            }
+            res->cell[res->nrows * nf + i] = v;
+        }
+        res->nrows++;
+    }
+    (void)my.free_result(st);
+    if (!rc && f != MYSQL_NO_DATA) {
+        rc = f == MYSQL_DATA_TRUNCATED ? DLOCK_EPROTO : DLOCK_EIO;
+        snprintf(why, wlen, "%s", f == MYSQL_DATA_TRUNCATED ? "a value was longer than expected"
+                                                           : my.stmt_error(st));
+    } else if (rc) {
+        snprintf(why, wlen, "out of memory");
+    }
+    if (rc)
+        res_free(res);
+    return rc;
+}
+
+/* A simple call (autocommit, commit, rollback) on k: 0 or a code. */
+static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen)
+{
+    my_bool ret = 0;
+    int rc = 0;
+    switch (what) {
+    case 'a': /* autocommit on */
+    case 't': /* autocommit off: a transaction from the next statement on */
+        MY_DRIVE(rc, k->m, until_ns, -1, my.autocommit_start(&ret, k->m, what == 'a'),
+                 my.autocommit_cont(&ret, k->m, ev_));
+        if (!rc && !ret)
+            k->txn = what == 't';
+        break;
+    case 'c':
+        MY_DRIVE(rc, k->m, until_ns, -1, my.commit_start(&ret, k->m),
+                 my.commit_cont(&ret, k->m, ev_));
+        break;
+    default:
+        MY_DRIVE(rc, k->m, until_ns, -1, my.rollback_start(&ret, k->m),
+                 my.rollback_cont(&ret, k->m, ev_));
+    }
+    if (rc) {
+        k->failed = true;
+        cut_why(rc, why, wlen);
+        return rc;
+    }
+    if (ret) {
+        unsigned e = my.err_no(k->m);
+        snprintf(why, wlen, "%s", my.error(k->m));
+        if (e >= 2000)
+            k->failed = true;
+        return code_of_errno(e);
+    }
+    return 0;
+}
+
+/* A new connection, made within until_ns: TLS as the URL asks, keepalives
+ * on its socket, the holder's description in its connection attributes. */
+static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **out, char *why,
+                     size_t wlen)
+{
+    *out = NULL;
+    my_conn *k = calloc(1, sizeof *k);
+    if (!k || !(k->m = my.init(NULL))) {
+        free(k);
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    k->lock_wait_s = -1;
+    unsigned ct = (unsigned)((mc->connect_timeout_ms + 999) / 1000);
+    my_bool yes = 1;
+    int bad = my.options(k->m, MYSQL_OPT_NONBLOCK, 0) ||
+              my.options(k->m, MYSQL_OPT_CONNECT_TIMEOUT, &ct) ||
+              my.options(k->m, MYSQL_SET_CHARSET_NAME, "utf8mb4") ||
+              my.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "dlock") ||
+              my.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "dlock_holder", mc->holder);
+    if (!bad && mc->ssl_ca)
+        bad = my.options(k->m, MYSQL_OPT_SSL_CA, mc->ssl_ca);
+    if (!bad && mc->ssl_cert)
+        bad = my.options(k->m, MYSQL_OPT_SSL_CERT, mc->ssl_cert);
+    if (!bad && mc->ssl_key)
+        bad = my.options(k->m, MYSQL_OPT_SSL_KEY, mc->ssl_key);
+    if (!bad && mc->ssl_mode >= 1)
+        bad = my.options(k->m, MYSQL_OPT_SSL_ENFORCE, &yes);
+    if (!bad && mc->ssl_mode >= 2)
+        bad = my.options(k->m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes);
+    if (bad) {
+        snprintf(why, wlen, "Connector/C refused an option: %s", my.error(k->m));
+        k->failed = true;
+        conn_close(k);
+        return DLOCK_EIO;
+    }
+    MYSQL *ret = NULL;
+    int rc = 0;
+    MY_DRIVE(rc, k->m, until_ns, cancel_fd,
+             my.connect_start(&ret, k->m, mc->host, mc->user, mc->password, mc->db,
+                              (unsigned)mc->port, NULL, 0),
+             my.connect_cont(&ret, k->m, ev_));
+    if (rc || !ret) {
+        if (rc) {
+            snprintf(why, wlen, "%s",
+                     rc == DLOCK_ECANCELED ? "canceled while connecting"
+                                           : "no answer from the server in time while connecting");
+            rc = rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
+        } else {
+            unsigned e = my.err_no(k->m);
+            rc = code_of_errno(e);
+            /* an answer that is not MySQL's handshake, or TLS that failed */
+            if (e == 2026 || rc == DLOCK_EPROTO)
+                rc = DLOCK_EPROTO;
+            snprintf(why, wlen, "%s%s", my.error(k->m),
+                     rc == DLOCK_EPROTO && e != 2026 ? " (is it a MySQL server?)" : "");
+        }
+        k->failed = true;
+        conn_close(k);
+        return rc;
+    }
+    int fd = (int)my.get_socket(k->m);
+    int idle = 2, intvl = 1, cnt = 3, on = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    k->id = my.thread_id(k->m);
+    *out = k;
+    return 0;
+}
+
+/* An idle connection from the pool (one in the autocommit state asked
+ * for, if any), or a new one. */
+static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn **out,
+                    char *why, size_t wlen)
+{
+    for (;;) {
+        pthread_mutex_lock(&mc->mu);
+        my_conn **pp = &mc->idle;
+        while (*pp && (*pp)->txn != txn)
+            pp = &(*pp)->next;
+        if (!*pp)
+            pp = &mc->idle;
+        my_conn *k = *pp;
+        if (k) {
+            *pp = k->next;
+            mc->nidle--;
+            k->next = NULL;
+        }
+        pthread_mutex_unlock(&mc->mu);
+        if (!k)
+            break;
+        /* Nothing is due on an idle connection: a readable socket is the
+         * server ending it (an error packet, or the close itself). */
+        struct pollfd p = {.fd = (int)my.get_socket(k->m), .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            k->failed = true;
+            conn_close(k);
+            continue;
+        }
+        k->reused = true;
+        int rc = 0;
+        if (k->txn != txn)
+            rc = q_simple(k, txn ? 't' : 'a', until_ns, why, wlen);
+        if (rc) {
+            k->failed = true;
+            conn_close(k);
+            continue;
+        }
+        *out = k;
+        return 0;
+    }
+    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < bound)
+        bound = until_ns;
+    int rc = conn_open(mc, bound, cancel_fd, out, why, wlen);
+    if (!rc && txn) {
+        rc = q_simple(*out, 't', until_ns, why, wlen);
+        if (rc) {
+            conn_close(*out);
+            *out = NULL;
+        }
+    }
+    return rc;
+}
+
+/* Give a connection back to the pool (or close it). */
+static void conn_put(myclient *mc, my_conn *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&mc->mu);
+    if (mc->nidle < MY_POOL_IDLE_MAX && !mc->stopping && !k->failed) {
+        k->next = mc->idle;
+        mc->idle = k;
+        mc->nidle++;
+        k = NULL;
+    }
+    pthread_mutex_unlock(&mc->mu);
+    conn_close(k);
+}
+
+/* A statement that may still run on the server (a lock wait we gave up
+ * on): kill k's server thread from another connection, bounded, then
+ * close k. Killing the connection, not only the query, also lets go of a
+ * lock granted in the very moment we gave up. */
+static void conn_abandon(myclient *mc, my_conn *k)
+{
+    if (!k)
+        return;
+    unsigned long id = k->id;
+    k->failed = true;
+    conn_close(k);
+    char why[200];
+    my_conn *o;
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    if (conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
+        return; /* the server ends it when it next looks at the socket */
+    my_arg a[] = {A_I(id)};
+    my_res r;
+    int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
+    res_free(&r);
+    (void)rc; /* 1094 unknown thread: it had ended already */
+    conn_put(mc, o);
+}
+
+/* One statement on a pooled connection (autocommit), for the calls that
+ * hold no connection of their own; once more on a new connection when a
+ * pooled one turns out dead. */
+static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
+                     my_res *res, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(c);
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    memset(res, 0, sizeof *res);
+    for (;;) {
+        my_conn *k;
+        int rc = conn_get(mc, false, until, -1, &k, why, wlen);
+        if (rc)
+            return rc;
+        bool reused = k->reused;
+        rc = q_exec(k, sql, args, nargs, res, until, -1, why, wlen);
+        conn_put(mc, k);
+        if (rc == DLOCK_EUNREACHABLE && reused)
+            continue;
+        return rc;
+    }
+}
+
+/* ---- sessions that hold locks (getlock, rowlock) ---------------------------------- */
+
+/* Whether an idle held connection has ended (the core's watcher asks when
+ * its socket is readable): nothing is due on it, so anything readable is
+ * the server ending it — the error packet of a KILL, or the close. */
+static bool session_gone(dl_session *s, char *why, size_t wlen)
+{
+    char b[64];
+    ssize_t n = recv(s->fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return false;
+    snprintf(why, wlen, "%s",
+             n == 0   ? "the server closed the connection"
+             : n < 0  ? strerror(errno)
+                      : "the server ended the connection (killed, or shutting down)");
+    return true;
+}
+
+static int watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+{
+    return dl_swatch_add(&mc_of(l->c)->watch, &k->sess, l, (int)my.get_socket(k->m), why, wlen);
+}
+
+/* Take l's connection off the watch list for a call on it (or for good):
+ * NULL when it holds none; k->sess.lost when the watcher found it gone. */
+static my_conn *unwatch_conn(dlock_lock *l)
+{
+    my_conn *k = ((mylock *)l->bstate)->conn;
+    if (k)
+        (void)dl_swatch_remove(&mc_of(l->c)->watch, &k->sess);
+    return k;
+}
+
+static void rewatch_conn(dlock_lock *l, my_conn *k)
+{
+    char why[100]; /* cannot fail: the thread runs since the lock was taken */
+    (void)watch_conn(l, k, why, sizeof why);
+}
+
+/* ---- locks ----------------------------------------------------------------------- */
+
+/* GET_LOCK's name for a lock name: the name itself up to 64 characters,
+ * else "dlock:" and 128 bits of two FNV-1a hashes (the table catches a
+ * collision). prefix distinguishes the lease waiters' names. */
+static void key_of(const char *prefix, const char *name, char *out, size_t len)
+{
+    if (!*prefix && strlen(name) <= MY_KEY_MAX) {
+        snprintf(out, len, "%s", name);
+        return;
+    }
+    uint64_t h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
+    for (const unsigned char *s = (const unsigned char *)name; *s; s++) {
+        h1 = (h1 ^ *s) * 0x100000001b3ULL;
+        h2 = (h2 ^ *s) * 0x100000001b3ULL;
+        h2 ^= h2 >> 29;
+    }
+    snprintf(out, len, "dlock%s:%016" PRIx64 "%016" PRIx64, prefix, h1, h2);
+}
+
+static int my_lock_init(dlock_lock *l)
+{
+    mylock *ml = calloc(1, sizeof *ml);
+    if (!ml)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    key_of(mc_of(l->c)->mode == MODE_LEASE ? "-w" : "", l->name, ml->key, sizeof ml->key);
+    l->bstate = ml;
+    return 0;
+}
+
+static void my_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+    l->bstate = NULL;
+}
+
+/* Seconds for a server-side wait until deadline_ns (0 try, -1 forever). */
+static double wait_seconds(int64_t deadline_ns)
+{
+    if (deadline_ns == 0)
+        return 0;
+    if (deadline_ns < 0)
+        return MY_FOREVER_S;
+    return dl_ms_left(deadline_ns) / 1000.0;
+}
+
+/* The bound of a request that waits on the server until deadline_ns: the
+ * lock's hard bound (the deadline plus the margin), none for forever. */
+static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
+{
+    if (deadline_ns < 0)
+        return -1;
+    return l->op_deadline_ns > 0 ? l->op_deadline_ns
+                                 : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
+}
+
+static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
+static int row_acquire(dlock_lock *l, int64_t deadline_ns);
+static int lease_release(dlock_lock *l);
+
+static int my_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    myclient *mc = mc_of(l->c);
+    if (mc->mode == MODE_LEASE)
+        return lease_acquire(l, deadline_ns);
+    if (mc->mode == MODE_ROWLOCK)
+        return row_acquire(l, deadline_ns);
+    if (l->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
+                           "semaphores)",
+                           l->name);
+    mylock *ml = l->bstate;
+    char why[400];
+    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
+    int64_t until = wait_bound(l, deadline_ns);
+    my_conn *k;
+    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
+                      sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
+                  A_D(wait_seconds(deadline_ns))};
+    my_res r;
+    rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
+    if (rc && k->failed && rc != DLOCK_EUNREACHABLE) {
+        /* we gave up (deadline, cancel) while the server may still wait */
+        conn_abandon(mc, k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                           l->name);
+    }
+    if (rc) {
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
+    unsigned long long affected = r.affected, token = r.insert_id;
+    res_free(&r);
+    if (affected == 0 && token == UINT64_MAX) {
+        /* GET_LOCK granted, but the key's row belongs to another name */
+        conn_abandon(mc, k);
+        char other[DL_NAME_MAX + 8] = "another name";
+        my_arg na[] = {A_S(ml->key)};
+        if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
+            snprintf(other, sizeof other, "\"%s\"", cell(&r, 0, 0));
+        res_free(&r);
+        return dl_lock_err(l, DLOCK_ENAME,
+                           "lock \"%s\": its GET_LOCK name \"%s\" is taken by %s in the same "
+                           "table (a hash collision): rename one",
+                           l->name, ml->key, other);
+    }
+    if (affected == 0) {
+        conn_put(mc, k);
+        if (deadline_ns == 0)
+            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                           l->name);
+    }
+    atomic_store(&l->token, (uint64_t)token);
+    ml->conn = k;
+    rc = watch_conn(l, k, why, sizeof why);
+    if (rc) {
+        ml->conn = NULL;
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
+    return 0;
+}
+
+static int my_release(dlock_lock *l)
+{
+    myclient *mc = mc_of(l->c);
+    if (mc->mode == MODE_LEASE)
+        return lease_release(l);
+    mylock *ml = l->bstate;
+    my_conn *k = unwatch_conn(l);
+    ml->conn = NULL;
+    if (!k)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    if (k->sess.lost) {
+        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
+                             l->name, k->sess.why);
+        k->failed = true;
+        conn_close(k);
+        return rc;
+    }
+    char why[300];
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int rc;
+    bool was_held;
+    if (mc->mode == MODE_ROWLOCK) {
+        rc = q_simple(k, 'c', until, why, sizeof why);
+        was_held = rc == 0;
+    } else {
+        my_arg a[] = {A_S(ml->key)};
+        my_res r;
+        rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
+        was_held = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
+        res_free(&r);
+    }
+    if (rc) {
+        /* Closing the connection lets go of the lock as soon as the server
+         * sees it closed. */
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
+                           "lock \"%s\": releasing: %s; its connection was closed, which lets "
+                           "go of it (%s)",
+                           l->name, why, mc->redacted);
+    }
+    if (!was_held) {
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its connection no longer held it",
+                           l->name);
+    }
+    conn_put(mc, k);
+    return 0;
+}
+
+static void my_abandon(dlock_lock *l)
+{
+    myclient *mc = mc_of(l->c);
+    if (mc->mode == MODE_LEASE) {
+        /* Give the row back if it is still ours (a grant that came too
+         * late); the owner check leaves anyone else's alone. */
+        (void)lease_release(l);
+        return;
+    }
+    mylock *ml = l->bstate;
+    my_conn *k = unwatch_conn(l);
+    ml->conn = NULL;
+    if (k)
+        k->failed = true;
+    conn_close(k); /* the connection's end lets go of its locks */
+}
+
+static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
+static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char *conn_id,
+                       size_t idlen);
+
+/* Waiters queued in GET_LOCK on key, where performance_schema tells (-1
+ * where it does not: off, or not readable by this user). */
+static int key_waiters(dlock_client *c, const char *key)
+{
+    myclient *mc = mc_of(c);
+    if (mc->ps_ok == 0)
+        return -1;
+    my_arg a[] = {A_S(key)};
+    my_res r;
+    char why[300];
+    int rc = pool_exec(c, mc->sql_waiters, a, 1, &r, why, sizeof why);
+    int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : -1;
+    res_free(&r);
+    if (rc == DLOCK_EPERM || rc == DLOCK_EPROTO)
+        mc->ps_ok = 0; /* not there, or not ours to read: do not ask again */
+    /* performance_schema off: the table exists and is empty — a holder
+     * without an instrumented lock says the same */
+    return n;
+}
+
+static int my_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    myclient *mc = mc_of(c);
+    memset(info, 0, sizeof *info);
+    if (mc->mode == MODE_LEASE)
+        return lease_inspect(c, name, info);
+    if (mc->mode == MODE_ROWLOCK)
+        return row_inspect(c, name, info, NULL, 0);
+    char key[MY_KEY_MAX + 1], why[300];
+    key_of("", name, key, sizeof key);
+    my_arg a[] = {A_S(key), A_S(key), A_S(name)};
+    my_res r;
+    int rc = pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
+    bool held = cell(&r, 0, 0) != NULL;
+    info->held = held;
+    info->holders = held ? 1 : 0;
+    info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    if (held && cell(&r, 0, 2)) {
+        snprintf(info->holder, sizeof info->holder, "%s", cell(&r, 0, 2));
+        if (cell(&r, 0, 3))
+            info->held_ms = strtoll(cell(&r, 0, 3), NULL, 10);
+    }
+    res_free(&r);
+    info->waiters = key_waiters(c, key);
+    if (info->waiters < 0 && !held)
+        info->waiters = 0; /* nobody queues for a free lock */
+    return 0;
+}
+
+static int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    myclient *mc = mc_of(c);
+    /* prefix as a LIKE pattern: its own %, _ and \ escaped */
+    char pat[2 * DL_NAME_MAX + 2], why[300];
+    size_t j = 0;
+    for (const char *s = prefix ? prefix : ""; *s && j + 3 < sizeof pat; s++) {
+        if (*s == '%' || *s == '_' || *s == '\\')
+            pat[j++] = '\\';
+        pat[j++] = *s;
+    }
+    pat[j++] = '%';
+    pat[j] = '\0';
+    my_arg a[] = {A_S(pat)};
+    my_res r;
+    int rc = pool_exec(c, mc->sql_list, a, 1, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "list: %s (%s)", why, mc->redacted);
+    int stop = 0;
+    for (int i = 0; i < r.nrows && !stop; i++)
+        if (cell(&r, i, 0) && dlock_name_valid(cell(&r, i, 0), NULL, 0) == 0)
+            stop = fn(cell(&r, i, 0), arg);
+    res_free(&r);
+    return stop;
+}
+
+static int my_set_value(dlock_lock *l, const char *value)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    char why[300], tok[24];
+    snprintf(tok, sizeof tok, "%" PRIu64, atomic_load(&l->token));
+    my_res r;
+    int rc;
+    if (mc->mode == MODE_LEASE) {
+        my_arg a[] = {A_S(value), A_S(l->name), A_I(ml->slot), A_S(l->owner)};
+        rc = pool_exec(l->c, mc->sql_lease_value, a, 4, &r, why, sizeof why);
+        if (!rc && r.affected == 0) {
+            res_free(&r);
+            return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease is gone", l->name);
+        }
+    } else if (mc->mode == MODE_ROWLOCK) {
+        /* beside the row, in the token table: the holder's token guards it */
+        my_arg a[] = {A_S(value), A_S(l->name), A_S(tok)};
+        rc = pool_exec(l->c, mc->sql_row_value, a, 3, &r, why, sizeof why);
+    } else {
+        my_conn *k = unwatch_conn(l);
+        if (!k)
+            return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+        if (k->sess.lost)
+            return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
+                               l->name, k->sess.why);
+        my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+        rc = q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
+        rewatch_conn(l, k);
+    }
+    res_free(&r);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
+    return 0;
+}
+
+static int my_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    myclient *mc = mc_of(c);
+    char key[MY_KEY_MAX + 1], why[300];
+    my_res r;
+    int rc;
+    if (mc->mode == MODE_ROWLOCK) {
+        dlock_info info;
+        rc = row_inspect(c, name, &info, NULL, 0);
+        if (rc)
+            return rc;
+        if (info.held != 1)
+            return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+        my_arg a[] = {A_S(name)};
+        rc = pool_exec(c, mc->sql_row_getvalue, a, 1, &r, why, sizeof why);
+    } else if (mc->mode == MODE_LEASE) {
+        my_arg a[] = {A_S(name)};
+        rc = pool_exec(c, mc->sql_lease_getvalue, a, 1, &r, why, sizeof why);
+    } else {
+        key_of("", name, key, sizeof key);
+        my_arg a[] = {A_S(key), A_S(name)};
+        rc = pool_exec(c, mc->sql_getvalue, a, 2, &r, why, sizeof why);
+    }
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, mc->redacted);
+    if (r.nrows != 1 || !cell(&r, 0, 0)) {
+        res_free(&r);
+        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+    }
+    snprintf(buf, len, "%s", cell(&r, 0, 0));
+    res_free(&r);
+    return 0;
+}
+
+/* getlock and rowlock: KILL the connection holding the name (its holder is
+ * told at once); lease: delete the rows (each holder learns at its next
+ * renewal, ttl/3). Between the look-up and the KILL the holder may have
+ * released and its connection gone back to its pool: KILL then ends an
+ * idle pooled connection, which its client drops. */
+static int my_break(dlock_client *c, const char *name, dlock_info *broken)
+{
+    myclient *mc = mc_of(c);
+    char why[300], id[24] = "";
+    int rc;
+    if (mc->mode == MODE_ROWLOCK) {
+        memset(broken, 0, sizeof *broken);
+        rc = row_inspect(c, name, broken, id, sizeof id);
+    } else {
+        rc = my_inspect(c, name, broken);
+    }
+    if (rc)
+        return rc;
+    if (broken->held != 1)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    my_res r;
+    if (mc->mode == MODE_LEASE) {
+        my_arg a[] = {A_S(name)};
+        rc = pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
+        res_free(&r);
+        if (rc)
+            return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
+        return 0;
+    }
+    if (mc->mode == MODE_GETLOCK) {
+        char key[MY_KEY_MAX + 1];
+        key_of("", name, key, sizeof key);
+        my_arg a[] = {A_S(key), A_S(key), A_S(name)};
+        rc = pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
+        if (!rc && cell(&r, 0, 0))
+            snprintf(id, sizeof id, "%s", cell(&r, 0, 0));
+        res_free(&r);
+        if (rc)
+            return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
+    }
+    if (!*id)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    my_arg a[] = {A_I(strtoll(id, NULL, 10))};
+    rc = pool_exec(c, "KILL ?", a, 1, &r, why, sizeof why);
+    res_free(&r);
+    if (rc == DLOCK_EPERM)
+        return dl_client_err(c, rc,
+                             "break \"%s\": the server refused to end connection %s holding it "
+                             "(another user's: KILL needs CONNECTION ADMIN or SUPER): %s",
+                             name, id, why);
+    if (rc && !strstr(why, "Unknown thread"))
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
+    return 0;
+}
+
+/* ---- mode=lease: rows with an expiry ----------------------------------------------- */
+
+/*
+ * TABLE (default dlock_lease): one row per held (name, slot), slot < the
+ * semaphore's permits (0 for a lock): owner, expires (the server's clock,
+ * UTC_TIMESTAMP(6): no time zone or DST can move it), holder, since, value.
+ * One INSERT ... ON DUPLICATE KEY UPDATE takes a free slot or an expired
+ * one over: its assignments, evaluated left to right, test the old expiry
+ * before owner changes and write the new expiry only where the owner is
+ * now ours. The token is drawn right after, from TABLE_token (autocommit):
+ * a take that completed within its lease draws before anyone can take the
+ * row over, so tokens rise with grants (a take slower than its lease is
+ * reported lost by the core's watchdog at once).
+ *
+ * MySQL has no notification. Waiters queue on GET_LOCK of a companion name
+ * ("dlock-w:" and a hash): the first of them holds it and polls the table
+ * with jittered exponential backoff (2 ms doubling to 50 ms); the others
+ * sleep in the server's queue and poll nothing. The server's load is one
+ * poller per waited-for name, however many wait.
+ */
+
+static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    long long ttl_us = (long long)l->opts.ttl_ms * 1000;
+    my_arg a[] = {A_S(l->name), A_I(slot), A_S(l->owner), A_I(ttl_us), A_S(mc->holder)};
+    my_res r;
+    int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
+    *took = rc == 0 && r.affected > 0;
+    res_free(&r);
+    return rc;
+}
+
+/* The next token for name, from TABLE_token (or rowlock's), recording the
+ * holder. conn: the holder's connection id (rowlock), or NULL. */
+static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *token,
+                      char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
+    my_res r;
+    int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
+    *token = r.insert_id;
+    res_free(&r);
+    if (!rc && *token == 0) {
+        snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
+        rc = DLOCK_EPROTO;
+    }
+    return rc;
+}
+
+/* One try at every slot, from a random one (so that semaphore takers do
+ * not all meet at slot 0): 1 taken, 0 all held, or a code. */
+static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+{
+    mylock *ml = l->bstate;
+    int n = l->opts.kind == DLOCK_SEMAPHORE ? (int)l->opts.permits : 1;
+    unsigned start = 0;
+    if (n > 1)
+        (void)dl_random(&start, sizeof start);
+    for (int i = 0; i < n; i++) {
+        int slot = (int)((start + (unsigned)i) % (unsigned)n);
+        bool took;
+        int rc = lease_take(l, k, slot, &took, why, wlen);
+        if (rc)
+            return rc;
+        if (took) {
+            ml->slot = slot;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
+static int nap(int ms, int cancel_fd)
+{
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
+    return n > 0 ? DLOCK_ECANCELED : 0;
+}
+
+static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    if (l->opts.kind == DLOCK_SHARED)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": mode=lease has exclusive locks and semaphores, not "
+                           "shared locks",
+                           l->name);
+    char why[400];
+    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
+    my_conn *k;
+    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
+                      sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    int64_t start = dl_now_ns();
+    int took = lease_try_slots(l, k, why, sizeof why);
+    bool queued = false;
+    int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    my_res r;
+    while (took == 0 && deadline_ns != 0) {
+        if (!queued) {
+            /* behind the other waiters: the first of us polls, the rest
+             * sleep in GET_LOCK's queue */
+            my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
+            rc = q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+                        sizeof why);
+            bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
+            res_free(&r);
+            if (rc && k->failed) {
+                conn_abandon(mc, k);
+                k = NULL;
+                break;
+            }
+            if (rc || !first) {
+                if (!rc)
+                    rc = DLOCK_ETIMEDOUT;
+                break;
+            }
+            queued = true;
+            /* the lease may have ended while we queued */
+            start = dl_now_ns();
+            took = lease_try_slots(l, k, why, sizeof why);
+            continue;
+        }
+        int ms = 0;
+        (void)dl_random(&ms, sizeof ms);
+        ms = backoff / 2 + (int)((unsigned)ms % (unsigned)(backoff / 2 + 1)); /* jitter */
+        if (backoff < MY_LEASE_BACKOFF_MAX_MS)
+            backoff *= 2;
+        if (deadline_ns > 0) {
+            int left = dl_ms_left(deadline_ns);
+            if (left == 0) {
+                rc = DLOCK_ETIMEDOUT;
+                break;
+            }
+            if (ms > left)
+                ms = left;
+        }
+        rc = nap(ms, cancel);
+        if (rc)
+            break;
+        start = dl_now_ns();
+        took = lease_try_slots(l, k, why, sizeof why);
+    }
+    if (took < 0)
+        rc = took;
+    if (took == 1) {
+        /* the lease counts from before the take that succeeded */
+        l->lease_start_ns = start;
+        uint64_t token = 0;
+        rc = draw_token(l, k, NULL, &token, why, sizeof why);
+        if (!rc)
+            atomic_store(&l->token, token);
+        else
+            (void)lease_release(l);
+    }
+    if (queued && k && !k->failed) {
+        my_arg a[] = {A_S(ml->key)};
+        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
+            k->failed = true; /* closing it lets the next waiter in */
+        res_free(&r);
+    }
+    conn_put(mc, k);
+    if (took == 1 && !rc)
+        return 0;
+    if (rc == 0 || rc == DLOCK_ETIMEDOUT)
+        return deadline_ns == 0
+                   ? dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name)
+                   : dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                                 l->name);
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+}
+
+/* A statement about the held row (release, renewal): its affected count. */
+static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    char why[300];
+    my_arg a[4];
+    int n = 0;
+    if (with_ttl)
+        a[n++] = A_I((long long)l->opts.ttl_ms * 1000);
+    a[n++] = A_S(l->name);
+    a[n++] = A_I(ml->slot);
+    a[n++] = A_S(l->owner);
+    my_res r;
+    int rc = pool_exec(l->c, sql, a, n, &r, why, sizeof why);
+    *affected = r.affected;
+    res_free(&r);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    return 0;
+}
+
+static int lease_release(dlock_lock *l)
+{
+    unsigned long long n = 0;
+    int rc = lease_row(l, mc_of(l->c)->sql_lease_free, false, &n);
+    if (rc)
+        return rc;
+    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
+}
+
+static int my_renew(dlock_lock *l)
+{
+    unsigned long long n = 0;
+    int rc = lease_row(l, mc_of(l->c)->sql_lease_renew, true, &n);
+    if (rc)
+        return rc;
+    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
+}
+
+static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    myclient *mc = mc_of(c);
+    char why[300], key[MY_KEY_MAX + 1];
+    key_of("-w", name, key, sizeof key);
+    my_arg a[] = {A_S(key), A_S(name), A_S(name)};
+    my_res r;
+    int rc = pool_exec(c, mc->sql_lease_info, a, 3, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
+    /* one row per holder, or one with NULL holder columns */
+    int holders = 0;
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    for (int i = 0; i < r.nrows; i++) {
+        if (!cell(&r, i, 2))
+            continue;
+        holders++;
+        if (holders == 1) {
+            snprintf(info->holder, sizeof info->holder, "%s", cell(&r, i, 2));
+            info->held_ms = cell(&r, i, 3) ? strtoll(cell(&r, i, 3), NULL, 10) : -1;
+            info->lease_ms = cell(&r, i, 4) ? strtoll(cell(&r, i, 4), NULL, 10) : -1;
+        }
+    }
+    info->held = holders > 0;
+    info->holders = holders;
+    info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
+    bool head = cell(&r, 0, 0) != NULL; /* the first waiter holds the companion lock */
+    res_free(&r);
+    if (!head) {
+        info->waiters = 0;
+    } else {
+        int more = key_waiters(c, key);
+        info->waiters = more < 0 ? -1 : 1 + more;
+    }
+    return 0;
+}
+
+/* ---- mode=rowlock: a row locked by an open transaction ---------------------------- */
+
+/*
+ * TABLE (default dlock_row) has a row per name. On a connection of its own
+ * with autocommit off, one statement makes the row if it is missing and
+ * locks it — INSERT ... ON DUPLICATE KEY UPDATE takes the exclusive row
+ * lock SELECT ... FOR UPDATE takes, and needs no row made beforehand — and
+ * COMMIT releases it. innodb_lock_wait_timeout (whole seconds, set when it
+ * changes) bounds the wait on the server's side, 0 for a try; our own
+ * deadline cuts a timed wait to the millisecond (the connection is then
+ * killed). The token is drawn once the row is ours, from TABLE_token on
+ * another connection with autocommit: a crashed holder's rollback cannot
+ * take it back. TABLE_token also records the holder and its connection id
+ * (for dlock break) and the leader's value.
+ */
+
+static int row_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    if (l->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": mode=rowlock locks are exclusive only (mode=lease has "
+                           "semaphores)",
+                           l->name);
+    char why[400];
+    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
+    my_conn *k;
+    int rc = conn_get(mc, true, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
+                      sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    double s = wait_seconds(deadline_ns);
+    int wait_s = s >= MY_FOREVER_S ? 100000000 : (int)(s + 0.999);
+    my_res r;
+    if (k->lock_wait_s != wait_s) {
+        my_arg a[] = {A_I(wait_s)};
+        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel, why,
+                    sizeof why);
+        res_free(&r);
+        if (rc) {
+            k->failed = true;
+            conn_close(k);
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        k->lock_wait_s = wait_s;
+    }
+    my_arg a[] = {A_S(l->name)};
+    rc = q_exec(k, mc->sql_row_lock, a, 1, &r, wait_bound(l, deadline_ns), cancel, why,
+                sizeof why);
+    res_free(&r);
+    if (rc == DLOCK_ETIMEDOUT && !k->failed) {
+        /* the server's lock wait ran out: the statement was undone */
+        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        if (q_simple(k, 'r', until, why, sizeof why) != 0)
+            k->failed = true;
+        conn_put(mc, k);
+        return deadline_ns == 0
+                   ? dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name)
+                   : dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                                 l->name);
+    }
+    if (rc && k->failed && rc != DLOCK_EUNREACHABLE) {
+        conn_abandon(mc, k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                           l->name);
+    }
+    if (rc) {
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
+    /* ours: the token, on another connection, so that it is committed now */
+    char id[24];
+    snprintf(id, sizeof id, "%lu", k->id);
+    my_conn *o;
+    uint64_t token = 0;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    rc = conn_get(mc, false, until, -1, &o, why, sizeof why);
+    if (!rc) {
+        rc = draw_token(l, o, id, &token, why, sizeof why);
+        conn_put(mc, o);
+    }
+    if (rc) {
+        k->failed = true;
+        conn_close(k); /* its transaction ends, and the row is free */
+        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
+                           mc->redacted);
+    }
+    atomic_store(&l->token, token);
+    ml->conn = k;
+    rc = watch_conn(l, k, why, sizeof why);
+    if (rc) {
+        ml->conn = NULL;
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
+    return 0;
+}
+
+/* Whether name's row is locked, by a shared-lock read that does not wait
+ * (autocommit: let go at once); the token table's record beside it. The
+ * holder's connection id into conn_id when asked. */
+static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char *conn_id,
+                       size_t idlen)
+{
+    myclient *mc = mc_of(c);
+    char why[300];
+    memset(info, 0, sizeof *info);
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    info->waiters = -1; /* InnoDB's lock waits are PROCESS-privileged */
+    my_arg a[] = {A_S(name)};
+    my_res r;
+    int rc = pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
+    bool held;
+    if (rc == DLOCK_ETIMEDOUT) {
+        held = true; /* NOWAIT met the holder's lock */
+    } else if (rc) {
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
+    } else {
+        held = false;
+    }
+    res_free(&r);
+    rc = pool_exec(c, mc->sql_row_info, a, 1, &r, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
+    info->held = held;
+    info->holders = held ? 1 : 0;
+    if (!held)
+        info->waiters = 0;
+    info->token = cell(&r, 0, 0) ? strtoull(cell(&r, 0, 0), NULL, 10) : 0;
+    if (held && cell(&r, 0, 1)) {
+        snprintf(info->holder, sizeof info->holder, "%s", cell(&r, 0, 1));
+        info->held_ms = cell(&r, 0, 2) ? strtoll(cell(&r, 0, 2), NULL, 10) : -1;
+    }
+    if (conn_id && idlen)
+        snprintf(conn_id, idlen, "%s", held && cell(&r, 0, 3) ? cell(&r, 0, 3) : "");
+    res_free(&r);
+    return 0;
+}
+
+/* ---- clients ---------------------------------------------------------------------- */
+
+/* Table names: a strict pattern, so that quoting them is enough. */
+static bool ident_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MY_IDENT_MAX || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+#define HELD_MS "TIMESTAMPDIFF(MICROSECOND, %s, UTC_TIMESTAMP(6)) DIV 1000"
+
+static int build_sql(myclient *mc)
+{
+    const char *t = mc->table, *tk = mc->tokens;
+    /* getlock: the lock and the token in one statement (see the top) */
+    mc->sql_take = fmt_alloc(
+        "INSERT INTO %s (k, name, token, holder, since, value) "
+        "SELECT ?, ?, LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), NULL FROM DUAL "
+        "WHERE GET_LOCK(?, ?) = 1 ON DUPLICATE KEY UPDATE "
+        "holder = IF(name = VALUES(name), VALUES(holder), holder), "
+        "since = IF(name = VALUES(name), VALUES(since), since), "
+        "value = IF(name = VALUES(name), NULL, value), "
+        "token = IF(name = VALUES(name), LAST_INSERT_ID(token + 1), "
+        "token + 0 * LAST_INSERT_ID(18446744073709551615))",
+        t);
+    mc->sql_release = fmt_alloc("SELECT RELEASE_LOCK(?)");
+    mc->sql_inspect = fmt_alloc("SELECT IS_USED_LOCK(?), t.token, t.holder, " HELD_MS
+                                " FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.k = ? AND "
+                                "t.name = ?",
+                                "t.since", t);
+    mc->sql_waiters = fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
+                                "OBJECT_TYPE = 'USER LEVEL LOCK' AND OBJECT_NAME = ? AND "
+                                "LOCK_STATUS = 'PENDING'");
+    mc->sql_setvalue = fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", t);
+    mc->sql_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
+                                 "IS_USED_LOCK(k) IS NOT NULL AND value IS NOT NULL",
+                                 t);
+    mc->sql_name_of = fmt_alloc("SELECT name FROM %s WHERE k = ?", t);
+    mc->sql_list = fmt_alloc(mc->mode == MODE_LEASE ? "SELECT DISTINCT name FROM %s WHERE name "
+                                                      "LIKE ? ORDER BY name"
+                                                    : "SELECT name FROM %s WHERE name LIKE ? "
+                                                      "ORDER BY name",
+                             mc->mode == MODE_GETLOCK ? t : tk);
+    /* lease */
+    mc->sql_lease_take = fmt_alloc(
+        "INSERT INTO %s (name, slot, owner, expires, holder, since, value) VALUES (?, ?, ?, "
+        "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6), NULL) "
+        "ON DUPLICATE KEY UPDATE "
+        "holder = IF(expires < UTC_TIMESTAMP(6), VALUES(holder), holder), "
+        "since = IF(expires < UTC_TIMESTAMP(6), VALUES(since), since), "
+        "value = IF(expires < UTC_TIMESTAMP(6), NULL, value), "
+        "owner = IF(expires < UTC_TIMESTAMP(6), VALUES(owner), owner), "
+        "expires = IF(owner = VALUES(owner), VALUES(expires), expires)",
+        t);
+    mc->sql_lease_renew = fmt_alloc("UPDATE %s SET expires = UTC_TIMESTAMP(6) + INTERVAL ? "
+                                    "MICROSECOND WHERE name = ? AND slot = ? AND owner = ? AND "
+                                    "expires >= UTC_TIMESTAMP(6)",
+                                    t);
+    mc->sql_lease_free = fmt_alloc("DELETE FROM %s WHERE name = ? AND slot = ? AND owner = ?", t);
+    mc->sql_lease_free_all = fmt_alloc("DELETE FROM %s WHERE name = ?", t);
+    mc->sql_lease_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
+                                    "owner = ? AND expires >= UTC_TIMESTAMP(6)",
+                                    t);
+    mc->sql_lease_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ? AND expires >= "
+                                       "UTC_TIMESTAMP(6) AND value IS NOT NULL ORDER BY since "
+                                       "DESC LIMIT 1",
+                                       t);
+    mc->sql_lease_info = fmt_alloc(
+        "SELECT IS_USED_LOCK(?), tk.token, l.holder, " HELD_MS ", "
+        "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires) DIV 1000 "
+        "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
+        "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
+        "l.since", tk, t);
+    /* lease, rowlock: tokens */
+    mc->sql_draw = fmt_alloc(
+        "INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, LAST_INSERT_ID(1), "
+        "?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), "
+        "holder = VALUES(holder), since = VALUES(since), conn = VALUES(conn), value = NULL",
+        tk);
+    /* rowlock */
+    mc->sql_row_lock = fmt_alloc(
+        "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
+    mc->sql_row_probe = fmt_alloc(mc->mariadb ? "SELECT name FROM %s WHERE name = ? LOCK IN "
+                                                "SHARE MODE NOWAIT"
+                                              : "SELECT name FROM %s WHERE name = ? FOR SHARE "
+                                                "NOWAIT",
+                                  t);
+    mc->sql_row_info =
+        fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE name = ?", "since", tk);
+    mc->sql_row_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND token = ?", tk);
+    mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ?", tk);
+    mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
+    return mc->sql_take && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
+                   mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
+                   mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
+                   mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
+                   mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
+                   mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue
+               ? 0
+               : -1;
+}
+
+static void mc_free(myclient *mc)
+{
+    if (!mc)
+        return;
+    while (mc->idle) {
+        my_conn *k = mc->idle;
+        mc->idle = k->next;
+        conn_close(k);
+    }
+    char **s[] = {&mc->host, &mc->user, &mc->password, &mc->db, &mc->ssl_ca, &mc->ssl_cert,
+                  &mc->ssl_key, &mc->sql_take, &mc->sql_release, &mc->sql_inspect,
+                  &mc->sql_waiters, &mc->sql_list, &mc->sql_setvalue, &mc->sql_getvalue,
+                  &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,
+                  &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
+                  &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
+                  &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
+                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue,
+                  &mc->sql_ddl[0], &mc->sql_ddl[1]};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (*s[i] == mc->password && mc->password)
+            explicit_bzero(mc->password, strlen(mc->password));
+        free(*s[i]);
+    }
+    pthread_mutex_destroy(&mc->mu);
+    free(mc);
+}
+
+/* The tables of the client's mode, made if missing (a concurrent maker's
+ * CREATE may race ours: IF NOT EXISTS, and one retry). */
+static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
+{
+    const char *holder_cols = "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), "
+                              "value VARBINARY(1000)";
+    char **ddl = mc->sql_ddl;
+    if (mc->mode == MODE_GETLOCK) {
+        ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
+                           "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, %s) "
+                           "ENGINE=InnoDB",
+                           mc->table, holder_cols);
+    } else {
+        ddl[0] = fmt_alloc(
+            mc->mode == MODE_LEASE
+                ? "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT "
+                  "NULL, owner CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT "
+                  "NULL, %s, PRIMARY KEY (name, slot)) ENGINE=InnoDB"
+                : "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY KEY%s) "
+                  "ENGINE=InnoDB",
+            mc->table, mc->mode == MODE_LEASE ? holder_cols : "");
+        ddl[1] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
+                           "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
+                           "ENGINE=InnoDB",
+                           mc->tokens, holder_cols);
+    }
+    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) ? 0 : DLOCK_ENOMEM;
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    for (int i = 0; i < 2 && !rc && ddl[i]; i++) {
+        my_res r;
+        for (int attempt = 0; attempt < 2; attempt++) {
+            rc = q_exec(k, ddl[i], NULL, 0, &r, until, -1, why, wlen);
+            res_free(&r);
+            if (rc != DLOCK_EPROTO || k->failed)
+                break;
+        }
+        if (rc == DLOCK_EPERM) {
+            char line[200];
+            snprintf(line, sizeof line, "%.190s", why);
+            snprintf(why, wlen,
+                     "cannot create the lock table %s (%s): create it once as a user who may "
+                     "(see dlock(1)), or grant CREATE on the database",
+                     i ? mc->tokens : mc->table, line);
+        }
+    }
+    if (rc == DLOCK_ENOMEM)
+        snprintf(why, wlen, "out of memory");
+    return rc;
+}
+
+static void my_client_close(dlock_client *c);
+
+static int my_client_open(dlock_client *c, const dl_url *u)
+{
+    (void)pthread_once(&my_once, my_load);
+    if (my_error[0])
+        return dl_client_err(c, DLOCK_ENOTSUP, "%s: %s", u->redacted, my_error);
+    const char *mode = dl_url_param(u, "mode");
+    enum my_mode m = MODE_GETLOCK;
+    if (mode && strcmp(mode, "lease") == 0)
+        m = MODE_LEASE;
+    else if (mode && strcmp(mode, "rowlock") == 0)
+        m = MODE_ROWLOCK;
+    else if (mode && strcmp(mode, "getlock") != 0)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: mode must be getlock, lease or rowlock, not \"%s\"",
+                             u->redacted, mode);
+    if (!u->path || !*u->path)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: name the database: mysql://user:password@host/DATABASE",
+                             u->redacted);
+    const char *table = dl_url_param(u, "table");
+    if (!table)
+        table = m == MODE_LEASE ? "dlock_lease" : m == MODE_ROWLOCK ? "dlock_row" : "dlock";
+    if (!ident_ok(table))
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: table= takes a lowercase identifier ([a-z_][a-z0-9_]*, at most "
+                             "%d bytes)",
+                             u->redacted, MY_IDENT_MAX);
+    const char *sslmode = dl_url_param(u, "ssl-mode");
+    int ssl_mode = dl_url_param(u, "ssl-ca") ? 2 : 0;
+    if (sslmode) {
+        if (strcasecmp(sslmode, "disabled") == 0 || strcasecmp(sslmode, "preferred") == 0)
+            ssl_mode = 0;
+        else if (strcasecmp(sslmode, "required") == 0)
+            ssl_mode = 1;
+        else if (strcasecmp(sslmode, "verify_ca") == 0 ||
+                 strcasecmp(sslmode, "verify_identity") == 0)
+            ssl_mode = 2;
+        else
+            return dl_client_err(c, DLOCK_EURL,
+                                 "%s: ssl-mode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA "
+                                 "or VERIFY_IDENTITY, not \"%s\"",
+                                 u->redacted, sslmode);
+        if (ssl_mode == 0 && strcasecmp(sslmode, "disabled") == 0 &&
+            (dl_url_param(u, "ssl-ca") || dl_url_param(u, "ssl-cert")))
+            return dl_client_err(c, DLOCK_EURL, "%s: ssl-mode=DISABLED with TLS files given",
+                                 u->redacted);
+    }
+    myclient *mc = calloc(1, sizeof *mc);
+    if (!mc)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&mc->mu, NULL);
+    c->bstate = mc;
+    mc->mode = m;
+    mc->ps_ok = -1;
+    mc->redacted = u->redacted;
+    mc->op_timeout_ms = c->opts.op_timeout_ms;
+    mc->connect_timeout_ms = c->opts.connect_timeout_ms;
+    mc->port = u->hosts[0].port;
+    mc->ssl_mode = ssl_mode;
+    snprintf(mc->table, sizeof mc->table, "`%s`", table);
+    snprintf(mc->tokens, sizeof mc->tokens, "`%s_token`", table);
+    dl_self_desc(mc->holder, sizeof mc->holder);
+    mc->host = strdup(u->hosts[0].host);
+    mc->user = strdup(u->user ? u->user : "");
+    mc->password = u->password ? strdup(u->password) : NULL;
+    mc->db = strdup(u->path);
+    const char *ca = dl_url_param(u, "ssl-ca"), *cert = dl_url_param(u, "ssl-cert"),
+               *key = dl_url_param(u, "ssl-key");
+    mc->ssl_ca = ca ? strdup(ca) : NULL;
+    mc->ssl_cert = cert ? strdup(cert) : NULL;
+    mc->ssl_key = key ? strdup(key) : NULL;
+    char why[600];
+    int rc = 0;
+    if (!mc->host || !mc->user || !mc->db || (u->password && !mc->password) ||
+        (ca && !mc->ssl_ca) || (cert && !mc->ssl_cert) || (key && !mc->ssl_key))
+        rc = DLOCK_ENOMEM;
+    if (!rc)
+        rc = dl_swatch_init(&mc->watch, session_gone);
+    if (rc) {
+        my_client_close(c);
+        return dl_client_err(c, rc, "%s: %s", u->redacted,
+                             rc == DLOCK_ENOMEM ? "out of memory" : "cannot make an eventfd");
+    }
+    /* The first connection: the server is there, the user may log in, and
+     * the tables exist. */
+    my_conn *k;
+    rc = conn_open(mc, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &k, why,
+                   sizeof why);
+    if (!rc) {
+        const char *info = my.server_info(k->m);
+        mc->mariadb = info && strstr(info, "MariaDB");
+        rc = build_sql(mc) ? DLOCK_ENOMEM : 0;
+        if (rc)
+            snprintf(why, sizeof why, "out of memory");
+        if (!rc)
+            rc = ensure_tables(mc, k, why, sizeof why);
+        k->failed = k->failed || rc != 0;
+        conn_put(mc, k);
+    }
+    if (rc) {
+        my_client_close(c);
+        return dl_client_err(c, rc, "%s: %s", u->redacted, why);
+    }
+    c->caps = m == MODE_LEASE ? MY_CAPS_LEASE : m == MODE_ROWLOCK ? MY_CAPS_ROWLOCK
+                                                                  : MY_CAPS_GETLOCK;
+    c->renews = m == MODE_LEASE;
+    return 0;
+}
+
+static void my_client_close(dlock_client *c)
+{
+    myclient *mc = mc_of(c);
+    if (!mc)
+        return;
+    pthread_mutex_lock(&mc->mu);
+    mc->stopping = true;
+    pthread_mutex_unlock(&mc->mu);
+    /* Connections still holding locks (the core released what it could)
+     * end with the client: the server lets go of their locks. */
+    dl_session *left = dl_swatch_fini(&mc->watch);
+    while (left) {
+        my_conn *k = (my_conn *)((char *)left - offsetof(my_conn, sess));
+        left = left->next;
+        if (k->sess.lock && k->sess.lock->bstate)
+            ((mylock *)k->sess.lock->bstate)->conn = NULL;
+        conn_close(k);
+    }
+    mc_free(mc);
+    c->bstate = NULL;
+}
+
+/* ---- tools ----------------------------------------------------------------------- */
+
+/* The least a statement costs: a prepared SELECT 1 on a kept connection. */
+static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                            dlock_tool_timing *out)
+{
+    (void)name;
+    myclient *mc = mc_of(c);
+    char why[300] = "";
+    my_conn *k = NULL;
+    int rc = conn_get(mc, false, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &k,
+                      why, sizeof why);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    if (!v && !rc) {
+        rc = DLOCK_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    size_t n = 0;
+    int64_t stop = dl_now_ns() + max_ns;
+    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
+        int64_t t0 = dl_now_ns();
+        my_res r;
+        rc = q_exec(k, "SELECT 1", NULL, 0, &r, t0 + (int64_t)mc->op_timeout_ms * 1000000, -1, why,
+                    sizeof why);
+        res_free(&r);
+        if (rc == 0 && i >= 0) /* the first twenty warm up */
+            v[n++] = dl_now_ns() - t0;
+    }
+    conn_put(mc, k);
+    return dl_tool_done(c, rc, "baseline", why, v, n, out, "prepared SELECT 1 on a kept connection");
+}
+
+/* The bare hand-over chain: one connection's RELEASE_LOCK waking another
+ * blocked in GET_LOCK on the same name, from just before the release is
+ * sent to the waiter's reply. */
+static int my_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+{
+    myclient *mc = mc_of(c);
+    char why[300] = "", key[MY_KEY_MAX + 1];
+    key_of("-relay", name, key, sizeof key);
+    int64_t bound = (int64_t)mc->op_timeout_ms * 1000000;
+    my_conn *a = NULL, *b = NULL;
+    int rc = conn_open(mc, dl_now_ns() + bound, -1, &a, why, sizeof why);
+    if (!rc)
+        rc = conn_open(mc, dl_now_ns() + bound, -1, &b, why, sizeof why);
+    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
+    if (!v && !rc) {
+        rc = DLOCK_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    my_arg lk[] = {A_S(key), A_D(60.0)}, rel[] = {A_S(key)};
+    my_res r;
+    if (!rc)
+        rc = q_exec(a, mc->sql_queue, lk, 2, &r, dl_now_ns() + bound, -1, why, sizeof why);
+    res_free(&r);
+    size_t n = 0;
+    for (int i = -5; rc == 0 && i < iters; i++) {
+        /* b waits in GET_LOCK: sent by a thread-free trick, the start of
+         * the non-blocking execute, which returns once the request is out */
+        MYSQL_STMT *st;
+        rc = stmt_of(b, mc->sql_queue, dl_now_ns() + bound, -1, &st, why, sizeof why);
+        if (rc)
+            break;
+        MYSQL_BIND bb[2];
+        unsigned long klen = strlen(key);
+        double secs = 60.0;
+        memset(bb, 0, sizeof bb);
+        bb[0].buffer_type = MYSQL_TYPE_STRING;
+        bb[0].buffer = key;
+        bb[0].buffer_length = klen;
+        bb[0].length = &klen;
+        bb[1].buffer_type = MYSQL_TYPE_DOUBLE;
+        bb[1].buffer = &secs;
+        int ret = 0;
+        if (my.bind_param(st, bb)) {
+            rc = DLOCK_EIO;
+            break;
+        }
+        int status = my.execute_start(&ret, st);
+        struct timespec gap = {0, 1000000}; /* let b queue on the server */
+        nanosleep(&gap, NULL);
+        int64_t t0 = dl_now_ns();
+        rc = q_exec(a, mc->sql_release, rel, 1, &r, t0 + bound, -1, why, sizeof why);
+        res_free(&r);
+        while (!rc && status) {
+            int ev = my_wait(b->m, status, t0 + bound, -1);
+            if (ev < 0) {
+                rc = ev;
+                cut_why(rc, why, sizeof why);
+                break;
+            }
+            status = my.execute_cont(&ret, st, ev);
+        }
+        if (!rc && my.field_count(st) > 0) {
+            MY_DRIVE(rc, b->m, t0 + bound, -1, my.store_start(&ret, st),
+                     my.store_cont(&ret, st, ev_));
+            (void)my.free_result(st);
+        }
+        int64_t t1 = dl_now_ns();
+        if (!rc && ret) {
+            rc = DLOCK_EPROTO;
+            snprintf(why, sizeof why, "%s", my.stmt_error(st));
+        }
+        if (rc == 0 && i >= 0)
+            v[n++] = t1 - t0;
+        my_conn *t = a; /* b holds now */
+        a = b;
+        b = t;
+    }
+    if (a)
+        a->failed = true;
+    if (b)
+        b->failed = true;
+    conn_close(a); /* the connections' end lets go of the name */
+    conn_close(b);
+    return dl_tool_done(c, rc, "relay", why, v, n, out,
+                        "RELEASE_LOCK waking a connection blocked in GET_LOCK");
+}
+
+static int my_tool_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    (void)c;
+    out->trait = DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->quorum = 1;
+    out->direct = 1;
+    return 0;
+}
+
+static int my_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    (void)m; /* one server: the URL's */
+    my_res r;
+    char why[300];
+    int rc = pool_exec(c, "SELECT 1", NULL, 0, &r, why, sizeof why);
+    res_free(&r);
+    return rc ? dl_client_err(c, rc, "%s", why) : 0;
+}
+
+static const struct dl_tools my_tools = {
+    .baseline = my_tool_baseline,
+    .relay = my_tool_relay,
+    .lock_servers = dl_tool_url_servers,
+    .topology = my_tool_topology,
+    .members = dl_tool_url_members,
+    .server_ready = my_tool_server_ready,
+};
+
+#define MY_OPS                                                                               \
+    .client_open = my_client_open, .client_close = my_client_close,                          \
+    .lock_init = my_lock_init, .lock_fini = my_lock_fini, .acquire = my_acquire,             \
+    .release = my_release, .renew = my_renew, .abandon = my_abandon, .inspect = my_inspect,  \
+    .list = my_list, .set_value = my_set_value, .get_value = my_get_value,                   \
+    .break_lock = my_break, .tools = &my_tools
+#else
+#define MY_OPS .missing = "built without MariaDB Connector/C (Debian: libmariadb-dev)"
+#endif
+
 const dl_backend dl_backend_mysql = {
     .version = DL_BACKEND_V1,
     .name = "mysql",
     .schemes = mysql_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_SESSION | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING,
-    .liveness = "GET_LOCK: the connection; lease mode: expiry column renewed",
-    .fencing = "token row updated in the acquiring transaction",
-    .missing = "the mysql backend is not implemented in this version",
+    .caps = MY_CAPS,
+    .liveness = MY_LIVENESS,
+    .fencing = MY_FENCING,
+    .params = MY_PARAMS,
+    MY_OPS,
 };

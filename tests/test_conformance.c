@@ -61,6 +61,8 @@ static const struct target_def {
     {"postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"},
     {"postgres-row", "DLOCK_TEST_POSTGRES_ROW"},
     {"mysql", "DLOCK_TEST_MYSQL"},
+    {"mysql-lease", "DLOCK_TEST_MYSQL_LEASE"},
+    {"mysql-row", "DLOCK_TEST_MYSQL_ROW"},
     {"memcached", "DLOCK_TEST_MEMCACHED"},
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
