@@ -12,7 +12,9 @@ suite() { # build-dir label-args cmake-args...
   local dir=$1 labels=$2; shift 2
   cmake -S . -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
-  (cd "$dir" && ctest --output-on-failure --timeout 900 $labels)
+  # Two at a time: most tests wait on servers, timers and sleeps, not on
+  # the CPU, and each starts its own servers on its own ports.
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j"$jobs" $labels)
 }
 
 step "gcc, -Werror, full suite"
