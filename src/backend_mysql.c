@@ -51,7 +51,8 @@ static const dl_scheme mysql_schemes[] = {
 #define MY_CAPS_GETLOCK                                                                      \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
 #define MY_CAPS_LEASE (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE)
-#define MY_CAPS_ROWLOCK (DLOCK_CAP_FENCING | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
+#define MY_CAPS_ROWLOCK                                                                      \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
 #define MY_CAPS (MY_CAPS_GETLOCK | MY_CAPS_LEASE | MY_CAPS_ROWLOCK) /* a client: its mode's */
 #define MY_LIVENESS                                                                          \
     "mode=getlock: GET_LOCK, held while the holder's connection lives; the holder is told "  \
@@ -199,7 +200,8 @@ typedef struct myclient {
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
     bool mariadb;
-    int ps_ok; /* performance_schema.metadata_locks readable: -1 unknown, 0 no, 1 yes */
+    _Atomic int ps_ok; /* performance_schema.metadata_locks tells waiters: -1 unknown, 0 no, 1 yes */
+    atomic_bool no_queue; /* lease: the server refuses GET_LOCK (Galera): every waiter polls */
     /* statements, with the table names in them */
     char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
         *sql_getvalue, *sql_name_of;                          /* getlock */
@@ -1033,23 +1035,30 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char *conn_id,
                        size_t idlen);
 
-/* Waiters queued in GET_LOCK on key, where performance_schema tells (-1
- * where it does not: off, or not readable by this user). */
+/* Waiters queued in GET_LOCK on key, where performance_schema tells: on,
+ * its metadata lock instrument enabled, readable by this user (-1 where it
+ * does not: an empty table would say 0 while waiters wait). */
 static int key_waiters(dlock_client *c, const char *key)
 {
     myclient *mc = mc_of(c);
+    my_res r;
+    char why[300];
+    if (mc->ps_ok < 0) {
+        int rc = pool_exec(c,
+                           "SELECT @@performance_schema, (SELECT COUNT(*) FROM "
+                           "performance_schema.setup_instruments WHERE NAME = "
+                           "'wait/lock/metadata/sql/mdl' AND ENABLED = 'YES')",
+                           NULL, 0, &r, why, sizeof why);
+        mc->ps_ok = rc == 0 && cell(&r, 0, 0) && cell(&r, 0, 1) &&
+                    strcmp(cell(&r, 0, 0), "1") == 0 && strcmp(cell(&r, 0, 1), "1") == 0;
+        res_free(&r);
+    }
     if (mc->ps_ok == 0)
         return -1;
     my_arg a[] = {A_S(key)};
-    my_res r;
-    char why[300];
     int rc = pool_exec(c, mc->sql_waiters, a, 1, &r, why, sizeof why);
     int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : -1;
     res_free(&r);
-    if (rc == DLOCK_EPERM || rc == DLOCK_EPROTO)
-        mc->ps_ok = 0; /* not there, or not ours to read: do not ask again */
-    /* performance_schema off: the table exists and is empty — a holder
-     * without an instrumented lock says the same */
     return n;
 }
 
@@ -1344,7 +1353,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
     my_res r;
     while (took == 0 && deadline_ns != 0) {
-        if (!queued) {
+        if (!queued && !mc->no_queue) {
             /* behind the other waiters: the first of us polls, the rest
              * sleep in GET_LOCK's queue */
             my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
@@ -1356,6 +1365,11 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 conn_abandon(mc, k);
                 k = NULL;
                 break;
+            }
+            if (rc == DLOCK_EPROTO) { /* GET_LOCK refused: poll without a queue */
+                mc->no_queue = true;
+                rc = 0;
+                continue;
             }
             if (rc || !first) {
                 if (!rc)
