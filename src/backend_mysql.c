@@ -810,6 +810,15 @@ static bool session_gone(dl_session *s, char *why, size_t wlen)
     return true;
 }
 
+/* A connection still held when the client closes: closed with it. */
+static void session_drop(dl_session *s)
+{
+    my_conn *k = (my_conn *)((char *)s - offsetof(my_conn, sess));
+    ((mylock *)s->lock->bstate)->conn = NULL;
+    k->failed = true;
+    conn_close(k);
+}
+
 static int watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     return dl_swatch_add(&mc_of(l->c)->watch, &k->sess, l, (int)my.get_socket(k->m), why, wlen);
@@ -887,6 +896,24 @@ static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
                                  : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
 }
 
+/* The statement that takes a lock on k failed with rc: a wait we gave up
+ * (deadline, cancel) may still run on the server, so k is killed there;
+ * anything else closes k. The error, set on l. */
+static int take_failed(dlock_lock *l, my_conn *k, int rc, const char *why)
+{
+    myclient *mc = mc_of(l->c);
+    if (k->failed && rc != DLOCK_EUNREACHABLE) {
+        conn_abandon(mc, k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                           l->name);
+    }
+    k->failed = true;
+    conn_close(k);
+    return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+}
+
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int row_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
@@ -916,19 +943,8 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
                   A_D(wait_seconds(deadline_ns))};
     my_res r;
     rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
-    if (rc && k->failed && rc != DLOCK_EUNREACHABLE) {
-        /* we gave up (deadline, cancel) while the server may still wait */
-        conn_abandon(mc, k);
-        if (rc == DLOCK_ECANCELED)
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                           l->name);
-    }
-    if (rc) {
-        k->failed = true;
-        conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    }
+    if (rc)
+        return take_failed(l, k, rc, why);
     unsigned long long affected = r.affected, token = r.insert_id;
     res_free(&r);
     if (affected == 0 && token == UINT64_MAX) {
@@ -1575,18 +1591,8 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
                    : dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
                                  l->name);
     }
-    if (rc && k->failed && rc != DLOCK_EUNREACHABLE) {
-        conn_abandon(mc, k);
-        if (rc == DLOCK_ECANCELED)
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                           l->name);
-    }
-    if (rc) {
-        k->failed = true;
-        conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    }
+    if (rc)
+        return take_failed(l, k, rc, why);
     /* ours: the token, on another connection, so that it is committed now */
     char id[24];
     snprintf(id, sizeof id, "%lu", k->id);
@@ -1975,14 +1981,7 @@ static void my_client_close(dlock_client *c)
     pthread_mutex_unlock(&mc->mu);
     /* Connections still holding locks (the core released what it could)
      * end with the client: the server lets go of their locks. */
-    dl_session *left = dl_swatch_fini(&mc->watch);
-    while (left) {
-        my_conn *k = (my_conn *)((char *)left - offsetof(my_conn, sess));
-        left = left->next;
-        if (k->sess.lock && k->sess.lock->bstate)
-            ((mylock *)k->sess.lock->bstate)->conn = NULL;
-        conn_close(k);
-    }
+    dl_swatch_fini(&mc->watch, session_drop);
     mc_free(mc);
     c->bstate = NULL;
 }
@@ -1990,32 +1989,35 @@ static void my_client_close(dlock_client *c)
 /* ---- tools ----------------------------------------------------------------------- */
 
 /* The least a statement costs: a prepared SELECT 1 on a kept connection. */
+struct baseline_arg {
+    my_conn *k;
+    int op_timeout_ms;
+};
+
+static int baseline_step(void *arg, char *why, size_t wlen)
+{
+    struct baseline_arg *a = arg;
+    my_res r;
+    int rc = q_exec(a->k, "SELECT 1", NULL, 0, &r, dl_now_ns() + (int64_t)a->op_timeout_ms * 1000000,
+                    -1, why, wlen);
+    res_free(&r);
+    return rc;
+}
+
 static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
                             dlock_tool_timing *out)
 {
     (void)name;
     myclient *mc = mc_of(c);
     char why[300] = "";
-    my_conn *k = NULL;
-    int rc = conn_get(mc, false, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &k,
-                      why, sizeof why);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    if (!v && !rc) {
-        rc = DLOCK_ENOMEM;
-        snprintf(why, sizeof why, "out of memory");
-    }
+    struct baseline_arg a = {NULL, mc->op_timeout_ms};
+    int64_t *v = NULL;
     size_t n = 0;
-    int64_t stop = dl_now_ns() + max_ns;
-    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
-        int64_t t0 = dl_now_ns();
-        my_res r;
-        rc = q_exec(k, "SELECT 1", NULL, 0, &r, t0 + (int64_t)mc->op_timeout_ms * 1000000, -1, why,
-                    sizeof why);
-        res_free(&r);
-        if (rc == 0 && i >= 0) /* the first twenty warm up */
-            v[n++] = dl_now_ns() - t0;
-    }
-    conn_put(mc, k);
+    int rc = conn_get(mc, false, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &a.k,
+                      why, sizeof why);
+    if (!rc) /* the first twenty warm up */
+        rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
+    conn_put(mc, a.k);
     return dl_tool_done(c, rc, "baseline", why, v, n, out, "prepared SELECT 1 on a kept connection");
 }
 

@@ -695,6 +695,14 @@ static bool session_gone(dl_session *s, char *why, size_t wlen)
     return false;
 }
 
+/* A session still held when the client closes: closed with it. */
+static void session_drop(dl_session *s)
+{
+    pg_conn *k = (pg_conn *)((char *)s - offsetof(pg_conn, sess));
+    ((pglock *)s->lock->bstate)->conn = NULL;
+    conn_close(k);
+}
+
 /* k now holds l: watched from here on. */
 static int watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen)
 {
@@ -1984,14 +1992,7 @@ static void pg_client_close(dlock_client *c)
     pthread_mutex_unlock(&pc->mu);
     /* Sessions still holding locks (the core released what it could) end
      * with the client: the server lets go of their locks. */
-    dl_session *left = dl_swatch_fini(&pc->watch);
-    while (left) {
-        pg_conn *k = (pg_conn *)((char *)left - offsetof(pg_conn, sess));
-        left = left->next;
-        if (k->sess.lock && k->sess.lock->bstate)
-            ((pglock *)k->sess.lock->bstate)->conn = NULL;
-        conn_close(k);
-    }
+    dl_swatch_fini(&pc->watch, session_drop);
     pc_free(pc);
     c->bstate = NULL;
 }
@@ -1999,35 +2000,38 @@ static void pg_client_close(dlock_client *c)
 /* ---- tools ----------------------------------------------------------------------- */
 
 /* The least a statement costs: SELECT 1 on a pooled session. */
+struct baseline_arg {
+    pg_conn *k;
+    int op_timeout_ms;
+};
+
+static int baseline_step(void *arg, char *why, size_t wlen)
+{
+    struct baseline_arg *a = arg;
+    PGresult *r;
+    int rc = run_fixed(a->k, "SELECT 1", 0, NULL, dl_now_ns() + (int64_t)a->op_timeout_ms * 1000000,
+                       -1, &r, why, wlen);
+    pq.clear(r);
+    return rc;
+}
+
 static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
                             dlock_tool_timing *out)
 {
     (void)name;
     pgclient *pc = pc_of(c);
     char why[300] = "";
-    pg_conn *k = NULL;
-    int rc = conn_get(pc, dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000, -1, &k, why,
-                      sizeof why);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    if (!v && !rc) {
-        rc = DLOCK_ENOMEM;
-        snprintf(why, sizeof why, "out of memory");
-    }
+    struct baseline_arg a = {NULL, pc->op_timeout_ms};
+    int64_t *v = NULL;
     size_t n = 0;
-    int64_t stop = dl_now_ns() + max_ns;
-    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
-        int64_t t0 = dl_now_ns();
-        PGresult *r;
-        rc = run_fixed(k, "SELECT 1", 0, NULL, t0 + (int64_t)pc->op_timeout_ms * 1000000, -1, &r, why,
-                 sizeof why);
-        pq.clear(r);
-        if (rc == 0 && i >= 0) /* the first twenty warm up */
-            v[n++] = dl_now_ns() - t0;
-    }
+    int rc = conn_get(pc, dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000, -1, &a.k, why,
+                      sizeof why);
+    if (!rc) /* the first twenty warm up */
+        rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
     if (rc)
-        conn_close(k);
+        conn_close(a.k);
     else
-        conn_put(pc, k);
+        conn_put(pc, a.k);
     return dl_tool_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
 }
 

@@ -1502,10 +1502,10 @@ bool dl_swatch_remove(dl_session_watch *w, dl_session *s)
     return !lost;
 }
 
-dl_session *dl_swatch_fini(dl_session_watch *w)
+void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s))
 {
     if (!w->gone || w->wake_fd < 0)
-        return NULL; /* never initialised (or failed to) */
+        return; /* never initialised (or failed to) */
     pthread_mutex_lock(&w->mu);
     w->stopping = true;
     pthread_mutex_unlock(&w->mu);
@@ -1513,13 +1513,15 @@ dl_session *dl_swatch_fini(dl_session_watch *w)
         swatch_wake(w);
         pthread_join(w->thread, NULL);
     }
-    dl_session *left = w->list;
-    w->list = NULL;
+    while (w->list) {
+        dl_session *s = w->list;
+        w->list = s->next;
+        drop(s);
+    }
     close(w->wake_fd);
     w->wake_fd = -1;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    return left;
 }
 
 /* ---- queues of waiters ------------------------------------------------- */

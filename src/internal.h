@@ -333,9 +333,9 @@ typedef struct dl_session_watch {
 
 /* 0, or DLOCK_EIO when no eventfd can be made. */
 int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));
-/* Stops the thread; returns the sessions still watched (linked by next,
- * their locks' loss not reported) for the backend to close. */
-dl_session *dl_swatch_fini(dl_session_watch *w);
+/* Stops the thread; hands each session still watched (its lock's loss
+ * not reported) to drop, which closes it. */
+void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s));
 /* Watch s (socket fd) for lock l from now on; DLOCK_EIO (why) when the
  * thread cannot start. */
 int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, char *why,

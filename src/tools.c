@@ -316,6 +316,26 @@ int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
     }
 }
 
+int dl_tool_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
+                   int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen)
+{
+    *n = 0;
+    *v = malloc(sizeof **v * (size_t)(iters > 0 ? iters : 1));
+    if (!*v) {
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    int64_t stop = dl_now_ns() + max_ns;
+    int rc = 0;
+    for (int i = -warmup; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
+        int64_t t0 = dl_now_ns();
+        rc = step(arg, why, wlen);
+        if (rc == 0 && i >= 0)
+            (*v)[(*n)++] = dl_now_ns() - t0;
+    }
+    return rc;
+}
+
 int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
                  size_t n, dlock_tool_timing *out, const char *what)
 {

@@ -217,6 +217,11 @@ void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out);
  * freed either way. */
 int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
                  size_t n, dlock_tool_timing *out, const char *what);
+/* Time `step` (0, or a code with a reason in why) `iters` times after
+ * `warmup` untimed calls, stopping early after max_ns: *v (malloc'd) and
+ * *n for dl_tool_done; the first failure's code. */
+int dl_tool_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
+                   int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen);
 /* For deployments whose servers are exactly the URL's hosts, each holding
  * every lock (a consensus ensemble, or one server): the hosts as lock
  * servers and data members, and the topology (consensus when several). */
