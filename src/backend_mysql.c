@@ -896,18 +896,27 @@ static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
                                  : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
 }
 
+/* A lock someone else holds: busy for a try, else the wait ran out. */
+static int not_taken(dlock_lock *l, int64_t deadline_ns)
+{
+    if (deadline_ns == 0)
+        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
+                       l->name);
+}
+
 /* The statement that takes a lock on k failed with rc: a wait we gave up
  * (deadline, cancel) may still run on the server, so k is killed there;
  * anything else closes k. The error, set on l. */
-static int take_failed(dlock_lock *l, my_conn *k, int rc, const char *why)
+static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc,
+                       const char *why)
 {
     myclient *mc = mc_of(l->c);
     if (k->failed && rc != DLOCK_EUNREACHABLE) {
         conn_abandon(mc, k);
         if (rc == DLOCK_ECANCELED)
             return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                           l->name);
+        return not_taken(l, deadline_ns);
     }
     k->failed = true;
     conn_close(k);
@@ -944,7 +953,7 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     my_res r;
     rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
     if (rc)
-        return take_failed(l, k, rc, why);
+        return take_failed(l, deadline_ns, k, rc, why);
     unsigned long long affected = r.affected, token = r.insert_id;
     res_free(&r);
     if (affected == 0 && token == UINT64_MAX) {
@@ -962,10 +971,7 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (affected == 0) {
         conn_put(mc, k);
-        if (deadline_ns == 0)
-            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                           l->name);
+        return not_taken(l, deadline_ns);
     }
     atomic_store(&l->token, (uint64_t)token);
     ml->conn = k;
@@ -1441,10 +1447,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     if (took == 1 && !rc)
         return 0;
     if (rc == 0 || rc == DLOCK_ETIMEDOUT)
-        return deadline_ns == 0
-                   ? dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name)
-                   : dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                                 l->name);
+        return not_taken(l, deadline_ns);
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
@@ -1586,13 +1589,10 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
             k->failed = true;
         conn_put(mc, k);
-        return deadline_ns == 0
-                   ? dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name)
-                   : dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
-                                 l->name);
+        return not_taken(l, deadline_ns);
     }
     if (rc)
-        return take_failed(l, k, rc, why);
+        return take_failed(l, deadline_ns, k, rc, why);
     /* ours: the token, on another connection, so that it is committed now */
     char id[24];
     snprintf(id, sizeof id, "%lu", k->id);
