@@ -13,8 +13,9 @@ packages=(
   default-jre-headless                    # ZooKeeper's JVM
   libcurl4-openssl-dev libcjson-dev       # the etcd backend (libcurl is loaded at run time)
   etcd-server etcd-client                 # the etcd servers its tests start, and etcdctl
-  openssl                                 # the etcd TLS test's throwaway CA
+  openssl                                 # the etcd and mysql TLS tests' throwaway CA
   libpq-dev postgresql                    # the postgres backend (libpq is loaded at run time) and its test server
+  libmariadb-dev mariadb-server           # the mysql backend (libmariadb is loaded at run time) and its test server
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

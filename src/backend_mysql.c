@@ -177,7 +177,9 @@ typedef struct my_conn {
     struct my_conn *next; /* in the pool */
     unsigned long id;     /* the server's connection id (KILL) */
     bool reused;          /* taken from the pool: it may have died idle (one retry) */
-    bool failed;          /* broken, or a call on it was abandoned: never pooled */
+    bool failed;          /* not to be pooled again */
+    bool broken;          /* cut mid-protocol (our bound, a lost connection): close it hard */
+    unsigned last_errno;  /* the server's error number of the last failed statement */
     bool txn;             /* autocommit off (rowlock) */
     int lock_wait_s;      /* innodb_lock_wait_timeout set on it (-1: the server's) */
     struct {
@@ -213,6 +215,8 @@ typedef struct myclient {
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_ddl[2];       /* the tables (kept: prepared statements are known by address) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
+    char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
+    char *sql_table_exists;
 
     pthread_mutex_t mu;
     my_conn *idle; /* the pool */
@@ -350,7 +354,7 @@ static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
 /* Drive one non-blocking call: `start` gives the first status, `cont` (an
  * expression using ev_) the next; rc gets our own bound's error, if any.
  * A call cut short leaves the connection mid-protocol: the caller must
- * not use it again (k->failed). */
+ * not use it again (k->broken). */
 #define MY_DRIVE(rc, m, until, cfd, start, cont)                                              \
     do {                                                                                     \
         int st_ = (start);                                                                   \
@@ -381,7 +385,7 @@ static void conn_close(my_conn *k)
         return;
     if (k->m) {
         int fd = (int)my.get_socket(k->m);
-        if (k->failed && fd >= 0)
+        if (k->broken && fd >= 0)
             shutdown(fd, SHUT_RDWR);
         int st = my.close_start(k->m);
         for (int i = 0; st && i < 100; i++) {
@@ -420,7 +424,16 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             snprintf(why, wlen, "%s", my.stmt_error(st));
         }
         k->failed = true;
-        my.stmt_close(st); /* after the connection: see conn_close */
+        if (!ret)
+            k->broken = true; /* cut mid-prepare */
+        /* freed after the connection (see conn_close): closing it now
+         * could write to a connection in mid-protocol */
+        if (k->nprep < MY_PREPARED_MAX) {
+            k->prep[k->nprep].sql = NULL;
+            k->prep[k->nprep++].st = st;
+        } else {
+            my.stmt_close(st);
+        }
         return rc;
     }
     if (k->nprep == MY_PREPARED_MAX) { /* not reached: fewer statements exist */
@@ -484,16 +497,17 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.store_start(&ret, st),
                  my.store_cont(&ret, st, ev_));
     if (rc) {
-        k->failed = true;
+        k->failed = k->broken = true;
         cut_why(rc, why, wlen);
         return rc;
     }
     if (ret) {
         unsigned e = my.stmt_errno(st);
+        k->last_errno = e;
         rc = code_of_errno(e);
         snprintf(why, wlen, "%s", my.stmt_error(st));
         if (e >= 2000)
-            k->failed = true;
+            k->failed = k->broken = true;
         return rc;
     }
     res->affected = my.affected_rows(st);
@@ -588,7 +602,7 @@ static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wl
                  my.rollback_cont(&ret, k->m, ev_));
     }
     if (rc) {
-        k->failed = true;
+        k->failed = k->broken = true;
         cut_why(rc, why, wlen);
         return rc;
     }
@@ -596,7 +610,7 @@ static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wl
         unsigned e = my.err_no(k->m);
         snprintf(why, wlen, "%s", my.error(k->m));
         if (e >= 2000)
-            k->failed = true;
+            k->failed = k->broken = true;
         return code_of_errno(e);
     }
     return 0;
@@ -659,7 +673,7 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
             snprintf(why, wlen, "%s%s", my.error(k->m),
                      rc == DLOCK_EPROTO && e != 2026 ? " (is it a MySQL server?)" : "");
         }
-        k->failed = true;
+        k->failed = k->broken = true;
         conn_close(k);
         return rc;
     }
@@ -754,7 +768,7 @@ static void conn_abandon(myclient *mc, my_conn *k)
     if (!k)
         return;
     unsigned long id = k->id;
-    k->failed = true;
+    k->failed = k->broken = true;
     conn_close(k);
     char why[200];
     my_conn *o;
@@ -912,7 +926,7 @@ static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc,
                        const char *why)
 {
     myclient *mc = mc_of(l->c);
-    if (k->failed && rc != DLOCK_EUNREACHABLE) {
+    if (k->broken && rc != DLOCK_EUNREACHABLE) {
         conn_abandon(mc, k);
         if (rc == DLOCK_ECANCELED)
             return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
@@ -1383,7 +1397,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                         sizeof why);
             bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
             res_free(&r);
-            if (rc && k->failed) {
+            if (rc && k->broken) {
                 conn_abandon(mc, k);
                 k = NULL;
                 break;
@@ -1580,10 +1594,20 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
         k->lock_wait_s = wait_s;
     }
     my_arg a[] = {A_S(l->name)};
-    rc = q_exec(k, mc->sql_row_lock, a, 1, &r, wait_bound(l, deadline_ns), cancel, why,
-                sizeof why);
-    res_free(&r);
-    if (rc == DLOCK_ETIMEDOUT && !k->failed) {
+    for (int attempt = 0;; attempt++) {
+        rc = q_exec(k, mc->sql_row_lock, a, 1, &r, wait_bound(l, deadline_ns), cancel, why,
+                    sizeof why);
+        res_free(&r);
+        /* A name's first holder inserts its row in its own transaction; if
+         * that transaction rolls back (the holder died, was killed or
+         * broken), InnoDB can pick one of the queued inserts as a deadlock
+         * victim and undo it: nothing was held, so ask again. */
+        if (rc && !k->broken && k->last_errno == 1213 && attempt < 8 &&
+            (deadline_ns < 0 || dl_now_ns() < deadline_ns))
+            continue;
+        break;
+    }
+    if (rc == DLOCK_ETIMEDOUT && !k->broken) {
         /* the server's lock wait ran out: the statement was undone */
         int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
@@ -1773,12 +1797,15 @@ static int build_sql(myclient *mc)
     mc->sql_row_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND token = ?", tk);
     mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ?", tk);
     mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
+    mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
+                                     "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
     return mc->sql_take && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
                    mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
-                   mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue
+                   mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
+                   mc->sql_table_exists
                ? 0
                : -1;
 }
@@ -1800,7 +1827,7 @@ static void mc_free(myclient *mc)
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
                   &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue,
-                  &mc->sql_ddl[0], &mc->sql_ddl[1]};
+                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_table_exists};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)
             explicit_bzero(mc->password, strlen(mc->password));
@@ -1840,10 +1867,18 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     for (int i = 0; i < 2 && !rc && ddl[i]; i++) {
         my_res r;
+        /* There already? A user without CREATE may use existing tables, and
+         * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
+        my_arg t[] = {A_S(i ? mc->tokens_bare : mc->table_bare)};
+        rc = q_exec(k, mc->sql_table_exists, t, 1, &r, until, -1, why, wlen);
+        bool exists = rc == 0 && r.nrows == 1;
+        res_free(&r);
+        if (rc || exists)
+            continue;
         for (int attempt = 0; attempt < 2; attempt++) {
             rc = q_exec(k, ddl[i], NULL, 0, &r, until, -1, why, wlen);
             res_free(&r);
-            if (rc != DLOCK_EPROTO || k->failed)
+            if (rc != DLOCK_EPROTO || k->broken)
                 break;
         }
         if (rc == DLOCK_EPERM) {
@@ -1923,6 +1958,8 @@ static int my_client_open(dlock_client *c, const dl_url *u)
     mc->ssl_mode = ssl_mode;
     snprintf(mc->table, sizeof mc->table, "`%s`", table);
     snprintf(mc->tokens, sizeof mc->tokens, "`%s_token`", table);
+    snprintf(mc->table_bare, sizeof mc->table_bare, "%s", table);
+    snprintf(mc->tokens_bare, sizeof mc->tokens_bare, "%s_token", table);
     dl_self_desc(mc->holder, sizeof mc->holder);
     mc->host = strdup(u->hosts[0].host);
     mc->user = strdup(u->user ? u->user : "");

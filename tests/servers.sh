@@ -36,6 +36,22 @@
 #                         DLOCK_TEST_POSTGRES_RO (role dlock_ro: may connect, may
 #                         not create tables) and DLOCK_TEST_POSTGRES_ADMIN (the
 #                         superuser postgres)
+#   DLOCK_TEST_MYSQL      mysql://dlock:s3cret@127.0.0.1:P/dlock  (kind mariadb) one
+#                         MariaDB server (no flush per commit), user dlock with
+#                         all privileges on database dlock. Beside it:
+#                         DLOCK_TEST_MYSQL_LEASE (the same, ?mode=lease),
+#                         DLOCK_TEST_MYSQL_ROW (?mode=rowlock),
+#                         DLOCK_TEST_MYSQL_RO (user dlock_ro:ro, only SELECT on
+#                         dlock: may connect, may not create tables),
+#                         DLOCK_TEST_MYSQL_ADMIN (root:rootpw over TCP, every
+#                         privilege: may KILL anyone's connection),
+#                         DLOCK_TEST_MYSQL_CA (TLS on the same port, a throwaway
+#                         CA; the certificate names IP 127.0.0.1) and
+#                         DLOCK_TEST_MYSQL_SOCKET (its socket, where root needs
+#                         no password: mariadb --socket=... -uroot).
+#                         performance_schema.metadata_locks lists GET_LOCK's
+#                         holders (GRANTED) and waiters (PENDING), for root
+#                         (dlock may not read it).
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
@@ -149,6 +165,8 @@ srv_restart() {
   echo $! >"$srv_dir/$name.pid"
   if [ -e "$srv_dir/$name/zoo.cfg" ]; then
     srv_wait_zk "$(cat "$srv_dir/$name.port")"
+  elif [ -d "$srv_dir/$name/data/mysql" ]; then
+    srv_wait_mariadb "$srv_dir/$name" "$(cat "$srv_dir/$name.port")"
   elif [ -e "$srv_dir/$name/start.sh" ]; then
     srv_wait_postgres "$srv_dir/$name" "$(cat "$srv_dir/$name.port")"
   elif [ -d "$srv_dir/$name/etcd" ]; then
@@ -306,10 +324,11 @@ srv_start_etcd3() {
   export DLOCK_TEST_ETCD3="etcd://$hosts?ttl=2"
 }
 
-# One member with TLS on the client port and authentication on.
-srv_start_etcds() {
-  local p q d=$srv_dir/etcds-ca
-  p=$(srv_free_port); q=$(srv_free_port)
+# srv_tls_ca DIR: a throwaway CA (DIR/ca.pem) and a certificate it signed
+# for the server at 127.0.0.1 (DIR/server.pem, key DIR/server.key, with the
+# IP in subjectAltName as clients check it there)
+srv_tls_ca() {
+  local d=$1
   mkdir -p "$d"
   (
     cd "$d" || exit 1
@@ -321,6 +340,13 @@ srv_start_etcds() {
     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
       -out server.pem -days 2 -extfile san.ext >/dev/null 2>&1
   ) || { echo "servers.sh: openssl could not make the test CA" >&2; return 1; }
+}
+
+# One member with TLS on the client port and authentication on.
+srv_start_etcds() {
+  local p q d=$srv_dir/etcds-ca
+  p=$(srv_free_port); q=$(srv_free_port)
+  srv_tls_ca "$d" || return 1
   srv_etcd etcds "$p" "$q" "etcds=http://127.0.0.1:$q" \
     --cert-file "$d/server.pem" --key-file "$d/server.key"
   srv_wait_etcd "$p" https "$d/ca.pem" || return 1
@@ -411,6 +437,137 @@ SH
   export DLOCK_TEST_POSTGRES_ROW="postgres://dlock:s3cret@127.0.0.1:$port/dlock?mode=rowlock"
   export DLOCK_TEST_POSTGRES_RO="postgres://dlock_ro:ro@127.0.0.1:$port/dlock"
   export DLOCK_TEST_POSTGRES_ADMIN="postgres://postgres:pgpw@127.0.0.1:$port/dlock"
+}
+
+# srv_mariadb_cli DIR [mariadb args...]: the mariadb client as root over the
+# server's private socket (no option files: /etc/mysql names another socket)
+srv_mariadb_cli() {
+  local d=$1; shift
+  mariadb --no-defaults --socket="$d/sock" -uroot "$@"
+}
+
+# srv_wait_mariadb DIR PORT: until it answers over its socket (at most ~30 s:
+# after a kill -9, InnoDB recovers first)
+srv_wait_mariadb() {
+  local i
+  for i in $(seq 300); do
+    mariadb-admin --no-defaults --connect-timeout=1 --socket="$1/sock" -uroot ping \
+      >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: mariadb on port $2 did not start" >&2
+  return 1
+}
+
+# One MariaDB server from Debian's package, on a spare port (loopback only)
+# and a private socket (DIR/sock), with TLS from a throwaway CA on the same
+# port; no option files are read. It runs as root when this script does
+# (mariadbd then wants --user=root), else as the current user. NAME.cmd is a
+# script that, after a kill -9, waits until the killed server is gone (it
+# holds InnoDB's file locks until then), then starts the same server on the
+# same data directory: InnoDB recovers from its log.
+srv_start_mariadb() {
+  local name=mariadb port d
+  port=$(srv_free_port)
+  d=$srv_dir/$name
+  mkdir -p "$d"
+  srv_tls_ca "$d/tls" || return 1
+  # Both run as the current user without --user (given one, a non-root
+  # mariadb-install-db tries to chown the PAM plugin's files).
+  local user=()
+  [ "$(id -u)" = 0 ] && user=(--user=root)
+  # Sizes both commands must agree on; the rest is the server's.
+  local common=(--innodb-buffer-pool-size=32M --innodb-log-file-size=32M)
+  # --cross-bootstrap: no accounts for this machine's host name (they are
+  # only warned about under --skip-name-resolve); no test database; root
+  # without a password (over the socket: root@127.0.0.1 gets one below).
+  # About half a second.
+  mariadb-install-db --no-defaults --cross-bootstrap --datadir="$d/data" "${user[@]}" \
+    --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve \
+    "${common[@]}" >"$d/install.log" 2>&1 ||
+    { cat "$d/install.log" >&2; return 1; }
+  # Tests and benchmarks measure the protocol, not this disk: no binary
+  # log, no flush per commit, no doublewrite (a kill -9 tears no pages).
+  # max_connections: benchmarks hold hundreds of waiters' connections.
+  # The performance schema is on for performance_schema.metadata_locks,
+  # where GET_LOCK's holders are GRANTED and its waiters PENDING (the mdl
+  # instrument is off by default). Its default sizes for 1200 connections
+  # would take ~140 MB (RSS 240 MB instead of 100 MB); with the history,
+  # digest and summary tables sized to nothing it costs ~18 MB (118 MB).
+  local cmd=(mariadbd --no-defaults "${user[@]}" --datadir="$d/data" --port="$port"
+             --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/mariadbd.pid"
+             --skip-name-resolve --skip-log-bin --sync-binlog=0
+             --innodb-flush-log-at-trx-commit=2 --skip-innodb-doublewrite
+             "${common[@]}" --max-connections=1200
+             --table-open-cache=400 --table-open-cache-instances=1
+             --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
+             --ssl-ca="$d/tls/ca.pem" --ssl-cert="$d/tls/server.pem" --ssl-key="$d/tls/server.key"
+             --performance-schema=ON
+             --performance-schema-instrument='wait/lock/metadata/sql/mdl=ON'
+             --performance-schema-consumer-global-instrumentation=ON
+             --performance-schema-digests-size=0 --performance-schema-max-digest-length=0
+             --performance-schema-max-sql-text-length=0
+             --performance-schema-events-statements-history-long-size=0
+             --performance-schema-events-statements-history-size=0
+             --performance-schema-events-stages-history-long-size=0
+             --performance-schema-events-stages-history-size=0
+             --performance-schema-events-waits-history-long-size=0
+             --performance-schema-events-waits-history-size=0
+             --performance-schema-events-transactions-history-long-size=0
+             --performance-schema-events-transactions-history-size=0
+             --performance-schema-accounts-size=0 --performance-schema-hosts-size=0
+             --performance-schema-users-size=0 --performance-schema-max-statement-classes=0
+             --performance-schema-max-memory-classes=0 --performance-schema-max-stage-classes=0
+             --performance-schema-max-index-stat=0 --performance-schema-max-table-lock-stat=0
+             --performance-schema-session-connect-attrs-size=0
+             --performance-schema-max-prepared-statements-instances=0
+             --performance-schema-max-program-instances=0)
+  # Its log goes to stderr, hence DIR/log (--log-error=DIR/log would write
+  # DIR/log.err).
+  {
+    echo '#!/usr/bin/env bash'
+    echo "pidfile=$(printf %q "$d/mariadbd.pid")"
+    echo "sock=$(printf %q "$d/sock")"
+    echo "exec >>$(printf %q "$d/log") 2>&1 </dev/null"
+    cat <<'SH'
+# The server this one replaces (killed: gone, or a zombie nobody reaped yet)
+# must have let go of InnoDB's and Aria's locks on the data files.
+old=$(head -n 1 "$pidfile" 2>/dev/null)
+if [ -n "$old" ] && [ "$old" != $$ ]; then
+  for i in $(seq 200); do
+    [ -e "/proc/$old" ] && [ "$(awk '{print $3}' "/proc/$old/stat" 2>/dev/null)" != Z ] || break
+    sleep 0.05
+  done
+fi
+rm -f "$sock"
+echo $$ >"$pidfile" # this shell's pid is the server's: it execs
+SH
+    printf 'exec'
+    printf ' %q' "${cmd[@]}"
+    echo
+  } >"$d/start.sh"
+  printf 'bash %q' "$d/start.sh" >"$srv_dir/$name.cmd"
+  bash "$d/start.sh" &
+  echo $! >"$srv_dir/$name.pid"
+  disown $! 2>/dev/null || true
+  echo "$port" >"$srv_dir/$name.port"
+  srv_wait_mariadb "$d" "$port" || return 1
+  srv_mariadb_cli "$d" -e "
+    CREATE DATABASE dlock;
+    CREATE USER 'dlock'@'127.0.0.1' IDENTIFIED BY 's3cret';
+    GRANT ALL PRIVILEGES ON dlock.* TO 'dlock'@'127.0.0.1';
+    CREATE USER 'dlock_ro'@'127.0.0.1' IDENTIFIED BY 'ro';
+    GRANT SELECT ON dlock.* TO 'dlock_ro'@'127.0.0.1';
+    CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY 'rootpw';
+    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;" >&2 || return 1
+  local url=mysql://dlock:s3cret@127.0.0.1:$port/dlock
+  export DLOCK_TEST_MYSQL=$url
+  export DLOCK_TEST_MYSQL_LEASE="$url?mode=lease"
+  export DLOCK_TEST_MYSQL_ROW="$url?mode=rowlock"
+  export DLOCK_TEST_MYSQL_RO="mysql://dlock_ro:ro@127.0.0.1:$port/dlock"
+  export DLOCK_TEST_MYSQL_ADMIN="mysql://root:rootpw@127.0.0.1:$port/dlock"
+  export DLOCK_TEST_MYSQL_CA=$d/tls/ca.pem
+  export DLOCK_TEST_MYSQL_SOCKET=$d/sock
 }
 
 srv_start_redis() {
@@ -508,6 +665,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       etcd3) srv_start_etcd3 ;;
       etcds) srv_start_etcds ;;
       postgres) srv_start_postgres ;;
+      mariadb) srv_start_mariadb ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift
