@@ -1,24 +1,1190 @@
 /*
- * backend_memcached.c — memcached: add to take, compare-and-swap to release and renew.
+ * backend_memcached.c — memcached: an item per held lock, taken with "add",
+ * renewed and released only by its owner with compare-and-swap, over
+ * memcached's meta protocol (1.6+), which does each in one round trip.
  *
- * Not written yet: the descriptor states what the backend will offer, so
- * that `dlock backends` shows the whole product and a memcached URL answers
- * DLOCK_ENOTSUP naming what is missing. Its issue fills in the operations
- * here.
+ * Items of a lock NAME (keys "PREFIX" + NAME, or PREFIX "#" and a 128-bit
+ * hash where NAME has a space or is too long for a 250-byte key):
+ *
+ *     KEY        the lock: "OWNER SINCE_MS TOKEN HOLDER" and a line with
+ *                the leader's value; its TTL is the lease (whole seconds)
+ *     KEY/N      semaphore slot N < permits, the same
+ *     KEY/p      a semaphore's permits, for dlock_inspect (same TTL)
+ *
+ * take      ms KEY S T<ttl> ME c   (add: one round trip)
+ * renew     ms KEY S T<ttl> C<cas> c   (compare-and-swap: EX or NF = lost)
+ * release   md KEY C<cas>
+ *
+ * The token is the CAS value the add gave the item: memcached draws CAS
+ * values from one counter per server, raised by every change of every
+ * item, so a later grant always has a higher one, with no request of its
+ * own (an incr counter would cost a round trip, and eviction would reset
+ * it; the CAS counter survives eviction). A restart resets it: tokens are
+ * weak. The item's value says TOKEN from its first renewal on (0 before:
+ * its CAS is still the token then), for dlock_inspect.
+ *
+ * memcached has no notification and no queue: a waiter polls with jittered
+ * exponential backoff (1 ms doubling to 32 ms), bounded by its deadline and
+ * dlock_cancel. Liveness is the item's expiry, counted by the server in
+ * whole seconds: the item is set to live ceil(ttl) + 1 s, so that rounding
+ * can only make it outlive the lease the holder believes in, never end it
+ * sooner; the core renews every ttl/3 and declares the loss on the
+ * holder's own clock.
+ *
+ * What memcached cannot promise, said plainly (dlock backends, docs): a
+ * restart loses every lock and resets the token counters; eviction under
+ * memory pressure can drop a held lock's item (its holder learns at its
+ * next renewal, and a waiter may take the lock before that); tokens are
+ * weak (DLOCK_CAP_FENCING_WEAK). Several servers shard the names by
+ * rendezvous hashing: a name always maps to the same server, and a server
+ * that goes away makes its names unreachable (they do not move: the lock
+ * would then exist twice when it came back).
+ *
+ * The meta protocol is written by hand: Debian's libmemcached speaks only
+ * the classic commands, which need two round trips for an owner-checked
+ * release (gets, then cas or delete). Its reply parser (mc_parse) is small
+ * and fuzzed (fuzz/fuzz_memcached.c).
  */
 #include "internal.h"
+#include "tools.h"
 
 static const dl_scheme memcached_schemes[] = {
-    {"memcached", "memcached", 11211, false, DL_PATH_NONE},
+    {"memcached", "memcached", 11211, true, DL_PATH_NONE},
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
+
+#define MC_CAPS                                                                              \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FENCING_WEAK | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE)
+#define MC_LIVENESS                                                                          \
+    "an item whose expiry (whole seconds, the server's clock) is renewed by compare-and-"    \
+    "swap every ttl/3; the holder is told on its own clock before it can expire. A server " \
+    "restart loses every lock, and eviction under memory pressure can drop a held one: "   \
+    "its holder learns at its next renewal, and another may take it before"
+#define MC_FENCING                                                                           \
+    "the CAS value the take gave the lock's item, from the server's CAS counter, which "     \
+    "every change of every item raises; weak: a restart resets it (eviction does not)"
+#define MC_PARAMS "prefix"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- replies (fuzzed: fuzz/fuzz_memcached.c) ------------------------------------ */
+
+#define MC_VALUE_MAX 2048 /* the longest item value we read back */
+#define MC_KEY_MAX 250    /* memcached's key limit */
+
+typedef struct mc_reply {
+    char code[3]; /* "HD" "NS" "EX" "NF" "EN" "VA" "MN" "VE" (VERSION), "ER" (any error) */
+    bool has_cas, has_ttl;
+    uint64_t cas;
+    long long ttl; /* seconds left, -1 for none */
+    char value[MC_VALUE_MAX + 1];
+    size_t vlen;
+    char error[160]; /* "ER": the server's words */
+} mc_reply;
+
+/* Parse one reply at buf[0..len): the bytes it took (> 0), 0 when more
+ * bytes are needed, -1 when it is not memcached's. A value longer than
+ * MC_VALUE_MAX is -1 too (no lock item is). */
+static long mc_parse(const char *buf, size_t len, mc_reply *r)
+{
+    const char *eol = memchr(buf, '\n', len < 8192 ? len : 8192);
+    if (!eol)
+        return len >= 8192 ? -1 : 0;
+    size_t ll = (size_t)(eol - buf);
+    if (ll == 0 || buf[ll - 1] != '\r')
+        return -1;
+    ll--; /* without \r */
+    memset(r, 0, sizeof *r);
+    r->ttl = -1;
+    for (size_t i = 0; i < ll; i++)
+        if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] == 0x7f)
+            return -1;
+    static const char *const errs[] = {"ERROR", "CLIENT_ERROR", "SERVER_ERROR"};
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
+        size_t n = strlen(errs[i]);
+        if (ll >= n && memcmp(buf, errs[i], n) == 0 && (ll == n || buf[n] == ' ')) {
+            memcpy(r->code, "ER", 3);
+            size_t m = ll < sizeof r->error - 1 ? ll : sizeof r->error - 1;
+            memcpy(r->error, buf, m);
+            r->error[m] = '\0';
+            return (long)(ll + 2);
+        }
+    }
+    if (ll >= 8 && memcmp(buf, "VERSION ", 8) == 0) {
+        memcpy(r->code, "VE", 3);
+        return (long)(ll + 2);
+    }
+    if (ll < 2 || (ll > 2 && buf[2] != ' '))
+        return -1;
+    static const char codes[] = "HD NS EX NF EN VA MN";
+    bool known = false;
+    for (size_t i = 0; i + 2 <= sizeof codes - 1; i += 3)
+        if (buf[0] == codes[i] && buf[1] == codes[i + 1])
+            known = true;
+    if (!known)
+        return -1;
+    r->code[0] = buf[0];
+    r->code[1] = buf[1];
+    size_t p = 2;
+    bool va = buf[0] == 'V' && buf[1] == 'A';
+    long long vsize = -1;
+    /* tokens: VA's size first, then flags, each a letter and its value */
+    while (p < ll) {
+        while (p < ll && buf[p] == ' ')
+            p++;
+        size_t s = p;
+        while (p < ll && buf[p] != ' ')
+            p++;
+        if (p == s)
+            break;
+        const char *t = buf + s;
+        size_t tl = p - s;
+        if (va && vsize < 0) {
+            vsize = 0;
+            for (size_t i = 0; i < tl; i++) {
+                if (!isdigit((unsigned char)t[i]) || vsize > MC_VALUE_MAX)
+                    return -1;
+                vsize = vsize * 10 + (t[i] - '0');
+            }
+            if (vsize > MC_VALUE_MAX)
+                return -1;
+            continue;
+        }
+        if (t[0] == 'c' || t[0] == 't') {
+            bool neg = tl > 1 && t[1] == '-';
+            unsigned long long v = 0;
+            size_t i = neg ? 2 : 1;
+            if (i >= tl)
+                return -1;
+            for (; i < tl; i++) {
+                if (!isdigit((unsigned char)t[i]) || v > UINT64_MAX / 10)
+                    return -1;
+                v = v * 10 + (unsigned)(t[i] - '0');
+            }
+            if (t[0] == 'c') {
+                if (neg)
+                    return -1;
+                r->has_cas = true;
+                r->cas = v;
+            } else {
+                r->has_ttl = true;
+                r->ttl = neg ? -1 : (v > INT32_MAX ? INT32_MAX : (long long)v);
+            }
+        }
+        /* other flags (ones we did not ask for) are let pass */
+    }
+    size_t used = ll + 2;
+    if (va) {
+        if (vsize < 0)
+            return -1;
+        if (len - used < (size_t)vsize + 2)
+            return 0;
+        if (buf[used + (size_t)vsize] != '\r' || buf[used + (size_t)vsize + 1] != '\n')
+            return -1;
+        memcpy(r->value, buf + used, (size_t)vsize);
+        r->value[vsize] = '\0';
+        r->vlen = (size_t)vsize;
+        used += (size_t)vsize + 2;
+    }
+    return (long)used;
+}
+
+/* An item's value: "OWNER SINCE_MS TOKEN HOLDER\nVALUE" (VALUE may be
+ * absent). false when it is not one of ours. */
+typedef struct mc_item {
+    char owner[DL_OWNER_HEX + 1];
+    long long since_ms;
+    uint64_t token; /* 0: not written yet (the item's CAS is the token) */
+    char holder[256];
+    char value[256];
+    bool has_value;
+} mc_item;
+
+static bool mc_item_parse(const char *v, size_t n, mc_item *it)
+{
+    memset(it, 0, sizeof *it);
+    if (n < DL_OWNER_HEX + 2 || memchr(v, '\0', n))
+        return false;
+    for (int i = 0; i < DL_OWNER_HEX; i++)
+        if (!isxdigit((unsigned char)v[i]))
+            return false;
+    memcpy(it->owner, v, DL_OWNER_HEX);
+    if (v[DL_OWNER_HEX] != ' ')
+        return false;
+    size_t p = DL_OWNER_HEX + 1;
+    long long s = 0;
+    size_t d = p;
+    while (p < n && isdigit((unsigned char)v[p]) && p - d < 18)
+        s = s * 10 + (v[p++] - '0');
+    if (p == d || p >= n || v[p] != ' ')
+        return false;
+    it->since_ms = s;
+    p++;
+    uint64_t t = 0;
+    d = p;
+    while (p < n && isdigit((unsigned char)v[p]) && p - d < 19)
+        t = t * 10 + (uint64_t)(v[p++] - '0');
+    if (p == d || p >= n || v[p] != ' ')
+        return false;
+    it->token = t;
+    p++;
+    const char *nl = memchr(v + p, '\n', n - p);
+    size_t hl = nl ? (size_t)(nl - (v + p)) : n - p;
+    if (hl >= sizeof it->holder)
+        return false;
+    memcpy(it->holder, v + p, hl);
+    it->holder[hl] = '\0';
+    if (nl) {
+        size_t vl = n - (size_t)(nl + 1 - v);
+        if (vl >= sizeof it->value)
+            return false;
+        memcpy(it->value, nl + 1, vl);
+        it->value[vl] = '\0';
+        it->has_value = true;
+    }
+    return true;
+}
+
+#ifndef DLOCK_MEMCACHED_PARSER_ONLY
+
+/* ---- connections ------------------------------------------------------------------ */
+
+#define MC_POOL_IDLE_MAX 8
+#define MC_BACKOFF_MIN_US 1000
+#define MC_BACKOFF_MAX_US 32000
+#define MC_TTL_MAX_S (30 * 24 * 3600) /* beyond: memcached reads an absolute time */
+
+typedef struct mc_server {
+    char *host;
+    int port;
+    pthread_mutex_t mu;
+    int idle[MC_POOL_IDLE_MAX]; /* idle connections' sockets */
+    int nidle;
+} mc_server;
+
+typedef struct mcclient {
+    mc_server *servers;
+    size_t nservers;
+    char prefix[64];
+    char holder[200];
+    const char *redacted;
+    int op_timeout_ms, connect_timeout_ms;
+} mcclient;
+
+typedef struct mclock {
+    char key[MC_KEY_MAX + 1]; /* the base key (see the top) */
+    mc_server *srv;
+    int slot;       /* semaphore: the slot held (-1: the base key) */
+    uint64_t cas;   /* our item's, from the take and each renewal */
+    long long since_ms;
+    bool token_known;
+    char value[MC_VALUE_MAX + 1]; /* what our item holds (renewals write it again) */
+} mclock;
+
+static mcclient *mcc_of(dlock_client *c)
+{
+    return c->bstate;
+}
+
+/* Wait for fd to be ready for events until until_ns, or cancel_fd. */
+static int mc_wait(int fd, short events, int64_t until_ns, int cancel_fd)
+{
+    for (;;) {
+        int ms = dl_ms_left(until_ns);
+        if (ms == 0)
+            return DLOCK_ETIMEDOUT;
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cancel_fd, .events = POLLIN}};
+        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return DLOCK_EIO;
+        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
+            return DLOCK_ECANCELED;
+        if (n > 0 && p[0].revents)
+            return 0;
+    }
+}
+
+/* A new connection to s, made within until_ns. */
+static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, char *why,
+                      size_t wlen)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(s->host, port, &hints, &ai);
+    if (g != 0) {
+        snprintf(why, wlen, "memcached %s:%d: %s", s->host, s->port, gai_strerror(g));
+        return DLOCK_EUNREACHABLE;
+    }
+    int rc = DLOCK_EUNREACHABLE, fd = -1;
+    snprintf(why, wlen, "memcached %s:%d: cannot connect", s->host, s->port);
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int err = 0;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            err = errno;
+            if (err == EINPROGRESS) {
+                rc = mc_wait(fd, POLLOUT, until_ns, cancel_fd);
+                socklen_t el = sizeof err;
+                err = rc ? ETIMEDOUT : (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) ? errno : err);
+                if (rc == DLOCK_ECANCELED) {
+                    close(fd);
+                    fd = -1;
+                    snprintf(why, wlen, "canceled while connecting");
+                    break;
+                }
+            }
+        }
+        /* a connect to a free port of this host can be given that very
+         * port and meet itself (TCP simultaneous open) */
+        struct sockaddr_storage me, peer;
+        socklen_t ml = sizeof me, pl = sizeof peer;
+        if (!err && getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+            getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 && ml == pl &&
+            memcmp(&me, &peer, ml) == 0)
+            err = ECONNREFUSED;
+        if (err) {
+            snprintf(why, wlen, "memcached %s:%d: %s", s->host, s->port,
+                     err == ETIMEDOUT ? "no answer in time while connecting" : strerror(err));
+            rc = DLOCK_EUNREACHABLE;
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        rc = 0;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        return rc ? rc : DLOCK_EUNREACHABLE;
+    int one = 1, idle = 2, intvl = 1, cnt = 3;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    *out = fd;
+    return 0;
+}
+
+static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd, int *fd,
+                       bool *reused, char *why, size_t wlen)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int k = s->nidle > 0 ? s->idle[--s->nidle] : -1;
+        pthread_mutex_unlock(&s->mu);
+        if (k < 0)
+            break;
+        /* nothing is due on an idle connection: readable is closed */
+        struct pollfd p = {.fd = k, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            close(k);
+            continue;
+        }
+        *fd = k;
+        *reused = true;
+        return 0;
+    }
+    *reused = false;
+    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    if (until_ns < bound)
+        bound = until_ns;
+    return mc_connect(s, bound, cancel_fd, fd, why, wlen);
+}
+
+static void mc_put_conn(mc_server *s, int fd)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->nidle < MC_POOL_IDLE_MAX) {
+        s->idle[s->nidle++] = fd;
+        fd = -1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Send req (nrep requests pipelined) to server s and read their nrep
+ * replies into rep, within until_ns (and cancel_fd): 0, or a code with the
+ * reason in why. A reply that is not memcached's is DLOCK_EPROTO; an
+ * error reply is left in rep for the caller (code "ER"). */
+static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_reply *rep,
+                   int nrep, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    for (int attempt = 0;; attempt++) {
+        int fd;
+        bool reused;
+        int rc = mc_get_conn(mc, s, until_ns, cancel_fd, &fd, &reused, why, wlen);
+        if (rc)
+            return rc;
+        size_t off = 0;
+        while (!rc && off < len) {
+            ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+            if (n > 0)
+                off += (size_t)n;
+            else if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                rc = mc_wait(fd, POLLOUT, until_ns, cancel_fd);
+            else
+                rc = DLOCK_EUNREACHABLE;
+        }
+        char buf[2 * MC_VALUE_MAX + 512];
+        size_t have = 0;
+        int got = 0;
+        bool sent_nothing_back = true;
+        while (!rc && got < nrep) {
+            long used = have ? mc_parse(buf, have, &rep[got]) : 0;
+            if (used < 0) {
+                rc = DLOCK_EPROTO;
+                break;
+            }
+            if (used > 0) {
+                memmove(buf, buf + used, have - (size_t)used);
+                have -= (size_t)used;
+                got++;
+                continue;
+            }
+            if (have == sizeof buf) {
+                rc = DLOCK_EPROTO;
+                break;
+            }
+            ssize_t n = recv(fd, buf + have, sizeof buf - have, 0);
+            if (n > 0) {
+                have += (size_t)n;
+                sent_nothing_back = false;
+            } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                rc = mc_wait(fd, POLLIN, until_ns, cancel_fd);
+            } else {
+                rc = DLOCK_EUNREACHABLE;
+            }
+        }
+        if (!rc && have == 0) {
+            mc_put_conn(s, fd);
+            return 0;
+        }
+        close(fd);
+        /* a pooled connection the server closed while it idled: once more
+         * on a new one (nothing came back, so nothing was done twice that
+         * a lock item would mind: an add is refused the second time) */
+        if (rc == DLOCK_EUNREACHABLE && reused && sent_nothing_back && attempt == 0)
+            continue;
+        if (!rc)
+            rc = DLOCK_EPROTO; /* more bytes than replies */
+        snprintf(why, wlen, "memcached %s:%d: %s", s->host, s->port,
+                 rc == DLOCK_EPROTO         ? "an answer that is not memcached's meta protocol "
+                                              "(memcached 1.6 or later is needed)"
+                 : rc == DLOCK_ECANCELED    ? "canceled"
+                 : rc == DLOCK_ETIMEDOUT    ? "no answer in time"
+                                            : "connection lost");
+        return rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc;
+    }
+}
+
+/* ---- names to keys and servers ------------------------------------------------- */
+
+static void hash128(const char *s, uint64_t *h1, uint64_t *h2)
+{
+    uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        a = (a ^ *p) * 0x100000001b3ULL;
+        b = (b ^ *p) * 0x100000001b3ULL;
+        b ^= b >> 29;
+    }
+    *h1 = a;
+    *h2 = b;
+}
+
+/* The base key of a name: PREFIX NAME where that is a valid key with room
+ * for our suffixes ("/t", "/NNNN"), else PREFIX "#" and 32 hex digits. */
+static void key_of(const mcclient *mc, const char *name, char *out, size_t len)
+{
+    size_t pl = strlen(mc->prefix), nl = strlen(name);
+    if (!strchr(name, ' ') && pl + nl + 6 <= MC_KEY_MAX && pl + nl < len) {
+        memcpy(out, mc->prefix, pl);
+        memcpy(out + pl, name, nl + 1);
+        return;
+    }
+    uint64_t h1, h2;
+    hash128(name, &h1, &h2);
+    snprintf(out, len, "%s#%016" PRIx64 "%016" PRIx64, mc->prefix, h1, h2);
+}
+
+/* Rendezvous hashing: the server with the highest hash of (name, server)
+ * holds the name; a server that leaves moves only its own names. */
+static mc_server *server_of(const mcclient *mc, const char *name)
+{
+    mc_server *best = &mc->servers[0];
+    uint64_t top = 0;
+    for (size_t i = 0; i < mc->nservers; i++) {
+        char k[DL_NAME_MAX + 300];
+        snprintf(k, sizeof k, "%s\n%s:%d", name, mc->servers[i].host, mc->servers[i].port);
+        uint64_t h1, h2;
+        hash128(k, &h1, &h2);
+        if (i == 0 || h1 > top) {
+            top = h1;
+            best = &mc->servers[i];
+        }
+    }
+    return best;
+}
+
+/* Seconds an item lives for a lease of ttl_ms: rounded up, and one more,
+ * so that the server's whole-second clock can only keep it longer. */
+static long ttl_seconds(int ttl_ms)
+{
+    long s = (ttl_ms + 999) / 1000 + 1;
+    return s > MC_TTL_MAX_S ? MC_TTL_MAX_S : s;
+}
+
+static void slot_key(const mclock *ml, int slot, char *out, size_t len)
+{
+    if (slot < 0)
+        snprintf(out, len, "%s", ml->key);
+    else
+        snprintf(out, len, "%s/%d", ml->key, slot);
+}
+
+/* ---- locks ----------------------------------------------------------------------- */
+
+static int mc_lock_init(dlock_lock *l)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = calloc(1, sizeof *ml);
+    if (!ml)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    key_of(mc, l->name, ml->key, sizeof ml->key);
+    ml->srv = server_of(mc, l->name);
+    ml->slot = -1;
+    l->bstate = ml;
+    return 0;
+}
+
+static void mc_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+    l->bstate = NULL;
+}
+
+/* Our item's value: owner, since, token (0 until known), holder, and the
+ * leader's value if any, into ml->value. */
+static void item_value(dlock_lock *l, const char *value)
+{
+    mclock *ml = l->bstate;
+    snprintf(ml->value, sizeof ml->value, "%s %lld %" PRIu64 " %s%s%s", l->owner, ml->since_ms,
+             ml->token_known ? atomic_load(&l->token) : 0, mcc_of(l->c)->holder,
+             value ? "\n" : "", value ? value : "");
+}
+
+static int64_t op_until(const dlock_lock *l, const mcclient *mc)
+{
+    return dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+}
+
+/* One add of slot (-1: the lock's own item): 1 ours (ml->slot, ml->cas and
+ * the token set), 0 someone holds it, or a code. A semaphore's add also
+ * writes its permits, for dlock_inspect. */
+static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    char k[MC_KEY_MAX + 16], req[MC_VALUE_MAX + 3 * MC_KEY_MAX];
+    slot_key(ml, slot, k, sizeof k);
+    ml->since_ms = dl_realtime_ms();
+    ml->token_known = false;
+    item_value(l, NULL);
+    long ttl = ttl_seconds(l->opts.ttl_ms);
+    int n = snprintf(req, sizeof req, "ms %s %zu T%ld ME c\r\n%s\r\n", k, strlen(ml->value), ttl,
+                     ml->value);
+    int nrep = 1;
+    if (slot >= 0) {
+        char p[16];
+        int pl = snprintf(p, sizeof p, "%u", l->opts.permits);
+        n += snprintf(req + n, sizeof req - (size_t)n, "ms %s/p %d T%ld\r\n%s\r\n", ml->key, pl, ttl,
+                      p);
+        nrep = 2;
+    }
+    mc_reply rep[2];
+    int rc = mc_call(mc, ml->srv, req, (size_t)n, rep, nrep, op_until(l, mc), -1, why, wlen);
+    if (rc)
+        return rc;
+    if (strcmp(rep[0].code, "NS") == 0)
+        return 0;
+    if (strcmp(rep[0].code, "HD") != 0) {
+        snprintf(why, wlen, "memcached refused the add: %s",
+                 rep[0].error[0] ? rep[0].error : rep[0].code);
+        return DLOCK_EPROTO;
+    }
+    if (!rep[0].has_cas || rep[0].cas == 0) {
+        /* we hold it, but without a CAS value it can be neither renewed
+         * nor released by its owner alone: give it back */
+        n = snprintf(req, sizeof req, "md %s\r\n", k);
+        (void)mc_call(mc, ml->srv, req, (size_t)n, rep, 1, op_until(l, mc), -1, why, wlen);
+        snprintf(why, wlen, "memcached %s:%d keeps no CAS values (started with -C?): locks need them",
+                 ml->srv->host, ml->srv->port);
+        return DLOCK_ENOTSUP;
+    }
+    ml->slot = slot;
+    ml->cas = rep[0].cas;
+    atomic_store(&l->token, rep[0].cas);
+    ml->token_known = true;
+    item_value(l, NULL); /* what renewals write */
+    return 1;
+}
+
+#define MC_PROBE_MAX 256 /* semaphore slots looked at per round trip */
+
+/* One try: the lock's item, or for a semaphore a look at its slots (one
+ * round trip) and an add of each free one until one is ours. 1 taken, 0
+ * all held, or a code. */
+static int take_once(dlock_lock *l, char *why, size_t wlen)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    if (l->opts.kind != DLOCK_SEMAPHORE)
+        return add_item(l, -1, why, wlen);
+    unsigned n = l->opts.permits, start = 0;
+    (void)dl_random(&start, sizeof start);
+    unsigned probe = n < MC_PROBE_MAX ? n : MC_PROBE_MAX;
+    size_t cap = (size_t)probe * (MC_KEY_MAX + 24);
+    char *req = malloc(cap);
+    mc_reply *rep = calloc(probe, sizeof *rep);
+    int *slots = calloc(probe, sizeof *slots);
+    int rc = req && rep && slots ? 0 : DLOCK_ENOMEM;
+    size_t off = 0;
+    for (unsigned i = 0; !rc && i < probe; i++) {
+        char k[MC_KEY_MAX + 16];
+        slots[i] = (int)((start + i) % n);
+        slot_key(ml, slots[i], k, sizeof k);
+        off += (size_t)snprintf(req + off, cap - off, "mg %s\r\n", k);
+    }
+    if (!rc)
+        rc = mc_call(mc, ml->srv, req, off, rep, (int)probe, op_until(l, mc), -1, why, wlen);
+    else
+        snprintf(why, wlen, "out of memory");
+    int taken = 0;
+    for (unsigned i = 0; !rc && !taken && i < probe; i++) {
+        if (strcmp(rep[i].code, "EN") != 0)
+            continue; /* held (HD), or an error the add will meet too */
+        int t = add_item(l, slots[i], why, wlen);
+        if (t < 0)
+            rc = t;
+        else
+            taken = t;
+    }
+    free(req);
+    free(rep);
+    free(slots);
+    return rc ? rc : taken;
+}
+
+static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
+{
+    mcclient *mc = mcc_of(l->c);
+    if (l->opts.kind == DLOCK_SHARED)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": memcached has exclusive locks and semaphores, not "
+                           "shared locks",
+                           l->name);
+    char why[400];
+    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
+    int backoff = MC_BACKOFF_MIN_US;
+    for (;;) {
+        int64_t start = dl_now_ns();
+        int rc = take_once(l, why, sizeof why);
+        if (rc == 1) {
+            l->lease_start_ns = start; /* the lease counts from before the add */
+            return 0;
+        }
+        if (rc < 0)
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        if (deadline_ns == 0)
+            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        /* full jitter: anywhere in [backoff/2, backoff] */
+        unsigned r = 0;
+        (void)dl_random(&r, sizeof r);
+        int us = backoff / 2 + (int)(r % (unsigned)(backoff / 2 + 1));
+        if (backoff < MC_BACKOFF_MAX_US)
+            backoff *= 2;
+        if (deadline_ns > 0) {
+            int64_t left = deadline_ns - dl_now_ns();
+            if (left <= 0)
+                return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                                   "lock \"%s\" not acquired within the timeout", l->name);
+            if ((int64_t)us * 1000 > left)
+                us = (int)(left / 1000) + 1;
+        }
+        struct pollfd p = {.fd = cancel, .events = POLLIN};
+        int n = poll(&p, cancel >= 0 ? 1 : 0, (us + 999) / 1000);
+        if (n > 0)
+            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
+    }
+}
+
+/* Compare-and-swap on our item: write it again with a new expiry (and
+ * value), or delete it. 0, DLOCK_ELOST when it is no longer ours, or a
+ * code. */
+static int own_item(dlock_lock *l, bool del, const char *value)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    char k[MC_KEY_MAX + 16], req[MC_VALUE_MAX + 2 * MC_KEY_MAX], why[400];
+    slot_key(ml, ml->slot, k, sizeof k);
+    int n;
+    if (del) {
+        n = snprintf(req, sizeof req, "md %s C%" PRIu64 "\r\n", k, ml->cas);
+    } else {
+        if (value)
+            item_value(l, value);
+        n = snprintf(req, sizeof req, "ms %s %zu T%ld C%" PRIu64 " c\r\n%s\r\n", k,
+                     strlen(ml->value), ttl_seconds(l->opts.ttl_ms), ml->cas, ml->value);
+    }
+    mc_reply r;
+    int rc = mc_call(mc, ml->srv, req, (size_t)n, &r, 1, op_until(l, mc), -1, why, sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    if (strcmp(r.code, "HD") == 0) {
+        if (!del && r.has_cas)
+            ml->cas = r.cas;
+        return 0;
+    }
+    if (strcmp(r.code, "EX") == 0 || strcmp(r.code, "NF") == 0)
+        return dl_lock_err(l, DLOCK_ELOST,
+                           "lock \"%s\": its item %s (expired, evicted, broken, or the server "
+                           "restarted)",
+                           l->name,
+                           strcmp(r.code, "NF") == 0 ? "is gone" : "belongs to another owner");
+    return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": memcached said %s", l->name,
+                       r.error[0] ? r.error : r.code);
+}
+
+static int mc_release(dlock_lock *l)
+{
+    return own_item(l, true, NULL);
+}
+
+static int mc_renew(dlock_lock *l)
+{
+    return own_item(l, false, NULL);
+}
+
+static void mc_abandon(dlock_lock *l)
+{
+    (void)own_item(l, true, NULL); /* the owner check leaves anyone else's alone */
+}
+
+static int mc_set_value(dlock_lock *l, const char *value)
+{
+    return own_item(l, false, value);
+}
+
+/* What the items of a name say: its lock item, or a semaphore's slots
+ * (their count from KEY/p). */
+typedef struct mc_view {
+    int holders;
+    mc_item first; /* the longest holder */
+    long long ttl;
+    uint64_t token; /* the newest holder's */
+} mc_view;
+
+static void view_add(mc_view *v, const mc_reply *r)
+{
+    mc_item it;
+    if (strcmp(r->code, "VA") != 0 || !mc_item_parse(r->value, r->vlen, &it))
+        return;
+    uint64_t token = it.token ? it.token : r->cas; /* before its first renewal: its CAS */
+    if (v->holders == 0 || it.since_ms < v->first.since_ms) {
+        v->first = it;
+        v->ttl = r->ttl;
+    }
+    if (token > v->token)
+        v->token = token;
+    v->holders++;
+}
+
+static int view_of(dlock_client *c, const char *name, mc_view *v, char *why, size_t wlen)
+{
+    mcclient *mc = mcc_of(c);
+    memset(v, 0, sizeof *v);
+    v->ttl = -1;
+    char key[MC_KEY_MAX + 1], req[3 * MC_KEY_MAX + 64];
+    key_of(mc, name, key, sizeof key);
+    mc_server *s = server_of(mc, name);
+    int n = snprintf(req, sizeof req, "mg %s v t c\r\nmg %s/p v\r\n", key, key);
+    mc_reply r[2];
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int rc = mc_call(mc, s, req, (size_t)n, r, 2, until, -1, why, wlen);
+    if (rc)
+        return rc;
+    view_add(v, &r[0]);
+    long permits = strcmp(r[1].code, "VA") == 0 ? strtol(r[1].value, NULL, 10) : 0;
+    if (permits <= 0 || permits > 4096)
+        return 0;
+    /* a semaphore: its slots, in one write */
+    size_t cap = (size_t)permits * (MC_KEY_MAX + 24);
+    char *sreq = malloc(cap);
+    mc_reply *sr = calloc((size_t)permits, sizeof *sr);
+    if (!sreq || !sr) {
+        free(sreq);
+        free(sr);
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    size_t off = 0;
+    for (long i = 0; i < permits; i++)
+        off += (size_t)snprintf(sreq + off, cap - off, "mg %s/%ld v t c\r\n", key, i);
+    rc = mc_call(mc, s, sreq, off, sr, (int)permits, until, -1, why, wlen);
+    for (long i = 0; !rc && i < permits; i++)
+        view_add(v, &sr[i]);
+    free(sreq);
+    free(sr);
+    return rc;
+}
+
+static int mc_inspect(dlock_client *c, const char *name, dlock_info *info)
+{
+    mcclient *mc = mcc_of(c);
+    memset(info, 0, sizeof *info);
+    char why[400];
+    mc_view v;
+    int rc = view_of(c, name, &v, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
+    info->held = v.holders > 0;
+    info->holders = v.holders;
+    info->waiters = v.holders ? -1 : 0; /* waiters poll: nothing counts them */
+    info->token = v.token;
+    info->held_ms = -1;
+    info->lease_ms = -1;
+    if (v.holders) {
+        snprintf(info->holder, sizeof info->holder, "%s", v.first.holder);
+        long long now = dl_realtime_ms();
+        info->held_ms = now >= v.first.since_ms ? now - v.first.since_ms : 0;
+        /* the item lives a second longer than the lease (see ttl_seconds) */
+        info->lease_ms = v.ttl >= 0 ? (v.ttl > 1 ? (v.ttl - 1) * 1000 : 0) : -1;
+    }
+    return 0;
+}
+
+static int mc_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    mcclient *mc = mcc_of(c);
+    char why[400];
+    mc_view v;
+    int rc = view_of(c, name, &v, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, mc->redacted);
+    if (!v.holders || !v.first.has_value)
+        return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
+    snprintf(buf, len, "%s", v.first.value);
+    return 0;
+}
+
+/* Delete the name's items (lock, slots): each holder learns at its next
+ * renewal (ttl/3), its compare-and-swap finding nothing. */
+static int mc_break(dlock_client *c, const char *name, dlock_info *broken)
+{
+    mcclient *mc = mcc_of(c);
+    int rc = mc_inspect(c, name, broken);
+    if (rc)
+        return rc;
+    if (broken->held != 1)
+        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    char key[MC_KEY_MAX + 1], why[400];
+    key_of(mc, name, key, sizeof key);
+    /* the base key, and the slots up to the permits the semaphore wrote */
+    char req[8 * MC_KEY_MAX];
+    int n = snprintf(req, sizeof req, "mg %s/p v\r\n", key);
+    mc_reply pr;
+    mc_server *s = server_of(mc, name);
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    rc = mc_call(mc, s, req, (size_t)n, &pr, 1, until, -1, why, sizeof why);
+    long permits = !rc && strcmp(pr.code, "VA") == 0 ? strtol(pr.value, NULL, 10) : 0;
+    if (permits < 0 || permits > 4096)
+        permits = 0;
+    size_t cap = (size_t)(permits + 1) * (MC_KEY_MAX + 24);
+    char *dreq = rc ? NULL : malloc(cap);
+    mc_reply *dr = rc ? NULL : calloc((size_t)permits + 1, sizeof *dr);
+    if (!rc && (!dreq || !dr)) {
+        rc = DLOCK_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    if (!rc) {
+        size_t off = (size_t)snprintf(dreq, cap, "md %s\r\n", key);
+        for (long i = 0; i < permits; i++)
+            off += (size_t)snprintf(dreq + off, cap - off, "md %s/%ld\r\n", key, i);
+        rc = mc_call(mc, s, dreq, off, dr, (int)permits + 1, until, -1, why, sizeof why);
+    }
+    free(dreq);
+    free(dr);
+    if (rc)
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
+    return 0;
+}
+
+static int mc_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    (void)prefix;
+    (void)fn;
+    (void)arg;
+    return dl_client_err(c, DLOCK_ENOTSUP,
+                         "list: memcached cannot enumerate its keys safely (lru_crawler "
+                         "metadump walks the whole cache and is a debugging aid): ask "
+                         "`dlock status NAME` for a name you know");
+}
+
+/* ---- clients ---------------------------------------------------------------------- */
+
+static void mc_client_close(dlock_client *c)
+{
+    mcclient *mc = mcc_of(c);
+    if (!mc)
+        return;
+    for (size_t i = 0; i < mc->nservers; i++) {
+        mc_server *s = &mc->servers[i];
+        while (s->nidle > 0)
+            close(s->idle[--s->nidle]);
+        pthread_mutex_destroy(&s->mu);
+        free(s->host);
+    }
+    free(mc->servers);
+    free(mc);
+    c->bstate = NULL;
+}
+
+static bool prefix_ok(const char *p)
+{
+    size_t n = strlen(p);
+    if (n > 48)
+        return false;
+    for (; *p; p++)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
+            return false;
+    return true;
+}
+
+static int mc_client_open(dlock_client *c, const dl_url *u)
+{
+    const char *prefix = dl_url_param(u, "prefix");
+    if (!prefix)
+        prefix = "dlock:";
+    if (!prefix_ok(prefix))
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: prefix= takes at most 48 printable characters without spaces",
+                             u->redacted);
+    mcclient *mc = calloc(1, sizeof *mc);
+    if (!mc)
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    c->bstate = mc;
+    mc->servers = calloc(u->nhosts, sizeof *mc->servers);
+    if (!mc->servers) {
+        mc_client_close(c);
+        return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < u->nhosts; i++) {
+        mc->servers[i].host = strdup(u->hosts[i].host);
+        mc->servers[i].port = u->hosts[i].port;
+        pthread_mutex_init(&mc->servers[i].mu, NULL);
+        mc->nservers++;
+        if (!mc->servers[i].host) {
+            mc_client_close(c);
+            return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    snprintf(mc->prefix, sizeof mc->prefix, "%s", prefix);
+    dl_self_desc(mc->holder, sizeof mc->holder);
+    mc->redacted = u->redacted;
+    mc->op_timeout_ms = c->opts.op_timeout_ms;
+    mc->connect_timeout_ms = c->opts.connect_timeout_ms;
+    /* Every server answers, and speaks the meta protocol (mn: MN). */
+    for (size_t i = 0; i < mc->nservers; i++) {
+        char why[400];
+        mc_reply r;
+        int64_t until = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+        int rc = mc_call(mc, &mc->servers[i], "mn\r\n", 4, &r, 1, until, -1, why, sizeof why);
+        if (!rc && strcmp(r.code, "MN") != 0) {
+            rc = DLOCK_EPROTO;
+            snprintf(why, sizeof why,
+                     "memcached %s:%d does not speak the meta protocol (%s): memcached 1.6 or "
+                     "later is needed",
+                     mc->servers[i].host, mc->servers[i].port, r.error[0] ? r.error : r.code);
+        }
+        if (rc) {
+            mc_client_close(c);
+            return dl_client_err(c, rc, "%s: %s", u->redacted, why);
+        }
+    }
+    return 0;
+}
+
+/* ---- tools ----------------------------------------------------------------------- */
+
+struct baseline_arg {
+    mcclient *mc;
+    mc_server *s;
+};
+
+static int baseline_step(void *arg, char *why, size_t wlen)
+{
+    struct baseline_arg *a = arg;
+    mc_reply r;
+    int64_t until = dl_now_ns() + (int64_t)a->mc->op_timeout_ms * 1000000;
+    int rc = mc_call(a->mc, a->s, "mn\r\n", 4, &r, 1, until, -1, why, wlen);
+    if (!rc && strcmp(r.code, "MN") != 0) {
+        snprintf(why, wlen, "mn answered %s", r.code);
+        rc = DLOCK_EPROTO;
+    }
+    return rc;
+}
+
+/* The cheapest request: the meta no-op, on a kept connection to the
+ * name's server. */
+static int mc_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                            dlock_tool_timing *out)
+{
+    mcclient *mc = mcc_of(c);
+    struct baseline_arg a = {mc, server_of(mc, name)};
+    char why[400] = "";
+    int64_t *v = NULL;
+    size_t n = 0;
+    int rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
+    return dl_tool_done(c, rc, "baseline", why, v, n, out, "meta no-op (mn) on a kept connection");
+}
+
+/* The requests the name's server has served, from its stats. */
+static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counters *out)
+{
+    mcclient *mc = mcc_of(c);
+    mc_server *s = server_of(mc, name);
+    char why[400];
+    int fd;
+    bool reused;
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int rc = mc_get_conn(mc, s, until, -1, &fd, &reused, why, sizeof why);
+    if (rc)
+        return dl_client_err(c, rc, "counters: %s", why);
+    /* "stats" answers lines of STAT NAME VALUE and END: read to the END */
+    char buf[16384];
+    size_t have = 0;
+    rc = send(fd, "stats\r\n", 7, MSG_NOSIGNAL) == 7 ? 0 : DLOCK_EUNREACHABLE;
+    while (!rc && (have < 5 || !strstr(buf, "END\r\n"))) {
+        if (have + 1 >= sizeof buf) {
+            rc = DLOCK_EPROTO;
+            break;
+        }
+        ssize_t n = recv(fd, buf + have, sizeof buf - 1 - have, 0);
+        if (n > 0) {
+            have += (size_t)n;
+            buf[have] = '\0';
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            rc = mc_wait(fd, POLLIN, until, -1);
+        } else {
+            rc = DLOCK_EUNREACHABLE;
+        }
+    }
+    if (rc) {
+        close(fd);
+        return dl_client_err(c, rc, "counters: memcached %s:%d: no stats", s->host, s->port);
+    }
+    mc_put_conn(s, fd);
+    static const char *const names[] = {"cmd_get", "cmd_set", "cmd_touch", "delete_hits",
+                                        "delete_misses", "incr_hits", "incr_misses"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && out->n < DLOCK_TOOL_COUNTERS_MAX;
+         i++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "STAT %s ", names[i]);
+        const char *p = strstr(buf, pat);
+        uint64_t v = p ? strtoull(p + strlen(pat), NULL, 10) : 0;
+        snprintf(out->name[out->n], sizeof out->name[0], "%s", names[i]);
+        out->calls[out->n++] = v;
+        out->client += v;
+    }
+    out->servers = 1;
+    return 0;
+}
+
+static int mc_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out,
+                                int max)
+{
+    if (max < 1)
+        return 0;
+    mc_server *s = server_of(mcc_of(c), name);
+    snprintf(out[0].host, sizeof out[0].host, "%s", s->host);
+    out[0].port = s->port;
+    return 1;
+}
+
+static int mc_tool_topology(dlock_client *c, dlock_tool_topo *out)
+{
+    out->trait = mcc_of(c)->nservers > 1 ? DLOCK_TOOL_TOPO_SHARDS : DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->quorum = 1;
+    out->direct = 1;
+    return 0;
+}
+
+static int mc_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+{
+    mcclient *mc = mcc_of(c);
+    for (size_t i = 0; i < mc->nservers; i++) {
+        mc_server *s = &mc->servers[i];
+        if (s->port != m->addr.port || strcmp(s->host, m->addr.host) != 0)
+            continue;
+        struct baseline_arg a = {mc, s};
+        char why[400];
+        int rc = baseline_step(&a, why, sizeof why);
+        return rc ? dl_client_err(c, rc, "%s", why) : 0;
+    }
+    return dl_client_err(c, DLOCK_ENOENT, "%s:%d is not one of the URL's servers", m->addr.host,
+                         m->addr.port);
+}
+
+static const struct dl_tools mc_tools = {
+    .baseline = mc_tool_baseline,
+    .counters = mc_tool_counters,
+    .lock_servers = mc_tool_lock_servers,
+    .topology = mc_tool_topology,
+    .members = dl_tool_url_members,
+    .server_ready = mc_tool_server_ready,
+};
+
+#endif /* DLOCK_MEMCACHED_PARSER_ONLY */
 
 const dl_backend dl_backend_memcached = {
     .version = DL_BACKEND_V1,
     .name = "memcached",
     .schemes = memcached_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FENCING_WEAK | DLOCK_CAP_LEASE,
-    .liveness = "item expiry renewed with touch",
-    .fencing = "incr counter; eviction or restart can reset it (weak)",
-    .missing = "the memcached backend is not implemented in this version",
+    .caps = MC_CAPS,
+    .liveness = MC_LIVENESS,
+    .fencing = MC_FENCING,
+    .params = MC_PARAMS,
+#ifndef DLOCK_MEMCACHED_PARSER_ONLY
+    .client_open = mc_client_open,
+    .client_close = mc_client_close,
+    .lock_init = mc_lock_init,
+    .lock_fini = mc_lock_fini,
+    .acquire = mc_acquire,
+    .release = mc_release,
+    .renew = mc_renew,
+    .abandon = mc_abandon,
+    .inspect = mc_inspect,
+    .list = mc_list,
+    .set_value = mc_set_value,
+    .get_value = mc_get_value,
+    .break_lock = mc_break,
+    .tools = &mc_tools,
+#endif
 };
