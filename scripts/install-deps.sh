@@ -16,6 +16,7 @@ packages=(
   openssl                                 # the etcd and mysql TLS tests' throwaway CA
   libpq-dev postgresql                    # the postgres backend (libpq is loaded at run time) and its test server
   libmariadb-dev mariadb-server           # the mysql backend (libmariadb is loaded at run time) and its test server
+  memcached                               # the memcached backend's test servers (its client is ours)
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   man-db                                  # render the man page in tests

@@ -52,6 +52,11 @@
 #                         performance_schema.metadata_locks lists GET_LOCK's
 #                         holders (GRANTED) and waiters (PENDING), for root
 #                         (dlock may not read it).
+#   DLOCK_TEST_MEMCACHED  memcached://127.0.0.1:P  (memcached) one server, 64 MB;
+#                         DLOCK_TEST_MEMCACHED2 memcached://127.0.0.1:P,127.0.0.1:P2 (names
+#                         spread over two servers: memcached, memcached2) and
+#                         DLOCK_TEST_MEMCACHED_SMALL (memcached-small: 2 MB, for
+#                         eviction)
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
@@ -171,6 +176,8 @@ srv_restart() {
     srv_wait_postgres "$srv_dir/$name" "$(cat "$srv_dir/$name.port")"
   elif [ -d "$srv_dir/$name/etcd" ]; then
     srv_wait_etcd "$(cat "$srv_dir/$name.port")"
+  elif grep -q '^memcached ' "$srv_dir/$name.cmd"; then
+    srv_wait_memcached "$(cat "$srv_dir/$name.port")"
   else
     srv_wait_redis "$(cat "$srv_dir/$name.port")"
   fi
@@ -647,6 +654,46 @@ srv_start_cluster() {
   export DLOCK_TEST_CLUSTER=redis+cluster://$hosts
 }
 
+# srv_wait_memcached PORT: until it answers the meta no-op (at most ~10 s)
+srv_wait_memcached() {
+  local i
+  for i in $(seq 100); do
+    timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf "mn\r\n" >&3 &&
+          head -c 2 <&3' mc-ask "$1" 2>/dev/null | grep -q '^MN' && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: memcached on port $1 did not start" >&2
+  return 1
+}
+
+# srv_memcached NAME [memcached args...]: start one server, print its port
+srv_memcached() {
+  local name=$1; shift
+  local port; port=$(srv_free_port)
+  local d=$srv_dir/$name
+  mkdir -p "$d"
+  local cmd=(memcached -l 127.0.0.1 -p "$port" -U 0 "$@")
+  [ "$(id -u)" = 0 ] && cmd+=(-u root)
+  printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
+  "${cmd[@]}" </dev/null >"$d/log" 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  echo "$port" >"$srv_dir/$name.port"
+  srv_wait_memcached "$port" || return 1
+  echo "$port"
+}
+
+# Two servers (a name maps to one of them), and a third with 1 MB of memory
+# for the eviction tests (the smallest it takes).
+srv_start_memcached() {
+  local p1 p2 p3
+  p1=$(srv_memcached memcached -m 64) || return 1
+  p2=$(srv_memcached memcached2 -m 64) || return 1
+  p3=$(srv_memcached memcached-small -m 2) || return 1
+  export DLOCK_TEST_MEMCACHED=memcached://127.0.0.1:$p1
+  export DLOCK_TEST_MEMCACHED2=memcached://127.0.0.1:$p1,127.0.0.1:$p2
+  export DLOCK_TEST_MEMCACHED_SMALL=memcached://127.0.0.1:$p3
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -e
   [ "${1:-}" = run ] || { echo "usage: $0 run KIND... -- CMD ARGS..." >&2; exit 64; }
@@ -666,6 +713,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       etcds) srv_start_etcds ;;
       postgres) srv_start_postgres ;;
       mariadb) srv_start_mariadb ;;
+      memcached) srv_start_memcached ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift

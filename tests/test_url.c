@@ -303,7 +303,10 @@ static void test_etcd_memcached(void **state)
     bad("etcd://e1/prefix", "etcd urls take no path");
     bad("etcds://e1/prefix", "etcds urls take no path");
     bad("memcached://m1/x", "memcached urls take no path");
-    bad("memcached://m1,m2", "one host");
+    u = ok("memcached://m1,m2:11311");
+    host_is(u, 0, "m1", 11211);
+    host_is(u, 1, "m2", 11311);
+    dl_url_free(u);
 }
 
 static void test_sql(void **state)
