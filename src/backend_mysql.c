@@ -1595,7 +1595,10 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     my_arg a[] = {A_S(l->name)};
     for (int attempt = 0;; attempt++) {
-        rc = q_exec(k, mc->sql_row_lock, a, 1, &r, wait_bound(l, deadline_ns), cancel, why,
+        /* the server's wait is whole seconds, rounded up: a timed wait is
+         * cut at its deadline here (the connection then killed) */
+        rc = q_exec(k, mc->sql_row_lock, a, 1, &r,
+                    deadline_ns > 0 ? deadline_ns : wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
         res_free(&r);
         /* A name's first holder inserts its row in its own transaction; if
@@ -1721,9 +1724,10 @@ static int build_sql(myclient *mc)
     const char *t = mc->table, *tk = mc->tokens;
     /* getlock: the lock and the token in one statement (see the top) */
     mc->sql_take = fmt_alloc(
-        "INSERT INTO %s (k, name, token, holder, since, value) "
-        "SELECT ?, ?, LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), NULL FROM DUAL "
+        "INSERT INTO %s (k, name, token, conn, holder, since, value) "
+        "SELECT ?, ?, LAST_INSERT_ID(1), CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM DUAL "
         "WHERE GET_LOCK(?, ?) = 1 ON DUPLICATE KEY UPDATE "
+        "conn = IF(name = VALUES(name), VALUES(conn), conn), "
         "holder = IF(name = VALUES(name), VALUES(holder), holder), "
         "since = IF(name = VALUES(name), VALUES(since), since), "
         "value = IF(name = VALUES(name), NULL, value), "
@@ -1731,8 +1735,11 @@ static int build_sql(myclient *mc)
         "token + 0 * LAST_INSERT_ID(18446744073709551615))",
         t);
     mc->sql_release = fmt_alloc("SELECT RELEASE_LOCK(?)");
-    mc->sql_inspect = fmt_alloc("SELECT IS_USED_LOCK(?), t.token, t.holder, " HELD_MS
-                                " FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.k = ? AND "
+    /* the holder is the row's only while the connection that wrote it holds
+     * the key: another program's GET_LOCK of the same name is not ours */
+    mc->sql_inspect = fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
+                                "IF(t.conn = u.id, " HELD_MS ", NULL) FROM (SELECT "
+                                "IS_USED_LOCK(?) AS id) AS u LEFT JOIN %s AS t ON t.k = ? AND "
                                 "t.name = ?",
                                 "t.since", t);
     mc->sql_waiters = fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
@@ -1740,7 +1747,7 @@ static int build_sql(myclient *mc)
                                 "LOCK_STATUS = 'PENDING'");
     mc->sql_setvalue = fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", t);
     mc->sql_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
-                                 "IS_USED_LOCK(k) IS NOT NULL AND value IS NOT NULL",
+                                 "conn = IS_USED_LOCK(k) AND value IS NOT NULL",
                                  t);
     mc->sql_name_of = fmt_alloc("SELECT name FROM %s WHERE k = ?", t);
     mc->sql_list = fmt_alloc(mc->mode == MODE_LEASE ? "SELECT DISTINCT name FROM %s WHERE name "
@@ -1846,7 +1853,8 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     char **ddl = mc->sql_ddl;
     if (mc->mode == MODE_GETLOCK) {
         ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
-                           "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, %s) "
+                           "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
+                           "conn BIGINT UNSIGNED, %s) "
                            "ENGINE=InnoDB",
                            mc->table, holder_cols);
     } else {
