@@ -1010,23 +1010,35 @@ static int mc_client_open(dlock_client *c, const dl_url *u)
     mc->redacted = u->redacted;
     mc->op_timeout_ms = c->opts.op_timeout_ms;
     mc->connect_timeout_ms = c->opts.connect_timeout_ms;
-    /* Every server answers, and speaks the meta protocol (mn: MN). */
+    /* The servers speak the meta protocol (mn: MN). One that does not
+     * answer now is not an error while another does: its names fail on
+     * their own (EUNREACHABLE), the others work. */
+    int up = 0, rc = 0;
+    char why[400] = "";
     for (size_t i = 0; i < mc->nservers; i++) {
-        char why[400];
+        char w[400];
         mc_reply r;
         int64_t until = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
-        int rc = mc_call(mc, &mc->servers[i], "mn\r\n", 4, &r, 1, until, -1, why, sizeof why);
-        if (!rc && strcmp(r.code, "MN") != 0) {
-            rc = DLOCK_EPROTO;
-            snprintf(why, sizeof why,
+        int src = mc_call(mc, &mc->servers[i], "mn\r\n", 4, &r, 1, until, -1, w, sizeof w);
+        if (!src && strcmp(r.code, "MN") != 0) {
+            src = DLOCK_EPROTO;
+            snprintf(w, sizeof w,
                      "memcached %s:%d does not speak the meta protocol (%s): memcached 1.6 or "
                      "later is needed",
                      mc->servers[i].host, mc->servers[i].port, r.error[0] ? r.error : r.code);
         }
-        if (rc) {
-            mc_client_close(c);
-            return dl_client_err(c, rc, "%s: %s", u->redacted, why);
+        if (!src) {
+            up++;
+        } else if (!rc || src != DLOCK_EUNREACHABLE) {
+            rc = src; /* the first failure, or one that is not the network's */
+            snprintf(why, sizeof why, "%s", w);
         }
+        if (src && src != DLOCK_EUNREACHABLE)
+            break;
+    }
+    if (rc && (rc != DLOCK_EUNREACHABLE || up == 0)) {
+        mc_client_close(c);
+        return dl_client_err(c, rc, "%s: %s", u->redacted, why);
     }
     return 0;
 }
