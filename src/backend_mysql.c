@@ -1536,12 +1536,10 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
     bool head = cell(&r, 0, 0) != NULL; /* the first waiter holds the companion lock */
     res_free(&r);
-    if (!head) {
-        info->waiters = 0;
-    } else {
-        int more = key_waiters(c, key);
-        info->waiters = more < 0 ? -1 : 1 + more;
-    }
+    /* the polling waiter, and those queued behind it where the server
+     * counts them; elsewhere unknown while the lock is held */
+    int queued = key_waiters(c, key);
+    info->waiters = queued < 0 ? (holders ? -1 : 0) : (head ? 1 : 0) + queued;
     return 0;
 }
 
