@@ -423,9 +423,8 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             rc = code_of_errno(my.stmt_errno(st));
             snprintf(why, wlen, "%s", my.stmt_error(st));
         }
-        k->failed = true;
-        if (!ret)
-            k->broken = true; /* cut mid-prepare */
+        if (!ret) /* cut mid-prepare; a statement the server refused leaves k fine */
+            k->failed = k->broken = true;
         /* freed after the connection (see conn_close): closing it now
          * could write to a connection in mid-protocol */
         if (k->nprep < MY_PREPARED_MAX) {
