@@ -20,6 +20,8 @@ esac
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-fuzz
 targets=(fuzz_url fuzz_name)
+# The memcached target needs no library: its meta protocol parser is ours.
+targets+=(fuzz_memcached)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
 # The ZooKeeper target needs its C client (as the backend does).
@@ -44,6 +46,7 @@ for t in "${targets[@]}"; do
         case $t in # about 10-15 s each here
         fuzz_url) runs=2000000 ;;
         fuzz_name) runs=5000000 ;;
+        fuzz_memcached) runs=300000 ;;
         *) runs=300000 ;;
         esac
         fixed=(-seed="$FUZZ_SEED" -runs="$runs")

@@ -6,10 +6,11 @@
  * Items of a lock NAME (keys "PREFIX" + NAME, or PREFIX "#" and a 128-bit
  * hash where NAME has a space or is too long for a 250-byte key):
  *
- *     KEY        the lock: "OWNER SINCE_MS TOKEN HOLDER" and a line with
- *                the leader's value; its TTL is the lease (whole seconds)
+ *     KEY        the lock: "OWNER SINCE_MS TOKEN TTL_MS HOLDER" and a line
+ *                with the leader's value; its TTL is the lease (whole seconds)
  *     KEY/N      semaphore slot N < permits, the same
- *     KEY/p      a semaphore's permits, for dlock_inspect (same TTL)
+ *     KEY/p      a semaphore's permits, for dlock_inspect (no expiry: a
+ *                hint, rewritten by every take)
  *
  * take      ms KEY S T<ttl> ME c   (add: one round trip)
  * renew     ms KEY S T<ttl> C<cas> c   (compare-and-swap: EX or NF = lost)
@@ -169,9 +170,10 @@ static long mc_parse(const char *buf, size_t len, mc_reply *r)
             if (i >= tl)
                 return -1;
             for (; i < tl; i++) {
-                if (!isdigit((unsigned char)t[i]) || v > UINT64_MAX / 10)
+                unsigned d = (unsigned)(t[i] - '0');
+                if (!isdigit((unsigned char)t[i]) || v > (UINT64_MAX - d) / 10)
                     return -1;
-                v = v * 10 + (unsigned)(t[i] - '0');
+                v = v * 10 + d;
             }
             if (t[0] == 'c') {
                 if (neg)
@@ -201,17 +203,33 @@ static long mc_parse(const char *buf, size_t len, mc_reply *r)
     return (long)used;
 }
 
-/* An item's value: "OWNER SINCE_MS TOKEN HOLDER\nVALUE" (VALUE may be
- * absent). false when it is not one of ours. */
+/* An item's value: "OWNER SINCE_MS TOKEN TTL_MS HOLDER\nVALUE" (VALUE may
+ * be absent). */
 typedef struct mc_item {
     char owner[DL_OWNER_HEX + 1];
     long long since_ms;
-    uint64_t token; /* 0: not written yet (the item's CAS is the token) */
+    uint64_t token;    /* 0: not written yet (the item's CAS is the token) */
+    long long ttl_ms;  /* the lease the holder believes in */
     char holder[256];
     char value[256];
     bool has_value;
 } mc_item;
 
+/* A decimal number at v[*p..n) followed by a space, at most `digits` long. */
+static bool item_number(const char *v, size_t n, size_t *p, int digits, uint64_t *out)
+{
+    uint64_t x = 0;
+    size_t d = *p;
+    while (*p < n && isdigit((unsigned char)v[*p]) && *p - d < (size_t)digits)
+        x = x * 10 + (uint64_t)(v[(*p)++] - '0');
+    if (*p == d || *p >= n || v[*p] != ' ')
+        return false;
+    (*p)++;
+    *out = x;
+    return true;
+}
+
+/* false when it is not one of ours. */
 static bool mc_item_parse(const char *v, size_t n, mc_item *it)
 {
     memset(it, 0, sizeof *it);
@@ -224,22 +242,12 @@ static bool mc_item_parse(const char *v, size_t n, mc_item *it)
     if (v[DL_OWNER_HEX] != ' ')
         return false;
     size_t p = DL_OWNER_HEX + 1;
-    long long s = 0;
-    size_t d = p;
-    while (p < n && isdigit((unsigned char)v[p]) && p - d < 18)
-        s = s * 10 + (v[p++] - '0');
-    if (p == d || p >= n || v[p] != ' ')
+    uint64_t since, ttl;
+    if (!item_number(v, n, &p, 18, &since) || !item_number(v, n, &p, 19, &it->token) ||
+        !item_number(v, n, &p, 10, &ttl))
         return false;
-    it->since_ms = s;
-    p++;
-    uint64_t t = 0;
-    d = p;
-    while (p < n && isdigit((unsigned char)v[p]) && p - d < 19)
-        t = t * 10 + (uint64_t)(v[p++] - '0');
-    if (p == d || p >= n || v[p] != ' ')
-        return false;
-    it->token = t;
-    p++;
+    it->since_ms = (long long)since;
+    it->ttl_ms = (long long)ttl;
     const char *nl = memchr(v + p, '\n', n - p);
     size_t hl = nl ? (size_t)(nl - (v + p)) : n - p;
     if (hl >= sizeof it->holder)
@@ -255,6 +263,16 @@ static bool mc_item_parse(const char *v, size_t n, mc_item *it)
         it->has_value = true;
     }
     return true;
+}
+
+/* The value of it, as mc_item_parse reads it: its length, or -1 when out
+ * is too small. */
+static int mc_item_format(const mc_item *it, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s %lld %" PRIu64 " %lld %s%s%s", it->owner, it->since_ms,
+                     it->token, it->ttl_ms, it->holder, it->has_value ? "\n" : "",
+                     it->has_value ? it->value : "");
+    return n > 0 && (size_t)n < len ? n : -1;
 }
 
 #ifndef DLOCK_MEMCACHED_PARSER_ONLY
@@ -514,7 +532,8 @@ static void hash128(const char *s, uint64_t *h1, uint64_t *h2)
 static void key_of(const mcclient *mc, const char *name, char *out, size_t len)
 {
     size_t pl = strlen(mc->prefix), nl = strlen(name);
-    if (!strchr(name, ' ') && pl + nl + 6 <= MC_KEY_MAX && pl + nl < len) {
+    /* a name that starts with '#' could be another name's hashed key */
+    if (name[0] != '#' && !strchr(name, ' ') && pl + nl + 6 <= MC_KEY_MAX && pl + nl < len) {
         memcpy(out, mc->prefix, pl);
         memcpy(out + pl, name, nl + 1);
         return;
@@ -547,8 +566,8 @@ static mc_server *server_of(const mcclient *mc, const char *name)
  * so that the server's whole-second clock can only keep it longer. */
 static long ttl_seconds(int ttl_ms)
 {
-    long s = (ttl_ms + 999) / 1000 + 1;
-    return s > MC_TTL_MAX_S ? MC_TTL_MAX_S : s;
+    long long s = ((long long)ttl_ms + 999) / 1000 + 1;
+    return s > MC_TTL_MAX_S ? MC_TTL_MAX_S : (long)s;
 }
 
 static void slot_key(const mclock *ml, int slot, char *out, size_t len)
@@ -580,14 +599,20 @@ static void mc_lock_fini(dlock_lock *l)
     l->bstate = NULL;
 }
 
-/* Our item's value: owner, since, token (0 until known), holder, and the
- * leader's value if any, into ml->value. */
+/* Our item's value: owner, since, token (0 until known), lease, holder, and
+ * the leader's value if any, into ml->value. */
 static void item_value(dlock_lock *l, const char *value)
 {
     mclock *ml = l->bstate;
-    snprintf(ml->value, sizeof ml->value, "%s %lld %" PRIu64 " %s%s%s", l->owner, ml->since_ms,
-             ml->token_known ? atomic_load(&l->token) : 0, mcc_of(l->c)->holder,
-             value ? "\n" : "", value ? value : "");
+    mc_item it = {.since_ms = ml->since_ms,
+                  .token = ml->token_known ? atomic_load(&l->token) : 0,
+                  .ttl_ms = l->opts.ttl_ms,
+                  .has_value = value != NULL};
+    snprintf(it.owner, sizeof it.owner, "%s", l->owner);
+    snprintf(it.holder, sizeof it.holder, "%s", mcc_of(l->c)->holder);
+    snprintf(it.value, sizeof it.value, "%s", value ? value : "");
+    if (mc_item_format(&it, ml->value, sizeof ml->value) < 0)
+        ml->value[0] = '\0'; /* not reached: every part is bounded */
 }
 
 static int64_t op_until(const dlock_lock *l, const mcclient *mc)
@@ -614,8 +639,7 @@ static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
     if (slot >= 0) {
         char p[16];
         int pl = snprintf(p, sizeof p, "%u", l->opts.permits);
-        n += snprintf(req + n, sizeof req - (size_t)n, "ms %s/p %d T%ld\r\n%s\r\n", ml->key, pl, ttl,
-                      p);
+        n += snprintf(req + n, sizeof req - (size_t)n, "ms %s/p %d T0\r\n%s\r\n", ml->key, pl, p);
         nrep = 2;
     }
     mc_reply rep[2];
@@ -874,8 +898,12 @@ static int mc_inspect(dlock_client *c, const char *name, dlock_info *info)
         snprintf(info->holder, sizeof info->holder, "%s", v.first.holder);
         long long now = dl_realtime_ms();
         info->held_ms = now >= v.first.since_ms ? now - v.first.since_ms : 0;
-        /* the item lives a second longer than the lease (see ttl_seconds) */
-        info->lease_ms = v.ttl >= 0 ? (v.ttl > 1 ? (v.ttl - 1) * 1000 : 0) : -1;
+        /* the item lives a second longer than the lease (see ttl_seconds),
+         * and its TTL is whole seconds: never more than the lease itself */
+        long long left = v.ttl >= 0 ? (v.ttl > 1 ? (v.ttl - 1) * 1000 : 0) : -1;
+        if (left > v.first.ttl_ms)
+            left = v.first.ttl_ms;
+        info->lease_ms = left;
     }
     return 0;
 }
