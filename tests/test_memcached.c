@@ -352,25 +352,6 @@ static bool wait_stopped(int pid, int limit_ms)
     return false;
 }
 
-/* s in single quotes for sh, its own single quotes as '\'' */
-static void shell_quote(char *buf, size_t len, const char *s)
-{
-    size_t j = 0;
-    assert_true(len > 2);
-    buf[j++] = '\'';
-    for (; *s; s++) {
-        if (*s == '\'') {
-            assert_true(j + 5 < len);
-            memcpy(buf + j, "'\\''", 4);
-            j += 4;
-        } else {
-            assert_true(j + 2 < len);
-            buf[j++] = *s;
-        }
-    }
-    buf[j++] = '\'';
-    buf[j] = '\0';
-}
 
 /* Until memcached on port answers mn (at most limit_ms): whether it did. */
 static bool wait_answers(int port, int limit_ms)

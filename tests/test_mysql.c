@@ -91,25 +91,6 @@ static void url_as(char *buf, size_t len, const char *userinfo, const char *host
 
 /* ---- the server's own account -------------------------------------------------------- */
 
-/* s in single quotes for sh, its own single quotes as '\'' */
-static void shell_quote(char *buf, size_t len, const char *s)
-{
-    size_t j = 0;
-    assert_true(len > 2);
-    buf[j++] = '\'';
-    for (; *s; s++) {
-        if (*s == '\'') {
-            assert_true(j + 5 < len);
-            memcpy(buf + j, "'\\''", 4);
-            j += 4;
-        } else {
-            assert_true(j + 2 < len);
-            buf[j++] = *s;
-        }
-    }
-    buf[j++] = '\'';
-    buf[j] = '\0';
-}
 
 /* s as an SQL string literal: '...' with its quotes doubled (lock names
  * have no backslash, MySQL's other escape) */
@@ -129,16 +110,6 @@ static void sql_lit(char *buf, size_t len, const char *s)
     buf[j] = '\0';
 }
 
-/* Run a shell command; its standard output into out (NUL-terminated,
- * truncated to len, trailing newlines dropped); its exit status returned. */
-static int run_cmd(char *out, size_t len, const char *cmd)
-{
-    int rc = shell_out(out, len, cmd);
-    size_t got = out && len ? strlen(out) : 0;
-    while (got > 0 && out[got - 1] == '\n')
-        out[--got] = '\0';
-    return rc;
-}
 
 /* SQL as root through the mariadb client over the socket, database dlock
  * (batch mode, no column names: tab-separated rows, NULL as "NULL"); its

@@ -194,4 +194,34 @@ static inline int shell_out(char *out, size_t len, const char *cmd)
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* s in single quotes for sh, its own single quotes as '\'' */
+static inline void shell_quote(char *buf, size_t len, const char *s)
+{
+    size_t j = 0;
+    assert_true(len > 2);
+    buf[j++] = '\'';
+    for (; *s; s++) {
+        if (*s == '\'') {
+            assert_true(j + 5 < len);
+            memcpy(buf + j, "'\\''", 4);
+            j += 4;
+        } else {
+            assert_true(j + 2 < len);
+            buf[j++] = *s;
+        }
+    }
+    buf[j++] = '\'';
+    buf[j] = '\0';
+}
+
+/* shell_out with the trailing newlines of out dropped. */
+static inline int run_cmd(char *out, size_t len, const char *cmd)
+{
+    int rc = shell_out(out, len, cmd);
+    size_t got = out && len ? strlen(out) : 0;
+    while (got > 0 && out[got - 1] == '\n')
+        out[--got] = '\0';
+    return rc;
+}
+
 #endif
