@@ -318,8 +318,13 @@ static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
         {.fd = cancel_fd, .events = POLLIN},
     };
     int64_t lib_until = -1;
-    if (status & MYSQL_WAIT_TIMEOUT)
-        lib_until = dl_now_ns() + (int64_t)my.timeout_ms(m) * 1000000;
+    if (status & MYSQL_WAIT_TIMEOUT) {
+        /* at least a millisecond: with no socket (a connect that failed)
+         * Connector/C has been seen to ask for zero-length timeouts over
+         * and over, which would spin */
+        unsigned t = my.timeout_ms(m);
+        lib_until = dl_now_ns() + (int64_t)(t ? t : 1) * 1000000;
+    }
     for (;;) {
         int64_t bound = until_ns;
         if (lib_until >= 0 && (bound < 0 || lib_until < bound))
@@ -344,10 +349,10 @@ static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
             return r ? r : (status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT));
         }
         int64_t now = dl_now_ns();
+        if (until_ns >= 0 && now >= until_ns) /* ours first: the library's may recur */
+            return DLOCK_ETIMEDOUT;
         if (lib_until >= 0 && now >= lib_until)
             return MYSQL_WAIT_TIMEOUT;
-        if (until_ns >= 0 && now >= until_ns)
-            return DLOCK_ETIMEDOUT;
     }
 }
 
