@@ -148,6 +148,34 @@ static void test_stale_write_alone_fails_with_fencing(void **state)
     hist_runs_free(runs, n);
 }
 
+/* A stale write accepted while nobody had taken the lock after its writer
+ * (the fault's takeover never came: the next worker could not reach the
+ * servers) is no fencing failure: no later token existed to refuse it. */
+static void test_unopposed_stale_write_is_no_violation(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "run scenario=s mode=fenced caps=0x1 fencing=1\n"
+        "10 acquired w=1 token=7\n"
+        "20 read w=1 token=7 value=0\n"
+        "30 lost w=1\n"
+        "60 write_accepted w=1 token=7 value=1\n"
+        "70 acquired w=2 token=8\n"
+        "80 read w=2 token=8 value=1\n"
+        "90 write_accepted w=2 token=8 value=2\n"
+        "95 release w=2\n";
+    size_t n;
+    hist_run *runs = read_str(text, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.stale_accepted, 1);
+    assert_int_equal(r.stale_accepted_unopposed, 1);
+    assert_int_equal(r.lost_increments, 0);
+    char why[600];
+    assert_string_not_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "fail");
+    hist_runs_free(runs, n);
+}
+
 static void test_tokens(void **state)
 {
     (void)state;
@@ -419,6 +447,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_finds_overlap_and_stale_write),
+        cmocka_unit_test(test_unopposed_stale_write_is_no_violation),
         cmocka_unit_test(test_fenced_stale_write_passes),
         cmocka_unit_test(test_stale_write_alone_fails_with_fencing),
         cmocka_unit_test(test_tokens),

@@ -610,6 +610,7 @@ int hist_check(hist_run *r, hist_result *res)
     int rc = 0;
     int64_t last_acq_t = INT64_MIN;
     int last_acq_worker = 0;
+    uint64_t max_token_issued = 0;
     int64_t last_accepted_value = 0;
     uint64_t pending_takeover = 0;
     int64_t ttl_ns = r->meta.ttl_ms > 0 ? r->meta.ttl_ms * 1000000 : 0;
@@ -679,6 +680,8 @@ int hist_check(hist_run *r, hist_result *res)
             pending_takeover = 0;
             last_acq_t = e->t;
             last_acq_worker = e->worker;
+            if (e->token > max_token_issued)
+                max_token_issued = e->token;
             break;
         }
         case H_ACQUIRE_FAILED:
@@ -836,6 +839,8 @@ int hist_check(hist_run *r, hist_result *res)
                     res->stale_accepted++;
                     if (w && w->last >= 0 && loss_between(&c, c.win[w->last].start, e->t))
                         res->stale_accepted_expected++;
+                    else if (e->token >= max_token_issued)
+                        res->stale_accepted_unopposed++;
                 } else {
                     res->stale_rejected++;
                 }
@@ -889,7 +894,8 @@ const char *hist_verdict(const hist_result *res, const hist_meta *m, char *why, 
     uint64_t overlaps = res->overlaps - res->overlaps_expected;
     uint64_t dups = res->token_dups - res->token_dups_expected;
     uint64_t regressions = res->token_regressions - res->token_regressions_expected;
-    uint64_t stale = res->stale_accepted - res->stale_accepted_expected;
+    uint64_t stale =
+        res->stale_accepted - res->stale_accepted_expected - res->stale_accepted_unopposed;
     if (res->late_grants > 0) {
         snprintf(why, len,
                  "%" PRIu64 " acquisitions returned success after their validity deadline "

@@ -118,6 +118,11 @@ typedef struct hist_result {
     uint64_t sections_after_fault; /* acquisitions after the first server fault */
     uint64_t overlaps_expected, token_dups_expected, token_regressions_expected;
     uint64_t stale_accepted_expected;
+    /* Stale writes accepted while no later acquisition had happened (the
+     * fault's takeover never came, e.g. the next worker could not reach
+     * the servers): nobody held the lock after the writer, so no token
+     * could have refused it. Counted, never a violation. */
+    uint64_t stale_accepted_unopposed;
     /* Holders cut off from the servers while holding (partitioned): how
      * many were told of the loss (on_lost) and how long before the lease
      * ran out on the servers (min and median over those told, ns; negative:
