@@ -422,13 +422,17 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
     MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.prepare_start(&ret, st, sql, strlen(sql)),
              my.prepare_cont(&ret, st, ev_));
     if (rc || ret) {
+        unsigned e = 0;
         if (rc) {
             cut_why(rc, why, wlen);
         } else {
-            rc = code_of_errno(my.stmt_errno(st));
+            e = my.stmt_errno(st);
+            rc = code_of_errno(e);
             snprintf(why, wlen, "%s", my.stmt_error(st));
         }
-        if (!ret) /* cut mid-prepare; a statement the server refused leaves k fine */
+        /* cut mid-prepare, or the connection failed (client errors are
+         * 2000 and up); a statement the server refused leaves k fine */
+        if (!ret || e >= 2000 || e == 0)
             k->failed = k->broken = true;
         /* freed after the connection (see conn_close): closing it now
          * could write to a connection in mid-protocol */
@@ -510,7 +514,7 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         k->last_errno = e;
         rc = code_of_errno(e);
         snprintf(why, wlen, "%s", my.stmt_error(st));
-        if (e >= 2000)
+        if (e >= 2000 || e == 0)
             k->failed = k->broken = true;
         return rc;
     }
@@ -716,7 +720,7 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
         /* Nothing is due on an idle connection: a readable socket is the
          * server ending it (an error packet, or the close itself). */
         struct pollfd p = {.fd = (int)my.get_socket(k->m), .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) {
+        if (p.fd < 0 || poll(&p, 1, 0) > 0) {
             k->failed = true;
             conn_close(k);
             continue;
