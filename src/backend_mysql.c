@@ -784,7 +784,7 @@ static void conn_abandon(myclient *mc, my_conn *k)
     if (conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
         return; /* the server ends it when it next looks at the socket */
     my_arg a[] = {A_I(id)};
-    my_res r;
+    my_res r = {0};
     int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
     res_free(&r);
     (void)rc; /* 1094 unknown thread: it had ended already */
@@ -972,7 +972,7 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
                   A_D(wait_seconds(deadline_ns))};
-    my_res r;
+    my_res r = {0};
     rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
     if (rc)
         return take_failed(l, deadline_ns, k, rc, why);
@@ -1033,7 +1033,7 @@ static int my_release(dlock_lock *l)
         was_held = rc == 0;
     } else {
         my_arg a[] = {A_S(ml->key)};
-        my_res r;
+        my_res r = {0};
         rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
         was_held = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
         res_free(&r);
@@ -1085,7 +1085,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
 static int key_waiters(dlock_client *c, const char *key)
 {
     myclient *mc = mc_of(c);
-    my_res r;
+    my_res r = {0};
     char why[300];
     if (mc->ps_ok < 0) {
         int rc = pool_exec(c,
@@ -1117,7 +1117,7 @@ static int my_inspect(dlock_client *c, const char *name, dlock_info *info)
     char key[MY_KEY_MAX + 1], why[300];
     key_of("", name, key, sizeof key);
     my_arg a[] = {A_S(key), A_S(key), A_S(name)};
-    my_res r;
+    my_res r = {0};
     int rc = pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
@@ -1153,7 +1153,7 @@ static int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
     pat[j++] = '%';
     pat[j] = '\0';
     my_arg a[] = {A_S(pat)};
-    my_res r;
+    my_res r = {0};
     int rc = pool_exec(c, mc->sql_list, a, 1, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "list: %s (%s)", why, mc->redacted);
@@ -1171,7 +1171,7 @@ static int my_set_value(dlock_lock *l, const char *value)
     mylock *ml = l->bstate;
     char why[300], tok[24];
     snprintf(tok, sizeof tok, "%" PRIu64, atomic_load(&l->token));
-    my_res r;
+    my_res r = {0};
     int rc;
     if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(value), A_S(l->name), A_I(ml->slot), A_S(l->owner)};
@@ -1206,7 +1206,7 @@ static int my_get_value(dlock_client *c, const char *name, char *buf, size_t len
 {
     myclient *mc = mc_of(c);
     char key[MY_KEY_MAX + 1], why[300];
-    my_res r;
+    my_res r = {0};
     int rc;
     if (mc->mode == MODE_ROWLOCK) {
         dlock_info info;
@@ -1256,7 +1256,7 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
         return rc;
     if (broken->held != 1)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
-    my_res r;
+    my_res r = {0};
     if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(name)};
         rc = pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
@@ -1318,7 +1318,7 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
     long long ttl_us = (long long)l->opts.ttl_ms * 1000;
     my_arg a[] = {A_S(l->name), A_I(slot), A_S(l->owner), A_I(ttl_us), A_S(mc->holder)};
-    my_res r;
+    my_res r = {0};
     int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
     *took = rc == 0 && r.affected > 0;
     res_free(&r);
@@ -1333,7 +1333,7 @@ static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *
     myclient *mc = mc_of(l->c);
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
     my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
-    my_res r;
+    my_res r = {0};
     int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
     *token = r.insert_id;
     res_free(&r);
@@ -1395,7 +1395,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int took = lease_try_slots(l, k, why, sizeof why);
     bool queued = false;
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
-    my_res r;
+    my_res r = {0};
     while (took == 0 && deadline_ns != 0) {
         if (!queued && !mc->no_queue) {
             /* behind the other waiters: the first of us polls, the rest
@@ -1488,7 +1488,7 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
     a[n++] = A_S(l->name);
     a[n++] = A_I(ml->slot);
     a[n++] = A_S(l->owner);
-    my_res r;
+    my_res r = {0};
     int rc = pool_exec(l->c, sql, a, n, &r, why, sizeof why);
     *affected = r.affected;
     res_free(&r);
@@ -1521,7 +1521,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     char why[300], key[MY_KEY_MAX + 1];
     key_of("-w", name, key, sizeof key);
     my_arg a[] = {A_S(key), A_S(name), A_S(name)};
-    my_res r;
+    my_res r = {0};
     int rc = pool_exec(c, mc->sql_lease_info, a, 3, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
@@ -1585,7 +1585,7 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     double s = wait_seconds(deadline_ns);
     int wait_s = s >= MY_FOREVER_S ? 100000000 : (int)(s + 0.999);
-    my_res r;
+    my_res r = {0};
     if (k->lock_wait_s != wait_s) {
         my_arg a[] = {A_I(wait_s)};
         int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
@@ -1668,7 +1668,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
     info->lease_ms = -1;
     info->waiters = -1; /* InnoDB's lock waits are PROCESS-privileged */
     my_arg a[] = {A_S(name)};
-    my_res r;
+    my_res r = {0};
     int rc = pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
     bool held;
     if (rc == DLOCK_ETIMEDOUT) {
@@ -1880,7 +1880,7 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) ? 0 : DLOCK_ENOMEM;
     int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     for (int i = 0; i < 2 && !rc && ddl[i]; i++) {
-        my_res r;
+        my_res r = {0};
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
         my_arg t[] = {A_S(i ? mc->tokens_bare : mc->table_bare)};
@@ -2048,7 +2048,7 @@ struct baseline_arg {
 static int baseline_step(void *arg, char *why, size_t wlen)
 {
     struct baseline_arg *a = arg;
-    my_res r;
+    my_res r = {0};
     int rc = q_exec(a->k, "SELECT 1", NULL, 0, &r, dl_now_ns() + (int64_t)a->op_timeout_ms * 1000000,
                     -1, why, wlen);
     res_free(&r);
@@ -2091,7 +2091,7 @@ static int my_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
         snprintf(why, sizeof why, "out of memory");
     }
     my_arg lk[] = {A_S(key), A_D(60.0)}, rel[] = {A_S(key)};
-    my_res r;
+    my_res r = {0};
     if (!rc)
         rc = q_exec(a, mc->sql_queue, lk, 2, &r, dl_now_ns() + bound, -1, why, sizeof why);
     res_free(&r);
@@ -2171,7 +2171,7 @@ static int my_tool_topology(dlock_client *c, dlock_tool_topo *out)
 static int my_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
 {
     (void)m; /* one server: the URL's */
-    my_res r;
+    my_res r = {0};
     char why[300];
     int rc = pool_exec(c, "SELECT 1", NULL, 0, &r, why, sizeof why);
     res_free(&r);

@@ -1040,7 +1040,7 @@ static void lock_and_find_key(dlock_client *c, dlock_client *c2, const char *pre
     nb += keys_with_prefix(port1, prefix, before + nb, MAX_KEYS);
     assert_true(nb < 2 * MAX_KEYS);
     for (int i = 0; i < nknown; i++)
-        snprintf(before[nb++], sizeof before[0], "%s", known[i]);
+        snprintf(before[nb++], sizeof before[0], "%.255s", known[i]);
     dlock_lock *l = mk(c, name, NULL, NULL);
     acquire_ok(l, 0);
     dlock_lock *o = mk(c2, name, NULL, NULL);
