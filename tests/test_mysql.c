@@ -1685,7 +1685,7 @@ static void test_malformed_url_parameters(void **state)
         url_with(url, sizeof url, my_url, q);
         dlock_client *c = open_url(url);
         assert_true(table_exists(table));
-        char tk[64];
+        char tk[80];
         snprintf(tk, sizeof tk, "%s_token", table);
         assert_int_equal(table_exists(tk), m != M_GET);
         char name[64];
