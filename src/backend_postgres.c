@@ -1257,11 +1257,15 @@ static int lease_build_sql(pgclient *pc)
         "INSERT INTO %s AS t (name, slot, owner, expires, token, holder, since) "
         "SELECT $1, free.s, $2, clock_timestamp() + $3::int * interval '1 millisecond', "
         "nextval('%s'), $4, clock_timestamp() FROM free "
+        /* The take-over draws its own token: excluded.token was drawn
+         * before this statement waited for the row's lock, maybe behind a
+         * holder that drew a larger one, took the row and let it go
+         * meanwhile — a later holder would get a smaller token. */
         "ON CONFLICT (name, slot) DO UPDATE SET owner = excluded.owner, "
-        "expires = excluded.expires, token = excluded.token, holder = excluded.holder, "
+        "expires = excluded.expires, token = nextval('%s'), holder = excluded.holder, "
         "since = excluded.since, value = NULL "
         "WHERE t.owner IS NULL OR t.expires < clock_timestamp() RETURNING t.slot, t.token",
-        t, pc->waiters, pc->waiters, t, pc->seq);
+        t, pc->waiters, pc->waiters, t, pc->seq, pc->seq);
     /* When not taken: how long until the first holder's row expires. */
     pc->sql_expiry = fmt_alloc(
         "SELECT floor(greatest(0, extract(epoch FROM min(expires) - clock_timestamp()) * 1000)) "
