@@ -67,11 +67,28 @@ __attribute__((format(printf, 2, 0))) static void vset(char *dst, const char *fm
 
 int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
 {
+    char buf[DL_ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vset(in_renewal_thread ? l->renew_err : l->errmsg, fmt, ap);
+    vset(buf, fmt, ap);
     va_end(ap);
+    if (in_renewal_thread) {
+        /* Read once, right after the renewal, then freed: only as long as
+         * the message. */
+        free(l->renew_err);
+        l->renew_err = strdup(buf);
+    } else {
+        if (!l->errmsg)
+            l->errmsg = malloc(DL_ERRMSG_MAX);
+        if (l->errmsg)
+            memcpy(l->errmsg, buf, strlen(buf) + 1);
+    }
     return code;
+}
+
+const char *dl_lock_msg(const dlock_lock *l)
+{
+    return l->errmsg ? l->errmsg : "";
 }
 
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
@@ -367,6 +384,9 @@ static int opts_from_url(const dl_backend *be, const dl_url *u, dlock_client_opt
 
 static void client_free(dlock_client *c)
 {
+    free(c->renew_heap.v);
+    free(c->watch_heap.v);
+    pthread_cond_destroy(&c->renewed_cv);
     pthread_cond_destroy(&c->watch_cv);
     pthread_cond_destroy(&c->renew_cv);
     pthread_mutex_destroy(&c->mu);
@@ -429,6 +449,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->renew_cv, &ca);
     pthread_cond_init(&c->watch_cv, &ca);
+    pthread_cond_init(&c->renewed_cv, &ca);
     pthread_condattr_destroy(&ca);
     c->caps = be->caps;
     c->renews = be->renew != NULL;
@@ -507,6 +528,11 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 static bool lost_publish(dlock_lock *l, const char *why);
 static void lost_notify(dlock_lock *l);
 
+/* Locks handed to the backend in one renewal call at most: 100 000 held
+ * locks then cost about a hundred round trips per renewal period, and one
+ * batch neither holds c->mu long nor keeps a server busy long in one go. */
+#define RENEW_BATCH_MAX 1024
+
 /* The moment a lease is declared lost: its deadline on our clock minus the
  * drift allowance, so that the holder is told before the server can let
  * anyone else in even if our clock runs a little slow. */
@@ -521,86 +547,280 @@ static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at_ns)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* Take l off the renewal list and publish its loss, both under c->mu, so
- * that dlock_state never sees a lock that is off the list but still HELD;
- * returns whether to notify (outside the mutex: callbacks may take time). */
+/* The client's two min-heaps of held leases (c->mu held): by next renewal
+ * and by loss. Each lock knows its place in each, so that it can leave
+ * from anywhere in O(log n). */
+enum { BY_RENEWAL, BY_LOSS };
+
+static struct dl_heap *heap_of(dlock_client *c, int by)
+{
+    return by == BY_RENEWAL ? &c->renew_heap : &c->watch_heap;
+}
+
+static int32_t *pos_of(dlock_lock *l, int by)
+{
+    return by == BY_RENEWAL ? &l->renew_pos : &l->watch_pos;
+}
+
+static int64_t key_of(const dlock_lock *l, int by)
+{
+    return by == BY_RENEWAL ? l->next_renew_ns : loss_at(l);
+}
+
+static void heap_put(struct dl_heap *h, int by, size_t i, dlock_lock *l)
+{
+    h->v[i] = l;
+    *pos_of(l, by) = (int32_t)i;
+}
+
+/* Move the lock at i to where its key belongs. */
+static void heap_sift(struct dl_heap *h, int by, size_t i)
+{
+    dlock_lock *l = h->v[i];
+    int64_t k = key_of(l, by);
+    while (i > 0 && key_of(h->v[(i - 1) / 2], by) > k) {
+        heap_put(h, by, i, h->v[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= h->n)
+            break;
+        if (child + 1 < h->n && key_of(h->v[child + 1], by) < key_of(h->v[child], by))
+            child++;
+        if (key_of(h->v[child], by) >= k)
+            break;
+        heap_put(h, by, i, h->v[child]);
+        i = child;
+    }
+    heap_put(h, by, i, l);
+}
+
+/* Room in both heaps for every tracked lock plus one, so that putting a
+ * lock back after its renewal never needs memory. */
+static int heaps_reserve(dlock_client *c)
+{
+    size_t need = c->watch_heap.n + 1;
+    for (int by = BY_RENEWAL; by <= BY_LOSS; by++) {
+        struct dl_heap *h = heap_of(c, by);
+        if (need <= h->cap)
+            continue;
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        dlock_lock **v = cap <= INT32_MAX ? realloc(h->v, cap * sizeof *v) : NULL;
+        if (!v)
+            return -1;
+        h->v = v;
+        h->cap = cap;
+    }
+    return 0;
+}
+
+static void heap_push(dlock_client *c, int by, dlock_lock *l)
+{
+    struct dl_heap *h = heap_of(c, by);
+    h->v[h->n] = l;
+    *pos_of(l, by) = (int32_t)h->n;
+    h->n++;
+    heap_sift(h, by, h->n - 1);
+}
+
+static void heap_remove(dlock_client *c, int by, dlock_lock *l)
+{
+    struct dl_heap *h = heap_of(c, by);
+    int32_t *pos = pos_of(l, by);
+    if (*pos < 0)
+        return;
+    size_t i = (size_t)*pos;
+    *pos = -1;
+    dlock_lock *last = h->v[--h->n];
+    if (i < h->n) {
+        heap_put(h, by, i, last);
+        heap_sift(h, by, i);
+    }
+}
+
+/* A held lease (c->mu held) is tracked while it is in the loss heap. */
+static bool tracked(const dlock_lock *l)
+{
+    return l->watch_pos >= 0;
+}
+
+/* Take l out of both heaps and publish its loss, both under c->mu, so that
+ * dlock_state never sees a lock that is untracked but still HELD; returns
+ * whether to notify (outside the mutex: callbacks may take time). */
 static bool unlist_lost(dlock_client *c, dlock_lock *l, const char *why)
 {
-    dlock_lock **pp = &c->leased;
-    while (*pp != l)
-        pp = &(*pp)->next_leased;
-    *pp = l->next_leased;
-    l->in_lease_list = false;
+    heap_remove(c, BY_RENEWAL, l);
+    heap_remove(c, BY_LOSS, l);
     return lost_publish(l, why);
 }
 
+/* The renewal thread's random numbers (xorshift64*: spreading renewals
+ * needs no cryptography, and a system call per renewal would cost more
+ * than the renewal's share of a batch). */
+static uint64_t jitter_next(dlock_client *c)
+{
+    uint64_t x = c->jitter_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    c->jitter_state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* How long after a renewal (or the acquisition) l is renewed next: a third
+ * of its lease, less up to a twelfth at random, so that locks taken in one
+ * burst do not stay renewed in one burst forever after. */
+static int64_t renew_after(dlock_client *c, const dlock_lock *l)
+{
+    int64_t third = (int64_t)l->opts.ttl_ms * 1000000LL / 3;
+    return third - (int64_t)(jitter_next(c) % (uint64_t)(third / 4 + 1));
+}
+
+/* A lock due a little later joins a batch that goes now: early renewals
+ * cost nothing, round trips do. */
+static int64_t coalesce_ns(const dlock_lock *l)
+{
+    return (int64_t)l->opts.ttl_ms * 1000000LL / 30;
+}
+
 /*
- * The renewal thread renews every held lease at ttl/3. Each request is
- * bounded by the moment its lease will be declared lost (op_deadline_ns),
- * so it never waits on a stalled server past the point where waiting could
- * help. It decides a loss only when the server says the lock is not ours;
- * the clock is the watchdog's business.
+ * Renew batch[0..n) (renewing set on each; outside c->mu): rcs[i] as renew
+ * answers, started[i] the moment the lease is then counted from — the time
+ * before the request went out, or what the backend says (lease_start_ns) —
+ * so that a slow reply never stretches a lease. A lock whose loss is due
+ * before its request could leave is not tried (the watchdog decides).
+ * Returns how many calls it made to the backend.
+ */
+static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t *started,
+                          size_t n)
+{
+    size_t calls = 0;
+    int64_t t0 = dl_now_ns();
+    size_t m = 0; /* batch[0..m) are tried: those with time left */
+    for (size_t i = 0; i < n; i++) {
+        dlock_lock *l = batch[i];
+        if (t0 < loss_at(l) && atomic_load(&l->state) == DLOCK_STATE_HELD) {
+            batch[i] = batch[m];
+            batch[m++] = l;
+        }
+    }
+    for (size_t i = m; i < n; i++)
+        rcs[i] = atomic_load(&batch[i]->state) == DLOCK_STATE_HELD ? DLOCK_ETIMEDOUT
+                                                                   : DLOCK_ENOTHELD;
+    if (c->be->version >= DL_BACKEND_V2 && c->be->renew_batch && m > 1) {
+        /* Every request of the batch within the earliest loss among them. */
+        int64_t bound = INT64_MAX;
+        for (size_t i = 0; i < m; i++)
+            if (loss_at(batch[i]) < bound)
+                bound = loss_at(batch[i]);
+        for (size_t i = 0; i < m; i++) {
+            batch[i]->op_deadline_ns = bound;
+            batch[i]->lease_start_ns = 0;
+            started[i] = t0;
+        }
+        c->be->renew_batch(c, batch, rcs, m);
+        calls = 1;
+    } else {
+        for (size_t i = 0; i < m; i++) {
+            dlock_lock *l = batch[i];
+            started[i] = dl_now_ns();
+            l->lease_start_ns = 0;
+            l->op_deadline_ns = loss_at(l);
+            rcs[i] = started[i] < l->op_deadline_ns ? c->be->renew(l) : DLOCK_ETIMEDOUT;
+            calls++;
+        }
+    }
+    for (size_t i = 0; i < m; i++) {
+        batch[i]->op_deadline_ns = 0;
+        if (rcs[i] == 0 && batch[i]->lease_start_ns)
+            started[i] = batch[i]->lease_start_ns;
+    }
+    return calls;
+}
+
+/*
+ * The renewal thread renews held leases at about ttl/3, every lock that is
+ * due (or nearly) in one call to the backend. It decides a loss only when
+ * the server says a lock is not ours; the clock is the watchdog's business.
+ * The owner's calls on a lock being renewed wait for the batch to end
+ * (renewing); a lock whose owner is in a call is left for a later batch.
  */
 static void *renew_main(void *arg)
 {
     dlock_client *c = arg;
     in_renewal_thread = true;
+    dlock_lock *batch[RENEW_BATCH_MAX], *busy[RENEW_BATCH_MAX];
+    int rcs[RENEW_BATCH_MAX];
+    int64_t started[RENEW_BATCH_MAX];
     pthread_mutex_lock(&c->mu);
     while (!c->stopping) {
         int64_t now = dl_now_ns();
-        int64_t wake = now + 3600LL * 1000000000LL;
-        dlock_lock *due = NULL;
-        for (dlock_lock *l = c->leased; l; l = l->next_leased) {
-            if (l->next_renew_ns <= now) {
-                due = l;
-                break;
-            }
-            if (l->next_renew_ns < wake)
-                wake = l->next_renew_ns;
-        }
-        if (!due) {
+        struct dl_heap *h = &c->renew_heap;
+        if (h->n == 0 || h->v[0]->next_renew_ns > now) {
+            int64_t wake = h->n ? h->v[0]->next_renew_ns : now + 3600LL * 1000000000LL;
             c->renew_wake_ns = wake;
             wait_until(&c->renew_cv, &c->mu, wake);
             c->renew_wake_ns = 0; /* awake: new locks are seen without a signal */
             continue;
         }
-        /* Renew outside the client mutex: other locks must not wait for this
-         * request. The lock's own mutex keeps release from running
-         * concurrently. */
-        dlock_lock *l = due;
-        int ttl = l->opts.ttl_ms;
-        l->next_renew_ns = now + (int64_t)ttl * 1000000LL / 3;
-        int64_t bound = loss_at(l);
-        pthread_mutex_unlock(&c->mu);
-        pthread_mutex_lock(&l->mu);
-        int64_t started = dl_now_ns();
-        int rc = DLOCK_ETIMEDOUT; /* too late to try: the watchdog decides */
-        l->lease_start_ns = 0;
-        if (atomic_load(&l->state) != DLOCK_STATE_HELD) {
-            rc = DLOCK_ENOTHELD;
-        } else if (started < bound) {
-            l->op_deadline_ns = bound;
-            rc = c->be->renew(l);
-            l->op_deadline_ns = 0;
-        }
-        if (rc == 0 && l->lease_start_ns)
-            started = l->lease_start_ns;
-        pthread_mutex_unlock(&l->mu);
-        pthread_mutex_lock(&c->mu);
-        if (!l->in_lease_list)
-            continue; /* released, or declared lost by the watchdog meanwhile */
-        if (rc == 0) {
-            /* A later deadline: the watchdog finds it when it next looks. */
-            l->lease_deadline_ns = started + (int64_t)ttl * 1000000LL;
-        } else if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
-            if (unlist_lost(c, l, l->renew_err)) {
-                pthread_mutex_unlock(&c->mu);
-                lost_notify(l);
-                pthread_mutex_lock(&c->mu);
+        size_t n = 0, nbusy = 0;
+        while (n < RENEW_BATCH_MAX && nbusy < RENEW_BATCH_MAX && h->n &&
+               h->v[0]->next_renew_ns <= now + coalesce_ns(h->v[0])) {
+            dlock_lock *l = h->v[0];
+            heap_remove(c, BY_RENEWAL, l);
+            /* A try, not a wait: the owner's thread takes l->mu before
+             * c->mu, and a call in progress (release, set_value) is better
+             * not waited for with every other lock of the batch. */
+            if (pthread_mutex_trylock(&l->mu) != 0) {
+                busy[nbusy++] = l;
+                continue;
             }
-        } else {
-            /* Transient failure: try again soon, the deadline still rules. */
-            l->next_renew_ns = dl_now_ns() + (int64_t)ttl * 1000000LL / 10;
+            l->renewing = true;
+            pthread_mutex_unlock(&l->mu);
+            batch[n++] = l;
+        }
+        for (size_t i = 0; i < nbusy; i++) {
+            busy[i]->next_renew_ns = now + (int64_t)busy[i]->opts.ttl_ms * 1000000LL / 10;
+            heap_push(c, BY_RENEWAL, busy[i]);
+        }
+        if (n == 0)
+            continue;
+        pthread_mutex_unlock(&c->mu);
+        size_t calls = renew_locks(c, batch, rcs, started, n);
+        pthread_mutex_lock(&c->mu);
+        c->renew_calls += calls;
+        size_t nlost = 0;
+        for (size_t i = 0; i < n; i++) {
+            dlock_lock *l = batch[i];
+            int64_t ttl_ns = (int64_t)l->opts.ttl_ms * 1000000LL;
+            l->renewing = false;
+            if (!tracked(l)) {
+                /* released, or declared lost by the watchdog meanwhile */
+            } else if (rcs[i] == 0) {
+                c->renewed++;
+                /* A later deadline: the watchdog finds it when it next looks. */
+                l->lease_deadline_ns = started[i] + ttl_ns;
+                heap_sift(&c->watch_heap, BY_LOSS, (size_t)l->watch_pos);
+                l->next_renew_ns = started[i] + renew_after(c, l);
+                heap_push(c, BY_RENEWAL, l);
+            } else if (rcs[i] == DLOCK_ELOST || rcs[i] == DLOCK_ENOTHELD) {
+                if (unlist_lost(c, l, l->renew_err))
+                    batch[nlost++] = l; /* i >= nlost: nothing unread is overwritten */
+            } else {
+                /* Transient failure: try again soon, the deadline still rules. */
+                l->next_renew_ns = dl_now_ns() + ttl_ns / 10;
+                heap_push(c, BY_RENEWAL, l);
+            }
+            free(l->renew_err);
+            l->renew_err = NULL;
+        }
+        pthread_cond_broadcast(&c->renewed_cv);
+        if (nlost) {
+            pthread_mutex_unlock(&c->mu);
+            for (size_t i = 0; i < nlost; i++)
+                lost_notify(batch[i]);
+            pthread_mutex_lock(&c->mu);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -620,23 +840,15 @@ static void *watch_main(void *arg)
     pthread_mutex_lock(&c->mu);
     while (!c->stopping) {
         int64_t now = dl_now_ns();
-        int64_t wake = now + 3600LL * 1000000000LL;
-        dlock_lock *due = NULL;
-        for (dlock_lock *l = c->leased; l; l = l->next_leased) {
-            int64_t at = loss_at(l);
-            if (at <= now) {
-                due = l;
-                break;
-            }
-            if (at < wake)
-                wake = at;
-        }
-        if (!due) {
+        struct dl_heap *h = &c->watch_heap;
+        if (h->n == 0 || loss_at(h->v[0]) > now) {
+            int64_t wake = h->n ? loss_at(h->v[0]) : now + 3600LL * 1000000000LL;
             c->watch_wake_ns = wake;
             wait_until(&c->watch_cv, &c->mu, wake);
             c->watch_wake_ns = 0;
             continue;
         }
+        dlock_lock *due = h->v[0];
         if (unlist_lost(c, due, "no renewal succeeded before the lease ran out (less the "
                                 "clock-drift allowance)")) {
             pthread_mutex_unlock(&c->mu);
@@ -653,6 +865,11 @@ static int lease_threads_start(dlock_lock *l)
 {
     dlock_client *c = l->c;
     int rc = 0;
+    if (!c->renew_started) {
+        uint64_t seed = 0;
+        (void)dl_random(&seed, sizeof seed);
+        c->jitter_state = seed | 1; /* xorshift must not start at 0 */
+    }
     if (!c->renew_started && (rc = pthread_create(&c->renew_thread, NULL, renew_main, c)) == 0)
         c->renew_started = true;
     if (rc == 0 && !c->watch_started &&
@@ -669,16 +886,18 @@ static int lease_track(dlock_lock *l, int64_t started_ns)
     int64_t ttl_ns = (int64_t)l->opts.ttl_ms * 1000000LL;
     pthread_mutex_lock(&c->mu);
     int rc = lease_threads_start(l);
+    if (rc == 0 && heaps_reserve(c) != 0)
+        rc = dl_lock_err(l, DLOCK_ENOMEM, "lock \"%s\": out of memory to track its lease",
+                         l->name);
     if (rc) {
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
     l->acquired_ns = started_ns;
     l->lease_deadline_ns = started_ns + ttl_ns;
-    l->next_renew_ns = started_ns + ttl_ns / 3;
-    l->next_leased = c->leased;
-    c->leased = l;
-    l->in_lease_list = true;
+    l->next_renew_ns = started_ns + renew_after(c, l);
+    heap_push(c, BY_RENEWAL, l);
+    heap_push(c, BY_LOSS, l);
     /* Wake a thread only if it sleeps past this lease's first renewal or
      * loss: with locks taken and given back all the time, it rarely does,
      * and a wake-up per acquisition would cost more than the acquisition. */
@@ -694,13 +913,8 @@ static void lease_untrack(dlock_lock *l)
 {
     dlock_client *c = l->c;
     pthread_mutex_lock(&c->mu);
-    if (l->in_lease_list) {
-        dlock_lock **pp = &c->leased;
-        while (*pp != l)
-            pp = &(*pp)->next_leased;
-        *pp = l->next_leased;
-        l->in_lease_list = false;
-    }
+    heap_remove(c, BY_RENEWAL, l);
+    heap_remove(c, BY_LOSS, l);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -726,6 +940,21 @@ static bool uses_lease(const dlock_lock *l)
     return l->c->renews;
 }
 
+/* Take l's mutex for a backend call of its owner, once any renewal of l in
+ * progress has ended (the renewal thread does not hold the mutex through a
+ * batch: see renew_main). */
+static void handle_lock(dlock_lock *l)
+{
+    pthread_mutex_lock(&l->mu);
+    if (!uses_lease(l))
+        return;
+    dlock_client *c = l->c;
+    pthread_mutex_lock(&c->mu);
+    while (l->renewing)
+        pthread_cond_wait(&c->renewed_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void signal_fd(int fd)
 {
     uint64_t one = 1;
@@ -745,9 +974,12 @@ static bool lost_publish(dlock_lock *l, const char *why)
     snprintf(prefix, sizeof prefix, "lock \"%s\": ", l->name);
     if (why && strncmp(why, prefix, strlen(prefix)) == 0)
         why += strlen(prefix);
+    /* Made once per handle (the first loss): most handles never need it. */
+    if (!l->lost_msg)
+        l->lost_msg = malloc(DL_ERRMSG_MAX);
     /* A long reason is cut short: the message must fit, not be complete. */
-    if (snprintf(l->lost_msg, sizeof l->lost_msg, "lock \"%s\" lost: %s", l->name,
-                 why && *why ? why : "unknown reason") < 0)
+    if (l->lost_msg && snprintf(l->lost_msg, DL_ERRMSG_MAX, "lock \"%s\" lost: %s", l->name,
+                                why && *why ? why : "unknown reason") < 0)
         l->lost_msg[0] = '\0';
     int expected = DLOCK_STATE_HELD;
     return atomic_compare_exchange_strong(&l->state, &expected, DLOCK_STATE_LOST);
@@ -821,6 +1053,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     l->c = client;
     l->opts = o;
     l->cancel_fd = -1;
+    l->renew_pos = l->watch_pos = -1;
     l->name = strdup(name);
     if (!l->name) {
         free(l);
@@ -835,7 +1068,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     if (client->be->lock_init) {
         rc = client->be->lock_init(l);
         if (rc) {
-            dl_client_err(client, rc, "%s", l->errmsg);
+            dl_client_err(client, rc, "%s", dl_lock_msg(l));
             goto fail;
         }
     }
@@ -850,6 +1083,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
 fail:
     pthread_mutex_destroy(&l->cancel_mu);
     pthread_mutex_destroy(&l->mu);
+    free(l->errmsg);
     free(l->name);
     free(l);
     return rc;
@@ -883,6 +1117,9 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&lock->cancel_mu);
     pthread_mutex_destroy(&lock->mu);
+    free(lock->errmsg);
+    free(lock->renew_err);
+    free(lock->lost_msg);
     free(lock->name);
     free(lock);
     if (client_gone)
@@ -894,8 +1131,8 @@ DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock)
     if (!lock)
         return "";
     if (atomic_load(&((dlock_lock *)lock)->state) == DLOCK_STATE_LOST)
-        return lock->lost_msg;
-    return lock->errmsg;
+        return lock->lost_msg ? lock->lost_msg : "lock lost (no memory for the reason)";
+    return dl_lock_msg(lock);
 }
 
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock)
@@ -1047,14 +1284,13 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms)
 static int release_now(dlock_lock *l)
 {
     lease_untrack(l);
-    pthread_mutex_lock(&l->mu);
+    handle_lock(l);
     int st = atomic_load(&l->state);
     int rc;
     if (st == DLOCK_STATE_LOST) {
         if (l->c->be->abandon)
             l->c->be->abandon(l);
-        rc = DLOCK_ELOST;
-        snprintf(l->errmsg, sizeof l->errmsg, "%s", l->lost_msg);
+        rc = dl_lock_err(l, DLOCK_ELOST, "%s", l->lost_msg ? l->lost_msg : "lock lost");
     } else {
         rc = l->c->be->release(l);
     }
@@ -1110,7 +1346,7 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
      * if that thread has not run yet. */
     pthread_mutex_lock(&l->c->mu);
     int st = atomic_load(&l->state);
-    if (st == DLOCK_STATE_HELD && l->in_lease_list && dl_now_ns() >= loss_at(l))
+    if (st == DLOCK_STATE_HELD && tracked(l) && dl_now_ns() >= loss_at(l))
         st = DLOCK_STATE_LOST;
     pthread_mutex_unlock(&l->c->mu);
     return (dlock_state_t)st;
@@ -1147,7 +1383,7 @@ DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock)
     if (!uses_lease(l))
         return -1;
     pthread_mutex_lock(&l->c->mu);
-    int64_t until = l->in_lease_list ? l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms) : 0;
+    int64_t until = tracked(l) ? l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms) : 0;
     pthread_mutex_unlock(&l->c->mu);
     int64_t left = until - dl_now_ns();
     return left > 0 ? left / 1000000LL : 0;
@@ -1168,7 +1404,7 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
     lease_untrack(lock);
     /* Let the lock go for real, as an expired lease would, so that another
      * holder can take it and fencing matters. */
-    pthread_mutex_lock(&lock->mu);
+    handle_lock(lock);
     if (lock->c->be->abandon)
         lock->c->be->abandon(lock);
     pthread_mutex_unlock(&lock->mu);
@@ -1221,12 +1457,12 @@ DLOCK_EXTERN int dlock_acquire_all(dlock_lock **locks, size_t n, int timeout_ms)
         /* All or nothing: give back what we took, newest first. The failing
          * handle's message explains why; copy it to every handle so callers
          * can read it from any of them. */
-        const char *why = sorted[got]->errmsg;
+        dlock_lock *failed = sorted[got];
         while (got-- > 0)
             (void)dlock_release(sorted[got]);
         for (size_t i = 0; i < n; i++)
-            if (sorted[i]->errmsg != why)
-                snprintf(sorted[i]->errmsg, DL_ERRMSG_MAX, "%s", why);
+            if (sorted[i] != failed)
+                dl_lock_err(sorted[i], rc, "%s", dl_lock_msg(failed));
     }
     free(sorted);
     return rc;
@@ -1260,7 +1496,7 @@ DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout
     int rc = dlock_acquire(lock, timeout_ms);
     if (rc)
         return rc;
-    pthread_mutex_lock(&lock->mu);
+    handle_lock(lock);
     rc = lock->c->be->set_value(lock, value);
     pthread_mutex_unlock(&lock->mu);
     if (rc)

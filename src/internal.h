@@ -91,6 +91,7 @@ const char *dl_known_schemes(void);
 /* ---- backends --------------------------------------------------------- */
 
 #define DL_BACKEND_V1 1
+#define DL_BACKEND_V2 2 /* adds renew_batch */
 
 typedef struct dl_backend {
     int version; /* DL_BACKEND_V1 */
@@ -142,6 +143,14 @@ typedef struct dl_backend {
      * servers hold a lock); NULL, or any of its operations NULL, answers
      * DLOCK_ENOTSUP. */
     const struct dl_tools *tools;
+
+    /* Version 2. Renew locks[0..n) (held leases of client c, every one
+     * due) in as few round trips as the backend can: rcs[i] gets what
+     * renew would have returned for locks[i] (messages with dl_lock_err,
+     * lease_start_ns as renew sets it). Every request within each lock's
+     * op_deadline_ns, which the core sets alike for the whole batch. NULL:
+     * the core calls renew once per lock. */
+    void (*renew_batch)(dlock_client *c, dlock_lock *const *locks, int *rcs, size_t n);
 } dl_backend;
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields
@@ -168,19 +177,27 @@ struct dlock_client {
     unsigned caps;
     bool renews;
     dlock_client_opts opts;
-    pthread_mutex_t mu; /* guards errmsg, the renewal list and thread */
+    pthread_mutex_t mu; /* guards errmsg, the lease heaps and threads */
     char errmsg[DL_ERRMSG_MAX];
 
     /* Lease renewal: one background thread per client, started on first use,
      * and beside it a watchdog that declares a lease lost at its deadline
-     * whatever the renewal thread is waiting for. */
+     * whatever the renewal thread is waiting for. Held leases sit in two
+     * binary heaps, by next renewal and by loss: either thread finds what
+     * is due in O(log n), however many locks the client holds. */
     pthread_t renew_thread, watch_thread;
     bool renew_started, watch_started;
     bool stopping;
     pthread_cond_t renew_cv, watch_cv;
+    pthread_cond_t renewed_cv; /* a batch ended: its locks' renewing is false */
     int64_t renew_wake_ns; /* when the renewal thread means to look next */
     int64_t watch_wake_ns; /* when the watchdog means to look next */
-    dlock_lock *leased;    /* held lease locks, linked by next_leased */
+    struct dl_heap {
+        dlock_lock **v;
+        size_t n, cap;
+    } renew_heap, watch_heap;
+    uint64_t jitter_state; /* the renewal thread's cheap random numbers */
+    uint64_t renewed, renew_calls; /* counts for dlock bench -L */
 
     /* Every lock handle of the client (guarded by mu), so that closing the
      * client can release what they hold. A closed client with handles left
@@ -206,9 +223,12 @@ struct dlock_lock {
     bool cancel_pending; /* dlock_cancel came while no cancel_fd existed */
     _Atomic int lost_fd;
     atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */
-    char errmsg[DL_ERRMSG_MAX];    /* written by the owner's thread only */
-    char renew_err[DL_ERRMSG_MAX]; /* written by the renewal thread only */
-    char lost_msg[DL_ERRMSG_MAX];  /* written once, before the state says LOST */
+    /* Messages, allocated with the first one (a handle that never fails
+     * carries none): errmsg (DL_ERRMSG_MAX bytes, kept once made, so that a
+     * pointer dlock_lock_errmsg returned stays valid) written by the owner's
+     * thread only; renew_err by the renewal thread only, freed when read;
+     * lost_msg (DL_ERRMSG_MAX) written once, before the state says LOST. */
+    char *errmsg, *renew_err, *lost_msg;
     void *bstate; /* backend's per-lock state */
 
     /* Set by a lease backend's acquire or renew when the lease must be
@@ -226,12 +246,15 @@ struct dlock_lock {
      * dl_op_timeout_ms(). */
     int64_t op_deadline_ns;
 
-    /* Lease bookkeeping (guarded by c->mu). */
+    /* Lease bookkeeping (guarded by c->mu). A held lease is in the watch
+     * heap (watch_pos >= 0) until released or lost, and in the renewal heap
+     * except while a renewal of it runs (renewing: the owner's calls wait
+     * for it to end instead of holding mu through a whole batch). */
     int64_t acquired_ns;     /* monotonic time the lease began, conservatively */
     int64_t lease_deadline_ns;
     int64_t next_renew_ns;
-    dlock_lock *next_leased;
-    bool in_lease_list;
+    int32_t renew_pos, watch_pos;
+    bool renewing;
 
     dlock_lock *prev_handle, *next_handle; /* in c->handles (guarded by c->mu) */
     bool detached; /* the client was closed: only dlock_lock_free is useful */
@@ -239,11 +262,13 @@ struct dlock_lock {
 
 /* Set an error message on the handle and return code (printf-like). From
  * the renewal thread the message goes to renew_err, so that the owner's
- * thread never reads a buffer another thread is writing. */
+ * thread never reads a buffer another thread is writing. dl_lock_msg: the
+ * handle's last message ("" when none). */
 int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+const char *dl_lock_msg(const dlock_lock *l);
 /* A fresh random owner id for l (every acquisition; Redlock every try, so
  * that a late give-back of one try cannot remove the next try's grant);
  * 0, or the error, set on l. */

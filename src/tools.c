@@ -350,3 +350,19 @@ int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int
     snprintf(out->what, sizeof out->what, "%s", what);
     return 0;
 }
+
+void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&c->mu);
+    out->renewed = c->renewed;
+    out->calls = c->renew_calls;
+    bool started = c->renew_started;
+    pthread_mutex_unlock(&c->mu);
+    clockid_t clk;
+    struct timespec ts;
+    /* The thread lives until the client closes: the caller holds it open. */
+    if (started && pthread_getcpuclockid(c->renew_thread, &clk) == 0 &&
+        clock_gettime(clk, &ts) == 0)
+        out->cpu_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}

@@ -51,6 +51,19 @@ int dlock_tool_baseline(dlock_client *c, const char *name, int iters, int64_t ma
                         dlock_tool_timing *out);
 
 /*
+ * What the client's lease renewal has done since it opened: renewals that
+ * succeeded, the renewal calls made to the backend (a batch is one), and
+ * the CPU time the renewal thread has used (0 before it started). For
+ * `dlock bench -L`. Always 0 (nothing to count) on a backend without
+ * leases.
+ */
+typedef struct dlock_tool_renewals {
+    uint64_t renewed, calls;
+    int64_t cpu_ns;
+} dlock_tool_renewals;
+void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out);
+
+/*
  * The bare hand-over chain of the server that holds `name` (Redis: one
  * connection's RPUSH waking another blocked in BLPOP, on a scratch key in
  * the name's slot, removed afterwards), timed from just before the push to

@@ -33,6 +33,7 @@
 
 #define MAX_WAITERS 512
 #define MAX_NAMES 100000
+#define MAX_HELD 10000000 /* -L */
 #define DEFAULT_MAX_PROCS 64
 /* Stamps kept in total; pages are touched only when used (MAP_NORESERVE). */
 #define RECORD_BUDGET ((size_t)1 << 24)
@@ -47,7 +48,7 @@ static const char bench_help[] =
     "                              [--fair | --no-fair]\n"
     "                              [--shared [--writers N] | --permits N]\n"
     "                              [--ttl SECS] [--pick random|rr] [--baseline] [--rss]\n"
-    "                              [--commandstats]\n"
+    "                              [--commandstats] [-L N]\n"
     "                              [--handles cached|per-op] [--max-procs N] [--json]\n"
     "\n"
     "Measure the cost of locking: P waiters take and release locks on K names for\n"
@@ -83,6 +84,11 @@ static const char bench_help[] =
     "                     clients sent, per section and per hand-over (commands the\n"
     "                     lock's own server-side code runs are counted apart)\n"
     "      --rss          measure client memory per held lock (default when K >= 1000)\n"
+    "  -L, --held N       each worker process also holds N locks of its own through\n"
+    "                     the whole run (taken before it, one client per process):\n"
+    "                     how many are still held at the end, how many were lost,\n"
+    "                     the lease renewals per second that kept them and the\n"
+    "                     renewal thread's CPU; memory per lock is measured on them\n"
     "      --no-prepare   do not use every name once before the run (by default\n"
     "                     first uses, e.g. creating lock files, are not timed)\n"
     "      --json         print one JSON object\n"
@@ -94,7 +100,7 @@ static const char bench_help[] =
     "overlapping sections beyond what the lock allows (counted over the whole\n"
     "run, warm-up included).\n"
     "\n"
-    "Exit status: 0; 1 when violations were seen; 64 usage; 69 backend\n"
+    "Exit status: 0; 1 when violations were seen or -L locks were lost; 64 usage; 69 backend\n"
     "unreachable; 70 other failure; 128+N interrupted by signal N\n"
     "(what was measured until then is still printed, marked \"interrupted\").\n";
 
@@ -122,6 +128,14 @@ typedef struct bshm {
     long rss_held, fds_before, fds_after;
     _Atomic int rss_done;
     char rss_err[256];
+    /* -L: summed over the worker processes when they end (held_rss_*:
+     * process 0's resident set before and after taking its locks) */
+    _Atomic long held_end, lost_end, held_procs;
+    _Atomic uint64_t renewed, renew_calls;
+    _Atomic int64_t renew_cpu_ns, held_span_ns;
+    int64_t held_rss_before, held_rss_after;
+    long held_rss_n;
+    char held_err[256];
     bwaiter w[MAX_WAITERS];
 } bshm;
 
@@ -129,7 +143,7 @@ typedef enum { HANDLES_AUTO, HANDLES_CACHED, HANDLES_PER_OP } handles_mode;
 
 typedef struct bcfg {
     const char *url;
-    long P, K, H, max_procs, writers;
+    long P, K, H, max_procs, writers, L;
     int duration_ms, warmup_ms, ttl_ms;
     int fair; /* -1 backend default */
     bool shared, baseline, rss, json, pick_rr, no_prepare, cmdstats;
@@ -308,6 +322,94 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+/* -L: the locks a worker process holds through the run. */
+typedef struct held_locks {
+    dlock_lock **ls;
+    long n;
+    int64_t since;
+} held_locks;
+
+static void held_name(char *buf, size_t len, const bctx *x, long i)
+{
+    snprintf(buf, len, "held-%ld-%ld-%ld", (long)x->harness, x->proc_index, i);
+}
+
+/* Take the L locks of this process (before the run: untimed). Process 0
+ * measures its resident set around them. 0, or -1 with sh->held_err. */
+static int hold_locks(bctx *x, dlock_client *client, held_locks *hl)
+{
+    bshm *sh = x->sh;
+    hl->ls = calloc((size_t)x->c.L, sizeof *hl->ls);
+    if (!hl->ls) {
+        snprintf(sh->held_err, sizeof sh->held_err, "out of memory for %ld handles", x->c.L);
+        return -1;
+    }
+    memset(hl->ls, 0, (size_t)x->c.L * sizeof *hl->ls); /* touched before measuring */
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = x->c.ttl_ms;
+    int64_t rss0 = x->proc_index == 0 ? statm_rss_bytes() : -1;
+    for (; hl->n < x->c.L; hl->n++) {
+        char name[96];
+        held_name(name, sizeof name, x, hl->n);
+        dlock_lock *l;
+        int rc = dlock_lock_new(&l, client, name, &o);
+        if (rc == 0 && (rc = dlock_acquire(l, 2000)) != 0) {
+            snprintf(sh->held_err, sizeof sh->held_err, "holding lock %ld of %ld: %s", hl->n + 1,
+                     x->c.L, dlock_lock_errmsg(l));
+            dlock_lock_free(l);
+            return -1;
+        }
+        if (rc) {
+            snprintf(sh->held_err, sizeof sh->held_err, "lock %ld of %ld: %s", hl->n + 1, x->c.L,
+                     dlock_client_errmsg(client));
+            return -1;
+        }
+        hl->ls[hl->n] = l;
+    }
+    if (x->proc_index == 0) {
+        sh->held_rss_before = rss0;
+        sh->held_rss_after = statm_rss_bytes();
+        sh->held_rss_n = hl->n;
+    }
+    hl->since = ms_now_ns();
+    return 0;
+}
+
+/* After the run: how many are still held, what renewing them took; then
+ * give them back. */
+static void held_report(bctx *x, dlock_client *client, held_locks *hl)
+{
+    bshm *sh = x->sh;
+    long held = 0, lost = 0;
+    for (long i = 0; i < hl->n; i++) {
+        if (dlock_state(hl->ls[i]) == DLOCK_STATE_HELD)
+            held++;
+        else
+            lost++;
+    }
+    dlock_tool_renewals rs;
+    dlock_tool_renewal_stats(client, &rs);
+    if (hl->n == x->c.L) {
+        atomic_fetch_add(&sh->held_end, held);
+        atomic_fetch_add(&sh->lost_end, lost);
+        atomic_fetch_add(&sh->renewed, rs.renewed);
+        atomic_fetch_add(&sh->renew_calls, rs.calls);
+        atomic_fetch_add(&sh->renew_cpu_ns, rs.cpu_ns);
+        atomic_fetch_add(&sh->held_span_ns, ms_now_ns() - hl->since);
+        atomic_fetch_add(&sh->held_procs, 1);
+    }
+    for (long i = 0; i < hl->n; i++) {
+        char name[96];
+        held_name(name, sizeof name, x, i);
+        dlock_lock_free(hl->ls[i]);
+        if (x->ad && x->ad->forget)
+            x->ad->forget(&x->site, name);
+    }
+    free(hl->ls);
+    hl->ls = NULL;
+}
+
 /* A worker process: its waiters as threads sharing one client. */
 static int worker_main(void *arg)
 {
@@ -333,7 +435,14 @@ static int worker_main(void *arg)
     }
     int status = 0;
     long started = 0;
-    for (long t = 0; t < nw; t++) {
+    held_locks hl = {0};
+    if (x->c.L > 0 && hold_locks(x, client, &hl) != 0) {
+        bwaiter *bw = &x->sh->w[p];
+        atomic_store(&bw->failed, 1);
+        snprintf(bw->err, sizeof bw->err, "worker %ld: -L: %.200s", p, x->sh->held_err);
+        status = 1;
+    }
+    for (long t = 0; t < nw && status == 0; t++) {
         waiter *w = &ws[t];
         w->x = x;
         w->client = client;
@@ -373,6 +482,8 @@ static int worker_main(void *arg)
     atomic_fetch_add(&x->sh->ready, (int)nw);
     for (long t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+    if (hl.ls)
+        held_report(x, client, &hl); /* (after a failed hold: only gives back) */
     for (long t = 0; t < nw; t++) {
         if (ws[t].handles) {
             for (long i = 0; i < x->c.K; i++)
@@ -632,7 +743,10 @@ typedef struct extras {
     bool have_rss;
     double rss_per_lock;
     long rss_held;
-    double fds_per_lock;
+    double fds_per_lock; /* < 0: not measured (-L) */
+    bool have_held; /* -L */
+    long held, lost;
+    double renewals_per_s, renew_calls_per_s, renew_cpu_pct;
     int64_t prep_ns; /* -1: not prepared */
     int interrupted;
 } extras;
@@ -745,11 +859,26 @@ static void print_json(const bctx *x, const bstats *s, const extras *e)
                        "\"server_commands_per_handover\":null");
         }
     }
-    if (e->have_rss)
+    if (e->have_rss && e->fds_per_lock >= 0)
         fprintf(f, ",\"rss_per_lock_bytes\":%.0f,\"rss_locks_held\":%ld,\"fds_per_lock\":%.2f",
                 e->rss_per_lock, e->rss_held, e->fds_per_lock);
+    else if (e->have_rss)
+        fprintf(f, ",\"rss_per_lock_bytes\":%.0f,\"rss_locks_held\":%ld,\"fds_per_lock\":null",
+                e->rss_per_lock, e->rss_held);
     else
         fprintf(f, ",\"rss_per_lock_bytes\":null,\"rss_locks_held\":null,\"fds_per_lock\":null");
+    if (c->L > 0)
+        fprintf(f, ",\"held_per_worker\":%ld", c->L);
+    else
+        fprintf(f, ",\"held_per_worker\":null");
+    if (e->have_held)
+        fprintf(f,
+                ",\"held\":%ld,\"lost\":%ld,\"renewals_per_s\":%.1f,\"renewal_calls_per_s\":%.1f,"
+                "\"renewal_cpu_pct\":%.2f",
+                e->held, e->lost, e->renewals_per_s, e->renew_calls_per_s, e->renew_cpu_pct);
+    else
+        fprintf(f, ",\"held\":null,\"lost\":null,\"renewals_per_s\":null,"
+                   "\"renewal_calls_per_s\":null,\"renewal_cpu_pct\":null");
     fprintf(f, ",\"version\":");
     cli_json_str(f, dlock_version());
     if (e->interrupted)
@@ -818,10 +947,18 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
     if (e->prep_ns >= 0 && c->K > 1)
         printf("  first use of each name (untimed preparation): %.2f us per name\n",
                (double)e->prep_ns / 1000.0 / (double)c->K);
-    if (e->have_rss)
+    if (e->have_rss && e->fds_per_lock >= 0)
         printf("  client memory: %.0f bytes per held lock (%ld locks held at once, %.2f fds "
                "each)\n",
                e->rss_per_lock, e->rss_held, e->fds_per_lock);
+    else if (e->have_rss)
+        printf("  client memory: %.0f bytes per held lock (%ld held by process 0)\n",
+               e->rss_per_lock, e->rss_held);
+    if (e->have_held)
+        printf("  held through the run: %ld of %ld still held, %ld lost; %.0f renewals/s in "
+               "%.1f calls/s; renewal thread CPU %.2f%%\n",
+               e->held, c->L * x->procs, e->lost, e->renewals_per_s, e->renew_calls_per_s,
+               e->renew_cpu_pct);
     if (c->cmdstats && e->have_cmds) {
         size_t all = s->total + (size_t)s->dropped;
         printf("  server commands sent: %" PRIu64 " (", e->cmds.client);
@@ -844,7 +981,7 @@ static void print_human(const bctx *x, const bstats *s, const extras *e)
 enum {
     BO_P = 1, BO_K, BO_H, BO_D, BO_WARMUP, BO_FAIR, BO_SHARED, BO_WRITERS, BO_PERMITS, BO_TTL, BO_PICK,
     BO_HANDLES, BO_BASELINE, BO_RSS, BO_JSON, BO_MAXPROCS, BO_NOPREP, BO_NOFAIR, BO_CMDSTATS,
-    BO_HELP
+    BO_HELD, BO_HELP
 };
 
 static const cli_opt bench_opts[] = {
@@ -857,7 +994,7 @@ static const cli_opt bench_opts[] = {
     {"baseline", 0, 0, BO_BASELINE}, {"rss", 0, 0, BO_RSS},
     {"json", 0, 0, BO_JSON},       {"max-procs", 0, 1, BO_MAXPROCS},
     {"no-prepare", 0, 0, BO_NOPREP}, {"no-fair", 0, 0, BO_NOFAIR},
-    {"commandstats", 0, 0, BO_CMDSTATS},
+    {"commandstats", 0, 0, BO_CMDSTATS}, {"held", 'L', 1, BO_HELD},
     {"help", 'h', 0, BO_HELP},
     {NULL, 0, 0, 0},
 };
@@ -883,6 +1020,12 @@ static int parse(int argc, char **argv, bcfg *c)
         case BO_HELP:
             fputs(bench_help, stdout);
             return -1;
+        case BO_HELD:
+            if (cli_parse_long(p.val, 1, MAX_HELD, &v) != 0)
+                return cli_usage("bench", "%s wants an integer from 1 to %d, not %s", p.optname,
+                                 MAX_HELD, cli_show(p.val, shown, sizeof shown));
+            c->L = v;
+            break;
         case BO_P:
         case BO_K:
         case BO_H:
@@ -1227,7 +1370,10 @@ int cli_bench(int argc, char **argv, const char *url)
         }
     }
     /* Everyone set up (clients open, handles made) before the clock starts. */
-    rc = sleep_until(&x, &g, ms_now_ns() + 120 * 1000000000LL, all_ready, &exited);
+    /* -L: taking the held locks is part of getting ready (200 us each at
+     * most, on top). */
+    int64_t ready_ns = 120 * 1000000000LL + c->L * 200000LL;
+    rc = sleep_until(&x, &g, ms_now_ns() + ready_ns, all_ready, &exited);
     for (long w = 0; w < c->P && rc == 0; w++)
         if (atomic_load(&x.sh->w[w].failed))
             rc = -1;
@@ -1235,7 +1381,7 @@ int cli_bench(int argc, char **argv, const char *url)
         if (rc > 0)
             sig = rc;
         else if (rc == -2)
-            cli_err("bench: workers not ready after 120 s");
+            cli_err("bench: workers not ready after %.0f s", (double)ready_ns / 1e9);
         else
             report_failures(&x);
         exit_code = rc > 0 ? 128 + rc : CLI_EXIT_SOFTWARE;
@@ -1251,7 +1397,7 @@ int cli_bench(int argc, char **argv, const char *url)
     started = true;
     /* The run is bounded: the last sections started before the end must
      * finish within a grace period, or the lock is stuck. */
-    int64_t grace = 10000000000LL + (int64_t)c->P * c->H * 1000 * 4;
+    int64_t grace = 10000000000LL + (int64_t)c->P * c->H * 1000 * 4 + c->L * 200000LL;
     rc = sleep_until(&x, &g, win_end + grace, NULL, &exited);
     if (rc == 0 && ms_alive(&g) > 0) {
         cli_err("bench: workers still running %.0f s after the end of the run (a lock that is "
@@ -1266,6 +1412,26 @@ int cli_bench(int argc, char **argv, const char *url)
         exit_code = CLI_EXIT_SOFTWARE;
     }
     ms_group_destroy(&g);
+    if (c->L > 0 && exit_code == 0) {
+        bshm *sh = x.sh;
+        long procs = atomic_load(&sh->held_procs);
+        int64_t span = procs ? atomic_load(&sh->held_span_ns) / procs : 0;
+        if (procs == x.procs && span > 0) {
+            e.have_held = true;
+            e.held = atomic_load(&sh->held_end);
+            e.lost = atomic_load(&sh->lost_end);
+            e.renewals_per_s = (double)atomic_load(&sh->renewed) * 1e9 / (double)span;
+            e.renew_calls_per_s = (double)atomic_load(&sh->renew_calls) * 1e9 / (double)span;
+            e.renew_cpu_pct = 100.0 * (double)atomic_load(&sh->renew_cpu_ns) / (double)span;
+        }
+        if (sh->held_rss_n > 0 && sh->held_rss_before >= 0 && sh->held_rss_after >= 0) {
+            e.have_rss = true;
+            e.rss_held = sh->held_rss_n;
+            e.rss_per_lock =
+                (double)(sh->held_rss_after - sh->held_rss_before) / (double)sh->held_rss_n;
+            e.fds_per_lock = -1;
+        }
+    }
     if (have_before && exit_code == 0) {
         char err[BENCH_ERR];
         dlock_tool_counters after;
@@ -1282,7 +1448,7 @@ int cli_bench(int argc, char **argv, const char *url)
             cli_err("bench: commandstats: %s", err);
         }
     }
-    if (exit_code == 0 && (c->rss || c->K >= 1000)) {
+    if (exit_code == 0 && (c->rss || c->K >= 1000) && c->L == 0) {
         if (ms_spawn(&g, rss_main, &x) < 0) {
             cli_err("bench: cannot start the memory probe: %s", strerror(errno));
             exit_code = CLI_EXIT_SOFTWARE;
@@ -1329,6 +1495,8 @@ out:
         }
         if (s.violations > 0 && exit_code == 0)
             exit_code = 1; /* a lock that let two holders in is a failure */
+        if (e.have_held && e.lost > 0 && exit_code == 0)
+            exit_code = 1; /* so is one that let go of a holder while nothing failed */
     } else if (sig) {
         exit_code = 128 + sig;
     }

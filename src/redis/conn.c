@@ -695,49 +695,68 @@ fail:
     return RD_EIO;
 }
 
-void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int *st,
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {
-    /* Formatted once for every connection. */
+    /* Formatted once, as one pipelined write, for every connection. */
     char *wire = NULL;
-    int wlen = format(cmd, &wire);
+    size_t wlen = 0;
+    bool formatted = true;
+    for (int j = 0; j < ncmd && formatted; j++) {
+        char *one = NULL;
+        int n = format(&cmds[j], &one);
+        char *grown = n > 0 ? realloc(wire, wlen + (size_t)n) : NULL;
+        if (grown) {
+            memcpy(grown + wlen, one, (size_t)n);
+            wire = grown;
+            wlen += (size_t)n;
+        }
+        formatted = grown != NULL;
+        if (one)
+            redisFreeCommand(one);
+    }
     char err[256];
     bool pending[nc];
+    int got[nc];
     struct pollfd p[nc];
     int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
     for (int i = 0; i < nc; i++) {
-        out[i] = NULL;
+        for (int j = 0; j < ncmd; j++)
+            out[i * ncmd + j] = NULL;
         st[i] = RD_EIO;
-        pending[i] = wlen > 0 && cs[i] &&
-                     send_all(cs[i], wire, (size_t)wlen, deadline, err, sizeof err) == RD_OK;
+        got[i] = 0;
+        pending[i] = formatted && cs[i] &&
+                     send_all(cs[i], wire, wlen, deadline, err, sizeof err) == RD_OK;
     }
-    if (wlen > 0)
-        redisFreeCommand(wire);
+    free(wire);
     for (;;) {
         int n = 0;
         int idx[nc];
         bool fresh = false;
         for (int i = 0; i < nc; i++) {
+            while (pending[i]) {
+                void *reply = NULL;
+                if (next_reply(cs[i], &reply) != REDIS_OK) {
+                    pending[i] = false;
+                    break;
+                }
+                if (!reply)
+                    break;
+                out[i * ncmd + got[i]++] = reply;
+                fresh = true;
+                if (got[i] == ncmd) {
+                    st[i] = RD_OK;
+                    pending[i] = false;
+                }
+            }
             if (!pending[i])
                 continue;
-            void *reply = NULL;
-            if (next_reply(cs[i], &reply) != REDIS_OK) {
-                pending[i] = false;
-                continue;
-            }
-            if (reply) {
-                out[i] = reply;
-                st[i] = RD_OK;
-                pending[i] = false;
-                fresh = true;
-                continue;
-            }
             p[n] = (struct pollfd){.fd = cs[i]->ctx->fd, .events = POLLIN};
             idx[n++] = i;
         }
-        if (n > 0 && fresh && enough && enough(out, nc, arg)) {
+        if (n > 0 && fresh && enough && enough(out, nc, ncmd, arg)) {
             for (int k = 0; k < n; k++) {
-                cs[idx[k]]->owed++;
+                cs[idx[k]]->owed += ncmd - got[idx[k]];
                 st[idx[k]] = RD_OWED;
             }
             return;
@@ -1025,10 +1044,11 @@ void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const c
 
 int rd_lock_init(dlock_lock *l)
 {
-    rlock *rl = calloc(1, sizeof *rl);
+    size_t klen = strlen(l->name) + sizeof "dlock:{}:lock";
+    rlock *rl = calloc(1, sizeof *rl + klen);
     if (!rl)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    rd_lock_key(l->name, rl->key, sizeof rl->key);
+    rd_lock_key(l->name, rl->key, klen);
     rl->kind[0] = l->opts.kind == DLOCK_SHARED ? 'r' : l->opts.kind == DLOCK_SEMAPHORE ? 's' : 'x';
     l->bstate = rl;
     return 0;

@@ -476,13 +476,14 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     bool fair = l->opts.fair != 0;
-    if (rd_name_key(l->name, "", rl->wake, sizeof rl->wake) != 0)
+    char wake[DL_NAME_MAX + 64]; /* where this waiter blocks */
+    if (rd_name_key(l->name, "", wake, sizeof wake) != 0)
         return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long for a key", l->name);
-    size_t pl = strlen(rl->wake);
+    size_t pl = strlen(wake);
     if (fair)
-        snprintf(rl->wake + pl, sizeof rl->wake - pl, "w:%s", l->owner);
+        snprintf(wake + pl, sizeof wake - pl, "w:%s", l->owner);
     else
-        snprintf(rl->wake + pl, sizeof rl->wake - pl, "sig");
+        snprintf(wake + pl, sizeof wake - pl, "sig");
     /* A waiter looks again at least this often; small leases need it more
      * often, since a handed lease is measured from the last look. */
     int refresh = WAIT_REFRESH_MS;
@@ -550,7 +551,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         rcmd b;
         rcmd_init(&b);
         rcmd_add(&b, "BLPOP");
-        rcmd_add(&b, rl->wake);
+        rcmd_add(&b, wake);
         rcmd_add(&b, tbuf);
         /* No undo: a blocked connection runs nothing after BLPOP before it
          * returns; abort_wait goes on another one, and the wait leaves it
@@ -635,8 +636,8 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
      * late) means the wait ran out, not that the server is gone. */
     if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0) {
         char why[DL_ERRMSG_MAX];
-        const char *detail = strstr(l->errmsg, "\": ");
-        snprintf(why, sizeof why, "%s", detail ? detail + 3 : l->errmsg);
+        const char *detail = strstr(dl_lock_msg(l), "\": ");
+        snprintf(why, sizeof why, "%s", detail ? detail + 3 : dl_lock_msg(l));
         result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%.300s)",
                              l->name, why);
     }
@@ -695,6 +696,169 @@ static int redis_renew(dlock_lock *l)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
     freeReplyObject(r);
     return result;
+}
+
+/* ---- renewing many locks at once ------------------------------------------------------ */
+
+/* rcs[i] of a lock renew_on_node leaves to redis_renew (never a DLOCK_E* code). */
+enum { RENEW_ALONE = 1 };
+
+/* Whether a reply says "ask elsewhere" (a moved slot, a failover): the
+ * lock is renewed again alone by redis_renew, which follows it. */
+static bool elsewhere(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR && r->str &&
+           (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+            failover_error(r));
+}
+
+/*
+ * Renew ls[0..n) on one server, setting every rcs[i]: every renew call in one pipelined write,
+ * the replies in one read. A server that forgot the script gets it back
+ * and the calls that met its absence go again, once. A connection that
+ * fails fails every lock of the batch (transient: each is lost at its own
+ * deadline unless a later try succeeds); the sentinels or the cluster are
+ * asked where the master is now, for that later try.
+ */
+static void renew_on_node(rclient *rc, rnode *node, dlock_lock *const *ls, int *rcs, size_t n)
+{
+    const dlock_lock *bound = ls[0]; /* the core gives the batch one op_deadline_ns */
+    size_t *todo = malloc(n * sizeof *todo);
+    rcmd *cmds = malloc(n * sizeof *cmds);
+    redisReply **out = malloc(n * sizeof *out);
+    char(*nb)[24] = malloc(n * sizeof *nb);
+    char err[256] = "out of memory";
+    int x = RD_EIO;
+    rconn *c = NULL;
+    size_t nt = n;
+    if (todo && cmds && out && nb) {
+        int fail = DLOCK_EUNREACHABLE;
+        c = node ? rconn_get(node, &rc->cf, rd_ms(bound, rc->cf.connect_timeout_ms), &fail, err,
+                             sizeof err)
+                 : NULL;
+        if (!node)
+            snprintf(err, sizeof err, "no cluster node serves this key's slot");
+        if (fail == DLOCK_EPROTO)
+            x = RD_EPROTO;
+    }
+    for (size_t i = 0; i < n && todo; i++)
+        todo[i] = i;
+    for (int attempt = 0; c && nt > 0 && attempt < 2; attempt++) {
+        for (size_t k = 0; k < nt; k++) {
+            dlock_lock *l = ls[todo[k]];
+            rlock *rl = l->bstate;
+            rd_script_cmd(&cmds[k], &rc->cf, rl->key, "renew");
+            rcmd_add(&cmds[k], l->owner);
+            rcmd_add(&cmds[k], rl->kind);
+            rcmd_addll(&cmds[k], l->opts.ttl_ms, nb[k]);
+        }
+        int ms = rd_ms(bound, rc->cf.op_timeout_ms);
+        if (ms == 0)
+            snprintf(err, sizeof err, "no time left before the deadline");
+        x = ms == 0 ? RD_EIO : rconn_call(c, cmds, (int)nt, out, ms, -1, NULL, err, sizeof err);
+        if (x != RD_OK) {
+            rconn_drop(c);
+            c = NULL;
+            break;
+        }
+        size_t again = 0;
+        for (size_t k = 0; k < nt; k++) {
+            size_t i = todo[k];
+            dlock_lock *l = ls[i];
+            redisReply *r = out[k];
+            if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+                rcs[i] = 0;
+            else if (r->type == REDIS_REPLY_INTEGER)
+                rcs[i] = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over",
+                                     l->name);
+            else if (rd_script_missing(r))
+                todo[again++] = i; /* again <= k: nothing unread is overwritten */
+            else if (elsewhere(r))
+                rcs[i] = RENEW_ALONE;
+            else
+                rcs[i] = bad_reply(l, "renew", INT_EXPECTED, r);
+            freeReplyObject(r);
+        }
+        nt = again;
+        if (nt > 0) {
+            x = rd_load_script(c, &rc->cf, rd_ms(bound, rc->cf.op_timeout_ms), err, sizeof err);
+            if (x != RD_OK) {
+                rconn_drop(c);
+                c = NULL;
+            } else if (attempt == 1) {
+                snprintf(err, sizeof err, "the server forgot the lock script again");
+                x = RD_EIO;
+            }
+        }
+    }
+    if (c) {
+        rconn_put(c);
+        if (nt > 0 && x == RD_OK) /* still missing after the second try */
+            x = RD_EIO;
+    } else if (x != RD_EPROTO) {
+        /* Learn where the master is now, for the next try of these locks. */
+        char why[768];
+        if (rc->mode == MODE_SENTINEL)
+            (void)sentinel_resolve(rc, bound, why, sizeof why);
+        else if (rc->mode == MODE_CLUSTER)
+            (void)rd_cluster_refresh(rc->cluster, &rc->cf, bound, why, sizeof why);
+    }
+    for (size_t k = 0; k < nt; k++)
+        rcs[todo ? todo[k] : k] = call_failed(ls[todo ? todo[k] : k], "renew", x, err);
+    for (size_t i = 0; i < n; i++)
+        if (rcs[i] == RENEW_ALONE)
+            rcs[i] = redis_renew(ls[i]);
+    free(nb);
+    free(out);
+    free(cmds);
+    free(todo);
+}
+
+/* A batch's locks grouped by the server that holds them (cluster mode). */
+typedef struct by_node {
+    rnode *node;
+    size_t i;
+} by_node;
+
+static int by_node_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const by_node *)a)->node, y = (uintptr_t)((const by_node *)b)->node;
+    return x < y ? -1 : x > y;
+}
+
+/* Renew a batch: one pipelined round trip per server the batch's locks
+ * live on (one but in a cluster, where each slot's master gets its own). */
+static void redis_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, size_t n)
+{
+    rclient *rc = rc_of(cl);
+    if (rc->mode != MODE_CLUSTER) {
+        renew_on_node(rc, &rc->master, ls, rcs, n);
+        return;
+    }
+    by_node *g = malloc(n * sizeof *g);
+    dlock_lock **sub = malloc(n * sizeof *sub);
+    int *subrc = malloc(n * sizeof *subrc);
+    if (!g || !sub || !subrc) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = redis_renew(ls[i]);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        g[i] = (by_node){.node = node_for(rc, ((rlock *)ls[i]->bstate)->key), .i = i};
+    qsort(g, n, sizeof *g, by_node_cmp);
+    for (size_t a = 0, b; a < n; a = b) {
+        size_t k = 0;
+        for (b = a; b < n && g[b].node == g[a].node; b++) {
+            sub[k++] = ls[g[b].i];
+        }
+        renew_on_node(rc, g[a].node, sub, subrc, k);
+        for (size_t j = 0; j < k; j++)
+            rcs[g[a + j].i] = subrc[j];
+    }
+done:
+    free(subrc);
+    free(sub);
+    free(g);
 }
 
 static void redis_abandon(dlock_lock *l)
@@ -1053,7 +1217,7 @@ static const dl_scheme redis_schemes[] = {
 extern const struct dl_tools dl_tools_redis; /* src/redis/tools.c */
 #endif
 const dl_backend dl_backend_redis = {
-    .version = DL_BACKEND_V1,
+    .version = DL_BACKEND_V2,
     .name = "redis",
     .schemes = redis_schemes,
     .params = "wait wait_timeout",
@@ -1073,6 +1237,7 @@ const dl_backend dl_backend_redis = {
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,
+    .renew_batch = redis_renew_batch,
     .abandon = redis_abandon,
     .inspect = redis_inspect,
     .break_lock = redis_break,

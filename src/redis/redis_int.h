@@ -61,11 +61,11 @@ typedef struct rconf {
 int rd_conf_init(rconf *cf, const dl_url *u, const dlock_client_opts *opts);
 void rd_conf_free(rconf *cf);
 
-/* Per-lock state of every backend of the family. */
+/* Per-lock state of every backend of the family: as small as the name
+ * allows, since a client may hold a hundred thousand locks. */
 typedef struct rlock {
-    char key[DL_NAME_MAX + 32];  /* dlock:{NAME}:lock */
-    char wake[DL_NAME_MAX + 64]; /* where a waiter blocks */
-    char kind[2];                /* "x" exclusive, "r" shared, "s" semaphore */
+    char kind[2]; /* "x" exclusive, "r" shared, "s" semaphore */
+    char key[];   /* dlock:{NAME}:lock */
 } rlock;
 
 int rd_lock_init(dlock_lock *l);
@@ -140,18 +140,21 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
                int cancel_fd, int64_t *sent_ns, char *err, size_t errlen);
 
 /*
- * The same on several connections at once: every command is written to every
- * connection first, then replies are read as they arrive (one poll over all
- * sockets), so the whole takes about the slowest round trip, not the sum.
- * When enough (may be NULL) says the replies so far decide the outcome
- * (out[i] NULL where none came yet), the call returns without waiting for
- * the rest: a quorum is as fast as its quorum-th server, not its slowest.
- * st[i]: RD_OK (out[i] valid), RD_OWED (reply still to come; the connection
- * discards it on its next call and goes back to the pool), RD_EIO (drop it).
+ * The same on several connections at once: cmds[0..ncmd) are written to
+ * every connection first (pipelined), then replies are read as they arrive
+ * (one poll over all sockets), so the whole takes about the slowest round
+ * trip, not the sum. Connection i's replies land in out[i*ncmd + j] (NULL
+ * where none came; the caller frees every one that is not, whatever st
+ * says). When enough (may be NULL) says the replies so far decide the
+ * outcome, the call returns without waiting for the rest: a quorum is as
+ * fast as its quorum-th server, not its slowest. st[i]: RD_OK (all of
+ * connection i's replies came), RD_OWED (some still to come; the connection
+ * discards them on its next call and goes back to the pool), RD_EIO (drop
+ * it).
  */
 enum { RD_OWED = 1 };
-typedef bool rd_enough_fn(redisReply *const *out, int n, void *arg);
-void rconn_call_many(rconn **cs, int nc, const rcmd *cmd, redisReply **out, int *st,
+typedef bool rd_enough_fn(redisReply *const *out, int nc, int ncmd, void *arg);
+void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg);
 
 /* The lock script, lock.lua (one script, an operation per first

@@ -65,16 +65,19 @@ static int bounded_node_timeout(const rlclient *rc, const dlock_lock *l)
 }
 
 /*
- * Whether the replies so far decide a quorum operation (arg: the quorum).
- * Error replies (a node that forgot the script) count neither way.
+ * Whether the replies so far decide a quorum operation (arg: the quorum):
+ * out[i*stride] is node i's reply. Error replies (a node that forgot the
+ * script) count neither way.
  */
-static bool decided_by(redisReply *const *out, int n, int quorum, bool (*yes)(const redisReply *))
+static bool decided_by(redisReply *const *out, int n, int stride, int quorum,
+                       bool (*yes)(const redisReply *))
 {
     int y = 0, no = 0;
     for (int i = 0; i < n; i++) {
-        if (!out[i] || out[i]->type == REDIS_REPLY_ERROR)
+        const redisReply *r = out[i * stride];
+        if (!r || r->type == REDIS_REPLY_ERROR)
             continue;
-        if (yes(out[i]))
+        if (yes(r))
             y++;
         else
             no++;
@@ -99,19 +102,31 @@ static bool is_reply(const redisReply *r)
     return true;
 }
 
-static bool grant_decided(redisReply *const *out, int n, void *quorum)
+static bool grant_decided(redisReply *const *out, int n, int ncmd, void *quorum)
 {
-    return decided_by(out, n, *(int *)quorum, is_grant);
+    (void)ncmd; /* one command */
+    return decided_by(out, n, 1, *(int *)quorum, is_grant);
 }
 
-static bool yes_decided(redisReply *const *out, int n, void *quorum)
+static bool yes_decided(redisReply *const *out, int n, int ncmd, void *quorum)
 {
-    return decided_by(out, n, *(int *)quorum, is_one);
+    (void)ncmd;
+    return decided_by(out, n, 1, *(int *)quorum, is_one);
 }
 
-static bool quorum_answered(redisReply *const *out, int n, void *quorum)
+static bool quorum_answered(redisReply *const *out, int n, int ncmd, void *quorum)
 {
-    return decided_by(out, n, *(int *)quorum, is_reply);
+    (void)ncmd;
+    return decided_by(out, n, 1, *(int *)quorum, is_reply);
+}
+
+/* A batch of renewals (ncmd of them) is decided when each one is. */
+static bool all_renewals_decided(redisReply *const *out, int n, int ncmd, void *quorum)
+{
+    for (int j = 0; j < ncmd; j++)
+        if (!decided_by(out + j, n, ncmd, *(int *)quorum, is_one))
+            return false;
+    return true;
 }
 
 /*
@@ -136,7 +151,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n, timeout_ms, err, sizeof err);
     if (why && err[0])
         snprintf(why, whylen, "%s", err);
-    rconn_call_many(cs, rc->n, cmd, out, st, dl_ms_left(until), enough, &rc->quorum);
+    rconn_call_many(cs, rc->n, cmd, 1, out, st, dl_ms_left(until), enough, &rc->quorum);
     bool again = false;
     for (int i = 0; i < rc->n; i++) {
         if (st[i] == RD_OWED) {
@@ -172,7 +187,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
         rcmd now = *cmd; /* in the form the loads left cf in */
         rd_script_retarget(&now, &rc->cf);
         redisReply *retry[rc->n];
-        rconn_call_many(cs, rc->n, &now, retry, st, dl_ms_left(until), NULL, NULL);
+        rconn_call_many(cs, rc->n, &now, 1, retry, st, dl_ms_left(until), NULL, NULL);
         for (int i = 0; i < rc->n; i++) {
             if (!cs[i])
                 continue;
@@ -425,6 +440,114 @@ static int rl_renew(dlock_lock *l)
                        l->name, yes, rc->n, rc->quorum, why[0] ? "; last failure: " : "", why);
 }
 
+/*
+ * Renew many leases at once: every master gets every lock's renew call in
+ * one pipelined write, all masters in parallel, and the call returns when
+ * each lock's quorum is decided. Each lock's outcome and validity are
+ * decided as rl_renew decides them, from the time before the batch left.
+ */
+static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, size_t n)
+{
+    rlclient *rc = rl_of(cl);
+    int nc = rc->n, m = (int)n;
+    rconn *cs[nc];
+    int st[nc];
+    rcmd *cmds = malloc(n * sizeof *cmds);
+    char(*nb)[24] = malloc(n * sizeof *nb);
+    redisReply **out = calloc((size_t)nc * n, sizeof *out);
+    if (!cmds || !nb || !out) {
+        for (int j = 0; j < m; j++)
+            rcs[j] = dl_lock_err(ls[j], DLOCK_ENOMEM, "lock \"%s\": out of memory to renew",
+                                 ls[j]->name);
+        goto done;
+    }
+    int min_ttl = ls[0]->opts.ttl_ms;
+    for (int j = 0; j < m; j++) {
+        rlock *ll = ls[j]->bstate;
+        rd_script_cmd(&cmds[j], &rc->cf, ll->key, "renew");
+        rcmd_add(&cmds[j], ls[j]->owner);
+        rcmd_add(&cmds[j], "x");
+        rcmd_addll(&cmds[j], ls[j]->opts.ttl_ms, nb[j]);
+        if (ls[j]->opts.ttl_ms < min_ttl)
+            min_ttl = ls[j]->opts.ttl_ms;
+    }
+    int64_t t0 = dl_now_ns();
+    int tmo = rd_ms(ls[0], node_timeout(rc, min_ttl)); /* the batch shares one bound */
+    if (tmo == 0) {
+        for (int j = 0; j < m; j++)
+            rcs[j] = dl_lock_err(ls[j], DLOCK_EUNREACHABLE,
+                                 "lock \"%s\": no time left to renew before the lease ends",
+                                 ls[j]->name);
+        goto done;
+    }
+    int64_t until = t0 + (int64_t)tmo * 1000000LL;
+    char why[300] = "";
+    rconn_get_many(rc->nodes, nc, &rc->cf, cs, nc, tmo, why, sizeof why);
+    rconn_call_many(cs, nc, cmds, m, out, st, dl_ms_left(until), all_renewals_decided,
+                    &rc->quorum);
+    for (int i = 0; i < nc; i++) {
+        if (!cs[i])
+            continue;
+        if (st[i] == RD_OWED) {
+            rconn_put(cs[i]);
+            continue;
+        }
+        if (st[i] != RD_OK) {
+            snprintf(why, sizeof why, "redis %s:%d: no reply within %d ms", rc->nodes[i].host,
+                     rc->nodes[i].port, tmo);
+            rconn_drop(cs[i]);
+            continue;
+        }
+        /* A master that forgot the script (restarted) gets it back for the
+         * next renewal; this one is decided by the others. */
+        bool missing = false;
+        for (int j = 0; j < m && !missing; j++)
+            missing = rd_script_missing(out[i * m + j]);
+        char err[256];
+        if (missing && rd_load_script(cs[i], &rc->cf, dl_ms_left(until), err, sizeof err) != RD_OK) {
+            snprintf(why, sizeof why, "%s", err);
+            rconn_drop(cs[i]);
+        } else {
+            rconn_put(cs[i]);
+        }
+    }
+    int64_t elapsed = dl_now_ns() - t0;
+    for (int j = 0; j < m; j++) {
+        dlock_lock *l = ls[j];
+        int ttl = l->opts.ttl_ms, yes = 0, no = 0;
+        redisReply *col[nc];
+        for (int i = 0; i < nc; i++) {
+            col[i] = out[i * m + j];
+            yes += int_is(col[i], 1);
+            no += int_is(col[i], 0);
+        }
+        int64_t validity = (int64_t)ttl * 1000000LL - elapsed - dl_drift_ns(ttl);
+        if (yes >= rc->quorum && validity > 0) {
+            l->lease_start_ns = t0 - dl_drift_ns(ttl);
+            rcs[j] = 0;
+        } else if (no > nc - rc->quorum) {
+            rcs[j] = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": a quorum of masters no longer has it",
+                                 l->name);
+        } else {
+            char bad[300];
+            snprintf(bad, sizeof bad, "%s", why);
+            note_bad(rc, col, is_int01, "an integer from the lock script", bad, sizeof bad);
+            rcs[j] = dl_lock_err(l, DLOCK_EUNREACHABLE,
+                                 "lock \"%s\": renewal reached only %d of %d masters (quorum %d)%s%s",
+                                 l->name, yes, nc, rc->quorum, bad[0] ? "; last failure: " : "",
+                                 bad);
+        }
+    }
+done:
+    if (out)
+        for (size_t k = 0; k < (size_t)nc * n; k++)
+            if (out[k])
+                freeReplyObject(out[k]);
+    free(out);
+    free(nb);
+    free(cmds);
+}
+
 static void rl_abandon(dlock_lock *l)
 {
     (void)release_all(l, bounded_node_timeout(rl_of(l->c), l));
@@ -604,7 +727,7 @@ static const dl_scheme redlock_schemes[] = {
 extern const struct dl_tools dl_tools_redlock; /* src/redis/tools.c */
 #endif
 const dl_backend dl_backend_redlock = {
-    .version = DL_BACKEND_V1,
+    .version = DL_BACKEND_V2,
     .name = "redlock",
     .schemes = redlock_schemes,
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
@@ -623,6 +746,7 @@ const dl_backend dl_backend_redlock = {
     .acquire = rl_acquire,
     .release = rl_release,
     .renew = rl_renew,
+    .renew_batch = rl_renew_batch,
     .abandon = rl_abandon,
     .inspect = rl_inspect,
     .break_lock = rl_break,

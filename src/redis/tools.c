@@ -266,7 +266,7 @@ static int ping_samples(const rtarget *t, rconn **cs, int n, int iters, int64_t 
             rc = rconn_call(cs[0], &ping, 1, r, t->cf.op_timeout_ms, -1, NULL, err, errlen);
             st[0] = rc;
         } else {
-            rconn_call_many(cs, n, &ping, r, st, t->cf.op_timeout_ms, NULL, NULL);
+            rconn_call_many(cs, n, &ping, 1, r, st, t->cf.op_timeout_ms, NULL, NULL);
         }
         int64_t t1 = dl_now_ns();
         for (int i = 0; i < n; i++) {
