@@ -1,0 +1,288 @@
+/*
+ * test_many.c — one client holding many leases at once, on real servers
+ * (a single Redis, a cluster, a Redlock of five masters): renewals go in
+ * batches, so that none is lost while the servers answer; a lock that a
+ * batch's reply says is no longer ours is lost at once; when the servers
+ * stop answering (SIGSTOP) every lock is reported lost, each by its own
+ * deadline. Runs inside tests/servers.sh (redis, cluster, redlock).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "../src/tools.h"
+
+/* Enough locks that one renewal per round trip could not keep them (2 000
+ * round trips within ttl/3 = 500 ms under valgrind), few enough to take
+ * quickly. */
+#define NLOCKS 2000
+#define TTL_MS 1500
+/* Slack for a loaded machine (valgrind, sanitizers): the watchdog may wake
+ * late; a loss reported only at the server's timeout would be seconds late. */
+#define SLACK_MS 400
+
+typedef struct target {
+    const char *label;
+    char url[1024];
+    const char *servers[5]; /* servers.sh names to freeze, NULL-ended */
+} target;
+
+static target targets[3];
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    if (ms > 0)
+        usleep((useconds_t)(ms * 1000));
+}
+
+static void server_signal(const char *name, int sig)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.pid", getenv("DLOCK_TEST_SERVERS"), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long pid = 0;
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    assert_int_equal(kill((pid_t)pid, sig), 0);
+}
+
+static void freeze(const target *t, int sig)
+{
+    for (int i = 0; t->servers[i]; i++)
+        server_signal(t->servers[i], sig);
+}
+
+/* Loss callbacks: how many, and the latest moment past its lock's own
+ * deadline that one came (the deadline read just before freezing). */
+typedef struct held {
+    dlock_lock *l;
+    int64_t deadline_ms; /* monotonic: acquisition or last renewal + valid_ms */
+    _Atomic int64_t told_ms;
+} held;
+
+static atomic_int lost_calls;
+
+static void on_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    held *h = arg;
+    atomic_store(&h->told_ms, now_ms());
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static held *hold_many(dlock_client *c, const char *prefix, int n)
+{
+    held *hs = calloc((size_t)n, sizeof *hs);
+    assert_non_null(hs);
+    for (int i = 0; i < n; i++) {
+        dlock_lock_opts o;
+        dlock_lock_opts_init(&o);
+        o.ttl_ms = TTL_MS;
+        o.on_lost = on_lost;
+        o.on_lost_arg = &hs[i];
+        char name[64];
+        snprintf(name, sizeof name, "%s-%d-%d", prefix, (int)getpid(), i);
+        assert_int_equal(dlock_lock_new(&hs[i].l, c, name, &o), 0);
+        if (dlock_acquire(hs[i].l, 2000) != 0)
+            fail_msg("acquire %s: %s", name, dlock_lock_errmsg(hs[i].l));
+    }
+    return hs;
+}
+
+static void free_many(held *hs, int n)
+{
+    for (int i = 0; i < n; i++)
+        dlock_lock_free(hs[i].l);
+    free(hs);
+}
+
+static int count_held(const held *hs, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += dlock_state(hs[i].l) == DLOCK_STATE_HELD;
+    return k;
+}
+
+/* Held for several leases while the servers answer: none lost, and the
+ * renewals went in batches (far fewer backend calls than renewals). */
+static void none_lost(target *t)
+{
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, t->url, NULL), 0);
+    atomic_store(&lost_calls, 0);
+    held *hs = hold_many(c, "many-kept", NLOCKS);
+    sleep_ms(3 * TTL_MS);
+    int kept = count_held(hs, NLOCKS);
+    dlock_tool_renewals rs;
+    dlock_tool_renewal_stats(c, &rs);
+    fprintf(stderr, "# %s: %d of %d held after %d ms; %" PRIu64 " renewals in %" PRIu64
+                    " calls\n",
+            t->label, kept, NLOCKS, 3 * TTL_MS, rs.renewed, rs.calls);
+    assert_int_equal(kept, NLOCKS);
+    assert_int_equal(atomic_load(&lost_calls), 0);
+    /* every lock renewed at least twice in three leases */
+    assert_true(rs.renewed >= 2u * NLOCKS);
+    assert_true(rs.calls * 20 < rs.renewed);
+    /* and the servers agree: another client cannot take them */
+    dlock_client *other = NULL;
+    assert_int_equal(dlock_client_open(&other, t->url, NULL), 0);
+    for (int i = 0; i < NLOCKS; i += NLOCKS / 10) {
+        dlock_lock *o = NULL;
+        assert_int_equal(dlock_lock_new(&o, other, dlock_lock_name(hs[i].l), NULL), 0);
+        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
+        dlock_lock_free(o);
+    }
+    dlock_client_close(other);
+    for (int i = 0; i < NLOCKS; i++)
+        assert_int_equal(dlock_release(hs[i].l), 0);
+    free_many(hs, NLOCKS);
+    dlock_client_close(c);
+}
+
+/* A lock broken by someone else is reported lost at its next renewal (a
+ * batch's reply says so), not at its deadline; the others stay held. */
+static void broken_lost_at_once(target *t)
+{
+    dlock_client *c = NULL, *other = NULL;
+    assert_int_equal(dlock_client_open(&c, t->url, NULL), 0);
+    assert_int_equal(dlock_client_open(&other, t->url, NULL), 0);
+    atomic_store(&lost_calls, 0);
+    held *hs = hold_many(c, "many-broken", NLOCKS);
+    int victim = NLOCKS / 2;
+    dlock_info info;
+    int64_t broken_at = now_ms();
+    int64_t deadline = broken_at + dlock_valid_ms(hs[victim].l);
+    assert_int_equal(dlock_break(other, dlock_lock_name(hs[victim].l), &info), 0);
+    /* its next renewal (within ttl/3) says so, well before its lease
+     * would have run out */
+    struct pollfd p = {.fd = dlock_lost_fd(hs[victim].l), .events = POLLIN};
+    assert_true(p.fd >= 0);
+    assert_int_equal(poll(&p, 1, TTL_MS * 3), 1);
+    int64_t told = now_ms();
+    fprintf(stderr, "# %s: broken lock told lost %" PRId64 " ms after the break, %" PRId64
+                    " ms before its deadline: %s\n",
+            t->label, told - broken_at, deadline - told, dlock_lock_errmsg(hs[victim].l));
+    assert_int_equal(dlock_state(hs[victim].l), DLOCK_STATE_LOST);
+    const char *why = dlock_lock_errmsg(hs[victim].l);
+    assert_non_null(strstr(why, "lost"));
+    assert_null(strstr(why, "no renewal succeeded")); /* the reply, not the clock */
+    assert_true(told <= deadline);
+    sleep_ms(TTL_MS);
+    assert_int_equal(count_held(hs, NLOCKS), NLOCKS - 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(dlock_release(hs[victim].l), DLOCK_ELOST);
+    free_many(hs, NLOCKS);
+    dlock_client_close(other);
+    dlock_client_close(c);
+}
+
+/* The servers stop answering: every lock is reported lost (callback,
+ * state), each no later than its own deadline. */
+static void all_lost_when_frozen(target *t)
+{
+    dlock_client *c = NULL;
+    char url[1200];
+    /* requests may wait longer than a lease: the watchdog, not a timeout,
+     * must tell */
+    snprintf(url, sizeof url, "%s%sop_timeout_ms=5000", t->url, strchr(t->url, '?') ? "&" : "?");
+    assert_int_equal(dlock_client_open(&c, url, NULL), 0);
+    atomic_store(&lost_calls, 0);
+    held *hs = hold_many(c, "many-frozen", NLOCKS);
+    sleep_ms(TTL_MS / 2);
+    freeze(t, SIGSTOP);
+    /* a reply sent before the freeze has arrived by now: no lease grows */
+    sleep_ms(50);
+    int64_t t0 = now_ms();
+    for (int i = 0; i < NLOCKS; i++)
+        hs[i].deadline_ms = t0 + dlock_valid_ms(hs[i].l);
+    int64_t until = now_ms() + TTL_MS + 3000;
+    while (atomic_load(&lost_calls) < NLOCKS && now_ms() < until)
+        sleep_ms(20);
+    freeze(t, SIGCONT);
+    int64_t late = 0;
+    for (int i = 0; i < NLOCKS; i++) {
+        int64_t told = atomic_load(&hs[i].told_ms);
+        if (told && told - hs[i].deadline_ms > late)
+            late = told - hs[i].deadline_ms;
+    }
+    fprintf(stderr, "# %s: %d of %d told lost; latest %" PRId64 " ms past its deadline\n",
+            t->label, atomic_load(&lost_calls), NLOCKS, late);
+    assert_int_equal(atomic_load(&lost_calls), NLOCKS);
+    assert_int_equal(count_held(hs, NLOCKS), 0);
+    assert_true(late <= SLACK_MS);
+    for (int i = 0; i < NLOCKS; i++)
+        assert_int_equal(dlock_release(hs[i].l), DLOCK_ELOST);
+    free_many(hs, NLOCKS);
+    dlock_client_close(c);
+}
+
+#define PER_TARGET(fn)                                                                       \
+    static void fn##_single(void **s)                                                        \
+    {                                                                                        \
+        (void)s;                                                                             \
+        fn(&targets[0]);                                                                     \
+    }                                                                                        \
+    static void fn##_cluster(void **s)                                                       \
+    {                                                                                        \
+        (void)s;                                                                             \
+        fn(&targets[1]);                                                                     \
+    }                                                                                        \
+    static void fn##_redlock(void **s)                                                       \
+    {                                                                                        \
+        (void)s;                                                                             \
+        fn(&targets[2]);                                                                     \
+    }
+PER_TARGET(none_lost)
+PER_TARGET(broken_lost_at_once)
+PER_TARGET(all_lost_when_frozen)
+
+int main(void)
+{
+    const char *single = getenv("DLOCK_TEST_REDIS"), *cluster = getenv("DLOCK_TEST_CLUSTER"),
+               *redlock = getenv("DLOCK_TEST_REDLOCK");
+    if (!single || !cluster || !redlock || !getenv("DLOCK_TEST_SERVERS")) {
+        fprintf(stderr, "test_many: run inside tests/servers.sh run redis cluster redlock -- ...\n");
+        return 77;
+    }
+    targets[0] = (target){.label = "redis", .servers = {"single"}};
+    snprintf(targets[0].url, sizeof targets[0].url, "%s", single);
+    targets[1] = (target){.label = "cluster", .servers = {"cluster1", "cluster2", "cluster3"}};
+    snprintf(targets[1].url, sizeof targets[1].url, "%s", cluster);
+    /* three of five masters: no quorum can renew */
+    targets[2] = (target){.label = "redlock", .servers = {"redlock1", "redlock2", "redlock3"}};
+    snprintf(targets[2].url, sizeof targets[2].url, "%s", redlock);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(none_lost_single),
+        cmocka_unit_test(broken_lost_at_once_single),
+        cmocka_unit_test(all_lost_when_frozen_single),
+        cmocka_unit_test(none_lost_cluster),
+        cmocka_unit_test(broken_lost_at_once_cluster),
+        cmocka_unit_test(all_lost_when_frozen_cluster),
+        cmocka_unit_test(none_lost_redlock),
+        cmocka_unit_test(broken_lost_at_once_redlock),
+        cmocka_unit_test(all_lost_when_frozen_redlock),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
+}
