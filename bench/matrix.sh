@@ -13,8 +13,9 @@
 # end. A URL whose backend does not answer is skipped with a note on stderr.
 # Rows: -r, else the default rows of each backend (file: uncontended
 # contended8 contended64 names10k; redis: uncontended contended8_fair
-# contended64_fair contended512_fair names10k redis_set; redlock:
-# uncontended contended8 names10k). Every row also counts the servers'
+# contended64_fair contended512_fair names10k redis_set held100k; redlock:
+# uncontended contended8 names10k held100k; held100k: one client keeping
+# 100 000 leases of 6 s through the run, -L). Every row also counts the servers'
 # commands (--commandstats; null where the backend has no counters, as the
 # file backend). redis_set is not a bench run:
 # `redis-benchmark -c 8 -t set -q` against the same server, for the
@@ -118,6 +119,7 @@ row_args() {
     contended64_fair) echo "-P 64 -K 1 -H 100 --fair" ;;
     contended512_fair) echo "-P 512 -K 1 -H 100 --fair" ;;
     redis_set) echo "" ;;
+    held100k) echo "-P 1 -K 1 -H 0 -L 100000 --ttl 6" ;;
     *) return 1 ;;
     esac
 }
@@ -125,8 +127,8 @@ row_args() {
 default_rows() {
     case $1 in
     redis://* | redis+sentinel://* | redis+cluster://*)
-        echo "uncontended contended8_fair contended64_fair contended512_fair names10k redis_set" ;;
-    redlock://*) echo "uncontended contended8 names10k" ;;
+        echo "uncontended contended8_fair contended64_fair contended512_fair names10k redis_set held100k" ;;
+    redlock://*) echo "uncontended contended8 names10k held100k" ;;
     *) echo "uncontended contended8 contended64 names10k" ;;
     esac
 }

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -98,6 +99,100 @@ typedef struct file_lock {
 static file_client *fc_of(dlock_client *c)
 {
     return c->bstate;
+}
+
+/* ---- descriptors ------------------------------------------------------- */
+
+/* Every held lock keeps its file open, so a process holding many locks runs
+ * into RLIMIT_NOFILE; this counts them for the message that says so. */
+static atomic_long held_files;
+
+static pthread_once_t nofile_once = PTHREAD_ONCE_INIT;
+
+/* Let the process hold as many locks as its hard limit allows. Once per
+ * process and only upward: a limit the application sets later is its own;
+ * failure leaves the limit as it was. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/* Open descriptors below limit, without needing one (no /proc/self/fd):
+ * poll says POLLNVAL for a closed number. poll takes at most
+ * RLIMIT_NOFILE entries at once, hence the chunks. */
+static long count_fds(rlim_t limit)
+{
+    struct pollfd p[256];
+    rlim_t chunk = limit < 256 ? limit : 256;
+    if (limit > (rlim_t)1 << 20)
+        limit = (rlim_t)1 << 20; /* an error path must stay cheap */
+    long n = 0;
+    for (rlim_t base = 0; base < limit; base += chunk) {
+        int k = (int)(limit - base < chunk ? limit - base : chunk);
+        for (int i = 0; i < k; i++)
+            p[i] = (struct pollfd){.fd = (int)(base + (rlim_t)i)};
+        if (poll(p, (nfds_t)k, 0) < 0)
+            return -1;
+        for (int i = 0; i < k; i++)
+            n += !(p[i].revents & POLLNVAL);
+    }
+    return n;
+}
+
+static void rlim_str(rlim_t v, char *buf, size_t len)
+{
+    if (v == RLIM_INFINITY)
+        snprintf(buf, len, "unlimited");
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* strerror(e), except that running out of descriptors says which limit was
+ * hit and how to raise it ("Too many open files" alone does not). */
+static const char *fd_strerror(int e, char *buf, size_t len)
+{
+    if (e != EMFILE && e != ENFILE)
+        return strerror(e);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rl.rlim_cur = rl.rlim_max = RLIM_INFINITY;
+    long count = count_fds(rl.rlim_cur);
+    long locks = atomic_load(&held_files);
+    char n[24], cur[24], max[24];
+    if (count < 0)
+        snprintf(n, sizeof n, "?");
+    else
+        snprintf(n, sizeof n, "%ld", count);
+    rlim_str(rl.rlim_cur, cur, sizeof cur);
+    rlim_str(rl.rlim_max, max, sizeof max);
+    if (e == ENFILE)
+        snprintf(buf, len,
+                 "the system-wide table of open files is full (ENFILE, not this process's "
+                 "RLIMIT_NOFILE; this process holds %s descriptors, %ld of them for held "
+                 "file:// locks): close files elsewhere or raise sysctl fs.file-max",
+                 n, locks);
+    else if (rl.rlim_cur < rl.rlim_max)
+        snprintf(buf, len,
+                 "too many open files (this process holds %s descriptors, %ld of them for "
+                 "held file:// locks, one each; limit RLIMIT_NOFILE=%s, hard limit %s: raise "
+                 "it, e.g. ulimit -n %s / LimitNOFILE=)",
+                 n, locks, cur, max, max);
+    else
+        snprintf(buf, len,
+                 "too many open files (this process holds %s descriptors, %ld of them for "
+                 "held file:// locks, one each; limit RLIMIT_NOFILE=%s, also the hard limit: "
+                 "raise both, e.g. ulimit -n as root / LimitNOFILE= / nofile in limits.conf)",
+                 n, locks, cur);
+    return buf;
+}
+
+static bool out_of_fds(int e)
+{
+    return e == EMFILE || e == ENFILE;
 }
 
 /* ---- the waiting helper ------------------------------------------------ */
@@ -289,14 +384,18 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
 {
     helper hs[njobs];
     struct pollfd pfd[njobs + 1];
+    char ebuf[400];
     int cancel_fd = dl_cancel_fd(l);
     int rc = 1; /* 1: still waiting */
     int started = 0;
-    for (; started < njobs; started++) {
+    if (cancel_fd < 0) /* waiting without it would ignore dlock_cancel */
+        rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot wait: no eventfd for dlock_cancel: %s",
+                         l->name, fd_strerror(errno, ebuf, sizeof ebuf));
+    for (; rc == 1 && started < njobs; started++) {
         jobs[started].parent = getpid();
         if (helper_start(&hs[started], &jobs[started]) != 0) {
             rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot start a waiting task: %s",
-                             l->name, strerror(errno));
+                             l->name, fd_strerror(errno, ebuf, sizeof ebuf));
             break;
         }
     }
@@ -339,8 +438,9 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
                  * our whole process group): give back what it took, wait on. */
                 job_undo(&jobs[i]);
                 if (helper_start(&hs[i], &jobs[i]) != 0)
-                    rc = dl_lock_err(l, DLOCK_EIO, "cannot restart a waiting task: %s",
-                                     strerror(errno));
+                    rc = dl_lock_err(l, DLOCK_EIO,
+                                     "lock \"%s\": cannot restart a waiting task: %s", l->name,
+                                     fd_strerror(errno, ebuf, sizeof ebuf));
             } else {
                 job_undo(&jobs[i]);
                 rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": waiting task failed (code %d)",
@@ -424,8 +524,13 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
     struct stat st;
     if (fd < 0) {
         int e = errno;
-        snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir,
-                 e == ELOOP ? "it is a symbolic link" : strerror(e));
+        char ebuf[400];
+        if (out_of_fds(e)) /* the reason first: a long path must not cut it off */
+            snprintf(err, errlen, "cannot open lock directory: %s (%s)",
+                     fd_strerror(e, ebuf, sizeof ebuf), fc->dir);
+        else
+            snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir,
+                     e == ELOOP ? "it is a symbolic link" : strerror(e));
         return e == EACCES ? DLOCK_EPERM : DLOCK_EIO;
     }
     int rc = 0;
@@ -529,6 +634,14 @@ static int open_lock_file(dlock_lock *l, int *out)
             break;
     }
     int e = errno;
+    /* Out of descriptors: DLOCK_EIO like every other failed system call
+     * here, not DLOCK_ENOMEM, whose text ("out of memory") would mislead;
+     * the message says which limit to raise. */
+    if (out_of_fds(e)) {
+        char ebuf[400];
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot open its lock file: %s",
+                           l->name, fd_strerror(e, ebuf, sizeof ebuf));
+    }
     return dl_lock_err(l, errno_code(e), "cannot open lock file %s/%s: %s", fc->dir, path,
                        strerror(e));
 }
@@ -673,6 +786,7 @@ static void read_record(int fd, int idx, record *r)
 
 static int file_client_open(dlock_client *c, const dl_url *url)
 {
+    (void)pthread_once(&nofile_once, raise_nofile);
     file_client *fc = calloc(1, sizeof *fc);
     if (!fc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
@@ -738,8 +852,10 @@ static int file_lock_init(dlock_lock *l)
 static void file_lock_fini(dlock_lock *l)
 {
     file_lock *fl = l->bstate;
-    if (fl->fd >= 0)
+    if (fl->fd >= 0) {
         close(fl->fd);
+        atomic_fetch_sub(&held_files, 1);
+    }
     free(fl);
 }
 
@@ -964,6 +1080,7 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
         }
         fl->fd = fd;
         fl->slot = slot;
+        atomic_fetch_add(&held_files, 1);
         return 0;
     }
 }
@@ -983,6 +1100,7 @@ static int file_release(dlock_lock *l)
         }
     }
     unlock_all(fl->fd);
+    atomic_fetch_sub(&held_files, 1);
     int rc = close(fl->fd) == 0 || errno == EINTR
                  ? 0
                  : dl_lock_err(l, DLOCK_EIO, "close: %s", strerror(errno));
@@ -994,8 +1112,10 @@ static int file_release(dlock_lock *l)
 static void file_abandon(dlock_lock *l)
 {
     file_lock *fl = l->bstate;
-    if (fl->fd >= 0)
+    if (fl->fd >= 0) {
         drop_fd(fl->fd);
+        atomic_fetch_sub(&held_files, 1);
+    }
     fl->fd = -1;
     fl->slot = -1;
 }
@@ -1032,8 +1152,9 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
             info->holders = 0;
             return 0;
         }
+        char ebuf[400];
         return dl_client_err(c, DLOCK_EIO, "cannot open %s/%s: %s", fc->dir, path,
-                             strerror(errno));
+                             fd_strerror(errno, ebuf, sizeof ebuf));
     }
     char hdr[TOKEN_LEN + 1] = {0};
     if (pread(fd, hdr, TOKEN_LEN, 0) == TOKEN_LEN && memcmp(hdr, "dlock1 ", 7) == 0)
@@ -1101,9 +1222,12 @@ static int file_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void
     int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
+        int e = errno;
         if (dfd >= 0)
             close(dfd);
-        return dl_client_err(c, DLOCK_EIO, "cannot read %s: %s", fc->dir, strerror(errno));
+        char ebuf[400];
+        return dl_client_err(c, DLOCK_EIO, "cannot read %s: %s", fc->dir,
+                             fd_strerror(e, ebuf, sizeof ebuf));
     }
     size_t plen = strlen(prefix);
     struct dirent *e;
@@ -1144,6 +1268,11 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
         return dl_client_err(c, rc, "%s", err);
     /* No directory yet: nobody ever led. */
     int fd = rc ? -1 : openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && !rc && out_of_fds(errno)) {
+        char ebuf[400];
+        return dl_client_err(c, DLOCK_EIO, "cannot open %s/%s: %s", fc->dir, path,
+                             fd_strerror(errno, ebuf, sizeof ebuf));
+    }
     if (fd < 0)
         return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
     record r;

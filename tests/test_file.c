@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,6 +31,7 @@
 
 static char dir[256];
 static char url[300];
+static char self_exe[4096];
 
 static dlock_client *open_client(void)
 {
@@ -231,6 +233,14 @@ static void test_close_releases_held_locks(void **state)
                  dlock_lock_new(&a, c2, "close-held", NULL) == 0 &&
                  dlock_lock_new(&b, c2, "close-twice", NULL) == 0 && dlock_acquire(a, 0) == 0 &&
                  dlock_acquire(b, 0) == 0;
+        /* Free ours and our copy of the parent's handles: valgrind, when it
+         * checks forked children, counts what only dead registers reached. */
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+        dlock_client_close(c2);
+        dlock_lock_free(twice);
+        dlock_lock_free(held);
+        dlock_lock_free(idle);
         _exit(ok ? 0 : 1);
     }
     int st;
@@ -332,8 +342,160 @@ static void test_url_parameters_checked(void **state)
     assert_null(c);
 }
 
-int main(void)
+/* Holding more locks than RLIMIT_NOFILE allows (one descriptor each) fails
+ * with a message naming the limit, and what was held stays held. In a child,
+ * which lowers its soft limit after its client open (that open would raise
+ * it otherwise), so that ours is untouched. */
+static void test_too_many_open_files(void **state)
 {
+    (void)state;
+    enum { LIMIT = 64, MAX_LOCKS = LIMIT + 32 };
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        dlock_client *c = NULL;
+        static dlock_lock *held[MAX_LOCKS];
+        int n = 0, status = 0, rc = 0;
+        char msg[600] = "";
+        if (dlock_client_open(&c, url, NULL) != 0)
+            _exit(2);
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < LIMIT)
+            _exit(3);
+        rl.rlim_cur = LIMIT;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(4);
+        for (; n < MAX_LOCKS; n++) {
+            char name[32];
+            snprintf(name, sizeof name, "nofile-%d", n);
+            if (dlock_lock_new(&held[n], c, name, NULL) != 0)
+                _exit(5);
+            rc = dlock_acquire(held[n], 0);
+            if (rc != 0) {
+                snprintf(msg, sizeof msg, "%s", dlock_lock_errmsg(held[n]));
+                if (dlock_state(held[n]) != DLOCK_STATE_IDLE)
+                    status = 6;
+                dlock_lock_free(held[n]);
+                break;
+            }
+        }
+        if (n == MAX_LOCKS)
+            status = 77; /* the limit is not enforced (valgrind keeps its own) */
+        else if (n == 0 || rc != DLOCK_EIO || !strstr(msg, "RLIMIT_NOFILE") ||
+                 !strstr(msg, "too many open files") || !strstr(msg, "nofile-"))
+            status = 7;
+        for (int i = 0; i < n && status == 0; i++)
+            if (dlock_state(held[i]) != DLOCK_STATE_HELD)
+                status = 8;
+        if (status && status != 77)
+            fprintf(stderr, "child: status %d after %d locks, rc %d: %s\n", status, n, rc, msg);
+        int report[2] = {status, n};
+        char go;
+        if (write(up[1], report, sizeof report) != (ssize_t)sizeof report ||
+            read(down[0], &go, 1) != 1)
+            _exit(9);
+        for (int i = 0; i < n; i++) {
+            if (dlock_release(held[i]) != 0)
+                _exit(10);
+            dlock_lock_free(held[i]);
+        }
+        /* The descriptors came back: a lock can be taken again. */
+        dlock_lock *again = NULL;
+        if (dlock_lock_new(&again, c, "nofile-again", NULL) != 0 || dlock_acquire(again, 0) != 0 ||
+            dlock_release(again) != 0)
+            _exit(11);
+        dlock_lock_free(again);
+        dlock_client_close(c);
+        _exit(status);
+    }
+    close(up[1]);
+    close(down[0]);
+    int report[2] = {-1, 0};
+    assert_int_equal(read(up[0], report, sizeof report), (ssize_t)sizeof report);
+    if (report[0] == 0) {
+        /* The kernel's view: every lock the child took is still its own. */
+        dlock_client *c = open_client();
+        for (int i = 0; i < report[1]; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "nofile-%d", i);
+            dlock_lock *l = new_lock(c, name, DLOCK_EXCLUSIVE, 1);
+            assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+            dlock_lock_free(l);
+        }
+        dlock_client_close(c);
+    }
+    assert_int_equal(write(down[1], "g", 1), 1);
+    close(up[0]);
+    close(down[1]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77)
+        skip();
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(report[0], 0);
+    assert_true(report[1] > 0 && report[1] < LIMIT);
+}
+
+/* Run by test_raises_nofile in a freshly exec'd process (so the library's
+ * once-per-process raise has not run yet): soft < hard on entry, and a
+ * file:// client open raises soft to hard. */
+static int raise_check(const char *u)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 2;
+    if (rl.rlim_cur >= rl.rlim_max)
+        return 77; /* not set up as asked (valgrind keeps its own limits) */
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, u, NULL) != 0)
+        return 3;
+    dlock_client_close(c);
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 2;
+    if (rl.rlim_cur != rl.rlim_max) {
+        fprintf(stderr, "soft limit %llu, hard %llu after a client open\n",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_raises_nofile(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max <= 64 || !self_exe[0])
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        rl.rlim_cur = rl.rlim_max > 256 ? 256 : rl.rlim_max / 2;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(4);
+        execl(self_exe, self_exe, "--raise-nofile-check", url, (char *)NULL);
+        _exit(5);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77)
+        skip();
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--raise-nofile-check") == 0)
+        return raise_check(argv[2]);
+    ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[len > 0 ? len : 0] = '\0';
     snprintf(dir, sizeof dir, "/tmp/dlock-test-XXXXXX");
     if (!mkdtemp(dir))
         return 1;
@@ -347,6 +509,8 @@ int main(void)
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_multi_lock_same_name_twice),
         cmocka_unit_test(test_url_parameters_checked),
+        cmocka_unit_test(test_too_many_open_files),
+        cmocka_unit_test(test_raises_nofile),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];
