@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "testutil.h"
 #include "../src/tools.h"
 
 /* Enough locks that one renewal per round trip could not keep them (2 000
@@ -42,31 +43,6 @@ typedef struct target {
 
 static target targets[3];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    if (ms > 0)
-        usleep((useconds_t)(ms * 1000));
-}
-
-static void server_signal(const char *name, int sig)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.pid", getenv("DLOCK_TEST_SERVERS"), name);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long pid = 0;
-    assert_int_equal(fscanf(f, "%ld", &pid), 1);
-    fclose(f);
-    assert_int_equal(kill((pid_t)pid, sig), 0);
-}
-
 static void freeze(const target *t, int sig)
 {
     for (int i = 0; t->servers[i]; i++)
@@ -81,14 +57,14 @@ typedef struct held {
     _Atomic int64_t told_ms;
 } held;
 
-static atomic_int lost_calls;
+static atomic_int loss_notices; /* loss callbacks */
 
 static void on_lost(dlock_lock *l, void *arg)
 {
     (void)l;
     held *h = arg;
     atomic_store(&h->told_ms, now_ms());
-    atomic_fetch_add(&lost_calls, 1);
+    atomic_fetch_add(&loss_notices, 1);
 }
 
 static held *hold_many(dlock_client *c, const char *prefix, int n)
@@ -131,7 +107,7 @@ static void none_lost(target *t)
 {
     dlock_client *c = NULL;
     assert_int_equal(dlock_client_open(&c, t->url, NULL), 0);
-    atomic_store(&lost_calls, 0);
+    atomic_store(&loss_notices, 0);
     held *hs = hold_many(c, "many-kept", NLOCKS);
     sleep_ms(3 * TTL_MS);
     int kept = count_held(hs, NLOCKS);
@@ -141,7 +117,7 @@ static void none_lost(target *t)
                     " calls\n",
             t->label, kept, NLOCKS, 3 * TTL_MS, rs.renewed, rs.calls);
     assert_int_equal(kept, NLOCKS);
-    assert_int_equal(atomic_load(&lost_calls), 0);
+    assert_int_equal(atomic_load(&loss_notices), 0);
     /* every lock renewed at least twice in three leases */
     assert_true(rs.renewed >= 2u * NLOCKS);
     assert_true(rs.calls * 20 < rs.renewed);
@@ -168,7 +144,7 @@ static void broken_lost_at_once(target *t)
     dlock_client *c = NULL, *other = NULL;
     assert_int_equal(dlock_client_open(&c, t->url, NULL), 0);
     assert_int_equal(dlock_client_open(&other, t->url, NULL), 0);
-    atomic_store(&lost_calls, 0);
+    atomic_store(&loss_notices, 0);
     held *hs = hold_many(c, "many-broken", NLOCKS);
     int victim = NLOCKS / 2;
     dlock_info info;
@@ -191,7 +167,7 @@ static void broken_lost_at_once(target *t)
     assert_true(told <= deadline);
     sleep_ms(TTL_MS);
     assert_int_equal(count_held(hs, NLOCKS), NLOCKS - 1);
-    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(atomic_load(&loss_notices), 1);
     assert_int_equal(dlock_release(hs[victim].l), DLOCK_ELOST);
     free_many(hs, NLOCKS);
     dlock_client_close(other);
@@ -208,7 +184,7 @@ static void all_lost_when_frozen(target *t)
      * must tell */
     snprintf(url, sizeof url, "%s%sop_timeout_ms=5000", t->url, strchr(t->url, '?') ? "&" : "?");
     assert_int_equal(dlock_client_open(&c, url, NULL), 0);
-    atomic_store(&lost_calls, 0);
+    atomic_store(&loss_notices, 0);
     held *hs = hold_many(c, "many-frozen", NLOCKS);
     sleep_ms(TTL_MS / 2);
     freeze(t, SIGSTOP);
@@ -218,7 +194,7 @@ static void all_lost_when_frozen(target *t)
     for (int i = 0; i < NLOCKS; i++)
         hs[i].deadline_ms = t0 + dlock_valid_ms(hs[i].l);
     int64_t until = now_ms() + TTL_MS + 3000;
-    while (atomic_load(&lost_calls) < NLOCKS && now_ms() < until)
+    while (atomic_load(&loss_notices) < NLOCKS && now_ms() < until)
         sleep_ms(20);
     freeze(t, SIGCONT);
     int64_t late = 0;
@@ -228,8 +204,8 @@ static void all_lost_when_frozen(target *t)
             late = told - hs[i].deadline_ms;
     }
     fprintf(stderr, "# %s: %d of %d told lost; latest %" PRId64 " ms past its deadline\n",
-            t->label, atomic_load(&lost_calls), NLOCKS, late);
-    assert_int_equal(atomic_load(&lost_calls), NLOCKS);
+            t->label, atomic_load(&loss_notices), NLOCKS, late);
+    assert_int_equal(atomic_load(&loss_notices), NLOCKS);
     assert_int_equal(count_held(hs, NLOCKS), 0);
     assert_true(late <= SLACK_MS);
     for (int i = 0; i < NLOCKS; i++)

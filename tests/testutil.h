@@ -20,6 +20,8 @@
 #include "dlock.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 static int name_seq;
@@ -39,6 +41,19 @@ static inline void sleep_ms(int64_t ms)
         while (nanosleep(&ts, &ts) != 0) {
         }
     }
+}
+
+/* Send sig to the server tests/servers.sh started as name (its pid file). */
+static inline void server_signal(const char *name, int sig)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.pid", getenv("DLOCK_TEST_SERVERS"), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long pid = 0;
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    assert_int_equal(kill((pid_t)pid, sig), 0);
 }
 
 static inline void unique(char *buf, size_t len, const char *base)
