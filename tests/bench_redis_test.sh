@@ -56,6 +56,15 @@ jcheck "$TMP/redlock1.json" "redlock: PING to all masters and to one alone" \
 run redlock3 "$DLOCK_TEST_REDLOCK" -P 3 -H 50 $SHORT
 jcheck "$TMP/redlock3.json" "redlock 3 waiters: violations 0" 'd["violations"] == 0 and d["n"] > 0'
 
+# -L: each of 2 worker processes keeps 300 locks of its own through the run
+# (leases of 2 s: renewed several times), on a single master and on Redlock
+run held "$DLOCK_TEST_REDIS" -P 2 -L 300 --ttl 2 -D 3 --warmup 0.2 --json
+jcheck "$TMP/held.json" "redis -L 300: all 600 still held, none lost, renewals and memory counted" \
+    'd["held_per_worker"] == 300 and d["held"] == 600 and d["lost"] == 0 and d["renewals_per_s"] > 0 and 0 < d["renewal_calls_per_s"] < d["renewals_per_s"] and d["rss_per_lock_bytes"] is not None'
+run heldrl "$DLOCK_TEST_REDLOCK" -P 1 -L 300 --ttl 2 -D 3 --warmup 0.2 --json
+jcheck "$TMP/heldrl.json" "redlock -L 300: all held, none lost, renewed in batches" \
+    'd["held"] == 300 and d["lost"] == 0 and 0 < d["renewal_calls_per_s"] < d["renewals_per_s"]'
+
 # the matrix script and the targets on one row of each backend
 DLOCK=$DLOCK BENCH_LABEL=test bash "$here/../bench/matrix.sh" -D 0.3 -n 3 -r uncontended \
     -o "$TMP/m.jsonl" "$DLOCK_TEST_REDIS" "$DLOCK_TEST_REDLOCK" 2>"$TMP/m.err"

@@ -37,6 +37,14 @@ jcheck "$TMP/uncontended.json" "uncontended: fairness is [n, n] for one waiter" 
     'd["fairness_min_max"] == [d["n"], d["n"]]'
 
 # --- contended, one name
+# -L on a backend without leases: held all through, nothing to renew
+run held -P 2 -L 50 $SHORT
+jcheck "$TMP/held.json" "-L 50: 100 held, none lost, no renewals (kernel locks)" \
+    'd["held_per_worker"] == 50 and d["held"] == 100 and d["lost"] == 0 and d["renewals_per_s"] == 0'
+"$DLOCK" --url "$URL" bench -L 0 >/dev/null 2>"$TMP/l0.err"
+[ $? -eq 64 ] && grep -q "wants an integer" "$TMP/l0.err" && ok "-L 0: usage error" ||
+    bad "-L 0: $(cat "$TMP/l0.err")"
+
 run contended -P 4 -K 1 -H 50 $SHORT
 jcheck "$TMP/contended.json" "contended: violations 0 over every section" \
     'd["violations"] == 0 and d["sections_checked"] >= d["n"] > 0'
