@@ -301,14 +301,16 @@ typedef struct mcclient {
     int op_timeout_ms, connect_timeout_ms;
 } mcclient;
 
+/* As small as the name allows (a client may hold many locks): the item's
+ * value is built again for every write from what it is made of. */
 typedef struct mclock {
-    char key[MC_KEY_MAX + 1]; /* the base key (see the top) */
     mc_server *srv;
-    int slot;       /* semaphore: the slot held (-1: the base key) */
+    char *leader;   /* the leader value published while held, or NULL */
     uint64_t cas;   /* our item's, from the take and each renewal */
     long long since_ms;
+    int slot;       /* semaphore: the slot held (-1: the base key) */
     bool token_known;
-    char value[MC_VALUE_MAX + 1]; /* what our item holds (renewals write it again) */
+    char key[];     /* the base key (see the top) */
 } mclock;
 
 static mcclient *mcc_of(dlock_client *c)
@@ -583,10 +585,12 @@ static void slot_key(const mclock *ml, int slot, char *out, size_t len)
 static int mc_lock_init(dlock_lock *l)
 {
     mcclient *mc = mcc_of(l->c);
-    mclock *ml = calloc(1, sizeof *ml);
+    char key[MC_KEY_MAX + 1];
+    key_of(mc, l->name, key, sizeof key);
+    mclock *ml = calloc(1, sizeof *ml + strlen(key) + 1);
     if (!ml)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    key_of(mc, l->name, ml->key, sizeof ml->key);
+    memcpy(ml->key, key, strlen(key) + 1);
     ml->srv = server_of(mc, l->name);
     ml->slot = -1;
     l->bstate = ml;
@@ -595,13 +599,16 @@ static int mc_lock_init(dlock_lock *l)
 
 static void mc_lock_fini(dlock_lock *l)
 {
-    free(l->bstate);
+    mclock *ml = l->bstate;
+    if (ml)
+        free(ml->leader);
+    free(ml);
     l->bstate = NULL;
 }
 
 /* Our item's value: owner, since, token (0 until known), lease, holder, and
- * the leader's value if any, into ml->value. */
-static void item_value(dlock_lock *l, const char *value)
+ * the leader's value (value, NULL: none), into out[MC_VALUE_MAX + 1]. */
+static void item_value(dlock_lock *l, const char *value, char *out)
 {
     mclock *ml = l->bstate;
     mc_item it = {.since_ms = ml->since_ms,
@@ -611,8 +618,8 @@ static void item_value(dlock_lock *l, const char *value)
     snprintf(it.owner, sizeof it.owner, "%s", l->owner);
     snprintf(it.holder, sizeof it.holder, "%s", mcc_of(l->c)->holder);
     snprintf(it.value, sizeof it.value, "%s", value ? value : "");
-    if (mc_item_format(&it, ml->value, sizeof ml->value) < 0)
-        ml->value[0] = '\0'; /* not reached: every part is bounded */
+    if (mc_item_format(&it, out, MC_VALUE_MAX + 1) < 0)
+        out[0] = '\0'; /* not reached: every part is bounded */
 }
 
 static int64_t op_until(const dlock_lock *l, const mcclient *mc)
@@ -631,10 +638,12 @@ static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
     slot_key(ml, slot, k, sizeof k);
     ml->since_ms = dl_realtime_ms();
     ml->token_known = false;
-    item_value(l, NULL);
+    free(ml->leader); /* a new hold publishes no leader value yet */
+    ml->leader = NULL;
+    char val[MC_VALUE_MAX + 1];
+    item_value(l, NULL, val);
     long ttl = ttl_seconds(l->opts.ttl_ms);
-    int n = snprintf(req, sizeof req, "ms %s %zu T%ld ME c\r\n%s\r\n", k, strlen(ml->value), ttl,
-                     ml->value);
+    int n = snprintf(req, sizeof req, "ms %s %zu T%ld ME c\r\n%s\r\n", k, strlen(val), ttl, val);
     int nrep = 1;
     if (slot >= 0) {
         char p[16];
@@ -666,7 +675,6 @@ static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
     ml->cas = rep[0].cas;
     atomic_store(&l->token, rep[0].cas);
     ml->token_known = true;
-    item_value(l, NULL); /* what renewals write */
     return 1;
 }
 
@@ -759,41 +767,111 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
     }
 }
 
-/* Compare-and-swap on our item: write it again with a new expiry (and
- * value), or delete it. 0, DLOCK_ELOST when it is no longer ours, or a
- * code. */
-static int own_item(dlock_lock *l, bool del, const char *value)
+/* A compare-and-swap write (or delete, del) of our item: the request for l
+ * at req[0..len), its length (0 when it does not fit). The value is
+ * the one renewals keep writing, with value as the leader's if not NULL. */
+static size_t own_request(dlock_lock *l, bool del, const char *value, char *req, size_t len)
 {
-    mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
-    char k[MC_KEY_MAX + 16], req[MC_VALUE_MAX + 2 * MC_KEY_MAX], why[400];
+    char k[MC_KEY_MAX + 16];
     slot_key(ml, ml->slot, k, sizeof k);
     int n;
     if (del) {
-        n = snprintf(req, sizeof req, "md %s C%" PRIu64 "\r\n", k, ml->cas);
+        n = snprintf(req, len, "md %s C%" PRIu64 "\r\n", k, ml->cas);
     } else {
-        if (value)
-            item_value(l, value);
-        n = snprintf(req, sizeof req, "ms %s %zu T%ld C%" PRIu64 " c\r\n%s\r\n", k,
-                     strlen(ml->value), ttl_seconds(l->opts.ttl_ms), ml->cas, ml->value);
+        char val[MC_VALUE_MAX + 1];
+        item_value(l, value ? value : ml->leader, val);
+        n = snprintf(req, len, "ms %s %zu T%ld C%" PRIu64 " c\r\n%s\r\n", k, strlen(val),
+                     ttl_seconds(l->opts.ttl_ms), ml->cas, val);
     }
-    mc_reply r;
-    int rc = mc_call(mc, ml->srv, req, (size_t)n, &r, 1, op_until(l, mc), -1, why, sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    if (strcmp(r.code, "HD") == 0) {
-        if (!del && r.has_cas)
-            ml->cas = r.cas;
+    return n > 0 && (size_t)n < len ? (size_t)n : 0;
+}
+
+#define MC_OWN_REQ_MAX (MC_VALUE_MAX + 2 * MC_KEY_MAX + 64)
+
+/* What the reply to own_request says: 0 (a write's new CAS kept),
+ * DLOCK_ELOST when the item is no longer ours, or a code. */
+static int own_reply(dlock_lock *l, bool del, const mc_reply *r)
+{
+    mclock *ml = l->bstate;
+    if (strcmp(r->code, "HD") == 0) {
+        if (!del && r->has_cas)
+            ml->cas = r->cas;
         return 0;
     }
-    if (strcmp(r.code, "EX") == 0 || strcmp(r.code, "NF") == 0)
+    if (strcmp(r->code, "EX") == 0 || strcmp(r->code, "NF") == 0)
         return dl_lock_err(l, DLOCK_ELOST,
                            "lock \"%s\": its item %s (expired, evicted, broken, or the server "
                            "restarted)",
                            l->name,
-                           strcmp(r.code, "NF") == 0 ? "is gone" : "belongs to another owner");
+                           strcmp(r->code, "NF") == 0 ? "is gone" : "belongs to another owner");
     return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": memcached said %s", l->name,
-                       r.error[0] ? r.error : r.code);
+                       r->error[0] ? r->error : r->code);
+}
+
+/* Compare-and-swap on our item: write it again with a new expiry (and
+ * value: the leader's, kept for later renewals), or delete it. 0,
+ * DLOCK_ELOST when it is no longer ours, or a code. */
+static int own_item(dlock_lock *l, bool del, const char *value)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    char req[MC_OWN_REQ_MAX], why[400];
+    size_t n = own_request(l, del, value, req, sizeof req);
+    mc_reply r;
+    int rc = mc_call(mc, ml->srv, req, n, &r, 1, op_until(l, mc), -1, why, sizeof why);
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    rc = own_reply(l, del, &r);
+    if (rc == 0 && value) {
+        char *keep = strdup(value);
+        if (!keep)
+            return dl_lock_err(l, DLOCK_ENOMEM, "lock \"%s\": out of memory", l->name);
+        free(ml->leader);
+        ml->leader = keep;
+    }
+    return rc;
+}
+
+/* Renew many locks: per server, every compare-and-swap write in one
+ * pipelined request and the replies in one read (the meta protocol answers
+ * in order). A call that fails fails each lock of its server (transient:
+ * the core's watchdog decides at each one's deadline). */
+static void mc_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, size_t n)
+{
+    mcclient *mc = mcc_of(c);
+    char *req = malloc(n * MC_OWN_REQ_MAX);
+    mc_reply *reps = malloc(n * sizeof *reps);
+    size_t *idx = malloc(n * sizeof *idx);
+    for (size_t s = 0; s < mc->nservers; s++) {
+        mc_server *srv = &mc->servers[s];
+        size_t k = 0, off = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (((mclock *)ls[i]->bstate)->srv != srv)
+                continue;
+            if (!req || !reps || !idx) {
+                rcs[i] = dl_lock_err(ls[i], DLOCK_ENOMEM, "lock \"%s\": out of memory to renew",
+                                     ls[i]->name);
+                continue;
+            }
+            off += own_request(ls[i], false, NULL, req + off, MC_OWN_REQ_MAX);
+            idx[k++] = i;
+        }
+        if (k == 0)
+            continue;
+        char why[400];
+        int rc = mc_call(mc, srv, req, off, reps, (int)k, op_until(ls[idx[0]], mc), -1, why,
+                         sizeof why);
+        for (size_t j = 0; j < k; j++) {
+            dlock_lock *l = ls[idx[j]];
+            rcs[idx[j]] = rc ? dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why,
+                                           mc->redacted)
+                             : own_reply(l, false, &reps[j]);
+        }
+    }
+    free(idx);
+    free(reps);
+    free(req);
 }
 
 static int mc_release(dlock_lock *l)
@@ -1204,7 +1282,7 @@ static const struct dl_tools mc_tools = {
 #endif /* DLOCK_MEMCACHED_PARSER_ONLY */
 
 const dl_backend dl_backend_memcached = {
-    .version = DL_BACKEND_V1,
+    .version = DL_BACKEND_V2,
     .name = "memcached",
     .schemes = memcached_schemes,
     .caps = MC_CAPS,
@@ -1219,6 +1297,7 @@ const dl_backend dl_backend_memcached = {
     .acquire = mc_acquire,
     .release = mc_release,
     .renew = mc_renew,
+    .renew_batch = mc_renew_batch,
     .abandon = mc_abandon,
     .inspect = mc_inspect,
     .list = mc_list,

@@ -1,10 +1,12 @@
 /*
  * test_many.c — one client holding many leases at once, on real servers
- * (a single Redis, a cluster, a Redlock of five masters): renewals go in
+ * (a single Redis, a cluster, a Redlock of five masters, two memcached
+ * servers that share the names): renewals go in
  * batches, so that none is lost while the servers answer; a lock that a
  * batch's reply says is no longer ours is lost at once; when the servers
  * stop answering (SIGSTOP) every lock is reported lost, each by its own
- * deadline. Runs inside tests/servers.sh (redis, cluster, redlock).
+ * deadline. Runs inside tests/servers.sh (redis, cluster, redlock,
+ * memcached).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,7 +43,7 @@ typedef struct target {
     const char *servers[5]; /* servers.sh names to freeze, NULL-ended */
 } target;
 
-static target targets[3];
+static target targets[4];
 
 static void freeze(const target *t, int sig)
 {
@@ -229,6 +231,11 @@ static void all_lost_when_frozen(target *t)
     {                                                                                        \
         (void)s;                                                                             \
         fn(&targets[2]);                                                                     \
+    }                                                                                        \
+    static void fn##_memcached(void **s)                                                     \
+    {                                                                                        \
+        (void)s;                                                                             \
+        fn(&targets[3]);                                                                     \
     }
 PER_TARGET(none_lost)
 PER_TARGET(broken_lost_at_once)
@@ -237,9 +244,10 @@ PER_TARGET(all_lost_when_frozen)
 int main(void)
 {
     const char *single = getenv("DLOCK_TEST_REDIS"), *cluster = getenv("DLOCK_TEST_CLUSTER"),
-               *redlock = getenv("DLOCK_TEST_REDLOCK");
-    if (!single || !cluster || !redlock || !getenv("DLOCK_TEST_SERVERS")) {
-        fprintf(stderr, "test_many: run inside tests/servers.sh run redis cluster redlock -- ...\n");
+               *redlock = getenv("DLOCK_TEST_REDLOCK"), *mc = getenv("DLOCK_TEST_MEMCACHED2");
+    if (!single || !cluster || !redlock || !mc || !getenv("DLOCK_TEST_SERVERS")) {
+        fprintf(stderr, "test_many: run inside tests/servers.sh run redis cluster redlock "
+                        "memcached -- ...\n");
         return 77;
     }
     targets[0] = (target){.label = "redis", .servers = {"single"}};
@@ -249,6 +257,8 @@ int main(void)
     /* three of five masters: no quorum can renew */
     targets[2] = (target){.label = "redlock", .servers = {"redlock1", "redlock2", "redlock3"}};
     snprintf(targets[2].url, sizeof targets[2].url, "%s", redlock);
+    targets[3] = (target){.label = "memcached", .servers = {"memcached", "memcached2"}};
+    snprintf(targets[3].url, sizeof targets[3].url, "%s", mc);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(none_lost_single),
         cmocka_unit_test(broken_lost_at_once_single),
@@ -259,6 +269,9 @@ int main(void)
         cmocka_unit_test(none_lost_redlock),
         cmocka_unit_test(broken_lost_at_once_redlock),
         cmocka_unit_test(all_lost_when_frozen_redlock),
+        cmocka_unit_test(none_lost_memcached),
+        cmocka_unit_test(broken_lost_at_once_memcached),
+        cmocka_unit_test(all_lost_when_frozen_memcached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
