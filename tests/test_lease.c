@@ -22,36 +22,12 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "testutil.h"
 
 /* Renewal requests may wait 5 s here: the code before the watchdog declared
  * a loss only after such a request timed out, long after the server's
  * expiry, so the bounds below tell the two apart with a wide margin. */
 static char url[512];
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    if (ms > 0)
-        usleep((useconds_t)(ms * 1000));
-}
-
-static void server_signal(int sig)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/single.pid", getenv("DLOCK_TEST_SERVERS"));
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long pid = 0;
-    assert_int_equal(fscanf(f, "%ld", &pid), 1);
-    fclose(f);
-    assert_int_equal(kill((pid_t)pid, sig), 0);
-}
 
 static dlock_lock *held_lock(dlock_client *c, const char *name, int ttl_ms, int64_t *t0)
 {
@@ -67,7 +43,7 @@ static dlock_lock *held_lock(dlock_client *c, const char *name, int ttl_ms, int6
 }
 
 /* Wait until l's loss descriptor is readable; the monotonic ms it was seen. */
-static int64_t wait_lost(dlock_lock *l, int limit_ms)
+static int64_t lost_seen_at(dlock_lock *l, int limit_ms)
 {
     struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
     assert_true(p.fd >= 0);
@@ -94,9 +70,9 @@ static void test_loss_before_server_expiry(void **state)
     dlock_lock *l = held_lock(c, "lease-frozen", ttl, &t0);
     assert_true(dlock_valid_ms(l) > ttl / 2);
     sleep_ms(100);
-    server_signal(SIGSTOP);
-    int64_t told = wait_lost(l, 10000);
-    server_signal(SIGCONT);
+    server_signal("single", SIGSTOP);
+    int64_t told = lost_seen_at(l, 10000);
+    server_signal("single", SIGCONT);
     int64_t expiry = t0 + ttl; /* the server's lease ends no earlier */
     fprintf(stderr, "# told %" PRId64 " ms after acquiring, %" PRId64
                     " ms before the server's expiry (ttl %d ms)\n",
@@ -122,11 +98,11 @@ static void test_stuck_renewal_does_not_delay_another_loss(void **state)
     sleep_ms(2900 - (now_ms() - tx));
     dlock_lock *y = held_lock(c, "lease-stuck-y", 2000, &ty); /* renewed at +0.67 s */
     sleep_ms(3050 - (now_ms() - tx));                          /* x's renewal is due */
-    server_signal(SIGSTOP);
-    int64_t told = wait_lost(y, 10000);
+    server_signal("single", SIGSTOP);
+    int64_t told = lost_seen_at(y, 10000);
     fprintf(stderr, "# y told %" PRId64 " ms after acquiring (ttl 2000 ms)\n", told - ty);
     assert_true(told <= ty + 2000 + SLACK_MS);
-    server_signal(SIGCONT);
+    server_signal("single", SIGCONT);
     assert_int_equal(dlock_release(y), DLOCK_ELOST);
     dlock_lock_free(y);
     dlock_lock_free(x);

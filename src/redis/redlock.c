@@ -328,6 +328,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             l->lease_start_ns = t0 - dl_drift_ns(ttl);
             return 0;
         }
+        bool published = true;
         if (granted >= rc->quorum && validity > 0) {
             /* Publish the max to the quorum we hold before anyone uses it. */
             long long token = maxtok;
@@ -346,6 +347,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                 l->lease_start_ns = t0 - dl_drift_ns(ttl);
                 return 0;
             }
+            published = false;
         }
         /* Give back what this try got. The caller learns nothing from the
          * answers, so wait no longer than for the try itself: with a
@@ -359,6 +361,12 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                                "%d)%s%s",
                                l->name, answered, rc->n, rc->quorum,
                                why[0] ? "; last failure: " : "", why);
+        if (deadline == 0 && !published)
+            return dl_lock_err(l, DLOCK_EBUSY,
+                               "lock \"%s\": granted by %d of %d masters, but their tokens "
+                               "differed and the highest did not reach a quorum within %d ms: "
+                               "given back",
+                               l->name, granted, rc->n, bounded_node_timeout(rc, l));
         if (deadline == 0 && granted >= rc->quorum && validity <= 0)
             return dl_lock_err(l, DLOCK_EBUSY,
                                "lock \"%s\": granted by %d of %d masters, but only after %lld "
