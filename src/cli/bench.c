@@ -1397,7 +1397,9 @@ int cli_bench(int argc, char **argv, const char *url)
     started = true;
     /* The run is bounded: the last sections started before the end must
      * finish within a grace period, or the lock is stuck. */
-    int64_t grace = 10000000000LL + (int64_t)c->P * c->H * 1000 * 4 + c->L * 200000LL;
+    /* -L: giving the held locks back after the run is one round trip
+     * each (1 ms each allowed: a million took over 200 s on a busy run). */
+    int64_t grace = 10000000000LL + (int64_t)c->P * c->H * 1000 * 4 + c->L * 1000000LL;
     rc = sleep_until(&x, &g, win_end + grace, NULL, &exited);
     if (rc == 0 && ms_alive(&g) > 0) {
         cli_err("bench: workers still running %.0f s after the end of the run (a lock that is "
