@@ -183,6 +183,7 @@ typedef struct pgclient {
     char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
+    char *sql_renew_many;                                   /* lease: a batch */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
     char *sql_setvalue;                                    /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
@@ -1300,7 +1301,16 @@ static int lease_build_sql(pgclient *pc)
         "WHERE name = $1 AND slot = $2 AND owner = $3 AND expires >= clock_timestamp() "
         "RETURNING 1",
         t);
-    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew && pc->sql_enqueue &&
+    /* Many renewals in one statement: arrays of names, slots, owners and
+     * leases; the rows still ours come back by their place in the arrays. */
+    pc->sql_renew_many = fmt_alloc(
+        "UPDATE %s AS t SET expires = clock_timestamp() + b.ttl * interval '1 millisecond' "
+        "FROM unnest($1::text[], $2::int[], $3::text[], $4::int[]) WITH ORDINALITY "
+        "AS b(name, slot, owner, ttl, i) WHERE t.name = b.name AND t.slot = b.slot AND "
+        "t.owner = b.owner AND t.expires >= clock_timestamp() RETURNING b.i",
+        t);
+    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew &&
+                   pc->sql_renew_many && pc->sql_enqueue &&
                    pc->sql_refresh && pc->sql_dequeue && pc->sql_setvalue
                ? 0
                : DLOCK_ENOMEM;
@@ -1552,6 +1562,98 @@ static int pg_renew(dlock_lock *l)
                                  "lock \"%s\": its row had expired or been taken over", l->name);
 }
 
+/* Append s to the array literal at *b as one quoted element ("..." with
+ * backslash before each quote and backslash: names may hold either). */
+static void array_add(char **b, const char *s, bool first)
+{
+    char *o = *b;
+    if (!first)
+        *o++ = ',';
+    *o++ = '"';
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            *o++ = '\\';
+        *o++ = *s;
+    }
+    *o++ = '"';
+    *o = '\0';
+    *b = o;
+}
+
+/* Renew many leases in one statement on one connection: the rows still
+ * ours are extended and come back; a lock whose row did not is lost at
+ * once. A statement that fails fails every lock of the batch (transient:
+ * the core's watchdog decides at each one's deadline). */
+static void pg_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, size_t n)
+{
+    pgclient *pc = pc_of(c);
+    size_t names = 3, owners = 3, ints = 3;
+    for (size_t i = 0; i < n; i++) {
+        names += 2 * strlen(ls[i]->name) + 3;
+        owners += DL_OWNER_HEX + 3;
+        ints += 16;
+    }
+    char *buf = malloc(names + owners + 2 * ints);
+    bool *kept = calloc(n, sizeof *kept);
+    char why[300], line[200];
+    int rc = buf && kept ? 0 : DLOCK_ENOMEM;
+    snprintf(why, sizeof why, "out of memory");
+    const char *p[4] = {0};
+    if (!rc) {
+        char *a[4] = {buf, buf + names, buf + names + owners, buf + names + owners + ints};
+        for (int k = 0; k < 4; k++) {
+            p[k] = a[k];
+            *a[k]++ = '{';
+        }
+        for (size_t i = 0; i < n; i++) {
+            char num[16];
+            array_add(&a[0], ls[i]->name, i == 0);
+            snprintf(num, sizeof num, "%d", ((pglock *)ls[i]->bstate)->slot);
+            array_add(&a[1], num, i == 0);
+            array_add(&a[2], ls[i]->owner, i == 0);
+            snprintf(num, sizeof num, "%d", ls[i]->opts.ttl_ms);
+            array_add(&a[3], num, i == 0);
+        }
+        for (int k = 0; k < 4; k++)
+            memcpy(a[k], "}", 2);
+    }
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(ls[0], pc->op_timeout_ms) * 1000000;
+    pg_conn *k = NULL;
+    if (!rc)
+        rc = conn_get(pc, until, -1, &k, why, sizeof why);
+    PGresult *r = NULL;
+    if (!rc) {
+        rc = run_fixed(k, pc->sql_renew_many, 4, p, until, -1, &r, why, sizeof why);
+        if (rc) {
+            conn_close(k);
+            rc = rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc;
+        } else if (*sqlstate(r)) {
+            rc = code_of_state(sqlstate(r));
+            snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+            conn_put(pc, k);
+        } else {
+            for (int t = 0; t < pq.ntuples(r); t++) {
+                long long i = strtoll(pq.getvalue(r, t, 0), NULL, 10);
+                if (i >= 1 && (size_t)i <= n)
+                    kept[i - 1] = true;
+            }
+            drop_notices(k);
+            conn_put(pc, k);
+        }
+        if (r)
+            pq.clear(r);
+    }
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = rc ? dl_lock_err(ls[i], rc, "lock \"%s\": %s (%s)", ls[i]->name, why,
+                                  pc->redacted)
+             : kept[i] ? 0
+                       : dl_lock_err(ls[i], DLOCK_ELOST,
+                                     "lock \"%s\": its row had expired or been taken over",
+                                     ls[i]->name);
+    free(kept);
+    free(buf);
+}
+
 static int lease_set_value(dlock_lock *l, const char *value)
 {
     int touched = 0;
@@ -1726,6 +1828,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_expiry);
     free(pc->sql_free);
     free(pc->sql_renew);
+    free(pc->sql_renew_many);
     free(pc->sql_enqueue);
     free(pc->sql_setvalue);
     free(pc->sql_row_ensure);
@@ -2125,7 +2228,8 @@ static const struct dl_tools pg_tools = {
 #define PG_OPS                                                                               \
     .client_open = pg_client_open, .client_close = pg_client_close,                          \
     .lock_init = pg_lock_init, .lock_fini = pg_lock_fini, .acquire = pg_acquire,             \
-    .release = pg_release, .renew = pg_renew, .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,    \
+    .release = pg_release, .renew = pg_renew, .renew_batch = pg_renew_batch,                  \
+    .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,                           \
     .set_value = pg_set_value, .get_value = pg_get_value, .break_lock = pg_break,            \
     .tools = &pg_tools
 #else
@@ -2133,7 +2237,7 @@ static const struct dl_tools pg_tools = {
 #endif
 
 const dl_backend dl_backend_postgres = {
-    .version = DL_BACKEND_V1,
+    .version = DL_BACKEND_V2,
     .name = "postgres",
     .schemes = postgres_schemes,
     .caps = PG_CAPS,
