@@ -1600,7 +1600,8 @@ static void pg_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, siz
     snprintf(why, sizeof why, "out of memory");
     const char *p[4] = {0};
     if (!rc) {
-        char *a[4] = {buf, buf + names, buf + names + owners, buf + names + owners + ints};
+        /* names, slots, owners, leases */
+        char *a[4] = {buf, buf + names, buf + names + ints, buf + names + ints + owners};
         for (int k = 0; k < 4; k++) {
             p[k] = a[k];
             *a[k]++ = '{';

@@ -81,7 +81,10 @@ static held *hold_many(dlock_client *c, const char *prefix, int n)
         o.on_lost = on_lost;
         o.on_lost_arg = &hs[i];
         char name[64];
-        snprintf(name, sizeof name, "%s-%d-%d", prefix, (int)getpid(), i);
+        /* every fifth name odd: quotes, a comma, braces, a space (they
+         * travel in array literals, hash tags and memcached keys) */
+        snprintf(name, sizeof name, i % 5 ? "%s-%d-%d" : "%s-%d-%d \"q\",{x} y'", prefix,
+                 (int)getpid(), i);
         assert_int_equal(dlock_lock_new(&hs[i].l, c, name, &o), 0);
         if (dlock_acquire(hs[i].l, 2000) != 0)
             fail_msg("acquire %s: %s", name, dlock_lock_errmsg(hs[i].l));
