@@ -618,9 +618,7 @@ static int heaps_reserve(dlock_client *c)
 static void heap_push(dlock_client *c, int by, dlock_lock *l)
 {
     struct dl_heap *h = heap_of(c, by);
-    h->v[h->n] = l;
-    *pos_of(l, by) = (int32_t)h->n;
-    h->n++;
+    heap_put(h, by, h->n++, l);
     heap_sift(h, by, h->n - 1);
 }
 
@@ -893,7 +891,6 @@ static int lease_track(dlock_lock *l, int64_t started_ns)
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    l->acquired_ns = started_ns;
     l->lease_deadline_ns = started_ns + ttl_ns;
     l->next_renew_ns = started_ns + renew_after(c, l);
     heap_push(c, BY_RENEWAL, l);

@@ -250,7 +250,6 @@ struct dlock_lock {
      * heap (watch_pos >= 0) until released or lost, and in the renewal heap
      * except while a renewal of it runs (renewing: the owner's calls wait
      * for it to end instead of holding mu through a whole batch). */
-    int64_t acquired_ns;     /* monotonic time the lease began, conservatively */
     int64_t lease_deadline_ns;
     int64_t next_renew_ns;
     int32_t renew_pos, watch_pos;

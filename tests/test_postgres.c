@@ -844,14 +844,7 @@ static void fake_start(struct fake *f, enum fake_mode mode)
 {
     memset(f, 0, sizeof *f);
     f->mode = mode;
-    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(f->lfd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
-    assert_int_equal(listen(f->lfd, 16), 0);
-    f->port = ntohs(a.sin_port);
+    f->lfd = listen_loopback(&f->port);
     assert_int_equal(pthread_create(&f->t, NULL, fake_main, f), 0);
 }
 

@@ -19,8 +19,11 @@
 
 #include "dlock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -54,6 +57,21 @@ static inline void server_signal(const char *name, int sig)
     assert_int_equal(fscanf(f, "%ld", &pid), 1);
     fclose(f);
     assert_int_equal(kill((pid_t)pid, sig), 0);
+}
+
+/* A socket listening on a spare loopback port (*port), for the fake
+ * servers of the tests that feed the client junk. */
+static inline int listen_loopback(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 static inline void unique(char *buf, size_t len, const char *base)

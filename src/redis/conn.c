@@ -698,13 +698,17 @@ fail:
 void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {
-    /* Formatted once, as one pipelined write, for every connection. */
-    char *wire = NULL;
+    /* Formatted once, as one pipelined write, for every connection; one
+     * command (Redlock's acquire and release) is sent as hiredis made it. */
+    char *one = NULL, *wire = NULL;
     size_t wlen = 0;
     bool formatted = true;
     for (int j = 0; j < ncmd && formatted; j++) {
-        char *one = NULL;
         int n = format(&cmds[j], &one);
+        if (n > 0 && ncmd == 1) {
+            wlen = (size_t)n;
+            break;
+        }
         char *grown = n > 0 ? realloc(wire, wlen + (size_t)n) : NULL;
         if (grown) {
             memcpy(grown + wlen, one, (size_t)n);
@@ -714,7 +718,9 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
         formatted = grown != NULL;
         if (one)
             redisFreeCommand(one);
+        one = NULL;
     }
+    const char *out_wire = one ? one : wire;
     char err[256];
     bool pending[nc];
     int got[nc];
@@ -725,9 +731,11 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
             out[i * ncmd + j] = NULL;
         st[i] = RD_EIO;
         got[i] = 0;
-        pending[i] = formatted && cs[i] &&
-                     send_all(cs[i], wire, wlen, deadline, err, sizeof err) == RD_OK;
+        pending[i] = formatted && out_wire && cs[i] &&
+                     send_all(cs[i], out_wire, wlen, deadline, err, sizeof err) == RD_OK;
     }
+    if (one)
+        redisFreeCommand(one);
     free(wire);
     for (;;) {
         int n = 0;
@@ -1034,6 +1042,15 @@ void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
     rcmd_add(c, "1");
     rcmd_add(c, key);
     rcmd_add(c, op);
+}
+
+void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, char nb[24])
+{
+    const rlock *rl = l->bstate;
+    rd_script_cmd(c, cf, rl->key, "renew");
+    rcmd_add(c, l->owner);
+    rcmd_add(c, rl->kind);
+    rcmd_addll(c, l->opts.ttl_ms, nb);
 }
 
 void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const char *op)

@@ -421,10 +421,7 @@ static int confirm_replicated(dlock_lock *l)
         wt = budget - budget / 4 > 0 ? budget - budget / 4 : 1; /* WAIT 0 would be forever */
     rcmd c[2];
     char nb[3][24];
-    rd_script_cmd(&c[0], &rc->cf, rl->key, "renew");
-    rcmd_add(&c[0], l->owner);
-    rcmd_add(&c[0], rl->kind);
-    rcmd_addll(&c[0], l->opts.ttl_ms, nb[0]);
+    rd_renew_cmd(&c[0], &rc->cf, l, nb[0]);
     rcmd_init(&c[1]);
     rcmd_add(&c[1], "WAIT");
     rcmd_addll(&c[1], rc->wait_replicas, nb[1]);
@@ -679,10 +676,7 @@ static int redis_renew(dlock_lock *l)
     rlock *rl = l->bstate;
     rcmd c;
     char nb[24];
-    rd_script_cmd(&c, &rc->cf, rl->key, "renew");
-    rcmd_add(&c, l->owner);
-    rcmd_add(&c, rl->kind);
-    rcmd_addll(&c, l->opts.ttl_ms, nb);
+    rd_renew_cmd(&c, &rc->cf, l, nb);
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
@@ -744,14 +738,8 @@ static void renew_on_node(rclient *rc, rnode *node, dlock_lock *const *ls, int *
     for (size_t i = 0; i < n && todo; i++)
         todo[i] = i;
     for (int attempt = 0; c && nt > 0 && attempt < 2; attempt++) {
-        for (size_t k = 0; k < nt; k++) {
-            dlock_lock *l = ls[todo[k]];
-            rlock *rl = l->bstate;
-            rd_script_cmd(&cmds[k], &rc->cf, rl->key, "renew");
-            rcmd_add(&cmds[k], l->owner);
-            rcmd_add(&cmds[k], rl->kind);
-            rcmd_addll(&cmds[k], l->opts.ttl_ms, nb[k]);
-        }
+        for (size_t k = 0; k < nt; k++)
+            rd_renew_cmd(&cmds[k], &rc->cf, ls[todo[k]], nb[k]);
         int ms = rd_ms(bound, rc->cf.op_timeout_ms);
         if (ms == 0)
             snprintf(err, sizeof err, "no time left before the deadline");

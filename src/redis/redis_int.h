@@ -179,6 +179,10 @@ void rd_script_retarget(rcmd *c, const rconf *cf);
  * function, or no FCALL at all): load it with rd_load_script and call again. */
 bool rd_script_missing(const redisReply *r);
 
+/* "renew OWNER KIND TTL" of the lock script for held lock l (its key and
+ * kind from its rlock), the TTL's digits in nb (kept alive by the caller). */
+void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, char nb[24]);
+
 /* The same for an operation on a name rather than a held lock (inspect,
  * break): key (kept alive by the caller) is the name's lock key. */
 typedef char rd_key[DL_NAME_MAX + 32];

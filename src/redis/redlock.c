@@ -409,14 +409,10 @@ static int rl_release(dlock_lock *l)
 static int rl_renew(dlock_lock *l)
 {
     rlclient *rc = rl_of(l->c);
-    rlock *ll = l->bstate;
     int ttl = l->opts.ttl_ms;
     rcmd c;
     char nb[24];
-    rd_script_cmd(&c, &rc->cf, ll->key, "renew");
-    rcmd_add(&c, l->owner);
-    rcmd_add(&c, "x");
-    rcmd_addll(&c, ttl, nb);
+    rd_renew_cmd(&c, &rc->cf, l, nb); /* kind "x": redlock locks are exclusive */
     redisReply *r[rc->n];
     int64_t t0 = dl_now_ns();
     /* Within the moment the lease will be declared lost (the core's bound):
@@ -471,11 +467,7 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
     }
     int min_ttl = ls[0]->opts.ttl_ms;
     for (int j = 0; j < m; j++) {
-        rlock *ll = ls[j]->bstate;
-        rd_script_cmd(&cmds[j], &rc->cf, ll->key, "renew");
-        rcmd_add(&cmds[j], ls[j]->owner);
-        rcmd_add(&cmds[j], "x");
-        rcmd_addll(&cmds[j], ls[j]->opts.ttl_ms, nb[j]);
+        rd_renew_cmd(&cmds[j], &rc->cf, ls[j], nb[j]);
         if (ls[j]->opts.ttl_ms < min_ttl)
             min_ttl = ls[j]->opts.ttl_ms;
     }
