@@ -1339,6 +1339,11 @@ int cli_bench(int argc, char **argv, const char *url)
             cli_err("bench: commandstats: %s", err);
     }
 
+    /* Workers are forked without exec: no client (and none of its
+     * threads) may live in this process then (measure.h). */
+    dlock_client_close(x.site.client);
+    x.site.client = NULL;
+
     x.cap = RECORD_BUDGET / (size_t)c->P;
     size_t rec_bytes = x.cap * (size_t)c->P * sizeof(brec);
     x.sh = mmap(NULL, sizeof(bshm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -1437,7 +1442,10 @@ int cli_bench(int argc, char **argv, const char *url)
     if (have_before && exit_code == 0) {
         char err[BENCH_ERR];
         dlock_tool_counters after;
-        if (x.ad->counters(&x.site, name0, &after, err, sizeof err) == 0) {
+        if (dlock_client_open(&x.site.client, url, NULL) != 0) {
+            cli_err("bench: commandstats: %s", dlock_client_errmsg(NULL));
+            x.site.client = NULL;
+        } else if (x.ad->counters(&x.site, name0, &after, err, sizeof err) == 0) {
             e.have_cmds = true;
             e.cmds = after;
             e.cmds.client = after.client - cmds_before.client;
@@ -1449,6 +1457,8 @@ int cli_bench(int argc, char **argv, const char *url)
         } else {
             cli_err("bench: commandstats: %s", err);
         }
+        dlock_client_close(x.site.client); /* before the memory probe's fork */
+        x.site.client = NULL;
     }
     if (exit_code == 0 && (c->rss || c->K >= 1000) && c->L == 0) {
         if (ms_spawn(&g, rss_main, &x) < 0) {

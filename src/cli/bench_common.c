@@ -2,6 +2,7 @@
 #include "measure.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,43 @@ static int track(ms_group *g, pid_t pid)
     return 0;
 }
 
+long ms_threads(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* num_threads is the 20th field; the name (2nd) may hold anything, so
+     * count from the last ')': state is field 3. */
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 20; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtol(p + 1, NULL, 10) : -1;
+}
+
+pid_t ms_fork(void)
+{
+    long threads = ms_threads();
+    if (threads > 1) {
+        /* A thread of a client library (ZooKeeper's I/O thread in
+         * getaddrinfo, say) may hold a lock at the moment of the fork,
+         * and the child would wait on it for ever: refuse, loudly. */
+        fprintf(stderr,
+                "dlock: internal error: refusing to fork from a process running %ld threads "
+                "(a client is open in the harness)\n",
+                threads);
+        errno = EDEADLK;
+        return -1;
+    }
+    fflush(NULL); /* buffered output must not be written twice */
+    return fork();
+}
+
 pid_t ms_spawn(ms_group *g, int (*fn)(void *), void *arg)
 {
     pid_t parent = getpid();
@@ -116,8 +154,7 @@ pid_t ms_spawn(ms_group *g, int (*fn)(void *), void *arg)
     /* After the leader is gone its pid may be someone else's group: a new
      * child then starts a group of its own (it is still killed by pid). */
     pid_t pgid = g->leader_reaped ? 0 : g->pgid;
-    fflush(NULL); /* buffered output must not be written twice */
-    pid_t pid = fork();
+    pid_t pid = ms_fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {

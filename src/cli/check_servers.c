@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +50,12 @@ typedef struct srv {
 
 typedef struct srvset {
     char dir[4096];
-    dlock_client *c; /* the backend's check adapter is reached through it */
+    /* The backend's check adapter runs in a process of its own (see "the
+     * adapter process" below), reached through this socket. */
+    int ad_fd;
+    int ad_cancel; /* one byte written here stops the adapter's waits */
+    pid_t ad_pid;
+    char ad_err[512]; /* the adapter's message for its last failure */
     int n;
     srv s[SRV_MAX];
     chk_servers pub;
@@ -170,10 +178,219 @@ static int neg_errno(int rc)
     }
 }
 
-static bool stop_on_signal(void *arg)
+/* ---- the adapter process ------------------------------------------------------ */
+
+/*
+ * The backend's check adapter (src/tools.h) is reached through a client, and
+ * a client may run threads (ZooKeeper's I/O thread, the lease renewal). The
+ * harness forks its workers without exec, which is only safe from a
+ * single-threaded process (measure.h): so the client lives in a process of
+ * its own, forked before any client exists, and every operation is a request
+ * over a socket. Both ends are this program, so requests and replies are the
+ * structures themselves.
+ */
+enum { AD_TOPOLOGY, AD_MEMBERS, AD_READY, AD_LOCK_SERVERS, AD_CUT, AD_FAILOVER, AD_LEADER,
+       AD_SETTLE };
+
+typedef struct ad_req {
+    int op;
+    int n; /* members in m (settle), or room for results */
+    int64_t until_ns;
+    char name[512];
+    dlock_tool_server addr;
+    dlock_tool_member m[SRV_MAX];
+} ad_req;
+
+typedef struct ad_rep {
+    int rc; /* 0, a count, or a DLOCK_E* code */
+    dlock_tool_topo topo;
+    dlock_tool_server sv[CHK_LOCK_SERVERS];
+    dlock_tool_member m[SRV_MAX];
+    char err[512];
+} ad_rep;
+
+static int io_full(int fd, void *buf, size_t len, bool out)
 {
-    (void)arg;
-    return ms_signal_pending() != 0;
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The adapter's waits give up once the harness was told to stop. */
+static bool ad_stop(void *arg)
+{
+    struct pollfd p = {.fd = *(int *)arg, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+static void ad_serve(dlock_client *c, const ad_req *q, ad_rep *r, int cancel_fd)
+{
+    dlock_tool_wait w = {.until_ns = q->until_ns, .stop = ad_stop, .arg = &cancel_fd};
+    switch (q->op) {
+    case AD_TOPOLOGY:
+        r->rc = dlock_tool_topology(c, &r->topo);
+        break;
+    case AD_MEMBERS:
+        r->rc = dlock_tool_members(c, r->m, q->n);
+        break;
+    case AD_READY:
+        r->rc = dlock_tool_server_ready(c, &q->m[0]);
+        break;
+    case AD_LOCK_SERVERS:
+        r->rc = dlock_tool_lock_servers(c, q->name, r->sv, q->n);
+        break;
+    case AD_CUT:
+        r->rc = dlock_tool_cut_replication(c, &q->addr);
+        break;
+    case AD_FAILOVER:
+        r->rc = dlock_tool_wait_failover(c, q->name, &q->addr, &w, &r->sv[0]);
+        break;
+    case AD_LEADER:
+        r->rc = dlock_tool_leader(c, &r->sv[0]);
+        break;
+    case AD_SETTLE:
+        r->rc = dlock_tool_settle(c, q->m, q->n, &w);
+        break;
+    default:
+        r->rc = DLOCK_EINVAL;
+    }
+    if (r->rc < 0)
+        snprintf(r->err, sizeof r->err, "%s", dlock_client_errmsg(c));
+}
+
+__attribute__((noreturn)) static void ad_main(int fd, int cancel_fd, pid_t parent,
+                                              const char *url)
+{
+    /* Out of the terminal's group (^C is the harness's to handle), and
+     * gone with the harness. */
+    (void)setpgid(0, 0);
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != parent)
+        _exit(99);
+    ms_signals_restore();
+    ad_req *q = malloc(sizeof *q);
+    ad_rep *r = malloc(sizeof *r);
+    if (!q || !r)
+        _exit(98);
+    memset(r, 0, sizeof *r);
+    /* The first reply says whether the client opened. */
+    dlock_client_opts o;
+    dlock_client_opts_init(&o);
+    o.connect_timeout_ms = o.op_timeout_ms = CTL_TIMEOUT_MS;
+    dlock_client *c = NULL;
+    r->rc = dlock_client_open(&c, url, &o);
+    if (r->rc)
+        snprintf(r->err, sizeof r->err, "%s", dlock_client_errmsg(NULL));
+    bool ok = io_full(fd, r, sizeof *r, true) == 0;
+    while (ok && c && io_full(fd, q, sizeof *q, false) == 0) {
+        memset(r, 0, sizeof *r);
+        ad_serve(c, q, r, cancel_fd);
+        ok = io_full(fd, r, sizeof *r, true) == 0;
+    }
+    dlock_client_close(c);
+    free(q);
+    free(r);
+    _exit(0);
+}
+
+/* Start the adapter process for url: 0, or -1 with why. */
+static int ad_start(srvset *ss, const char *url, char *why, size_t whylen)
+{
+    int sp[2], cp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
+        snprintf(why, whylen, "socketpair: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(cp, O_CLOEXEC) != 0) {
+        snprintf(why, whylen, "pipe: %s", strerror(errno));
+        close(sp[0]);
+        close(sp[1]);
+        return -1;
+    }
+    pid_t parent = getpid();
+    pid_t pid = ms_fork();
+    if (pid == 0) {
+        close(sp[0]);
+        close(cp[1]);
+        ad_main(sp[1], cp[0], parent, url);
+    }
+    int e = errno;
+    close(sp[1]);
+    close(cp[0]);
+    if (pid < 0) {
+        close(sp[0]);
+        close(cp[1]);
+        snprintf(why, whylen, "cannot start the adapter process: %s", strerror(e));
+        return -1;
+    }
+    ss->ad_fd = sp[0];
+    ss->ad_cancel = cp[1];
+    ss->ad_pid = pid;
+    ad_rep *r = malloc(sizeof *r);
+    if (!r || io_full(ss->ad_fd, r, sizeof *r, false) != 0) {
+        snprintf(why, whylen, "%s", r ? "the adapter process died at start" : "out of memory");
+        free(r);
+        return -1;
+    }
+    int rc = r->rc;
+    if (rc)
+        snprintf(why, whylen, "%s", r->err);
+    free(r);
+    return rc ? -1 : 0;
+}
+
+/* One request to the adapter: its result (0, a count or a DLOCK_E* code),
+ * with its message in ss->ad_err on failure. A signal to the harness stops
+ * the adapter's waits. */
+static int ad_call(srvset *ss, ad_req *q, ad_rep *r)
+{
+    memset(r, 0, sizeof *r);
+    if (ss->ad_fd < 0 || io_full(ss->ad_fd, q, sizeof *q, true) != 0) {
+        snprintf(ss->ad_err, sizeof ss->ad_err, "the adapter process is gone");
+        return DLOCK_EIO;
+    }
+    for (;;) {
+        if (ms_signal_pending() && ss->ad_cancel >= 0) {
+            if (write(ss->ad_cancel, "x", 1) != 1) {
+                /* the adapter is gone: the read below says so */
+            }
+            close(ss->ad_cancel);
+            ss->ad_cancel = -1;
+        }
+        struct pollfd p = {.fd = ss->ad_fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0)
+            break;
+    }
+    if (io_full(ss->ad_fd, r, sizeof *r, false) != 0) {
+        snprintf(ss->ad_err, sizeof ss->ad_err, "the adapter process died");
+        close(ss->ad_fd);
+        ss->ad_fd = -1;
+        return DLOCK_EIO;
+    }
+    if (r->rc < 0)
+        snprintf(ss->ad_err, sizeof ss->ad_err, "%s", r->err);
+    return r->rc;
+}
+
+static void ad_close(srvset *ss)
+{
+    if (ss->ad_cancel >= 0)
+        close(ss->ad_cancel);
+    if (ss->ad_fd >= 0)
+        close(ss->ad_fd); /* end of file: the adapter closes its client and exits */
+    if (ss->ad_pid > 0)
+        while (waitpid(ss->ad_pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    ss->ad_fd = ss->ad_cancel = -1;
+    ss->ad_pid = 0;
 }
 
 /* ---- operations ------------------------------------------------------------ */
@@ -262,8 +479,7 @@ static pid_t spawn_cmd(const char *cmd)
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0)
         return -1;
-    fflush(NULL);
-    pid_t mid = fork();
+    pid_t mid = ms_fork();
     if (mid < 0) {
         close(pfd[0]);
         close(pfd[1]);
@@ -311,7 +527,9 @@ static pid_t spawn_cmd(const char *cmd)
  * process runs. */
 static bool ready(srvset *ss, const srv *s)
 {
-    int rc = dlock_tool_server_ready(ss->c, &s->m);
+    ad_req q = {.op = AD_READY, .m[0] = s->m};
+    ad_rep r;
+    int rc = ad_call(ss, &q, &r);
     return rc == 0 || rc == DLOCK_ENOTSUP;
 }
 
@@ -362,14 +580,15 @@ static int op_partition(void *state, int idx, int isolated)
 static int op_lock_servers(void *state, const char *name, int *idx, int max)
 {
     srvset *ss = ss_of(state);
-    dlock_tool_server sv[CHK_LOCK_SERVERS];
-    int room = max < CHK_LOCK_SERVERS ? max : CHK_LOCK_SERVERS;
-    int n = dlock_tool_lock_servers(ss->c, name, sv, room);
+    ad_req q = {.op = AD_LOCK_SERVERS, .n = max < CHK_LOCK_SERVERS ? max : CHK_LOCK_SERVERS};
+    snprintf(q.name, sizeof q.name, "%s", name);
+    ad_rep r;
+    int n = ad_call(ss, &q, &r);
     if (n < 0)
         return neg_errno(n);
     int k = 0;
-    for (int i = 0; i < n; i++) {
-        int j = by_addr(ss, &sv[i]);
+    for (int i = 0; i < n && i < q.n; i++) {
+        int j = by_addr(ss, &r.sv[i]);
         if (j >= 0)
             idx[k++] = j;
     }
@@ -379,30 +598,34 @@ static int op_lock_servers(void *state, const char *name, int *idx, int max)
 static int op_cut_replication(void *state, int m)
 {
     srvset *ss = ss_of(state);
-    int n = dlock_tool_cut_replication(ss->c, &ss->s[m].m.addr);
+    ad_req q = {.op = AD_CUT, .addr = ss->s[m].m.addr};
+    ad_rep r;
+    int n = ad_call(ss, &q, &r);
     return n < 0 ? neg_errno(n) : n;
 }
 
 static int op_wait_failover(void *state, const char *name, int old, int64_t until_ns)
 {
     srvset *ss = ss_of(state);
-    dlock_tool_wait w = {.until_ns = until_ns, .stop = stop_on_signal};
-    dlock_tool_server nm;
-    int rc = dlock_tool_wait_failover(ss->c, name, &ss->s[old].m.addr, &w, &nm);
+    ad_req q = {.op = AD_FAILOVER, .until_ns = until_ns, .addr = ss->s[old].m.addr};
+    snprintf(q.name, sizeof q.name, "%s", name);
+    ad_rep r;
+    int rc = ad_call(ss, &q, &r);
     if (rc)
         return neg_errno(rc);
-    int j = by_addr(ss, &nm);
+    int j = by_addr(ss, &r.sv[0]);
     return j >= 0 ? j : -ENOENT;
 }
 
 static int op_leader(void *state)
 {
     srvset *ss = ss_of(state);
-    dlock_tool_server l;
-    int rc = dlock_tool_leader(ss->c, &l);
+    ad_req q = {.op = AD_LEADER};
+    ad_rep r;
+    int rc = ad_call(ss, &q, &r);
     if (rc)
         return neg_errno(rc);
-    int j = by_addr(ss, &l);
+    int j = by_addr(ss, &r.sv[0]);
     return j >= 0 ? j : -ENOENT;
 }
 
@@ -412,10 +635,10 @@ static int op_leader(void *state)
 static int op_restore(void *state, char *err, size_t errlen)
 {
     srvset *ss = ss_of(state);
-    dlock_tool_member m[SRV_MAX];
+    ad_req q = {.op = AD_SETTLE, .n = ss->n, .until_ns = ms_now_ns() + RESTORE_WAIT_NS};
     for (int i = 0; i < ss->n; i++) {
         srv *s = &ss->s[i];
-        m[i] = s->m;
+        q.m[i] = s->m;
         if (s->stopped)
             (void)op_resume(ss, i);
         if (s->dead || proc_gone(s->pid)) {
@@ -427,23 +650,22 @@ static int op_restore(void *state, char *err, size_t errlen)
             }
         }
     }
-    dlock_tool_wait w = {.until_ns = ms_now_ns() + RESTORE_WAIT_NS, .stop = stop_on_signal};
-    int rc = ss->n > 0 ? dlock_tool_settle(ss->c, m, ss->n, &w) : 0;
+    ad_rep r;
+    int rc = ss->n > 0 ? ad_call(ss, &q, &r) : 0;
     if (rc == 0 || rc == DLOCK_ENOTSUP)
         return 0;
     if (rc == DLOCK_ETIMEDOUT)
         snprintf(err, errlen, "%.0f s after the run: %s", (double)RESTORE_WAIT_NS / 1e9,
-                 dlock_client_errmsg(ss->c));
+                 ss->ad_err);
     else
-        snprintf(err, errlen, "%s", dlock_client_errmsg(ss->c));
+        snprintf(err, errlen, "%s", ss->ad_err);
     return -1;
 }
 
 static void op_close(void *state)
 {
     srvset *ss = ss_of(state);
-    if (ss->c)
-        dlock_client_close(ss->c);
+    ad_close(ss);
     free(ss);
 }
 
@@ -540,35 +762,36 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
         return -1;
     }
     snprintf(ss->dir, sizeof ss->dir, "%s", dir);
-    /* One client for the whole check: the adapter's operations open
-     * connections of their own, so it serves while servers come and go. */
-    dlock_client_opts o;
-    dlock_client_opts_init(&o);
-    o.connect_timeout_ms = o.op_timeout_ms = CTL_TIMEOUT_MS;
-    if (dlock_client_open(&ss->c, url, &o) != 0) {
-        snprintf(why, whylen, "%s", dlock_client_errmsg(NULL));
+    ss->ad_fd = ss->ad_cancel = -1;
+    /* One client for the whole check, in the adapter process: the
+     * adapter's operations open connections of their own, so it serves
+     * while servers come and go. */
+    if (ad_start(ss, url, why, whylen) != 0) {
         op_close(ss);
         return -1;
     }
-    dlock_tool_topo topo;
-    int rc = dlock_tool_topology(ss->c, &topo);
+    ad_req q = {.op = AD_TOPOLOGY};
+    ad_rep r;
+    int rc = ad_call(ss, &q, &r);
     if (rc) {
-        snprintf(why, whylen, "%s", dlock_client_errmsg(ss->c));
+        snprintf(why, whylen, "%s", ss->ad_err);
         op_close(ss);
         return rc == DLOCK_ENOTSUP ? 1 : -1;
     }
+    dlock_tool_topo topo = r.topo;
     bool keep[SRV_MAX] = {false};
     if (load_dir(ss, why, whylen) != 0 || match_url(ss, url, keep, why, whylen) != 0) {
         op_close(ss);
         return -1;
     }
-    dlock_tool_member m[SRV_MAX];
-    int nm = dlock_tool_members(ss->c, m, SRV_MAX);
+    q = (ad_req){.op = AD_MEMBERS, .n = SRV_MAX};
+    int nm = ad_call(ss, &q, &r);
     if (nm < 0) {
-        snprintf(why, whylen, "%s", dlock_client_errmsg(ss->c));
+        snprintf(why, whylen, "%s", ss->ad_err);
         op_close(ss);
         return -1;
     }
+    const dlock_tool_member *m = r.m;
     /* the members the directory has (a server named but not started there
      * is not faulted) */
     for (int i = 0; i < nm; i++) {

@@ -43,7 +43,21 @@ typedef struct ms_group {
 } ms_group;
 
 /*
- * Fork a child into the group. The child gets default signal handling, dies
+ * Children run on after fork without exec (they share the run's memory), so
+ * the harness must be single-threaded whenever it forks: a library client's
+ * thread could hold a lock (glibc's, in getaddrinfo) that the child then
+ * waits on for ever. Clients that run threads live in child processes of
+ * their own (check_servers.c's adapter process; the workers).
+ *
+ * The threads of this process now (from /proc), or -1 if unknown.
+ */
+long ms_threads(void);
+/* fork() after flushing stdio, refused (-1, EDEADLK, a message on stderr)
+ * when the process runs more than one thread. */
+pid_t ms_fork(void);
+
+/*
+ * Fork a child into the group (ms_fork). The child gets default signal handling, dies
  * with its parent (PR_SET_PDEATHSIG), runs fn(arg) and _exits with its
  * return value. Returns the pid, or -1 with errno set.
  */
