@@ -270,6 +270,35 @@ static void test_long_wait_then_handover(void **state)
     dlock_client_close(c);
 }
 
+/* test_dead_waiter_and_dead_holder's holder: on its go byte, takes NAME
+ * with a 500 ms lease, says so on ready, and waits to be killed. */
+__attribute__((noreturn)) static void dead_holder_child(int go[2], int ready[2], const char *name)
+{
+    close(go[1]);
+    close(ready[0]);
+    char g;
+    if (read(go[0], &g, 1) != 1)
+        _exit(0);
+    dlock_client *kc = NULL;
+    if (dlock_client_open(&kc, redis_url, NULL) != 0) {
+        fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
+        _exit(1);
+    }
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = 500;
+    dlock_lock *kl = NULL;
+    if (dlock_lock_new(&kl, kc, name, &o) != 0 || dlock_acquire(kl, 5000) != 0) {
+        fprintf(stderr, "holder child: %s\n",
+                kl ? dlock_lock_errmsg(kl) : dlock_client_errmsg(kc));
+        _exit(1);
+    }
+    if (write(ready[1], "x", 1) != 1)
+        _exit(2);
+    pause();
+    _exit(0);
+}
+
 /* A waiter that dies in the queue blocks it only for its short lease; a
  * holder that dies blocks only until its lease runs out. */
 static void test_dead_waiter_and_dead_holder(void **state)
@@ -277,17 +306,37 @@ static void test_dead_waiter_and_dead_holder(void **state)
     (void)state;
     char name[64];
     unique(name, sizeof name, "dead");
-    dlock_client *c = open_url(redis_url);
-    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    assert_int_equal(dlock_acquire(h, 0), 0);
+    /* Both children are forked before this process opens a client: a fork
+     * of a process whose client runs threads (the lease renewal) may
+     * inherit a lock one of them holds. Each starts on its byte. */
+    int go1[2], go2[2], ready[2];
+    assert_int_equal(pipe(go1), 0);
+    assert_int_equal(pipe(go2), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder_kid = fork();
+    assert_true(holder_kid >= 0);
+    if (holder_kid == 0)
+        dead_holder_child(go2, ready, name);
+    close(go2[0]);
+    close(ready[1]); /* a child that dies before writing makes the read return 0 */
     pid_t kid = fork();
     assert_true(kid >= 0);
     if (kid == 0) {
+        close(go1[1]);
+        char g;
+        if (read(go1[0], &g, 1) != 1)
+            _exit(0);
         dlock_client *kc = open_url(redis_url);
         dlock_lock *kl = mk(kc, name, DLOCK_EXCLUSIVE, 1, 500, 1);
         dlock_acquire(kl, -1); /* queued first; then killed */
         _exit(0);
     }
+    close(go1[0]);
+    dlock_client *c = open_url(redis_url);
+    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    assert_int_equal(dlock_acquire(h, 0), 0);
+    assert_int_equal(write(go1[1], "g", 1), 1);
+    close(go1[1]);
     dlock_info info;
     for (int k = 0; k < 3000 && (dlock_inspect(c, name, &info), info.waiters < 1); k++)
         usleep(1000);
@@ -305,34 +354,9 @@ static void test_dead_waiter_and_dead_holder(void **state)
     assert_int_equal(dlock_release(w), 0);
 
     /* A holder killed while holding a 500 ms lease. */
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    kid = fork();
-    assert_true(kid >= 0);
-    if (kid == 0) {
-        close(ready[0]);
-        dlock_client *kc = NULL;
-        if (dlock_client_open(&kc, redis_url, NULL) != 0) {
-            fprintf(stderr, "holder child: open: %s\n", dlock_client_errmsg(NULL));
-            _exit(1);
-        }
-        dlock_lock_opts o;
-        dlock_lock_opts_init(&o);
-        o.ttl_ms = 500;
-        dlock_lock *kl = NULL;
-        if (dlock_lock_new(&kl, kc, name, &o) != 0 || dlock_acquire(kl, 5000) != 0) {
-            fprintf(stderr, "holder child: %s\n",
-                    kl ? dlock_lock_errmsg(kl) : dlock_client_errmsg(kc));
-            _exit(1);
-        }
-        if (write(ready[1], "x", 1) != 1)
-            _exit(2);
-        pause();
-        _exit(0);
-    }
-    /* Our copy of the write end closed: a child that dies before writing
-     * makes the read return 0 instead of blocking forever. */
-    close(ready[1]);
+    assert_int_equal(write(go2[1], "g", 1), 1);
+    close(go2[1]);
+    kid = holder_kid;
     char b;
     ssize_t got = read(ready[0], &b, 1);
     kill(kid, SIGKILL);
