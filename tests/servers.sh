@@ -484,7 +484,11 @@ srv_start_mariadb() {
   local user=()
   [ "$(id -u)" = 0 ] && user=(--user=root)
   # Sizes both commands must agree on; the rest is the server's.
-  local common=(--innodb-buffer-pool-size=32M --innodb-log-file-size=32M)
+  # A temporary directory of its own: two bootstraps at once shared /tmp's
+  # '#sql-temptable-*' names and one failed ("Could not remove temporary
+  # table", then "Unknown table 'mysql.tmp_proxies_priv'").
+  mkdir -p "$d/tmp"
+  local common=(--innodb-buffer-pool-size=32M --innodb-log-file-size=32M --tmpdir="$d/tmp")
   # --cross-bootstrap: no accounts for this machine's host name (they are
   # only warned about under --skip-name-resolve); no test database; root
   # without a password (over the socket: root@127.0.0.1 gets one below).
