@@ -351,6 +351,12 @@ int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int
     return 0;
 }
 
+void dlock_tool_timeouts(dlock_client *c, int *connect_ms, int *op_ms)
+{
+    *connect_ms = c->opts.connect_timeout_ms;
+    *op_ms = c->opts.op_timeout_ms;
+}
+
 void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out)
 {
     memset(out, 0, sizeof *out);

@@ -63,6 +63,11 @@ typedef struct dlock_tool_renewals {
 } dlock_tool_renewals;
 void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out);
 
+/* The client's connect and per-request timeouts in force (its options, the
+ * URL's parameters, else the defaults), for a tool that must wait as long
+ * as a client may legitimately take. */
+void dlock_tool_timeouts(dlock_client *c, int *connect_ms, int *op_ms);
+
 /*
  * The bare hand-over chain of the server that holds `name` (Redis: one
  * connection's RPUSH waking another blocked in BLPOP, on a scratch key in

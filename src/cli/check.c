@@ -48,7 +48,10 @@ static const char check_help[] =
     "\n"
     "  --scenario NAME   run this scenario (repeatable; default all; see --list)\n"
     "  -P, --workers N   worker processes (2..64, default 4)\n"
-    "  -D, --duration S  seconds per run of each scenario (default 2)\n"
+    "  -D, --duration S  seconds per run of each scenario (default: 2, or as long\n"
+    "                    as the fault needs on this backend: twice the span a\n"
+    "                    killed or stopped holder's lock takes to come free on the\n"
+    "                    servers plus 2 s; 6 s for server faults)\n"
     "      --ttl S       lock ttl for lease backends (default 1); the pause\n"
     "                    scenario stops the holder for ttl + 0.5 s\n"
     "      --servers DIR the backend's servers, to fault them (default\n"
@@ -84,6 +87,7 @@ typedef struct sc_out {
     int fenced_faults; /* faults injected in the fenced run */
     int fenced_effective;
     int ttl_ms;        /* of its runs */
+    int run_ms;        /* how long each of its runs lasted */
     int acq_granted, acq_failed, acq_held, acq_stopped;
 } sc_out;
 
@@ -402,6 +406,8 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
                 h->late_grants, h->token_regressions, h->token_dups);
         if (o->ttl_ms > 0)
             fprintf(f, ",\"ttl_ms\":%d", o->ttl_ms);
+        if (o->run_ms > 0)
+            fprintf(f, ",\"run_ms\":%d", o->run_ms);
         if (h->partitions > 0 || (o->sc && o->sc->validity == CHK_VALID_PARTITION)) {
             fprintf(f, ",\"partitions\":%" PRIu64 ",\"loss_told_late\":%" PRIu64
                        ",\"loss_untold\":%" PRIu64 ",\"state_held_late\":%" PRIu64,
@@ -441,8 +447,9 @@ static void table_row(const char *name, const char *mode, const hist_result *h, 
 static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, bool from_file)
 {
     if (!from_file)
-        printf("dlock check: %s backend (%s), %d workers, %.1f s per run%s\n", cfg->backend,
-               cfg->url_shown, cfg->workers, cfg->duration_ms / 1000.0,
+        printf("dlock check: %s backend (%s), %d workers, %s%.1f s per run%s\n", cfg->backend,
+               cfg->url_shown, cfg->workers,
+               cfg->duration_given ? "" : "at least ", cfg->duration_ms / 1000.0,
                cfg->caps & DLOCK_CAP_FENCING_WEAK ? ", fencing claimed (weak: tokens can go "
                                                     "back after server failure)"
                : cfg->caps & DLOCK_CAP_FENCING ? ", fencing claimed"
@@ -635,8 +642,10 @@ int cli_check(int argc, char **argv, const char *url)
             if (cli_parse_secs(p.val, &ms) != 0 || ms == 0 || ms > 3600 * 1000)
                 return cli_usage("check", "%s wants seconds (more than 0, up to 3600), not %s",
                                  p.optname, cli_show(p.val, shown, sizeof shown));
-            if (id == CO_D)
+            if (id == CO_D) {
                 cfg.duration_ms = ms;
+                cfg.duration_given = true;
+            }
             else
                 cfg.ttl_ms = ms < 30 ? 30 : ms;
             break;
@@ -672,6 +681,7 @@ int cli_check(int argc, char **argv, const char *url)
     }
     /* what this URL's client offers (a mode may offer less than its backend) */
     cfg.caps = dlock_client_caps(probe);
+    dlock_tool_timeouts(probe, &cfg.connect_timeout_ms, &cfg.op_timeout_ms);
     /* A session backend may still give held locks a deadline (ZooKeeper),
      * and a lease backend may keep a span of its own whatever ttl a lock
      * asks for (etcd: the client's lease): a probe lock says how long; the
@@ -777,6 +787,7 @@ int cli_check(int argc, char **argv, const char *url)
                     : (cfg.caps & DLOCK_CAP_LEASE)
                         ? (cfg.ttl_ms > sc->min_ttl_ms ? cfg.ttl_ms : sc->min_ttl_ms)
                         : 0;
+        o->run_ms = chk_run_ms(&cfg, sc);
         if (!have_servers) {
             /* the fault needs servers this run cannot control: not run */
             o->verdict = "n/a";

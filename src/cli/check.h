@@ -181,6 +181,7 @@ typedef struct chk_config {
     unsigned caps;
     int workers;
     int duration_ms;
+    bool duration_given; /* -D: every run lasts duration_ms, long enough or not */
     int ttl_ms;       /* lock ttl for lease backends; the pause scenario's yardstick */
     /* A session backend whose held locks still have a deadline on the
      * holder's clock (dlock_valid_ms >= 0: ZooKeeper vouches for its
@@ -188,6 +189,9 @@ typedef struct chk_config {
      * end there, as a lease's do, and its server lets go only later (a
      * session outlives the span by half of it). */
     int session_ttl_ms;
+    /* The client's timeouts: a worker told to stop may take a connect and
+     * a request or two that long before it is gone. */
+    int connect_timeout_ms, op_timeout_ms;
     int max_pause_us; /* random pause between read and write */
     const chk_servers *servers; /* NULL: none */
     char servers_note[512];     /* why there are none */
@@ -269,6 +273,10 @@ struct chk_run {
 
 /* Run scenario `inject` once; fills the history. Returns 0, or -1 when the
  * harness itself failed (r->error) or was interrupted (r->interrupted). */
+/* How long a run of scenario sc lasts: -D as given; else at least
+ * duration_ms, and as long as the fault needs to take effect on this
+ * backend (a span to run out on the servers, an election). */
+int chk_run_ms(const chk_config *cfg, const struct chk_scenario *sc);
 int chk_run_once(chk_run *r, const chk_config *cfg, const struct chk_scenario *sc, bool fencing,
                  hist_run *out);
 

@@ -883,6 +883,31 @@ int chk_requests_pending(chk_run *r, int slot, const int *ports, int n)
 
 /* ---- the run ----------------------------------------------------------------- */
 
+/* Room for a server fault to be over within a run: an election or a
+ * failover, then acquisitions on the deployment that is left. */
+#define SERVER_FAULT_RUN_MS 6000
+
+int chk_run_ms(const chk_config *cfg, const chk_scenario *sc)
+{
+    if (cfg->duration_given || sc->validity == CHK_VALID_RUNS)
+        return cfg->duration_ms;
+    int64_t need = 0;
+    if (chk_has_deadline(cfg)) {
+        /* A killed or stopped holder's lock comes free when its span has
+         * run out on the servers (a session outlives the holder's span by
+         * half of it): two such faults, and the takeovers, fit in a run. */
+        int ttl = cfg->session_ttl_ms  ? cfg->session_ttl_ms
+                  : cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms
+                                                 : sc->min_ttl_ms;
+        int64_t server_span = (int64_t)ttl * (cfg->session_ttl_ms ? 3 : 2) / 2;
+        need = 2 * server_span + 2000;
+    }
+    if (sc->needs_servers && need < SERVER_FAULT_RUN_MS)
+        need = SERVER_FAULT_RUN_MS;
+    return need > cfg->duration_ms ? (int)(need < 3600 * 1000 ? need : 3600 * 1000)
+                                   : cfg->duration_ms;
+}
+
 static void stop_all(chk_run *r)
 {
     chk_shm *sh = r->sh;
@@ -897,8 +922,12 @@ static void stop_all(chk_run *r)
         if (r->paused[i])
             (void)ctl_resume(r, CHK_CLIENT, i);
     }
-    /* Workers see the flag within one acquire timeout. */
-    int64_t until = ms_now_ns() + STOP_GRACE_NS;
+    /* Workers see the flag within one acquire timeout; then a release and
+     * the client's close (a request each), or a connect under way, may
+     * take as long as the client's timeouts allow. */
+    int64_t grace_ns = STOP_GRACE_NS + ((int64_t)r->cfg->connect_timeout_ms +
+                                        2 * (int64_t)r->cfg->op_timeout_ms) * 1000000;
+    int64_t until = ms_now_ns() + grace_ns;
     for (;;) {
         reap(r);
         int alive = 0;
@@ -908,7 +937,10 @@ static void stop_all(chk_run *r)
             break;
         if (ms_now_ns() >= until || ms_signal_pending()) {
             if (!ms_signal_pending())
-                run_error(r, "workers did not stop within 5 s of the end of the run");
+                if (!r->error[0])
+                    snprintf(r->error, sizeof r->error,
+                             "workers did not stop within %.1f s of the end of the run",
+                             (double)grace_ns / 1e9);
             for (int i = 0; i < r->cfg->workers; i++)
                 if (atomic_load(&sh->slot[i].pid) != 0)
                     (void)client_end(r, i, SIGKILL, -1);
@@ -1026,7 +1058,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     }
     if (rc == 0) {
         r->start_ns = ms_now_ns();
-        r->end_ns = r->start_ns + (int64_t)cfg->duration_ms * 1000000;
+        r->end_ns = r->start_ns + (int64_t)chk_run_ms(cfg, sc) * 1000000;
         (void)sc->inject(r);
         if (!stopping(r))
             reap(r);
