@@ -450,14 +450,77 @@ static int op_stop(void *state, int idx)
     return 0;
 }
 
+/* The parent pid from /proc, 0 when there is no such process. */
+static pid_t proc_ppid(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* then " STATE PPID" */
+    return p && p[1] == ' ' && p[2] && p[3] == ' ' ? (pid_t)atol(p + 4) : 0;
+}
+
+/* Send sig to pid and to every process descended from it: a server may
+ * serve each connection in a child (PostgreSQL's backends, children of the
+ * postmaster), and stopping the parent alone leaves every session
+ * answering. */
+static int signal_tree(pid_t root, int sig)
+{
+    if (kill(root, sig) != 0)
+        return -errno;
+    enum { TREE_MAX = 4096 };
+    pid_t *tree = malloc(TREE_MAX * sizeof *tree);
+    if (!tree)
+        return 0; /* the server itself has it */
+    int n = 0;
+    tree[n++] = root;
+    /* Until a pass over /proc finds no new descendant. */
+    for (bool grew = true; grew && n < TREE_MAX;) {
+        grew = false;
+        DIR *d = opendir("/proc");
+        if (!d)
+            break;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && n < TREE_MAX) {
+            pid_t pid = (pid_t)atol(e->d_name);
+            if (pid <= 0)
+                continue;
+            bool known = false;
+            for (int i = 0; i < n && !known; i++)
+                known = tree[i] == pid;
+            if (known)
+                continue;
+            pid_t pp = proc_ppid(pid);
+            for (int i = 0; i < n; i++)
+                if (tree[i] == pp) {
+                    tree[n++] = pid;
+                    (void)kill(pid, sig); /* it may have ended meanwhile */
+                    grew = true;
+                    break;
+                }
+        }
+        closedir(d);
+    }
+    free(tree);
+    return 0;
+}
+
 static int op_pause(void *state, int idx)
 {
     srvset *ss = ss_of(state);
     srv *s = &ss->s[idx];
     if (s->dead)
         return -ESRCH;
-    if (kill(s->pid, SIGSTOP) != 0)
-        return -errno;
+    int e = signal_tree(s->pid, SIGSTOP);
+    if (e)
+        return e;
     s->stopped = true;
     return wait_state(s->pid, proc_stopped, GONE_WAIT_NS);
 }
@@ -469,7 +532,7 @@ static int op_resume(void *state, int idx)
     if (s->dead)
         return -ESRCH;
     s->stopped = false;
-    return kill(s->pid, SIGCONT) == 0 ? 0 : -errno;
+    return signal_tree(s->pid, SIGCONT);
 }
 
 /* Run NAME.cmd as a daemon of its own (its own session, no descriptor of
