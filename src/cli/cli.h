@@ -137,6 +137,9 @@ void cli_json_str(FILE *f, const char *s);
 
 /* Check a lock name; prints the error and returns 64 if invalid, else 0. */
 int cli_check_name(const char *cmd, const char *name);
+/* Check a --url value: an empty one (an unset variable) is a usage error,
+ * never the default backend. Prints the error and returns 64, else 0. */
+int cli_check_url(const char *cmd, const char *url);
 /* Open a client for url; on failure prints one line and returns the exit
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);

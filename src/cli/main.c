@@ -203,6 +203,8 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             fputs(g->help, stdout); /* this command's row in the table */
             return 0;
         case OPT_URL:
+            if (cli_check_url(argv[0], p.val))
+                return CLI_EXIT_USAGE;
             g->url = p.val;
             break;
         case OPT_VERBOSE:
@@ -759,6 +761,8 @@ int main(int argc, char **argv)
             cmd = p.val;
             break;
         case G_URL:
+            if (cli_check_url(NULL, p.val))
+                return CLI_EXIT_USAGE;
             g.url = p.val;
             break;
         case G_VERBOSE:

@@ -186,6 +186,8 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->value = p.val;
             break;
         case R_URL:
+            if (cli_check_url(cmd, p.val))
+                return CLI_EXIT_USAGE;
             cfg->url = p.val;
             break;
         case R_HELP:

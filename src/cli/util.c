@@ -251,6 +251,14 @@ int cli_check_name(const char *cmd, const char *name)
     return CLI_EXIT_USAGE;
 }
 
+int cli_check_url(const char *cmd, const char *url)
+{
+    if (url && *url)
+        return 0;
+    return cli_usage(cmd, "--url is empty (an unset variable?); leave it out for the default "
+                          "backend");
+}
+
 int cli_open(const char *cmd, const char *url, dlock_client **out)
 {
     return cli_open_within(cmd, url, -1, out);
