@@ -160,6 +160,10 @@ DLOCK_EXTERN unsigned dlock_client_caps(const dlock_client *client);
  */
 DLOCK_EXTERN int dlock_name_valid(const char *name, char *errbuf, size_t errlen);
 
+/* A handle holding a lock may keep a descriptor open (file://: one per held
+ * lock). The library never changes the process's RLIMIT_NOFILE: a program
+ * holding more locks than its soft limit allows raises it itself; past it
+ * an acquisition fails with DLOCK_EIO and a message naming the limit. */
 DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const char *name,
                                 const dlock_lock_opts *opts);
 /* Releases the lock if held, then frees the handle. */

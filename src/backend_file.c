@@ -107,19 +107,9 @@ static file_client *fc_of(dlock_client *c)
  * into RLIMIT_NOFILE; this counts them for the message that says so. */
 static atomic_long held_files;
 
-static pthread_once_t nofile_once = PTHREAD_ONCE_INIT;
-
-/* Let the process hold as many locks as its hard limit allows. Once per
- * process and only upward: a limit the application sets later is its own;
- * failure leaves the limit as it was. */
-static void raise_nofile(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
+/* The process's RLIMIT_NOFILE is its own: the library never raises it
+ * (children inherit it, and programs that loop over every descriptor or
+ * use select() notice). Running out is told with the limit to raise. */
 
 /* Open descriptors below limit, without needing one (no /proc/self/fd):
  * poll says POLLNVAL for a closed number. poll takes at most
@@ -786,7 +776,6 @@ static void read_record(int fd, int idx, record *r)
 
 static int file_client_open(dlock_client *c, const dl_url *url)
 {
-    (void)pthread_once(&nofile_once, raise_nofile);
     file_client *fc = calloc(1, sizeof *fc);
     if (!fc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");

@@ -522,4 +522,25 @@ expect 1 dl run -n brk -- true # still held: nothing was taken
 stop_hold "$HOLD_PID"
 pass
 
+# ---- issue 22: promises that broke under a new user ------------------------
+# 1: an explicitly empty --url (an unset variable) is a usage error, never
+# the default backend, wherever the option is written; DLOCK_URL does not
+# rescue it
+for where in global run status; do
+    case $where in
+    global) usage_error --url "" run -n nightly -- true ;;
+    run) usage_error run --url "" -n nightly -- true ;;
+    status) usage_error status --url= nightly ;;
+    esac
+    grep -q -- '--url is empty' "$TMP/err" || fail "--url '' ($where): $(cat "$TMP/err")"
+done
+expect 64 env DLOCK_URL="$URL" "$DLOCK" --url "" run -n nightly -- sh -c 'echo RAN'
+[[ ! -s $TMP/out ]] || fail "--url '' with DLOCK_URL set ran the command"
+pass
+# 9: the command gets the open-file limit its caller had, not the hard one
+expect 0 bash -c 'ulimit -Sn 100 && exec "$0" --url "$1" run nofile -- sh -c "ulimit -Sn"' \
+    "$DLOCK" "$URL"
+[[ $(cat "$TMP/out") == 100 ]] || fail "the command's soft RLIMIT_NOFILE: $(cat "$TMP/out"), expected 100"
+pass
+
 echo "$passed passed, 0 failed"
