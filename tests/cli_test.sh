@@ -543,4 +543,28 @@ expect 0 bash -c 'ulimit -Sn 100 && exec "$0" --url "$1" run nofile -- sh -c "ul
 [[ $(cat "$TMP/out") == 100 ]] || fail "the command's soft RLIMIT_NOFILE: $(cat "$TMP/out"), expected 100"
 pass
 
+# 6: a command that dies of a signal: dlock dies of the same one after
+# giving the lock back (a shell acts on it: bash stops a script on ^C only
+# when its child died of SIGINT), with no core file of its own
+python3 - "$DLOCK" "$URL" <<'PY' || fail "dlock did not die of its command's signal"
+import subprocess, sys
+for sig, name in ((2, "INT"), (15, "TERM"), (10, "USR1")):
+    p = subprocess.run([sys.argv[1], "--url", sys.argv[2], "run", "diesig", "--", "sh", "-c",
+                        "kill -%s $$" % name])
+    if p.returncode != -sig:
+        sys.exit("command killed by SIG%s: dlock returned %d, expected to die of it"
+                 % (name, p.returncode))
+PY
+expect 0 dl run -n diesig -- true # given back before dying
+pass
+if command -v script >/dev/null 2>&1; then
+    # In a terminal, the command has it: its ^C reaches only its group. The
+    # script around dlock must stop all the same, as with flock(1).
+    script -qec "bash -c '\"\$0\" --url \"\$1\" run ctrlc -- sh -c \"kill -INT \\\$\\\$\"; echo after >\"\$2\"' \"$DLOCK\" \"$URL\" \"$TMP/ctrlc.after\"" \
+        /dev/null </dev/null >/dev/null 2>&1 || true
+    [[ ! -e $TMP/ctrlc.after ]] || fail "the script went on after its dlock run was interrupted"
+    expect 0 dl run -n ctrlc -- true
+    pass
+fi
+
 echo "$passed passed, 0 failed"

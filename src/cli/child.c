@@ -966,6 +966,10 @@ static int exit_code(sup *s)
         return WEXITSTATUS(s->status);
     }
     if (WIFSIGNALED(s->status)) {
+        if (cfg->died_sig)
+            *cfg->died_sig = WTERMSIG(s->status);
+        if (cfg->died_with_tty)
+            *cfg->died_with_tty = s->handed;
         if (cfg->verbose) {
             char sname[16];
             cli_err("%s: command killed by %s", cfg->cmdname,

@@ -69,6 +69,13 @@ void cli_sig_restore(void);
 void cli_sig_forget(void);
 /* INT, TERM, HUP, QUIT: the signals that end waiting or holding. */
 int cli_sig_terminates(int sig);
+/* Die of sig, once everything is cleaned up and cli_sig_teardown ran, so
+ * that a shell sees dlock killed by it (bash stops a script on a child's
+ * SIGINT only then): default disposition, no core file, unblocked, then
+ * sent to ourselves, or to our whole process group when whole_group (a
+ * terminal's INT or QUIT that only reached the command because it had the
+ * terminal). Returns 128 + sig if we survive it. */
+int cli_sig_die(int sig, int whole_group);
 
 /* ---- command supervision (child.c) ------------------------------------ */
 
@@ -93,6 +100,9 @@ typedef struct cli_supervise_cfg {
      * WINCH): sent to the command's group once it has started. */
     const int *deliver;
     size_t ndeliver;
+    /* Out: the signal the command died of (0: it did not), and whether its
+     * group had the terminal then (see cli_sig_die). */
+    int *died_sig, *died_with_tty;
 } cli_supervise_cfg;
 
 /* Run the command while the lock is held, forward signals, kill the command's

@@ -407,9 +407,10 @@ static void dropped_msg(const run_cfg *cfg, const waiter *w)
 }
 
 /* Take the lock (or leadership). Returns TAKEN when held, else the exit
- * code; *remembered gets the signals to deliver to the command. */
+ * code (*stop_sig: the signal that ended the wait); *remembered gets the
+ * signals to deliver to the command. */
 static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *remembered,
-                size_t *nremembered)
+                size_t *nremembered, int *stop_sig)
 {
     waiter w = {.cfg = cfg, .client = c, .lock = lock, .started_ms = cli_now_ms()};
     atomic_init(&w.sig, 0);
@@ -450,6 +451,7 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
         if (rc == 0)
             (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
         dropped_msg(cfg, &w);
+        *stop_sig = sig;
         return 128 + sig;
     }
     char shown[CLI_SHOW_MAX];
@@ -550,6 +552,9 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     dlock_client *c = NULL;
     dlock_lock *lock = NULL;
+    /* A signal that ended the wait or killed the command: dlock dies of it
+     * too, once the lock is given back (a shell then acts on it). */
+    int die_sig = 0, die_group = 0;
     char shown[CLI_SHOW_MAX];
     cli_show(cfg.name, shown, sizeof shown);
     /* -w bounds the whole wait, connecting to the backend included: an
@@ -573,7 +578,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     int remembered[MAX_REMEMBERED];
     size_t nremembered = 0;
-    if ((rc = take(&cfg, c, lock, remembered, &nremembered)) != TAKEN)
+    if ((rc = take(&cfg, c, lock, remembered, &nremembered, &die_sig)) != TAKEN)
         goto out;
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
 
@@ -590,6 +595,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
                     stop = s;
         if (stop) {
             rc = 128 + stop;
+            die_sig = stop;
         } else {
             cli_supervise_cfg sc = {
                 .cmdname = cfg.cmdname,
@@ -605,6 +611,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .ttl_ms = cfg.lopts.ttl_ms > 0 ? cfg.lopts.ttl_ms : 30000,
                 .deliver = remembered,
                 .ndeliver = nremembered,
+                .died_sig = &die_sig,
+                .died_with_tty = &die_group,
             };
             rc = cli_supervise(&sc);
         }
@@ -636,5 +644,9 @@ out:
     if (c)
         dlock_client_close(c);
     cli_sig_teardown();
+    /* Not when the exit status says something else (the lock was lost, or
+     * giving it back failed). */
+    if (die_sig && rc == 128 + die_sig)
+        return cli_sig_die(die_sig, die_group && (die_sig == SIGINT || die_sig == SIGQUIT));
     return rc;
 }
