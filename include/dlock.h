@@ -122,8 +122,9 @@ DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);
 DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts);
 
 /*
- * Open a client for `url` (NULL: $DLOCK_URL if set and not empty, else the
- * embedded file backend in its default directory; "" is DLOCK_EURL, so
+ * Open a client for `url` (NULL: $DLOCK_URL if set and not empty — under
+ * `dlock run`, the whole URL that $DLOCK_URL_FD holds, see dlock(1) — else
+ * the embedded file backend in its default directory; "" is DLOCK_EURL, so
  * that an unset variable never quietly makes a lock host-local). On
  * failure *out is NULL and the
  * reason is in dlock_client_errmsg(NULL) for the calling thread. A query

@@ -447,8 +447,10 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
      * falling back would turn a distributed lock into a host-local one. */
     if (url && !*url)
         return open_fail(DLOCK_EURL, "empty backend url (NULL asks for the default)");
+    char envbuf[DL_URL_MAX];
+    envbuf[0] = '\0';
     if (!url)
-        url = getenv("DLOCK_URL");
+        url = dl_env_url(envbuf, sizeof envbuf);
     char defbuf[64];
     if (!url || !*url) {
         snprintf(defbuf, sizeof defbuf, "file://%s", DL_FILE_DEFAULT_DIR);
@@ -457,6 +459,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     char err[DL_ERRMSG_MAX];
     dl_url *u = NULL;
     int rc = dl_url_parse(url, &u, err, sizeof err);
+    explicit_bzero(envbuf, sizeof envbuf); /* may hold a password */
     if (rc)
         return open_fail(rc, "%s", err);
     const dl_backend *be = dl_backend_for_scheme(u->scheme);
@@ -512,6 +515,37 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     }
     *out = c;
     return 0;
+}
+
+/* A `dlock run` gives its command $DLOCK_URL without the password (it may
+ * be printed or logged) and the whole URL in a sealed memfd named by
+ * $DLOCK_URL_FD, so that a dlock or libdlock program under it reaches the
+ * same backend with the same credentials. The descriptor is believed only
+ * when $DLOCK_URL is its URL's password-free form: a script that sets
+ * another DLOCK_URL gets that one. */
+const char *dl_env_url(char *buf, size_t len)
+{
+    const char *env = getenv("DLOCK_URL");
+    if (!env || !*env)
+        return NULL;
+    const char *fdv = getenv("DLOCK_URL_FD");
+    char *end;
+    errno = 0;
+    long fd = fdv && *fdv ? strtol(fdv, &end, 10) : -1;
+    if (fd < 0 || fd > 0x7fffffff || errno || *end || len < 2)
+        return env;
+    ssize_t n = pread((int)fd, buf, len - 1, 0);
+    if (n <= 0)
+        return env;
+    buf[n] = '\0';
+    dl_url *u = NULL;
+    char err[DL_ERRMSG_MAX];
+    bool same = dl_url_parse(buf, &u, err, sizeof err) == 0 && strcmp(u->redacted, env) == 0;
+    dl_url_free(u);
+    if (same)
+        return buf;
+    explicit_bzero(buf, len);
+    return env;
 }
 
 DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client)

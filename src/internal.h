@@ -59,6 +59,13 @@ typedef struct dl_url {
  */
 int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen);
 void dl_url_free(dl_url *url);
+/* Overwrite the password and secret query values of s with '*' in place. */
+void dl_url_scrub(char *s);
+/* The default URL from the environment (see dlock_tool_env_url): $DLOCK_URL
+ * or the whole URL read from $DLOCK_URL_FD into buf; NULL if none. */
+const char *dl_env_url(char *buf, size_t len);
+/* Longest URL read from $DLOCK_URL_FD. */
+#define DL_URL_MAX 4096
 /* Value of query parameter `key`, or NULL. */
 const char *dl_url_param(const dl_url *url, const char *key);
 /* Default port of a scheme, 0 for none/unknown. */

@@ -90,6 +90,7 @@ typedef struct cli_supervise_cfg {
     const char *name;    /* lock name */
     char **cmd;          /* NULL-terminated argv of the command */
     dlock_client *client;
+    const char *url;     /* the client's whole URL (password included), NULL: default */
     dlock_lock *lock;    /* held */
     int kill_sig;        /* sent to the command's group on loss */
     int kill_grace_ms;   /* then SIGKILL after this long */
@@ -147,9 +148,15 @@ void cli_json_str(FILE *f, const char *s);
 
 /* Check a lock name; prints the error and returns 64 if invalid, else 0. */
 int cli_check_name(const char *cmd, const char *name);
-/* Check a --url value: an empty one (an unset variable) is a usage error,
- * never the default backend. Prints the error and returns 64, else 0. */
-int cli_check_url(const char *cmd, const char *url);
+/* The URL of --url VAL: a copy, after which VAL's password is overwritten
+ * in argv (ps shows argv). An empty one (an unset variable) is a usage
+ * error, never the default backend: NULL, the error printed (exit 64). */
+const char *cli_url_arg(const char *cmd, const char *val);
+/* The URL of --url-file PATH (its first line): NULL, the error printed
+ * (exit 64), when it cannot be read or is empty. */
+const char *cli_url_file(const char *cmd, const char *path);
+/* Longest URL read from a file or descriptor. */
+#define CLI_URL_MAX 4096
 /* Open a client for url; on failure prints one line and returns the exit
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);

@@ -2,6 +2,7 @@
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
+#include "tools.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ static const char usage_tail[] =
     "                 backend): file:///DIR, redis://[user:pass@]host:port[/db],\n"
     "                 redlock://h1:p1,h2:p2,..., zk://h1:2181[/chroot],\n"
     "                 etcd://h1:2379, postgres://..., mysql://..., memcached://h:p\n"
+    "  --url-file FILE  the URL from FILE's first line: with a password, this or\n"
+    "                 $DLOCK_URL, never --url (the command line is public)\n"
     "  -v, --verbose  say what is happening (while waiting: who holds the lock)\n"
     "  -h, --help     show help;  --version  show versions\n"
     "\n"
@@ -147,13 +150,14 @@ static const char backends_help[] =
     "what the fencing tokens promise.\n";
 
 /* --json / --help handling shared by the inspection commands. */
-enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE, OPT_FORCE };
+enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_URL_FILE, OPT_VERBOSE, OPT_FORCE };
 
 static const cli_opt inspect_opts[] = {
     {"json", 0, 0, OPT_JSON},
     {"force", 0, 0, OPT_FORCE},
     {"help", 'h', 0, OPT_HELP},
     {"url", 0, 1, OPT_URL},
+    {"url-file", 0, 1, OPT_URL_FILE},
     {"verbose", 'v', 0, OPT_VERBOSE},
     {NULL, 0, 0, 0},
 };
@@ -204,9 +208,12 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             fputs(g->help, stdout); /* this command's row in the table */
             return 0;
         case OPT_URL:
-            if (cli_check_url(argv[0], p.val))
+            if (!(g->url = cli_url_arg(argv[0], p.val)))
                 return CLI_EXIT_USAGE;
-            g->url = p.val;
+            break;
+        case OPT_URL_FILE:
+            if (!(g->url = cli_url_file(argv[0], p.val)))
+                return CLI_EXIT_USAGE;
             break;
         case OPT_VERBOSE:
             g->verbose = 1;
@@ -728,10 +735,11 @@ static int cmd_help(int argc, char **argv, cli_global *g)
 
 /* ---- main --------------------------------------------------------------- */
 
-enum { G_URL = 1, G_VERBOSE, G_HELP, G_VERSION };
+enum { G_URL = 1, G_URL_FILE, G_VERBOSE, G_HELP, G_VERSION };
 
 static const cli_opt global_opts[] = {
     {"url", 0, 1, G_URL},
+    {"url-file", 0, 1, G_URL_FILE},
     {"verbose", 'v', 0, G_VERBOSE},
     {"help", 'h', 0, G_HELP},
     {"version", 'V', 0, G_VERSION},
@@ -742,9 +750,9 @@ int main(int argc, char **argv)
 {
     cli_note_fds();
     cli_global g = {.url = NULL, .verbose = 0, .help = NULL};
-    const char *env = getenv("DLOCK_URL");
-    if (env && *env)
-        g.url = env;
+    /* $DLOCK_URL, or under a `dlock run` the whole URL it passed down */
+    static char env_url[CLI_URL_MAX];
+    g.url = dlock_tool_env_url(env_url, sizeof env_url);
 
     cli_parser p;
     cli_parser_init(&p, argc, argv, NULL);
@@ -762,9 +770,12 @@ int main(int argc, char **argv)
             cmd = p.val;
             break;
         case G_URL:
-            if (cli_check_url(NULL, p.val))
+            if (!(g.url = cli_url_arg(NULL, p.val)))
                 return CLI_EXIT_USAGE;
-            g.url = p.val;
+            break;
+        case G_URL_FILE:
+            if (!(g.url = cli_url_file(NULL, p.val)))
+                return CLI_EXIT_USAGE;
             break;
         case G_VERBOSE:
             g.verbose = 1;

@@ -40,7 +40,7 @@ typedef struct run_cfg {
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
-    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_HELP
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_HELP
 };
 
 static const cli_opt run_opts[] = {
@@ -60,6 +60,7 @@ static const cli_opt run_opts[] = {
     {"kill-grace", 0, 1, R_GRACE},
     {"value", 0, 1, R_VALUE},
     {"url", 0, 1, R_URL},
+    {"url-file", 0, 1, R_URL_FILE},
     {"help", 'h', 0, R_HELP},
     {NULL, 0, 0, 0},
 };
@@ -186,9 +187,12 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->value = p.val;
             break;
         case R_URL:
-            if (cli_check_url(cmd, p.val))
+            if (!(cfg->url = cli_url_arg(cmd, p.val)))
                 return CLI_EXIT_USAGE;
-            cfg->url = p.val;
+            break;
+        case R_URL_FILE:
+            if (!(cfg->url = cli_url_file(cmd, p.val)))
+                return CLI_EXIT_USAGE;
             break;
         case R_HELP:
             /* The text comes from main.c's command table through g, so
@@ -602,6 +606,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .name = cfg.name,
                 .cmd = cfg.cmd,
                 .client = c,
+                .url = cfg.url,
                 .lock = lock,
                 .kill_sig = cfg.kill_sig,
                 .kill_grace_ms = cfg.kill_grace_ms,
