@@ -88,6 +88,7 @@ typedef struct file_client {
     char *dir;
     bool sync;       /* fdatasync the token on every acquisition */
     mode_t filemode; /* lock files get the directory's rw bits */
+    bool shared;     /* the directory is writable by all (sticky) */
     char self[300];  /* "pid N on host" */
 } file_client;
 
@@ -527,11 +528,15 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
     if (fstat(fd, &st) != 0) {
         snprintf(err, errlen, "cannot stat %s: %s", fc->dir, strerror(errno));
         rc = DLOCK_EIO;
-    } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid()) {
-        /* Someone could have planted the shared directory to tamper with
-         * everyone's lock files. */
-        snprintf(err, errlen, "refusing lock directory %s: owned by uid %ld, not root or you",
-                 fc->dir, (long)st.st_uid);
+    } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid() &&
+               (st.st_mode & 07777) != 01777) {
+        /* Another user's directory that is not the shared one dlock makes:
+         * planted, or changed since, to tamper with everyone's locks. */
+        snprintf(err, errlen,
+                 "refusing lock directory %s: owned by uid %ld with mode %04o, not 1777 "
+                 "(sticky, writable by all) as dlock makes it; its owner or root can chmod "
+                 "1777 it, or remove it",
+                 fc->dir, (long)st.st_uid, (unsigned)(st.st_mode & 07777));
         rc = DLOCK_EPERM;
     } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
         snprintf(err, errlen,
@@ -544,6 +549,13 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
         close(fd);
         return rc;
     }
+    /* Whoever ran dlock first made the shared directory and owns it; the
+     * sticky bit does not bind a directory's owner, who could remove
+     * everyone's lock files. Root takes it over, once, as it owns /tmp. */
+    if (shared_default && st.st_uid != 0 && geteuid() == 0 && fchown(fd, 0, 0) != 0) {
+        /* not fatal: the directory is still the shared one */
+    }
+    fc->shared = (st.st_mode & S_IWOTH) != 0;
     fc->filemode = (st.st_mode & 0666) | S_IRUSR | S_IWUSR;
     fc->dirfd = fd;
     return 0;
@@ -592,6 +604,26 @@ static int dir_creatable(file_client *fc, char *err, size_t errlen)
 
 /* ---- the lock file ----------------------------------------------------- */
 
+/* In a directory anyone can write, a lock file may have been planted: a
+ * hard link to another file (writing our header would damage it), a FIFO
+ * or a device. Only a plain file of one link is used. */
+static int lock_file_check(dlock_lock *l, int fd, const char *path)
+{
+    file_client *fc = fc_of(l->c);
+    struct stat st;
+    if (!fc->shared)
+        return 0;
+    if (fstat(fd, &st) != 0)
+        return dl_lock_err(l, DLOCK_EIO, "cannot stat lock file %s/%s: %s", fc->dir, path,
+                           strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+        return dl_lock_err(l, DLOCK_EPERM,
+                           "refusing lock file %s/%s: %s (planted in the shared directory?)",
+                           fc->dir, path,
+                           S_ISREG(st.st_mode) ? "it has other hard links" : "not a plain file");
+    return 0;
+}
+
 static int open_lock_file(dlock_lock *l, int *out)
 {
     file_client *fc = fc_of(l->c);
@@ -605,6 +637,10 @@ static int open_lock_file(dlock_lock *l, int *out)
     for (;;) {
         int fd = openat(dirfd, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
+            if ((rc = lock_file_check(l, fd, path)) != 0) {
+                close(fd);
+                return rc;
+            }
             *out = fd;
             return 0;
         }

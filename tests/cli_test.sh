@@ -567,4 +567,55 @@ if command -v script >/dev/null 2>&1; then
     pass
 fi
 
+# 8: the shared default directory on a multi-user host: whoever comes first
+# owns it, and the others (root's cron job included) used to be refused.
+# As root, with two other uids, in a private mount namespace so that the
+# host's /var/tmp is untouched.
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null &&
+    unshare --mount --propagation private true 2>/dev/null; then
+    mkdir -m 1777 "$TMP/vartmp"
+    cat >"$TMP/multiuser.sh" <<'SH'
+DLOCK=$1 OUT=$2
+mount --bind "$3" /var/tmp || exit 77
+unset DLOCK_URL DLOCK_URL_FD
+as() { local uid=$1; shift; setpriv --reuid "$uid" --regid "$uid" --clear-groups "$@"; }
+# a user comes first: the directory is theirs, mode 1777
+as 65534 "$DLOCK" run -n shared -- true || exit 10
+[[ $(stat -c '%u %a' /var/tmp/dlock) == "65534 1777" ]] || exit 11
+# another user holds a lock in it; the first user and root are excluded
+setpriv --reuid 1 --regid 1 --clear-groups "$DLOCK" hold shared >"$OUT.hold" 2>"$OUT.err" &
+holder=$!
+for _ in $(seq 200); do [[ -s $OUT.hold ]] && break; sleep 0.05; done
+[[ -s $OUT.hold ]] || exit 12
+as 65534 "$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 1 ]] || exit 13
+"$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 1 ]] || exit 14
+kill -TERM "$holder"
+wait "$holder" || exit 15
+"$DLOCK" run -n shared -- true 2>>"$OUT.err" || exit 16
+# root has taken it over: its first user can no longer remove others' files
+[[ $(stat -c '%u %a' /var/tmp/dlock) == "0 1777" ]] || exit 17
+# a hard link planted by a user is refused, not written into
+as 65534 sh -c 'echo mine >/var/tmp/mine && ln /var/tmp/mine /var/tmp/dlock/hl.lock' || exit 18
+"$DLOCK" run -n hl -- true 2>>"$OUT.err"
+[[ $? == 70 ]] || exit 19
+grep -q 'hl.lock: it has other hard links' "$OUT.err" || exit 20
+[[ $(cat /var/tmp/mine) == mine ]] || exit 21
+# planted by a user with another mode than dlock's: refused
+rm -rf /var/tmp/dlock
+as 65534 mkdir -m 0755 /var/tmp/dlock || exit 22
+as 1 "$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 70 ]] || exit 23
+grep -q 'owned by uid 65534 with mode 0755' "$OUT.err" || exit 24
+exit 0
+SH
+    rc=0
+    unshare --mount --propagation private bash "$TMP/multiuser.sh" "$DLOCK" "$TMP/mu" \
+        "$TMP/vartmp" || rc=$?
+    [[ $rc == 0 || $rc == 77 ]] ||
+        fail "shared default directory, multi-user: step $rc failed: $(cat "$TMP/mu.err")"
+    pass
+fi
+
 echo "$passed passed, 0 failed"
