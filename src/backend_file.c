@@ -483,6 +483,15 @@ static int errno_code(int e)
     return e == EACCES || e == EPERM || e == EROFS ? DLOCK_EPERM : DLOCK_EIO;
 }
 
+/* Whether an open with O_NOFOLLOW | O_DIRECTORY failed (errno e) because
+ * path is a symbolic link: the kernel says ENOTDIR ("Not a directory") for
+ * a link to a directory, ELOOP for others. */
+static bool is_symlink(const char *path, int e)
+{
+    struct stat st;
+    return (e == ENOTDIR || e == ELOOP) && lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
 /* Open the lock directory (making it first when create is set) and check
  * who may tamper with it. Returns 0, DLOCK_ENOENT when it does not exist
  * and create is not set, or an error code with the message in err. The
@@ -519,9 +528,13 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
         if (out_of_fds(e)) /* the reason first: a long path must not cut it off */
             snprintf(err, errlen, "cannot open lock directory: %s (%s)",
                      fd_strerror(e, ebuf, sizeof ebuf), fc->dir);
+        else if (is_symlink(fc->dir, e))
+            snprintf(err, errlen,
+                     "refusing lock directory %s: it is a symbolic link (it could be pointed "
+                     "elsewhere); give the real directory's path",
+                     fc->dir);
         else
-            snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir,
-                     e == ELOOP ? "it is a symbolic link" : strerror(e));
+            snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir, strerror(e));
         return e == EACCES ? DLOCK_EPERM : DLOCK_EIO;
     }
     int rc = 0;

@@ -567,6 +567,35 @@ if command -v script >/dev/null 2>&1; then
     pass
 fi
 
+# 10: names that start with '-' (--name for run and elect, or hold -- NAME)
+expect 0 dl run --name -dash -- sh -c 'echo "$DLOCK_NAME"'
+[[ $(cat "$TMP/out") == -dash ]] || fail "run --name -dash: $(cat "$TMP/out")"
+expect 0 dl elect --name=-dash -- true
+usage_error --url "$URL" run --name a --name b -- true
+"$DLOCK" --url "$URL" hold -- -dash >"$TMP/dash.out" 2>"$TMP/err" &
+dash=$!
+BG+=("$dash")
+wait_until 5 test -s "$TMP/dash.out" || fail "hold -- -dash printed no token"
+expect 1 dl run -n --name -dash -- true
+expect 0 dl status --json -- -dash
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["held"] is True, d' <"$TMP/out" ||
+    fail "status -- -dash: $(cat "$TMP/out")"
+stop_hold "$dash"
+pass
+# 10: break --json prints JSON when nothing was held (exit 1)
+expect 1 dl break --force --json nothing-held
+json_ok "$TMP/out" || fail "break --json, nothing held: not JSON: $(cat "$TMP/out")"
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["broken"] is False and d["name"] == "nothing-held", d' \
+    <"$TMP/out" || fail "break --json, nothing held: $(cat "$TMP/out")"
+pass
+# 10: a lock directory that is a symbolic link is refused as one
+mkdir "$TMP/real"
+ln -s "$TMP/real" "$TMP/link"
+expect 70 "$DLOCK" --url "file://$TMP/link" run x -- true
+grep -q 'it is a symbolic link' "$TMP/err" && ! grep -q 'Not a directory' "$TMP/err" ||
+    fail "symbolic link lock directory: $(cat "$TMP/err")"
+pass
+
 # 8: the shared default directory on a multi-user host: whoever comes first
 # owns it, and the others (root's cron job included) used to be refused.
 # As root, with two other uids, in a private mount namespace so that the

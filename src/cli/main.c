@@ -91,6 +91,7 @@ static const char run_help[] =
     "      --kill-signal SIG signal on loss (name or number, default TERM)\n"
     "      --kill-grace SECS seconds before SIGKILL (default 5)\n"
     "  -v, --verbose         report waiting (holder and how long) and progress\n"
+    "      --name NAME       the lock's name, for a NAME that starts with '-'\n"
     "\n"
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
@@ -102,7 +103,8 @@ static const char hold_help[] =
     "\n"
     "Take lock NAME, print its fencing token on a line of standard output, hold\n"
     "the lock until SIGINT, SIGTERM or SIGHUP, release it and exit 0. Exits 75 if\n"
-    "the lock is lost, 1 (or -E CODE) if it is not acquired.\n";
+    "the lock is lost, 1 (or -E CODE) if it is not acquired. A NAME that starts\n"
+    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n";
 
 static const char elect_help[] =
     "usage: dlock [--url URL] [-v] elect [-w SECS | -n] [-t TTL] [--value TEXT]\n"
@@ -354,8 +356,14 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     rc = dlock_break(c, name, &info);
     if (rc == DLOCK_ENOTHELD) {
         cli_err("break: lock %s is not held: nothing to break", shown);
+        if (json) {
+            fputs("{\"name\":", stdout);
+            cli_json_str(stdout, name);
+            fputs(",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null}\n", stdout);
+        }
         dlock_client_close(c);
-        return CLI_EXIT_NOT_ACQUIRED;
+        rc = finish_stdout("break");
+        return rc ? rc : CLI_EXIT_NOT_ACQUIRED;
     }
     if (rc) {
         const char *why = dlock_client_errmsg(c);

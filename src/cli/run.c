@@ -40,7 +40,7 @@ typedef struct run_cfg {
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
-    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_HELP
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_HELP
 };
 
 static const cli_opt run_opts[] = {
@@ -61,6 +61,7 @@ static const cli_opt run_opts[] = {
     {"value", 0, 1, R_VALUE},
     {"url", 0, 1, R_URL},
     {"url-file", 0, 1, R_URL_FILE},
+    {"name", 0, 1, R_NAME},
     {"help", 'h', 0, R_HELP},
     {NULL, 0, 0, 0},
 };
@@ -194,6 +195,13 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             if (!(cfg->url = cli_url_file(cmd, p.val)))
                 return CLI_EXIT_USAGE;
             break;
+        case R_NAME:
+            /* A name that starts with '-' would read as an option. */
+            if (cfg->name)
+                return cli_usage(cmd, "the lock NAME is given twice (%s)",
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg->name = p.val;
+            break;
         case R_HELP:
             /* The text comes from main.c's command table through g, so
              * that run.c never calls back into main.c. */
@@ -206,7 +214,10 @@ done:
         return cli_usage(cmd, "--value is an option of 'dlock elect'");
     if (cfg->mode == MODE_ELECT && (cfg->shared || cfg->permits_given))
         return cli_usage(cmd, "leadership is exclusive: -s and --permits do not apply");
-    if (cfg->mode == MODE_HOLD && (dashdash || p.idx < argc))
+    /* hold -- NAME: a name that starts with '-' */
+    if (cfg->mode == MODE_HOLD && dashdash && !cfg->name && p.idx == argc - 1)
+        cfg->name = argv[p.idx++];
+    if (cfg->mode == MODE_HOLD && p.idx < argc)
         return cli_usage(cmd, "hold takes no command (use 'dlock run NAME -- CMD')");
     if (cfg->wait_given && cfg->nonblock)
         return cli_usage(cmd, "-w and -n exclude each other");
