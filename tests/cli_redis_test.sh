@@ -247,7 +247,9 @@ for how in --url --url-file env; do
     BG+=("$runner")
     guardian=
     for _ in $(seq 100); do
-        guardian=$(ps -o pid=,comm= --ppid "$runner" | awk '$2 == "dlock-guardian" { print $1 }')
+        # (ps fails while dlock has no child yet: not an error under set -e)
+        guardian=$(ps -o pid=,comm= --ppid "$runner" | awk '$2 == "dlock-guardian" { print $1 }') ||
+            true
         [[ -n $guardian ]] && break
         sleep 0.05
     done
