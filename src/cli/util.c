@@ -252,6 +252,17 @@ int cli_check_name(const char *cmd, const char *name)
     return CLI_EXIT_USAGE;
 }
 
+/* The URL taken from --url or --url-file, kept for the process's life (a
+ * later one replaces it: the last option wins). */
+static char *taken_url;
+
+static const char *take_url(char *url)
+{
+    free(taken_url);
+    taken_url = url;
+    return url;
+}
+
 const char *cli_url_arg(const char *cmd, const char *val)
 {
     if (!val || !*val) {
@@ -268,7 +279,7 @@ const char *cli_url_arg(const char *cmd, const char *val)
      * command line that ps and /proc/PID/cmdline show, for dlock and for
      * its guardian, forked later. */
     dlock_tool_url_scrub((char *)val);
-    return copy;
+    return take_url(copy);
 }
 
 const char *cli_url_file(const char *cmd, const char *path)
@@ -296,7 +307,7 @@ const char *cli_url_file(const char *cmd, const char *path)
         free(buf);
         return NULL;
     }
-    return buf;
+    return take_url(buf);
 }
 
 int cli_open(const char *cmd, const char *url, dlock_client **out)
