@@ -61,7 +61,8 @@ static const char usage_tail[] =
     "  128+N  also: dlock was stopped by signal N while waiting for the lock\n"
     "\n"
     "environment: DLOCK_URL (default backend URL); the command gets DLOCK_NAME,\n"
-    "DLOCK_TOKEN (fencing token) and DLOCK_URL (password removed).\n"
+    "DLOCK_TOKEN (fencing token) and DLOCK_URL (password removed; a dlock it\n"
+    "runs reads the whole URL from the descriptor DLOCK_URL_FD).\n"
     "See dlock(1).\n";
 
 static const char run_help[] =
@@ -70,8 +71,9 @@ static const char run_help[] =
     "             [--kill-grace SECS] NAME -- CMD [ARGS...]\n"
     "\n"
     "Take lock NAME, run CMD in its own process group while holding it, release\n"
-    "the lock when CMD exits and exit with CMD's status (128+N if it died of\n"
-    "signal N). CMD gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL in its environment.\n"
+    "the lock when CMD exits and exit with CMD's status (if it died of signal N,\n"
+    "dlock dies of N too: the shell's 128+N). CMD gets DLOCK_NAME, DLOCK_TOKEN and\n"
+    "DLOCK_URL in its environment (and DLOCK_URL_FD, see dlock(1)).\n"
     "Signals INT TERM HUP QUIT USR1 USR2 WINCH CONT sent to dlock go to CMD's group;\n"
     "USR1 USR2 WINCH received while waiting for the lock are delivered once CMD\n"
     "has started (dropped if it never starts); INT TERM HUP QUIT end the wait.\n"
