@@ -111,7 +111,7 @@ typedef struct dlock_lock_opts {
     dlock_kind kind;
     unsigned permits; /* semaphore size, >= 1 */
     int ttl_ms;       /* lease length for lease backends; 0: default (30000) */
-    int fair;         /* 1 FIFO, 0 any order, -1 backend default */
+    int fair;         /* 1 FIFO, 0 any order, -1 backend default; else EINVAL */
     /* Called once, from the client's background thread, when a held lock is
      * lost. Must not block; dlock_lost_fd is the poll-friendly alternative. */
     dlock_lost_cb on_lost;
@@ -122,8 +122,11 @@ DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);
 DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts);
 
 /*
- * Open a client for `url` (NULL or "": the embedded file backend in its
- * default directory, or $DLOCK_URL if set). On failure *out is NULL and the
+ * Open a client for `url` (NULL: $DLOCK_URL if set and not empty — under
+ * `dlock run`, the whole URL that $DLOCK_URL_FD holds, see dlock(1) — else
+ * the embedded file backend in its default directory; "" is DLOCK_EURL, so
+ * that an unset variable never quietly makes a lock host-local). On
+ * failure *out is NULL and the
  * reason is in dlock_client_errmsg(NULL) for the calling thread. A query
  * parameter the backend does not read is DLOCK_EURL naming it.
  */
@@ -135,7 +138,12 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
  * when the client's memory goes. Not while another thread uses the client
  * or its handles. */
 DLOCK_EXTERN void dlock_client_close(dlock_client *client);
-/* Last error message of the client (thread-local last open error for NULL). */
+/* The message of the calling thread's last failed call on this client (""
+ * if none): each thread has its own, as with errno, so threads sharing a
+ * client never read each other's. The string stays valid, in this thread,
+ * until its next call into the library with this client; copy it to keep
+ * it. NULL: the calling thread's last dlock_client_open failure (or last
+ * client error). */
 DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client);
 /* The client's URL with any password replaced by "***". */
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client);
@@ -153,6 +161,10 @@ DLOCK_EXTERN unsigned dlock_client_caps(const dlock_client *client);
  */
 DLOCK_EXTERN int dlock_name_valid(const char *name, char *errbuf, size_t errlen);
 
+/* A handle holding a lock may keep a descriptor open (file://: one per held
+ * lock). The library never changes the process's RLIMIT_NOFILE: a program
+ * holding more locks than its soft limit allows raises it itself; past it
+ * an acquisition fails with DLOCK_EIO and a message naming the limit. */
 DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const char *name,
                                 const dlock_lock_opts *opts);
 /* Releases the lock if held, then frees the handle. */
@@ -162,7 +174,8 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
 
 /*
  * Acquire: timeout_ms 0 tries once (DLOCK_EBUSY if held elsewhere), -1 waits
- * forever, > 0 waits at most that long (DLOCK_ETIMEDOUT) — returning by
+ * forever (any other negative value is DLOCK_EINVAL), > 0 waits at most
+ * that long (DLOCK_ETIMEDOUT) — returning by
  * then plus at most 100 ms, whatever the servers do. Re-acquiring a held
  * handle increments its count and keeps its token. DLOCK_ECANCELED if
  * dlock_cancel was called while waiting.
@@ -172,11 +185,13 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms);
  * DLOCK_ELOST if the lock had been lost (the handle returns to idle). */
 DLOCK_EXTERN int dlock_release(dlock_lock *lock);
 /* Make a waiting dlock_acquire on this handle return DLOCK_ECANCELED; may be
- * called from any thread. A cancel that arrives before the acquisition
- * starts waiting cancels it too (callers cannot tell when waiting begins);
- * one that arrives after it returned is forgotten. */
+ * called from any thread. A cancel that arrives while an acquisition is in
+ * progress cancels it, even before it starts waiting (callers cannot tell
+ * when waiting begins); one that arrives while none is in progress (before
+ * dlock_acquire is called, or after it returned) is forgotten. */
 DLOCK_EXTERN void dlock_cancel(dlock_lock *lock);
-/* The fencing token of the current holding (0 when not held). */
+/* The fencing token of the current holding (0 when not held, lost
+ * included: a lost holding's token must not be used). */
 DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock);
 DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock);
 /* A descriptor that becomes readable when the held lock is lost. Owned by the
@@ -209,7 +224,9 @@ DLOCK_EXTERN int dlock_release_all(dlock_lock **locks, size_t n);
  * Leader election on the lock's name. campaign waits (as dlock_acquire) to
  * become leader and publishes `value` (<= 255 bytes) for observers; resign
  * gives leadership up. dlock_leader copies the current leader's value into
- * buf (DLOCK_ENOENT when there is none).
+ * buf (DLOCK_ENOENT when there is none); a buf too short for it (256
+ * bytes always suffice) is DLOCK_EINVAL, with the size needed in the
+ * client's message and the value cut short in buf.
  */
 DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout_ms);
 DLOCK_EXTERN int dlock_resign(dlock_lock *lock);
@@ -262,7 +279,9 @@ DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i);
 /*
  * Test hook: make a held lock behave as if its lease or session were lost
  * (the file backend cannot lose a lock by itself). Returns DLOCK_ENOTHELD if
- * not held. Intended for tests of loss handling; never needed in production.
+ * not held. The loss is told as a real one is (on_lost from a library
+ * thread, not the caller's; the lost descriptor), before the hook returns.
+ * Intended for tests of loss handling; never needed in production.
  */
 DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
 

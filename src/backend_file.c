@@ -88,6 +88,7 @@ typedef struct file_client {
     char *dir;
     bool sync;       /* fdatasync the token on every acquisition */
     mode_t filemode; /* lock files get the directory's rw bits */
+    bool shared;     /* the directory is writable by all (sticky) */
     char self[300];  /* "pid N on host" */
 } file_client;
 
@@ -107,19 +108,9 @@ static file_client *fc_of(dlock_client *c)
  * into RLIMIT_NOFILE; this counts them for the message that says so. */
 static atomic_long held_files;
 
-static pthread_once_t nofile_once = PTHREAD_ONCE_INIT;
-
-/* Let the process hold as many locks as its hard limit allows. Once per
- * process and only upward: a limit the application sets later is its own;
- * failure leaves the limit as it was. */
-static void raise_nofile(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
+/* The process's RLIMIT_NOFILE is its own: the library never raises it
+ * (children inherit it, and programs that loop over every descriptor or
+ * use select() notice). Running out is told with the limit to raise. */
 
 /* Open descriptors below limit, without needing one (no /proc/self/fd):
  * poll says POLLNVAL for a closed number. poll takes at most
@@ -492,6 +483,15 @@ static int errno_code(int e)
     return e == EACCES || e == EPERM || e == EROFS ? DLOCK_EPERM : DLOCK_EIO;
 }
 
+/* Whether an open with O_NOFOLLOW | O_DIRECTORY failed (errno e) because
+ * path is a symbolic link: the kernel says ENOTDIR ("Not a directory") for
+ * a link to a directory, ELOOP for others. */
+static bool is_symlink(const char *path, int e)
+{
+    struct stat st;
+    return (e == ENOTDIR || e == ELOOP) && lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
 /* Open the lock directory (making it first when create is set) and check
  * who may tamper with it. Returns 0, DLOCK_ENOENT when it does not exist
  * and create is not set, or an error code with the message in err. The
@@ -528,20 +528,28 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
         if (out_of_fds(e)) /* the reason first: a long path must not cut it off */
             snprintf(err, errlen, "cannot open lock directory: %s (%s)",
                      fd_strerror(e, ebuf, sizeof ebuf), fc->dir);
+        else if (is_symlink(fc->dir, e))
+            snprintf(err, errlen,
+                     "refusing lock directory %s: it is a symbolic link (it could be pointed "
+                     "elsewhere); give the real directory's path",
+                     fc->dir);
         else
-            snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir,
-                     e == ELOOP ? "it is a symbolic link" : strerror(e));
+            snprintf(err, errlen, "cannot open lock directory %s: %s", fc->dir, strerror(e));
         return e == EACCES ? DLOCK_EPERM : DLOCK_EIO;
     }
     int rc = 0;
     if (fstat(fd, &st) != 0) {
         snprintf(err, errlen, "cannot stat %s: %s", fc->dir, strerror(errno));
         rc = DLOCK_EIO;
-    } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid()) {
-        /* Someone could have planted the shared directory to tamper with
-         * everyone's lock files. */
-        snprintf(err, errlen, "refusing lock directory %s: owned by uid %ld, not root or you",
-                 fc->dir, (long)st.st_uid);
+    } else if (shared_default && st.st_uid != 0 && st.st_uid != geteuid() &&
+               (st.st_mode & 07777) != 01777) {
+        /* Another user's directory that is not the shared one dlock makes:
+         * planted, or changed since, to tamper with everyone's locks. */
+        snprintf(err, errlen,
+                 "refusing lock directory %s: owned by uid %ld with mode %04o, not 1777 "
+                 "(sticky, writable by all) as dlock makes it; its owner or root can chmod "
+                 "1777 it, or remove it",
+                 fc->dir, (long)st.st_uid, (unsigned)(st.st_mode & 07777));
         rc = DLOCK_EPERM;
     } else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
         snprintf(err, errlen,
@@ -554,6 +562,13 @@ static int dir_open(file_client *fc, bool create, char *err, size_t errlen)
         close(fd);
         return rc;
     }
+    /* Whoever ran dlock first made the shared directory and owns it; the
+     * sticky bit does not bind a directory's owner, who could remove
+     * everyone's lock files. Root takes it over, once, as it owns /tmp. */
+    if (shared_default && st.st_uid != 0 && geteuid() == 0 && fchown(fd, 0, 0) != 0) {
+        /* not fatal: the directory is still the shared one */
+    }
+    fc->shared = (st.st_mode & S_IWOTH) != 0;
     fc->filemode = (st.st_mode & 0666) | S_IRUSR | S_IWUSR;
     fc->dirfd = fd;
     return 0;
@@ -602,6 +617,26 @@ static int dir_creatable(file_client *fc, char *err, size_t errlen)
 
 /* ---- the lock file ----------------------------------------------------- */
 
+/* In a directory anyone can write, a lock file may have been planted: a
+ * hard link to another file (writing our header would damage it), a FIFO
+ * or a device. Only a plain file of one link is used. */
+static int lock_file_check(dlock_lock *l, int fd, const char *path)
+{
+    file_client *fc = fc_of(l->c);
+    struct stat st;
+    if (!fc->shared)
+        return 0;
+    if (fstat(fd, &st) != 0)
+        return dl_lock_err(l, DLOCK_EIO, "cannot stat lock file %s/%s: %s", fc->dir, path,
+                           strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+        return dl_lock_err(l, DLOCK_EPERM,
+                           "refusing lock file %s/%s: %s (planted in the shared directory?)",
+                           fc->dir, path,
+                           S_ISREG(st.st_mode) ? "it has other hard links" : "not a plain file");
+    return 0;
+}
+
 static int open_lock_file(dlock_lock *l, int *out)
 {
     file_client *fc = fc_of(l->c);
@@ -615,6 +650,10 @@ static int open_lock_file(dlock_lock *l, int *out)
     for (;;) {
         int fd = openat(dirfd, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
+            if ((rc = lock_file_check(l, fd, path)) != 0) {
+                close(fd);
+                return rc;
+            }
             *out = fd;
             return 0;
         }
@@ -786,7 +825,6 @@ static void read_record(int fd, int idx, record *r)
 
 static int file_client_open(dlock_client *c, const dl_url *url)
 {
-    (void)pthread_once(&nofile_once, raise_nofile);
     file_client *fc = calloc(1, sizeof *fc);
     if (!fc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");

@@ -91,6 +91,41 @@ const char *dl_lock_msg(const dlock_lock *l)
     return l->errmsg ? l->errmsg : "";
 }
 
+/* A client's last message is kept per thread, as errno is: threads that
+ * share a client each read the message of their own failed call, never one
+ * another thread is writing. A few slots, so that a thread using several
+ * clients keeps each one's message; the least recently written goes. */
+#define DL_MSG_SLOTS 4
+static _Thread_local struct client_msg {
+    uint64_t client; /* dlock_client.id; 0: free */
+    uint64_t written;
+    char msg[DL_ERRMSG_MAX];
+} client_msgs[DL_MSG_SLOTS];
+static _Thread_local uint64_t client_msgs_clock;
+static atomic_uint_fast64_t client_ids;
+
+static struct client_msg *client_msg_find(uint64_t id)
+{
+    for (size_t i = 0; i < DL_MSG_SLOTS; i++)
+        if (client_msgs[i].client == id)
+            return &client_msgs[i];
+    return NULL;
+}
+
+static void client_msg_set(const dlock_client *c, const char *msg)
+{
+    struct client_msg *m = client_msg_find(c->id);
+    if (!m) { /* a free slot (written 0), else the oldest */
+        m = &client_msgs[0];
+        for (size_t i = 1; i < DL_MSG_SLOTS; i++)
+            if (client_msgs[i].written < m->written)
+                m = &client_msgs[i];
+    }
+    m->client = c->id;
+    m->written = ++client_msgs_clock;
+    snprintf(m->msg, sizeof m->msg, "%s", msg);
+}
+
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
 {
     char buf[DL_ERRMSG_MAX];
@@ -98,9 +133,7 @@ int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vset(buf, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&c->mu);
-    memcpy(c->errmsg, buf, sizeof buf);
-    pthread_mutex_unlock(&c->mu);
+    client_msg_set(c, buf);
     /* Open failures are read through dlock_client_errmsg(NULL). */
     memcpy(open_errmsg, buf, sizeof buf);
     return code;
@@ -342,6 +375,16 @@ static int open_fail(int code, const char *fmt, ...)
     return code;
 }
 
+/* A NULL argument: said where the caller looks next (the client's
+ * message, or the thread's open message without a client), so that no
+ * older, unrelated message is left there to mislead. */
+static int null_arg(dlock_client *c, const char *fn, const char *what)
+{
+    if (c)
+        return dl_client_err(c, DLOCK_EINVAL, "%s: %s is NULL", fn, what);
+    return open_fail(DLOCK_EINVAL, "%s: %s is NULL", fn, what);
+}
+
 #define DL_MAX_TIMEOUT_MS 3600000
 
 /* A timeout parameter of the URL, for an option the caller left at 0. */
@@ -400,8 +443,14 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     if (!out)
         return open_fail(DLOCK_EINVAL, "dlock_client_open: out is NULL");
     *out = NULL;
-    if (!url || !*url)
-        url = getenv("DLOCK_URL");
+    /* "" is a mistake (an unset variable in a script), never the default:
+     * falling back would turn a distributed lock into a host-local one. */
+    if (url && !*url)
+        return open_fail(DLOCK_EURL, "empty backend url (NULL asks for the default)");
+    char envbuf[DL_URL_MAX];
+    envbuf[0] = '\0';
+    if (!url)
+        url = dl_env_url(envbuf, sizeof envbuf);
     char defbuf[64];
     if (!url || !*url) {
         snprintf(defbuf, sizeof defbuf, "file://%s", DL_FILE_DEFAULT_DIR);
@@ -410,6 +459,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     char err[DL_ERRMSG_MAX];
     dl_url *u = NULL;
     int rc = dl_url_parse(url, &u, err, sizeof err);
+    explicit_bzero(envbuf, sizeof envbuf); /* may hold a password */
     if (rc)
         return open_fail(rc, "%s", err);
     const dl_backend *be = dl_backend_for_scheme(u->scheme);
@@ -438,6 +488,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     }
     c->be = be;
     c->url = u;
+    c->id = atomic_fetch_add(&client_ids, 1) + 1;
     c->opts = o;
     if (c->opts.connect_timeout_ms == 0)
         c->opts.connect_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
@@ -466,9 +517,43 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     return 0;
 }
 
+/* A `dlock run` gives its command $DLOCK_URL without the password (it may
+ * be printed or logged) and the whole URL in a sealed memfd named by
+ * $DLOCK_URL_FD, so that a dlock or libdlock program under it reaches the
+ * same backend with the same credentials. The descriptor is believed only
+ * when $DLOCK_URL is its URL's password-free form: a script that sets
+ * another DLOCK_URL gets that one. */
+const char *dl_env_url(char *buf, size_t len)
+{
+    const char *env = getenv("DLOCK_URL");
+    if (!env || !*env)
+        return NULL;
+    const char *fdv = getenv("DLOCK_URL_FD");
+    char *end;
+    errno = 0;
+    long fd = fdv && *fdv ? strtol(fdv, &end, 10) : -1;
+    if (fd < 0 || fd > 0x7fffffff || errno || *end || len < 2)
+        return env;
+    ssize_t n = pread((int)fd, buf, len - 1, 0);
+    if (n <= 0)
+        return env;
+    buf[n] = '\0';
+    dl_url *u = NULL;
+    char err[DL_ERRMSG_MAX];
+    bool same = dl_url_parse(buf, &u, err, sizeof err) == 0 && strcmp(u->redacted, env) == 0;
+    dl_url_free(u);
+    if (same)
+        return buf;
+    explicit_bzero(buf, len);
+    return env;
+}
+
 DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client)
 {
-    return client ? client->errmsg : open_errmsg;
+    if (!client)
+        return open_errmsg;
+    const struct client_msg *m = client_msg_find(client->id);
+    return m ? m->msg : "";
 }
 
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client)
@@ -1001,7 +1086,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
                                 const dlock_lock_opts *opts)
 {
     if (!out || !client)
-        return DLOCK_EINVAL;
+        return null_arg(client, "dlock_lock_new", out ? "the client" : "out");
     *out = NULL;
     if (client->closed)
         return dl_client_err(client, DLOCK_EINVAL, "the client was closed");
@@ -1023,6 +1108,11 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
         o.permits = 1;
     if (o.ttl_ms < 0)
         return dl_client_err(client, DLOCK_EINVAL, "ttl must be positive, not %d ms", o.ttl_ms);
+    if (o.fair < -1 || o.fair > 1)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "fair must be 1 (FIFO), 0 (any order) or -1 (backend default), "
+                             "not %d",
+                             o.fair);
     if (o.ttl_ms == 0)
         o.ttl_ms = DL_DEFAULT_TTL_MS;
     /* Renewal at ttl/3 needs a few milliseconds of room to be meaningful. */
@@ -1176,6 +1266,16 @@ static void cancel_disarm(dlock_lock *l)
         close(l->cancel_fd);
     l->cancel_fd = -1;
     l->cancel_pending = false;
+    l->acquiring = false;
+    pthread_mutex_unlock(&l->cancel_mu);
+}
+
+/* From here until cancel_disarm, dlock_cancel cancels this acquisition,
+ * whether it waits yet or not; outside of it a cancel is forgotten. */
+static void cancel_arm(dlock_lock *l)
+{
+    pthread_mutex_lock(&l->cancel_mu);
+    l->acquiring = true;
     pthread_mutex_unlock(&l->cancel_mu);
 }
 
@@ -1213,9 +1313,10 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     int rc = dl_lock_new_owner(l);
     if (rc)
         return rc;
-    /* A cancel that arrived before we started still counts (the caller
-     * cannot tell when waiting begins); one left over from an acquisition
-     * that ended is drained when that acquisition returns. */
+    /* A cancel that arrives before we start waiting still counts (the
+     * caller cannot tell when waiting begins); one that came while no
+     * acquisition was in progress is forgotten. */
+    cancel_arm(l);
     drain_lost(l);
     atomic_store(&l->lost_claimed, false);
     atomic_store(&l->state, DLOCK_STATE_WAITING);
@@ -1271,10 +1372,21 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     return rc;
 }
 
+/* Only -1 means forever: another negative number is a caller's bug (an
+ * unchecked subtraction), not a wish to wait for ever. */
+static int bad_timeout(dlock_lock *l, int timeout_ms)
+{
+    return dl_lock_err(l, DLOCK_EINVAL,
+                       "lock \"%s\": timeout of %d ms (0 tries once, -1 waits forever)", l->name,
+                       timeout_ms);
+}
+
 DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms)
 {
     if (!lock)
         return DLOCK_EINVAL;
+    if (timeout_ms < -1)
+        return bad_timeout(lock, timeout_ms);
     return acquire_until(lock, deadline_from(timeout_ms));
 }
 
@@ -1321,14 +1433,18 @@ DLOCK_EXTERN void dlock_cancel(dlock_lock *lock)
     pthread_mutex_lock(&lock->cancel_mu);
     if (lock->cancel_fd >= 0)
         signal_fd(lock->cancel_fd);
-    else
+    else if (lock->acquiring)
         lock->cancel_pending = true;
+    /* else no acquisition is in progress: forgotten, as dlock.h says */
     pthread_mutex_unlock(&lock->cancel_mu);
 }
 
 DLOCK_EXTERN uint64_t dlock_token(const dlock_lock *lock)
 {
-    return lock ? atomic_load(&((dlock_lock *)lock)->token) : 0;
+    /* A lost holding protects nothing: its token must not be used. */
+    if (!lock || dlock_state(lock) != DLOCK_STATE_HELD)
+        return 0;
+    return atomic_load(&((dlock_lock *)lock)->token);
 }
 
 DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock)
@@ -1392,6 +1508,12 @@ DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)
                                                                                 : 0;
 }
 
+static void *notify_main(void *arg)
+{
+    lost_notify(arg);
+    return NULL;
+}
+
 DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
 {
     if (!lock)
@@ -1405,7 +1527,16 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
     if (lock->c->be->abandon)
         lock->c->be->abandon(lock);
     pthread_mutex_unlock(&lock->mu);
-    dl_mark_lost(lock, "forced loss (test hook)");
+    /* Told from another thread, as a real loss is (the renewal thread, the
+     * session watcher): a test of loss handling must see what production
+     * does. Joined, so that the hook returns once the loss is told. */
+    if (lost_publish(lock, "forced loss (test hook)")) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, notify_main, lock) == 0)
+            pthread_join(th, NULL);
+        else
+            lost_notify(lock); /* no thread to be had: tell it here */
+    }
     return 0;
 }
 
@@ -1424,6 +1555,11 @@ DLOCK_EXTERN int dlock_acquire_all(dlock_lock **locks, size_t n, int timeout_ms)
     for (size_t i = 0; i < n; i++)
         if (!locks[i])
             return DLOCK_EINVAL;
+    if (timeout_ms < -1) {
+        for (size_t i = 0; i < n; i++)
+            (void)bad_timeout(locks[i], timeout_ms);
+        return DLOCK_EINVAL;
+    }
     dlock_lock **sorted = malloc(n * sizeof *sorted);
     if (!sorted)
         return DLOCK_ENOMEM;
@@ -1482,7 +1618,9 @@ DLOCK_EXTERN int dlock_release_all(dlock_lock **locks, size_t n)
 
 DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout_ms)
 {
-    if (!lock || !value || strlen(value) > 255)
+    if (lock && timeout_ms < -1)
+        return bad_timeout(lock, timeout_ms);
+    if (!lock || !value || strlen(value) > DL_LEADER_MAX)
         return lock ? dl_lock_err(lock, DLOCK_EINVAL, "leader value must be 0..255 bytes")
                     : DLOCK_EINVAL;
     if (!lock->c->be->set_value)
@@ -1514,7 +1652,7 @@ DLOCK_EXTERN int dlock_resign(dlock_lock *lock)
 DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf, size_t len)
 {
     if (!client || !buf || len == 0)
-        return DLOCK_EINVAL;
+        return null_arg(client, "dlock_leader", !client ? "the client" : "the buffer (or empty)");
     char why[128];
     int rc = dlock_name_valid(name, why, sizeof why);
     if (rc)
@@ -1522,7 +1660,18 @@ DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf,
     if (!client->be->get_value)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend has no leader values",
                              client->be->name);
-    return client->be->get_value(client, name, buf, len);
+    /* Read whole (values are at most 255 bytes), so that a short buffer is
+     * reported, never silently given a cut value. */
+    char whole[DL_LEADER_MAX + 1] = "";
+    rc = client->be->get_value(client, name, whole, sizeof whole);
+    size_t need = strlen(whole) + 1;
+    snprintf(buf, len, "%s", whole);
+    if (rc == 0 && need > len)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "dlock_leader: the value of \"%s\" needs %zu bytes, the buffer has "
+                             "%zu (it holds the value cut short)",
+                             name, need, len);
+    return rc;
 }
 
 /* ---- inspection -------------------------------------------------------- */
@@ -1530,7 +1679,7 @@ DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf,
 DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_info *info)
 {
     if (!client || !info)
-        return DLOCK_EINVAL;
+        return null_arg(client, "dlock_inspect", client ? "info" : "the client");
     char why[128];
     int rc = dlock_name_valid(name, why, sizeof why);
     if (rc)
@@ -1547,7 +1696,7 @@ DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_inf
 DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info *broken)
 {
     if (!client)
-        return DLOCK_EINVAL;
+        return null_arg(client, "dlock_break", "the client");
     char why[128];
     int rc = dlock_name_valid(name, why, sizeof why);
     if (rc)
@@ -1567,7 +1716,7 @@ DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list
                             void *arg)
 {
     if (!client || !fn)
-        return DLOCK_EINVAL;
+        return null_arg(client, "dlock_list", client ? "fn" : "the client");
     if (!client->be->list)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot list locks",
                              client->be->name);

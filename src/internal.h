@@ -20,6 +20,7 @@
 #define DL_OWNER_HEX 32 /* 128-bit owner id as lowercase hex */
 #define DL_DEFAULT_TTL_MS 30000
 #define DL_DEFAULT_TIMEOUT_MS 2000
+#define DL_LEADER_MAX 255 /* bytes of a published leader value */
 /* Default directory of the embedded backend: shared by every user of the host
  * (sticky and world-writable, like /tmp) and kept across reboots, so that
  * fencing tokens survive them. */
@@ -58,6 +59,13 @@ typedef struct dl_url {
  */
 int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen);
 void dl_url_free(dl_url *url);
+/* Overwrite the password and secret query values of s with '*' in place. */
+void dl_url_scrub(char *s);
+/* The default URL from the environment (see dlock_tool_env_url): $DLOCK_URL
+ * or the whole URL read from $DLOCK_URL_FD into buf; NULL if none. */
+const char *dl_env_url(char *buf, size_t len);
+/* Longest URL read from $DLOCK_URL_FD. */
+#define DL_URL_MAX 4096
 /* Value of query parameter `key`, or NULL. */
 const char *dl_url_param(const dl_url *url, const char *key);
 /* Default port of a scheme, 0 for none/unknown. */
@@ -177,8 +185,11 @@ struct dlock_client {
     unsigned caps;
     bool renews;
     dlock_client_opts opts;
-    pthread_mutex_t mu; /* guards errmsg, the lease heaps and threads */
-    char errmsg[DL_ERRMSG_MAX];
+    pthread_mutex_t mu; /* guards the lease heaps and threads */
+    /* Names the client's messages, which live in each calling thread
+     * (core.c: a thread reads the message of its own failed call). Never
+     * reused, unlike the client's address. */
+    uint64_t id;
 
     /* Lease renewal: one background thread per client, started on first use,
      * and beside it a watchdog that declares a lease lost at its deadline
@@ -221,6 +232,7 @@ struct dlock_lock {
     int cancel_fd;
     pthread_mutex_t cancel_mu;
     bool cancel_pending; /* dlock_cancel came while no cancel_fd existed */
+    bool acquiring;      /* an acquisition is in progress: a cancel counts */
     _Atomic int lost_fd;
     atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */
     /* Messages, allocated with the first one (a handle that never fails

@@ -207,6 +207,16 @@ static int part(char *buf, size_t len, const char *s, const char *what, char *er
     return 0;
 }
 
+const char *dlock_tool_env_url(char *buf, size_t len)
+{
+    return dl_env_url(buf, len);
+}
+
+void dlock_tool_url_scrub(char *url)
+{
+    dl_url_scrub(url);
+}
+
 int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);

@@ -121,6 +121,16 @@ typedef struct dlock_tool_url {
 
 int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t errlen);
 
+/* The default backend URL from the environment, as dlock_client_open(NULL)
+ * reads it: $DLOCK_URL, or the whole URL that a `dlock run` above passed
+ * down through the descriptor $DLOCK_URL_FD (when $DLOCK_URL is its
+ * password-free form). In buf when read from the descriptor; NULL when
+ * $DLOCK_URL is unset or empty. */
+const char *dlock_tool_env_url(char *buf, size_t len);
+/* Overwrite, in place and at the same length, the password and secret query
+ * values of url with '*' (for a URL in argv, which ps shows). */
+void dlock_tool_url_scrub(char *url);
+
 /* ---- for `dlock check`: the deployment and its faults ------------------ */
 
 /*

@@ -118,6 +118,30 @@ static void sb_query(sbuf *b, const char *q)
     }
 }
 
+void dl_url_scrub(char *s)
+{
+    char *sep = strstr(s, "://");
+    char *rest = sep && scheme_syntax_ok(s, (size_t)(sep - s)) ? sep + 3 : s;
+    /* as safe_form below: over-redacts odd input, never under-redacts */
+    char *at = strrchr(rest, '@');
+    if (at) {
+        char *colon = memchr(rest, ':', (size_t)(at - rest));
+        if (colon)
+            memset(colon + 1, '*', (size_t)(at - colon - 1));
+    }
+    char *q = strchr(at ? at : rest, '?');
+    for (q = q ? q + 1 : NULL; q && *q;) {
+        size_t seg = strcspn(q, "&");
+        char *eq = memchr(q, '=', seg);
+        size_t klen = eq ? (size_t)(eq - q) : seg;
+        if (eq && (secret_key(q, klen) || memchr(q, '%', klen)))
+            memset(eq + 1, '*', seg - klen - 1);
+        q += seg;
+        if (*q == '&')
+            q++;
+    }
+}
+
 /*
  * A password-free rendering of a URL that may be malformed: everything
  * between the first ':' after "scheme://" and the last '@' becomes "***", and

@@ -218,4 +218,57 @@ kill -CONT "$(cat "$srv_dir/stalled.pid")"
 ((took < 1800)) || fail "-w 1 against a stopped server took $took ms"
 pass
 
+# ---- issue 22, item 5: a dlock under `dlock run` reaches the same backend ----
+# with the same credentials (its DLOCK_URL has no password: the whole URL
+# comes down through DLOCK_URL_FD), two levels deep, and nothing prints the
+# password: not the messages, not the command's environment
+expect 0 dl run outer -- sh -c '
+    "$0" run -n mid -- sh -c "\"\$0\" run -n inner -- sh -c \"echo inner \\\$DLOCK_URL\"" "$0"
+    echo "nested=$?"; "$0" status inner; env' "$DLOCK"
+grep -qx "inner redis://:\*\*\*@127.0.0.1:$PORT" "$TMP/out" && grep -qx 'nested=0' "$TMP/out" &&
+    grep -q '^held: *no' "$TMP/out" || fail "nested dlock: $(cat "$TMP/out" "$TMP/err")"
+! grep -q "$PASS" "$TMP/out" "$TMP/err" || fail "nested dlock: the password was printed"
+# a DLOCK_URL the script sets itself wins over the descriptor
+expect 69 dl run outer -- env DLOCK_URL="redis://127.0.0.1:$DEAD" "$DLOCK" status x
+pass
+
+# ---- issue 22, item 7: no password on the command line (ps) -----------------
+# --url's password is overwritten in dlock's argv (and so its guardian's);
+# --url-file and DLOCK_URL never put it there
+cmdline_clean() { ! tr '\0' ' ' <"/proc/$1/cmdline" | grep -q "$PASS"; }
+echo "$URL" >"$TMP/url"
+for how in --url --url-file env; do
+    case $how in
+    --url) "$DLOCK" --url "$URL" run argv -- sleep 30 >/dev/null 2>"$TMP/err" & ;;
+    --url-file) "$DLOCK" --url-file "$TMP/url" run argv -- sleep 30 >/dev/null 2>"$TMP/err" & ;;
+    env) DLOCK_URL=$URL "$DLOCK" run argv -- sleep 30 >/dev/null 2>"$TMP/err" & ;;
+    esac
+    runner=$!
+    BG+=("$runner")
+    guardian=
+    for _ in $(seq 100); do
+        # (ps fails while dlock has no child yet: not an error under set -e)
+        guardian=$(ps -o pid=,comm= --ppid "$runner" | awk '$2 == "dlock-guardian" { print $1 }') ||
+            true
+        [[ -n $guardian ]] && break
+        sleep 0.05
+    done
+    [[ -n $guardian ]] || fail "$how: no guardian started"
+    cmdline_clean "$runner" || fail "$how: the password is in dlock's command line"
+    cmdline_clean "$guardian" || fail "$how: the password is in the guardian's command line"
+    tr '\0' ' ' <"/proc/$runner/cmdline" | grep -q "127.0.0.1:$PORT\|run argv" ||
+        fail "$how: dlock's command line: $(tr '\0' ' ' <"/proc/$runner/cmdline")"
+    expect 1 dl run -n argv -- true # it holds the lock: the URL worked
+    kill -TERM "$runner"
+    wait "$runner" || true
+done
+usage_error_url_file() {
+    expect 64 "$DLOCK" --url-file "$1" status x
+    [[ $(wc -l <"$TMP/err") == 1 ]] || fail "--url-file $1: not one line: $(cat "$TMP/err")"
+}
+usage_error_url_file "$TMP/no-such-file"
+: >"$TMP/empty"
+usage_error_url_file "$TMP/empty"
+pass
+
 echo "$passed passed, 0 failed"

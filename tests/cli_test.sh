@@ -522,4 +522,129 @@ expect 1 dl run -n brk -- true # still held: nothing was taken
 stop_hold "$HOLD_PID"
 pass
 
+# ---- issue 22: promises that broke under a new user ------------------------
+# 1: an explicitly empty --url (an unset variable) is a usage error, never
+# the default backend, wherever the option is written; DLOCK_URL does not
+# rescue it
+for where in global run status; do
+    case $where in
+    global) usage_error --url "" run -n nightly -- true ;;
+    run) usage_error run --url "" -n nightly -- true ;;
+    status) usage_error status --url= nightly ;;
+    esac
+    grep -q -- '--url is empty' "$TMP/err" || fail "--url '' ($where): $(cat "$TMP/err")"
+done
+expect 64 env DLOCK_URL="$URL" "$DLOCK" --url "" run -n nightly -- sh -c 'echo RAN'
+[[ ! -s $TMP/out ]] || fail "--url '' with DLOCK_URL set ran the command"
+pass
+# 9: the command gets the open-file limit its caller had, not the hard one
+expect 0 bash -c 'ulimit -Sn 100 && exec "$0" --url "$1" run nofile -- sh -c "ulimit -Sn"' \
+    "$DLOCK" "$URL"
+[[ $(cat "$TMP/out") == 100 ]] || fail "the command's soft RLIMIT_NOFILE: $(cat "$TMP/out"), expected 100"
+pass
+
+# 6: a command that dies of a signal: dlock dies of the same one after
+# giving the lock back (a shell acts on it: bash stops a script on ^C only
+# when its child died of SIGINT), with no core file of its own
+python3 - "$DLOCK" "$URL" <<'PY' || fail "dlock did not die of its command's signal"
+import subprocess, sys
+for sig, name in ((2, "INT"), (15, "TERM"), (10, "USR1")):
+    p = subprocess.run([sys.argv[1], "--url", sys.argv[2], "run", "diesig", "--", "sh", "-c",
+                        "kill -%s $$" % name])
+    if p.returncode != -sig:
+        sys.exit("command killed by SIG%s: dlock returned %d, expected to die of it"
+                 % (name, p.returncode))
+PY
+expect 0 dl run -n diesig -- true # given back before dying
+pass
+if command -v script >/dev/null 2>&1; then
+    # In a terminal, the command has it: its ^C reaches only its group. The
+    # script around dlock must stop all the same, as with flock(1).
+    script -qec "bash -c '\"\$0\" --url \"\$1\" run ctrlc -- sh -c \"kill -INT \\\$\\\$\"; echo after >\"\$2\"' \"$DLOCK\" \"$URL\" \"$TMP/ctrlc.after\"" \
+        /dev/null </dev/null >/dev/null 2>&1 || true
+    [[ ! -e $TMP/ctrlc.after ]] || fail "the script went on after its dlock run was interrupted"
+    expect 0 dl run -n ctrlc -- true
+    pass
+fi
+
+# 10: names that start with '-' (--name for run and elect, or hold -- NAME)
+expect 0 dl run --name -dash -- sh -c 'echo "$DLOCK_NAME"'
+[[ $(cat "$TMP/out") == -dash ]] || fail "run --name -dash: $(cat "$TMP/out")"
+expect 0 dl elect --name=-dash -- true
+usage_error --url "$URL" run --name a --name b -- true
+"$DLOCK" --url "$URL" hold -- -dash >"$TMP/dash.out" 2>"$TMP/err" &
+dash=$!
+BG+=("$dash")
+wait_until 5 test -s "$TMP/dash.out" || fail "hold -- -dash printed no token"
+expect 1 dl run -n --name -dash -- true
+expect 0 dl status --json -- -dash
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["held"] is True, d' <"$TMP/out" ||
+    fail "status -- -dash: $(cat "$TMP/out")"
+stop_hold "$dash"
+pass
+# 10: break --json prints JSON when nothing was held (exit 1)
+expect 1 dl break --force --json nothing-held
+json_ok "$TMP/out" || fail "break --json, nothing held: not JSON: $(cat "$TMP/out")"
+python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["broken"] is False and d["name"] == "nothing-held", d' \
+    <"$TMP/out" || fail "break --json, nothing held: $(cat "$TMP/out")"
+pass
+# 10: a lock directory that is a symbolic link is refused as one
+mkdir "$TMP/real"
+ln -s "$TMP/real" "$TMP/link"
+expect 70 "$DLOCK" --url "file://$TMP/link" run x -- true
+grep -q 'it is a symbolic link' "$TMP/err" && ! grep -q 'Not a directory' "$TMP/err" ||
+    fail "symbolic link lock directory: $(cat "$TMP/err")"
+pass
+
+# 8: the shared default directory on a multi-user host: whoever comes first
+# owns it, and the others (root's cron job included) used to be refused.
+# As root, with two other uids, in a private mount namespace so that the
+# host's /var/tmp is untouched.
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null &&
+    unshare --mount --propagation private true 2>/dev/null; then
+    mkdir -m 1777 "$TMP/vartmp"
+    cat >"$TMP/multiuser.sh" <<'SH'
+DLOCK=$1 OUT=$2
+mount --bind "$3" /var/tmp || exit 77
+unset DLOCK_URL DLOCK_URL_FD
+as() { local uid=$1; shift; setpriv --reuid "$uid" --regid "$uid" --clear-groups "$@"; }
+# a user comes first: the directory is theirs, mode 1777
+as 65534 "$DLOCK" run -n shared -- true || exit 10
+[[ $(stat -c '%u %a' /var/tmp/dlock) == "65534 1777" ]] || exit 11
+# another user holds a lock in it; the first user and root are excluded
+setpriv --reuid 1 --regid 1 --clear-groups "$DLOCK" hold shared >"$OUT.hold" 2>"$OUT.err" &
+holder=$!
+for _ in $(seq 200); do [[ -s $OUT.hold ]] && break; sleep 0.05; done
+[[ -s $OUT.hold ]] || exit 12
+as 65534 "$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 1 ]] || exit 13
+"$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 1 ]] || exit 14
+kill -TERM "$holder"
+wait "$holder" || exit 15
+"$DLOCK" run -n shared -- true 2>>"$OUT.err" || exit 16
+# root has taken it over: its first user can no longer remove others' files
+[[ $(stat -c '%u %a' /var/tmp/dlock) == "0 1777" ]] || exit 17
+# a hard link planted by a user is refused, not written into
+as 65534 sh -c 'echo mine >/var/tmp/mine && ln /var/tmp/mine /var/tmp/dlock/hl.lock' || exit 18
+"$DLOCK" run -n hl -- true 2>>"$OUT.err"
+[[ $? == 70 ]] || exit 19
+grep -q 'hl.lock: it has other hard links' "$OUT.err" || exit 20
+[[ $(cat /var/tmp/mine) == mine ]] || exit 21
+# planted by a user with another mode than dlock's: refused
+rm -rf /var/tmp/dlock
+as 65534 mkdir -m 0755 /var/tmp/dlock || exit 22
+as 1 "$DLOCK" run -n shared -- true 2>>"$OUT.err"
+[[ $? == 70 ]] || exit 23
+grep -q 'owned by uid 65534 with mode 0755' "$OUT.err" || exit 24
+exit 0
+SH
+    rc=0
+    unshare --mount --propagation private bash "$TMP/multiuser.sh" "$DLOCK" "$TMP/mu" \
+        "$TMP/vartmp" || rc=$?
+    [[ $rc == 0 || $rc == 77 ]] ||
+        fail "shared default directory, multi-user: step $rc failed: $(cat "$TMP/mu.err")"
+    pass
+fi
+
 echo "$passed passed, 0 failed"

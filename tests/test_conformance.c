@@ -450,6 +450,15 @@ static void case_try_timed_forever(void **state)
     release_ok(a);
     acquire_ok(third, 0);
     uint64_t t3 = dlock_token(third);
+    /* Only -1 means forever: -7 is a caller's bug, refused at once (issue
+     * 22, item 10: it waited forever). */
+    assert_int_equal(dlock_acquire(b, -7), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_lock_errmsg(b), "-7"));
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    dlock_lock *pair[2] = {b, third};
+    assert_int_equal(dlock_acquire_all(pair, 2, -2), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_lock_errmsg(b), "-2 ms"));
+    assert_int_equal(dlock_state(third), DLOCK_STATE_HELD);
     /* Forever: returns when the holder lets go, not before. */
     struct waiter w;
     start_waiter(&w, b, -1);
@@ -536,6 +545,15 @@ static void case_cancel(void **state)
         if (inspect(c, n, &info) == 0 && info.waiters >= 0)
             assert_int_equal(info.waiters, 0);
     }
+    /* A cancel that comes when no acquisition is in progress is forgotten:
+     * the next contended acquisition waits its full timeout (issue 22,
+     * item 4: it returned ECANCELED at once). */
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
+    dlock_cancel(b);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(b, 300), DLOCK_ETIMEDOUT);
+    if (now_ms() - t0 < 290)
+        fail_msg("a late cancel ended the next wait after %lld ms", (long long)(now_ms() - t0));
     /* On release the lock is simply free: nobody was handed it. */
     release_ok(a);
     acquire_ok(d, 0);
@@ -880,6 +898,12 @@ static void case_election(void **state)
     assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
     assert_int_equal(dlock_leader(c2, n, buf, sizeof buf), 0);
     assert_string_equal(buf, "node-a:8080");
+    /* A buffer too short is reported with the size it needs, never cut
+     * silently (issue 22, item 10). */
+    char small[5];
+    assert_int_equal(dlock_leader(c2, n, small, sizeof small), DLOCK_EINVAL);
+    assert_string_equal(small, "node");
+    assert_non_null(strstr(dlock_client_errmsg(c2), "needs 12 bytes"));
     assert_int_equal(dlock_campaign(b, "node-b", 0), DLOCK_EBUSY);
     /* b campaigns and waits; a resigns (whatever its re-entry count) and b
      * is the leader soon after. */
@@ -1052,11 +1076,16 @@ static void case_list(void **state)
     dlock_client_close(c2);
 }
 
-static atomic_int lost_calls;
+static atomic_int lost_calls, lost_in_caller;
+static pthread_t lost_caller;
 static void on_lost(dlock_lock *l, void *arg)
 {
     (void)l;
     (void)arg;
+    /* The header promises the client's background thread, never the
+     * thread that called into the library (the test hook included). */
+    if (pthread_equal(pthread_self(), lost_caller))
+        atomic_fetch_add(&lost_in_caller, 1);
     atomic_fetch_add(&lost_calls, 1);
 }
 
@@ -1076,6 +1105,8 @@ static void case_loss_notification(void **state)
     assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
     dlock_lock *other = ex(c2, n);
     atomic_store(&lost_calls, 0);
+    atomic_store(&lost_in_caller, 0);
+    lost_caller = pthread_self();
     assert_int_equal(dlock_debug_force_loss(l), DLOCK_ENOTHELD);
     acquire_ok(l, 0);
     uint64_t tl = dlock_token(l);
@@ -1085,10 +1116,13 @@ static void case_loss_notification(void **state)
     assert_int_equal(dlock_debug_force_loss(l), 0);
     assert_int_equal(poll(&p, 1, 2000), 1);
     assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+    /* A lost holding's token is 0, as when not held (issue 22, item 10). */
+    assert_int_equal(dlock_token(l), 0);
     for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
         usleep(10 * 1000);
     usleep(200 * 1000);
     assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(atomic_load(&lost_in_caller), 0);
     /* Really gone: someone else takes it, with a higher token. */
     acquire_ok(other, 2000);
     assert_true(dlock_token(other) > tl);

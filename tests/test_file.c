@@ -139,6 +139,12 @@ static void test_bad_input(void **state)
     o.kind = DLOCK_SEMAPHORE;
     o.permits = 0;
     assert_int_equal(dlock_lock_new(&l, c, "sem0", &o), DLOCK_EINVAL);
+    /* fair is 1, 0 or -1 (issue 22, item 10: 5 was taken) */
+    dlock_lock_opts_init(&o);
+    o.fair = 5;
+    assert_int_equal(dlock_lock_new(&l, c, "fair5", &o), DLOCK_EINVAL);
+    assert_null(l);
+    assert_non_null(strstr(dlock_client_errmsg(c), "not 5"));
     dlock_client_close(c);
 
     dlock_client *bc = NULL;
@@ -279,6 +285,107 @@ static void test_null_arguments(void **state)
     dlock_client_close(c);
 }
 
+/* An explicitly empty URL is a mistake (an unset variable), never the
+ * default backend; NULL still is the default (issue 22, item 1). */
+static void test_empty_url_refused(void **state)
+{
+    (void)state;
+    dlock_client *c = (dlock_client *)&c;
+    assert_int_equal(dlock_client_open(&c, "", NULL), DLOCK_EURL);
+    assert_null(c);
+    assert_non_null(strstr(dlock_client_errmsg(NULL), "empty"));
+    char old[400];
+    const char *env = getenv("DLOCK_URL");
+    snprintf(old, sizeof old, "%s", env ? env : "");
+    assert_int_equal(setenv("DLOCK_URL", url, 1), 0);
+    assert_int_equal(dlock_client_open(&c, NULL, NULL), 0);
+    assert_non_null(strstr(dlock_client_url(c), dir));
+    dlock_client_close(c);
+    /* A set DLOCK_URL does not rescue an explicit "". */
+    assert_int_equal(dlock_client_open(&c, "", NULL), DLOCK_EURL);
+    assert_null(c);
+    if (env)
+        setenv("DLOCK_URL", old, 1);
+    else
+        unsetenv("DLOCK_URL");
+}
+
+/* Threads sharing a client, each failing dlock_lock_new its own way, each
+ * read their own message, whole (issue 22, item 3: they read each other's
+ * and torn ones); and a NULL argument says so instead of leaving an older
+ * message in place. Run under TSan by scripts/test.sh. */
+enum { MSG_THREADS = 6, MSG_ROUNDS = 2000 };
+
+struct msg_arg {
+    dlock_client *c;
+    int kind;
+    int wrong; /* messages that were not this thread's */
+};
+
+static void *msg_thread(void *p)
+{
+    struct msg_arg *a = p;
+    for (int i = 0; i < MSG_ROUNDS; i++) {
+        dlock_lock_opts o;
+        dlock_lock_opts_init(&o);
+        dlock_lock *l = NULL;
+        const char *name = "msg-ok", *want;
+        int rc, want_rc;
+        switch (a->kind) {
+        case 0:
+            name = "a/b", want = "'/'", want_rc = DLOCK_ENAME;
+            break;
+        case 1:
+            o.kind = DLOCK_SEMAPHORE, o.permits = 5000, want = "permits",
+            want_rc = DLOCK_EINVAL;
+            break;
+        case 2:
+            o.ttl_ms = 5, want = "too short", want_rc = DLOCK_EINVAL;
+            break;
+        case 3:
+            o.kind = (dlock_kind)9, want = "unknown lock kind", want_rc = DLOCK_EINVAL;
+            break;
+        case 4:
+            o.ttl_ms = -3, want = "positive", want_rc = DLOCK_EINVAL;
+            break;
+        default:
+            name = ".dot", want = "'.'", want_rc = DLOCK_ENAME;
+            break;
+        }
+        rc = dlock_lock_new(&l, a->c, name, &o);
+        const char *msg = dlock_client_errmsg(a->c);
+        if (rc != want_rc || !strstr(msg, want))
+            a->wrong++;
+    }
+    return NULL;
+}
+
+static void test_client_errmsg_per_thread(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    pthread_t th[MSG_THREADS];
+    struct msg_arg args[MSG_THREADS];
+    for (int i = 0; i < MSG_THREADS; i++) {
+        args[i] = (struct msg_arg){.c = c, .kind = i};
+        assert_int_equal(pthread_create(&th[i], NULL, msg_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < MSG_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        if (args[i].wrong)
+            fail_msg("thread %d read %d messages that were not its own", i, args[i].wrong);
+    }
+    /* The main thread failed nothing: no message of the others is its own. */
+    assert_string_equal(dlock_client_errmsg(c), "");
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, "a/b", NULL), DLOCK_ENAME);
+    assert_int_equal(dlock_lock_new(NULL, c, "fine", NULL), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_client_errmsg(c), "NULL"));
+    assert_int_equal(dlock_inspect(c, "fine", NULL), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_client_errmsg(c), "NULL"));
+    dlock_client_close(c);
+}
+
 /* Two handles of one name in one multi-lock: refused, and every handle says
  * why (it used to be EINVAL with an empty message; issue 16, item 10). */
 static void test_multi_lock_same_name_twice(void **state)
@@ -344,8 +451,7 @@ static void test_url_parameters_checked(void **state)
 
 /* Holding more locks than RLIMIT_NOFILE allows (one descriptor each) fails
  * with a message naming the limit, and what was held stays held. In a child,
- * which lowers its soft limit after its client open (that open would raise
- * it otherwise), so that ours is untouched. */
+ * which lowers its soft limit, so that ours is untouched. */
 
 /* The forked child pid ended with 0 (77: it skipped the test). */
 static void child_ok(pid_t pid)
@@ -448,31 +554,36 @@ static void test_too_many_open_files(void **state)
     assert_true(report[1] > 0 && report[1] < LIMIT);
 }
 
-/* Run by test_raises_nofile in a freshly exec'd process (so the library's
- * once-per-process raise has not run yet): soft < hard on entry, and a
- * file:// client open raises soft to hard. */
-static int raise_check(const char *u)
+/* Run by test_leaves_nofile in a freshly exec'd process: soft < hard on
+ * entry, and neither a file:// client nor holding locks changes the
+ * process's limit (issue 22, item 9: the library raised it to the hard
+ * limit, and every child inherited that). */
+static int nofile_check(const char *u)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    struct rlimit before, after;
+    if (getrlimit(RLIMIT_NOFILE, &before) != 0)
         return 2;
-    if (rl.rlim_cur >= rl.rlim_max)
+    if (before.rlim_cur >= before.rlim_max)
         return 77; /* not set up as asked (valgrind keeps its own limits) */
     dlock_client *c = NULL;
     if (dlock_client_open(&c, u, NULL) != 0)
         return 3;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, "nofile-kept", NULL) != 0 || dlock_acquire(l, 0) != 0)
+        return 4;
+    dlock_lock_free(l);
     dlock_client_close(c);
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    if (getrlimit(RLIMIT_NOFILE, &after) != 0)
         return 2;
-    if (rl.rlim_cur != rl.rlim_max) {
-        fprintf(stderr, "soft limit %llu, hard %llu after a client open\n",
-                (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    if (after.rlim_cur != before.rlim_cur) {
+        fprintf(stderr, "soft limit %llu became %llu\n", (unsigned long long)before.rlim_cur,
+                (unsigned long long)after.rlim_cur);
         return 1;
     }
     return 0;
 }
 
-static void test_raises_nofile(void **state)
+static void test_leaves_nofile(void **state)
 {
     (void)state;
     struct rlimit rl;
@@ -485,7 +596,7 @@ static void test_raises_nofile(void **state)
         rl.rlim_cur = rl.rlim_max > 256 ? 256 : rl.rlim_max / 2;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
             _exit(4);
-        execl(self_exe, self_exe, "--raise-nofile-check", url, (char *)NULL);
+        execl(self_exe, self_exe, "--nofile-check", url, (char *)NULL);
         _exit(5);
     }
     child_ok(pid);
@@ -493,8 +604,8 @@ static void test_raises_nofile(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--raise-nofile-check") == 0)
-        return raise_check(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--nofile-check") == 0)
+        return nofile_check(argv[2]);
     ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[len > 0 ? len : 0] = '\0';
     snprintf(dir, sizeof dir, "/tmp/dlock-test-XXXXXX");
@@ -508,10 +619,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_corrupt_token_refused),
         cmocka_unit_test(test_close_releases_held_locks),
         cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_empty_url_refused),
+        cmocka_unit_test(test_client_errmsg_per_thread),
         cmocka_unit_test(test_multi_lock_same_name_twice),
         cmocka_unit_test(test_url_parameters_checked),
         cmocka_unit_test(test_too_many_open_files),
-        cmocka_unit_test(test_raises_nofile),
+        cmocka_unit_test(test_leaves_nofile),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[400];

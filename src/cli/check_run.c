@@ -397,6 +397,15 @@ static int worker_main(void *arg)
             break;
         }
         uint64_t tk = dlock_token(l);
+        if (tk == 0) {
+            /* Lost before its token could be read (the worker was stopped
+             * past the lease right after the grant): an empty holding,
+             * with no token to write under. Given back, tried again. */
+            atomic_store(&lost_arg.token, 0);
+            chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, DLOCK_ELOST);
+            (void)dlock_release(l);
+            continue;
+        }
         atomic_store(&lost_arg.token, tk);
         /* The holding's end as the library promises it, on the history's
          * clock (0: no deadline): a session lease granted before this

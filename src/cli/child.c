@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -84,7 +85,8 @@ typedef struct exec_plan {
     size_t npaths;
     char **sh_argv; /* "/bin/sh" FILE ARGS...: for files without #! (ENOEXEC) */
     char **envp;
-    char *vars[3];  /* DLOCK_NAME=, DLOCK_TOKEN=, DLOCK_URL= */
+    char *vars[4];  /* DLOCK_NAME=, DLOCK_TOKEN=, DLOCK_URL=, DLOCK_URL_FD= */
+    int url_fd;     /* the whole URL for the command, -1 when it has no secret */
     long fd_limit;  /* for the CLOEXEC fallback on kernels without close_range */
     const int *keep; /* descriptors our caller gave us: the command gets them */
     size_t nkeep;
@@ -97,9 +99,37 @@ static void plan_free(exec_plan *ep)
     free(ep->paths);
     free(ep->sh_argv);
     free(ep->envp);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         free(ep->vars[i]);
+    if (ep->url_fd >= 0)
+        close(ep->url_fd);
     memset(ep, 0, sizeof *ep);
+    ep->url_fd = -1;
+}
+
+/* The whole URL in a sealed memfd for the command (see dl_env_url in the
+ * library, which reads it back): a nested dlock reaches the same backend
+ * with the same credentials, and the password stays out of the
+ * environment, which commands print and log. -1 on failure. */
+static int url_memfd(const char *url)
+{
+    int fd = memfd_create("dlock-url", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(url), off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, url + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    /* Read-only for whoever inherits it. */
+    (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+    return fd;
 }
 
 static char *join3(const char *a, const char *b, const char *c)
@@ -117,12 +147,13 @@ static char *join3(const char *a, const char *b, const char *c)
 static int env_is_ours(const char *e)
 {
     return strncmp(e, "DLOCK_NAME=", 11) == 0 || strncmp(e, "DLOCK_TOKEN=", 12) == 0 ||
-           strncmp(e, "DLOCK_URL=", 10) == 0;
+           strncmp(e, "DLOCK_URL=", 10) == 0 || strncmp(e, "DLOCK_URL_FD=", 13) == 0;
 }
 
 static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
 {
     memset(ep, 0, sizeof *ep);
+    ep->url_fd = -1;
     ep->argv = cfg->cmd;
     size_t nargs = 0;
     while (cfg->cmd[nargs])
@@ -175,17 +206,26 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
         !(ep->vars[1] = join3("DLOCK_TOKEN", "=", token)) ||
         !(ep->vars[2] = join3("DLOCK_URL", "=", url ? url : "")))
         goto oom;
+    if (cfg->url && url && strcmp(cfg->url, url) != 0) {
+        char fdnum[16];
+        if ((ep->url_fd = url_memfd(cfg->url)) < 0)
+            goto fail;
+        snprintf(fdnum, sizeof fdnum, "%d", ep->url_fd);
+        if (!(ep->vars[3] = join3("DLOCK_URL_FD", "=", fdnum)))
+            goto oom;
+    }
     size_t nenv = 0;
     for (char **e = environ; e && *e; e++)
         nenv++;
-    if (!(ep->envp = calloc(nenv + 4, sizeof *ep->envp)))
+    if (!(ep->envp = calloc(nenv + 5, sizeof *ep->envp)))
         goto oom;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
         if (!env_is_ours(*e))
             ep->envp[k++] = *e;
-    for (size_t i = 0; i < 3; i++)
-        ep->envp[k++] = ep->vars[i];
+    for (size_t i = 0; i < 4; i++)
+        if (ep->vars[i])
+            ep->envp[k++] = ep->vars[i];
 
     ep->fd_limit = sysconf(_SC_OPEN_MAX);
     if (ep->fd_limit <= 0 || ep->fd_limit > 65536)
@@ -193,8 +233,11 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
     ep->nkeep = cli_inherited_fds(&ep->keep);
     return 0;
 oom:
-    plan_free(ep);
     errno = ENOMEM;
+fail:;
+    int e = errno;
+    plan_free(ep);
+    errno = e;
     return -1;
 }
 
@@ -263,6 +306,8 @@ __attribute__((noreturn)) static void child_main(exec_plan *ep, int go_fd, int e
         lo = k + 1;
     }
     cloexec_range(lo, ~0U, ep->fd_limit);
+    if (ep->url_fd >= 0 && fcntl(ep->url_fd, F_SETFD, 0) < 0)
+        child_fail(err_fd, STAGE_EXEC, errno, CLI_EXIT_SOFTWARE);
 
     if (ttou_saved)
         sigaction(SIGTTOU, &old_ttou, NULL);
@@ -966,6 +1011,10 @@ static int exit_code(sup *s)
         return WEXITSTATUS(s->status);
     }
     if (WIFSIGNALED(s->status)) {
+        if (cfg->died_sig)
+            *cfg->died_sig = WTERMSIG(s->status);
+        if (cfg->died_with_tty)
+            *cfg->died_with_tty = s->handed;
         if (cfg->verbose) {
             char sname[16];
             cli_err("%s: command killed by %s", cfg->cmdname,

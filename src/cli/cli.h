@@ -69,6 +69,13 @@ void cli_sig_restore(void);
 void cli_sig_forget(void);
 /* INT, TERM, HUP, QUIT: the signals that end waiting or holding. */
 int cli_sig_terminates(int sig);
+/* Die of sig, once everything is cleaned up and cli_sig_teardown ran, so
+ * that a shell sees dlock killed by it (bash stops a script on a child's
+ * SIGINT only then): default disposition, no core file, unblocked, then
+ * sent to ourselves, or to our whole process group when whole_group (a
+ * terminal's INT or QUIT that only reached the command because it had the
+ * terminal). Returns 128 + sig if we survive it. */
+int cli_sig_die(int sig, int whole_group);
 
 /* ---- command supervision (child.c) ------------------------------------ */
 
@@ -83,6 +90,7 @@ typedef struct cli_supervise_cfg {
     const char *name;    /* lock name */
     char **cmd;          /* NULL-terminated argv of the command */
     dlock_client *client;
+    const char *url;     /* the client's whole URL (password included), NULL: default */
     dlock_lock *lock;    /* held */
     int kill_sig;        /* sent to the command's group on loss */
     int kill_grace_ms;   /* then SIGKILL after this long */
@@ -93,6 +101,9 @@ typedef struct cli_supervise_cfg {
      * WINCH): sent to the command's group once it has started. */
     const int *deliver;
     size_t ndeliver;
+    /* Out: the signal the command died of (0: it did not), and whether its
+     * group had the terminal then (see cli_sig_die). */
+    int *died_sig, *died_with_tty;
 } cli_supervise_cfg;
 
 /* Run the command while the lock is held, forward signals, kill the command's
@@ -137,6 +148,15 @@ void cli_json_str(FILE *f, const char *s);
 
 /* Check a lock name; prints the error and returns 64 if invalid, else 0. */
 int cli_check_name(const char *cmd, const char *name);
+/* The URL of --url VAL: a copy, after which VAL's password is overwritten
+ * in argv (ps shows argv). An empty one (an unset variable) is a usage
+ * error, never the default backend: NULL, the error printed (exit 64). */
+const char *cli_url_arg(const char *cmd, const char *val);
+/* The URL of --url-file PATH (its first line): NULL, the error printed
+ * (exit 64), when it cannot be read or is empty. */
+const char *cli_url_file(const char *cmd, const char *path);
+/* Longest URL read from a file or descriptor. */
+#define CLI_URL_MAX 4096
 /* Open a client for url; on failure prints one line and returns the exit
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);

@@ -2,6 +2,7 @@
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
+#include "tools.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ static const char usage_tail[] =
     "                 backend): file:///DIR, redis://[user:pass@]host:port[/db],\n"
     "                 redlock://h1:p1,h2:p2,..., zk://h1:2181[/chroot],\n"
     "                 etcd://h1:2379, postgres://..., mysql://..., memcached://h:p\n"
+    "  --url-file FILE  the URL from FILE's first line: with a password, this or\n"
+    "                 $DLOCK_URL, never --url (the command line is public)\n"
     "  -v, --verbose  say what is happening (while waiting: who holds the lock)\n"
     "  -h, --help     show help;  --version  show versions\n"
     "\n"
@@ -44,7 +47,8 @@ static const char usage_tail[] =
     "  -q, --quiet           no message when the lock is not acquired\n"
     "\n"
     "exit status:\n"
-    "  the command's exit status, or 128+N if it died of signal N\n"
+    "  the command's exit status; if it died of signal N, dlock dies of N too\n"
+    "  (the shell's status 128+N)\n"
     "  0    hold, status, list, backends, break succeeded\n"
     "  1    lock not acquired (busy with -n, timed out with -w), or -E CODE\n"
     "  64   usage error: bad option, lock name or URL\n"
@@ -57,7 +61,8 @@ static const char usage_tail[] =
     "  128+N  also: dlock was stopped by signal N while waiting for the lock\n"
     "\n"
     "environment: DLOCK_URL (default backend URL); the command gets DLOCK_NAME,\n"
-    "DLOCK_TOKEN (fencing token) and DLOCK_URL (password removed).\n"
+    "DLOCK_TOKEN (fencing token) and DLOCK_URL (password removed; a dlock it\n"
+    "runs reads the whole URL from the descriptor DLOCK_URL_FD).\n"
     "See dlock(1).\n";
 
 static const char run_help[] =
@@ -66,8 +71,9 @@ static const char run_help[] =
     "             [--kill-grace SECS] NAME -- CMD [ARGS...]\n"
     "\n"
     "Take lock NAME, run CMD in its own process group while holding it, release\n"
-    "the lock when CMD exits and exit with CMD's status (128+N if it died of\n"
-    "signal N). CMD gets DLOCK_NAME, DLOCK_TOKEN and DLOCK_URL in its environment.\n"
+    "the lock when CMD exits and exit with CMD's status (if it died of signal N,\n"
+    "dlock dies of N too: the shell's 128+N). CMD gets DLOCK_NAME, DLOCK_TOKEN and\n"
+    "DLOCK_URL in its environment (and DLOCK_URL_FD, see dlock(1)).\n"
     "Signals INT TERM HUP QUIT USR1 USR2 WINCH CONT sent to dlock go to CMD's group;\n"
     "USR1 USR2 WINCH received while waiting for the lock are delivered once CMD\n"
     "has started (dropped if it never starts); INT TERM HUP QUIT end the wait.\n"
@@ -87,6 +93,7 @@ static const char run_help[] =
     "      --kill-signal SIG signal on loss (name or number, default TERM)\n"
     "      --kill-grace SECS seconds before SIGKILL (default 5)\n"
     "  -v, --verbose         report waiting (holder and how long) and progress\n"
+    "      --name NAME       the lock's name, for a NAME that starts with '-'\n"
     "\n"
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
@@ -98,7 +105,8 @@ static const char hold_help[] =
     "\n"
     "Take lock NAME, print its fencing token on a line of standard output, hold\n"
     "the lock until SIGINT, SIGTERM or SIGHUP, release it and exit 0. Exits 75 if\n"
-    "the lock is lost, 1 (or -E CODE) if it is not acquired.\n";
+    "the lock is lost, 1 (or -E CODE) if it is not acquired. A NAME that starts\n"
+    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n";
 
 static const char elect_help[] =
     "usage: dlock [--url URL] [-v] elect [-w SECS | -n] [-t TTL] [--value TEXT]\n"
@@ -146,13 +154,14 @@ static const char backends_help[] =
     "what the fencing tokens promise.\n";
 
 /* --json / --help handling shared by the inspection commands. */
-enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_VERBOSE, OPT_FORCE };
+enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_URL_FILE, OPT_VERBOSE, OPT_FORCE };
 
 static const cli_opt inspect_opts[] = {
     {"json", 0, 0, OPT_JSON},
     {"force", 0, 0, OPT_FORCE},
     {"help", 'h', 0, OPT_HELP},
     {"url", 0, 1, OPT_URL},
+    {"url-file", 0, 1, OPT_URL_FILE},
     {"verbose", 'v', 0, OPT_VERBOSE},
     {NULL, 0, 0, 0},
 };
@@ -203,7 +212,12 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             fputs(g->help, stdout); /* this command's row in the table */
             return 0;
         case OPT_URL:
-            g->url = p.val;
+            if (!(g->url = cli_url_arg(argv[0], p.val)))
+                return CLI_EXIT_USAGE;
+            break;
+        case OPT_URL_FILE:
+            if (!(g->url = cli_url_file(argv[0], p.val)))
+                return CLI_EXIT_USAGE;
             break;
         case OPT_VERBOSE:
             g->verbose = 1;
@@ -344,8 +358,14 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     rc = dlock_break(c, name, &info);
     if (rc == DLOCK_ENOTHELD) {
         cli_err("break: lock %s is not held: nothing to break", shown);
+        if (json) {
+            fputs("{\"name\":", stdout);
+            cli_json_str(stdout, name);
+            fputs(",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null}\n", stdout);
+        }
         dlock_client_close(c);
-        return CLI_EXIT_NOT_ACQUIRED;
+        rc = finish_stdout("break");
+        return rc ? rc : CLI_EXIT_NOT_ACQUIRED;
     }
     if (rc) {
         const char *why = dlock_client_errmsg(c);
@@ -725,10 +745,11 @@ static int cmd_help(int argc, char **argv, cli_global *g)
 
 /* ---- main --------------------------------------------------------------- */
 
-enum { G_URL = 1, G_VERBOSE, G_HELP, G_VERSION };
+enum { G_URL = 1, G_URL_FILE, G_VERBOSE, G_HELP, G_VERSION };
 
 static const cli_opt global_opts[] = {
     {"url", 0, 1, G_URL},
+    {"url-file", 0, 1, G_URL_FILE},
     {"verbose", 'v', 0, G_VERBOSE},
     {"help", 'h', 0, G_HELP},
     {"version", 'V', 0, G_VERSION},
@@ -739,9 +760,9 @@ int main(int argc, char **argv)
 {
     cli_note_fds();
     cli_global g = {.url = NULL, .verbose = 0, .help = NULL};
-    const char *env = getenv("DLOCK_URL");
-    if (env && *env)
-        g.url = env;
+    /* $DLOCK_URL, or under a `dlock run` the whole URL it passed down */
+    static char env_url[CLI_URL_MAX];
+    g.url = dlock_tool_env_url(env_url, sizeof env_url);
 
     cli_parser p;
     cli_parser_init(&p, argc, argv, NULL);
@@ -759,7 +780,12 @@ int main(int argc, char **argv)
             cmd = p.val;
             break;
         case G_URL:
-            g.url = p.val;
+            if (!(g.url = cli_url_arg(NULL, p.val)))
+                return CLI_EXIT_USAGE;
+            break;
+        case G_URL_FILE:
+            if (!(g.url = cli_url_file(NULL, p.val)))
+                return CLI_EXIT_USAGE;
             break;
         case G_VERBOSE:
             g.verbose = 1;

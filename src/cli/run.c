@@ -40,7 +40,7 @@ typedef struct run_cfg {
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
-    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_HELP
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_HELP
 };
 
 static const cli_opt run_opts[] = {
@@ -60,6 +60,8 @@ static const cli_opt run_opts[] = {
     {"kill-grace", 0, 1, R_GRACE},
     {"value", 0, 1, R_VALUE},
     {"url", 0, 1, R_URL},
+    {"url-file", 0, 1, R_URL_FILE},
+    {"name", 0, 1, R_NAME},
     {"help", 'h', 0, R_HELP},
     {NULL, 0, 0, 0},
 };
@@ -186,7 +188,19 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->value = p.val;
             break;
         case R_URL:
-            cfg->url = p.val;
+            if (!(cfg->url = cli_url_arg(cmd, p.val)))
+                return CLI_EXIT_USAGE;
+            break;
+        case R_URL_FILE:
+            if (!(cfg->url = cli_url_file(cmd, p.val)))
+                return CLI_EXIT_USAGE;
+            break;
+        case R_NAME:
+            /* A name that starts with '-' would read as an option. */
+            if (cfg->name)
+                return cli_usage(cmd, "the lock NAME is given twice (%s)",
+                                 cli_show(p.val, shown, sizeof shown));
+            cfg->name = p.val;
             break;
         case R_HELP:
             /* The text comes from main.c's command table through g, so
@@ -200,7 +214,10 @@ done:
         return cli_usage(cmd, "--value is an option of 'dlock elect'");
     if (cfg->mode == MODE_ELECT && (cfg->shared || cfg->permits_given))
         return cli_usage(cmd, "leadership is exclusive: -s and --permits do not apply");
-    if (cfg->mode == MODE_HOLD && (dashdash || p.idx < argc))
+    /* hold -- NAME: a name that starts with '-' */
+    if (cfg->mode == MODE_HOLD && dashdash && !cfg->name && p.idx == argc - 1)
+        cfg->name = argv[p.idx++];
+    if (cfg->mode == MODE_HOLD && p.idx < argc)
         return cli_usage(cmd, "hold takes no command (use 'dlock run NAME -- CMD')");
     if (cfg->wait_given && cfg->nonblock)
         return cli_usage(cmd, "-w and -n exclude each other");
@@ -405,9 +422,10 @@ static void dropped_msg(const run_cfg *cfg, const waiter *w)
 }
 
 /* Take the lock (or leadership). Returns TAKEN when held, else the exit
- * code; *remembered gets the signals to deliver to the command. */
+ * code (*stop_sig: the signal that ended the wait); *remembered gets the
+ * signals to deliver to the command. */
 static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *remembered,
-                size_t *nremembered)
+                size_t *nremembered, int *stop_sig)
 {
     waiter w = {.cfg = cfg, .client = c, .lock = lock, .started_ms = cli_now_ms()};
     atomic_init(&w.sig, 0);
@@ -448,6 +466,7 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
         if (rc == 0)
             (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
         dropped_msg(cfg, &w);
+        *stop_sig = sig;
         return 128 + sig;
     }
     char shown[CLI_SHOW_MAX];
@@ -548,6 +567,9 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     dlock_client *c = NULL;
     dlock_lock *lock = NULL;
+    /* A signal that ended the wait or killed the command: dlock dies of it
+     * too, once the lock is given back (a shell then acts on it). */
+    int die_sig = 0, die_group = 0;
     char shown[CLI_SHOW_MAX];
     cli_show(cfg.name, shown, sizeof shown);
     /* -w bounds the whole wait, connecting to the backend included: an
@@ -571,7 +593,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     int remembered[MAX_REMEMBERED];
     size_t nremembered = 0;
-    if ((rc = take(&cfg, c, lock, remembered, &nremembered)) != TAKEN)
+    if ((rc = take(&cfg, c, lock, remembered, &nremembered, &die_sig)) != TAKEN)
         goto out;
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
 
@@ -588,12 +610,14 @@ int cli_run(int argc, char **argv, const cli_global *g)
                     stop = s;
         if (stop) {
             rc = 128 + stop;
+            die_sig = stop;
         } else {
             cli_supervise_cfg sc = {
                 .cmdname = cfg.cmdname,
                 .name = cfg.name,
                 .cmd = cfg.cmd,
                 .client = c,
+                .url = cfg.url,
                 .lock = lock,
                 .kill_sig = cfg.kill_sig,
                 .kill_grace_ms = cfg.kill_grace_ms,
@@ -603,6 +627,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .ttl_ms = cfg.lopts.ttl_ms > 0 ? cfg.lopts.ttl_ms : 30000,
                 .deliver = remembered,
                 .ndeliver = nremembered,
+                .died_sig = &die_sig,
+                .died_with_tty = &die_group,
             };
             rc = cli_supervise(&sc);
         }
@@ -634,5 +660,9 @@ out:
     if (c)
         dlock_client_close(c);
     cli_sig_teardown();
+    /* Not when the exit status says something else (the lock was lost, or
+     * giving it back failed). */
+    if (die_sig && rc == 128 + die_sig)
+        return cli_sig_die(die_sig, die_group && (die_sig == SIGINT || die_sig == SIGQUIT));
     return rc;
 }

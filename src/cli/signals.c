@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static const int handled[] = {SIGINT,  SIGTERM,  SIGHUP,  SIGQUIT, SIGUSR1,
@@ -121,4 +122,27 @@ const sigset_t *cli_sig_pollmask(void)
 int cli_sig_terminates(int sig)
 {
     return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+int cli_sig_die(int sig, int whole_group)
+{
+    /* The command's core file, if any, is the one that matters. */
+    struct rlimit none = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &none);
+    fflush(stdout);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, NULL) == 0) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        if (whole_group)
+            (void)kill(0, sig);
+        else
+            (void)raise(sig);
+        (void)sigprocmask(SIG_UNBLOCK, &one, NULL);
+    }
+    return 128 + sig; /* a signal whose default is not to terminate */
 }

@@ -1,5 +1,6 @@
 /* util.c — messages, argument parsing and small conversions for dlock(1). */
 #include "cli.h"
+#include "tools.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -249,6 +250,64 @@ int cli_check_name(const char *cmd, const char *name)
     cli_err("%s: invalid lock name %s: %s", cmd, cli_show(name, shown, sizeof shown),
             why[0] ? why : dlock_strerror(DLOCK_ENAME));
     return CLI_EXIT_USAGE;
+}
+
+/* The URL taken from --url or --url-file, kept for the process's life (a
+ * later one replaces it: the last option wins). */
+static char *taken_url;
+
+static const char *take_url(char *url)
+{
+    free(taken_url);
+    taken_url = url;
+    return url;
+}
+
+const char *cli_url_arg(const char *cmd, const char *val)
+{
+    if (!val || !*val) {
+        cli_usage(cmd, "--url is empty (an unset variable?); leave it out for the default "
+                       "backend");
+        return NULL;
+    }
+    char *copy = strdup(val);
+    if (!copy) {
+        cli_err("%s: out of memory", cmd ? cmd : "dlock");
+        return NULL;
+    }
+    /* Our own argv (kept for the process's life): the secret leaves the
+     * command line that ps and /proc/PID/cmdline show, for dlock and for
+     * its guardian, forked later. */
+    dlock_tool_url_scrub((char *)val);
+    return take_url(copy);
+}
+
+const char *cli_url_file(const char *cmd, const char *path)
+{
+    char shown[CLI_SHOW_MAX];
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        cli_usage(cmd, "--url-file %s: %s", cli_show(path, shown, sizeof shown),
+                  strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(CLI_URL_MAX);
+    size_t n = buf ? fread(buf, 1, CLI_URL_MAX - 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) {
+        cli_err("%s: out of memory", cmd ? cmd : "dlock");
+        return NULL;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0'; /* the first line */
+    if (bad || !*buf) {
+        cli_usage(cmd, "--url-file %s: %s", cli_show(path, shown, sizeof shown),
+                  bad ? "cannot read it" : "no URL on its first line");
+        free(buf);
+        return NULL;
+    }
+    return take_url(buf);
 }
 
 int cli_open(const char *cmd, const char *url, dlock_client **out)
