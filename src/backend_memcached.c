@@ -1251,6 +1251,9 @@ static int mc_tool_topology(dlock_client *c, dlock_tool_topo *out)
     out->trait = mcc_of(c)->nservers > 1 ? DLOCK_TOOL_TOPO_SHARDS : DLOCK_TOOL_TOPO_ONE_SERVER;
     out->quorum = 1;
     out->direct = 1;
+    /* ttl_seconds: rounded up (< 1 s) and one more, on a clock of whole
+     * seconds (< 1 s) */
+    out->lease_slack_ms = 3000;
     return 0;
 }
 

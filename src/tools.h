@@ -159,6 +159,11 @@ typedef struct dlock_tool_topo {
      * says how, for reports. */
     int direct;
     char indirect[256];
+    /* How much longer than its ttl a lease may live on the servers after
+     * the holder's last renewal (memcached counts expiry in whole seconds
+     * on a clock that ticks once a second: up to 3 s more); 0 when the
+     * servers keep it no longer than the ttl. */
+    int lease_slack_ms;
 } dlock_tool_topo;
 
 /* The topology of the client's URL, from the URL alone (no request). */

@@ -67,8 +67,9 @@ static int stale_writer(chk_run *r, bool lose)
 {
     /* Past the lease; past a vouched-for session's end on the server too
      * (it outlives the holder's span by half of it). */
-    int64_t pause_ns =
-        ((int64_t)r->ttl_ms * (r->cfg->session_ttl_ms ? 3 : 2) / 2 + 500) * 1000000;
+    int64_t pause_ns = ((int64_t)r->ttl_ms * (r->cfg->session_ttl_ms ? 3 : 2) / 2 +
+                        r->cfg->topo.lease_slack_ms + 500) *
+                       1000000;
     while (!chk_time_up(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
         int a = chk_wait_claim(r, r->end_ns);
@@ -551,6 +552,8 @@ static int inject_partition(chk_run *r)
 {
     int64_t ttl = MS(r->ttl_ms);
     int64_t margin = ttl / 4 < MS(250) ? MS(250) : ttl / 4 > MS(2000) ? MS(2000) : ttl / 4;
+    /* the servers' own rounding of a lease (memcached's whole seconds) */
+    margin += MS(r->cfg->topo.lease_slack_ms);
     static int turn; /* the next run goes on with the next cut points */
     int tries = 0;
     if (chk_sleep(r, WARMUP_NS))
