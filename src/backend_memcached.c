@@ -742,6 +742,11 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
             l->lease_start_ns = start; /* the lease counts from before the add */
             return 0;
         }
+        /* A request cut short by the caller's deadline proves nothing
+         * about the server (it had less than op_timeout_ms): a time-out. */
+        if (rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_now_ns() >= deadline_ns)
+            return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                               "lock \"%s\" not acquired within the timeout (%s)", l->name, why);
         if (rc < 0)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
         if (deadline_ns == 0)
