@@ -347,6 +347,10 @@ struct eclock {
     int64_t since_ms; /* wall clock when it was granted (queued, until then) */
     bool pred_first;  /* exclusive: the last read found only its predecessor before it */
     bool lost;
+    /* The client thread's watch on the held key (guarded by ec->mu): */
+    int64_t held_ns;    /* when it joined ec->held */
+    int64_t watch_from; /* the revision the watch starts at (known intact before it) */
+    bool watched;       /* in the current watch stream */
 };
 
 static ecclient *ec_of(dlock_client *c)
@@ -964,48 +968,92 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
     tell_lost(ec, lost, n, why);
 }
 
-/* A break touched our client key: which held keys are gone? */
+static int64_t entry_lease(const char *dir, const char *key);
+static const char *split_value(char *v, char *holder, size_t len, int64_t *since_ms);
+
+/* Is kv (from a read or a watch event) still the key a holder got: made at
+ * rev (not deleted and made anew), bound to its lease, with our value (an
+ * operator's put has neither our lease nor our name)? NULL: it is gone. */
+static bool kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
+                          const cJSON *kv)
+{
+    if (!kv || jint(kv, "create_revision", 0) != rev ||
+        jint(kv, "lease", 0) != entry_lease(dir, key))
+        return false;
+    char value[1024], holder[sizeof ec->self];
+    kv_value(kv, value, sizeof value);
+    split_value(value, holder, sizeof holder, NULL);
+    return strcmp(holder, ec->self) == 0;
+}
+
+/* The held lock whose key is key and was made at rev is lost: tell its
+ * holder (once). */
+static void lose_key(ecclient *ec, const char *key, int64_t rev, const char *why)
+{
+    pthread_mutex_lock(&ec->mu);
+    dlock_lock **lost = malloc(sizeof *lost);
+    int m = 0;
+    for (eclock *el = ec->held; el && lost; el = el->next_held)
+        if (!el->lost && el->rev == rev && strcmp(el->key, key) == 0) {
+            el->lost = true;
+            lost[m++] = el->l;
+            break;
+        }
+    ec->busy++;
+    ec->busy_thread = pthread_self();
+    pthread_mutex_unlock(&ec->mu);
+    tell_lost(ec, lost, m, why);
+}
+
+#define EC_KEY_LOST "its key was deleted or overwritten from outside (dlock break, etcdctl)"
+
+/* Events may have been missed (a break touched our client key, the watch
+ * failed): read every held key; the ones gone or no longer ours are lost,
+ * the others are known intact up to the read (their watch starts there). */
 static void verify_held(ecclient *ec)
 {
-    /* Ask about every held key; mark the missing ones. */
+    typedef struct {
+        char key[EC_KEY_MAX], dir[300];
+        int64_t rev;
+    } held_ref;
     pthread_mutex_lock(&ec->mu);
     int n = 0;
     for (eclock *el = ec->held; el; el = el->next_held)
         n++;
-    char (*keys)[EC_KEY_MAX] = malloc(sizeof *keys * (size_t)(n ? n : 1));
+    held_ref *refs = malloc(sizeof *refs * (size_t)(n ? n : 1));
     n = 0;
-    for (eclock *el = ec->held; el && keys; el = el->next_held)
-        if (!el->lost)
-            snprintf(keys[n++], EC_KEY_MAX, "%s", el->key);
+    for (eclock *el = ec->held; el && refs; el = el->next_held)
+        if (!el->lost) {
+            snprintf(refs[n].key, sizeof refs[n].key, "%s", el->key);
+            snprintf(refs[n].dir, sizeof refs[n].dir, "%s", el->dir);
+            refs[n++].rev = el->rev;
+        }
     pthread_mutex_unlock(&ec->mu);
-    if (!keys)
+    if (!refs)
         return;
     for (int i = 0; i < n; i++) {
         char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
-        b64_encode(keys[i], strlen(keys[i]), b64);
-        snprintf(body, sizeof body, "{\"key\":\"%s\",\"count_only\":true}", b64);
+        b64_encode(refs[i].key, strlen(refs[i].key), b64);
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
         cJSON *j = NULL;
         if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) != 0)
             continue; /* the keep-alive decides then */
-        int64_t count = jint(j, "count", 0);
+        const cJSON *kv = cJSON_GetArrayItem(jarr(j, "kvs"), 0);
+        bool ours = kv_still_ours(ec, refs[i].dir, refs[i].key, refs[i].rev, kv);
+        int64_t at = header_rev(j);
         cJSON_Delete(j);
-        if (count > 0)
+        if (!ours) {
+            lose_key(ec, refs[i].key, refs[i].rev, EC_KEY_LOST);
             continue;
+        }
         pthread_mutex_lock(&ec->mu);
-        dlock_lock **lost = malloc(sizeof *lost);
-        int m = 0;
-        for (eclock *el = ec->held; el && lost; el = el->next_held)
-            if (!el->lost && strcmp(el->key, keys[i]) == 0) {
-                el->lost = true;
-                lost[m++] = el->l;
-                break;
-            }
-        ec->busy++;
-        ec->busy_thread = pthread_self();
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (el->rev == refs[i].rev && strcmp(el->key, refs[i].key) == 0 &&
+                el->watch_from <= at)
+                el->watch_from = at + 1;
         pthread_mutex_unlock(&ec->mu);
-        tell_lost(ec, lost, m, "its key was deleted (dlock break)");
     }
-    free(keys);
+    free(refs);
 }
 
 /* Take el out of the held list, waiting for a loss callback about it to
@@ -1074,12 +1122,47 @@ static void orphans_purge(ecclient *ec)
 
 /* ---- the client's thread -------------------------------------------------------------- */
 
+/* The client thread's watch: the client key (a revoked lease, a break) and
+ * every held key (deleted or overwritten from outside). */
 typedef struct ck_watch {
     ecclient *ec;
     uint64_t gen;
+    int e; /* the endpoint it streams from */
+    const char *ckey;
     bool deleted, touched, failed;
-    int64_t rev;
+    int64_t rev; /* the client key's last event */
+    /* held keys whose event says they are no longer ours */
+    struct ck_gone {
+        char key[EC_KEY_MAX];
+        int64_t rev;
+    } *gone;
+    size_t ngone;
 } ck_watch;
+
+/* A held key's event: is it still the key its holder got? */
+static void ck_held_event(ck_watch *w, const char *key, bool del, const cJSON *kv)
+{
+    ecclient *ec = w->ec;
+    int64_t rev = 0;
+    pthread_mutex_lock(&ec->mu);
+    for (eclock *el = ec->held; el; el = el->next_held)
+        if (!el->lost && strcmp(el->key, key) == 0 &&
+            (del || !kv_still_ours(ec, el->dir, el->key, el->rev, kv))) {
+            rev = el->rev;
+            break;
+        }
+    pthread_mutex_unlock(&ec->mu);
+    if (!rev)
+        return; /* ours (our own writes), or not held any more */
+    struct ck_gone *g = realloc(w->gone, sizeof *g * (w->ngone + 1));
+    if (!g) {
+        w->failed = true; /* verify_held finds it */
+        return;
+    }
+    w->gone = g;
+    snprintf(g[w->ngone].key, sizeof g[w->ngone].key, "%s", key);
+    g[w->ngone++].rev = rev;
+}
 
 static void ck_line(ec_conn *k, cJSON *j)
 {
@@ -1090,20 +1173,99 @@ static void ck_line(ec_conn *k, cJSON *j)
         return;
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
-        w->failed = true;
+        w->failed = true; /* (compacted past a watch's start: verify_held) */
     const cJSON *ev;
     cJSON_ArrayForEach(ev, jarr(r, "events"))
     {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
-        int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type"), *kv = jobj(ev, "kv");
+        bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
+        char key[EC_KEY_MAX];
+        if (!kv_key(kv, key, sizeof key))
+            continue;
+        if (strcmp(key, w->ckey) != 0) {
+            ck_held_event(w, key, del, kv);
+            continue;
+        }
+        int64_t mod = jint(kv, "mod_revision", 0);
         if (mod > w->rev)
             w->rev = mod;
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0)
+        if (del)
             w->deleted = true;
         else
             w->touched = true; /* PUT: the default type is left out */
     }
 }
+
+/* The body of the client thread's watch: the client key from after rev
+ * from, every held key from its watch_from (marked watched). NULL: out of
+ * memory. Called with ec->mu held. */
+static char *ck_watch_body(ecclient *ec, int64_t lease, int64_t from)
+{
+    size_t n = 1;
+    for (eclock *el = ec->held; el; el = el->next_held)
+        n++;
+    size_t cap = n * (EC_KEY_MAX * 2 + 128);
+    char *body = malloc(cap), key[EC_KEY_MAX], b64[EC_KEY_MAX * 2];
+    if (!body)
+        return NULL;
+    ckey_of(ec, lease, key, sizeof key);
+    b64_encode(key, strlen(key), b64);
+    size_t at = (size_t)snprintf(body, cap,
+                                 "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+                                 "\"}}",
+                                 b64, from + 1);
+    for (eclock *el = ec->held; el; el = el->next_held) {
+        el->watched = true;
+        if (el->lost)
+            continue;
+        b64_encode(el->key, strlen(el->key), b64);
+        at += (size_t)snprintf(body + at, cap - at,
+                               "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+                               "\"}}",
+                               b64, el->watch_from);
+    }
+    return body;
+}
+
+/* The client thread's watch failed (compacted past its start, a member
+ * went): the client key still there means the lease lives, and the watch
+ * starts again from this read; then the held keys are read likewise. */
+static void ckey_verify(ecclient *ec, uint64_t gen)
+{
+    char key[EC_KEY_MAX], b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
+    pthread_mutex_lock(&ec->mu);
+    int64_t lease = ec->lease;
+    bool current = gen == ec->gen && !ec->lease_gone;
+    pthread_mutex_unlock(&ec->mu);
+    if (!current)
+        return;
+    ckey_of(ec, lease, key, sizeof key);
+    b64_encode(key, strlen(key), b64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", b64);
+    cJSON *j = NULL;
+    if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
+        bool there = cJSON_GetArraySize(jarr(j, "kvs")) > 0;
+        int64_t at = header_rev(j);
+        if (there) {
+            pthread_mutex_lock(&ec->mu);
+            if (gen == ec->gen && ec->ckey_rev < at)
+                ec->ckey_rev = at;
+            pthread_mutex_unlock(&ec->mu);
+        }
+        cJSON_Delete(j);
+        if (!there) {
+            lose_gen(ec, gen, "the client's etcd lease was revoked or expired (its key is "
+                              "gone)");
+            return;
+        }
+    }
+    verify_held(ec);
+}
+
+/* A held key joins the client thread's watch this long after it was
+ * granted: a short hold (dlock run -- true) never costs a new watch, and
+ * the watch starts at the key's creation, so nothing before is missed. */
+#define EC_WATCH_HELD_AFTER_MS 100
 
 /*
  * One thread per client, from the first lease on: keep-alives at ttl/4,
@@ -1120,10 +1282,12 @@ static void *client_thread(void *arg)
     pthread_mutex_unlock(&ec->mu);
     ec_conn *wk = NULL; /* the watch's connection */
     ck_watch w = {.ec = ec};
+    char ckey[EC_KEY_MAX] = "";
     struct curl_slist *hdrs = NULL;
-    char body[EC_KEY_MAX * 2 + 128];
+    char *body = NULL;
     int64_t retry_watch_ns = 0;
     for (;;) {
+        int64_t now = dl_now_ns();
         pthread_mutex_lock(&ec->mu);
         bool stop = ec->stopping;
         uint64_t gen = ec->gen;
@@ -1137,10 +1301,22 @@ static void *client_thread(void *arg)
         int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
         bool orphans = ec->norphans > 0, verify = ec->verify;
         ec->verify = false;
+        /* A held key not in the watch yet joins it (the watch is made
+         * anew) once it has been held a little; the watch follows the
+         * endpoint that answers. */
+        bool rebuild = wk && ec->cur != w.e;
+        int64_t next_join = INT64_MAX;
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (!el->watched && !el->lost) {
+                int64_t due = el->held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
+                if (due <= now)
+                    rebuild = rebuild || wk;
+                else if (due < next_join)
+                    next_join = due;
+            }
         pthread_mutex_unlock(&ec->mu);
         if (stop)
             break;
-        int64_t now = dl_now_ns();
         if (live && now >= next_ka) {
             char err[300];
             int rc = keepalive(ec, -1, err, sizeof err);
@@ -1177,29 +1353,34 @@ static void *client_thread(void *arg)
             free(t.body);
             free(t.key);
         }
-        /* The watch on the client key of the current lease. */
-        if (wk && (w.gen != gen || !live)) {
+        /* The watch of the current lease. */
+        if (wk && (w.gen != gen || !live || rebuild)) {
             curl_multi_remove_handle(m, wk->easy);
             conn_put(ec, wk);
             wk = NULL;
+            if (rebuild)
+                retry_watch_ns = 0;
         }
         if (!wk && live && have_ckey && m && now >= retry_watch_ns && now >= watch_from_ns) {
             wk = conn_get(ec);
-            char key[EC_KEY_MAX], b64[EC_KEY_MAX * 2];
-            ckey_of(ec, lease, key, sizeof key);
-            b64_encode(key, strlen(key), b64);
-            snprintf(body, sizeof body,
-                     "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}",
-                     b64, from + 1);
+            ckey_of(ec, lease, ckey, sizeof ckey);
             curl_slist_free_all(hdrs);
             hdrs = curl_slist_append(NULL, "Content-Type: application/json");
             pthread_mutex_lock(&ec->mu);
             if (hdrs && ec->auth)
                 hdrs = curl_slist_append(hdrs, ec->auth);
             int e = ec->cur;
+            free(body);
+            body = ck_watch_body(ec, lease, from);
             pthread_mutex_unlock(&ec->mu);
-            w = (ck_watch){.ec = ec, .gen = gen, .rev = from};
-            if (wk && hdrs && conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+            w.gen = gen;
+            w.e = e;
+            w.ckey = ckey;
+            w.rev = from;
+            w.deleted = w.touched = w.failed = false;
+            w.ngone = 0;
+            if (wk && hdrs && body &&
+                conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
                 wk->on_line = ck_line;
                 wk->arg = &w;
                 if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
@@ -1220,6 +1401,9 @@ static void *client_thread(void *arg)
         while (m && (msg = curl_multi_info_read(m, &left)))
             if (msg->msg == CURLMSG_DONE && wk && msg->easy_handle == wk->easy)
                 w.failed = true;
+        for (size_t i = 0; i < w.ngone; i++)
+            lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
+        w.ngone = 0;
         if (wk && (w.deleted || w.touched || w.failed)) {
             pthread_mutex_lock(&ec->mu);
             if (w.gen == ec->gen && w.rev > ec->ckey_rev)
@@ -1236,12 +1420,14 @@ static void *client_thread(void *arg)
                 conn_put(ec, wk);
                 wk = NULL;
                 if (w.failed && !w.deleted)
-                    verify_held(ec); /* events may have been missed */
+                    ckey_verify(ec, w.gen); /* events may have been missed */
             }
         }
         int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
         if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
             wait_ns = next_touch - dl_now_ns();
+        if (next_join != INT64_MAX && next_join - dl_now_ns() < wait_ns)
+            wait_ns = next_join - dl_now_ns();
         if (wait_ns > ms_to_ns(100) && (!wk && live))
             wait_ns = ms_to_ns(100);
         if (wait_ns < 0)
@@ -1255,6 +1441,8 @@ static void *client_thread(void *arg)
         curl_multi_remove_handle(m, wk->easy);
         conn_put(ec, wk);
     }
+    free(w.gone);
+    free(body);
     curl_slist_free_all(hdrs);
     pthread_mutex_lock(&ec->mu);
     ec->bgm = NULL;
@@ -1770,6 +1958,11 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             el->next_held = ec->held;
             ec->held = el;
             el->listed = true;
+            el->held_ns = dl_now_ns();
+            el->watch_from = el->rev + 1;
+            el->watched = false;
+            if (ec->bgm) /* (to join the watch in EC_WATCH_HELD_AFTER_MS) */
+                curl_multi_wakeup(ec->bgm);
         }
         pthread_mutex_unlock(&ec->mu);
         if (gone)

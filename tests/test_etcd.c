@@ -647,6 +647,63 @@ static void test_break_tells_holder_at_once(void **state)
     dlock_client_close(ch);
 }
 
+/* A holder's key deleted or overwritten from outside (etcdctl del / put):
+ * the holder is told at once — state, descriptor, callback — not when its
+ * 30 s lease would have run out; the client's other lock is kept. Deleted
+ * once it has been held a while (the client's watch has it) and overwritten
+ * at once after the grant (the watch starts at the key's creation). */
+static void test_key_deleted_told_at_once(void **state)
+{
+    (void)state;
+    char name[64], other[64], url[256], key[512], out[4096];
+    unique(name, sizeof name, "keydel");
+    unique(other, sizeof other, "keydel-other");
+    url_with(url, sizeof url, "ttl=30");
+    dlock_client *c = open_url(url), *c2 = open_url(etcd_url);
+    atomic_store(&lost_calls, 0);
+    dlock_lock *l = mk(c, name, count_lost, NULL), *o = mk(c, other, count_lost, NULL);
+    acquire_ok(o, 0);
+    for (int round = 0; round < 2; round++) {
+        acquire_ok(l, 0);
+        uint64_t token = dlock_token(l);
+        only_key(name, key, sizeof key);
+        if (round == 0)
+            sleep_ms(500);
+        int64_t t0 = now_ms();
+        if (run(out, sizeof out, ETCDCTL " %s %s%s 2>&1", etcd_port,
+                round == 0 ? "del" : "put", key, round == 0 ? "" : " operator") != 0)
+            fail_msg("etcdctl %s %s: %s", round == 0 ? "del" : "put", key, out);
+        int64_t told = wait_lost(l, 5000);
+        fprintf(stderr, "# holder told %" PRId64 " ms after etcdctl %s returned (%" PRId64
+                " ms after it started)\n", told, round == 0 ? "del" : "put", now_ms() - t0);
+        /* At once: the watch's event, well inside a second (generous for
+         * loaded CI and valgrind; the lease is 30 s). */
+        assert_true(told >= 0 && told < 1500);
+        assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+        wait_lost_calls(round + 1, 2000);
+        assert_int_equal(atomic_load(&lost_calls), round + 1);
+        assert_int_equal(dlock_release(l), DLOCK_ELOST);
+        if (round == 1) { /* the operator's key is in the way: take it out */
+            assert_int_equal(run(out, sizeof out, ETCDCTL " del %s 2>&1", etcd_port, key), 0);
+        }
+        /* Another client takes it, with a higher token. */
+        dlock_lock *l2 = mk(c2, name, NULL, NULL);
+        acquire_ok(l2, 0);
+        assert_true(dlock_token(l2) > token);
+        assert_int_equal(dlock_release(l2), 0);
+        dlock_lock_free(l2);
+    }
+    /* The other lock of the same client and lease is still held. */
+    assert_int_equal(dlock_state(o), DLOCK_STATE_HELD);
+    assert_int_equal(nkeys(other), 1);
+    assert_int_equal(dlock_release(o), 0);
+    assert_int_equal(atomic_load(&lost_calls), 2);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
 /* ---- 6. authentication and TLS ------------------------------------------------------- */
 
 static void assert_no_password(const char *msg)
@@ -1042,6 +1099,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gave_up_waiters_leave_no_key),
         cmocka_unit_test(test_no_herd_and_fifo),
         cmocka_unit_test(test_break_tells_holder_at_once),
+        cmocka_unit_test(test_key_deleted_told_at_once),
         cmocka_unit_test(test_auth_and_tls),
         cmocka_unit_test(test_auth_anonymous_refused),
         cmocka_unit_test(test_unreachable_first_endpoint),
