@@ -566,13 +566,18 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
 
 /* After a request timed out: does that member answer, but know no leader?
  * (A write waits for a quorum; a member's status does not.) Asked within
- * 200 ms, so that a timeout says why when it can. */
-static bool no_leader(ecclient *ec, const char *base)
+ * 200 ms and by until_ns, so that a timeout says why when it can without
+ * making the caller wait longer. */
+static bool no_leader(ecclient *ec, const char *base, int64_t until_ns)
 {
     char err[200];
     cJSON *j = NULL;
-    if (ec_post_to(ec, base, "/v3/maintenance/status", "{}", dl_now_ns() + ms_to_ns(200), -1,
-                   &j, NULL, err, sizeof err) != 0)
+    int64_t until = dl_now_ns() + ms_to_ns(200);
+    if (until > until_ns)
+        until = until_ns;
+    if (until - dl_now_ns() < ms_to_ns(5) ||
+        ec_post_to(ec, base, "/v3/maintenance/status", "{}", until, -1, &j, NULL, err,
+                   sizeof err) != 0)
         return false;
     bool none = juint(j, "leader") == 0;
     cJSON_Delete(j);
@@ -581,14 +586,33 @@ static bool no_leader(ecclient *ec, const char *base)
 
 /* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
  * as a DLOCK_E* code and a message. */
-static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
+static const char *gateway_message(const cJSON *j)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
     if (!cJSON_IsString(m))
         m = cJSON_GetObjectItemCaseSensitive(j, "error");
-    const char *msg = cJSON_IsString(m) ? m->valuestring : "";
+    return cJSON_IsString(m) && jint(j, "code", -1) >= 0 ? m->valuestring : NULL;
+}
+
+/* Is a reply with HTTP status and body j (NULL: not JSON) etcd's at all?
+ * Its replies are JSON objects; a success carries a header (a stream's
+ * line, inside its result), an error a message and a code (a stream's
+ * line, an error object with a message). */
+static bool from_etcd(long status, const cJSON *j)
+{
+    if (!cJSON_IsObject(j))
+        return false;
+    if (status != 200)
+        return gateway_message(j) != NULL;
+    return jobj(j, "header") || jobj(jobj(j, "result"), "header") ||
+           cJSON_IsString(cJSON_GetObjectItemCaseSensitive(jobj(j, "error"), "message"));
+}
+
+static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
+{
+    const char *msg = gateway_message(j);
     int code = (int)jint(j, "code", -1);
-    if (!cJSON_IsString(m) || code < 0) {
+    if (!msg) {
         snprintf(err, errlen, "%s answers HTTP %ld without an etcd error: not an etcd v3 gateway?",
                  base, status);
         return DLOCK_EPROTO;
@@ -621,10 +645,24 @@ static bool auth_retryable(const char *err)
            strstr(err, "auth token is expired");
 }
 
+/* The next endpoint after e, which failed: requests that start later
+ * begin there, unless another one answered meanwhile. */
+static int endpoint_failed(ecclient *ec, int e)
+{
+    int next = (e + 1) % ec->nendpoints;
+    pthread_mutex_lock(&ec->mu);
+    if (ec->cur == e)
+        ec->cur = next;
+    pthread_mutex_unlock(&ec->mu);
+    return next;
+}
+
 /*
  * POST body to path on the cluster: *out the reply (NULL when out is NULL).
- * A connection that fails before the request went out moves to the next
- * endpoint; so does a timeout or a reset once, when time is left. until_ns
+ * With several endpoints, a try that fails, or that has not answered
+ * within half the time left (a stalled member), moves to the next
+ * endpoint, and so does one that answers but is not etcd; the client
+ * starts its later requests at the endpoint that answered last. until_ns
  * bounds everything (-1: the op timeout); cancel_fd ends a wait early.
  * *sent (may be NULL) tells whether the request may have reached a server.
  * only: that endpoint ("http://h:p") and no other, or NULL.
@@ -650,15 +688,21 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
     snprintf(err, errlen, "no endpoint answered");
+    /* what the endpoints that failed said: no leader, not etcd */
+    char leaderless[300] = "", impostor[300] = "";
+    bool several = !only && ec->nendpoints > 1;
     int max_tries = only ? 1 : 2 * ec->nendpoints + 1;
     for (int tries = 0; tries < max_tries; tries++) {
-        int64_t left = until_ns - dl_now_ns();
+        int64_t now = dl_now_ns(), left = until_ns - now;
         if (left <= 0) {
             if (tries == 0)
                 snprintf(err, errlen, "no time left for the request");
             result = DLOCK_EUNREACHABLE;
             break;
         }
+        /* A stalled member must not take the whole time: this try gets
+         * half of it when another endpoint can still be tried. */
+        int64_t try_until = several && tries + 1 < max_tries ? now + left / 2 : until_ns;
         struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
         pthread_mutex_lock(&ec->mu);
         struct curl_slist *h2 = hdrs && ec->auth ? curl_slist_append(hdrs, ec->auth) : hdrs;
@@ -670,7 +714,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             break;
         }
         hdrs = h2;
-        int cms = ec->connect_ms < left / 1000000 ? ec->connect_ms : (int)(left / 1000000);
+        int64_t try_ms = (try_until - now) / 1000000;
+        int cms = ec->connect_ms < try_ms ? ec->connect_ms : (int)try_ms;
         const char *base = only ? only : ec->endpoints[e];
         if (conn_setup(ec, k, base, path, body, hdrs, cms)) {
             curl_slist_free_all(hdrs);
@@ -680,7 +725,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         }
         k->len = 0;
         CURLcode res = CURLE_OK;
-        enum xfer x = conn_run(k, until_ns, cancel_fd, NULL, &res);
+        enum xfer x = conn_run(k, try_until, cancel_fd, NULL, &res);
         curl_slist_free_all(hdrs);
         if (x == XFER_CANCELED) {
             if (sent)
@@ -693,10 +738,11 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
                 *sent = true;
             if (x == XFER_TIMEOUT && strcmp(path, "/v3/maintenance/status") != 0 &&
-                no_leader(ec, base))
-                snprintf(err, errlen, "etcd has no leader, or lost its quorum (%s answers, but "
-                                      "knows no leader)", base);
-            else if (x == XFER_TIMEOUT)
+                no_leader(ec, base, until_ns))
+                snprintf(leaderless, sizeof leaderless,
+                         "etcd has no leader, or lost its quorum (%s answers, but knows no "
+                         "leader)", base);
+            if (x == XFER_TIMEOUT)
                 snprintf(err, errlen, "%s did not answer in time", base);
             else if (k->toolarge)
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
@@ -709,7 +755,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
                          : DLOCK_EUNREACHABLE;
             if (result != DLOCK_EUNREACHABLE)
                 break;
-            e = (e + 1) % ec->nendpoints;
+            if (!only)
+                e = endpoint_failed(ec, e);
             continue;
         }
         if (sent)
@@ -717,20 +764,26 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         long status = 0;
         curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
         cJSON *j = k->len ? cJSON_ParseWithLength(k->buf, k->len) : NULL;
-        if (!cJSON_IsObject(j)) {
+        if (!from_etcd(status, j)) {
+            /* Not etcd at all: another endpoint may be. */
             cJSON_Delete(j);
-            snprintf(err, errlen, "%s answers HTTP %ld but not with etcd's JSON: not an etcd v3 "
-                                  "gateway?", base, status);
+            snprintf(impostor, sizeof impostor, "%s answers HTTP %ld but not as etcd's v3 "
+                                                "gateway does: not etcd?", base, status);
+            snprintf(err, errlen, "%s", impostor);
             result = DLOCK_EPROTO;
-            break;
+            if (!several)
+                break;
+            e = endpoint_failed(ec, e);
+            continue;
         }
+        int rc = status != 200 ? gateway_error(base, status, j, err, errlen) : 0;
         if (!only) {
             pthread_mutex_lock(&ec->mu);
             ec->cur = e;
             pthread_mutex_unlock(&ec->mu);
         }
-        if (status != 200) {
-            result = gateway_error(base, status, j, err, errlen);
+        if (rc) {
+            result = rc;
             cJSON_Delete(j);
             if (result == DLOCK_EPERM && ec->user && !reauthed && auth_retryable(err) &&
                 strcmp(path, "/v3/auth/authenticate") != 0) {
@@ -752,6 +805,13 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             cJSON_Delete(j);
         result = 0;
         break;
+    }
+    /* No endpoint served: say the most telling thing one of them said. */
+    if (result == DLOCK_EUNREACHABLE && leaderless[0])
+        snprintf(err, errlen, "%s", leaderless);
+    else if (result == DLOCK_EUNREACHABLE && impostor[0]) {
+        snprintf(err, errlen, "%s", impostor);
+        result = DLOCK_EPROTO;
     }
     conn_put(ec, k);
     return result;
@@ -1789,7 +1849,21 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
     enum xfer x = XFER_DONE;
     if (conn_start(k)) {
         for (;;) {
-            x = conn_pump(k, deadline, cancel_fd, &w.stop, &res);
+            /* In slices: a watch on a member that stalled must not hold us
+             * once the client moved on from it (its keep-alive found out). */
+            int64_t slice = dl_now_ns() + ms_to_ns(500);
+            x = conn_pump(k, deadline >= 0 && deadline < slice ? deadline : slice, cancel_fd,
+                          &w.stop, &res);
+            if (x == XFER_TIMEOUT && (deadline < 0 || dl_now_ns() < deadline)) {
+                pthread_mutex_lock(&ec->mu);
+                bool moved = ec->cur != e;
+                pthread_mutex_unlock(&ec->mu);
+                if (!moved)
+                    continue;
+                x = XFER_DONE;
+                w.fired = w.other = true; /* read again, then watch there */
+                break;
+            }
             if (x != XFER_STOP || w.fired)
                 break;
             w.stop = false;

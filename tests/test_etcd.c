@@ -904,6 +904,18 @@ static void test_not_etcd(void **state)
         snprintf(what, sizeof what, "an HTTP server answering %s, with a user", modes[i]);
         rc = expect_open_fails(url, 0, what);
         assert_true(rc == DLOCK_EPROTO || rc == DLOCK_EUNREACHABLE);
+        /* Listed first before a real member: the client goes on to it. */
+        char name[64];
+        unique(name, sizeof name, "impostor-first");
+        snprintf(url, sizeof url, "etcd://127.0.0.1:%d,127.0.0.1:%d?ttl=2", port, etcd_port);
+        dlock_client *c = NULL;
+        if (dlock_client_open(&c, url, NULL) != 0)
+            fail_msg("%s listed first: %s", what, dlock_client_errmsg(NULL));
+        dlock_lock *l = mk(c, name, NULL, NULL);
+        acquire_ok(l, 1000);
+        assert_int_equal(dlock_release(l), 0);
+        dlock_lock_free(l);
+        dlock_client_close(c);
     }
     teardown_processes(NULL);
 
