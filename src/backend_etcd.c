@@ -68,6 +68,7 @@ static const dl_scheme etcd_schemes[] = {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 /*
@@ -145,6 +146,7 @@ static void lc_load(void)
 #define EC_DEFAULT_TTL_S 10
 #define EC_KEY_MAX 512
 #define EC_REPLY_MAX (64u << 20) /* a reply larger than this is not etcd's */
+#define EC_SUSPECT_MS 100 /* closing: the revoke's wait after a request went unanswered */
 
 /* ---- base64 (the gateway's keys and values) ---------------------------------------- */
 /* By hand: neither libcurl nor cJSON exports a codec, and 30 lines spare a
@@ -328,6 +330,8 @@ typedef struct ecclient {
     bool verify; /* a break touched the client key: look at the held keys */
     int busy;    /* loss callbacks running outside mu */
     pthread_t busy_thread;
+    int stop_fd;  /* readable once the client closes: ends the thread's requests */
+    int64_t timeout_ns; /* when a request last went unanswered (0: never) */
     char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
     size_t norphans;
     ec_touch *touches; /* a holder that waited says when it got the lock */
@@ -645,6 +649,9 @@ static bool auth_retryable(const char *err)
            strstr(err, "auth token is expired");
 }
 
+/* The client whose thread this is (NULL on the callers' threads). */
+static _Thread_local ecclient *ec_thread_of;
+
 /* The next endpoint after e, which failed: requests that start later
  * begin there, unless another one answered meanwhile. */
 static int endpoint_failed(ecclient *ec, int e)
@@ -677,6 +684,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         *sent = false;
     if (until_ns < 0)
         until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
+    if (cancel_fd < 0 && ec_thread_of == ec)
+        cancel_fd = ec->stop_fd; /* the client's thread: closing the client ends it */
     ec_conn *k = conn_get(ec);
     if (!k) {
         snprintf(err, errlen, "out of memory");
@@ -737,6 +746,11 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         if (x == XFER_TIMEOUT || res != CURLE_OK) {
             if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
                 *sent = true;
+            if (x == XFER_TIMEOUT) {
+                pthread_mutex_lock(&ec->mu);
+                ec->timeout_ns = dl_now_ns();
+                pthread_mutex_unlock(&ec->mu);
+            }
             if (x == XFER_TIMEOUT && strcmp(path, "/v3/maintenance/status") != 0 &&
                 no_leader(ec, base, until_ns))
                 snprintf(leaderless, sizeof leaderless,
@@ -1336,6 +1350,7 @@ static void ckey_verify(ecclient *ec, uint64_t gen)
 static void *client_thread(void *arg)
 {
     ecclient *ec = arg;
+    ec_thread_of = ec;
     CURLM *m = curl_multi_init();
     pthread_mutex_lock(&ec->mu);
     ec->bgm = m;
@@ -1808,8 +1823,8 @@ static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts,
 }
 
 static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
-                       const char *own, int64_t rev, int64_t deadline, int cancel_fd,
-                       wait_watch *out, char *err, size_t errlen)
+                       const char *own, int64_t rev, int64_t deadline, int64_t op_deadline_ns,
+                       int cancel_fd, wait_watch *out, char *err, size_t errlen)
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
@@ -1867,8 +1882,10 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
             if (x != XFER_STOP || w.fired)
                 break;
             w.stop = false;
-            if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev,
-                                                dl_now_ns() + ms_to_ns(ec->op_ms))) {
+            int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms);
+            if (op_deadline_ns > 0 && until > op_deadline_ns)
+                until = op_deadline_ns;
+            if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev, until)) {
                 w.fired = w.other = true;
                 break;
             }
@@ -1917,9 +1934,26 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
         return;
     char err[200];
     int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms < 1000 ? ec->op_ms : 1000);
+    /* Within the caller's bound, leaving half its margin: a server that
+     * does not answer by then has the key deleted by the client's thread. */
+    int64_t bound = el->l->op_deadline_ns - ms_to_ns(DL_DEADLINE_MARGIN_MS) / 2;
+    if (el->l->op_deadline_ns > 0 && until > bound)
+        until = bound;
     if (delete_key(ec, el->key, until, NULL, err, sizeof err) != 0)
         orphan_add(ec, el->key);
     el->key[0] = '\0';
+}
+
+/* What a failed request of an acquisition returns: a lost lease is the
+ * cluster's doing (unreachable); a server that did not answer by the
+ * caller's deadline is that deadline passing (timed out). */
+static int acquire_rc(int rc, int64_t deadline)
+{
+    if (rc == DLOCK_ELOST)
+        rc = DLOCK_EUNREACHABLE;
+    if (rc == DLOCK_EUNREACHABLE && deadline > 0 && dl_now_ns() >= deadline)
+        rc = DLOCK_ETIMEDOUT;
+    return rc;
 }
 
 static int etcd_acquire(dlock_lock *l, int64_t deadline)
@@ -1933,7 +1967,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     el->key[0] = '\0';
     int rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
     if (rc)
-        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+        return dl_lock_err(l, acquire_rc(rc, deadline),
                            "lock \"%s\": no lease: %s (%s)", l->name, err, ec->redacted);
     snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
              (uint64_t)lease, l->owner);
@@ -1966,7 +2000,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         if (unknown)
             orphan_add(ec, el->key);
         el->key[0] = '\0';
-        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+        return dl_lock_err(l, acquire_rc(rc, deadline),
                            "lock \"%s\": queueing: %s (%s)", l->name, err, ec->redacted);
     }
     int result = 0;
@@ -1995,7 +2029,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
         wait_watch w;
         rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, rev, deadline,
-                         cancel_fd, &w, err, sizeof err);
+                         l->op_deadline_ns, cancel_fd, &w, err, sizeof err);
         if (rc) {
             result = rc == DLOCK_ECANCELED
                          ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
@@ -2018,7 +2052,8 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         q = NULL;
         rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
         if (rc) {
-            result = dl_lock_err(l, rc, "lock \"%s\": reading its queue: %s (%s)", l->name, err,
+            result = dl_lock_err(l, acquire_rc(rc, deadline),
+                                 "lock \"%s\": reading its queue: %s (%s)", l->name, err,
                                  ec->redacted);
             break;
         }
@@ -2048,7 +2083,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
              * grant to be worth anything: ask once more. */
             rc = keepalive(ec, req_until(l), err, sizeof err);
             if (rc)
-                result = dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+                result = dl_lock_err(l, acquire_rc(rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
                                      l->name, err, ec->redacted);
         }
@@ -2466,8 +2501,14 @@ static void ecclient_free(ecclient *ec)
         curl_multi_wakeup(ec->bgm);
     bool joined = ec->thread_started;
     pthread_mutex_unlock(&ec->mu);
+    uint64_t one = 1;
+    if (ec->stop_fd >= 0 && write(ec->stop_fd, &one, sizeof one) < 0) {
+        /* (an eventfd's counter cannot overflow from one write) */
+    }
     if (joined)
         pthread_join(ec->thread, NULL);
+    if (ec->stop_fd >= 0)
+        close(ec->stop_fd);
     while (ec->idle) {
         ec_conn *k = ec->idle;
         ec->idle = k->next;
@@ -2553,6 +2594,11 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&ec->mu, NULL);
     pthread_cond_init(&ec->cv, NULL);
+    ec->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ec->stop_fd < 0) {
+        ecclient_free(ec);
+        return dl_client_err(c, DLOCK_ENOMEM, "cannot make an eventfd: %s", strerror(errno));
+    }
     ec->ttl_s = (int)ttl;
     ec->connect_ms = c->opts.connect_timeout_ms;
     ec->op_ms = c->opts.op_timeout_ms;
@@ -2589,7 +2635,9 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     }
     c->bstate = ec;
     char err[400];
-    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms + ec->op_ms);
+    /* connect_timeout_ms bounds the whole opening (dlock run -w sets it to
+     * what the wait allows), logging in and the lease included. */
+    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms);
     if (ec->user)
         rc = authenticate(ec, until, err, sizeof err);
     if (rc == 0) {
@@ -2621,9 +2669,17 @@ static void etcd_client_close(dlock_client *c)
         curl_multi_wakeup(ec->bgm);
     pthread_mutex_unlock(&ec->mu);
     if (lease) {
+        /* A cluster that has just left a request unanswered is not waited
+         * for (dlock run -w gives up by its bound plus 100 ms): the lease
+         * ends the keys anyway, by its TTL. */
+        pthread_mutex_lock(&ec->mu);
+        int64_t since = dl_now_ns() - ec->timeout_ns;
+        pthread_mutex_unlock(&ec->mu);
+        int64_t until = dl_now_ns() + ms_to_ns(ec->timeout_ns && since < ms_to_ns(10000)
+                                                   ? EC_SUSPECT_MS : ec->op_ms);
         char body[64], err[200];
         snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
-        (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
+        (void)ec_post(ec, "/v3/lease/revoke", body, until, -1, NULL, NULL, err, sizeof err);
     }
     ecclient_free(ec);
     c->bstate = NULL;
