@@ -68,6 +68,7 @@ static const dl_scheme etcd_schemes[] = {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -1956,6 +1957,33 @@ static int acquire_rc(int rc, int64_t deadline)
     return rc;
 }
 
+/*
+ * A waiter carries on through what passes (an election: "leader changed",
+ * no leader for a while, a member that went): after a request failed with
+ * *rc DLOCK_EUNREACHABLE, pause (50 ms doubling to 800 ms, within the
+ * deadline) and say to try again, while its deadline allows. A try-once
+ * acquisition does not. *rc becomes DLOCK_ECANCELED when dlock_cancel
+ * comes during the pause.
+ */
+static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int *attempt)
+{
+    if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
+        return false;
+    int64_t now = dl_now_ns(), pause = ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
+    if (deadline > 0 && now + pause >= deadline)
+        return false;
+    (*attempt)++;
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&p, cancel_fd >= 0 ? 1 : 0, (int)(pause / 1000000))) < 0 && errno == EINTR) {
+    }
+    if (n > 0) {
+        *rc = DLOCK_ECANCELED;
+        return false;
+    }
+    return true;
+}
+
 static int etcd_acquire(dlock_lock *l, int64_t deadline)
 {
     ecclient *ec = ec_of(l->c);
@@ -1965,43 +1993,52 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     uint64_t gen;
     bool make_ckey;
     el->key[0] = '\0';
-    int rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
-    if (rc)
-        return dl_lock_err(l, acquire_rc(rc, deadline),
-                           "lock \"%s\": no lease: %s (%s)", l->name, err, ec->redacted);
-    snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
-             (uint64_t)lease, l->owner);
-    el->gen = gen;
     el->lost = false;
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     ec_entry *q = NULL;
-    int n = 0;
+    int n = 0, attempt = 0, rc;
     int64_t rev = 0;
-    bool unknown = false, waited = false;
-    rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
-                 sizeof err);
-    if (rc == DLOCK_ELOST) {
-        /* The lease ended before we heard of it (a process stopped past
-         * its TTL): grant a new one and queue there. */
-        pthread_mutex_lock(&ec->mu);
-        if (ec->gen == gen)
-            ec->lease_gone = true;
-        pthread_mutex_unlock(&ec->mu);
+    bool unknown = false, waited = false, regranted = false;
+    const char *stage;
+    /* Queue our key, on the client's lease. */
+    for (;;) {
+        stage = "no lease";
         rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
         if (rc == 0) {
-            snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
+            stage = "queueing";
+            char key[EC_KEY_MAX];
+            snprintf(key, sizeof key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
                      (uint64_t)lease, l->owner);
+            if (unknown && strcmp(key, el->key) != 0) {
+                orphan_add(ec, el->key); /* an earlier try's, on a lease since gone */
+                unknown = false;
+            }
+            snprintf(el->key, sizeof el->key, "%s", key);
             el->gen = gen;
-            rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
+            bool sent = false;
+            rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &sent, err,
                          sizeof err);
+            unknown = unknown || sent;
         }
+        if (rc == DLOCK_ELOST && !regranted) {
+            /* The lease ended before we heard of it (a process stopped past
+             * its TTL): grant a new one and queue there. */
+            regranted = true;
+            pthread_mutex_lock(&ec->mu);
+            if (ec->gen == gen)
+                ec->lease_gone = true;
+            pthread_mutex_unlock(&ec->mu);
+            continue;
+        }
+        if (rc == 0 || !retry_transient(&rc, deadline, cancel_fd, &attempt))
+            break;
     }
     if (rc) {
         if (unknown)
             orphan_add(ec, el->key);
         el->key[0] = '\0';
-        return dl_lock_err(l, acquire_rc(rc, deadline),
-                           "lock \"%s\": queueing: %s (%s)", l->name, err, ec->redacted);
+        return dl_lock_err(l, acquire_rc(rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
+                           stage, err, ec->redacted);
     }
     int result = 0;
     for (;;) {
@@ -2050,7 +2087,9 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             break;
         free(q);
         q = NULL;
-        rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
+        do
+            rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
+        while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
         if (rc) {
             result = dl_lock_err(l, acquire_rc(rc, deadline),
                                  "lock \"%s\": reading its queue: %s (%s)", l->name, err,
@@ -2081,7 +2120,9 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         else if (dl_now_ns() - confirmed > ms_to_ns(l->opts.ttl_ms) / 3) {
             /* After a long wait the last keep-alive may be too old for the
              * grant to be worth anything: ask once more. */
-            rc = keepalive(ec, req_until(l), err, sizeof err);
+            do
+                rc = keepalive(ec, req_until(l), err, sizeof err);
+            while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
             if (rc)
                 result = dl_lock_err(l, acquire_rc(rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
