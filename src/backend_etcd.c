@@ -1960,8 +1960,8 @@ static int acquire_rc(int rc, int64_t deadline)
 /*
  * A waiter carries on through what passes (an election: "leader changed",
  * no leader for a while, a member that went): after a request failed with
- * *rc DLOCK_EUNREACHABLE, pause (50 ms doubling to 800 ms, within the
- * deadline) and say to try again, while its deadline allows. A try-once
+ * *rc DLOCK_EUNREACHABLE, pause (50 ms doubling to 800 ms) and say to try
+ * again, while its deadline allows (else wait it out: false). A try-once
  * acquisition does not. *rc becomes DLOCK_ECANCELED when dlock_cancel
  * comes during the pause.
  */
@@ -1970,18 +1970,19 @@ static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int *attem
     if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
         return false;
     int64_t now = dl_now_ns(), pause = ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
-    if (deadline > 0 && now + pause >= deadline)
-        return false;
+    bool last = deadline > 0 && now + pause >= deadline;
+    if (last) /* the rest of the wait: then it timed out (acquire_rc) */
+        pause = deadline - now > 0 ? deadline - now : 0;
     (*attempt)++;
     struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
     int n;
-    while ((n = poll(&p, cancel_fd >= 0 ? 1 : 0, (int)(pause / 1000000))) < 0 && errno == EINTR) {
+    while ((n = poll(&p, cancel_fd >= 0 ? 1 : 0, (int)((pause + 999999) / 1000000))) < 0 && errno == EINTR) {
     }
     if (n > 0) {
         *rc = DLOCK_ECANCELED;
         return false;
     }
-    return true;
+    return !last;
 }
 
 static int etcd_acquire(dlock_lock *l, int64_t deadline)

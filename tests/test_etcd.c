@@ -704,6 +704,66 @@ static void test_key_deleted_told_at_once(void **state)
     dlock_client_close(c);
 }
 
+/* The store's current revision, as etcdctl's reply header says. */
+static uint64_t store_revision(void)
+{
+    char out[4096];
+    assert_int_equal(run(out, sizeof out, ETCDCTL " get dlock-no-such-key -w json 2>&1", etcd_port),
+                     0);
+    const char *r = strstr(out, "\"revision\":");
+    if (!r)
+        fail_msg("etcdctl get -w json: no revision in %s", out);
+    return strtoull(r + 11, NULL, 10);
+}
+
+/* The client's watch is made anew when a held key joins it; after a
+ * compaction its start (the client key's last event, a held key's
+ * creation) is gone: the client reads its keys once and watches from there
+ * — no loop of canceled watches and reads — and a delete is still told at
+ * once. */
+static void test_held_watch_after_compaction(void **state)
+{
+    (void)state;
+    char a[64], b[64], other[64], url[256], key[512], out[4096];
+    unique(a, sizeof a, "compact-a");
+    unique(b, sizeof b, "compact-b");
+    unique(other, sizeof other, "compact-other");
+    url_with(url, sizeof url, "ttl=30");
+    dlock_client *c = open_url(url), *c2 = open_url(etcd_url);
+    dlock_lock *la = mk(c, a, NULL, NULL), *lb = mk(c, b, NULL, NULL), *lo = mk(c2, other, NULL, NULL);
+    acquire_ok(la, 0);
+    only_key(a, key, sizeof key);
+    sleep_ms(300); /* a is in the client's watch */
+    for (int i = 0; i < 5; i++) { /* revisions past a's creation */
+        acquire_ok(lo, 0);
+        assert_int_equal(dlock_release(lo), 0);
+    }
+    uint64_t rev = store_revision();
+    if (run(out, sizeof out, ETCDCTL " compact %" PRIu64 " 2>&1", etcd_port, rev) != 0)
+        fail_msg("etcdctl compact %" PRIu64 ": %s", rev, out);
+    acquire_ok(lb, 0); /* the watch is made anew, from before the compaction */
+    sleep_ms(500);
+    uint64_t r0 = served("Range");
+    sleep_ms(2000);
+    uint64_t reads = served("Range") - r0;
+    fprintf(stderr, "# reads served in 2 s after the compaction: %" PRIu64 "\n", reads);
+    assert_true(reads <= 3);
+    int64_t t0 = now_ms();
+    assert_int_equal(run(out, sizeof out, ETCDCTL " del %s 2>&1", etcd_port, key), 0);
+    int64_t told = wait_lost(la, 5000);
+    fprintf(stderr, "# holder told %" PRId64 " ms after etcdctl del returned (%" PRId64
+            " ms after it started)\n", told, now_ms() - t0);
+    assert_true(told >= 0 && told < 1500);
+    assert_int_equal(dlock_state(lb), DLOCK_STATE_HELD);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), 0);
+    dlock_lock_free(lo);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
 /* ---- 6. authentication and TLS ------------------------------------------------------- */
 
 static void assert_no_password(const char *msg)
@@ -1208,6 +1268,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_herd_and_fifo),
         cmocka_unit_test(test_break_tells_holder_at_once),
         cmocka_unit_test(test_key_deleted_told_at_once),
+        cmocka_unit_test(test_held_watch_after_compaction),
         cmocka_unit_test(test_auth_and_tls),
         cmocka_unit_test(test_auth_anonymous_refused),
         cmocka_unit_test(test_unreachable_first_endpoint),
