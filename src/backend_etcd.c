@@ -752,8 +752,10 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
                 ec->timeout_ns = dl_now_ns();
                 pthread_mutex_unlock(&ec->mu);
             }
+            /* (asked once every endpoint had its try: a stalled member would
+             * only delay the next one) */
             if (x == XFER_TIMEOUT && strcmp(path, "/v3/maintenance/status") != 0 &&
-                no_leader(ec, base, until_ns))
+                (!several || tries + 1 >= ec->nendpoints) && no_leader(ec, base, until_ns))
                 snprintf(leaderless, sizeof leaderless,
                          "etcd has no leader, or lost its quorum (%s answers, but knows no "
                          "leader)", base);
