@@ -108,10 +108,13 @@ fi
 # client can have the lock (the server waits the whole lease).
 rport=$(srv_free_port)
 python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-sleep 0.5
+for _ in $(seq 100); do # (python's start on a loaded machine)
+    (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
+    sleep 0.1
+done
 "$DLOCK" --url "etcd://127.0.0.1:$rport?ttl=2" run frozen -- \
-    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held frozen
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
+wait_held frozen || bad "frozen holder: never held: $(cat "$TMP/frozen.err")"
 kill -STOP $relay
 frozen_at=$(now_ms)
 "$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null
