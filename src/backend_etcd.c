@@ -25,10 +25,14 @@
  * PREFIX/.clients/LEASE (lock names never start with '.'): the client's
  * thread watches it, so a revoked or expired lease (the key goes with it)
  * is reported at once, and dlock break touches it to make the holder look
- * at its keys.
+ * at its keys. The same watch (one stream, made anew when a held key joins
+ * it) covers every held key: one deleted or overwritten from outside is
+ * that lock lost, at once.
  *
  * The transport is etcd's JSON gateway over HTTP/1.1 (libcurl, cJSON):
- * one keep-alive connection per request in flight, taken from a pool; a
+ * one keep-alive connection per request in flight, taken from a pool (a
+ * request moves to the next endpoint when one fails, stalls past half its
+ * time, or is not etcd; the client stays with the one that answered); a
  * waiter's watch is one streaming request (HTTP/1.1 cannot add watchers to
  * a stream whose request body is sent). Request bodies are built with
  * snprintf: every string in them is base64 or a decimal number, except the
