@@ -1169,16 +1169,34 @@ static void orphan_add(ecclient *ec, const char *key)
     free(k); /* (out of memory: the lease's end deletes it) */
 }
 
-static int delete_key(ecclient *ec, const char *key, int64_t until_ns, int64_t *deleted,
-                      char *err, size_t errlen)
+/* Delete key; only while it was made at rev and is bound to lease (rev
+ * 0: whatever it is now): a key deleted and made anew, or overwritten from
+ * outside, is not ours to delete. *deleted (may be NULL): how many went. */
+static int delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
+                      int64_t until_ns, int64_t *deleted, char *err, size_t errlen)
 {
-    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 32];
+    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 6 + 300];
     b64_encode(key, strlen(key), b64);
-    snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
+    if (rev > 0)
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+                 "\"create_revision\":\"%" PRId64 "\"},{\"key\":\"%s\",\"target\":\"LEASE\","
+                 "\"result\":\"EQUAL\",\"lease\":\"%" PRId64 "\"}],\"success\":["
+                 "{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+                 b64, rev, b64, lease, b64);
+    else
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
     cJSON *j = NULL;
-    int rc = ec_post(ec, "/v3/kv/deleterange", body, until_ns, -1, &j, NULL, err, errlen);
-    if (rc == 0 && deleted)
-        *deleted = jint(j, "deleted", 0);
+    int rc = ec_post(ec, rev > 0 ? "/v3/kv/txn" : "/v3/kv/deleterange", body, until_ns, -1, &j,
+                     NULL, err, errlen);
+    if (rc == 0 && deleted) {
+        const cJSON *r = j;
+        if (rev > 0)
+            r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"))
+                    ? jobj(cJSON_GetArrayItem(jarr(j, "responses"), 0), "response_delete_range")
+                    : NULL;
+        *deleted = jint(r, "deleted", 0);
+    }
     cJSON_Delete(j);
     return rc;
 }
@@ -1192,7 +1210,7 @@ static void orphans_purge(ecclient *ec)
         if (!k)
             return;
         char err[200];
-        if (delete_key(ec, k, -1, NULL, err, sizeof err) != 0) {
+        if (delete_key(ec, k, 0, 0, -1, NULL, err, sizeof err) != 0) {
             orphan_add(ec, k);
             free(k);
             return;
@@ -1946,7 +1964,7 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
     int64_t bound = el->l->op_deadline_ns - ms_to_ns(DL_DEADLINE_MARGIN_MS) / 2;
     if (el->l->op_deadline_ns > 0 && until > bound)
         until = bound;
-    if (delete_key(ec, el->key, until, NULL, err, sizeof err) != 0)
+    if (delete_key(ec, el->key, 0, 0, until, NULL, err, sizeof err) != 0)
         orphan_add(ec, el->key);
     el->key[0] = '\0';
 }
@@ -2200,10 +2218,12 @@ static int etcd_release(dlock_lock *l)
     pthread_mutex_unlock(&ec->mu);
     char err[300];
     int64_t deleted = 0;
-    int rc = delete_key(ec, el->key, req_until(l), &deleted, err, sizeof err);
+    int rc = delete_key(ec, el->key, el->rev, entry_lease(el->dir, el->key), req_until(l),
+                        &deleted, err, sizeof err);
     int result = 0;
     if (rc == 0 && deleted == 0)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone",
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "
+                             "or not its own any more",
                              l->name);
     else if (rc) {
         orphan_add(ec, el->key);
@@ -2381,7 +2401,7 @@ static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
         if (dl_queue_blocker(q, sizeof *q, i) != DL_Q_HOLDS)
             continue;
         int64_t deleted = 0;
-        rc = delete_key(ec, q[i].key, -1, &deleted, err, sizeof err);
+        rc = delete_key(ec, q[i].key, 0, 0, -1, &deleted, err, sizeof err);
         if (rc) {
             result = dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, ec->redacted);
             break;
