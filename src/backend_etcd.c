@@ -1164,6 +1164,8 @@ static void orphan_add(ecclient *ec, const char *key)
         ec->orphans = o;
         o[ec->norphans++] = k;
         k = NULL;
+        if (ec->bgm && ec_thread_of != ec) /* its thread deletes it now */
+            curl_multi_wakeup(ec->bgm);
     }
     pthread_mutex_unlock(&ec->mu);
     free(k); /* (out of memory: the lease's end deletes it) */
@@ -1959,11 +1961,10 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
         return;
     char err[200];
     int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms < 1000 ? ec->op_ms : 1000);
-    /* Within the caller's bound, leaving half its margin: a server that
-     * does not answer by then has the key deleted by the client's thread. */
-    int64_t bound = el->l->op_deadline_ns - ms_to_ns(DL_DEADLINE_MARGIN_MS) / 2;
-    if (el->l->op_deadline_ns > 0 && until > bound)
-        until = bound;
+    /* Within the caller's bound: a server that does not answer by then
+     * has the key deleted by the client's thread. */
+    if (el->l->op_deadline_ns > 0 && until > el->l->op_deadline_ns)
+        until = el->l->op_deadline_ns;
     if (delete_key(ec, el->key, 0, 0, until, NULL, err, sizeof err) != 0)
         orphan_add(ec, el->key);
     el->key[0] = '\0';
