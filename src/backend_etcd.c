@@ -1503,9 +1503,6 @@ static void *client_thread(void *arg)
         while (m && (msg = curl_multi_info_read(m, &left)))
             if (msg->msg == CURLMSG_DONE && wk && msg->easy_handle == wk->easy)
                 w.failed = true;
-        for (size_t i = 0; i < w.ngone; i++)
-            lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
-        w.ngone = 0;
         if (wk && (w.deleted || w.touched || w.failed)) {
             pthread_mutex_lock(&ec->mu);
             if (w.gen == ec->gen && w.rev > ec->ckey_rev)
@@ -1525,6 +1522,11 @@ static void *client_thread(void *arg)
                     ckey_verify(ec, w.gen); /* events may have been missed */
             }
         }
+        /* (after the lease's end: a revoked lease deletes our keys too, and
+         * its holders are told why) */
+        for (size_t i = 0; i < w.ngone; i++)
+            lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
+        w.ngone = 0;
         int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
         if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
             wait_ns = next_touch - dl_now_ns();
