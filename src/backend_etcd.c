@@ -957,9 +957,21 @@ static int keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
 static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen,
                         bool *make_ckey, char *err, size_t errlen)
 {
+    if (until_ns < 0)
+        until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
     pthread_mutex_lock(&ec->mu);
-    while (ec->granting)
-        pthread_cond_wait(&ec->cv, &ec->mu);
+    /* Another thread's grant may be waiting on a stalled server: no
+     * longer than our own bound. */
+    while (ec->granting && dl_now_ns() < until_ns) {
+        struct timespec ts = {.tv_sec = until_ns / 1000000000LL,
+                              .tv_nsec = until_ns % 1000000000LL};
+        pthread_cond_timedwait(&ec->cv, &ec->mu, &ts);
+    }
+    if (ec->granting) {
+        pthread_mutex_unlock(&ec->mu);
+        snprintf(err, errlen, "etcd did not grant the client's lease in time");
+        return DLOCK_EUNREACHABLE;
+    }
     if (ec->lease && !ec->lease_gone) {
         *lease = ec->lease;
         *gen = ec->gen;
@@ -2664,7 +2676,11 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     if (!ec)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&ec->mu, NULL);
-    pthread_cond_init(&ec->cv, NULL);
+    pthread_condattr_t ca; /* (monotonic: lease_ensure's wait has a deadline) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ec->cv, &ca);
+    pthread_condattr_destroy(&ca);
     ec->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (ec->stop_fd < 0) {
         ecclient_free(ec);
