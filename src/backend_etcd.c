@@ -25,10 +25,14 @@
  * PREFIX/.clients/LEASE (lock names never start with '.'): the client's
  * thread watches it, so a revoked or expired lease (the key goes with it)
  * is reported at once, and dlock break touches it to make the holder look
- * at its keys.
+ * at its keys. The same watch (one stream, made anew when a held key joins
+ * it) covers every held key: one deleted or overwritten from outside is
+ * that lock lost, at once.
  *
  * The transport is etcd's JSON gateway over HTTP/1.1 (libcurl, cJSON):
- * one keep-alive connection per request in flight, taken from a pool; a
+ * one keep-alive connection per request in flight, taken from a pool (a
+ * request moves to the next endpoint when one fails, stalls past half its
+ * time, or is not etcd; the client stays with the one that answered); a
  * waiter's watch is one streaming request (HTTP/1.1 cannot add watchers to
  * a stream whose request body is sent). Request bodies are built with
  * snprintf: every string in them is base64 or a decimal number, except the
@@ -68,6 +72,8 @@ static const dl_scheme etcd_schemes[] = {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 /*
@@ -145,6 +151,7 @@ static void lc_load(void)
 #define EC_DEFAULT_TTL_S 10
 #define EC_KEY_MAX 512
 #define EC_REPLY_MAX (64u << 20) /* a reply larger than this is not etcd's */
+#define EC_SUSPECT_MS 100 /* closing: the revoke's wait after a request went unanswered */
 
 /* ---- base64 (the gateway's keys and values) ---------------------------------------- */
 /* By hand: neither libcurl nor cJSON exports a codec, and 30 lines spare a
@@ -328,6 +335,8 @@ typedef struct ecclient {
     bool verify; /* a break touched the client key: look at the held keys */
     int busy;    /* loss callbacks running outside mu */
     pthread_t busy_thread;
+    int stop_fd;  /* readable once the client closes: ends the thread's requests */
+    int64_t timeout_ns; /* when a request last went unanswered (0: never) */
     char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
     size_t norphans;
     ec_touch *touches; /* a holder that waited says when it got the lock */
@@ -347,6 +356,10 @@ struct eclock {
     int64_t since_ms; /* wall clock when it was granted (queued, until then) */
     bool pred_first;  /* exclusive: the last read found only its predecessor before it */
     bool lost;
+    /* The client thread's watch on the held key (guarded by ec->mu): */
+    int64_t held_ns;    /* when it joined ec->held */
+    int64_t watch_from; /* the revision the watch starts at (known intact before it) */
+    bool watched;       /* in the current watch stream */
 };
 
 static ecclient *ec_of(dlock_client *c)
@@ -562,13 +575,18 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
 
 /* After a request timed out: does that member answer, but know no leader?
  * (A write waits for a quorum; a member's status does not.) Asked within
- * 200 ms, so that a timeout says why when it can. */
-static bool no_leader(ecclient *ec, const char *base)
+ * 200 ms and by until_ns, so that a timeout says why when it can without
+ * making the caller wait longer. */
+static bool no_leader(ecclient *ec, const char *base, int64_t until_ns)
 {
     char err[200];
     cJSON *j = NULL;
-    if (ec_post_to(ec, base, "/v3/maintenance/status", "{}", dl_now_ns() + ms_to_ns(200), -1,
-                   &j, NULL, err, sizeof err) != 0)
+    int64_t until = dl_now_ns() + ms_to_ns(200);
+    if (until > until_ns)
+        until = until_ns;
+    if (until - dl_now_ns() < ms_to_ns(5) ||
+        ec_post_to(ec, base, "/v3/maintenance/status", "{}", until, -1, &j, NULL, err,
+                   sizeof err) != 0)
         return false;
     bool none = juint(j, "leader") == 0;
     cJSON_Delete(j);
@@ -577,14 +595,33 @@ static bool no_leader(ecclient *ec, const char *base)
 
 /* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
  * as a DLOCK_E* code and a message. */
-static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
+static const char *gateway_message(const cJSON *j)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
     if (!cJSON_IsString(m))
         m = cJSON_GetObjectItemCaseSensitive(j, "error");
-    const char *msg = cJSON_IsString(m) ? m->valuestring : "";
+    return cJSON_IsString(m) && jint(j, "code", -1) >= 0 ? m->valuestring : NULL;
+}
+
+/* Is a reply with HTTP status and body j (NULL: not JSON) etcd's at all?
+ * Its replies are JSON objects; a success carries a header (a stream's
+ * line, inside its result), an error a message and a code (a stream's
+ * line, an error object with a message). */
+static bool from_etcd(long status, const cJSON *j)
+{
+    if (!cJSON_IsObject(j))
+        return false;
+    if (status != 200)
+        return gateway_message(j) != NULL;
+    return jobj(j, "header") || jobj(jobj(j, "result"), "header") ||
+           cJSON_IsString(cJSON_GetObjectItemCaseSensitive(jobj(j, "error"), "message"));
+}
+
+static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
+{
+    const char *msg = gateway_message(j);
     int code = (int)jint(j, "code", -1);
-    if (!cJSON_IsString(m) || code < 0) {
+    if (!msg) {
         snprintf(err, errlen, "%s answers HTTP %ld without an etcd error: not an etcd v3 gateway?",
                  base, status);
         return DLOCK_EPROTO;
@@ -617,10 +654,27 @@ static bool auth_retryable(const char *err)
            strstr(err, "auth token is expired");
 }
 
+/* The client whose thread this is (NULL on the callers' threads). */
+static _Thread_local ecclient *ec_thread_of;
+
+/* The next endpoint after e, which failed: requests that start later
+ * begin there, unless another one answered meanwhile. */
+static int endpoint_failed(ecclient *ec, int e)
+{
+    int next = (e + 1) % ec->nendpoints;
+    pthread_mutex_lock(&ec->mu);
+    if (ec->cur == e)
+        ec->cur = next;
+    pthread_mutex_unlock(&ec->mu);
+    return next;
+}
+
 /*
  * POST body to path on the cluster: *out the reply (NULL when out is NULL).
- * A connection that fails before the request went out moves to the next
- * endpoint; so does a timeout or a reset once, when time is left. until_ns
+ * With several endpoints, a try that fails, or that has not answered
+ * within half the time left (a stalled member), moves to the next
+ * endpoint, and so does one that answers but is not etcd; the client
+ * starts its later requests at the endpoint that answered last. until_ns
  * bounds everything (-1: the op timeout); cancel_fd ends a wait early.
  * *sent (may be NULL) tells whether the request may have reached a server.
  * only: that endpoint ("http://h:p") and no other, or NULL.
@@ -635,6 +689,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         *sent = false;
     if (until_ns < 0)
         until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
+    if (cancel_fd < 0 && ec_thread_of == ec)
+        cancel_fd = ec->stop_fd; /* the client's thread: closing the client ends it */
     ec_conn *k = conn_get(ec);
     if (!k) {
         snprintf(err, errlen, "out of memory");
@@ -646,15 +702,21 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
     snprintf(err, errlen, "no endpoint answered");
+    /* what the endpoints that failed said: no leader, not etcd */
+    char leaderless[300] = "", impostor[300] = "";
+    bool several = !only && ec->nendpoints > 1;
     int max_tries = only ? 1 : 2 * ec->nendpoints + 1;
     for (int tries = 0; tries < max_tries; tries++) {
-        int64_t left = until_ns - dl_now_ns();
+        int64_t now = dl_now_ns(), left = until_ns - now;
         if (left <= 0) {
             if (tries == 0)
                 snprintf(err, errlen, "no time left for the request");
             result = DLOCK_EUNREACHABLE;
             break;
         }
+        /* A stalled member must not take the whole time: this try gets
+         * half of it when another endpoint can still be tried. */
+        int64_t try_until = several && tries + 1 < max_tries ? now + left / 2 : until_ns;
         struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
         pthread_mutex_lock(&ec->mu);
         struct curl_slist *h2 = hdrs && ec->auth ? curl_slist_append(hdrs, ec->auth) : hdrs;
@@ -666,7 +728,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             break;
         }
         hdrs = h2;
-        int cms = ec->connect_ms < left / 1000000 ? ec->connect_ms : (int)(left / 1000000);
+        int64_t try_ms = (try_until - now) / 1000000;
+        int cms = ec->connect_ms < try_ms ? ec->connect_ms : (int)try_ms;
         const char *base = only ? only : ec->endpoints[e];
         if (conn_setup(ec, k, base, path, body, hdrs, cms)) {
             curl_slist_free_all(hdrs);
@@ -676,7 +739,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         }
         k->len = 0;
         CURLcode res = CURLE_OK;
-        enum xfer x = conn_run(k, until_ns, cancel_fd, NULL, &res);
+        enum xfer x = conn_run(k, try_until, cancel_fd, NULL, &res);
         curl_slist_free_all(hdrs);
         if (x == XFER_CANCELED) {
             if (sent)
@@ -688,11 +751,19 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         if (x == XFER_TIMEOUT || res != CURLE_OK) {
             if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
                 *sent = true;
+            if (x == XFER_TIMEOUT) {
+                pthread_mutex_lock(&ec->mu);
+                ec->timeout_ns = dl_now_ns();
+                pthread_mutex_unlock(&ec->mu);
+            }
+            /* (asked once every endpoint had its try: a stalled member would
+             * only delay the next one) */
             if (x == XFER_TIMEOUT && strcmp(path, "/v3/maintenance/status") != 0 &&
-                no_leader(ec, base))
-                snprintf(err, errlen, "etcd has no leader, or lost its quorum (%s answers, but "
-                                      "knows no leader)", base);
-            else if (x == XFER_TIMEOUT)
+                (!several || tries + 1 >= ec->nendpoints) && no_leader(ec, base, until_ns))
+                snprintf(leaderless, sizeof leaderless,
+                         "etcd has no leader, or lost its quorum (%s answers, but knows no "
+                         "leader)", base);
+            if (x == XFER_TIMEOUT)
                 snprintf(err, errlen, "%s did not answer in time", base);
             else if (k->toolarge)
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
@@ -705,7 +776,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
                          : DLOCK_EUNREACHABLE;
             if (result != DLOCK_EUNREACHABLE)
                 break;
-            e = (e + 1) % ec->nendpoints;
+            if (!only)
+                e = endpoint_failed(ec, e);
             continue;
         }
         if (sent)
@@ -713,20 +785,26 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         long status = 0;
         curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
         cJSON *j = k->len ? cJSON_ParseWithLength(k->buf, k->len) : NULL;
-        if (!cJSON_IsObject(j)) {
+        if (!from_etcd(status, j)) {
+            /* Not etcd at all: another endpoint may be. */
             cJSON_Delete(j);
-            snprintf(err, errlen, "%s answers HTTP %ld but not with etcd's JSON: not an etcd v3 "
-                                  "gateway?", base, status);
+            snprintf(impostor, sizeof impostor, "%s answers HTTP %ld but not as etcd's v3 "
+                                                "gateway does: not etcd?", base, status);
+            snprintf(err, errlen, "%s", impostor);
             result = DLOCK_EPROTO;
-            break;
+            if (!several)
+                break;
+            e = endpoint_failed(ec, e);
+            continue;
         }
+        int rc = status != 200 ? gateway_error(base, status, j, err, errlen) : 0;
         if (!only) {
             pthread_mutex_lock(&ec->mu);
             ec->cur = e;
             pthread_mutex_unlock(&ec->mu);
         }
-        if (status != 200) {
-            result = gateway_error(base, status, j, err, errlen);
+        if (rc) {
+            result = rc;
             cJSON_Delete(j);
             if (result == DLOCK_EPERM && ec->user && !reauthed && auth_retryable(err) &&
                 strcmp(path, "/v3/auth/authenticate") != 0) {
@@ -748,6 +826,13 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             cJSON_Delete(j);
         result = 0;
         break;
+    }
+    /* No endpoint served: say the most telling thing one of them said. */
+    if (result == DLOCK_EUNREACHABLE && leaderless[0])
+        snprintf(err, errlen, "%s", leaderless);
+    else if (result == DLOCK_EUNREACHABLE && impostor[0]) {
+        snprintf(err, errlen, "%s", impostor);
+        result = DLOCK_EPROTO;
     }
     conn_put(ec, k);
     return result;
@@ -872,9 +957,21 @@ static int keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
 static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen,
                         bool *make_ckey, char *err, size_t errlen)
 {
+    if (until_ns < 0)
+        until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
     pthread_mutex_lock(&ec->mu);
-    while (ec->granting)
-        pthread_cond_wait(&ec->cv, &ec->mu);
+    /* Another thread's grant may be waiting on a stalled server: no
+     * longer than our own bound. */
+    while (ec->granting && dl_now_ns() < until_ns) {
+        struct timespec ts = {.tv_sec = until_ns / 1000000000LL,
+                              .tv_nsec = until_ns % 1000000000LL};
+        pthread_cond_timedwait(&ec->cv, &ec->mu, &ts);
+    }
+    if (ec->granting) {
+        pthread_mutex_unlock(&ec->mu);
+        snprintf(err, errlen, "etcd did not grant the client's lease in time");
+        return DLOCK_EUNREACHABLE;
+    }
     if (ec->lease && !ec->lease_gone) {
         *lease = ec->lease;
         *gen = ec->gen;
@@ -964,48 +1061,92 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
     tell_lost(ec, lost, n, why);
 }
 
-/* A break touched our client key: which held keys are gone? */
+static int64_t entry_lease(const char *dir, const char *key);
+static const char *split_value(char *v, char *holder, size_t len, int64_t *since_ms);
+
+/* Is kv (from a read or a watch event) still the key a holder got: made at
+ * rev (not deleted and made anew), bound to its lease, with our value (an
+ * operator's put has neither our lease nor our name)? NULL: it is gone. */
+static bool kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
+                          const cJSON *kv)
+{
+    if (!kv || jint(kv, "create_revision", 0) != rev ||
+        jint(kv, "lease", 0) != entry_lease(dir, key))
+        return false;
+    char value[1024], holder[sizeof ec->self];
+    kv_value(kv, value, sizeof value);
+    split_value(value, holder, sizeof holder, NULL);
+    return strcmp(holder, ec->self) == 0;
+}
+
+/* The held lock whose key is key and was made at rev is lost: tell its
+ * holder (once). */
+static void lose_key(ecclient *ec, const char *key, int64_t rev, const char *why)
+{
+    pthread_mutex_lock(&ec->mu);
+    dlock_lock **lost = malloc(sizeof *lost);
+    int m = 0;
+    for (eclock *el = ec->held; el && lost; el = el->next_held)
+        if (!el->lost && el->rev == rev && strcmp(el->key, key) == 0) {
+            el->lost = true;
+            lost[m++] = el->l;
+            break;
+        }
+    ec->busy++;
+    ec->busy_thread = pthread_self();
+    pthread_mutex_unlock(&ec->mu);
+    tell_lost(ec, lost, m, why);
+}
+
+#define EC_KEY_LOST "its key was deleted or overwritten from outside (dlock break, etcdctl)"
+
+/* Events may have been missed (a break touched our client key, the watch
+ * failed): read every held key; the ones gone or no longer ours are lost,
+ * the others are known intact up to the read (their watch starts there). */
 static void verify_held(ecclient *ec)
 {
-    /* Ask about every held key; mark the missing ones. */
+    typedef struct {
+        char key[EC_KEY_MAX], dir[300];
+        int64_t rev;
+    } held_ref;
     pthread_mutex_lock(&ec->mu);
     int n = 0;
     for (eclock *el = ec->held; el; el = el->next_held)
         n++;
-    char (*keys)[EC_KEY_MAX] = malloc(sizeof *keys * (size_t)(n ? n : 1));
+    held_ref *refs = malloc(sizeof *refs * (size_t)(n ? n : 1));
     n = 0;
-    for (eclock *el = ec->held; el && keys; el = el->next_held)
-        if (!el->lost)
-            snprintf(keys[n++], EC_KEY_MAX, "%s", el->key);
+    for (eclock *el = ec->held; el && refs; el = el->next_held)
+        if (!el->lost) {
+            snprintf(refs[n].key, sizeof refs[n].key, "%s", el->key);
+            snprintf(refs[n].dir, sizeof refs[n].dir, "%s", el->dir);
+            refs[n++].rev = el->rev;
+        }
     pthread_mutex_unlock(&ec->mu);
-    if (!keys)
+    if (!refs)
         return;
     for (int i = 0; i < n; i++) {
         char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
-        b64_encode(keys[i], strlen(keys[i]), b64);
-        snprintf(body, sizeof body, "{\"key\":\"%s\",\"count_only\":true}", b64);
+        b64_encode(refs[i].key, strlen(refs[i].key), b64);
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
         cJSON *j = NULL;
         if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) != 0)
             continue; /* the keep-alive decides then */
-        int64_t count = jint(j, "count", 0);
+        const cJSON *kv = cJSON_GetArrayItem(jarr(j, "kvs"), 0);
+        bool ours = kv_still_ours(ec, refs[i].dir, refs[i].key, refs[i].rev, kv);
+        int64_t at = header_rev(j);
         cJSON_Delete(j);
-        if (count > 0)
+        if (!ours) {
+            lose_key(ec, refs[i].key, refs[i].rev, EC_KEY_LOST);
             continue;
+        }
         pthread_mutex_lock(&ec->mu);
-        dlock_lock **lost = malloc(sizeof *lost);
-        int m = 0;
-        for (eclock *el = ec->held; el && lost; el = el->next_held)
-            if (!el->lost && strcmp(el->key, keys[i]) == 0) {
-                el->lost = true;
-                lost[m++] = el->l;
-                break;
-            }
-        ec->busy++;
-        ec->busy_thread = pthread_self();
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (el->rev == refs[i].rev && strcmp(el->key, refs[i].key) == 0 &&
+                el->watch_from <= at)
+                el->watch_from = at + 1;
         pthread_mutex_unlock(&ec->mu);
-        tell_lost(ec, lost, m, "its key was deleted (dlock break)");
     }
-    free(keys);
+    free(refs);
 }
 
 /* Take el out of the held list, waiting for a loss callback about it to
@@ -1035,21 +1176,41 @@ static void orphan_add(ecclient *ec, const char *key)
         ec->orphans = o;
         o[ec->norphans++] = k;
         k = NULL;
+        if (ec->bgm && ec_thread_of != ec) /* its thread deletes it now */
+            curl_multi_wakeup(ec->bgm);
     }
     pthread_mutex_unlock(&ec->mu);
     free(k); /* (out of memory: the lease's end deletes it) */
 }
 
-static int delete_key(ecclient *ec, const char *key, int64_t until_ns, int64_t *deleted,
-                      char *err, size_t errlen)
+/* Delete key; only while it was made at rev and is bound to lease (rev
+ * 0: whatever it is now): a key deleted and made anew, or overwritten from
+ * outside, is not ours to delete. *deleted (may be NULL): how many went. */
+static int delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
+                      int64_t until_ns, int64_t *deleted, char *err, size_t errlen)
 {
-    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 32];
+    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 6 + 300];
     b64_encode(key, strlen(key), b64);
-    snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
+    if (rev > 0)
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+                 "\"create_revision\":\"%" PRId64 "\"},{\"key\":\"%s\",\"target\":\"LEASE\","
+                 "\"result\":\"EQUAL\",\"lease\":\"%" PRId64 "\"}],\"success\":["
+                 "{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+                 b64, rev, b64, lease, b64);
+    else
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
     cJSON *j = NULL;
-    int rc = ec_post(ec, "/v3/kv/deleterange", body, until_ns, -1, &j, NULL, err, errlen);
-    if (rc == 0 && deleted)
-        *deleted = jint(j, "deleted", 0);
+    int rc = ec_post(ec, rev > 0 ? "/v3/kv/txn" : "/v3/kv/deleterange", body, until_ns, -1, &j,
+                     NULL, err, errlen);
+    if (rc == 0 && deleted) {
+        const cJSON *r = j;
+        if (rev > 0)
+            r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"))
+                    ? jobj(cJSON_GetArrayItem(jarr(j, "responses"), 0), "response_delete_range")
+                    : NULL;
+        *deleted = jint(r, "deleted", 0);
+    }
     cJSON_Delete(j);
     return rc;
 }
@@ -1063,7 +1224,7 @@ static void orphans_purge(ecclient *ec)
         if (!k)
             return;
         char err[200];
-        if (delete_key(ec, k, -1, NULL, err, sizeof err) != 0) {
+        if (delete_key(ec, k, 0, 0, -1, NULL, err, sizeof err) != 0) {
             orphan_add(ec, k);
             free(k);
             return;
@@ -1074,12 +1235,47 @@ static void orphans_purge(ecclient *ec)
 
 /* ---- the client's thread -------------------------------------------------------------- */
 
+/* The client thread's watch: the client key (a revoked lease, a break) and
+ * every held key (deleted or overwritten from outside). */
 typedef struct ck_watch {
     ecclient *ec;
     uint64_t gen;
+    int e; /* the endpoint it streams from */
+    const char *ckey;
     bool deleted, touched, failed;
-    int64_t rev;
+    int64_t rev; /* the client key's last event */
+    /* held keys whose event says they are no longer ours */
+    struct ck_gone {
+        char key[EC_KEY_MAX];
+        int64_t rev;
+    } *gone;
+    size_t ngone;
 } ck_watch;
+
+/* A held key's event: is it still the key its holder got? */
+static void ck_held_event(ck_watch *w, const char *key, bool del, const cJSON *kv)
+{
+    ecclient *ec = w->ec;
+    int64_t rev = 0;
+    pthread_mutex_lock(&ec->mu);
+    for (eclock *el = ec->held; el; el = el->next_held)
+        if (!el->lost && strcmp(el->key, key) == 0 &&
+            (del || !kv_still_ours(ec, el->dir, el->key, el->rev, kv))) {
+            rev = el->rev;
+            break;
+        }
+    pthread_mutex_unlock(&ec->mu);
+    if (!rev)
+        return; /* ours (our own writes), or not held any more */
+    struct ck_gone *g = realloc(w->gone, sizeof *g * (w->ngone + 1));
+    if (!g) {
+        w->failed = true; /* verify_held finds it */
+        return;
+    }
+    w->gone = g;
+    snprintf(g[w->ngone].key, sizeof g[w->ngone].key, "%s", key);
+    g[w->ngone++].rev = rev;
+}
 
 static void ck_line(ec_conn *k, cJSON *j)
 {
@@ -1090,20 +1286,99 @@ static void ck_line(ec_conn *k, cJSON *j)
         return;
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
-        w->failed = true;
+        w->failed = true; /* (compacted past a watch's start: verify_held) */
     const cJSON *ev;
     cJSON_ArrayForEach(ev, jarr(r, "events"))
     {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
-        int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type"), *kv = jobj(ev, "kv");
+        bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
+        char key[EC_KEY_MAX];
+        if (!kv_key(kv, key, sizeof key))
+            continue;
+        if (strcmp(key, w->ckey) != 0) {
+            ck_held_event(w, key, del, kv);
+            continue;
+        }
+        int64_t mod = jint(kv, "mod_revision", 0);
         if (mod > w->rev)
             w->rev = mod;
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0)
+        if (del)
             w->deleted = true;
         else
             w->touched = true; /* PUT: the default type is left out */
     }
 }
+
+/* The body of the client thread's watch: the client key from after rev
+ * from, every held key from its watch_from (marked watched). NULL: out of
+ * memory. Called with ec->mu held. */
+static char *ck_watch_body(ecclient *ec, int64_t lease, int64_t from)
+{
+    size_t n = 1;
+    for (eclock *el = ec->held; el; el = el->next_held)
+        n++;
+    size_t cap = n * (EC_KEY_MAX * 2 + 128);
+    char *body = malloc(cap), key[EC_KEY_MAX], b64[EC_KEY_MAX * 2];
+    if (!body)
+        return NULL;
+    ckey_of(ec, lease, key, sizeof key);
+    b64_encode(key, strlen(key), b64);
+    size_t at = (size_t)snprintf(body, cap,
+                                 "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+                                 "\"}}",
+                                 b64, from + 1);
+    for (eclock *el = ec->held; el; el = el->next_held) {
+        el->watched = true;
+        if (el->lost)
+            continue;
+        b64_encode(el->key, strlen(el->key), b64);
+        at += (size_t)snprintf(body + at, cap - at,
+                               "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+                               "\"}}",
+                               b64, el->watch_from);
+    }
+    return body;
+}
+
+/* The client thread's watch failed (compacted past its start, a member
+ * went): the client key still there means the lease lives, and the watch
+ * starts again from this read; then the held keys are read likewise. */
+static void ckey_verify(ecclient *ec, uint64_t gen)
+{
+    char key[EC_KEY_MAX], b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
+    pthread_mutex_lock(&ec->mu);
+    int64_t lease = ec->lease;
+    bool current = gen == ec->gen && !ec->lease_gone;
+    pthread_mutex_unlock(&ec->mu);
+    if (!current)
+        return;
+    ckey_of(ec, lease, key, sizeof key);
+    b64_encode(key, strlen(key), b64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", b64);
+    cJSON *j = NULL;
+    if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
+        bool there = cJSON_GetArraySize(jarr(j, "kvs")) > 0;
+        int64_t at = header_rev(j);
+        if (there) {
+            pthread_mutex_lock(&ec->mu);
+            if (gen == ec->gen && ec->ckey_rev < at)
+                ec->ckey_rev = at;
+            pthread_mutex_unlock(&ec->mu);
+        }
+        cJSON_Delete(j);
+        if (!there) {
+            lose_gen(ec, gen, "the client's etcd lease was revoked or expired (its key is "
+                              "gone)");
+            return;
+        }
+    }
+    verify_held(ec);
+}
+
+/* A held key joins the client thread's watch this long after it was
+ * granted: a short hold (dlock run -- true) never costs a new watch, and
+ * the watch starts at the key's creation, so nothing before is missed. */
+#define EC_WATCH_HELD_AFTER_MS 100
 
 /*
  * One thread per client, from the first lease on: keep-alives at ttl/4,
@@ -1114,16 +1389,19 @@ static void ck_line(ec_conn *k, cJSON *j)
 static void *client_thread(void *arg)
 {
     ecclient *ec = arg;
+    ec_thread_of = ec;
     CURLM *m = curl_multi_init();
     pthread_mutex_lock(&ec->mu);
     ec->bgm = m;
     pthread_mutex_unlock(&ec->mu);
     ec_conn *wk = NULL; /* the watch's connection */
     ck_watch w = {.ec = ec};
+    char ckey[EC_KEY_MAX] = "";
     struct curl_slist *hdrs = NULL;
-    char body[EC_KEY_MAX * 2 + 128];
+    char *body = NULL;
     int64_t retry_watch_ns = 0;
     for (;;) {
+        int64_t now = dl_now_ns();
         pthread_mutex_lock(&ec->mu);
         bool stop = ec->stopping;
         uint64_t gen = ec->gen;
@@ -1137,10 +1415,22 @@ static void *client_thread(void *arg)
         int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
         bool orphans = ec->norphans > 0, verify = ec->verify;
         ec->verify = false;
+        /* A held key not in the watch yet joins it (the watch is made
+         * anew) once it has been held a little; the watch follows the
+         * endpoint that answers. */
+        bool rebuild = wk && ec->cur != w.e;
+        int64_t next_join = INT64_MAX;
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (!el->watched && !el->lost) {
+                int64_t due = el->held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
+                if (due <= now)
+                    rebuild = rebuild || wk;
+                else if (due < next_join)
+                    next_join = due;
+            }
         pthread_mutex_unlock(&ec->mu);
         if (stop)
             break;
-        int64_t now = dl_now_ns();
         if (live && now >= next_ka) {
             char err[300];
             int rc = keepalive(ec, -1, err, sizeof err);
@@ -1177,29 +1467,34 @@ static void *client_thread(void *arg)
             free(t.body);
             free(t.key);
         }
-        /* The watch on the client key of the current lease. */
-        if (wk && (w.gen != gen || !live)) {
+        /* The watch of the current lease. */
+        if (wk && (w.gen != gen || !live || rebuild)) {
             curl_multi_remove_handle(m, wk->easy);
             conn_put(ec, wk);
             wk = NULL;
+            if (rebuild)
+                retry_watch_ns = 0;
         }
         if (!wk && live && have_ckey && m && now >= retry_watch_ns && now >= watch_from_ns) {
             wk = conn_get(ec);
-            char key[EC_KEY_MAX], b64[EC_KEY_MAX * 2];
-            ckey_of(ec, lease, key, sizeof key);
-            b64_encode(key, strlen(key), b64);
-            snprintf(body, sizeof body,
-                     "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}",
-                     b64, from + 1);
+            ckey_of(ec, lease, ckey, sizeof ckey);
             curl_slist_free_all(hdrs);
             hdrs = curl_slist_append(NULL, "Content-Type: application/json");
             pthread_mutex_lock(&ec->mu);
             if (hdrs && ec->auth)
                 hdrs = curl_slist_append(hdrs, ec->auth);
             int e = ec->cur;
+            free(body);
+            body = ck_watch_body(ec, lease, from);
             pthread_mutex_unlock(&ec->mu);
-            w = (ck_watch){.ec = ec, .gen = gen, .rev = from};
-            if (wk && hdrs && conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+            w.gen = gen;
+            w.e = e;
+            w.ckey = ckey;
+            w.rev = from;
+            w.deleted = w.touched = w.failed = false;
+            w.ngone = 0;
+            if (wk && hdrs && body &&
+                conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
                 wk->on_line = ck_line;
                 wk->arg = &w;
                 if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
@@ -1236,12 +1531,19 @@ static void *client_thread(void *arg)
                 conn_put(ec, wk);
                 wk = NULL;
                 if (w.failed && !w.deleted)
-                    verify_held(ec); /* events may have been missed */
+                    ckey_verify(ec, w.gen); /* events may have been missed */
             }
         }
+        /* (after the lease's end: a revoked lease deletes our keys too, and
+         * its holders are told why) */
+        for (size_t i = 0; i < w.ngone; i++)
+            lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
+        w.ngone = 0;
         int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
         if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
             wait_ns = next_touch - dl_now_ns();
+        if (next_join != INT64_MAX && next_join - dl_now_ns() < wait_ns)
+            wait_ns = next_join - dl_now_ns();
         if (wait_ns > ms_to_ns(100) && (!wk && live))
             wait_ns = ms_to_ns(100);
         if (wait_ns < 0)
@@ -1255,6 +1557,8 @@ static void *client_thread(void *arg)
         curl_multi_remove_handle(m, wk->easy);
         conn_put(ec, wk);
     }
+    free(w.gone);
+    free(body);
     curl_slist_free_all(hdrs);
     pthread_mutex_lock(&ec->mu);
     ec->bgm = NULL;
@@ -1560,8 +1864,8 @@ static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts,
 }
 
 static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
-                       const char *own, int64_t rev, int64_t deadline, int cancel_fd,
-                       wait_watch *out, char *err, size_t errlen)
+                       const char *own, int64_t rev, int64_t deadline, int64_t op_deadline_ns,
+                       int cancel_fd, wait_watch *out, char *err, size_t errlen)
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
@@ -1601,12 +1905,28 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
     enum xfer x = XFER_DONE;
     if (conn_start(k)) {
         for (;;) {
-            x = conn_pump(k, deadline, cancel_fd, &w.stop, &res);
+            /* In slices: a watch on a member that stalled must not hold us
+             * once the client moved on from it (its keep-alive found out). */
+            int64_t slice = dl_now_ns() + ms_to_ns(500);
+            x = conn_pump(k, deadline >= 0 && deadline < slice ? deadline : slice, cancel_fd,
+                          &w.stop, &res);
+            if (x == XFER_TIMEOUT && (deadline < 0 || dl_now_ns() < deadline)) {
+                pthread_mutex_lock(&ec->mu);
+                bool moved = ec->cur != e;
+                pthread_mutex_unlock(&ec->mu);
+                if (!moved)
+                    continue;
+                x = XFER_DONE;
+                w.fired = w.other = true; /* read again, then watch there */
+                break;
+            }
             if (x != XFER_STOP || w.fired)
                 break;
             w.stop = false;
-            if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev,
-                                                dl_now_ns() + ms_to_ns(ec->op_ms))) {
+            int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms);
+            if (op_deadline_ns > 0 && until > op_deadline_ns)
+                until = op_deadline_ns;
+            if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev, until)) {
                 w.fired = w.other = true;
                 break;
             }
@@ -1655,9 +1975,53 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
         return;
     char err[200];
     int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms < 1000 ? ec->op_ms : 1000);
-    if (delete_key(ec, el->key, until, NULL, err, sizeof err) != 0)
+    /* Within the caller's bound: a server that does not answer by then
+     * has the key deleted by the client's thread. */
+    if (el->l->op_deadline_ns > 0 && until > el->l->op_deadline_ns)
+        until = el->l->op_deadline_ns;
+    if (delete_key(ec, el->key, 0, 0, until, NULL, err, sizeof err) != 0)
         orphan_add(ec, el->key);
     el->key[0] = '\0';
+}
+
+/* What a failed request of an acquisition returns: a lost lease is the
+ * cluster's doing (unreachable); a server that did not answer by the
+ * caller's deadline is that deadline passing (timed out). */
+static int acquire_rc(int rc, int64_t deadline)
+{
+    if (rc == DLOCK_ELOST)
+        rc = DLOCK_EUNREACHABLE;
+    if (rc == DLOCK_EUNREACHABLE && deadline > 0 && dl_now_ns() >= deadline)
+        rc = DLOCK_ETIMEDOUT;
+    return rc;
+}
+
+/*
+ * A waiter carries on through what passes (an election: "leader changed",
+ * no leader for a while, a member that went): after a request failed with
+ * *rc DLOCK_EUNREACHABLE, pause (50 ms doubling to 800 ms) and say to try
+ * again, while its deadline allows (else wait it out: false). A try-once
+ * acquisition does not. *rc becomes DLOCK_ECANCELED when dlock_cancel
+ * comes during the pause.
+ */
+static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int *attempt)
+{
+    if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
+        return false;
+    int64_t now = dl_now_ns(), pause = ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
+    bool last = deadline > 0 && now + pause >= deadline;
+    if (last) /* the rest of the wait: then it timed out (acquire_rc) */
+        pause = deadline - now > 0 ? deadline - now : 0;
+    (*attempt)++;
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&p, cancel_fd >= 0 ? 1 : 0, (int)((pause + 999999) / 1000000))) < 0 && errno == EINTR) {
+    }
+    if (n > 0) {
+        *rc = DLOCK_ECANCELED;
+        return false;
+    }
+    return !last;
 }
 
 static int etcd_acquire(dlock_lock *l, int64_t deadline)
@@ -1669,43 +2033,52 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     uint64_t gen;
     bool make_ckey;
     el->key[0] = '\0';
-    int rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
-    if (rc)
-        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
-                           "lock \"%s\": no lease: %s (%s)", l->name, err, ec->redacted);
-    snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
-             (uint64_t)lease, l->owner);
-    el->gen = gen;
     el->lost = false;
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     ec_entry *q = NULL;
-    int n = 0;
+    int n = 0, attempt = 0, rc;
     int64_t rev = 0;
-    bool unknown = false, waited = false;
-    rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
-                 sizeof err);
-    if (rc == DLOCK_ELOST) {
-        /* The lease ended before we heard of it (a process stopped past
-         * its TTL): grant a new one and queue there. */
-        pthread_mutex_lock(&ec->mu);
-        if (ec->gen == gen)
-            ec->lease_gone = true;
-        pthread_mutex_unlock(&ec->mu);
+    bool unknown = false, waited = false, regranted = false;
+    const char *stage;
+    /* Queue our key, on the client's lease. */
+    for (;;) {
+        stage = "no lease";
         rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
         if (rc == 0) {
-            snprintf(el->key, sizeof el->key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
+            stage = "queueing";
+            char key[EC_KEY_MAX];
+            snprintf(key, sizeof key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
                      (uint64_t)lease, l->owner);
+            if (unknown && strcmp(key, el->key) != 0) {
+                orphan_add(ec, el->key); /* an earlier try's, on a lease since gone */
+                unknown = false;
+            }
+            snprintf(el->key, sizeof el->key, "%s", key);
             el->gen = gen;
-            rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &unknown, err,
+            bool sent = false;
+            rc = enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &sent, err,
                          sizeof err);
+            unknown = unknown || sent;
         }
+        if (rc == DLOCK_ELOST && !regranted) {
+            /* The lease ended before we heard of it (a process stopped past
+             * its TTL): grant a new one and queue there. */
+            regranted = true;
+            pthread_mutex_lock(&ec->mu);
+            if (ec->gen == gen)
+                ec->lease_gone = true;
+            pthread_mutex_unlock(&ec->mu);
+            continue;
+        }
+        if (rc == 0 || !retry_transient(&rc, deadline, cancel_fd, &attempt))
+            break;
     }
     if (rc) {
         if (unknown)
             orphan_add(ec, el->key);
         el->key[0] = '\0';
-        return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
-                           "lock \"%s\": queueing: %s (%s)", l->name, err, ec->redacted);
+        return dl_lock_err(l, acquire_rc(rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
+                           stage, err, ec->redacted);
     }
     int result = 0;
     for (;;) {
@@ -1733,7 +2106,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
         wait_watch w;
         rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, rev, deadline,
-                         cancel_fd, &w, err, sizeof err);
+                         l->op_deadline_ns, cancel_fd, &w, err, sizeof err);
         if (rc) {
             result = rc == DLOCK_ECANCELED
                          ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
@@ -1754,9 +2127,12 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             break;
         free(q);
         q = NULL;
-        rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
+        do
+            rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
+        while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
         if (rc) {
-            result = dl_lock_err(l, rc, "lock \"%s\": reading its queue: %s (%s)", l->name, err,
+            result = dl_lock_err(l, acquire_rc(rc, deadline),
+                                 "lock \"%s\": reading its queue: %s (%s)", l->name, err,
                                  ec->redacted);
             break;
         }
@@ -1770,6 +2146,11 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             el->next_held = ec->held;
             ec->held = el;
             el->listed = true;
+            el->held_ns = dl_now_ns();
+            el->watch_from = el->rev + 1;
+            el->watched = false;
+            if (ec->bgm) /* (to join the watch in EC_WATCH_HELD_AFTER_MS) */
+                curl_multi_wakeup(ec->bgm);
         }
         pthread_mutex_unlock(&ec->mu);
         if (gone)
@@ -1779,9 +2160,11 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         else if (dl_now_ns() - confirmed > ms_to_ns(l->opts.ttl_ms) / 3) {
             /* After a long wait the last keep-alive may be too old for the
              * grant to be worth anything: ask once more. */
-            rc = keepalive(ec, req_until(l), err, sizeof err);
+            do
+                rc = keepalive(ec, req_until(l), err, sizeof err);
+            while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
             if (rc)
-                result = dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_EUNREACHABLE : rc,
+                result = dl_lock_err(l, acquire_rc(rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
                                      l->name, err, ec->redacted);
         }
@@ -1850,10 +2233,12 @@ static int etcd_release(dlock_lock *l)
     pthread_mutex_unlock(&ec->mu);
     char err[300];
     int64_t deleted = 0;
-    int rc = delete_key(ec, el->key, req_until(l), &deleted, err, sizeof err);
+    int rc = delete_key(ec, el->key, el->rev, entry_lease(el->dir, el->key), req_until(l),
+                        &deleted, err, sizeof err);
     int result = 0;
     if (rc == 0 && deleted == 0)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone",
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "
+                             "or not its own any more",
                              l->name);
     else if (rc) {
         orphan_add(ec, el->key);
@@ -2031,7 +2416,7 @@ static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
         if (dl_queue_blocker(q, sizeof *q, i) != DL_Q_HOLDS)
             continue;
         int64_t deleted = 0;
-        rc = delete_key(ec, q[i].key, -1, &deleted, err, sizeof err);
+        rc = delete_key(ec, q[i].key, 0, 0, -1, &deleted, err, sizeof err);
         if (rc) {
             result = dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, ec->redacted);
             break;
@@ -2199,8 +2584,14 @@ static void ecclient_free(ecclient *ec)
         curl_multi_wakeup(ec->bgm);
     bool joined = ec->thread_started;
     pthread_mutex_unlock(&ec->mu);
+    uint64_t one = 1;
+    if (ec->stop_fd >= 0 && write(ec->stop_fd, &one, sizeof one) < 0) {
+        /* (an eventfd's counter cannot overflow from one write) */
+    }
     if (joined)
         pthread_join(ec->thread, NULL);
+    if (ec->stop_fd >= 0)
+        close(ec->stop_fd);
     while (ec->idle) {
         ec_conn *k = ec->idle;
         ec->idle = k->next;
@@ -2285,7 +2676,16 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     if (!ec)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&ec->mu, NULL);
-    pthread_cond_init(&ec->cv, NULL);
+    pthread_condattr_t ca; /* (monotonic: lease_ensure's wait has a deadline) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ec->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    ec->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ec->stop_fd < 0) {
+        ecclient_free(ec);
+        return dl_client_err(c, DLOCK_ENOMEM, "cannot make an eventfd: %s", strerror(errno));
+    }
     ec->ttl_s = (int)ttl;
     ec->connect_ms = c->opts.connect_timeout_ms;
     ec->op_ms = c->opts.op_timeout_ms;
@@ -2322,7 +2722,9 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     }
     c->bstate = ec;
     char err[400];
-    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms + ec->op_ms);
+    /* connect_timeout_ms bounds the whole opening (dlock run -w sets it to
+     * what the wait allows), logging in and the lease included. */
+    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms);
     if (ec->user)
         rc = authenticate(ec, until, err, sizeof err);
     if (rc == 0) {
@@ -2354,9 +2756,17 @@ static void etcd_client_close(dlock_client *c)
         curl_multi_wakeup(ec->bgm);
     pthread_mutex_unlock(&ec->mu);
     if (lease) {
+        /* A cluster that has just left a request unanswered is not waited
+         * for (dlock run -w gives up by its bound plus 100 ms): the lease
+         * ends the keys anyway, by its TTL. */
+        pthread_mutex_lock(&ec->mu);
+        int64_t since = dl_now_ns() - ec->timeout_ns;
+        pthread_mutex_unlock(&ec->mu);
+        int64_t until = dl_now_ns() + ms_to_ns(ec->timeout_ns && since < ms_to_ns(10000)
+                                                   ? EC_SUSPECT_MS : ec->op_ms);
         char body[64], err[200];
         snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
-        (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
+        (void)ec_post(ec, "/v3/lease/revoke", body, until, -1, NULL, NULL, err, sizeof err);
     }
     ecclient_free(ec);
     c->bstate = NULL;

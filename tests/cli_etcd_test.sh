@@ -87,14 +87,34 @@ else
     bad "lease revoked from outside (lease $lease): exit $rc, stopped at $(cat "$TMP/revoked" 2>/dev/null || echo never)"
 fi
 
+# The holder's key deleted from outside: its command is stopped at once
+# (the lease has 30 s left), exit 75; the next holder is granted at once.
+"$DLOCK" --url "etcd://127.0.0.1:$port?ttl=30" run deleted -- \
+    sh -c "trap 'date +%s%3N >$TMP/deleted; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+wait_held deleted
+sleep 0.3
+key=$(ctl get --prefix dlock/deleted/ --keys-only | grep . | head -1)
+at=$(now_ms)
+ctl del "$key" >/dev/null
+wait $h
+rc=$?
+if [ -s "$TMP/deleted" ] && [ $(( $(cat "$TMP/deleted") - at )) -lt 1500 ] && [ $rc = 75 ]; then
+    ok "key deleted from outside: the command stopped $(( $(cat "$TMP/deleted") - at )) ms later (lease 30 s), exit 75"
+else
+    bad "key deleted from outside ($key): exit $rc, stopped at $(cat "$TMP/deleted" 2>/dev/null || echo never) (deleted at $at)"
+fi
+
 # A holder whose network freezes: its command is stopped before another
 # client can have the lock (the server waits the whole lease).
 rport=$(srv_free_port)
 python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-sleep 0.5
+for _ in $(seq 100); do # (python's start on a loaded machine)
+    (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
+    sleep 0.1
+done
 "$DLOCK" --url "etcd://127.0.0.1:$rport?ttl=2" run frozen -- \
-    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held frozen
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
+wait_held frozen || bad "frozen holder: never held: $(cat "$TMP/frozen.err")"
 kill -STOP $relay
 frozen_at=$(now_ms)
 "$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null
