@@ -542,27 +542,36 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         return DLOCK_ENOTSUP;
     }
     pc->server_version = v;
-    /* Our statements are prepared once and look rows up by key: a generic
+    /* The session's own limits, whatever the role's or database's
+     * settings say: dlock bounds every statement on its own clock, and a
+     * lock wait must last until dlock's deadline, not the server's
+     * statement_timeout or lock_timeout (a timed wait sets lock_timeout
+     * itself); a session holding a lock idles between statements (advisory)
+     * or in its open transaction (rowlock), and must not be ended for it.
+     * Our statements are prepared once and look rows up by key: a generic
      * plan serves every execution (a custom plan made the lease take
-     * statement's every execution plan it again, 0.28 ms). From 14 on,
-     * a waiting backend also checks now and then that we are still there. */
-    if (v >= 120000) {
-        const char *p[] = {PG_CHECK_INTERVAL};
-        PGresult *r;
-        rc = run(k,
-                 v >= 140000 ? "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), "
-                               "set_config('client_connection_check_interval', $1, false)"
-                             : "SELECT set_config('plan_cache_mode', 'force_generic_plan', false)",
-                 v >= 140000 ? 1 : 0, p, until_ns, cancel_fd, &r, why, wlen);
-        if (!rc && *sqlstate(r)) {
-            rc = code_of_state(sqlstate(r));
-            snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
-        }
-        pq.clear(r);
-        if (rc) {
-            conn_close(k);
-            return rc;
-        }
+     * statement's every execution plan it again, 0.28 ms). From 14 on, a
+     * waiting backend also checks now and then that we are still there. */
+    char setup[600];
+    snprintf(setup, sizeof setup,
+             "SELECT set_config('statement_timeout', '0', false), "
+             "set_config('lock_timeout', '0', false)%s%s%s",
+             v >= 90600 ? ", set_config('idle_in_transaction_session_timeout', '0', false)" : "",
+             v >= 120000 ? ", set_config('plan_cache_mode', 'force_generic_plan', false)" : "",
+             v >= 140000 ? ", set_config('idle_session_timeout', '0', false), "
+                           "set_config('client_connection_check_interval', '" PG_CHECK_INTERVAL
+                           "', false)"
+                         : "");
+    PGresult *r;
+    rc = run(k, setup, 0, NULL, until_ns, cancel_fd, &r, why, wlen);
+    if (!rc && *sqlstate(r)) {
+        rc = code_of_state(sqlstate(r));
+        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+    }
+    pq.clear(r);
+    if (rc) {
+        conn_close(k);
+        return rc;
     }
     *out = k;
     return 0;
@@ -602,6 +611,43 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
     return conn_open(pc, bound, cancel_fd, out, why, wlen);
 }
 
+/*
+ * A waiter whose session ended (a restart, pg_terminate_backend, an idle
+ * limit) is not told anything: it waits on, on a new session. Connecting
+ * is tried again every PG_RETRY_PAUSE_MS until retry_until (its deadline,
+ * or connect_timeout_ms from now for a wait without one) or a cancel.
+ */
+#define PG_RETRY_PAUSE_MS 100
+
+static int64_t retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns)
+{
+    return deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
+                           : l->op_deadline_ns;
+}
+
+static int conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_conn **out,
+                          char *why, size_t wlen)
+{
+    for (;;) {
+        int rc = conn_get(pc, retry_until, cancel_fd, out, why, wlen);
+        if (rc != DLOCK_EUNREACHABLE || dl_ms_left(retry_until) == 0)
+            return rc;
+        int64_t pause = dl_now_ns() + (int64_t)PG_RETRY_PAUSE_MS * 1000000;
+        struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+        int ms = dl_ms_left(pause < retry_until ? pause : retry_until);
+        if (poll(&p, cancel_fd >= 0 ? 1 : 0, ms) > 0 && (p.revents & POLLIN)) {
+            snprintf(why, wlen, "canceled");
+            return DLOCK_ECANCELED;
+        }
+    }
+}
+
+/* Whether a wait ended with deadline_ns may go on: time is left. */
+static bool time_left(int64_t deadline_ns)
+{
+    return deadline_ns < 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) > 0);
+}
+
 /* Give a session back to the pool (or close it when the pool is full). */
 static void conn_put(pgclient *pc, pg_conn *k)
 {
@@ -620,23 +666,26 @@ static void conn_put(pgclient *pc, pg_conn *k)
 }
 
 /* A statement that may still wait on the server (a lock wait we gave up
- * on): cancel it from another session, bounded, then close k. Closing
- * alone would leave the server's backend in the lock queue until it next
- * looks at its socket. */
-static void conn_abandon(pgclient *pc, pg_conn *k)
+ * on): close k, then cancel it from another session, all by until_ns (the
+ * caller's deadline: a stopped server must not hold the caller past it).
+ * Closing alone ends the server's wait only when the backend next looks at
+ * its socket (client_connection_check_interval, 14+); the cancel makes it
+ * leave the queue at once when the server answers in time. */
+static void conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns)
 {
     if (!k)
         return;
     char pid[24], why[128];
     snprintf(pid, sizeof pid, "%d", pq.backendPID(k->pg));
     conn_close(k);
+    if (dl_ms_left(until_ns) == 0)
+        return; /* no time left: the close is all we can do */
     pg_conn *o;
-    int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
-    if (conn_get(pc, until, -1, &o, why, sizeof why) != 0)
-        return; /* client_connection_check_interval is the fallback */
+    if (conn_get(pc, until_ns, -1, &o, why, sizeof why) != 0)
+        return;
     const char *p[] = {pid};
     PGresult *r;
-    int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until, -1, &r, why, sizeof why);
+    int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why, sizeof why);
     pq.clear(r);
     if (rc)
         conn_close(o);
@@ -644,12 +693,19 @@ static void conn_abandon(pgclient *pc, pg_conn *k)
         conn_put(pc, o);
 }
 
+/* The bound of a call made while acquiring l: its op_deadline_ns when it
+ * has one (the caller's deadline plus the margin), else op_timeout_ms. */
+static int64_t op_until(const pgclient *pc, const dlock_lock *l)
+{
+    return l && l->op_deadline_ns > 0 ? l->op_deadline_ns
+                                      : dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
+}
+
 /* One statement on a pooled session, for the calls that hold no lock. */
-static int pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
-                    PGresult **out, char *why, size_t wlen)
+static int pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
+                          const char *const *vals, PGresult **out, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
-    int64_t until = dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
     pg_conn *k;
     *out = NULL;
     int rc;
@@ -675,6 +731,12 @@ static int pool_run(dlock_client *c, const char *sql, int n, const char *const *
     }
     conn_put(pc, k);
     return rc;
+}
+
+static int pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
+                    PGresult **out, char *why, size_t wlen)
+{
+    return pool_run_until(c, op_until(pc_of(c), NULL), sql, n, vals, out, why, wlen);
 }
 
 /* ---- sessions that hold locks (advisory, rowlock) ---------------------------------- */
@@ -772,7 +834,8 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
     const char *p[] = {key};
     PGresult *r = NULL;
     snprintf(buf, len, "another name");
-    if (pool_run(l->c, sql, 1, p, &r, why, sizeof why) == 0 && pq.ntuples(r) == 1)
+    if (pool_run_until(l->c, op_until(pc, l), sql, 1, p, &r, why, sizeof why) == 0 &&
+        pq.ntuples(r) == 1)
         snprintf(buf, len, "\"%s\"", pq.getvalue(r, 0, 0));
     pq.clear(r);
 }
@@ -800,12 +863,20 @@ static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
                     : deadline_ns < 0 ? -1
                                       : l->op_deadline_ns;
     pg_conn *k;
-    int64_t connect_until = deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
-                                            : until;
+    int64_t retry_until = 0; /* set when a waiter's session ended: see conn_get_retry */
     int rc;
     PGresult *r;
 again:
-    rc = conn_get(pc, connect_until, cancel_fd, &k, why, sizeof why);
+    r = NULL;
+    if (retry_until)
+        rc = conn_get_retry(pc, retry_until, cancel_fd, &k, why, sizeof why);
+    else
+        rc = conn_get(pc,
+                      deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
+                                      : until,
+                      cancel_fd, &k, why, sizeof why);
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     bool reused = k->reused;
@@ -862,8 +933,17 @@ again:
         conn_close(k); /* a pooled session that died idle: again on another */
         goto again;
     }
+    /* The session ended under a waiter: it waits on, on a new one. */
+    bool ended = rc == DLOCK_EUNREACHABLE ||
+                 (!rc && (strncmp(sqlstate(r), "57P", 3) == 0 || strncmp(sqlstate(r), "08", 2) == 0));
+    if (ended && deadline_ns != 0 && time_left(deadline_ns)) {
+        pq.clear(r);
+        conn_close(k);
+        retry_until = retry_until_of(pc, l, deadline_ns);
+        goto again;
+    }
     if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) {
-        conn_abandon(pc, k);
+        conn_abandon(pc, k, op_until(pc, l));
         if (rc == DLOCK_ECANCELED)
             return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
         return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EUNREACHABLE : DLOCK_ETIMEDOUT,
@@ -920,7 +1000,8 @@ again:
         snprintf(tok, sizeof tok, "%" PRIu64, token);
         const char *ip[] = {l->name, l->owner, tok, holder};
         PGresult *ir;
-        rc = pool_run(l->c, pc->sql_row_info, 4, ip, &ir, why, sizeof why);
+        rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 4, ip, &ir, why,
+                            sizeof why);
         pq.clear(ir);
         if (rc) {
             conn_close(k); /* its transaction ends, and the row is free */
@@ -1394,10 +1475,13 @@ static void lease_dequeue(dlock_lock *l, bool queued)
     if (!queued)
         return;
     pgclient *pc = pc_of(l->c);
+    int64_t until = op_until(pc, l);
+    if (dl_ms_left(until) == 0)
+        return; /* its stamp runs out, and the next taker removes it */
     const char *p[] = {l->name, l->owner};
     PGresult *r;
     char why[300];
-    (void)pool_run(l->c, pc->sql_dequeue, 2, p, &r, why, sizeof why);
+    (void)pool_run_until(l->c, until, pc->sql_dequeue, 2, p, &r, why, sizeof why);
     pq.clear(r);
 }
 
@@ -1419,7 +1503,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     const char *enqueue[] = {listen, pc->sql_enqueue};
     const char *refresh[] = {pc->sql_refresh};
     static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
-    bool queued = false, tried = false;
+    bool queued = false, tried = false, requeue = false;
     long expires_in = 0;
     int64_t refreshed = 0; /* when our queue row's liveness stamp was last renewed */
     for (;;) {
@@ -1442,9 +1526,22 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         tried = true;
         if (npre > 0)
             refreshed = dl_now_ns();
+        if (rc == DLOCK_EUNREACHABLE && deadline_ns != 0 && time_left(deadline_ns)) {
+            /* the session ended under a waiter: on a new one, it listens
+             * and queues again (its queue row keeps its place) */
+            conn_close(k);
+            rc = conn_get_retry(pc, retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
+                                sizeof why);
+            if (!rc) {
+                requeue |= queued; /* its row may be there: dequeued on failure */
+                queued = false;
+                continue;
+            }
+            k = NULL;
+        }
         if (rc < 0) {
             conn_close(k); /* a statement may be left on it */
-            lease_dequeue(l, queued);
+            lease_dequeue(l, queued || requeue);
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
@@ -1486,11 +1583,22 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             rc = wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd);
             if (rc == DLOCK_ETIMEDOUT)
                 break;
-            if (rc == 0 && !pq.consumeInput(k->pg))
+            if (rc == 0 && (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK))
                 rc = DLOCK_EUNREACHABLE;
+            if (rc == DLOCK_EUNREACHABLE && time_left(deadline_ns)) {
+                conn_close(k); /* as above: listen and queue again on a new session */
+                rc = conn_get_retry(pc, retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
+                                    sizeof why);
+                if (!rc) {
+                    requeue |= queued;
+                    queued = false;
+                    break;
+                }
+                k = NULL;
+            }
             if (rc) {
                 conn_close(k);
-                lease_dequeue(l, queued);
+                lease_dequeue(l, queued || requeue);
                 if (rc == DLOCK_ECANCELED)
                     return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
                 return dl_lock_err(l, rc, "lock \"%s\": the session broke while waiting (%s)",
