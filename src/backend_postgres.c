@@ -1093,6 +1093,13 @@ static void pg_abandon(dlock_lock *l)
 
 /* lease: a row held now */
 #define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
+/* lease: a queued waiter (row w of TABLE_wait) that lives: its stamp is
+ * fresh and the session it queued from is still there (a waiter killed
+ * with -9 ends its session at once; its stamp would hold the ones behind it
+ * back for up to 3 s). pid is NULL in rows queued by older versions. */
+#define LEASE_WAITER_LIVE(w)                                                                  \
+    w ".alive >= clock_timestamp() AND (" w ".pid IS NULL OR EXISTS (SELECT 1 FROM "         \
+    "pg_stat_get_activity(" w ".pid)))"
 /* rowlock: the session holding NAME's row: pg_locks of the transaction that locked it. */
 #define ROW_HOLDER_JOIN                                                                      \
     "LEFT JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = t.xmax "  \
@@ -1260,9 +1267,9 @@ static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
     if (pc->lease)
         snprintf(sql, sizeof sql,
                  "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND "
-                 "owner IS NOT NULL RETURNING name), w AS (SELECT owner FROM %s WHERE name = $1 "
-                 "AND alive >= clock_timestamp() AND EXISTS (SELECT 1 FROM r) ORDER BY since "
-                 "LIMIT 1) SELECT 0, 0 FROM (SELECT count(pg_notify('dlock_w_' || owner, $1)) "
+                 "owner IS NOT NULL RETURNING name), w AS (SELECT q.owner FROM %s AS q WHERE "
+                 "q.name = $1 AND " LEASE_WAITER_LIVE("q") " AND EXISTS (SELECT 1 FROM r) "
+                 "ORDER BY q.since LIMIT 1) SELECT 0, 0 FROM (SELECT count(pg_notify('dlock_w_' || owner, $1)) "
                  "FROM w) AS n",
                  pc->table, pc->waiters);
     else if (pc->rowlock)
@@ -1333,7 +1340,7 @@ static int lease_build_sql(pgclient *pc)
         "WITH free AS (SELECT s FROM generate_series(0, $5::int - 1) AS s WHERE NOT EXISTS "
         "(SELECT 1 FROM %s AS o WHERE o.name = $1 AND o.slot = s AND o.owner IS NOT NULL AND "
         "o.expires >= clock_timestamp()) AND NOT EXISTS (SELECT 1 FROM %s AS w WHERE "
-        "w.name = $1 AND w.owner <> $2 AND w.alive >= clock_timestamp() AND w.since < "
+        "w.name = $1 AND w.owner <> $2 AND " LEASE_WAITER_LIVE("w") " AND w.since < "
         "coalesce((SELECT m.since FROM %s AS m WHERE m.name = $1 AND m.owner = $2), "
         "'infinity')) ORDER BY s LIMIT 1) "
         "INSERT INTO %s AS t (name, slot, owner, expires, token, holder, since) "
@@ -1357,17 +1364,23 @@ static int lease_build_sql(pgclient *pc)
     pc->sql_free = fmt_alloc(
         "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
         "AND owner = $3 RETURNING name), "
-        "w AS (SELECT owner FROM %s WHERE name = $1 AND alive >= clock_timestamp() AND "
-        "EXISTS (SELECT 1 FROM r) ORDER BY since LIMIT 1), "
-        "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w) "
+        "w AS (SELECT q.owner FROM %s AS q WHERE q.name = $1 AND " LEASE_WAITER_LIVE("q")
+        " AND EXISTS (SELECT 1 FROM r) ORDER BY q.since LIMIT 1), "
+        "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w), "
+        /* the dead waiters' rows found on the way go (a -9 leaves its row) */
+        "d AS (DELETE FROM %s AS q WHERE q.name = $1 AND NOT (" LEASE_WAITER_LIVE("q") ")) "
         "SELECT (SELECT count(*) FROM r) WHERE (SELECT count(*) FROM n) >= 0 AND "
         "EXISTS (SELECT 1 FROM r)",
-        t, pc->waiters);
+        t, pc->waiters, pc->waiters);
+    /* A waiter queues with its session's pid (its liveness beside the
+     * stamp), and removes the dead rows of the name it finds. */
     pc->sql_enqueue = fmt_alloc(
-        "INSERT INTO %s (name, owner, since, alive) VALUES ($1, $2, clock_timestamp(), "
-        "clock_timestamp() + interval '3 seconds') ON CONFLICT (name, owner) DO UPDATE SET "
-        "alive = excluded.alive",
-        pc->waiters);
+        "WITH d AS (DELETE FROM %s AS q WHERE q.name = $1 AND q.owner <> $2 AND NOT ("
+        LEASE_WAITER_LIVE("q") ")) "
+        "INSERT INTO %s (name, owner, since, alive, pid) VALUES ($1, $2, clock_timestamp(), "
+        "clock_timestamp() + interval '3 seconds', pg_backend_pid()) ON CONFLICT (name, owner) "
+        "DO UPDATE SET alive = excluded.alive, pid = excluded.pid",
+        pc->waiters, pc->waiters);
     pc->sql_refresh = fmt_alloc(
         "UPDATE %s SET alive = clock_timestamp() + interval '3 seconds' WHERE name = $1 AND "
         "owner = $2",
@@ -2046,7 +2059,11 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
         p[2] = pc->values;
     bool three = pc->lease || pc->rowlock;
     int rc = pool_run(c,
-                      three ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
+                      pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
+                                  "NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
+                                  "attrelid = to_regclass($3) AND attname = 'pid' AND NOT "
+                                  "attisdropped)"
+                      : three ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
                               "NULL AND to_regclass($3) IS NOT NULL"
                             : "SELECT to_regclass($1) IS NOT NULL",
                       three ? 3 : 1, p, &r, why, wlen);
@@ -2082,11 +2099,17 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     if (rc == 0 && pc->lease) {
         snprintf(sql, sizeof sql,
                  "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, owner text NOT NULL, "
-                 "since timestamptz NOT NULL, alive timestamptz NOT NULL, "
+                 "since timestamptz NOT NULL, alive timestamptz NOT NULL, pid int, "
                  "PRIMARY KEY (name, owner))",
                  pc->waiters);
         rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
         pq.clear(r);
+        if (rc == 0) { /* a table of an older version: the waiter's session pid */
+            snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN IF NOT EXISTS pid int",
+                     pc->waiters);
+            rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
+            pq.clear(r);
+        }
     }
     if (rc == 0 && pc->rowlock) {
         snprintf(sql, sizeof sql,

@@ -1506,6 +1506,66 @@ static void test_waiter_session_ended(void **state)
     }
 }
 
+/* Lease mode: a waiter killed with -9 leaves a row in the waiters' table;
+ * it neither holds the hand-over back (its stamp did, up to 3 s: its
+ * session is gone at once) nor stays there (it stayed for ever). The
+ * waiter is a `dlock run` process: nothing is forked from this threaded
+ * test. */
+static void test_lease_dead_waiter(void **state)
+{
+    (void)state;
+    const char *cli = getenv("DLOCK_CLI");
+    if (!cli)
+        skip();
+    char url[512], name[64], qurl[600], qcli[600], cmd[1600], out[256], lit[128];
+    url_with(url, sizeof url, pg_url, "mode=lease");
+    unique(name, sizeof name, "dead-waiter");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c1 = open_url(url), *c2 = open_url(url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    shell_quote(qurl, sizeof qurl, url);
+    shell_quote(qcli, sizeof qcli, cli);
+    int n = snprintf(cmd, sizeof cmd, "%s --url %s run -w 30 %s -- true >/dev/null 2>&1 & echo $!",
+                     qcli, qurl, name);
+    assert_true(n > 0 && (size_t)n < sizeof cmd);
+    assert_int_equal(run_cmd(out, sizeof out, cmd), 0);
+    long pid = strtol(out, NULL, 10);
+    assert_true(pid > 1);
+    int64_t end = now_ms() + 5000;
+    while (psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit) < 1 &&
+           now_ms() < end)
+        sleep_ms(20);
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit), 1);
+    struct waiter ws; /* queued behind the process */
+    waiter_start(&ws, w, 10000, true);
+    end = now_ms() + 5000;
+    while (psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit) < 2 &&
+           now_ms() < end)
+        sleep_ms(20);
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit), 2);
+    assert_int_equal(kill((pid_t)pid, SIGKILL), 0);
+    sleep_ms(200); /* its session ends as the server reads the closed socket */
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_release(h), 0);
+    int rc = waiter_join(&ws);
+    int64_t took = now_ms() - t0;
+    fprintf(stderr, "# hand-over past a waiter killed with -9: %s after %" PRId64 " ms\n",
+            dlock_err_name(rc), took);
+    assert_int_equal(rc, 0);
+    /* Its row held the hand-over back for the rest of its 3 s stamp (at
+     * least 1.8 s here): a prompt one takes milliseconds; 1 s of slack. */
+    if (took > 1000)
+        fail_msg("the hand-over past a dead waiter took %" PRId64 " ms", took);
+    long long left = psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit);
+    fprintf(stderr, "# rows left in the waiters' table: %lld\n", left);
+    assert_int_equal(left, 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
 int main(int argc, char **argv)
 {
     pg_url = getenv("DLOCK_TEST_POSTGRES");
@@ -1546,6 +1606,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_role_limits),
         cmocka_unit_test(test_waiter_session_ended),
         cmocka_unit_test(test_stopped_server_bounds_wait),
+        cmocka_unit_test(test_lease_dead_waiter),
         cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
         cmocka_unit_test(test_pool_after_restart),
     };
