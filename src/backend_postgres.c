@@ -69,7 +69,7 @@ static const dl_scheme postgres_schemes[] = {
 /* The URL's own parameters, and libpq's connection parameters that make
  * sense in a URL (passed through to libpq as they are). */
 #define PG_PARAMS                                                                            \
-    "mode table schema password "                                                            \
+    "mode table schema pooler password "                                                            \
     "sslmode sslrootcert sslcert sslkey sslpassword sslcrl sslcrldir sslsni "                \
     "sslcompression gssencmode krbsrvname gsslib channel_binding target_session_attrs "      \
     "application_name fallback_application_name connect_timeout keepalives "                 \
@@ -165,6 +165,7 @@ typedef struct pg_conn {
     int pending; /* statements sent whose replies are unread (pipeline mode) */
     bool reused; /* taken from the pool: it may have died idle (one retry) */
     bool failed; /* a statement failed on it: not pooled again (see stmt_send_fixed) */
+    bool unnamed; /* behind a transaction pooler: no prepared statements (stmt_send_fixed) */
     const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
     int nprepared;
     dl_session sess;
@@ -178,6 +179,7 @@ typedef struct pgclient {
     char seq[2 * PG_IDENT_MAX + 8];    /* mode=lease: the tokens' sequence */
     bool lease;                        /* mode=lease */
     bool rowlock;                      /* mode=rowlock (else advisory) */
+    bool txpool;                       /* pooler=transaction: no session state at all */
     char *sql_row_ensure, *sql_row_value, *sql_row_info; /* rowlock */
     char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
     char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
@@ -314,6 +316,11 @@ static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals
 static int stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
                            int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
+    /* Behind a transaction pooler, a session's statements run on whichever
+     * server session is free: one prepared on one is missing (or already
+     * there, another client's) on the next. */
+    if (k->unnamed)
+        return stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
     int i = 0;
     while (i < k->nprepared && k->prepared[i] != sql)
         i++;
@@ -542,6 +549,11 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         return DLOCK_ENOTSUP;
     }
     pc->server_version = v;
+    k->unnamed = pc->txpool;
+    if (pc->txpool) { /* settings would stay on a server session others get next */
+        *out = k;
+        return 0;
+    }
     /* The session's own limits, whatever the role's or database's
      * settings say: dlock bounds every statement on its own clock, and a
      * lock wait must last until dlock's deadline, not the server's
@@ -1373,14 +1385,15 @@ static int lease_build_sql(pgclient *pc)
         "EXISTS (SELECT 1 FROM r)",
         t, pc->waiters, pc->waiters);
     /* A waiter queues with its session's pid (its liveness beside the
-     * stamp), and removes the dead rows of the name it finds. */
+     * stamp; none behind a transaction pooler, whose server sessions are
+     * not the waiter's), and removes the dead rows of the name it finds. */
     pc->sql_enqueue = fmt_alloc(
         "WITH d AS (DELETE FROM %s AS q WHERE q.name = $1 AND q.owner <> $2 AND NOT ("
         LEASE_WAITER_LIVE("q") ")) "
         "INSERT INTO %s (name, owner, since, alive, pid) VALUES ($1, $2, clock_timestamp(), "
-        "clock_timestamp() + interval '3 seconds', pg_backend_pid()) ON CONFLICT (name, owner) "
+        "clock_timestamp() + interval '3 seconds', %s) ON CONFLICT (name, owner) "
         "DO UPDATE SET alive = excluded.alive, pid = excluded.pid",
-        pc->waiters, pc->waiters);
+        pc->waiters, pc->waiters, pc->txpool ? "NULL::int" : "pg_backend_pid()");
     pc->sql_refresh = fmt_alloc(
         "UPDATE %s SET alive = clock_timestamp() + interval '3 seconds' WHERE name = $1 AND "
         "owner = $2",
@@ -1513,10 +1526,12 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     /* A waiter listens on a channel of its own and queues in the waiters'
      * table; a release notifies the first live waiter only. */
     snprintf(listen, sizeof listen, "LISTEN \"dlock_w_%s\"", l->owner);
+    /* (behind a transaction pooler, no LISTEN: it would stay on a server
+     * session that others get next; the waiter re-checks every second) */
     const char *enqueue[] = {listen, pc->sql_enqueue};
     const char *refresh[] = {pc->sql_refresh};
     static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
-    bool queued = false, tried = false, requeue = false;
+    bool queued = false, tried = false, requeue = false, enqueuing = false;
     long expires_in = 0;
     int64_t refreshed = 0; /* when our queue row's liveness stamp was last renewed */
     for (;;) {
@@ -1526,9 +1541,10 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         const int *npar = NULL;
         int npre = 0;
         if (!last && !queued && tried) { /* (not before the first try: cheap if free) */
-            pre = enqueue;
-            npar = enqueue_npar;
-            npre = 2;
+            pre = pc->txpool ? enqueue + 1 : enqueue;
+            npar = pc->txpool ? enqueue_npar + 1 : enqueue_npar;
+            npre = pc->txpool ? 1 : 2;
+            enqueuing = true;
         } else if (queued && dl_now_ns() - refreshed >= (int64_t)PG_LEASE_RECHECK_MS * 1000000) {
             /* (not on every wake-up: a NOTIFY's hand-over goes without) */
             pre = refresh;
@@ -1560,12 +1576,14 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
                                "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
-        queued |= npre == 2;
+        queued |= enqueuing;
+        enqueuing = false;
         if (rc == 1 || last) {
             if (queued) { /* sent, not waited for: read by the session's next statement */
                 const char *p[] = {l->name, l->owner};
                 (void)stmt_send_fixed(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
-                (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
+                if (!pc->txpool)
+                    (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
             }
             drop_notices(k);
             conn_put(pc, k);
@@ -2028,6 +2046,7 @@ static int build_params(pgclient *pc, const dl_url *u, char *why, size_t wlen)
     for (size_t i = 0; i < u->nparams; i++) {
         const char *k = u->params[i].key;
         if (!strcmp(k, "mode") || !strcmp(k, "table") || !strcmp(k, "schema") ||
+            !strcmp(k, "pooler") ||
             !strcmp(k, "connect_timeout_ms") || !strcmp(k, "op_timeout_ms"))
             continue;
         has_app |= strcmp(k, "application_name") == 0;
@@ -2162,6 +2181,19 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         return dl_client_err(c, DLOCK_EURL,
                              "%s: mode must be advisory, lease or rowlock, not \"%s\"",
                              u->redacted, mode);
+    const char *pooler = dl_url_param(u, "pooler");
+    bool txpool = pooler && strcmp(pooler, "transaction") == 0;
+    if (pooler && !txpool && strcmp(pooler, "session") != 0 && strcmp(pooler, "none") != 0)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: pooler must be transaction, session or none, not \"%s\"",
+                             u->redacted, pooler);
+    if (txpool && !lease)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: mode=%s holds its lock in a server session, which a "
+                             "transaction-mode pooler hands to other clients between "
+                             "statements: use mode=lease behind it, or connect to PostgreSQL "
+                             "or a session-mode pooler",
+                             u->redacted, rowlock ? "rowlock" : "advisory");
     const char *table = dl_url_param(u, "table"), *schema = dl_url_param(u, "schema");
     if (!table)
         table = lease ? "dlock_lease" : rowlock ? "dlock_row" : "dlock";
@@ -2183,6 +2215,7 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pc->connect_timeout_ms = c->opts.connect_timeout_ms;
     pc->lease = lease;
     pc->rowlock = rowlock;
+    pc->txpool = txpool;
     if (schema) {
         snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s\".\"%s_token\"", schema, table);

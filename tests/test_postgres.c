@@ -1566,6 +1566,55 @@ static void test_lease_dead_waiter(void **state)
     dlock_client_close(c1);
 }
 
+/* Behind PgBouncer in transaction pool mode (DLOCK_TEST_PGBOUNCER), with
+ * ?pooler=transaction: lease mode works — two clients take turns, and a
+ * waiter gets the lock when it is let go — (every client after the first
+ * failed: 'prepared statement "dlock0" already exists'); the session modes
+ * are refused with a clear error. */
+static void test_transaction_pooler(void **state)
+{
+    (void)state;
+    const char *bouncer = getenv("DLOCK_TEST_PGBOUNCER");
+    if (!bouncer)
+        skip();
+    char url[512], name[64];
+    url_with(url, sizeof url, bouncer, "mode=advisory&pooler=transaction");
+    expect_open_fails(url, DLOCK_EURL, "advisory behind a transaction pooler");
+    url_with(url, sizeof url, bouncer, "mode=rowlock&pooler=transaction");
+    expect_open_fails(url, DLOCK_EURL, "rowlock behind a transaction pooler");
+
+    url_with(url, sizeof url, bouncer, "mode=lease&pooler=transaction");
+    unique(name, sizeof name, "bouncer");
+    dlock_client *c[2] = {open_url(url), open_url(url)};
+    dlock_lock *l[2] = {mk(c[0], name, NULL, NULL), mk(c[1], name, NULL, NULL)};
+    uint64_t last = 0;
+    int64_t t0 = now_ms();
+    for (int i = 0; i < 40; i++) { /* turns */
+        dlock_lock *x = l[i % 2];
+        acquire_ok(x, 2000);
+        assert_true(dlock_token(x) > last);
+        last = dlock_token(x);
+        assert_int_equal(dlock_acquire(l[(i + 1) % 2], 0), DLOCK_EBUSY);
+        assert_int_equal(dlock_release(x), 0);
+    }
+    fprintf(stderr, "# 40 turns behind PgBouncer: %" PRId64 " ms\n", now_ms() - t0);
+    /* a waiter (no LISTEN there: it re-checks every second) */
+    acquire_ok(l[0], 0);
+    struct waiter ws;
+    waiter_start(&ws, l[1], 5000, true);
+    sleep_ms(300);
+    assert_int_equal(dlock_release(l[0]), 0);
+    t0 = now_ms();
+    int rc = waiter_join(&ws);
+    fprintf(stderr, "# the waiter behind PgBouncer: %s %" PRId64 " ms after the release: %s\n",
+            dlock_err_name(rc), now_ms() - t0, dlock_lock_errmsg(l[1]));
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(l[i]);
+        dlock_client_close(c[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     pg_url = getenv("DLOCK_TEST_POSTGRES");
@@ -1607,6 +1656,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_waiter_session_ended),
         cmocka_unit_test(test_stopped_server_bounds_wait),
         cmocka_unit_test(test_lease_dead_waiter),
+        cmocka_unit_test(test_transaction_pooler),
         cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
         cmocka_unit_test(test_pool_after_restart),
     };
