@@ -912,10 +912,12 @@ again:
     }
     if (pc->rowlock) {
         /* the name's row (committed at once), then the transaction that
-         * locks it: its statements take the name and the timeout */
+         * locks it: its statements take the name, the queue's key and the
+         * timeout */
         p[0] = l->name;
-        p[1] = timeout;
-        np = deadline_ns == 0 ? 1 : 2;
+        p[1] = key;
+        p[2] = timeout;
+        np = deadline_ns == 0 ? 2 : 3;
         const char *ensure[] = {l->name};
         while (k->pending > 0 && !rc) /* replies left from the session's last use */
             rc = stmt_read(k, until, cancel_fd, NULL, why, sizeof why);
@@ -990,6 +992,11 @@ again:
         }
         return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
                            pc->redacted);
+    }
+    if (pq.ntuples(r) != 1 && pc->rowlock && deadline_ns == 0) { /* the queue's lock is taken */
+        pq.clear(r);
+        conn_close(k); /* (its transaction is open) */
+        return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
     if (pq.ntuples(r) != 1 && pc->rowlock) { /* its row is gone: dropped by hand? */
         pq.clear(r);
@@ -1857,13 +1864,21 @@ static int row_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
     pc->sql_row_ensure = fmt_alloc("INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t);
-    pc->sql_try_x = fmt_alloc("WITH l AS (SELECT name FROM %s WHERE name = $1 FOR UPDATE NOWAIT) "
-                              "SELECT nextval('%s') FROM l",
-                              t, pc->seq);
+    /* The waiters queue first on a transaction advisory lock on the name's
+     * key (FIFO in the server's lock manager), then lock the row, which is
+     * free by then: on the row alone, a newcomer could take it between a
+     * commit and the next waiter's lock (16-36 %% of sections overtaken with
+     * 8 waiters). The commit lets go of both. */
+    pc->sql_try_x = fmt_alloc(
+        "WITH a AS (SELECT pg_try_advisory_xact_lock($2::bigint) AS ok), l AS (SELECT t.name "
+        "FROM %s AS t, a WHERE a.ok AND t.name = $1 FOR UPDATE OF t NOWAIT) "
+        "SELECT nextval('%s') FROM l",
+        t, pc->seq);
     /* set_config first (the join reads s before the row is locked) */
     pc->sql_wait_x = fmt_alloc(
-        "WITH s AS (SELECT set_config('lock_timeout', $2, true) AS v), l AS (SELECT t.name FROM "
-        "%s AS t, s WHERE t.name = $1 FOR UPDATE OF t) SELECT nextval('%s') FROM l",
+        "WITH s AS (SELECT set_config('lock_timeout', $3, true) AS v), a AS (SELECT "
+        "pg_advisory_xact_lock($2::bigint) AS q FROM s), l AS (SELECT t.name FROM "
+        "%s AS t, a WHERE t.name = $1 FOR UPDATE OF t) SELECT nextval('%s') FROM l",
         t, pc->seq);
     pc->sql_try_r = pc->sql_try_x ? strdup(pc->sql_try_x) : NULL; /* (no shared locks) */
     pc->sql_wait_r = pc->sql_wait_x ? strdup(pc->sql_wait_x) : NULL;
@@ -1883,20 +1898,26 @@ static int row_build_sql(pgclient *pc)
 static int row_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     pgclient *pc = pc_of(c);
-    char sql[1400], why[300];
+    char sql[2400], why[300];
     snprintf(sql, sizeof sql,
              "SELECT l.pid, h.holder, "
              "floor(extract(epoch FROM clock_timestamp() - h.since) * 1000)::bigint, "
+             /* waiters: in the queue's advisory lock, and on the row itself
+              * (clients of older versions queue there) */
              "(SELECT count(*) FROM pg_locks AS w WHERE NOT w.granted AND "
              "((w.locktype = 'transactionid' AND w.transactionid = t.xmax) OR "
              "(w.locktype = 'tuple' AND w.relation = to_regclass($2) AND "
-             "w.page = (t.ctid::text::point)[0]::int AND w.tuple = (t.ctid::text::point)[1]::int))), "
+             "w.page = (t.ctid::text::point)[0]::int AND w.tuple = (t.ctid::text::point)[1]::int)))"
+             " + (SELECT count(*) FROM pg_locks AS l WHERE " PG_LOCKS_OF("$3::bigint")
+             " AND NOT l.granted), "
              "h.token FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = $1 " ROW_HOLDER_JOIN
              "LEFT JOIN %s AS h ON h.name = $1",
              pc->table, pc->values);
-    const char *p[] = {name, pc->table};
+    char key[24];
+    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    const char *p[] = {name, pc->table, key};
     PGresult *r;
-    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    int rc = pool_run(c, sql, 3, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
     bool held = !pq.getisnull(r, 0, 0);
