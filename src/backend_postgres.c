@@ -189,6 +189,9 @@ typedef struct pgclient {
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
     char *sql_setvalue;                                    /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
+    char names[2 * PG_IDENT_MAX + 8]; /* dlock_names: the mode and table each name is used in */
+    const char *mode;                 /* "advisory", "lease" or "rowlock" */
+    char *sql_names_get, *sql_names_add, *sql_names_drop;
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
     int server_version;
@@ -449,6 +452,29 @@ static int run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals
     return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
 }
 
+/* run_fixed, with a second fixed statement of one parameter sent behind it
+ * in the same flight (it runs once the first is done): its reply in *out2. */
+static int run_fixed_then(pg_conn *k, const char *sql, int n, const char *const *vals,
+                          const char *sql2, const char *val2, int64_t until_ns, int cancel_fd,
+                          PGresult **out, PGresult **out2, char *why, size_t wlen)
+{
+    *out = *out2 = NULL;
+    int rc = stmt_send_fixed(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+    if (!rc)
+        rc = stmt_send_fixed(k, sql2, 1, &val2, until_ns, cancel_fd, why, wlen);
+    while (!rc && k->pending > 2) /* replies left from the session's last use */
+        rc = stmt_read(k, until_ns, cancel_fd, NULL, why, wlen);
+    if (!rc)
+        rc = stmt_read(k, until_ns, cancel_fd, out, why, wlen);
+    if (!rc)
+        rc = stmt_read(k, until_ns, cancel_fd, out2, why, wlen);
+    if (rc) {
+        pq.clear(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* The SQLSTATE of a failed result ("" for success). */
 static const char *sqlstate(const PGresult *r)
 {
@@ -678,31 +704,35 @@ static void conn_put(pgclient *pc, pg_conn *k)
 }
 
 /* A statement that may still wait on the server (a lock wait we gave up
- * on): close k, then cancel it from another session, all by until_ns (the
- * caller's deadline: a stopped server must not hold the caller past it).
- * Closing alone ends the server's wait only when the backend next looks at
- * its socket (client_connection_check_interval, 14+); the cancel makes it
- * leave the queue at once when the server answers in time. */
+ * on): cancel it from another session, read what k still has to say (the
+ * cancelled statement's error: its backend has left the lock queue by
+ * then, so an inspect right after sees no waiter), then close k — all by
+ * until_ns (the caller's deadline: a stopped server must not hold the
+ * caller past it). Without time left, or when the cancel cannot be
+ * delivered, closing k alone ends the server's wait when its backend next
+ * looks at the socket (client_connection_check_interval, 14+). */
 static void conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns)
 {
     if (!k)
         return;
     char pid[24], why[128];
     snprintf(pid, sizeof pid, "%d", pq.backendPID(k->pg));
-    conn_close(k);
-    if (dl_ms_left(until_ns) == 0)
-        return; /* no time left: the close is all we can do */
     pg_conn *o;
-    if (conn_get(pc, until_ns, -1, &o, why, sizeof why) != 0)
-        return;
-    const char *p[] = {pid};
-    PGresult *r;
-    int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why, sizeof why);
-    pq.clear(r);
-    if (rc)
-        conn_close(o);
-    else
-        conn_put(pc, o);
+    if (dl_ms_left(until_ns) > 0 && conn_get(pc, until_ns, -1, &o, why, sizeof why) == 0) {
+        const char *p[] = {pid};
+        PGresult *r;
+        int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why,
+                     sizeof why);
+        pq.clear(r);
+        if (rc)
+            conn_close(o);
+        else
+            conn_put(pc, o);
+        while (!rc && k->pending > 0 &&
+               stmt_read(k, until_ns, -1, NULL, why, sizeof why) == 0) {
+        }
+    }
+    conn_close(k);
 }
 
 /* The bound of a call made while acquiring l: its op_deadline_ns when it
@@ -806,10 +836,10 @@ static void rewatch_conn(dlock_lock *l, pg_conn *k)
 /* FNV-1a of the table and the name: the advisory key. Names of another
  * table get other keys; a collision inside one table is caught by the
  * table's unique key (see acquire). */
-static int64_t key_of(const pgclient *pc, const char *name)
+static int64_t key_of_table(const char *table, const char *name)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *s = pc->table; *s; s++)
+    for (const char *s = table; *s; s++)
         h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
     h = (h ^ 0) * 0x100000001b3ULL;
     for (const char *s = name; *s; s++)
@@ -817,6 +847,11 @@ static int64_t key_of(const pgclient *pc, const char *name)
     int64_t k;
     memcpy(&k, &h, sizeof k);
     return k;
+}
+
+static int64_t key_of(const pgclient *pc, const char *name)
+{
+    return key_of_table(pc->table, name);
 }
 
 static int pg_lock_init(dlock_lock *l)
@@ -851,6 +886,9 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
         snprintf(buf, len, "\"%s\"", pq.getvalue(r, 0, 0));
     pq.clear(r);
 }
+
+
+static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen);
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
@@ -941,8 +979,14 @@ again:
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
     }
+    PGresult *names = NULL; /* the name's row in the names table, read once it is ours */
     if (!pc->rowlock || !rc)
-        rc = run_fixed(k, sql, np, p, until, cancel_fd, &r, why, sizeof why);
+        rc = run_fixed_then(k, sql, np, p, pc->sql_names_get, l->name, until, cancel_fd, &r,
+                            &names, why, sizeof why);
+    if (rc || *sqlstate(r) || pq.ntuples(r) != 1) { /* (only a grant needs it) */
+        pq.clear(names);
+        names = NULL;
+    }
     if (rc == DLOCK_EUNREACHABLE && reused) {
         conn_close(k); /* a pooled session that died idle: again on another */
         goto again;
@@ -1012,6 +1056,12 @@ again:
     uint64_t token = strtoull(pq.getvalue(r, 0, 0), NULL, 10);
     pq.clear(r);
     atomic_store(&l->token, token);
+    rc = names_check(l, names, why, sizeof why);
+    pq.clear(names);
+    if (rc) {
+        conn_close(k); /* the session's end lets go */
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
     if (pc->rowlock) {
         /* who took the row, for dlock_inspect and the leader's value: the
          * row itself stays locked until the release */
@@ -1131,6 +1181,148 @@ static void pg_abandon(dlock_lock *l)
     "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = "                           \
     "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "                  \
     "l.classid = ((" key " >> 32) & 4294967295)::oid AND l.objid = (" key " & 4294967295)::oid"
+
+static bool ident_ok(const char *s);
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ---- one name, one mode ------------------------------------------------------------- */
+/*
+ * The same name in two modes would be two locks: advisory keys, lease rows
+ * and locked rows do not see each other. The names table (dlock_names, in
+ * the lock table's schema) has a row (name, mode, table) for each mode and
+ * table a name was taken in and may be held in. A client that has just
+ * taken a name reads the name's rows (a statement after the grant, so a
+ * fresh snapshot): all of its own mode (tables of one mode are separate
+ * locks, as documented), and it keeps the lock, adding its row the first
+ * time. A row of another mode: it adds its own row first (committed), then
+ * looks whether the name is held in that mode and table; if it is, it
+ * gives its lock up with DLOCK_ENAME, else it deletes those rows. Both
+ * sides write or hold first and look after, so of two clients taking the
+ * name at once in two modes at least one sees the other (both may give
+ * up; never both hold).
+ */
+
+static int names_build_sql(pgclient *pc)
+{
+    pc->sql_names_get = fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
+    pc->sql_names_add = fmt_alloc(
+        "INSERT INTO %s (name, mode, tbl) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        pc->names);
+    pc->sql_names_drop =
+        fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
+    return pc->sql_names_get && pc->sql_names_add && pc->sql_names_drop ? 0 : DLOCK_ENOMEM;
+}
+
+/* A table as dlock writes it: "t" or "s"."t", lowercase identifiers (the
+ * names table is anyone's to write: nothing else goes into a statement). */
+static bool quoted_table_ok(const char *t)
+{
+    char part[PG_IDENT_MAX + 2];
+    for (int i = 0; i < 2; i++) {
+        if (*t++ != '"')
+            return false;
+        size_t n = strcspn(t, "\"");
+        if (n > PG_IDENT_MAX || t[n] != '"')
+            return false;
+        memcpy(part, t, n);
+        part[n] = '\0';
+        if (!ident_ok(part))
+            return false;
+        t += n + 1;
+        if (!*t)
+            return true;
+        if (*t++ != '.')
+            return false;
+    }
+    return false;
+}
+
+/* Whether name is held in mode (in table tbl) now: 1, 0, or an error. */
+static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    char sql[900], key[24];
+    const char *p[] = {l->name};
+    if (strcmp(mode, "lease") == 0) {
+        if (!quoted_table_ok(tbl)) {
+            snprintf(why, wlen, "the names table %s names no lock table: %.80s", pc->names, tbl);
+            return DLOCK_EPROTO;
+        }
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM %s WHERE name = $1 AND " LEASE_HELD, tbl);
+    } else if (strcmp(mode, "advisory") == 0 || strcmp(mode, "rowlock") == 0) {
+        /* an advisory holder's key, a rowlock holder's queue key: both in pg_locks */
+        snprintf(key, sizeof key, "%" PRId64, key_of_table(tbl, l->name));
+        p[0] = key;
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
+                 " AND l.granted");
+    } else {
+        snprintf(why, wlen, "the names table %s names no mode: %.40s", pc->names, mode);
+        return DLOCK_EPROTO;
+    }
+    PGresult *r;
+    int rc = pool_run_until(l->c, op_until(pc, l), sql, 1, p, &r, why, wlen);
+    if (rc)
+        return rc;
+    int held = atol(pq.getvalue(r, 0, 0)) > 0;
+    pq.clear(r);
+    return held;
+}
+
+/* After l was granted: whether it may keep it (0), or DLOCK_ENAME when the
+ * name is held in another mode (why says which), or an error. got: the
+ * name's rows in the names table, read after the grant (NULL: read here). */
+static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    int64_t until = op_until(pc, l);
+    const char *mine[] = {l->name, pc->mode, pc->table};
+    PGresult *r = got, *w;
+    int rc;
+    if (!r && (rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
+        return rc;
+    bool have = false, others = false;
+    for (int i = 0; i < pq.ntuples(r); i++) {
+        bool same_mode = strcmp(pq.getvalue(r, i, 0), pc->mode) == 0;
+        have |= same_mode && strcmp(pq.getvalue(r, i, 1), pc->table) == 0;
+        others |= !same_mode;
+    }
+    if (r != got)
+        pq.clear(r);
+    if (!have) { /* the first time in this mode and table: ours from now on */
+        rc = pool_run_until(l->c, until, pc->sql_names_add, 3, mine, &w, why, wlen);
+        pq.clear(w);
+        if (rc)
+            return rc;
+    }
+    if (!others)
+        return 0;
+    /* Our row is in: now the other modes' rows, as they are now. */
+    if ((rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
+        return rc;
+    rc = 0;
+    for (int i = 0; i < pq.ntuples(r) && rc == 0; i++) {
+        const char *mode = pq.getvalue(r, i, 0), *tbl = pq.getvalue(r, i, 1);
+        if (strcmp(mode, pc->mode) == 0)
+            continue;
+        int held = held_in(l, mode, tbl, why, wlen);
+        if (held > 0) {
+            snprintf(why, wlen,
+                     "held in mode=%.10s (table %.60s): a name is one lock across modes, and "
+                     "this client's is mode=%s",
+                     mode, tbl, pc->mode);
+            rc = DLOCK_ENAME;
+        } else if (held == 0) { /* a mode it is no longer used in */
+            const char *drop[] = {l->name, mode, tbl};
+            rc = pool_run_until(l->c, until, pc->sql_names_drop, 3, drop, &w, why, wlen);
+            pq.clear(w);
+        } else {
+            rc = held;
+        }
+    }
+    pq.clear(r);
+    return rc;
+}
 
 static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
@@ -1443,9 +1635,10 @@ static void drop_notices(pg_conn *k)
  * the waiter's row), then a take and the time until the first holder's row
  * expires, all pipelined. 1 taken, 0 not (expires_in set), or an error. */
 static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const int *npar,
-                     int npre, int64_t until, int cancel_fd, long *expires_in, char *why,
-                     size_t wlen)
+                     int npre, int64_t until, int cancel_fd, long *expires_in, PGresult **names,
+                     char *why, size_t wlen)
 {
+    *names = NULL;
     pgclient *pc = pc_of(l->c);
     pglock *pl = l->bstate;
     char ttl[16], permits[16], self[200], holder[300];
@@ -1464,8 +1657,10 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         rc = stmt_send_fixed(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
     if (!rc)
         rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
+    if (!rc) /* the name's mode, read after the take (see names_check) */
+        rc = stmt_send_fixed(k, pc->sql_names_get, 1, p, until, cancel_fd, why, wlen);
     PGresult *took = NULL, *r = NULL;
-    while (!rc && k->pending > 2) { /* what came before: must have worked */
+    while (!rc && k->pending > 3) { /* what came before: must have worked */
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
         if (!rc && *sqlstate(r)) {
             char line[200];
@@ -1479,6 +1674,8 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         rc = stmt_read(k, until, cancel_fd, &took, why, wlen);
     if (!rc)
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
+    if (!rc)
+        rc = stmt_read(k, until, cancel_fd, names, why, wlen);
     if (!rc && *sqlstate(took)) {
         char line[200];
         rc = code_of_state(sqlstate(took));
@@ -1498,6 +1695,10 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     }
     pq.clear(took);
     pq.clear(r);
+    if (rc || !taken) {
+        pq.clear(*names);
+        *names = NULL;
+    }
     return rc ? rc : taken;
 }
 
@@ -1558,7 +1759,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             npar = refresh_npar;
             npre = 1;
         }
-        rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, why, sizeof why);
+        PGresult *names = NULL;
+        rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, &names, why,
+                       sizeof why);
         tried = true;
         if (npre > 0)
             refreshed = dl_now_ns();
@@ -1594,8 +1797,16 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             }
             drop_notices(k);
             conn_put(pc, k);
-            if (rc == 1)
+            if (rc == 1) {
+                rc = names_check(l, names, why, sizeof why);
+                pq.clear(names);
+                if (rc) {
+                    int touched; /* given back: the other mode's holder keeps the name */
+                    (void)lease_row(l, pc->sql_free, NULL, &touched);
+                    return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+                }
                 return 0;
+            }
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                                deadline_ns == 0 ? "lock \"%s\" is held by another owner"
                                                 : "lock \"%s\": timed out",
@@ -1997,6 +2208,9 @@ static void pc_free(pgclient *pc)
     free(pc->sql_row_info);
     free(pc->sql_refresh);
     free(pc->sql_dequeue);
+    free(pc->sql_names_get);
+    free(pc->sql_names_add);
+    free(pc->sql_names_drop);
     pthread_mutex_destroy(&pc->mu);
     pthread_cond_destroy(&pc->cv);
     free(pc);
@@ -2095,6 +2309,32 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     pgclient *pc = pc_of(c);
     const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
+    const char *np[] = {pc->names};
+    int nrc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL", 1, np, &r, why, wlen);
+    if (nrc)
+        return nrc;
+    bool names = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
+    pq.clear(r);
+    if (!names) {
+        char ddl[300];
+        snprintf(ddl, sizeof ddl,
+                 "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, mode text NOT NULL, "
+                 "tbl text NOT NULL, PRIMARY KEY (name, mode, tbl))",
+                 pc->names);
+        nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
+        pq.clear(r);
+        if (nrc == DLOCK_EPERM) {
+            char detail[200];
+            snprintf(detail, sizeof detail, "%.199s", why);
+            snprintf(why, wlen,
+                     "the table %s (which mode each lock name is used in) does not exist and "
+                     "this role may not create it (%s): create it as its owner (see "
+                     "docs/postgres.md) or grant CREATE",
+                     pc->names, detail);
+        }
+        if (nrc)
+            return nrc;
+    }
     if (pc->rowlock)
         p[2] = pc->values;
     bool three = pc->lease || pc->rowlock;
@@ -2237,21 +2477,25 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pc->lease = lease;
     pc->rowlock = rowlock;
     pc->txpool = txpool;
+    pc->mode = lease ? "lease" : rowlock ? "rowlock" : "advisory";
     if (schema) {
         snprintf(pc->table, sizeof pc->table, "\"%s\".\"%s\"", schema, table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s\".\"%s_token\"", schema, table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
         snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
+        snprintf(pc->names, sizeof pc->names, "\"%s\".\"dlock_names\"", schema);
     } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
         snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
+        snprintf(pc->names, sizeof pc->names, "\"dlock_names\"");
     }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);
     if (!rc)
-        rc = (lease ? lease_build_sql(pc) : rowlock ? row_build_sql(pc) : build_sql(pc))
+        rc = (lease ? lease_build_sql(pc) : rowlock ? row_build_sql(pc) : build_sql(pc)) ||
+                     names_build_sql(pc)
                  ? DLOCK_ENOMEM
                  : 0;
     if (!rc)

@@ -1655,6 +1655,52 @@ static void test_no_overtaking(void **state)
     }
 }
 
+/* One name is one lock across modes: a name held in one mode is refused
+ * to a client of another (it was granted to both, with tokens from two
+ * counters), with DLOCK_ENAME naming the mode; once let go, the other mode
+ * takes it. */
+static void test_one_name_across_modes(void **state)
+{
+    (void)state;
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 3; b++) {
+            if (a == b)
+                continue;
+            char ua[512], ub[512], name[64];
+            url_with(ua, sizeof ua, pg_url, mode_query[a]);
+            url_with(ub, sizeof ub, pg_url, mode_query[b]);
+            unique(name, sizeof name, "modes");
+            dlock_client *ca = open_url(ua), *cb = open_url(ub);
+            dlock_lock *la = mk(ca, name, NULL, NULL), *lb = mk(cb, name, NULL, NULL);
+            acquire_ok(la, 0);
+            static const int waits[] = {0, 1000};
+            for (int i = 0; i < 2; i++) {
+                int64_t t0 = now_ms();
+                int rc = dlock_acquire(lb, waits[i]);
+                const char *msg = dlock_lock_errmsg(lb);
+                fprintf(stderr, "# held in %s, %s acquire(%d): %s after %" PRId64 " ms: %s\n",
+                        mode_query[a], mode_query[b], waits[i], dlock_err_name(rc),
+                        now_ms() - t0, msg);
+                if (rc == 0)
+                    fail_msg("%s granted a name held in %s", mode_query[b], mode_query[a]);
+                assert_int_equal(rc, DLOCK_ENAME);
+                assert_non_null(strstr(msg, mode_query[a]));
+                assert_int_equal(dlock_state(la), DLOCK_STATE_HELD);
+            }
+            assert_int_equal(dlock_release(la), 0);
+            acquire_ok(lb, 2000);
+            assert_int_equal(dlock_acquire(la, 0), DLOCK_ENAME);
+            assert_int_equal(dlock_release(lb), 0);
+            acquire_ok(la, 2000);
+            assert_int_equal(dlock_release(la), 0);
+            dlock_lock_free(lb);
+            dlock_lock_free(la);
+            dlock_client_close(cb);
+            dlock_client_close(ca);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     pg_url = getenv("DLOCK_TEST_POSTGRES");
@@ -1698,6 +1744,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lease_dead_waiter),
         cmocka_unit_test(test_transaction_pooler),
         cmocka_unit_test(test_no_overtaking),
+        cmocka_unit_test(test_one_name_across_modes),
         cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
         cmocka_unit_test(test_pool_after_restart),
     };
