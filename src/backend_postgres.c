@@ -452,25 +452,28 @@ static int run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals
     return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
 }
 
-/* run_fixed, with a second fixed statement of one parameter sent behind it
- * in the same flight (it runs once the first is done): its reply in *out2. */
-static int run_fixed_then(pg_conn *k, const char *sql, int n, const char *const *vals,
-                          const char *sql2, const char *val2, int64_t until_ns, int cancel_fd,
-                          PGresult **out, PGresult **out2, char *why, size_t wlen)
+/* Fixed statements sent in one flight, each run once the one before it is
+ * done; their replies in outs (an entry NULL: read and dropped), the
+ * replies left from the session's last use read and dropped first. */
+static int run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                         const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                         PGresult **const *outs, char *why, size_t wlen)
 {
-    *out = *out2 = NULL;
-    int rc = stmt_send_fixed(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
-    if (!rc)
-        rc = stmt_send_fixed(k, sql2, 1, &val2, until_ns, cancel_fd, why, wlen);
-    while (!rc && k->pending > 2) /* replies left from the session's last use */
+    int rc = 0;
+    for (int i = 0; i < count; i++)
+        if (outs[i])
+            *outs[i] = NULL;
+    for (int i = 0; i < count && !rc; i++)
+        rc = stmt_send_fixed(k, sqls[i], ns[i], vals[i], until_ns, cancel_fd, why, wlen);
+    while (!rc && k->pending > count)
         rc = stmt_read(k, until_ns, cancel_fd, NULL, why, wlen);
-    if (!rc)
-        rc = stmt_read(k, until_ns, cancel_fd, out, why, wlen);
-    if (!rc)
-        rc = stmt_read(k, until_ns, cancel_fd, out2, why, wlen);
-    if (rc) {
-        pq.clear(*out);
-        *out = NULL;
+    for (int i = 0; i < count && !rc; i++)
+        rc = stmt_read(k, until_ns, cancel_fd, outs[i], why, wlen);
+    for (int i = 0; i < count && rc; i++) {
+        if (outs[i]) {
+            pq.clear(*outs[i]);
+            *outs[i] = NULL;
+        }
     }
     return rc;
 }
@@ -937,6 +940,7 @@ again:
     snprintf(holder, sizeof holder, "%s %s", l->owner, self);
     const char *sql;
     const char *p[4] = {key, l->name, holder, timeout};
+    const char *mine[] = {l->name, pc->mode, pc->table}; /* the names table's row */
     int np = 3;
     if (deadline_ns == 0) {
         sql = shared ? pc->sql_try_r : pc->sql_try_x;
@@ -962,9 +966,12 @@ again:
         if (!rc)
             rc = stmt_send_fixed(k, pc->sql_row_ensure, 1, ensure, until, cancel_fd, why,
                                  sizeof why);
+        if (!rc) /* (committed before the transaction: see names_check) */
+            rc = stmt_send_fixed(k, pc->sql_names_add, 3, mine, until, cancel_fd, why,
+                                 sizeof why);
         if (!rc)
             rc = stmt_send_fixed(k, "BEGIN", 0, NULL, until, cancel_fd, why, sizeof why);
-        for (int i = 0; i < 2 && !rc; i++) {
+        for (int i = 0; i < 3 && !rc; i++) {
             rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
             if (!rc && *sqlstate(r)) {
                 rc = code_of_state(sqlstate(r));
@@ -979,10 +986,23 @@ again:
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
     }
-    PGresult *names = NULL; /* the name's row in the names table, read once it is ours */
-    if (!pc->rowlock || !rc)
-        rc = run_fixed_then(k, sql, np, p, pc->sql_names_get, l->name, until, cancel_fd, &r,
-                            &names, why, sizeof why);
+    /* The name's rows in the names table, read once it is ours (our own
+     * row added first: advisory; rowlock added it before its transaction):
+     * see names_check. */
+    PGresult *names = NULL;
+    if (pc->rowlock && !rc) {
+        const char *seq[] = {sql, pc->sql_names_get};
+        const int ns[] = {np, 1};
+        const char *const *vals[] = {p, mine};
+        PGresult **outs[] = {&r, &names};
+        rc = run_fixed_seq(k, 2, seq, ns, vals, until, cancel_fd, outs, why, sizeof why);
+    } else if (!pc->rowlock) {
+        const char *seq[] = {sql, pc->sql_names_add, pc->sql_names_get};
+        const int ns[] = {np, 3, 1};
+        const char *const *vals[] = {p, mine, mine};
+        PGresult **outs[] = {&r, NULL, &names};
+        rc = run_fixed_seq(k, 3, seq, ns, vals, until, cancel_fd, outs, why, sizeof why);
+    }
     if (rc || *sqlstate(r) || pq.ntuples(r) != 1) { /* (only a grant needs it) */
         pq.clear(names);
         names = NULL;
@@ -1657,10 +1677,15 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         rc = stmt_send_fixed(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
     if (!rc)
         rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
-    if (!rc) /* the name's mode, read after the take (see names_check) */
+    /* the name's modes, our own added first, read after the take (see
+     * names_check) */
+    const char *mine[] = {l->name, pc->mode, pc->table};
+    if (!rc)
+        rc = stmt_send_fixed(k, pc->sql_names_add, 3, mine, until, cancel_fd, why, wlen);
+    if (!rc)
         rc = stmt_send_fixed(k, pc->sql_names_get, 1, p, until, cancel_fd, why, wlen);
     PGresult *took = NULL, *r = NULL;
-    while (!rc && k->pending > 3) { /* what came before: must have worked */
+    while (!rc && k->pending > 4) { /* what came before: must have worked */
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
         if (!rc && *sqlstate(r)) {
             char line[200];
@@ -1674,6 +1699,8 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         rc = stmt_read(k, until, cancel_fd, &took, why, wlen);
     if (!rc)
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
+    if (!rc)
+        rc = stmt_read(k, until, cancel_fd, NULL, why, wlen);
     if (!rc)
         rc = stmt_read(k, until, cancel_fd, names, why, wlen);
     if (!rc && *sqlstate(took)) {
