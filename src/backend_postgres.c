@@ -69,7 +69,7 @@ static const dl_scheme postgres_schemes[] = {
 /* The URL's own parameters, and libpq's connection parameters that make
  * sense in a URL (passed through to libpq as they are). */
 #define PG_PARAMS                                                                            \
-    "mode table schema pooler password "                                                            \
+    "mode table schema pooler password "                                                     \
     "sslmode sslrootcert sslcert sslkey sslpassword sslcrl sslcrldir sslsni "                \
     "sslcompression gssencmode krbsrvname gsslib channel_binding target_session_attrs "      \
     "application_name fallback_application_name connect_timeout keepalives "                 \
@@ -889,7 +889,6 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
         snprintf(buf, len, "\"%s\"", pq.getvalue(r, 0, 0));
     pq.clear(r);
 }
-
 
 static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen);
 
