@@ -1044,7 +1044,11 @@ again:
         if (strcmp(st, "55P03") == 0)
             return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out", l->name);
         if (strcmp(st, "57014") == 0) /* canceled on the server's side */
-            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
+            return dl_lock_err(l, DLOCK_ECANCELED,
+                               "lock \"%s\": the server canceled the wait (%s): a "
+                               "pg_cancel_backend, or a limit set where dlock's own do not "
+                               "apply (a pooler's query_timeout)",
+                               l->name, line);
         if (strcmp(st, "23505") == 0) {
             char other[DL_NAME_MAX + 8];
             colliding_name(l, other, sizeof other);
