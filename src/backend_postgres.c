@@ -208,6 +208,7 @@ typedef struct pglock {
     int64_t key;
     pg_conn *conn; /* advisory: while held */
     int slot;      /* lease: the row held */
+    bool named;    /* its row in the names table was there at its last grant */
 } pglock;
 
 static pgclient *pc_of(dlock_client *c)
@@ -890,7 +891,7 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
     pq.clear(r);
 }
 
-static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen);
+static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen);
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
@@ -965,12 +966,12 @@ again:
         if (!rc)
             rc = stmt_send_fixed(k, pc->sql_row_ensure, 1, ensure, until, cancel_fd, why,
                                  sizeof why);
-        if (!rc) /* (committed before the transaction: see names_check) */
+        if (!rc && !pl->named) /* (committed before the transaction: see names_check) */
             rc = stmt_send_fixed(k, pc->sql_names_add, 3, mine, until, cancel_fd, why,
                                  sizeof why);
         if (!rc)
             rc = stmt_send_fixed(k, "BEGIN", 0, NULL, until, cancel_fd, why, sizeof why);
-        for (int i = 0; i < 3 && !rc; i++) {
+        for (int i = 0; i < (pl->named ? 2 : 3) && !rc; i++) {
             rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
             if (!rc && *sqlstate(r)) {
                 rc = code_of_state(sqlstate(r));
@@ -995,12 +996,19 @@ again:
         const char *const *vals[] = {p, mine};
         PGresult **outs[] = {&r, &names};
         rc = run_fixed_seq(k, 2, seq, ns, vals, until, cancel_fd, outs, why, sizeof why);
-    } else if (!pc->rowlock) {
+    } else if (!pc->rowlock) { /* (our row is added first unless it was there last time) */
         const char *seq[] = {sql, pc->sql_names_add, pc->sql_names_get};
-        const int ns[] = {np, 3, 1};
+        int ns[] = {np, 3, 1};
         const char *const *vals[] = {p, mine, mine};
         PGresult **outs[] = {&r, NULL, &names};
-        rc = run_fixed_seq(k, 3, seq, ns, vals, until, cancel_fd, outs, why, sizeof why);
+        if (pl->named) {
+            seq[1] = seq[2];
+            ns[1] = ns[2];
+            vals[1] = vals[2];
+            outs[1] = outs[2];
+        }
+        rc = run_fixed_seq(k, pl->named ? 2 : 3, seq, ns, vals, until, cancel_fd, outs, why,
+                           sizeof why);
     }
     if (rc || *sqlstate(r) || pq.ntuples(r) != 1) { /* (only a grant needs it) */
         pq.clear(names);
@@ -1079,7 +1087,7 @@ again:
     uint64_t token = strtoull(pq.getvalue(r, 0, 0), NULL, 10);
     pq.clear(r);
     atomic_store(&l->token, token);
-    rc = names_check(l, names, why, sizeof why);
+    rc = names_check(l, names, 0, why, sizeof why);
     pq.clear(names);
     if (rc) {
         conn_close(k); /* the session's end lets go */
@@ -1294,32 +1302,47 @@ static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, 
 
 /* After l was granted: whether it may keep it (0), or DLOCK_ENAME when the
  * name is held in another mode (why says which), or an error. got: the
- * name's rows in the names table, read after the grant (NULL: read here). */
-static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen)
+ * name's rows in the names table, read after the grant, its mode and table
+ * in columns col and col + 1 (rows with no mode skipped); NULL: read here. */
+static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
     int64_t until = op_until(pc, l);
     const char *mine[] = {l->name, pc->mode, pc->table};
     PGresult *r = got, *w;
     int rc;
-    if (!r && (rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
-        return rc;
+    pl->named = false;
+    if (!r) {
+        if ((rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
+            return rc;
+        col = 0;
+    }
     bool have = false, others = false;
     for (int i = 0; i < pq.ntuples(r); i++) {
-        bool same_mode = strcmp(pq.getvalue(r, i, 0), pc->mode) == 0;
-        have |= same_mode && strcmp(pq.getvalue(r, i, 1), pc->table) == 0;
+        if (pq.getisnull(r, i, col))
+            continue;
+        bool same_mode = strcmp(pq.getvalue(r, i, col), pc->mode) == 0;
+        have |= same_mode && strcmp(pq.getvalue(r, i, col + 1), pc->table) == 0;
         others |= !same_mode;
     }
     if (r != got)
         pq.clear(r);
-    if (!have) { /* the first time in this mode and table: ours from now on */
+    if (!have) {
+        /* Our row was not there when we read (the first time in this mode
+         * and table, or another mode's client removed it): added, and the
+         * rows read again after it, as a client of another mode may have
+         * added its own meanwhile. */
         rc = pool_run_until(l->c, until, pc->sql_names_add, 3, mine, &w, why, wlen);
         pq.clear(w);
         if (rc)
             return rc;
+        others = true;
     }
-    if (!others)
+    if (!others) {
+        pl->named = true;
         return 0;
+    }
     /* Our row is in: now the other modes' rows, as they are now. */
     if ((rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
         return rc;
@@ -1344,6 +1367,7 @@ static int names_check(dlock_lock *l, PGresult *got, char *why, size_t wlen)
         }
     }
     pq.clear(r);
+    pl->named = rc == 0;
     return rc;
 }
 
@@ -1589,11 +1613,14 @@ static int lease_build_sql(pgclient *pc)
         "since = excluded.since, value = NULL "
         "WHERE t.owner IS NULL OR t.expires < clock_timestamp() RETURNING t.slot, t.token",
         t, pc->waiters, pc->waiters, t, pc->seq, pc->seq);
-    /* When not taken: how long until the first holder's row expires. */
+    /* When not taken: how long until the first holder's row expires; when
+     * taken, the name's rows in the names table (see names_check), one a
+     * row, beside it. */
     pc->sql_expiry = fmt_alloc(
-        "SELECT floor(greatest(0, extract(epoch FROM min(expires) - clock_timestamp()) * 1000)) "
-        "FROM %s WHERE name = $1 AND owner IS NOT NULL",
-        t);
+        "SELECT e.ms, n.mode, n.tbl FROM (SELECT floor(greatest(0, extract(epoch FROM "
+        "min(expires) - clock_timestamp()) * 1000)) AS ms FROM %s WHERE name = $1 AND owner IS "
+        "NOT NULL) AS e LEFT JOIN %s AS n ON n.name = $1",
+        t, pc->names);
     /* The release, and a NOTIFY to the first live waiter (at commit). */
     pc->sql_free = fmt_alloc(
         "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
@@ -1678,17 +1705,16 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     int64_t sent = dl_now_ns();
     if (!rc)
         rc = stmt_send_fixed(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
-    if (!rc)
-        rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
-    /* the name's modes, our own added first, read after the take (see
-     * names_check) */
+    /* our row in the names table (unless it was there last time), and
+     * after the take, with the expiry, the name's rows (see names_check) */
     const char *mine[] = {l->name, pc->mode, pc->table};
-    if (!rc)
+    if (!rc && !pl->named)
         rc = stmt_send_fixed(k, pc->sql_names_add, 3, mine, until, cancel_fd, why, wlen);
     if (!rc)
-        rc = stmt_send_fixed(k, pc->sql_names_get, 1, p, until, cancel_fd, why, wlen);
+        rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
     PGresult *took = NULL, *r = NULL;
-    while (!rc && k->pending > 4) { /* what came before: must have worked */
+    int after = pl->named ? 2 : 3; /* statements sent after the pre ones */
+    while (!rc && k->pending > after) { /* what came before: must have worked */
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
         if (!rc && *sqlstate(r)) {
             char line[200];
@@ -1700,12 +1726,14 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     }
     if (!rc)
         rc = stmt_read(k, until, cancel_fd, &took, why, wlen);
+    if (!rc && !pl->named) { /* our row is there from now on */
+        rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
+        pl->named = !rc && !*sqlstate(r);
+        pq.clear(r);
+        r = NULL;
+    }
     if (!rc)
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
-    if (!rc)
-        rc = stmt_read(k, until, cancel_fd, NULL, why, wlen);
-    if (!rc)
-        rc = stmt_read(k, until, cancel_fd, names, why, wlen);
     if (!rc && *sqlstate(took)) {
         char line[200];
         rc = code_of_state(sqlstate(took));
@@ -1719,16 +1747,15 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         taken = 1;
     } else if (!rc) {
         /* -1: no row is held (a live waiter ahead of us is due to take it) */
-        *expires_in = !*sqlstate(r) && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 0)
+        *expires_in = !*sqlstate(r) && pq.ntuples(r) >= 1 && !pq.getisnull(r, 0, 0)
                           ? atol(pq.getvalue(r, 0, 0))
                           : -1;
     }
     pq.clear(took);
-    pq.clear(r);
-    if (rc || !taken) {
-        pq.clear(*names);
-        *names = NULL;
-    }
+    if (taken && !*sqlstate(r)) /* the name's rows: columns 1 and 2 */
+        *names = r;
+    else
+        pq.clear(r);
     return rc ? rc : taken;
 }
 
@@ -1828,7 +1855,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             drop_notices(k);
             conn_put(pc, k);
             if (rc == 1) {
-                rc = names_check(l, names, why, sizeof why);
+                rc = names_check(l, names, 1, why, sizeof why);
                 pq.clear(names);
                 if (rc) {
                     int touched; /* given back: the other mode's holder keeps the name */
