@@ -15,6 +15,7 @@ packages=(
   etcd-server etcd-client                 # the etcd servers its tests start, and etcdctl
   openssl                                 # the etcd and mysql TLS tests' throwaway CA
   libpq-dev postgresql                    # the postgres backend (libpq is loaded at run time) and its test server
+  pgbouncer                               # the postgres tests' transaction-mode pooler
   libmariadb-dev mariadb-server           # the mysql backend (libmariadb is loaded at run time) and its test server
   memcached                               # the memcached backend's test servers (its client is ours)
   valgrind                                # memcheck run of the suite

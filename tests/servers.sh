@@ -36,6 +36,8 @@
 #                         DLOCK_TEST_POSTGRES_RO (role dlock_ro: may connect, may
 #                         not create tables) and DLOCK_TEST_POSTGRES_ADMIN (the
 #                         superuser postgres)
+#   DLOCK_TEST_PGBOUNCER  postgres://dlock:s3cret@127.0.0.1:P/dlock (pgbouncer, after
+#                         postgres): PgBouncer in transaction pool mode before it
 #   DLOCK_TEST_MYSQL      mysql://dlock:s3cret@127.0.0.1:P/dlock  (kind mariadb) one
 #                         MariaDB server (no flush per commit), user dlock with
 #                         all privileges on database dlock. Beside it:
@@ -446,6 +448,46 @@ SH
   export DLOCK_TEST_POSTGRES_ADMIN="postgres://postgres:pgpw@127.0.0.1:$port/dlock"
 }
 
+# PgBouncer in transaction pool mode in front of the postgres kind (start
+# that first), as user postgres (it refuses root); the role dlock's password
+# in its auth file, which it also uses towards the server.
+srv_start_pgbouncer() {
+  local name=pgbouncer port pgport d
+  pgport=$(cat "$srv_dir/postgres.port") || { echo "servers.sh: pgbouncer needs postgres first" >&2; return 1; }
+  port=$(srv_free_port)
+  d=$srv_dir/$name
+  mkdir -p "$d"
+  printf '"dlock" "s3cret"\n' >"$d/users.txt"
+  cat >"$d/pgbouncer.ini" <<INI
+[databases]
+dlock = host=127.0.0.1 port=$pgport dbname=dlock
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $d/users.txt
+pool_mode = transaction
+max_client_conn = 200
+default_pool_size = 4
+logfile = $d/log
+INI
+  local as=()
+  if [ "$(id -u)" = 0 ]; then
+    chown -R postgres: "$d"
+    as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+  fi
+  "${as[@]}" pgbouncer "$d/pgbouncer.ini" </dev/null >>"$d/out" 2>&1 &
+  echo $! >"$srv_dir/$name.pid"
+  echo "$port" >"$srv_dir/$name.port"
+  for _ in $(seq 100); do
+    PGPASSWORD=s3cret psql -h 127.0.0.1 -p "$port" -U dlock -d dlock -Atqc 'SELECT 1' \
+      >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  export DLOCK_TEST_PGBOUNCER="postgres://dlock:s3cret@127.0.0.1:$port/dlock"
+}
+
 # srv_mariadb_cli DIR [mariadb args...]: the mariadb client as root over the
 # server's private socket (no option files: /etc/mysql names another socket)
 srv_mariadb_cli() {
@@ -716,6 +758,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       etcd3) srv_start_etcd3 ;;
       etcds) srv_start_etcds ;;
       postgres) srv_start_postgres ;;
+      pgbouncer) srv_start_pgbouncer ;;
       mariadb) srv_start_mariadb ;;
       memcached) srv_start_memcached ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;

@@ -1322,6 +1322,385 @@ static void test_pool_after_restart(void **state)
     pool_survives("a client opened before a server restart", restart_server);
 }
 
+
+/* ---- 9. a hostile server: stopped, limited, ending sessions ----------------------------- */
+
+static const char *const mode_query[] = {"mode=advisory", "mode=rowlock", "mode=lease"};
+
+/* Signal the whole server: the postmaster and every backend it forked (a
+ * stopped postmaster alone leaves running backends answering). */
+static void server_signal_all(int sig)
+{
+    const char *dir = getenv("DLOCK_TEST_SERVERS");
+    assert_non_null(dir);
+    char qdir[600], cmd[1400], out[256];
+    shell_quote(qdir, sizeof qdir, dir);
+    int n = snprintf(cmd, sizeof cmd,
+                     "bash -c 'p=$(cat \"$1/postgres.pid\") || exit 2; kill -%d $p || exit 3; "
+                     "for c in $(pgrep -P $p); do kill -%d $c; done; exit 0' sig %s 2>&1",
+                     sig, sig, qdir);
+    assert_true(n > 0 && (size_t)n < sizeof cmd);
+    int rc = run_cmd(out, sizeof out, cmd);
+    if (rc != 0)
+        fail_msg("signal %d to the server: exit %d: %s", sig, rc, out);
+}
+
+struct stopper {
+    int delay_ms;
+    pthread_t t;
+};
+
+static void *stopper_main(void *p)
+{
+    struct stopper *s = p;
+    sleep_ms(s->delay_ms);
+    server_signal_all(SIGSTOP);
+    return NULL;
+}
+
+/* A 2 s wait whose server stops 0.5 s in ends by its deadline plus the
+ * promised 100 ms (dlock.h): giving up must not wait for a stopped server
+ * (it cancelled the wait from a new session with 2 s bounds: 4.1-6.1 s). */
+static void test_stopped_server_bounds_wait(void **state)
+{
+    (void)state;
+    if (!getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    for (int m = 0; m < 3; m++) {
+        char url[512], name[64];
+        url_with(url, sizeof url, pg_url, mode_query[m]);
+        unique(name, sizeof name, "stopped");
+        dlock_client *c1 = open_url(url), *c2 = open_url(url);
+        dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+        acquire_ok(h, 0);
+        struct stopper st = {.delay_ms = 500};
+        assert_int_equal(pthread_create(&st.t, NULL, stopper_main, &st), 0);
+        int64_t t0 = now_ms();
+        int rc = dlock_acquire(w, 2000);
+        int64_t took = now_ms() - t0;
+        assert_int_equal(pthread_join(st.t, NULL), 0);
+        server_signal_all(SIGCONT);
+        fprintf(stderr, "# %s: a 2 s wait, server stopped 0.5 s in: %s after %" PRId64 " ms: %s\n",
+                mode_query[m], dlock_err_name(rc), took, dlock_lock_errmsg(w));
+        assert_true(rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNREACHABLE);
+        assert_true(took >= 1900); /* it did not give up early either */
+        /* The promise is 2100 ms; 500 more for a loaded machine running
+         * this under valgrind or TSan, far below the 2 s the bug added. */
+        if (took > 2600)
+            fail_msg("%s: the 2 s wait returned after %" PRId64 " ms", mode_query[m], took);
+        rc = dlock_release(h); /* the lease may have run out meanwhile */
+        assert_true(rc == 0 || rc == DLOCK_ELOST);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        dlock_client_close(c2);
+        dlock_client_close(c1);
+    }
+}
+
+/* A role with the limits production databases set: statement_timeout,
+ * idle_session_timeout and idle_in_transaction_session_timeout well below
+ * the waits and holds below. It may use dlock's tables (member of dlock).
+ * Its URL (with query) into url. */
+static void limited_role_url(char *url, size_t len, const char *query)
+{
+    char out[512];
+    int rc = psql(out, sizeof out,
+                  "DO $$BEGIN CREATE ROLE dlock_limited LOGIN PASSWORD 'lim' IN ROLE dlock; "
+                  "EXCEPTION WHEN duplicate_object THEN NULL; END$$; "
+                  "ALTER ROLE dlock_limited SET statement_timeout = '300ms'; "
+                  "ALTER ROLE dlock_limited SET idle_session_timeout = '500ms'; "
+                  "ALTER ROLE dlock_limited SET idle_in_transaction_session_timeout = '500ms'");
+    if (rc != 0)
+        fail_msg("creating role dlock_limited: exit %d: %s", rc, out);
+    const char *at = strchr(pg_url, '@');
+    assert_non_null(at);
+    int n = snprintf(url, len, "postgres://dlock_limited:lim%s?%s", at, query);
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+/* The role's statement_timeout does not end a wait (it ended every
+ * advisory and rowlock wait at 300 ms, "canceled"); its idle limits do not
+ * end a held lock (advisory at idle_session_timeout, rowlock at
+ * idle_in_transaction_session_timeout) nor a lease waiter's LISTEN
+ * session. */
+static void test_role_limits(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 3; m++) {
+        char url[512], name[64];
+        limited_role_url(url, sizeof url, mode_query[m]);
+        unique(name, sizeof name, "limits");
+        dlock_client *c1 = open_url(url), *c2 = open_url(url);
+        atomic_store(&lost_calls, 0);
+        dlock_lock *h = mk(c1, name, count_lost, NULL), *w = mk(c2, name, NULL, NULL);
+        acquire_ok(h, 0);
+        int64_t t0 = now_ms();
+        int rc = dlock_acquire(w, 2000);
+        int64_t took = now_ms() - t0;
+        fprintf(stderr, "# %s, statement_timeout 300ms: a 2 s wait: %s after %" PRId64 " ms: %s\n",
+                mode_query[m], dlock_err_name(rc), took, dlock_lock_errmsg(w));
+        assert_int_equal(rc, DLOCK_ETIMEDOUT);
+        assert_true(took >= 1900);
+        /* held past idle_session_timeout (3 s in all) */
+        sleep_ms(1000);
+        assert_int_equal(dlock_state(h), DLOCK_STATE_HELD);
+        assert_true(wait_lost(h, 0) < 0);
+        /* a waiter idles past the limits too, and gets it when it is let go */
+        struct waiter ws;
+        waiter_start(&ws, w, 6000, true);
+        sleep_ms(1500);
+        assert_int_equal(dlock_release(h), 0);
+        rc = waiter_join(&ws);
+        fprintf(stderr, "# %s: waiter after the release: %s: %s\n", mode_query[m],
+                dlock_err_name(rc), dlock_lock_errmsg(w));
+        assert_int_equal(rc, 0);
+        assert_int_equal(atomic_load(&lost_calls), 0);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        dlock_client_close(c2);
+        dlock_client_close(c1);
+    }
+}
+
+/* A waiter whose session the server ends (pg_terminate_backend) waits on,
+ * on a new session, and gets the lock when it is let go (it exited with
+ * DLOCK_EUNREACHABLE at once). */
+static void test_waiter_session_ended(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 3; m++) {
+        char url[512], q[128], name[64], out[256];
+        snprintf(q, sizeof q, "%s&application_name=dlock_waiter_%d", mode_query[m], m);
+        url_with(url, sizeof url, pg_url, q);
+        unique(name, sizeof name, "waiter-ended");
+        char hurl[512];
+        url_with(hurl, sizeof hurl, pg_url, mode_query[m]);
+        dlock_client *c1 = open_url(hurl), *c2 = open_url(url);
+        dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+        acquire_ok(h, 0);
+        struct waiter ws;
+        waiter_start(&ws, w, 8000, true);
+        /* twice: the first session may be a pooled one, which was always
+         * replaced; the second is the waiter's own new session */
+        for (int i = 0; i < 2; i++) {
+            sleep_ms(700); /* queued by now */
+            long long n = psql_num("SELECT count(pg_terminate_backend(pid)) FROM "
+                                   "pg_stat_activity WHERE application_name = 'dlock_waiter_%d'",
+                                   m);
+            fprintf(stderr, "# %s: ended %lld sessions of the waiter\n", mode_query[m], n);
+            assert_true(n >= 1);
+        }
+        sleep_ms(700);
+        int rc = psql(out, sizeof out, "SELECT 1"); /* (the server is fine) */
+        assert_int_equal(rc, 0);
+        assert_int_equal(dlock_release(h), 0);
+        int64_t t0 = now_ms();
+        rc = waiter_join(&ws);
+        fprintf(stderr, "# %s: the waiter: %s %" PRId64 " ms after the release: %s\n",
+                mode_query[m], dlock_err_name(rc), now_ms() - t0, dlock_lock_errmsg(w));
+        assert_int_equal(rc, 0);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        dlock_client_close(c2);
+        dlock_client_close(c1);
+    }
+}
+
+/* Lease mode: a waiter killed with -9 leaves a row in the waiters' table;
+ * it neither holds the hand-over back (its stamp did, up to 3 s: its
+ * session is gone at once) nor stays there (it stayed for ever). The
+ * waiter is a `dlock run` process: nothing is forked from this threaded
+ * test. */
+static void test_lease_dead_waiter(void **state)
+{
+    (void)state;
+    const char *cli = getenv("DLOCK_CLI");
+    if (!cli)
+        skip();
+    char url[512], name[64], qurl[600], qcli[600], cmd[1600], out[256], lit[128];
+    url_with(url, sizeof url, pg_url, "mode=lease");
+    unique(name, sizeof name, "dead-waiter");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c1 = open_url(url), *c2 = open_url(url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    shell_quote(qurl, sizeof qurl, url);
+    shell_quote(qcli, sizeof qcli, cli);
+    int n = snprintf(cmd, sizeof cmd, "%s --url %s run -w 30 %s -- true >/dev/null 2>&1 & echo $!",
+                     qcli, qurl, name);
+    assert_true(n > 0 && (size_t)n < sizeof cmd);
+    assert_int_equal(run_cmd(out, sizeof out, cmd), 0);
+    long pid = strtol(out, NULL, 10);
+    assert_true(pid > 1);
+    int64_t end = now_ms() + 5000;
+    while (psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit) < 1 &&
+           now_ms() < end)
+        sleep_ms(20);
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit), 1);
+    struct waiter ws; /* queued behind the process */
+    waiter_start(&ws, w, 10000, true);
+    end = now_ms() + 5000;
+    while (psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit) < 2 &&
+           now_ms() < end)
+        sleep_ms(20);
+    assert_int_equal(psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit), 2);
+    assert_int_equal(kill((pid_t)pid, SIGKILL), 0);
+    sleep_ms(200); /* its session ends as the server reads the closed socket */
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_release(h), 0);
+    int rc = waiter_join(&ws);
+    int64_t took = now_ms() - t0;
+    fprintf(stderr, "# hand-over past a waiter killed with -9: %s after %" PRId64 " ms\n",
+            dlock_err_name(rc), took);
+    assert_int_equal(rc, 0);
+    /* Its row held the hand-over back for the rest of its 3 s stamp (at
+     * least 1.8 s here): a prompt one takes milliseconds; 1 s of slack. */
+    if (took > 1000)
+        fail_msg("the hand-over past a dead waiter took %" PRId64 " ms", took);
+    long long left = psql_num("SELECT count(*) FROM dlock_lease_wait WHERE name = %s", lit);
+    fprintf(stderr, "# rows left in the waiters' table: %lld\n", left);
+    assert_int_equal(left, 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* Behind PgBouncer in transaction pool mode (DLOCK_TEST_PGBOUNCER), with
+ * ?pooler=transaction: lease mode works — two clients take turns, and a
+ * waiter gets the lock when it is let go — (every client after the first
+ * failed: 'prepared statement "dlock0" already exists'); the session modes
+ * are refused with a clear error. */
+static void test_transaction_pooler(void **state)
+{
+    (void)state;
+    const char *bouncer = getenv("DLOCK_TEST_PGBOUNCER");
+    if (!bouncer)
+        skip();
+    char url[512], name[64];
+    url_with(url, sizeof url, bouncer, "mode=advisory&pooler=transaction");
+    expect_open_fails(url, DLOCK_EURL, "advisory behind a transaction pooler");
+    url_with(url, sizeof url, bouncer, "mode=rowlock&pooler=transaction");
+    expect_open_fails(url, DLOCK_EURL, "rowlock behind a transaction pooler");
+
+    url_with(url, sizeof url, bouncer, "mode=lease&pooler=transaction");
+    unique(name, sizeof name, "bouncer");
+    dlock_client *c[2] = {open_url(url), open_url(url)};
+    dlock_lock *l[2] = {mk(c[0], name, NULL, NULL), mk(c[1], name, NULL, NULL)};
+    uint64_t last = 0;
+    int64_t t0 = now_ms();
+    for (int i = 0; i < 40; i++) { /* turns */
+        dlock_lock *x = l[i % 2];
+        acquire_ok(x, 2000);
+        assert_true(dlock_token(x) > last);
+        last = dlock_token(x);
+        assert_int_equal(dlock_acquire(l[(i + 1) % 2], 0), DLOCK_EBUSY);
+        assert_int_equal(dlock_release(x), 0);
+    }
+    fprintf(stderr, "# 40 turns behind PgBouncer: %" PRId64 " ms\n", now_ms() - t0);
+    /* a waiter (no LISTEN there: it re-checks every second) */
+    acquire_ok(l[0], 0);
+    struct waiter ws;
+    waiter_start(&ws, l[1], 5000, true);
+    sleep_ms(300);
+    assert_int_equal(dlock_release(l[0]), 0);
+    t0 = now_ms();
+    int rc = waiter_join(&ws);
+    fprintf(stderr, "# the waiter behind PgBouncer: %s %" PRId64 " ms after the release: %s\n",
+            dlock_err_name(rc), now_ms() - t0, dlock_lock_errmsg(l[1]));
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(l[i]);
+        dlock_client_close(c[i]);
+    }
+}
+
+/* Arrival order: a holder that lets go and at once tries again finds the
+ * lock given to the waiter queued before it (rowlock: the row was free
+ * between the commit and the woken waiter's lock, and the try took it —
+ * bench -P 8 saw a third of the sections overtaken). */
+static void test_no_overtaking(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        char url[512], name[64];
+        url_with(url, sizeof url, pg_url, mode_query[m]);
+        unique(name, sizeof name, "fifo");
+        dlock_client *c1 = open_url(url), *c2 = open_url(url);
+        dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+        int overtaken = 0;
+        for (int i = 0; i < 50; i++) {
+            acquire_ok(h, 2000);
+            struct waiter ws;
+            waiter_start(&ws, w, 5000, false);
+            wait_waiters(c1, name, 1, 5000);
+            assert_int_equal(dlock_release(h), 0);
+            int rc = dlock_acquire(h, 0);
+            if (rc == 0) {
+                overtaken++;
+                assert_int_equal(dlock_release(h), 0);
+            } else {
+                assert_int_equal(rc, DLOCK_EBUSY);
+            }
+            assert_int_equal(waiter_join(&ws), 0);
+            assert_int_equal(dlock_release(w), 0);
+        }
+        fprintf(stderr, "# %s: a try right after the release overtook the waiter %d of 50 times\n",
+                mode_query[m], overtaken);
+        assert_int_equal(overtaken, 0);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        dlock_client_close(c2);
+        dlock_client_close(c1);
+    }
+}
+
+/* One name is one lock across modes: a name held in one mode is refused
+ * to a client of another (it was granted to both, with tokens from two
+ * counters), with DLOCK_ENAME naming the mode; once let go, the other mode
+ * takes it. */
+static void test_one_name_across_modes(void **state)
+{
+    (void)state;
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 3; b++) {
+            if (a == b)
+                continue;
+            char ua[512], ub[512], name[64];
+            url_with(ua, sizeof ua, pg_url, mode_query[a]);
+            url_with(ub, sizeof ub, pg_url, mode_query[b]);
+            unique(name, sizeof name, "modes");
+            dlock_client *ca = open_url(ua), *cb = open_url(ub);
+            dlock_lock *la = mk(ca, name, NULL, NULL), *lb = mk(cb, name, NULL, NULL);
+            acquire_ok(la, 0);
+            static const int waits[] = {0, 1000};
+            for (int i = 0; i < 2; i++) {
+                int64_t t0 = now_ms();
+                int rc = dlock_acquire(lb, waits[i]);
+                const char *msg = dlock_lock_errmsg(lb);
+                fprintf(stderr, "# held in %s, %s acquire(%d): %s after %" PRId64 " ms: %s\n",
+                        mode_query[a], mode_query[b], waits[i], dlock_err_name(rc),
+                        now_ms() - t0, msg);
+                if (rc == 0)
+                    fail_msg("%s granted a name held in %s", mode_query[b], mode_query[a]);
+                assert_int_equal(rc, DLOCK_ENAME);
+                assert_non_null(strstr(msg, mode_query[a]));
+                assert_int_equal(dlock_state(la), DLOCK_STATE_HELD);
+            }
+            assert_int_equal(dlock_release(la), 0);
+            acquire_ok(lb, 2000);
+            assert_int_equal(dlock_acquire(la, 0), DLOCK_ENAME);
+            assert_int_equal(dlock_release(lb), 0);
+            acquire_ok(la, 2000);
+            assert_int_equal(dlock_release(la), 0);
+            dlock_lock_free(lb);
+            dlock_lock_free(la);
+            dlock_client_close(cb);
+            dlock_client_close(ca);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     pg_url = getenv("DLOCK_TEST_POSTGRES");
@@ -1359,6 +1738,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_url_modes),
         cmocka_unit_test(test_tables_created_at_once),
         cmocka_unit_test(test_pool_after_sessions_ended),
+        cmocka_unit_test(test_role_limits),
+        cmocka_unit_test(test_waiter_session_ended),
+        cmocka_unit_test(test_stopped_server_bounds_wait),
+        cmocka_unit_test(test_lease_dead_waiter),
+        cmocka_unit_test(test_transaction_pooler),
+        cmocka_unit_test(test_no_overtaking),
+        cmocka_unit_test(test_one_name_across_modes),
         cmocka_unit_test(test_server_restart), /* last: every pool's sessions die */
         cmocka_unit_test(test_pool_after_restart),
     };
