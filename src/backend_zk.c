@@ -79,6 +79,7 @@ enum call_kind {
     CALL_DATA,     /* data and stat (get) */
     CALL_VOID,     /* delete, add_auth */
     CALL_SET,      /* set data: stat */
+    CALL_SYNC,     /* sync: answered through the leader */
     CALL_WATCH,    /* a waiter's watch: done when it fires */
     CALL_OWN       /* a holder's watch on its own node: fires a loss */
 };
@@ -323,6 +324,12 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
     }
     call_reply(k, rc, false);
     pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_sync(int rc, const char *value, const void *data)
+{
+    (void)value;
+    on_void(rc, data);
 }
 
 static void on_children(int rc, const struct String_vector *sv, const void *data)
@@ -921,6 +928,9 @@ static zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const 
     case CALL_VOID:
         rc = zoo_adelete(op->zh, path, -1, on_void, k);
         break;
+    case CALL_SYNC:
+        rc = zoo_async(op->zh, path, on_sync, k);
+        break;
     default:
         rc = ZBADARGUMENTS;
     }
@@ -949,6 +959,29 @@ static int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *d
     else
         call_drop(k);
     return rc;
+}
+
+/*
+ * Proof that the session lives at the leader: a sync, which the member we
+ * are on passes to the leader and answers only once the leader has. A read
+ * is no proof: a follower cut off from the leader answers reads until it
+ * notices (syncLimit ticks, often longer than the session), while the
+ * leader expires the session and hands its locks on. On success the sync's
+ * send time is the client's confirmed_ns (if later) and *sent.
+ */
+static int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent)
+{
+    zkclient *zc = op->zc;
+    int64_t t = dl_now_ns();
+    int rc = zk_do(op, CALL_SYNC, zc->base, NULL, until_ns, NULL);
+    if (rc != ZOK)
+        return rc;
+    *sent = t;
+    pthread_mutex_lock(&zc->mu);
+    if (t > zc->confirmed_ns)
+        zc->confirmed_ns = t;
+    pthread_mutex_unlock(&zc->mu);
+    return ZOK;
 }
 
 /* A watch on path: its existence (kind CALL_STAT) or its children
@@ -1091,7 +1124,8 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
 /* Create our node and read the queue (pipelined: a session's requests are
  * served in order, so the read sees the create). ZOK with zl->path set and
  * *kids the queue's read in flight. */
-static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown)
+static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown,
+                   int64_t *created_sent)
 {
     zkclient *zc = op->zc;
     zklock *zl = l->bstate;
@@ -1102,6 +1136,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, boo
         return ZBADARGUMENTS;
     snprintf(data, sizeof data, "%s\n", zc->self);
     for (int tries = 0;; tries++) {
+        *created_sent = dl_now_ns();
         zk_call *cr = zk_send(op, CALL_CREATE, prefix, data, ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
         *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
         int rc = zk_result(op, cr, req_until(l));
@@ -1130,6 +1165,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, boo
         rc = find_own(op, l, req_until(l), zl->path, sizeof zl->path, czxid);
         if (rc == ZOK) {
             *unknown = false;
+            *created_sent = 0; /* found by reads: proves nothing of the session */
             *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
             return ZOK;
         }
@@ -1180,11 +1216,13 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     bool unknown = false, waited = false;
     zk_call *kids = NULL;
     zl->path[0] = '\0';
-    /* When the last request the server answered was sent: the lock's
-     * validity runs from there (see zk_renew), not from the start of a
-     * wait that may have lasted longer than the validity itself. */
-    int64_t asked = 0, kids_sent = dl_now_ns();
-    rc = enqueue(&op, l, &czxid, &kids, &unknown);
+    /* When the last request the leader answered was sent (our create, a
+     * write, or a sync): the lock's validity runs from there (see
+     * zk_renew), not from the start of a wait that may have lasted longer
+     * than the validity itself. Reads and watches answered by our member
+     * do not count (see zk_confirm). */
+    int64_t asked = 0;
+    rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
     if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
@@ -1196,7 +1234,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         if (rc)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
-        rc = enqueue(&op, l, &czxid, &kids, &unknown);
+        rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
     }
     if (rc != ZOK) {
         give_up(&op, l, unknown);
@@ -1221,7 +1259,6 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
             break;
         }
-        asked = kids_sent;
         free(q);
         call_drop(snap);
         snap = kids;
@@ -1251,12 +1288,9 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
                 b = WATCH_CHILDREN; /* (names of ours always fit) */
             waited = true;
-            int64_t w_sent = dl_now_ns();
             zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
                                   b == WATCH_CHILDREN ? zl->parent : watched);
             rc = zk_result(&op, w, req_until(l));
-            if (rc == ZOK || rc == ZNONODE)
-                asked = w_sent;
             if (rc == ZOK && b == WATCH_CHILDREN) {
                 /* The reply is the queue as the watch began: it may let us in. */
                 zk_node *q2 = NULL;
@@ -1318,7 +1352,6 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         }
         if (result || in || b == HOLDS)
             break;
-        kids_sent = dl_now_ns();
         kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     }
     free(q);
@@ -1352,24 +1385,15 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
     }
-    /* After a long wait the last reply may be too old for the grant to be
+    /* After a long wait the last proof may be too old for the grant to be
      * worth anything (the core would give it back and queue again, behind
-     * later waiters): ask the server once more. */
+     * later waiters): ask the leader once more. */
     pthread_mutex_lock(&zc->mu);
     if (zc->confirmed_ns > asked)
         asked = zc->confirmed_ns;
     pthread_mutex_unlock(&zc->mu);
-    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3) {
-        int64_t sent = dl_now_ns();
-        rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
-        if (rc == ZOK || rc == ZNONODE) {
-            asked = sent;
-            pthread_mutex_lock(&zc->mu);
-            if (sent > zc->confirmed_ns)
-                zc->confirmed_ns = sent;
-            pthread_mutex_unlock(&zc->mu);
-        }
-    }
+    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3)
+        (void)zk_confirm(&op, req_until(l), &asked);
     l->lease_start_ns = asked;
     op_end(&op);
     atomic_store(&l->token, (uint64_t)czxid);
@@ -1422,8 +1446,9 @@ static void zk_abandon(dlock_lock *l)
         own_drop(l);
 }
 
-/* Liveness: one reply from the server within ttl/6 (shared by all the
- * client's locks) extends every lock's validity from when it was asked. */
+/* Liveness: one sync answered through the leader within ttl/6 (shared by
+ * all the client's locks) extends every lock's validity from when it was
+ * sent. */
 static int zk_renew(dlock_lock *l)
 {
     zkclient *zc = zc_of(l->c);
@@ -1449,14 +1474,10 @@ static int zk_renew(dlock_lock *l)
     int rc = op_begin(zc, false, &op, err, sizeof err);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
-    int64_t sent = dl_now_ns();
-    rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
+    int64_t sent = 0;
+    rc = zk_confirm(&op, req_until(l), &sent);
     op_end(&op);
-    if (rc == ZOK || rc == ZNONODE) {
-        pthread_mutex_lock(&zc->mu);
-        if (sent > zc->confirmed_ns)
-            zc->confirmed_ns = sent;
-        pthread_mutex_unlock(&zc->mu);
+    if (rc == ZOK) {
         l->lease_start_ns = sent;
         return 0;
     }
