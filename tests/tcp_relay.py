@@ -25,6 +25,8 @@ def serve(s, dport):
         except OSError:
             c.close() # the target is down: as if it refused
             continue
+        for x in (c, u): # no Nagle delay: the relay must not slow a protocol
+            x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=pipe, args=(c, u), daemon=True).start()
         threading.Thread(target=pipe, args=(u, c), daemon=True).start()
 listeners = []
