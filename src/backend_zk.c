@@ -580,6 +580,36 @@ static void log_discard(const char *message)
 }
 
 static bool wait_connected(zkclient *zc, int64_t until_ns);
+static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
+                  size_t len, char *why, size_t whylen);
+
+/* After no server took the session: does one of them answer, but say it
+ * serves no requests (a member without a quorum, hence without a leader)?
+ * Asked with "srvr", ZooKeeper's own status word (allowed by default). */
+static bool no_quorum(const zkclient *zc)
+{
+    for (const char *p = zc->hosts; *p;) {
+        size_t n = strcspn(p, ",");
+        char host[300], buf[512], why[64];
+        const char *colon = memrchr(p, ':', n);
+        if (colon && n < sizeof host) {
+            const char *h = p;
+            size_t hl = (size_t)(colon - p);
+            if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') { /* [v6]:port */
+                h++;
+                hl -= 2;
+            }
+            memcpy(host, h, hl);
+            host[hl] = '\0';
+            if (zk_ask(300, host, atoi(colon + 1), "srvr", buf, sizeof buf, why, sizeof why) ==
+                    0 &&
+                strstr(buf, "not currently serving"))
+                return true;
+        }
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
 
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
@@ -607,11 +637,19 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
     bool refused = zc->expired;
     pthread_mutex_unlock(&zc->mu);
     if (!up) {
-        snprintf(err, errlen,
-                 refused ? "the ZooKeeper server at %s ended the session at once"
-                         : "no ZooKeeper server at %s answered within %d ms (is it running, and "
-                           "is it ZooKeeper?)",
-                 zc->hosts, zc->connect_ms);
+        if (refused)
+            snprintf(err, errlen, "the ZooKeeper server at %s ended the session at once",
+                     zc->hosts);
+        else if (no_quorum(zc))
+            snprintf(err, errlen,
+                     "ZooKeeper at %s: the servers answer but serve no requests: the ensemble "
+                     "has lost its quorum (no leader)",
+                     zc->hosts);
+        else
+            snprintf(err, errlen,
+                     "no ZooKeeper server at %s answered within %d ms (is it running, and is "
+                     "it ZooKeeper?)",
+                     zc->hosts, zc->connect_ms);
         return DLOCK_EUNREACHABLE;
     }
     if (zc->cred) {
@@ -1192,7 +1230,10 @@ static void give_up(zk_op *op, dlock_lock *l, bool unknown)
             unknown = true;
         zl->path[0] = '\0';
     }
-    if (unknown)
+    pthread_mutex_lock(&op->zc->mu);
+    bool expired = op->zc->expired; /* its nodes went with it */
+    pthread_mutex_unlock(&op->zc->mu);
+    if (unknown && !expired)
         orphan_add(op->zc, zl->parent, l->owner);
 }
 
@@ -1202,7 +1243,24 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int zk_acquire(dlock_lock *l, int64_t deadline)
+/* An acquisition's failure: a request cut short by the caller's deadline is
+ * a timeout (DLOCK_ETIMEDOUT), not an unreachable server. */
+static int acq_fail(dlock_lock *l, int64_t deadline, int rc, const char *what)
+{
+    zkclient *zc = zc_of(l->c);
+    char err[300];
+    if (rc == ZOPERATIONTIMEOUT && deadline > 0 && dl_now_ns() >= deadline)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                           "lock \"%s\": not acquired in time (no reply from ZooKeeper %s "
+                           "before the deadline)",
+                           l->name, what);
+    return dl_lock_err(l, zk_code(rc), "lock \"%s\": %s: %s (%s)", l->name, what,
+                       zk_why(zc, rc, err, sizeof err), zc->redacted);
+}
+
+/* One try; *again when the session expired while it waited (its node went
+ * with it) and a new session may try again. */
+static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
 {
     zkclient *zc = zc_of(l->c);
     zklock *zl = l->bstate;
@@ -1239,8 +1297,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     if (rc != ZOK) {
         give_up(&op, l, unknown);
         op_end(&op);
-        return dl_lock_err(l, zk_code(rc), "lock \"%s\": creating its node: %s (%s)", l->name,
-                           zk_why(zc, rc, err, sizeof err), zc->redacted);
+        return acq_fail(l, deadline, rc, "creating its node");
     }
     zl->own = own_arm(l, &op, zl->path);
     const char *mine = base_name(zl->path);
@@ -1255,8 +1312,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             continue;
         }
         if (rc != ZOK) {
-            result = dl_lock_err(l, zk_code(rc), "lock \"%s\": reading its queue: %s (%s)",
-                                 l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+            result = acq_fail(l, deadline, rc, "reading its queue");
             break;
         }
         free(q);
@@ -1316,8 +1372,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                                       : ZOK;
             } else if (rc != ZOK && rc != ZNONODE && rc != ZCONNECTIONLOSS) {
                 call_drop(w);
-                result = dl_lock_err(l, zk_code(rc), "lock \"%s\": watching its queue: %s (%s)",
-                                     l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+                result = acq_fail(l, deadline, rc, "watching its queue");
                 break;
             }
             call_drop(w);
@@ -1371,6 +1426,10 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, zc->redacted);
     }
     if (result) {
+        pthread_mutex_lock(&zc->mu);
+        *again = zc->expired && deadline != 0 && result != DLOCK_ETIMEDOUT &&
+                 result != DLOCK_ECANCELED;
+        pthread_mutex_unlock(&zc->mu);
         give_up(&op, l, false);
         op_end(&op);
         return result;
@@ -1398,6 +1457,22 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     op_end(&op);
     atomic_store(&l->token, (uint64_t)czxid);
     return 0;
+}
+
+static int zk_acquire(dlock_lock *l, int64_t deadline)
+{
+    for (;;) {
+        bool again = false;
+        int rc = acquire_once(l, deadline, &again);
+        if (rc == 0 || !again || (deadline > 0 && dl_now_ns() >= deadline))
+            return rc;
+        /* The session expired while we waited: a new session, a place at
+         * the back of the queue, the same deadline; a new owner id, so
+         * that nothing left of the old try can match the new node. */
+        rc = dl_lock_new_owner(l);
+        if (rc)
+            return rc;
+    }
 }
 
 static int zk_release(dlock_lock *l)
@@ -2000,7 +2075,7 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
  * are ZooKeeper's own admin interface, on the client port. 0, or -1 with
  * errno's reason in why.
  */
-static int zk_ask(zkclient *zc, const char *host, int port, const char *word, char *buf,
+static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
                   size_t len, char *why, size_t whylen)
 {
     char ps[16];
@@ -2012,7 +2087,7 @@ static int zk_ask(zkclient *zc, const char *host, int port, const char *word, ch
         return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = {.tv_sec = zc->op_ms / 1000, .tv_usec = (zc->op_ms % 1000) * 1000};
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
               setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
               connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
@@ -2043,7 +2118,8 @@ static int zk_ask(zkclient *zc, const char *host, int port, const char *word, ch
 static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
 {
     char buf[1024], why[128];
-    if (zk_ask(zc_of(c), m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why, sizeof why))
+    if (zk_ask(zc_of(c)->op_ms, m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why,
+               sizeof why))
         return dl_client_err(c, DLOCK_EUNREACHABLE, "zk %s:%d: %s", m->addr.host, m->addr.port,
                              why);
     if (!strstr(buf, "\nMode: ") && strncmp(buf, "Mode: ", 6) != 0)
@@ -2057,7 +2133,8 @@ static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
     char buf[1024], why[128];
     for (size_t i = 0; i < c->url->nhosts; i++) {
         const dl_host *h = &c->url->hosts[i];
-        if (zk_ask(zc_of(c), h->host, h->port, "srvr", buf, sizeof buf, why, sizeof why) == 0 &&
+        if (zk_ask(zc_of(c)->op_ms, h->host, h->port, "srvr", buf, sizeof buf, why,
+                   sizeof why) == 0 &&
             (strstr(buf, "Mode: leader") || strstr(buf, "Mode: standalone"))) {
             snprintf(out->host, sizeof out->host, "%s", h->host);
             out->port = h->port;

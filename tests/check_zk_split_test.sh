@@ -5,7 +5,8 @@
 # follower, the waiters the two other members, and the follower's links to
 # them are frozen inside the holder's section. The leader expires the
 # holder's session and grants the lock on the other side: the holder must
-# have been told by then. Asserts the verdict from --json (no overlap, told
+# have been told by then; then, with two members killed, the message of a
+# client that finds no quorum. Asserts the verdict from --json (no overlap, told
 # in time, in the fenced run and in the canary run), never timings. Skipped
 # (exit 0) when ZooKeeper is not installed or the zk backend is not built.
 # Its own ensemble and test: an election after the leader's death has been
@@ -46,4 +47,14 @@ jcheck "$j" "zk3p partition-member: no overlap in either run" \
     'sc("partition-member")["fenced"]["overlaps"] == 0 and sc("partition-member")["canary"]["overlaps"] == 0'
 jcheck "$j" "zk3p partition-member: the cut-off holder told of the loss, none late or never" \
     'sc("partition-member")["fenced"]["loss_told"] > 0 and sc("partition-member")["fenced"]["loss_told_late"] == 0 and sc("partition-member")["canary"]["loss_told_late"] == 0'
+
+# Quorum lost (two members of three killed): the one left answers but
+# serves nothing; the message says so rather than "is it running, and is it
+# ZooKeeper?".
+kill -9 "$(cat "$DLOCK_TEST_SERVERS/zk3p-2.pid")" "$(cat "$DLOCK_TEST_SERVERS/zk3p-3.pid")"
+sleep 1
+err=$("$DLOCK" --url "$DLOCK_TEST_ZK3P" run -n q -- true 2>&1 >/dev/null)
+rc=$?
+[ $rc = 69 ] && grep -q "lost its quorum" <<<"$err" && ok "quorum lost: exit 69, said so" ||
+    bad "quorum lost: exit $rc: $err"
 finish
