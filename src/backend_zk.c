@@ -18,12 +18,13 @@
  * The owner id in the node's name finds the node again when a create's
  * reply is lost (Curator's "protected" mode).
  *
- * Liveness is the session. The client asks the server for a reply at least
- * every ttl/3 (one request per client, shared by its locks) and the core's
- * watchdog declares every lock lost when no reply came for 2/3 of the
- * negotiated session timeout — before the server can expire the session
- * and let another client in (the server counts the timeout from our last
- * request it saw, which is after our last reply's request was sent).
+ * Liveness is the session. The client asks for a proof that the session
+ * lives at the leader at least every ttl/3 (one sync per client, shared by
+ * its locks; see zk_confirm) and the core's watchdog declares every lock
+ * lost when no proof came for 2/3 of the negotiated session timeout past
+ * its send time — before the leader can expire the session and let another
+ * client in. Reads are no proof: a follower cut off from the leader answers
+ * them while the leader expires the session.
  * Session expiry and the deletion of a holder's node (dlock break) are
  * reported at once through watches.
  *
@@ -48,8 +49,9 @@ static const dl_scheme zk_schemes[] = {
      DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
 #define ZK_LIVENESS                                                                          \
     "ephemeral znode of the client's session: gone when the session ends or expires; the "  \
-    "holder is told before the server can expire it (no reply for 2/3 of the session "       \
-    "timeout); a paused holder learns only when it runs again (fencing catches it)"
+    "holder is told before the leader can expire it (no sync answered through the leader "  \
+    "for 2/3 of the session timeout); a paused holder learns only when it runs again "       \
+    "(fencing catches it)"
 #define ZK_FENCING                                                                           \
     "creation zxid of the holder's znode: rises with every write of the ensemble, across "   \
     "leader changes, while a quorum lives"

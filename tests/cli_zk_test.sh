@@ -80,7 +80,7 @@ rport=$(srv_free_port)
 python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
 sleep 0.5
 "$DLOCK" --url "zk://127.0.0.1:$rport?session=2000" run frozen -- \
-    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
 for _ in $(seq 50); do "$DLOCK" --url "$U" status frozen 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
 kill -STOP $relay
 frozen_at=$(now_ms)
@@ -93,5 +93,9 @@ if [ $rc = 0 ] && [ -s "$TMP/stopped" ] && [ "$(cat "$TMP/stopped")" -lt "$other
 else
     bad "frozen holder: other client exit $rc at +$(( other_at - frozen_at )) ms; command stopped at $(cat "$TMP/stopped" 2>/dev/null || echo never)"
 fi
+# ZooKeeper has no lease: the holder is told of its session.
+grep -q "session" "$TMP/frozen.err" && ! grep -q "lease" "$TMP/frozen.err" &&
+    ok "frozen holder: told of its session, not of a lease" ||
+    bad "frozen holder: told: $(cat "$TMP/frozen.err")"
 kill -CONT $relay
 finish
