@@ -582,6 +582,7 @@ static void log_discard(const char *message)
 }
 
 static bool wait_connected(zkclient *zc, int64_t until_ns);
+static void session_close(zkclient *zc);
 static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
                   size_t len, char *why, size_t whylen);
 
@@ -613,6 +614,25 @@ static bool no_quorum(const zkclient *zc)
     return false;
 }
 
+/* Take "host:port" out of the comma-separated list hosts, in place. */
+static void hosts_drop(char *hosts, const char *drop)
+{
+    size_t dl = strlen(drop);
+    for (char *p = hosts; dl && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == dl && strncmp(p, drop, n) == 0) {
+            if (p[n] == ',')
+                memmove(p, p + n + 1, strlen(p + n + 1) + 1);
+            else if (p > hosts)
+                p[-1] = '\0'; /* the last one: drop its comma too */
+            else
+                *p = '\0';
+            return;
+        }
+        p += n + (p[n] == ',');
+    }
+}
+
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
 static int session_open(zkclient *zc, char *err, size_t errlen)
@@ -623,21 +643,55 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
     zc->disconnected_ns = 0;
     zc->confirmed_ns = 0;
     pthread_mutex_unlock(&zc->mu);
-    errno = 0;
-    zhandle_t *zh =
-        zookeeper_init2(zc->hosts, session_watcher, zc->session_ms, NULL, zc, 0, log_discard);
-    if (!zh) {
-        snprintf(err, errlen, "cannot start a ZooKeeper client for %s: %s", zc->hosts,
-                 errno ? strerror(errno) : "bad host list");
-        return errno == ENOMEM ? DLOCK_ENOMEM : DLOCK_EURL;
+    /*
+     * A member that takes the connection but never answers (stopped,
+     * overloaded) holds the C client for 2/3 of the session timeout before
+     * it moves on, longer than the connect timeout: each try gets a share
+     * of the connect time, and the next one goes without the member that
+     * did not answer (that session then fails over among the others only).
+     */
+    char *hosts = strdup(zc->hosts);
+    if (!hosts) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
     }
-    pthread_mutex_lock(&zc->mu);
-    zc->zh = zh;
-    pthread_mutex_unlock(&zc->mu);
-    bool up = wait_connected(zc, dl_now_ns() + ms_to_ns(zc->connect_ms));
-    pthread_mutex_lock(&zc->mu);
-    bool refused = zc->expired;
-    pthread_mutex_unlock(&zc->mu);
+    int64_t until = dl_now_ns() + ms_to_ns(zc->connect_ms);
+    zhandle_t *zh;
+    bool up, refused;
+    for (;;) {
+        errno = 0;
+        zh = zookeeper_init2(hosts, session_watcher, zc->session_ms, NULL, zc, 0, log_discard);
+        if (!zh) {
+            snprintf(err, errlen, "cannot start a ZooKeeper client for %s: %s", zc->hosts,
+                     errno ? strerror(errno) : "bad host list");
+            free(hosts);
+            return errno == ENOMEM ? DLOCK_ENOMEM : DLOCK_EURL;
+        }
+        pthread_mutex_lock(&zc->mu);
+        zc->zh = zh;
+        pthread_mutex_unlock(&zc->mu);
+        int n = 1;
+        for (const char *p = hosts; (p = strchr(p, ',')); p++)
+            n++;
+        int64_t now = dl_now_ns();
+        up = wait_connected(zc, now + (until - now) / n);
+        pthread_mutex_lock(&zc->mu);
+        refused = zc->expired;
+        pthread_mutex_unlock(&zc->mu);
+        if (up || refused || n == 1 || dl_now_ns() >= until)
+            break;
+        const char *cur = zoo_get_current_server(zh);
+        char drop[300];
+        snprintf(drop, sizeof drop, "%s", cur ? cur : "");
+        session_close(zc);
+        hosts_drop(hosts, drop); /* (not found: a new shuffle of the same) */
+        pthread_mutex_lock(&zc->mu);
+        zc->expired = false;
+        zc->state = 0;
+        zc->disconnected_ns = 0;
+        pthread_mutex_unlock(&zc->mu);
+    }
+    free(hosts);
     if (!up) {
         if (refused)
             snprintf(err, errlen, "the ZooKeeper server at %s ended the session at once",
@@ -1223,10 +1277,11 @@ static void give_up(zk_op *op, dlock_lock *l, bool unknown)
     zklock *zl = l->bstate;
     own_drop(l);
     if (zl->path[0]) {
-        /* Past the deadline a reply may take the margin; an orphan then. */
+        /* The delete goes out in any case; its reply is waited for within
+         * the caller's bound (deadline + margin) and no longer: one that
+         * has not come by then makes an orphan, deleted in the background
+         * (waiting 20 ms more overran the bound, issue 23). */
         int64_t until = l->op_deadline_ns ? l->op_deadline_ns : op_until(op->zc);
-        if (until < dl_now_ns() + ms_to_ns(20))
-            until = dl_now_ns() + ms_to_ns(20);
         int rc = zk_do(op, CALL_VOID, zl->path, NULL, until, NULL);
         if (rc != ZOK && rc != ZNONODE)
             unknown = true;

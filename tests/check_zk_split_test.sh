@@ -48,6 +48,38 @@ jcheck "$j" "zk3p partition-member: no overlap in either run" \
 jcheck "$j" "zk3p partition-member: the cut-off holder told of the loss, none late or never" \
     'sc("partition-member")["fenced"]["loss_told"] > 0 and sc("partition-member")["fenced"]["loss_told_late"] == 0 and sc("partition-member")["canary"]["loss_told_late"] == 0'
 
+# A stopped follower takes a new client's connection and never answers:
+# the client must move to another member within its connect time (it used
+# to wait there 2/3 of the session timeout and fail with 69 after 2 s, in
+# about one try of three). Default session (10 s): the C client's own move
+# would come after 6.7 s.
+mode() { python3 - "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"srvr")
+print("".join(l for l in s.makefile().read().splitlines() if l.startswith("Mode:")))
+PY
+}
+stopped=
+for i in 1 2 3; do
+    case $(mode "$(cat "$DLOCK_TEST_SERVERS/zk3p-$i.port")") in
+    *follower*) stopped=$(cat "$DLOCK_TEST_SERVERS/zk3p-$i.pid"); break ;;
+    esac
+done
+if [ -n "$stopped" ]; then
+    kill -STOP "$stopped"
+    nfail=0
+    for i in $(seq 9); do
+        "$DLOCK" --url "${DLOCK_TEST_ZK3P%%\?*}" run -w 20 "st$i" -- true 2>"$TMP/st.err" ||
+            { nfail=$((nfail + 1)); cat "$TMP/st.err"; }
+    done
+    kill -CONT "$stopped"
+    [ $nfail = 0 ] && ok "a stopped follower: 9 of 9 new clients moved to another member" ||
+        bad "a stopped follower: $nfail of 9 new clients failed"
+else
+    bad "no follower found to stop"
+fi
+
 # Quorum lost (two members of three killed): the one left answers but
 # serves nothing; the message says so rather than "is it running, and is it
 # ZooKeeper?".
