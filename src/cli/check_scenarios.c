@@ -772,6 +772,11 @@ const chk_scenario chk_scenarios[] = {
      "this backend's locks do not expire while the holder lives, so a holder cut off from "
      "the servers keeps the lock",
      0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run, false},
+    {"kill-leader",
+     "the leader of a consensus ensemble killed while the holder is inside its section: a "
+     "new leader is elected, nobody else may take the lock, and it must go on working",
+     0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0, inject_kill_leader, false,
+     NULL, false},
     {"partition-member",
      "a member of a consensus ensemble cut off from the other members (its links to them "
      "frozen), with worker 0 on it alone and the others on the rest: worker 0 takes the "
@@ -780,11 +785,6 @@ const chk_scenario chk_scenarios[] = {
      "makes its stale write",
      0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_PARTITION, true, 0, inject_partition_member,
      false, partition_member_cannot_run, true},
-    {"kill-leader",
-     "the leader of a consensus ensemble killed while the holder is inside its section: a "
-     "new leader is elected, nobody else may take the lock, and it must go on working",
-     0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0, inject_kill_leader, false,
-     NULL, false},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];
