@@ -12,7 +12,9 @@
  * backend and stays here: SIGKILL, SIGSTOP/SIGCONT, and a restart as
  * srv_restart in tests/servers.sh does it — NAME.cmd run again (without
  * persistence, so the server comes back empty), with the new pid written to
- * NAME.pid so that whoever started the servers still stops them all.
+ * NAME.pid so that whoever started the servers still stops them all. A
+ * server may also have NAME.links: the pids of relays that carry its links
+ * to the other servers, frozen (SIGSTOP) to cut it off from them.
  */
 #include "check.h"
 
