@@ -18,12 +18,13 @@
  * The owner id in the node's name finds the node again when a create's
  * reply is lost (Curator's "protected" mode).
  *
- * Liveness is the session. The client asks the server for a reply at least
- * every ttl/3 (one request per client, shared by its locks) and the core's
- * watchdog declares every lock lost when no reply came for 2/3 of the
- * negotiated session timeout — before the server can expire the session
- * and let another client in (the server counts the timeout from our last
- * request it saw, which is after our last reply's request was sent).
+ * Liveness is the session. The client asks for a proof that the session
+ * lives at the leader at least every ttl/3 (one sync per client, shared by
+ * its locks; see zk_confirm) and the core's watchdog declares every lock
+ * lost when no proof came for 2/3 of the negotiated session timeout past
+ * its send time — before the leader can expire the session and let another
+ * client in. Reads are no proof: a follower cut off from the leader answers
+ * them while the leader expires the session.
  * Session expiry and the deletion of a holder's node (dlock break) are
  * reported at once through watches.
  *
@@ -48,8 +49,9 @@ static const dl_scheme zk_schemes[] = {
      DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
 #define ZK_LIVENESS                                                                          \
     "ephemeral znode of the client's session: gone when the session ends or expires; the "  \
-    "holder is told before the server can expire it (no reply for 2/3 of the session "       \
-    "timeout); a paused holder learns only when it runs again (fencing catches it)"
+    "holder is told before the leader can expire it (no sync answered through the leader "  \
+    "for 2/3 of the session timeout); a paused holder learns only when it runs again "       \
+    "(fencing catches it)"
 #define ZK_FENCING                                                                           \
     "creation zxid of the holder's znode: rises with every write of the ensemble, across "   \
     "leader changes, while a quorum lives"
@@ -79,6 +81,7 @@ enum call_kind {
     CALL_DATA,     /* data and stat (get) */
     CALL_VOID,     /* delete, add_auth */
     CALL_SET,      /* set data: stat */
+    CALL_SYNC,     /* sync: answered through the leader */
     CALL_WATCH,    /* a waiter's watch: done when it fires */
     CALL_OWN       /* a holder's watch on its own node: fires a loss */
 };
@@ -323,6 +326,12 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
     }
     call_reply(k, rc, false);
     pthread_mutex_unlock(&zc->mu);
+}
+
+static void on_sync(int rc, const char *value, const void *data)
+{
+    (void)value;
+    on_void(rc, data);
 }
 
 static void on_children(int rc, const struct String_vector *sv, const void *data)
@@ -573,6 +582,56 @@ static void log_discard(const char *message)
 }
 
 static bool wait_connected(zkclient *zc, int64_t until_ns);
+static void session_close(zkclient *zc);
+static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
+                  size_t len, char *why, size_t whylen);
+
+/* After no server took the session: does one of them answer, but say it
+ * serves no requests (a member without a quorum, hence without a leader)?
+ * Asked with "srvr", ZooKeeper's own status word (allowed by default). */
+static bool no_quorum(const zkclient *zc)
+{
+    for (const char *p = zc->hosts; *p;) {
+        size_t n = strcspn(p, ",");
+        char host[300], buf[512], why[64];
+        const char *colon = memrchr(p, ':', n);
+        if (colon && n < sizeof host) {
+            const char *h = p;
+            size_t hl = (size_t)(colon - p);
+            if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') { /* [v6]:port */
+                h++;
+                hl -= 2;
+            }
+            memcpy(host, h, hl);
+            host[hl] = '\0';
+            if (zk_ask(300, host, atoi(colon + 1), "srvr", buf, sizeof buf, why, sizeof why) ==
+                    0 &&
+                strstr(buf, "not currently serving"))
+                return true;
+        }
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
+/* Take "host:port" out of the comma-separated list hosts, in place. */
+static void hosts_drop(char *hosts, const char *drop)
+{
+    size_t dl = strlen(drop);
+    for (char *p = hosts; dl && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == dl && strncmp(p, drop, n) == 0) {
+            if (p[n] == ',')
+                memmove(p, p + n + 1, strlen(p + n + 1) + 1);
+            else if (p > hosts)
+                p[-1] = '\0'; /* the last one: drop its comma too */
+            else
+                *p = '\0';
+            return;
+        }
+        p += n + (p[n] == ',');
+    }
+}
 
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
@@ -584,27 +643,69 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
     zc->disconnected_ns = 0;
     zc->confirmed_ns = 0;
     pthread_mutex_unlock(&zc->mu);
-    errno = 0;
-    zhandle_t *zh =
-        zookeeper_init2(zc->hosts, session_watcher, zc->session_ms, NULL, zc, 0, log_discard);
-    if (!zh) {
-        snprintf(err, errlen, "cannot start a ZooKeeper client for %s: %s", zc->hosts,
-                 errno ? strerror(errno) : "bad host list");
-        return errno == ENOMEM ? DLOCK_ENOMEM : DLOCK_EURL;
+    /*
+     * A member that takes the connection but never answers (stopped,
+     * overloaded) holds the C client for 2/3 of the session timeout before
+     * it moves on, longer than the connect timeout: each try gets a share
+     * of the connect time, and the next one goes without the member that
+     * did not answer (that session then fails over among the others only).
+     */
+    char *hosts = strdup(zc->hosts);
+    if (!hosts) {
+        snprintf(err, errlen, "out of memory");
+        return DLOCK_ENOMEM;
     }
-    pthread_mutex_lock(&zc->mu);
-    zc->zh = zh;
-    pthread_mutex_unlock(&zc->mu);
-    bool up = wait_connected(zc, dl_now_ns() + ms_to_ns(zc->connect_ms));
-    pthread_mutex_lock(&zc->mu);
-    bool refused = zc->expired;
-    pthread_mutex_unlock(&zc->mu);
+    int64_t until = dl_now_ns() + ms_to_ns(zc->connect_ms);
+    zhandle_t *zh;
+    bool up, refused;
+    for (;;) {
+        errno = 0;
+        zh = zookeeper_init2(hosts, session_watcher, zc->session_ms, NULL, zc, 0, log_discard);
+        if (!zh) {
+            snprintf(err, errlen, "cannot start a ZooKeeper client for %s: %s", zc->hosts,
+                     errno ? strerror(errno) : "bad host list");
+            free(hosts);
+            return errno == ENOMEM ? DLOCK_ENOMEM : DLOCK_EURL;
+        }
+        pthread_mutex_lock(&zc->mu);
+        zc->zh = zh;
+        pthread_mutex_unlock(&zc->mu);
+        int n = 1;
+        for (const char *p = hosts; (p = strchr(p, ',')); p++)
+            n++;
+        int64_t now = dl_now_ns();
+        up = wait_connected(zc, now + (until - now) / n);
+        pthread_mutex_lock(&zc->mu);
+        refused = zc->expired;
+        pthread_mutex_unlock(&zc->mu);
+        if (up || refused || n == 1 || dl_now_ns() >= until)
+            break;
+        const char *cur = zoo_get_current_server(zh);
+        char drop[300];
+        snprintf(drop, sizeof drop, "%s", cur ? cur : "");
+        session_close(zc);
+        hosts_drop(hosts, drop); /* (not found: a new shuffle of the same) */
+        pthread_mutex_lock(&zc->mu);
+        zc->expired = false;
+        zc->state = 0;
+        zc->disconnected_ns = 0;
+        pthread_mutex_unlock(&zc->mu);
+    }
+    free(hosts);
     if (!up) {
-        snprintf(err, errlen,
-                 refused ? "the ZooKeeper server at %s ended the session at once"
-                         : "no ZooKeeper server at %s answered within %d ms (is it running, and "
-                           "is it ZooKeeper?)",
-                 zc->hosts, zc->connect_ms);
+        if (refused)
+            snprintf(err, errlen, "the ZooKeeper server at %s ended the session at once",
+                     zc->hosts);
+        else if (no_quorum(zc))
+            snprintf(err, errlen,
+                     "ZooKeeper at %s: the servers answer but serve no requests: the ensemble "
+                     "has lost its quorum (no leader)",
+                     zc->hosts);
+        else
+            snprintf(err, errlen,
+                     "no ZooKeeper server at %s answered within %d ms (is it running, and is "
+                     "it ZooKeeper?)",
+                     zc->hosts, zc->connect_ms);
         return DLOCK_EUNREACHABLE;
     }
     if (zc->cred) {
@@ -921,6 +1022,9 @@ static zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const 
     case CALL_VOID:
         rc = zoo_adelete(op->zh, path, -1, on_void, k);
         break;
+    case CALL_SYNC:
+        rc = zoo_async(op->zh, path, on_sync, k);
+        break;
     default:
         rc = ZBADARGUMENTS;
     }
@@ -949,6 +1053,29 @@ static int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *d
     else
         call_drop(k);
     return rc;
+}
+
+/*
+ * Proof that the session lives at the leader: a sync, which the member we
+ * are on passes to the leader and answers only once the leader has. A read
+ * is no proof: a follower cut off from the leader answers reads until it
+ * notices (syncLimit ticks, often longer than the session), while the
+ * leader expires the session and hands its locks on. On success the sync's
+ * send time is the client's confirmed_ns (if later) and *sent.
+ */
+static int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent)
+{
+    zkclient *zc = op->zc;
+    int64_t t = dl_now_ns();
+    int rc = zk_do(op, CALL_SYNC, zc->base, NULL, until_ns, NULL);
+    if (rc != ZOK)
+        return rc;
+    *sent = t;
+    pthread_mutex_lock(&zc->mu);
+    if (t > zc->confirmed_ns)
+        zc->confirmed_ns = t;
+    pthread_mutex_unlock(&zc->mu);
+    return ZOK;
 }
 
 /* A watch on path: its existence (kind CALL_STAT) or its children
@@ -1091,7 +1218,8 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
 /* Create our node and read the queue (pipelined: a session's requests are
  * served in order, so the read sees the create). ZOK with zl->path set and
  * *kids the queue's read in flight. */
-static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown)
+static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown,
+                   int64_t *created_sent)
 {
     zkclient *zc = op->zc;
     zklock *zl = l->bstate;
@@ -1102,6 +1230,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, boo
         return ZBADARGUMENTS;
     snprintf(data, sizeof data, "%s\n", zc->self);
     for (int tries = 0;; tries++) {
+        *created_sent = dl_now_ns();
         zk_call *cr = zk_send(op, CALL_CREATE, prefix, data, ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
         *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
         int rc = zk_result(op, cr, req_until(l));
@@ -1130,6 +1259,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, boo
         rc = find_own(op, l, req_until(l), zl->path, sizeof zl->path, czxid);
         if (rc == ZOK) {
             *unknown = false;
+            *created_sent = 0; /* found by reads: proves nothing of the session */
             *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
             return ZOK;
         }
@@ -1147,16 +1277,20 @@ static void give_up(zk_op *op, dlock_lock *l, bool unknown)
     zklock *zl = l->bstate;
     own_drop(l);
     if (zl->path[0]) {
-        /* Past the deadline a reply may take the margin; an orphan then. */
+        /* The delete goes out in any case; its reply is waited for within
+         * the caller's bound (deadline + margin) and no longer: one that
+         * has not come by then makes an orphan, deleted in the background
+         * (waiting 20 ms more overran the bound, issue 23). */
         int64_t until = l->op_deadline_ns ? l->op_deadline_ns : op_until(op->zc);
-        if (until < dl_now_ns() + ms_to_ns(20))
-            until = dl_now_ns() + ms_to_ns(20);
         int rc = zk_do(op, CALL_VOID, zl->path, NULL, until, NULL);
         if (rc != ZOK && rc != ZNONODE)
             unknown = true;
         zl->path[0] = '\0';
     }
-    if (unknown)
+    pthread_mutex_lock(&op->zc->mu);
+    bool expired = op->zc->expired; /* its nodes went with it */
+    pthread_mutex_unlock(&op->zc->mu);
+    if (unknown && !expired)
         orphan_add(op->zc, zl->parent, l->owner);
 }
 
@@ -1166,7 +1300,24 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-static int zk_acquire(dlock_lock *l, int64_t deadline)
+/* An acquisition's failure: a request cut short by the caller's deadline is
+ * a timeout (DLOCK_ETIMEDOUT), not an unreachable server. */
+static int acq_fail(dlock_lock *l, int64_t deadline, int rc, const char *what)
+{
+    zkclient *zc = zc_of(l->c);
+    char err[300];
+    if (rc == ZOPERATIONTIMEOUT && deadline > 0 && dl_now_ns() >= deadline)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                           "lock \"%s\": not acquired in time (no reply from ZooKeeper %s "
+                           "before the deadline)",
+                           l->name, what);
+    return dl_lock_err(l, zk_code(rc), "lock \"%s\": %s: %s (%s)", l->name, what,
+                       zk_why(zc, rc, err, sizeof err), zc->redacted);
+}
+
+/* One try; *again when the session expired while it waited (its node went
+ * with it) and a new session may try again. */
+static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
 {
     zkclient *zc = zc_of(l->c);
     zklock *zl = l->bstate;
@@ -1180,11 +1331,13 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
     bool unknown = false, waited = false;
     zk_call *kids = NULL;
     zl->path[0] = '\0';
-    /* When the last request the server answered was sent: the lock's
-     * validity runs from there (see zk_renew), not from the start of a
-     * wait that may have lasted longer than the validity itself. */
-    int64_t asked = 0, kids_sent = dl_now_ns();
-    rc = enqueue(&op, l, &czxid, &kids, &unknown);
+    /* When the last request the leader answered was sent (our create, a
+     * write, or a sync): the lock's validity runs from there (see
+     * zk_renew), not from the start of a wait that may have lasted longer
+     * than the validity itself. Reads and watches answered by our member
+     * do not count (see zk_confirm). */
+    int64_t asked = 0;
+    rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
     if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
@@ -1196,13 +1349,12 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         if (rc)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
-        rc = enqueue(&op, l, &czxid, &kids, &unknown);
+        rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
     }
     if (rc != ZOK) {
         give_up(&op, l, unknown);
         op_end(&op);
-        return dl_lock_err(l, zk_code(rc), "lock \"%s\": creating its node: %s (%s)", l->name,
-                           zk_why(zc, rc, err, sizeof err), zc->redacted);
+        return acq_fail(l, deadline, rc, "creating its node");
     }
     zl->own = own_arm(l, &op, zl->path);
     const char *mine = base_name(zl->path);
@@ -1217,11 +1369,9 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             continue;
         }
         if (rc != ZOK) {
-            result = dl_lock_err(l, zk_code(rc), "lock \"%s\": reading its queue: %s (%s)",
-                                 l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+            result = acq_fail(l, deadline, rc, "reading its queue");
             break;
         }
-        asked = kids_sent;
         free(q);
         call_drop(snap);
         snap = kids;
@@ -1251,12 +1401,9 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
             if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
                 b = WATCH_CHILDREN; /* (names of ours always fit) */
             waited = true;
-            int64_t w_sent = dl_now_ns();
             zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
                                   b == WATCH_CHILDREN ? zl->parent : watched);
             rc = zk_result(&op, w, req_until(l));
-            if (rc == ZOK || rc == ZNONODE)
-                asked = w_sent;
             if (rc == ZOK && b == WATCH_CHILDREN) {
                 /* The reply is the queue as the watch began: it may let us in. */
                 zk_node *q2 = NULL;
@@ -1282,8 +1429,7 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                                       : ZOK;
             } else if (rc != ZOK && rc != ZNONODE && rc != ZCONNECTIONLOSS) {
                 call_drop(w);
-                result = dl_lock_err(l, zk_code(rc), "lock \"%s\": watching its queue: %s (%s)",
-                                     l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
+                result = acq_fail(l, deadline, rc, "watching its queue");
                 break;
             }
             call_drop(w);
@@ -1318,7 +1464,6 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         }
         if (result || in || b == HOLDS)
             break;
-        kids_sent = dl_now_ns();
         kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     }
     free(q);
@@ -1338,6 +1483,10 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, zc->redacted);
     }
     if (result) {
+        pthread_mutex_lock(&zc->mu);
+        *again = zc->expired && deadline != 0 && result != DLOCK_ETIMEDOUT &&
+                 result != DLOCK_ECANCELED;
+        pthread_mutex_unlock(&zc->mu);
         give_up(&op, l, false);
         op_end(&op);
         return result;
@@ -1352,28 +1501,35 @@ static int zk_acquire(dlock_lock *l, int64_t deadline)
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
     }
-    /* After a long wait the last reply may be too old for the grant to be
+    /* After a long wait the last proof may be too old for the grant to be
      * worth anything (the core would give it back and queue again, behind
-     * later waiters): ask the server once more. */
+     * later waiters): ask the leader once more. */
     pthread_mutex_lock(&zc->mu);
     if (zc->confirmed_ns > asked)
         asked = zc->confirmed_ns;
     pthread_mutex_unlock(&zc->mu);
-    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3) {
-        int64_t sent = dl_now_ns();
-        rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
-        if (rc == ZOK || rc == ZNONODE) {
-            asked = sent;
-            pthread_mutex_lock(&zc->mu);
-            if (sent > zc->confirmed_ns)
-                zc->confirmed_ns = sent;
-            pthread_mutex_unlock(&zc->mu);
-        }
-    }
+    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3)
+        (void)zk_confirm(&op, req_until(l), &asked);
     l->lease_start_ns = asked;
     op_end(&op);
     atomic_store(&l->token, (uint64_t)czxid);
     return 0;
+}
+
+static int zk_acquire(dlock_lock *l, int64_t deadline)
+{
+    for (;;) {
+        bool again = false;
+        int rc = acquire_once(l, deadline, &again);
+        if (rc == 0 || !again || (deadline > 0 && dl_now_ns() >= deadline))
+            return rc;
+        /* The session expired while we waited: a new session, a place at
+         * the back of the queue, the same deadline; a new owner id, so
+         * that nothing left of the old try can match the new node. */
+        rc = dl_lock_new_owner(l);
+        if (rc)
+            return rc;
+    }
 }
 
 static int zk_release(dlock_lock *l)
@@ -1422,8 +1578,9 @@ static void zk_abandon(dlock_lock *l)
         own_drop(l);
 }
 
-/* Liveness: one reply from the server within ttl/6 (shared by all the
- * client's locks) extends every lock's validity from when it was asked. */
+/* Liveness: one sync answered through the leader within ttl/6 (shared by
+ * all the client's locks) extends every lock's validity from when it was
+ * sent. */
 static int zk_renew(dlock_lock *l)
 {
     zkclient *zc = zc_of(l->c);
@@ -1449,14 +1606,10 @@ static int zk_renew(dlock_lock *l)
     int rc = op_begin(zc, false, &op, err, sizeof err);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
-    int64_t sent = dl_now_ns();
-    rc = zk_do(&op, CALL_STAT, zc->base, NULL, req_until(l), NULL);
+    int64_t sent = 0;
+    rc = zk_confirm(&op, req_until(l), &sent);
     op_end(&op);
-    if (rc == ZOK || rc == ZNONODE) {
-        pthread_mutex_lock(&zc->mu);
-        if (sent > zc->confirmed_ns)
-            zc->confirmed_ns = sent;
-        pthread_mutex_unlock(&zc->mu);
+    if (rc == ZOK) {
         l->lease_start_ns = sent;
         return 0;
     }
@@ -1979,7 +2132,7 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
  * are ZooKeeper's own admin interface, on the client port. 0, or -1 with
  * errno's reason in why.
  */
-static int zk_ask(zkclient *zc, const char *host, int port, const char *word, char *buf,
+static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
                   size_t len, char *why, size_t whylen)
 {
     char ps[16];
@@ -1991,7 +2144,7 @@ static int zk_ask(zkclient *zc, const char *host, int port, const char *word, ch
         return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = {.tv_sec = zc->op_ms / 1000, .tv_usec = (zc->op_ms % 1000) * 1000};
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
               setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
               connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
@@ -2022,7 +2175,8 @@ static int zk_ask(zkclient *zc, const char *host, int port, const char *word, ch
 static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
 {
     char buf[1024], why[128];
-    if (zk_ask(zc_of(c), m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why, sizeof why))
+    if (zk_ask(zc_of(c)->op_ms, m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why,
+               sizeof why))
         return dl_client_err(c, DLOCK_EUNREACHABLE, "zk %s:%d: %s", m->addr.host, m->addr.port,
                              why);
     if (!strstr(buf, "\nMode: ") && strncmp(buf, "Mode: ", 6) != 0)
@@ -2036,7 +2190,8 @@ static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
     char buf[1024], why[128];
     for (size_t i = 0; i < c->url->nhosts; i++) {
         const dl_host *h = &c->url->hosts[i];
-        if (zk_ask(zc_of(c), h->host, h->port, "srvr", buf, sizeof buf, why, sizeof why) == 0 &&
+        if (zk_ask(zc_of(c)->op_ms, h->host, h->port, "srvr", buf, sizeof buf, why,
+                   sizeof why) == 0 &&
             (strstr(buf, "Mode: leader") || strstr(buf, "Mode: standalone"))) {
             snprintf(out->host, sizeof out->host, "%s", h->host);
             out->port = h->port;

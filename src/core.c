@@ -932,8 +932,15 @@ static void *watch_main(void *arg)
             continue;
         }
         dlock_lock *due = h->v[0];
-        if (unlist_lost(c, due, "no renewal succeeded before the lease ran out (less the "
-                                "clock-drift allowance)")) {
+        /* A session backend (ZooKeeper) has no lease: its window is the
+         * part of the session timeout the server cannot have used up. */
+        if (unlist_lost(c, due,
+                        c->caps & DLOCK_CAP_LEASE
+                            ? "no renewal succeeded before the lease ran out (less the "
+                              "clock-drift allowance)"
+                            : "the session was not confirmed alive in time: the server may "
+                              "expire it now (no reply through the quorum for 2/3 of the "
+                              "session timeout, less the clock-drift allowance)")) {
             pthread_mutex_unlock(&c->mu);
             lost_notify(due);
             pthread_mutex_lock(&c->mu);

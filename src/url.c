@@ -523,10 +523,13 @@ static int check_path(pctx *p, dl_url *u, const scheme_info *si)
     case DL_PATH_CHROOT: {
         if (n == 0)
             return 0;
-        while (n > 0 && path[n - 1] == '/')
+        /* One trailing '/' is a separator ("/app/" is "/app"); any other
+         * empty component ("//", "/a//b", "/a//") is a mistake. */
+        if (path[n - 1] == '/')
             path[--n] = '\0';
         if (n == 0)
-            return 0;
+            return fail(p, "zk chroot may not be \"/\" or contain empty components (leave "
+                           "the path out for none)");
         /* ZooKeeper refuses empty, "." and ".." path components. */
         for (const char *c = path; c <= path + n;) {
             size_t clen = strcspn(c, "/");
@@ -535,6 +538,9 @@ static int check_path(pctx *p, dl_url *u, const scheme_info *si)
                 return fail(p, "zk chroot may not contain empty, \".\" or \"..\" components");
             c += clen + 1;
         }
+        /* /zookeeper is the server's own tree (quotas, config): not ours. */
+        if (strncmp(path, "zookeeper", 9) == 0 && (path[9] == '\0' || path[9] == '/'))
+            return fail(p, "zk chroot may not be /zookeeper or under it (ZooKeeper's own tree)");
         /* Stored with its leading '/', as ZooKeeper writes it. */
         char *withslash = malloc(n + 2);
         if (!withslash)

@@ -158,7 +158,7 @@ jcheck "$TMP/cutnever.json" "cut off, never told: fail, its holding lasts until 
 rc=$?
 [ $rc -eq 0 ] && ok "check on file backend: exit 0" || bad "check on file backend: exit $rc"
 jcheck "$TMP/run.json" "check: one object with a scenarios array" \
-    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority", "partition", "kill-leader"]'
+    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority", "partition", "kill-leader", "partition-member"]'
 jcheck "$TMP/run.json" "check: server faults are n/a on the file backend, and not run" \
     'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:8] + d["scenarios"][9:])'
 jcheck "$TMP/run.json" "check: partition is n/a on the file backend, and not run" \

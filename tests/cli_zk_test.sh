@@ -56,6 +56,23 @@ rc=$?
     ok "SIGTERM while waiting: no queue node left" || bad "SIGTERM while waiting: a waiter is left"
 wait $holder
 
+# A waiter stopped past its session (SIGSTOP of dlock itself): the server
+# expires the session and its queue node; continued, the waiter queues again
+# on a new session and gets the lock within its -w (it used to give up, 69,
+# "invalid zhandle state").
+"$DLOCK" --url "$U" run expw -- sleep 5 & holder=$!
+for _ in $(seq 50); do "$DLOCK" --url "$U" status expw 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+"$DLOCK" --url "$U" run -w 20 expw -- echo GOT >"$TMP/expw.out" 2>"$TMP/expw.err" & w=$!
+for _ in $(seq 50); do "$DLOCK" --url "$U" status expw 2>/dev/null | grep -q 'waiters: *1' && break; sleep 0.1; done
+kill -STOP $w
+sleep 3.5 # past the 2 s session
+kill -CONT $w
+wait $w
+rc=$?
+[ $rc = 0 ] && grep -q GOT "$TMP/expw.out" && ok "a waiter whose session expired waits on and gets the lock" ||
+    bad "a waiter whose session expired: exit $rc: $(cat "$TMP/expw.err")"
+wait $holder
+
 # A holder whose network freezes: its command is stopped before another
 # client can have the lock (the server waits the whole session).
 port=$(cat "$DLOCK_TEST_SERVERS/zk.port")
@@ -63,7 +80,7 @@ rport=$(srv_free_port)
 python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
 sleep 0.5
 "$DLOCK" --url "zk://127.0.0.1:$rport?session=2000" run frozen -- \
-    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
+    sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
 for _ in $(seq 50); do "$DLOCK" --url "$U" status frozen 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
 kill -STOP $relay
 frozen_at=$(now_ms)
@@ -76,5 +93,9 @@ if [ $rc = 0 ] && [ -s "$TMP/stopped" ] && [ "$(cat "$TMP/stopped")" -lt "$other
 else
     bad "frozen holder: other client exit $rc at +$(( other_at - frozen_at )) ms; command stopped at $(cat "$TMP/stopped" 2>/dev/null || echo never)"
 fi
+# ZooKeeper has no lease: the holder is told of its session.
+grep -q "session" "$TMP/frozen.err" && ! grep -q "lease" "$TMP/frozen.err" &&
+    ok "frozen holder: told of its session, not of a lease" ||
+    bad "frozen holder: told: $(cat "$TMP/frozen.err")"
 kill -CONT $relay
 finish

@@ -18,6 +18,9 @@
 #   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
 #   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
+#   DLOCK_TEST_ZK3P       the same for zk3p: a three-member ensemble whose members
+#                         reach each other through relays (NAME.links: their pids;
+#                         SIGSTOP cuts a member off from the others)
 #                         ZooKeeper runs with tickTime=500: sessions of 1–10 s,
 #                         so that expiry tests take a second or two.
 #   DLOCK_TEST_ETCD       etcd://127.0.0.1:P?ttl=2           one etcd member
@@ -260,6 +263,60 @@ srv_start_zk3() {
   # A freshly formed ensemble on a busy 2-core machine has been seen to
   # hold a write for 2 s once: requests get 5 s here.
   export DLOCK_TEST_ZK3="zk://$hosts?session=2000&op_timeout_ms=5000"
+}
+
+# zk3p: a three-member ensemble (zk3p-1..3) whose members talk to each other
+# through relays, one process per pair of members (tests/tcp_relay.py:
+# zk3p-link12, -link13, -link23). Each member's zoo.cfg names the others by
+# its relays' ports. NAME.links lists the relays of a member's links:
+# SIGSTOP of them cuts it off from the others (its clients still reach it),
+# as `dlock check --scenario partition-member` does. Not for leader faults:
+# after the leader's death the election through the relays has taken 10 s
+# (initLimit) where zk3 takes half a second.
+srv_start_zk3p() {
+  local i j p q=() e=() ports=() hosts="" lines pid
+  declare -A rq re lpid
+  for i in 1 2 3; do
+    ports+=("$(srv_free_port)"); q+=("$(srv_free_port)"); e+=("$(srv_free_port)")
+  done
+  for i in 1 2 3; do
+    for j in 1 2 3; do
+      [ "$i" != "$j" ] || continue
+      rq[$i$j]=$(srv_free_port); re[$i$j]=$(srv_free_port) # i's way to j
+    done
+  done
+  for link in 12 13 23; do
+    i=${link:0:1}; j=${link:1:1}
+    python3 "$(dirname "${BASH_SOURCE[0]}")/tcp_relay.py" \
+      "${rq[$i$j]}" "${q[$((j - 1))]}" "${re[$i$j]}" "${e[$((j - 1))]}" \
+      "${rq[$j$i]}" "${q[$((i - 1))]}" "${re[$j$i]}" "${e[$((i - 1))]}" \
+      </dev/null >/dev/null 2>&1 &
+    lpid[$link]=$!
+    echo $! >"$srv_dir/zk3p-link$link.pid"
+    disown $! 2>/dev/null || true
+  done
+  for i in 1 2 3; do
+    lines=()
+    for j in 1 2 3; do
+      if [ "$i" = "$j" ]; then
+        lines+=("server.$j=127.0.0.1:${q[$((j - 1))]}:${e[$((j - 1))]}")
+      else
+        lines+=("server.$j=127.0.0.1:${rq[$i$j]}:${re[$i$j]}")
+      fi
+    done
+    p=${ports[$((i - 1))]}
+    mkdir -p "$srv_dir/zk3p-$i/data"
+    echo "$i" >"$srv_dir/zk3p-$i/data/myid"
+    srv_zk "zk3p-$i" "$p" "${lines[@]}"
+    pid=""
+    for link in 12 13 23; do
+      case $link in *$i*) pid="$pid${pid:+ }${lpid[$link]}" ;; esac
+    done
+    echo "$pid" >"$srv_dir/zk3p-$i.links"
+    hosts="$hosts${hosts:+,}127.0.0.1:$p"
+  done
+  for p in "${ports[@]}"; do srv_wait_zk "$p" || return 1; done
+  export DLOCK_TEST_ZK3P="zk://$hosts?session=2000&op_timeout_ms=5000"
 }
 
 # srv_etcd_healthy PORT [SCHEME CA]: does the member at PORT know a leader?
@@ -754,6 +811,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       cluster) srv_start_cluster ;;
       zk) srv_start_zk ;;
       zk3) srv_start_zk3 ;;
+      zk3p) srv_start_zk3p ;;
       etcd) srv_start_etcd ;;
       etcd3) srv_start_etcd3 ;;
       etcds) srv_start_etcds ;;

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-# tcp_relay.py LISTEN_PORT TARGET_PORT — a plain TCP relay on loopback, for
-# tests that freeze a client's network: SIGSTOP the relay and every byte
-# stops both ways while the connections stay open.
+# tcp_relay.py LISTEN_PORT TARGET_PORT [LISTEN_PORT TARGET_PORT...] — plain
+# TCP relays on loopback, for tests that freeze a network link: SIGSTOP the
+# relay and every byte stops both ways, on every pair, while the
+# connections stay open.
 import socket, sys, threading
-lport, dport = int(sys.argv[1]), int(sys.argv[2])
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", lport)); s.listen(16)
+args = [int(a) for a in sys.argv[1:]]
+if len(args) < 2 or len(args) % 2:
+    sys.exit("usage: tcp_relay.py LISTEN_PORT TARGET_PORT [LISTEN_PORT TARGET_PORT...]")
 def pipe(a, b):
     try:
         while True:
@@ -16,8 +17,23 @@ def pipe(a, b):
     for x in (a, b):
         try: x.close()
         except OSError: pass
-while True:
-    c, _ = s.accept()
-    u = socket.create_connection(("127.0.0.1", dport))
-    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+def serve(s, dport):
+    while True:
+        c, _ = s.accept()
+        try:
+            u = socket.create_connection(("127.0.0.1", dport))
+        except OSError:
+            c.close() # the target is down: as if it refused
+            continue
+        for x in (c, u): # no Nagle delay: the relay must not slow a protocol
+            x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+        threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+listeners = []
+for lport, dport in zip(args[::2], args[1::2]):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", lport)); s.listen(16)
+    listeners.append((s, dport))
+for s, dport in listeners[1:]:
+    threading.Thread(target=serve, args=(s, dport), daemon=True).start()
+serve(*listeners[0])

@@ -276,6 +276,14 @@ static void test_zk(void **state)
     dl_url_free(u);
 
     bad("zk://z1//a", "zk chroot");
+    bad("zk://z1//", "zk chroot");
+    bad("zk://z1/a//", "zk chroot");
+    bad("zk://z1/zookeeper", "ZooKeeper's own tree");
+    bad("zk://z1/zookeeper/", "ZooKeeper's own tree");
+    bad("zk://z1/zookeeper/quota", "ZooKeeper's own tree");
+    u = ok("zk://z1/zookeepers");
+    assert_string_equal(u->path, "/zookeepers");
+    dl_url_free(u);
     bad("zk://z1/a//b", "zk chroot");
     bad("zk://z1/a/./b", "zk chroot");
     bad("zk://z1/a/..", "zk chroot");

@@ -281,6 +281,30 @@ static void test_session_expiry_of_holder(void **state)
     dlock_client_close(c);
 }
 
+/* A request cut short by the caller's deadline (the server stopped, its
+ * reply never comes) is a timeout: DLOCK_ETIMEDOUT about the deadline, not
+ * "unreachable" about op_timeout_ms (issue 23). */
+static void test_acquire_timeout_is_a_timeout(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "tmo");
+    dlock_client *c = open_url(zk_url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    server_stop();
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 200);
+    int64_t took = now_ms() - t0;
+    server_cont();
+    fprintf(stderr, "# acquire(200) with the server stopped: rc %d after %" PRId64 " ms: %s\n",
+            rc, took, dlock_lock_errmsg(l));
+    assert_int_equal(rc, DLOCK_ETIMEDOUT);
+    assert_null(strstr(dlock_lock_errmsg(l), "op_timeout_ms"));
+    assert_true(took < 2000); /* the bound is 200 ms + 100 ms; a loaded machine adds */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* ---- 2. waiters that give up leave no node ------------------------------------------- */
 
 static void test_gave_up_waiters_leave_no_node(void **state)
@@ -959,6 +983,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_session_expiry_of_holder, teardown_processes),
+        cmocka_unit_test_teardown(test_acquire_timeout_is_a_timeout, teardown_processes),
         cmocka_unit_test(test_gave_up_waiters_leave_no_node),
         cmocka_unit_test_teardown(test_lost_create_reply_leaves_no_orphan, teardown_processes),
         cmocka_unit_test(test_no_herd_and_fifo),

@@ -439,7 +439,7 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
 
 static void table_row(const char *name, const char *mode, const hist_result *h, const char *verdict)
 {
-    printf("%-13s %-7s %9" PRIu64 " %8" PRIu64 " %9" PRId64 " %9" PRIu64 " %9" PRIu64 "  %s\n",
+    printf("%-16s %-7s %9" PRIu64 " %8" PRIu64 " %9" PRId64 " %9" PRIu64 " %9" PRIu64 "  %s\n",
            name, mode, h->sections, h->overlaps, h->lost_increments, h->stale_rejected,
            h->stale_accepted, verdict);
 }
@@ -458,7 +458,7 @@ static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, boo
         printf("servers: %d found in the servers directory\n", cfg->servers->count);
     else if (!from_file && cfg->servers_note[0])
         printf("servers: none (%s)\n", cfg->servers_note);
-    printf("%-13s %-7s %9s %8s %9s %9s %9s  %s\n", "scenario", "run", "sections", "overlaps",
+    printf("%-16s %-7s %9s %8s %9s %9s %9s  %s\n", "scenario", "run", "sections", "overlaps",
            "lost_incr", "stale_rej", "stale_acc", "verdict");
     for (size_t i = 0; i < n; i++) {
         const sc_out *o = &outs[i];
@@ -468,10 +468,10 @@ static void print_table(const chk_config *cfg, const sc_out *outs, size_t n, boo
             table_row(o->have_fenced ? "" : o->name, "canary", &o->canary,
                       o->have_fenced ? "" : o->verdict);
         if (!o->have_fenced && !o->have_canary)
-            printf("%-13s %-7s %9s %8s %9s %9s %9s  %s\n", o->name, "-", "-", "-", "-", "-", "-",
+            printf("%-16s %-7s %9s %8s %9s %9s %9s  %s\n", o->name, "-", "-", "-", "-", "-", "-",
                    o->verdict);
         if (o->note[0])
-            printf("%-13s   %s\n", "", o->note);
+            printf("%-16s   %s\n", "", o->note);
     }
 }
 
@@ -614,7 +614,7 @@ int cli_check(int argc, char **argv, const char *url)
             return 0;
         case CO_LIST:
             for (size_t i = 0; i < chk_nscenarios; i++)
-                printf("%-13s %s\n", chk_scenarios[i].name, chk_scenarios[i].about);
+                printf("%-16s %s\n", chk_scenarios[i].name, chk_scenarios[i].about);
             return 0;
         case CO_SERVERS:
             servers_dir = p.val;

@@ -145,7 +145,11 @@ typedef struct chk_servers {
     int (*kill)(void *state, int idx);  /* SIGKILL, and wait until it is gone */
     int (*pause)(void *state, int idx);
     int (*resume)(void *state, int idx);
+    /* Cut server idx off from the other servers (1; its clients still
+     * reach it) or reconnect it (0): -ENOTSUP where the deployment has no
+     * way (partitionable says which can). */
     int (*partition)(void *state, int idx, int isolated);
+    bool (*partitionable)(void *state, int idx);
     /* The servers that hold the state of lock `name` now (the master of its
      * key; every master for a quorum): their indexes in idx[0..max).
      * Returns how many, or a negative errno. */
@@ -258,6 +262,8 @@ struct chk_run {
     bool relayed;     /* each worker reaches the servers through its relay */
     chk_upstreams up; /* ... these */
     chk_relay relay[CHK_MAX_WORKERS];
+    int split_member;        /* the server worker 0 alone reaches (-1: none) */
+    char split_url[2][2300]; /* worker 0's URL, the others' (chk_scenario.split) */
     bool servers_touched; /* restore the deployment after the run */
     int next_id;
     bool paused[CHK_MAX_WORKERS]; /* stopped by ctl->pause */
@@ -339,6 +345,10 @@ typedef struct chk_scenario {
     /* Why it cannot run at all with this configuration (not run, n/a), or
      * NULL. */
     const char *(*cannot_run)(const chk_config *cfg, char *why, size_t len);
+    /* Worker 0 reaches only one member (a follower that the deployment can
+     * cut off from the others, chk_run.split_member), the others every
+     * other member. */
+    bool split;
 } chk_scenario;
 
 extern const chk_scenario chk_scenarios[];

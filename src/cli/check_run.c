@@ -310,6 +310,56 @@ static bool backend_fault_error(const chk_run *r, int rc)
            (r->relayed && rc == DLOCK_ETIMEDOUT);
 }
 
+/*
+ * The URLs of a split deployment (chk_scenario.split): worker 0 reaches only
+ * a follower that can be cut off from the other members, the other workers
+ * every other member. A follower, because cutting off the leader is an
+ * election, not the case the scenario is about. 0, or -1 with r->error.
+ */
+static int split_urls(chk_run *r, const chk_config *cfg)
+{
+    const chk_servers *sv = cfg->servers;
+    chk_upstreams u;
+    char why[400];
+    const char *url = cfg->url ? cfg->url : getenv("DLOCK_URL");
+    if (!sv || chk_upstreams_parse(url, &cfg->topo, &u, why, sizeof why) != 0) {
+        snprintf(r->error, sizeof r->error, "cannot split the deployment: %s",
+                 sv ? why : "no servers");
+        return -1;
+    }
+    int leader = sv->leader(sv->state), m = -1;
+    for (int i = 0; i < sv->count && m < 0; i++)
+        if (i != leader && sv->holds_data(sv->state, i) && sv->partitionable &&
+            sv->partitionable(sv->state, i))
+            m = i;
+    int mh = -1;
+    for (int h = 0; m >= 0 && h < u.n; h++)
+        if (u.host[h].port == sv->port(sv->state, m))
+            mh = h;
+    if (mh < 0 || u.n < 2) {
+        snprintf(r->error, sizeof r->error,
+                 "cannot split the deployment: no follower among the URL's hosts can be cut "
+                 "off from the others (NAME.links)");
+        return -1;
+    }
+    char rest[CHK_RELAY_HOSTS * 270] = "";
+    size_t rl = 0;
+    for (int h = 0; h < u.n; h++)
+        if (h != mh)
+            rl += (size_t)snprintf(rest + rl, sizeof rest - rl, "%s%s:%d", rl ? "," : "",
+                                   u.host[h].host, u.host[h].port);
+    size_t n0 = (size_t)snprintf(r->split_url[0], sizeof r->split_url[0], "%s%s:%d%s", u.prefix,
+                                 u.host[mh].host, u.host[mh].port, u.suffix);
+    size_t n1 = (size_t)snprintf(r->split_url[1], sizeof r->split_url[1], "%s%s%s", u.prefix,
+                                 rest, u.suffix);
+    if (n0 >= sizeof r->split_url[0] || n1 >= sizeof r->split_url[1]) {
+        snprintf(r->error, sizeof r->error, "cannot split the deployment: URL too long");
+        return -1;
+    }
+    r->split_member = m;
+    return 0;
+}
+
 /* Wait at the closed gate (chk_gate) before acquiring; false on a stop. */
 static bool gate(chk_shm *sh, chk_slot *me)
 {
@@ -337,8 +387,11 @@ static int worker_main(void *arg)
     int rc;
     /* A worker started while a server is down waits for it. */
     int64_t open_until = ms_now_ns() + (r->server_faults ? OPEN_RETRY_NS : 0);
-    /* through its relay, if the scenario cuts workers off */
-    const char *url = r->relayed ? r->relay[wa->slot].url : r->cfg->url;
+    /* through its relay, if the scenario cuts workers off; to one side of
+     * a split deployment, if the scenario splits it */
+    const char *url = r->relayed              ? r->relay[wa->slot].url
+                      : r->split_member >= 0 ? r->split_url[wa->slot == 0 ? 0 : 1]
+                                             : r->cfg->url;
     while ((rc = dlock_client_open(&client, url, NULL)) != 0 &&
            rc == DLOCK_EUNREACHABLE && ms_now_ns() < open_until && !atomic_load(&sh->stop))
         ms_sleep_ns(BACKEND_RETRY_NS * 5);
@@ -1020,6 +1073,9 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
             return -1;
         }
     }
+    r->split_member = -1;
+    if (sc->split && split_urls(r, cfg) != 0)
+        return -1;
     r->servers_touched = false;
     r->acq_granted = r->acq_failed = r->acq_held = 0;
     r->resource_pid = 0;

@@ -622,12 +622,112 @@ static const char *partition_cannot_run(const chk_config *cfg, char *why, size_t
     return chk_upstreams_parse(url, &cfg->topo, &u, why, len) == 0 ? NULL : why;
 }
 
+/* ---- a member cut off from the others ------------------------------------- */
+
+/*
+ * A partition between servers (chk_scenario.split): worker 0 reaches only a
+ * follower M, the other workers only the other members. Worker 0 takes the
+ * lock and parks inside its section; some time into its holding M's links
+ * to the other members are frozen (its clients still reach it, and it
+ * still answers what it can answer alone: reads). The leader no longer
+ * hears of worker 0's session, expires it and grants the lock to a worker
+ * on the other side. Worker 0 must have been told before its span (from
+ * the cut: nothing it sent since can have reached the leader) ran out, and
+ * so before the other was granted; then it makes its stale write. M's links
+ * flow again once the other worker has had the lock, and M rejoins.
+ */
+static int inject_partition_member(chk_run *r)
+{
+    int64_t ttl = MS(r->ttl_ms);
+    /* the leader lets go a session timeout (1.5 spans) after it last heard
+     * of it, on its tick; elections and a loaded machine take more */
+    int64_t takeover = 2 * ttl + MS(2000);
+    static int turn;
+    int tries = 0, m = r->split_member;
+    if (chk_sleep(r, WARMUP_NS))
+        return -1;
+    while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 6)) {
+        tries++;
+        chk_arm(r, CHK_FAULT_PARK);
+        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
+        int a = chk_wait_claim(r, until);
+        if (a < 0)
+            break;
+        if (a != 0) { /* a holder on the majority's side: not the case */
+            chk_let_go(r, a);
+            if (chk_sleep(r, FAULT_INTERVAL_NS))
+                return -1;
+            continue;
+        }
+        if (chk_sleep(r, ttl * cut_permille[turn++ % 10] / 1000)) {
+            chk_let_go(r, a);
+            return -1;
+        }
+        uint64_t before = atomic_load(&r->sh->slot[a].writes);
+        int e = r->ctl->partition(r, CHK_SERVER, m, 1);
+        if (e) {
+            chk_let_go(r, a);
+            return harness_error(r, "cannot cut a member off from the others", e);
+        }
+        int64_t t_cut = ms_now_ns();
+        /* worker 0 holds until told; by its span from the cut at the latest */
+        chk_log(r->sh, H_PARTITIONED, atomic_load(&r->sh->slot[a].id), 0, t_cut + ttl, 0);
+        chk_server_event(r, H_SERVER_PAUSED, m);
+        r->faults_injected++;
+        chk_arm(r, CHK_FAULT_PARK);
+        int b = chk_wait_claim(r, t_cut + takeover);
+        chk_let_go(r, a);
+        int w = -1;
+        if (b >= 0) {
+            w = chk_wait_writes(r, a, before, ms_now_ns() + MS(5000));
+            chk_let_go(r, b);
+        }
+        e = r->ctl->partition(r, CHK_SERVER, m, 0);
+        chk_server_event(r, H_SERVER_RESUMED, m);
+        if (e)
+            return harness_error(r, "cannot reconnect a member to the others", e);
+        if (r->error[0] || r->interrupted)
+            return -1;
+        if (b < 0)
+            snprintf(r->note, sizeof r->note,
+                     "no worker on the other members took the lock while the holder's member "
+                     "was cut off");
+        else if (w != 0)
+            snprintf(r->note, sizeof r->note, "a holder cut off did not write within 5 s");
+        else
+            r->faults_effective++;
+        /* M rejoins the ensemble (it gave up on the leader, or will) */
+        if (chk_sleep(r, ttl + MS(1000)))
+            return -1;
+    }
+    return 0;
+}
+
+static const char *partition_member_cannot_run(const chk_config *cfg, char *why, size_t len)
+{
+    const chk_servers *sv = cfg->servers;
+    if (!chk_has_deadline(cfg)) {
+        snprintf(why, len, "this backend's locks have no deadline on the holder's clock");
+        return why;
+    }
+    int n = 0;
+    for (int i = 0; sv && sv->partitionable && i < sv->count; i++)
+        n += sv->holds_data(sv->state, i) && sv->partitionable(sv->state, i);
+    if (n < 2) { /* one of them may lead */
+        snprintf(why, len, "the deployment has no way to cut one member off from the others "
+                           "(NAME.links beside NAME.pid: the relays of its links, as "
+                           "tests/servers.sh starts zk3p)");
+        return why;
+    }
+    return NULL;
+}
+
 const chk_scenario chk_scenarios[] = {
     {"none", "no fault: workers contend for the lock", 0, NULL, 0, 0, CHK_VALID_RUNS, false, 0,
-     inject_none, false, NULL},
+     inject_none, false, NULL, false},
     {"kill",
      "SIGKILL of the holder between its read and its write; a new worker replaces it", 0, NULL,
-     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill, false, NULL},
+     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill, false, NULL, false},
     {"pause",
      "SIGSTOP of the holder between read and write for longer than a lease (ttl + 0.5 s), "
      "then SIGCONT while another holder is inside its section; the holder's first look at "
@@ -635,36 +735,36 @@ const chk_scenario chk_scenarios[] = {
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives (released only by the holder, "
      "its death or its session's end), so a stopped holder keeps the lock",
-     0, 0, CHK_VALID_CANARY, true, 0, inject_pause, false, NULL},
+     0, 0, CHK_VALID_CANARY, true, 0, inject_pause, false, NULL, false},
     {"pause-lost",
      "the holder loses the lock between read and write (dlock_debug_force_loss, as an expired "
      "lease would), is stopped while another worker takes the lock and reads, then continued "
      "to make its stale write",
-     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL},
+     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL, false},
     {"pause-acquire",
      "a client stopped between sending its acquisition and reading the replies, for ttl + "
      "min(ttl/2, 0.5 s) (its servers held back until the request lies unread at each of "
      "them and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
-     CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL},
+     CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL, false},
     {"restart",
      "a server of the lock killed and started again at once, without persistence, while the "
      "holder is inside its section; another worker takes the lock, then the holder writes",
-     0, NULL, 1, CHK_TOPO_ANY, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL},
+     0, NULL, 1, CHK_TOPO_ANY, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL, false},
     {"failover-cut",
      "failover after replication to the replicas was cut (e.g. Sentinel): a holder takes the "
      "lock from the master alone, the master is killed, a stale replica is promoted and another "
      "worker takes the lock there (ttl at least 8 s, so that the first holding outlives the "
      "failover)",
      0, NULL, 1, CHK_TOPO_REPLICAS_FAILOVER, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut,
-     false, NULL},
+     false, NULL, false},
     {"kill-minority",
      "a minority of the data servers (two of five Redlock masters, one of a three-member "
      "ensemble) killed while the holder is inside its section: nobody else may take the lock, "
      "and it must go on working",
      0, NULL, 1, CHK_TOPO_QUORUM | CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0,
-     inject_kill_minority, false, NULL},
+     inject_kill_minority, false, NULL, false},
     {"partition",
      "the holder cut off from the servers inside its section (its TCP relay frozen) for ttl "
      "+ max(ttl/4, 0.25 s) up to 2 s more: it must be told of the loss before its lease runs "
@@ -674,12 +774,20 @@ const chk_scenario chk_scenarios[] = {
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives, so a holder cut off from "
      "the servers keeps the lock",
-     0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run},
+     0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run, false},
     {"kill-leader",
      "the leader of a consensus ensemble killed while the holder is inside its section: a "
      "new leader is elected, nobody else may take the lock, and it must go on working",
      0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0, inject_kill_leader, false,
-     NULL},
+     NULL, false},
+    {"partition-member",
+     "a member of a consensus ensemble cut off from the other members (its links to them "
+     "frozen), with worker 0 on it alone and the others on the rest: worker 0 takes the "
+     "lock, the cut falls inside its section; it must be told of the loss within its span "
+     "from the cut, before the majority's side grants the lock to another worker; then it "
+     "makes its stale write",
+     0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_PARTITION, true, 0, inject_partition_member,
+     false, partition_member_cannot_run, true},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];

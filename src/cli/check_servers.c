@@ -12,7 +12,9 @@
  * backend and stays here: SIGKILL, SIGSTOP/SIGCONT, and a restart as
  * srv_restart in tests/servers.sh does it — NAME.cmd run again (without
  * persistence, so the server comes back empty), with the new pid written to
- * NAME.pid so that whoever started the servers still stops them all.
+ * NAME.pid so that whoever started the servers still stops them all. A
+ * server may also have NAME.links: the pids of relays that carry its links
+ * to the other servers, frozen (SIGSTOP) to cut it off from them.
  */
 #include "check.h"
 
@@ -634,10 +636,43 @@ static int op_start(void *state, int idx)
     return -EIO;
 }
 
+/*
+ * A server cut off from the other servers (not from its clients): NAME.links
+ * lists the pids of the relays that carry its links to the others (as
+ * tests/servers.sh starts the zk3p ensemble), and SIGSTOP of them freezes
+ * those links, connections left open. The relays of its links are read
+ * afresh each time: the deployment may restart them.
+ */
+static int read_links(srvset *ss, int idx, pid_t *pids, int max)
+{
+    char buf[512];
+    if (idx < 0 || idx >= ss->n || read_file(ss->dir, ss->s[idx].name, "links", buf, sizeof buf))
+        return -ENOTSUP;
+    int n = 0;
+    for (char *p = buf, *end; n < max && *p; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p || v <= 0)
+            break;
+        pids[n++] = (pid_t)v;
+    }
+    return n > 0 ? n : -ENOTSUP;
+}
+
+static bool op_partitionable(void *state, int idx)
+{
+    pid_t pids[16];
+    return read_links(ss_of(state), idx, pids, 16) > 0;
+}
+
 static int op_partition(void *state, int idx, int isolated)
 {
-    (void)state, (void)idx, (void)isolated;
-    return -ENOTSUP;
+    srvset *ss = ss_of(state);
+    pid_t pids[16];
+    int n = read_links(ss, idx, pids, 16);
+    for (int i = 0; i < n; i++)
+        if (kill(pids[i], isolated ? SIGSTOP : SIGCONT) != 0)
+            return -errno;
+    return n < 0 ? n : 0;
 }
 
 static int op_lock_servers(void *state, const char *name, int *idx, int max)
@@ -704,6 +739,7 @@ static int op_restore(void *state, char *err, size_t errlen)
         q.m[i] = s->m;
         if (s->stopped)
             (void)op_resume(ss, i);
+        (void)op_partition(ss, i, 0); /* its links to the others flow again */
         if (s->dead || proc_gone(s->pid)) {
             s->dead = true;
             int e = op_start(ss, i);
@@ -885,6 +921,7 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
     p->pause = op_pause;
     p->resume = op_resume;
     p->partition = op_partition;
+    p->partitionable = op_partitionable;
     p->lock_servers = op_lock_servers;
     p->cut_replication = op_cut_replication;
     p->wait_failover = op_wait_failover;
