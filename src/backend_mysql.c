@@ -167,6 +167,20 @@ static void my_load(void)
 #define MY_PREPARED_MAX 32  /* statements a connection keeps prepared */
 #define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
 #define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
+/* Our sessions' own limits (see conn_open): no statement time limit
+ * (MariaDB's max_statement_time, MySQL's max_execution_time), no idle
+ * limit short of a year (wait_timeout's maximum), and no end for an idle
+ * open transaction (MariaDB's idle_*_transaction_timeout: rowlock holds
+ * one). */
+#define MY_IDLE_MAX_S "31536000"
+#define MY_SESSION_MARIADB                                                                   \
+    "SET SESSION max_statement_time = 0, wait_timeout = " MY_IDLE_MAX_S ", "                \
+    "idle_transaction_timeout = 0, idle_write_transaction_timeout = 0, "                     \
+    "idle_readonly_transaction_timeout = 0"
+#define MY_SESSION_MYSQL                                                                     \
+    "SET SESSION max_execution_time = 0, wait_timeout = " MY_IDLE_MAX_S
+#define MY_KILL_ROOM_MS 50  /* of the deadline's margin, kept for KILL of a wait cut short */
+#define MY_RETRY_PAUSE_MS 20 /* between a waiter's retries after the server ended its wait */
 #define MY_LEASE_BACKOFF_MIN_MS 2
 #define MY_LEASE_BACKOFF_MAX_MS 50
 
@@ -514,7 +528,7 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         k->last_errno = e;
         rc = code_of_errno(e);
         snprintf(why, wlen, "%s", my.stmt_error(st));
-        if (e >= 2000 || e == 0)
+        if (e >= 2000 || e == 0 || rc == DLOCK_EUNREACHABLE) /* killed, shutting down */
             k->failed = k->broken = true;
         return rc;
     }
@@ -685,6 +699,22 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
         conn_close(k);
         return rc;
     }
+    /* The server's limits are for other programs' statements: a lock wait
+     * may last as long as its caller asked, and a held session (getlock,
+     * rowlock) may sit idle as long as its holder runs. A server that
+     * refuses a setting (an older one, without the variable) keeps its
+     * own, and the waits then say how the server ended them. */
+    const char *info = my.server_info(k->m);
+    my_res r = {0};
+    char swhy[200];
+    rc = q_exec(k, info && strstr(info, "MariaDB") ? MY_SESSION_MARIADB : MY_SESSION_MYSQL, NULL,
+                0, &r, until_ns, cancel_fd, swhy, sizeof swhy);
+    res_free(&r);
+    if (rc && k->broken) {
+        snprintf(why, wlen, "setting the session's limits: %s", swhy);
+        conn_close(k);
+        return rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
+    }
     int fd = (int)my.get_socket(k->m);
     int idle = 2, intvl = 1, cnt = 3, on = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
@@ -768,27 +798,35 @@ static void conn_put(myclient *mc, my_conn *k)
 }
 
 /* A statement that may still run on the server (a lock wait we gave up
- * on): kill k's server thread from another connection, bounded, then
- * close k. Killing the connection, not only the query, also lets go of a
- * lock granted in the very moment we gave up. */
-static void conn_abandon(myclient *mc, my_conn *k)
+ * on): kill k's server thread from another connection, then close k.
+ * Killing the connection, not only the query, also lets go of a lock
+ * granted in the very moment we gave up. Every step ends by until_ns (-1:
+ * the op timeout), the caller's promise: a server that cannot be told in
+ * time (stopped, silent) finds k closed when it next looks, and a wait
+ * left queued there ends at its own timeout (the deadline, for a timed
+ * wait) or when its reply meets the closed socket. Whether the KILL was
+ * delivered. */
+static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
 {
     if (!k)
-        return;
+        return false;
     unsigned long id = k->id;
     k->failed = k->broken = true;
     conn_close(k);
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < until)
+        until = until_ns;
     char why[200];
     my_conn *o;
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     if (conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
-        return; /* the server ends it when it next looks at the socket */
+        return false;
     my_arg a[] = {A_I(id)};
     my_res r = {0};
     int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
     res_free(&r);
-    (void)rc; /* 1094 unknown thread: it had ended already */
+    bool told = rc == 0 || o->last_errno == 1094; /* 1094 unknown thread: it had ended */
     conn_put(mc, o);
+    return told;
 }
 
 /* One statement on a pooled connection (autocommit), for the calls that
@@ -908,41 +946,118 @@ static double wait_seconds(int64_t deadline_ns)
     return dl_ms_left(deadline_ns) / 1000.0;
 }
 
+/* The acquisition's hard bound (the deadline plus the margin), -1 for a
+ * try or a wait without bound (then each step has the op timeout). */
+static int64_t hard_bound(const dlock_lock *l)
+{
+    return l->op_deadline_ns > 0 ? l->op_deadline_ns : -1;
+}
+
 /* The bound of a request that waits on the server until deadline_ns: the
- * lock's hard bound (the deadline plus the margin), none for forever. */
+ * hard bound less the room a KILL of the wait needs, should its answer not
+ * come; none for forever. */
 static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
 {
     if (deadline_ns < 0)
         return -1;
-    return l->op_deadline_ns > 0 ? l->op_deadline_ns
+    return l->op_deadline_ns > 0 ? l->op_deadline_ns - (int64_t)MY_KILL_ROOM_MS * 1000000
                                  : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
 }
 
-/* A lock someone else holds: busy for a try, else the wait ran out. */
-static int not_taken(dlock_lock *l, int64_t deadline_ns)
+/* Whether a wait until deadline_ns has time left (a try has none). */
+static bool time_left(int64_t deadline_ns)
+{
+    return deadline_ns < 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) > 0);
+}
+
+/* A statement the server interrupted without ending the session: KILL
+ * QUERY, or a statement time limit (MariaDB's max_statement_time, MySQL's
+ * max_execution_time) that our session's own setting did not lift. */
+static bool interrupted(const my_conn *k)
+{
+    return !k->broken && (k->last_errno == 1317 || k->last_errno == 1969 ||
+                          k->last_errno == 3024);
+}
+
+/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
+static int nap(int ms, int cancel_fd)
+{
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
+    return n > 0 ? DLOCK_ECANCELED : 0;
+}
+
+/* The pause before a waiter asks again after the server ended its wait or
+ * its session early (so that a server that keeps doing it is not asked in
+ * a tight loop), cut to the deadline: 0 or DLOCK_ECANCELED. */
+static int retry_pause(int64_t deadline_ns, int cancel_fd)
+{
+    int ms = MY_RETRY_PAUSE_MS;
+    if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
+        ms = dl_ms_left(deadline_ns);
+    return nap(ms, cancel_fd);
+}
+
+/* A lock someone else holds: busy for a try, else the wait ran out; early:
+ * how many times the server ended the wait before its time (said, since
+ * the server's settings, not the holders, may be why it was not taken). */
+static int not_taken(dlock_lock *l, int64_t deadline_ns, int early)
 {
     if (deadline_ns == 0)
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    if (early)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                           "lock \"%s\" not acquired within the timeout (the server ended the "
+                           "wait early %d times, and it was asked again: KILL QUERY, or a "
+                           "statement time limit?)",
+                           l->name, early);
     return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
                        l->name);
 }
 
-/* The statement that takes a lock on k failed with rc: a wait we gave up
- * (deadline, cancel) may still run on the server, so k is killed there;
- * anything else closes k. The error, set on l. */
-static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc,
-                       const char *why)
+/* A wait we cut (our bound, cancel) may still run on the server: k is
+ * killed there (abandoned), within the hard bound. The error, set on l: a
+ * server that answered neither the wait nor the KILL is unreachable. */
+static int wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int early)
 {
     myclient *mc = mc_of(l->c);
-    if (k->broken && rc != DLOCK_EUNREACHABLE) {
-        conn_abandon(mc, k);
-        if (rc == DLOCK_ECANCELED)
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return not_taken(l, deadline_ns);
-    }
+    bool told = conn_abandon(mc, k, hard_bound(l));
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    if (!told)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": the server answered neither the wait by its deadline "
+                           "nor the KILL of it (stopped? overloaded?) (%s)",
+                           l->name, mc->redacted);
+    return not_taken(l, deadline_ns, early);
+}
+
+/* The statement that takes a lock on k failed with rc: a wait we cut is
+ * killed on the server; anything else closes k. The error, set on l. */
+static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, const char *why,
+                       int early)
+{
+    myclient *mc = mc_of(l->c);
+    if (k->broken && rc != DLOCK_EUNREACHABLE)
+        return wait_cut(l, deadline_ns, k, rc, early);
     k->failed = true;
     conn_close(k);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+}
+
+/* After a take on k failed with rc: whether to ask again on a new
+ * connection — the server ended the session (KILL, a lost connection)
+ * while time is left, or a pooled connection had died idle. k is then
+ * closed (and *kp cleared). */
+static bool session_ended(my_conn **kp, int rc, int64_t deadline_ns)
+{
+    my_conn *k = *kp;
+    if (rc != DLOCK_EUNREACHABLE || !(time_left(deadline_ns) || k->reused))
+        return false;
+    k->failed = true;
+    conn_close(k);
+    *kp = NULL;
+    return true;
 }
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
@@ -964,23 +1079,42 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     mylock *ml = l->bstate;
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    int64_t until = wait_bound(l, deadline_ns);
-    my_conn *k;
-    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
-                  A_D(wait_seconds(deadline_ns))};
+    my_conn *k = NULL;
     my_res r = {0};
-    rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
+    int rc, early = 0;
+    unsigned long long affected, token;
+    for (;;) {
+        if (!k) {
+            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
+                      A_D(wait_seconds(deadline_ns))};
+        rc = q_exec(k, mc->sql_take, a, 5, &r, wait_bound(l, deadline_ns), cancel, why,
+                    sizeof why);
+        affected = r.affected;
+        token = r.insert_id;
+        res_free(&r);
+        /* The server ended the session (KILL, a restart) or the wait
+         * (GET_LOCK's NULL, a statement limit) before its time: ask again
+         * until the deadline — a waiter is only told when time is up. */
+        bool ended = rc && session_ended(&k, rc, deadline_ns);
+        bool cut_short = rc ? !ended && interrupted(k) : affected == 0 && token != UINT64_MAX;
+        if (!ended && !(cut_short && time_left(deadline_ns)))
+            break;
+        early += cut_short;
+        rc = retry_pause(deadline_ns, cancel);
+        if (rc) {
+            conn_put(mc, k);
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        }
+    }
     if (rc)
-        return take_failed(l, deadline_ns, k, rc, why);
-    unsigned long long affected = r.affected, token = r.insert_id;
-    res_free(&r);
+        return take_failed(l, deadline_ns, k, rc, why, early);
     if (affected == 0 && token == UINT64_MAX) {
         /* GET_LOCK granted, but the key's row belongs to another name */
-        conn_abandon(mc, k);
+        (void)conn_abandon(mc, k, hard_bound(l));
         char other[DL_NAME_MAX + 8] = "another name";
         my_arg na[] = {A_S(ml->key)};
         if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
@@ -993,7 +1127,7 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (affected == 0) {
         conn_put(mc, k);
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
     }
     atomic_store(&l->token, (uint64_t)token);
     ml->conn = k;
@@ -1367,14 +1501,6 @@ static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     return 0;
 }
 
-/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
-static int nap(int ms, int cancel_fd)
-{
-    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
-    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
-    return n > 0 ? DLOCK_ECANCELED : 0;
-}
-
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     myclient *mc = mc_of(l->c);
@@ -1386,17 +1512,33 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                            l->name);
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k;
-    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    int64_t start = dl_now_ns();
-    int took = lease_try_slots(l, k, why, sizeof why);
-    bool queued = false;
+    my_conn *k = NULL;
+    int64_t start = 0;
+    int rc = 0, took = 0, early = 0;
+    bool queued = false, try_now = true;
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
     my_res r = {0};
-    while (took == 0 && deadline_ns != 0) {
+    for (;;) {
+        if (!k) {
+            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            queued = false;
+        }
+        if (try_now) {
+            try_now = false;
+            start = dl_now_ns();
+            took = lease_try_slots(l, k, why, sizeof why);
+            if (took < 0 && session_ended(&k, took, deadline_ns)) {
+                rc = retry_pause(deadline_ns, cancel);
+                if (rc)
+                    break;
+                try_now = true;
+                continue;
+            }
+            if (took != 0 || deadline_ns == 0)
+                break;
+        }
         if (!queued && !mc->no_queue) {
             /* behind the other waiters: the first of us polls, the rest
              * sleep in GET_LOCK's queue */
@@ -1405,12 +1547,22 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                         sizeof why);
             bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
             res_free(&r);
-            if (rc && k->broken) {
-                conn_abandon(mc, k);
-                k = NULL;
-                break;
+            if (rc && k->broken && rc != DLOCK_EUNREACHABLE) {
+                return wait_cut(l, deadline_ns, k, rc, early);
             }
-            if (rc == DLOCK_EPROTO) { /* GET_LOCK refused: poll without a queue */
+            bool ended = rc && session_ended(&k, rc, deadline_ns);
+            bool cut_short = rc ? !ended && interrupted(k) : !first;
+            if (ended || (cut_short && time_left(deadline_ns))) {
+                /* the server ended the session or the wait before its
+                 * time (see my_acquire): queue again */
+                early += cut_short;
+                try_now = true;
+                rc = retry_pause(deadline_ns, cancel);
+                if (rc)
+                    break;
+                continue;
+            }
+            if (rc == DLOCK_EPROTO && !cut_short) { /* GET_LOCK refused: poll without a queue */
                 mc->no_queue = true;
                 rc = 0;
                 continue;
@@ -1421,9 +1573,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 break;
             }
             queued = true;
-            /* the lease may have ended while we queued */
-            start = dl_now_ns();
-            took = lease_try_slots(l, k, why, sizeof why);
+            try_now = true; /* the lease may have ended while we queued */
             continue;
         }
         int ms = 0;
@@ -1443,11 +1593,17 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         rc = nap(ms, cancel);
         if (rc)
             break;
-        start = dl_now_ns();
-        took = lease_try_slots(l, k, why, sizeof why);
+        try_now = true;
     }
-    if (took < 0)
+    if (took < 0) {
         rc = took;
+        /* a take is no wait: one our bound cut found the server silent */
+        if (rc == DLOCK_ETIMEDOUT && k && k->broken) {
+            rc = DLOCK_EUNREACHABLE;
+            snprintf(why, sizeof why, "the server did not answer a take of the lease in time "
+                                      "(stopped? overloaded?)");
+        }
+    }
     if (took == 1) {
         /* the lease counts from before the take that succeeded */
         l->lease_start_ns = start;
@@ -1460,7 +1616,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (queued && k && !k->failed) {
         my_arg a[] = {A_S(ml->key)};
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
         if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
             k->failed = true; /* closing it lets the next waiter in */
         res_free(&r);
@@ -1469,7 +1625,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     if (took == 1 && !rc)
         return 0;
     if (rc == 0 || rc == DLOCK_ETIMEDOUT)
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
@@ -1578,54 +1734,71 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
                            l->name);
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k;
-    int rc = conn_get(mc, true, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     double s = wait_seconds(deadline_ns);
     int wait_s = s >= MY_FOREVER_S ? 100000000 : (int)(s + 0.999);
+    my_conn *k = NULL;
     my_res r = {0};
-    if (k->lock_wait_s != wait_s) {
-        my_arg a[] = {A_I(wait_s)};
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
-        rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel, why,
-                    sizeof why);
-        res_free(&r);
-        if (rc) {
-            k->failed = true;
-            conn_close(k);
-            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-        }
-        k->lock_wait_s = wait_s;
-    }
-    my_arg a[] = {A_S(l->name)};
+    int rc, early = 0;
     for (int attempt = 0;; attempt++) {
+        if (!k) {
+            rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        if (k->lock_wait_s != wait_s) {
+            my_arg a[] = {A_I(wait_s)};
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
+                        why, sizeof why);
+            res_free(&r);
+            if (rc) {
+                k->failed = true;
+                conn_close(k);
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            }
+            k->lock_wait_s = wait_s;
+        }
         /* the server's wait is whole seconds, rounded up: a timed wait is
          * cut at its deadline here (the connection then killed) */
+        my_arg a[] = {A_S(l->name)};
         rc = q_exec(k, mc->sql_row_lock, a, 1, &r,
                     deadline_ns > 0 ? deadline_ns : wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
         res_free(&r);
+        if (!rc)
+            break;
         /* A name's first holder inserts its row in its own transaction; if
          * that transaction rolls back (the holder died, was killed or
          * broken), InnoDB can pick one of the queued inserts as a deadlock
-         * victim and undo it: nothing was held, so ask again. */
-        if (rc && !k->broken && k->last_errno == 1213 && attempt < 8 &&
-            (deadline_ns < 0 || dl_now_ns() < deadline_ns))
-            continue;
-        break;
+         * victim and undo it: nothing was held, so ask again. So too when
+         * the server ended the session or the statement before its time
+         * (see my_acquire). */
+        bool victim = !k->broken && k->last_errno == 1213 && attempt < 8;
+        bool ended = session_ended(&k, rc, deadline_ns);
+        bool cut_short = !ended && interrupted(k);
+        if (!(victim && time_left(deadline_ns)) && !ended &&
+            !(cut_short && time_left(deadline_ns)))
+            break;
+        early += cut_short;
+        if (!victim) {
+            rc = retry_pause(deadline_ns, cancel);
+            if (rc) {
+                conn_put(mc, k);
+                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            }
+        }
     }
     if (rc == DLOCK_ETIMEDOUT && !k->broken) {
         /* the server's lock wait ran out: the statement was undone */
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
             k->failed = true;
         conn_put(mc, k);
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
     }
     if (rc)
-        return take_failed(l, deadline_ns, k, rc, why);
+        return take_failed(l, deadline_ns, k, rc, why, early);
     /* ours: the token, on another connection, so that it is committed now */
     char id[24];
     snprintf(id, sizeof id, "%lu", k->id);
