@@ -303,6 +303,9 @@ static int code_of_errno(unsigned e)
     case 1205: /* lock wait timeout (and NOWAIT) */
     case 3572: /* MySQL: NOWAIT */
         return DLOCK_ETIMEDOUT;
+    case 1040: /* too many connections */
+    case 1203: /* max_user_connections */
+    case 1226: /* a user's resource limit (max_user_connections, per hour) */
     case 1053: /* server shutdown in progress */
     case 1927: /* connection killed */
     case 2002: /* can't connect (socket) */
@@ -689,11 +692,13 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
         } else {
             unsigned e = my.err_no(k->m);
             rc = code_of_errno(e);
-            /* an answer that is not MySQL's handshake, or TLS that failed */
-            if (e == 2026 || rc == DLOCK_EPROTO)
+            /* an answer that is not MySQL's handshake, or TLS that failed;
+             * a server's own error (below 2000) is MySQL's answer */
+            if (e == 2026)
                 rc = DLOCK_EPROTO;
             snprintf(why, wlen, "%s%s", my.error(k->m),
-                     rc == DLOCK_EPROTO && e != 2026 ? " (is it a MySQL server?)" : "");
+                     rc == DLOCK_EPROTO && e >= 2000 && e != 2026 ? " (is it a MySQL server?)"
+                                                                  : "");
         }
         k->failed = k->broken = true;
         conn_close(k);

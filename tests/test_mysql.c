@@ -2766,7 +2766,7 @@ static int server_settings_reset(void **state)
     server_signal("mariadb", SIGCONT);
     root_str(out, sizeof out,
              "SET GLOBAL max_statement_time = 0; SET GLOBAL wait_timeout = 28800; "
-             "ALTER USER 'dlock'@'127.0.0.1' WITH MAX_STATEMENT_TIME 0");
+             "ALTER USER 'dlock'@'127.0.0.1' WITH MAX_STATEMENT_TIME 0 MAX_USER_CONNECTIONS 0");
     return 0;
 }
 
@@ -2817,6 +2817,25 @@ static void test_server_statement_limit_user(void **state)
     char out[512];
     root_str(out, sizeof out, "ALTER USER 'dlock'@'127.0.0.1' WITH MAX_STATEMENT_TIME 0.3");
     statement_limit("the user's");
+}
+
+/* Issue 23, item 14: a server refusing a connection for the user's limit
+ * (max_user_connections) is a MySQL server that said why: the message is
+ * the server's, without "(is it a MySQL server?)", and the code says the
+ * backend is unavailable for now (exit 69), not a protocol error. */
+static void test_user_connection_limit_is_said(void **state)
+{
+    (void)state;
+    char out[512];
+    /* (the server counts the connections made while a limit is set) */
+    root_str(out, sizeof out, "ALTER USER 'dlock'@'127.0.0.1' WITH MAX_USER_CONNECTIONS 1");
+    dlock_client *c1 = open_url(my_url); /* its one pooled connection */
+    expect_open_fails(my_url, DLOCK_EUNREACHABLE, "max_user_connections reached");
+    const char *msg = dlock_client_errmsg(NULL);
+    assert_non_null(strstr(msg, "max_user_connections"));
+    if (strstr(msg, "is it a MySQL server"))
+        fail_msg("a MySQL server's own refusal called into doubt: %s", msg);
+    dlock_client_close(c1);
 }
 
 /* The server-side id of the connection a waiter of case wc waits on. */
@@ -3113,6 +3132,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_server_statement_limit_global, server_settings_reset),
         cmocka_unit_test_teardown(test_server_statement_limit_user, server_settings_reset),
         cmocka_unit_test(test_waiter_session_killed_waits_on),
+        cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),
         cmocka_unit_test(test_server_restart), /* last: every pool's connections die */
