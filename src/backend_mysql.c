@@ -30,6 +30,12 @@
  * closing our end alone would leave the server's thread queued in GET_LOCK
  * (the server does not look at an idle client's socket while it waits).
  *
+ * One name is one lock across the modes: a rowlock holder holds GET_LOCK
+ * of the name too, a lease taker draws its token only while nobody holds
+ * that GET_LOCK, and a getlock or rowlock grant gives itself back while a
+ * live row of the name is in the default lease table (lease_holds; the
+ * order of writes and reads makes a race safe, see there).
+ *
  * MariaDB Connector/C is loaded at run time (dl_load_library) and used only
  * through its non-blocking calls (the _start and _cont pairs), each driven
  * here by poll() against our own deadlines and the lock's cancel
@@ -227,6 +233,7 @@ typedef struct myclient {
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
+    char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
     char *sql_ddl[2];       /* the tables (kept: prepared statements are known by address) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
     char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
@@ -444,6 +451,7 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             cut_why(rc, why, wlen);
         } else {
             e = my.stmt_errno(st);
+            k->last_errno = e;
             rc = code_of_errno(e);
             snprintf(why, wlen, "%s", my.stmt_error(st));
         }
@@ -837,11 +845,10 @@ static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
 /* One statement on a pooled connection (autocommit), for the calls that
  * hold no connection of their own; once more on a new connection when a
  * pooled one turns out dead. */
-static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
-                     my_res *res, char *why, size_t wlen)
+static int pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
+                           int nargs, my_res *res, char *why, size_t wlen)
 {
     myclient *mc = mc_of(c);
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     memset(res, 0, sizeof *res);
     for (;;) {
         my_conn *k;
@@ -855,6 +862,13 @@ static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int n
             continue;
         return rc;
     }
+}
+
+static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
+                     my_res *res, char *why, size_t wlen)
+{
+    int64_t until = dl_now_ns() + (int64_t)mc_of(c)->op_timeout_ms * 1000000;
+    return pool_exec_until(c, until, sql, args, nargs, res, why, wlen);
 }
 
 /* ---- sessions that hold locks (getlock, rowlock) ---------------------------------- */
@@ -1066,16 +1080,80 @@ static bool session_ended(my_conn **kp, int rc, int64_t deadline_ns)
 }
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
-static int row_acquire(dlock_lock *l, int64_t deadline_ns);
+static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
 static int lease_release(dlock_lock *l);
 
+/* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
+ * lease-mode holder has the name in the default lease table. Read after
+ * our GET_LOCK, while a lease taker commits its row before it looks for a
+ * GET_LOCK (see build_sql): of two that race, at least one sees the
+ * other. 1 yes, 0 no (no lease table: none), or a code. */
+static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(l->name)};
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
+    int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
+    res_free(&r);
+    if (rc && !k->broken && k->last_errno == 1146) /* no such table */
+        return 0;
+    return rc ? rc : n > 0;
+}
+
+/* Let go of GET_LOCK of the name on k (a grant given back): k back to the
+ * pool, or closed (which lets go) if the release failed. */
+static void key_give_back(dlock_lock *l, my_conn *k)
+{
+    myclient *mc = mc_of(l->c);
+    char why[200];
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(((mylock *)l->bstate)->key)};
+    my_res r = {0};
+    if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why) != 0)
+        k->failed = true;
+    res_free(&r);
+    conn_put(mc, k);
+}
+
+static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
+
+/* getlock and rowlock: a grant found a lease-mode holder of the name (one
+ * name is one lock across modes), gave everything back, and asks again
+ * with backoff (the lease holder is not in the server's queue) until the
+ * deadline. */
 static int my_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     myclient *mc = mc_of(l->c);
     if (mc->mode == MODE_LEASE)
         return lease_acquire(l, deadline_ns);
-    if (mc->mode == MODE_ROWLOCK)
-        return row_acquire(l, deadline_ns);
+    int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    for (;;) {
+        bool lease_held = false;
+        int rc = mc->mode == MODE_ROWLOCK ? row_acquire(l, deadline_ns, &lease_held)
+                                          : get_acquire(l, deadline_ns, &lease_held);
+        if (!lease_held)
+            return rc;
+        atomic_store(&l->token, 0);
+        if (!time_left(deadline_ns))
+            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                               "lock \"%s\" is held in mode=lease (table dlock_lease): one name "
+                               "is one lock across modes",
+                               l->name);
+        int ms = backoff;
+        if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
+            ms = dl_ms_left(deadline_ns);
+        if (backoff < MY_LEASE_BACKOFF_MAX_MS)
+            backoff *= 2;
+        if (nap(ms, dl_cancel_fd(l)))
+            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
+    }
+}
+
+static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
+{
+    myclient *mc = mc_of(l->c);
     if (l->opts.kind != DLOCK_EXCLUSIVE)
         return dl_lock_err(l, DLOCK_ENOTSUP,
                            "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
@@ -1134,6 +1212,17 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
         conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
+    rc = lease_holds(l, k, why, sizeof why);
+    if (rc) {
+        if (rc < 0) {
+            k->failed = true;
+            conn_close(k); /* lets go of the GET_LOCK */
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        key_give_back(l, k);
+        *lease_held = true;
+        return 0;
+    }
     atomic_store(&l->token, (uint64_t)token);
     ml->conn = k;
     rc = watch_conn(l, k, why, sizeof why);
@@ -1168,7 +1257,14 @@ static int my_release(dlock_lock *l)
     int rc;
     bool was_held;
     if (mc->mode == MODE_ROWLOCK) {
-        rc = q_simple(k, 'c', until, why, sizeof why);
+        /* the name's GET_LOCK first (a getlock waiter may have it while the
+         * row is still ours), then the row */
+        my_arg a[] = {A_S(ml->key)};
+        my_res r = {0};
+        rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
+        res_free(&r);
+        if (!rc)
+            rc = q_simple(k, 'c', until, why, sizeof why);
         was_held = rc == 0;
     } else {
         my_arg a[] = {A_S(ml->key)};
@@ -1465,18 +1561,28 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why
 }
 
 /* The next token for name, from TABLE_token (or rowlock's), recording the
- * holder. conn: the holder's connection id (rowlock), or NULL. */
+ * holder. conn: the holder's connection id (rowlock), or NULL. Lease mode:
+ * *token 0 (and 0 returned) when the row just taken is no longer ours or a
+ * session-mode holder has the name (see build_sql). */
 static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *token,
                       char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    char key[MY_KEY_MAX + 1];
+    key_of("", l->name, key, sizeof key);
     my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
+    my_arg la[] = {A_S(mc->holder), A_S(l->name), A_I(ml->slot), A_S(l->owner), A_S(key)};
+    bool lease = mc->mode == MODE_LEASE;
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
+    int rc = q_exec(k, mc->sql_draw, lease ? la : a, lease ? 5 : 3, &r, until, -1, why, wlen);
     *token = r.insert_id;
+    bool drew = r.affected > 0;
     res_free(&r);
-    if (!rc && *token == 0) {
+    if (!rc && lease && !drew)
+        *token = 0;
+    else if (!rc && *token == 0) {
         snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
         rc = DLOCK_EPROTO;
     }
@@ -1506,6 +1612,8 @@ static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     return 0;
 }
 
+static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected);
+
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     myclient *mc = mc_of(l->c);
@@ -1520,7 +1628,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     my_conn *k = NULL;
     int64_t start = 0;
     int rc = 0, took = 0, early = 0;
-    bool queued = false, try_now = true;
+    bool queued = false, try_now = true, other_mode = false;
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
     my_res r = {0};
     for (;;) {
@@ -1534,6 +1642,19 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             try_now = false;
             start = dl_now_ns();
             took = lease_try_slots(l, k, why, sizeof why);
+            if (took == 1) {
+                uint64_t token = 0;
+                rc = draw_token(l, k, NULL, &token, why, sizeof why);
+                atomic_store(&l->token, token);
+                if (rc || token == 0) {
+                    /* overtaken, or a getlock or rowlock holder has the
+                     * name (see build_sql): give the row back; held */
+                    unsigned long long gave = 0;
+                    if (lease_row(l, mc->sql_lease_free, false, &gave) == 0 && gave && !rc)
+                        other_mode = true;
+                    took = rc ? rc : 0;
+                }
+            }
             if (took < 0 && session_ended(&k, took, deadline_ns)) {
                 rc = retry_pause(deadline_ns, cancel);
                 if (rc)
@@ -1609,16 +1730,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                                       "(stopped? overloaded?)");
         }
     }
-    if (took == 1) {
-        /* the lease counts from before the take that succeeded */
+    if (took == 1) /* the lease counts from before the take that succeeded */
         l->lease_start_ns = start;
-        uint64_t token = 0;
-        rc = draw_token(l, k, NULL, &token, why, sizeof why);
-        if (!rc)
-            atomic_store(&l->token, token);
-        else
-            (void)lease_release(l);
-    }
     if (queued && k && !k->failed) {
         my_arg a[] = {A_S(ml->key)};
         int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
@@ -1629,6 +1742,12 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     conn_put(mc, k);
     if (took == 1 && !rc)
         return 0;
+    if ((rc == 0 || rc == DLOCK_ETIMEDOUT) && other_mode)
+        return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                           "lock \"%s\" is held in mode=getlock or mode=rowlock (or by a "
+                           "program's own GET_LOCK of the name): one name is one lock across "
+                           "modes",
+                           l->name);
     if (rc == 0 || rc == DLOCK_ETIMEDOUT)
         return not_taken(l, deadline_ns, early);
     if (rc == DLOCK_ECANCELED)
@@ -1650,7 +1769,10 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
     a[n++] = A_I(ml->slot);
     a[n++] = A_S(l->owner);
     my_res r = {0};
-    int rc = pool_exec(l->c, sql, a, n, &r, why, sizeof why);
+    /* cut to the caller's bound: an acquisition's deadline, a renewal's
+     * loss */
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int rc = pool_exec_until(l->c, until, sql, a, n, &r, why, sizeof why);
     *affected = r.affected;
     res_free(&r);
     if (rc)
@@ -1728,7 +1850,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
  * (for dlock break) and the leader's value.
  */
 
-static int row_acquire(dlock_lock *l, int64_t deadline_ns)
+static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
@@ -1804,6 +1926,61 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (rc)
         return take_failed(l, deadline_ns, k, rc, why, early);
+    /* The row is ours. A rowlock holder holds GET_LOCK of the name too, as
+     * a getlock holder does: the two modes are one lock (and lease mode
+     * sees both, see build_sql). Waited for with the row held: behind a
+     * getlock holder, or a program's own GET_LOCK of the name. */
+    for (;;) {
+        my_arg ka[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
+        rc = q_exec(k, mc->sql_queue, ka, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+                    sizeof why);
+        bool got = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
+        res_free(&r);
+        if (got)
+            break;
+        if (rc && k->broken && rc != DLOCK_EUNREACHABLE)
+            return wait_cut(l, deadline_ns, k, rc, early); /* its end frees the row */
+        if ((rc == 0 || interrupted(k)) && time_left(deadline_ns)) {
+            early++; /* GET_LOCK's NULL, or the statement interrupted */
+            rc = retry_pause(deadline_ns, cancel);
+            if (!rc)
+                continue;
+        }
+        if (rc == 0) { /* GET_LOCK's 0: the wait ran out */
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            if (q_simple(k, 'r', until, why, sizeof why) != 0)
+                k->failed = true;
+            conn_put(mc, k);
+            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                               "lock \"%s\" is held in mode=getlock (or by a program's own "
+                               "GET_LOCK of the name): one name is one lock across modes",
+                               l->name);
+        }
+        k->failed = true;
+        conn_close(k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
+    rc = lease_holds(l, k, why, sizeof why);
+    if (rc) {
+        if (rc > 0) { /* give the name's GET_LOCK and the row back */
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            my_arg ka[] = {A_S(ml->key)};
+            if (q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
+                q_simple(k, 'r', until, why, sizeof why) != 0)
+                k->failed = true;
+            res_free(&r);
+            conn_put(mc, k);
+            *lease_held = true;
+            return 0;
+        }
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
     /* ours: the token, on another connection, so that it is committed now */
     char id[24];
     snprintf(id, sizeof id, "%lu", k->id);
@@ -1969,12 +2146,27 @@ static int build_sql(myclient *mc)
         "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
         "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
         "l.since", tk, t);
-    /* lease, rowlock: tokens */
-    mc->sql_draw = fmt_alloc(
-        "INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, LAST_INSERT_ID(1), "
-        "?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), "
-        "holder = VALUES(holder), since = VALUES(since), conn = VALUES(conn), value = NULL",
-        tk);
+    /* lease, rowlock: tokens. lease: only while the row just taken is
+     * still ours and unexpired, and no session-mode holder (getlock,
+     * rowlock: GET_LOCK of the name) has the name — read with the row's
+     * shared lock (INSERT ... SELECT), so that nobody can take the row
+     * over before the token is committed: tokens rise with grants, and a
+     * take that was overtaken (its process paused between the take and the
+     * draw) draws nothing. */
+    mc->sql_draw =
+        mc->mode == MODE_LEASE
+            ? fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) SELECT l.name, "
+                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), NULL, NULL FROM %s AS l WHERE "
+                        "l.name = ? AND l.slot = ? AND l.owner = ? AND l.expires >= "
+                        "UTC_TIMESTAMP(6) AND IS_FREE_LOCK(?) = 1 ON DUPLICATE KEY UPDATE "
+                        "%s.token = LAST_INSERT_ID(%s.token + 1), %s.holder = VALUES(holder), "
+                        "%s.since = VALUES(since), %s.conn = NULL, %s.value = NULL",
+                        tk, t, tk, tk, tk, tk, tk, tk)
+            : fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, "
+                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE "
+                        "token = LAST_INSERT_ID(token + 1), holder = VALUES(holder), since = "
+                        "VALUES(since), conn = VALUES(conn), value = NULL",
+                        tk);
     /* rowlock */
     mc->sql_row_lock = fmt_alloc(
         "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
@@ -1988,6 +2180,9 @@ static int build_sql(myclient *mc)
     mc->sql_row_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND token = ?", tk);
     mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ?", tk);
     mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
+    /* getlock, rowlock: live lease-mode holders of a name (see lease_holds) */
+    mc->sql_lease_live = fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
+                                   "expires >= UTC_TIMESTAMP(6)");
     mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
                                      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
     return mc->sql_take && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
@@ -1996,7 +2191,7 @@ static int build_sql(myclient *mc)
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
                    mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
-                   mc->sql_table_exists
+                   mc->sql_lease_live && mc->sql_table_exists
                ? 0
                : -1;
 }
@@ -2017,7 +2212,7 @@ static void mc_free(myclient *mc)
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
-                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue,
+                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_table_exists};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)

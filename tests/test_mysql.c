@@ -2819,6 +2819,56 @@ static void test_server_statement_limit_user(void **state)
     statement_limit("the user's");
 }
 
+/* Item 11 of issue 23: a name held in one mode was granted at once to the
+ * other modes' clients — a fleet half-way through moving from one mode to
+ * another had two holders. One name is one lock across modes (lease mode's
+ * default table): while one mode holds it, every other mode's try is busy
+ * and its waiter waits, and takes it once the holder lets go. */
+static void test_one_name_one_lock_across_modes(void **state)
+{
+    (void)state;
+    for (int a = 0; a < NMODES; a++) {
+        for (int b = 0; b < NMODES; b++) {
+            if (a == b)
+                continue;
+            char name[64];
+            unique(name, sizeof name, "modes");
+            dlock_client *ca = open_url(mode_url[a]), *cb = open_url(mode_url[b]);
+            dlock_lock *ha = mk(ca, name, NULL, NULL), *hb = mk(cb, name, NULL, NULL);
+            acquire_ok(ha, 0);
+            int rc = dlock_acquire(hb, 0);
+            fprintf(stderr, "# %s holds, a %s try: %s: %s\n", mode_name[a], mode_name[b],
+                    dlock_err_name(rc), dlock_lock_errmsg(hb));
+            if (rc != DLOCK_EBUSY)
+                fail_msg("\"%s\" held in mode=%s, a try in mode=%s: %s: %s", name,
+                         mode_name[a], mode_name[b], dlock_err_name(rc), dlock_lock_errmsg(hb));
+            struct waiter ws;
+            waiter_start(&ws, hb, 8000, false);
+            sleep_ms(300);
+            if (dlock_state(hb) != DLOCK_STATE_WAITING)
+                fail_msg("%s waiter on a name held in mode=%s: no longer waiting (%d)",
+                         mode_name[b], mode_name[a], (int)dlock_state(hb));
+            assert_int_equal(dlock_release(ha), 0);
+            rc = waiter_join(&ws);
+            if (rc != 0)
+                fail_msg("%s waiter after the %s holder let go: %s: %s", mode_name[b],
+                         mode_name[a], dlock_err_name(rc), dlock_lock_errmsg(hb));
+            /* and the other way */
+            rc = dlock_acquire(ha, 0);
+            if (rc != DLOCK_EBUSY)
+                fail_msg("\"%s\" held in mode=%s, a try in mode=%s: %s: %s", name,
+                         mode_name[b], mode_name[a], dlock_err_name(rc), dlock_lock_errmsg(ha));
+            assert_int_equal(dlock_release(hb), 0);
+            acquire_ok(ha, 2000);
+            assert_int_equal(dlock_release(ha), 0);
+            dlock_lock_free(hb);
+            dlock_lock_free(ha);
+            dlock_client_close(cb);
+            dlock_client_close(ca);
+        }
+    }
+}
+
 /* Issue 23, item 14: a server refusing a connection for the user's limit
  * (max_user_connections) is a MySQL server that said why: the message is
  * the server's, without "(is it a MySQL server?)", and the code says the
@@ -3132,6 +3182,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_server_statement_limit_global, server_settings_reset),
         cmocka_unit_test_teardown(test_server_statement_limit_user, server_settings_reset),
         cmocka_unit_test(test_waiter_session_killed_waits_on),
+        cmocka_unit_test(test_one_name_one_lock_across_modes),
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),
