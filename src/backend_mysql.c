@@ -794,6 +794,30 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
     return rc;
 }
 
+/* Make sure an idle autocommit connection is in the pool (made within
+ * until_ns if none is): a rowlock wait that runs out is cut by us and must
+ * be killed within the deadline's margin, which leaves no time to connect
+ * for the KILL. Best effort: without one the KILL connects (see
+ * conn_abandon). */
+static void conn_put(myclient *mc, my_conn *k);
+static void conn_spare(myclient *mc, int64_t until_ns)
+{
+    pthread_mutex_lock(&mc->mu);
+    bool have = false;
+    for (my_conn *k = mc->idle; k && !have; k = k->next)
+        have = !k->txn;
+    pthread_mutex_unlock(&mc->mu);
+    if (have)
+        return;
+    char why[200];
+    my_conn *k;
+    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < bound)
+        bound = until_ns;
+    if (conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
+        conn_put(mc, k);
+}
+
 /* Give a connection back to the pool (or close it). */
 static void conn_put(myclient *mc, my_conn *k)
 {
@@ -1871,6 +1895,8 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
             rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            if (deadline_ns > 0)
+                conn_spare(mc, hard_bound(l));
         }
         if (k->lock_wait_s != wait_s) {
             my_arg a[] = {A_I(wait_s)};
