@@ -186,6 +186,7 @@ static void my_load(void)
 #define MY_SESSION_MYSQL                                                                     \
     "SET SESSION max_execution_time = 0, wait_timeout = " MY_IDLE_MAX_S
 #define MY_KILL_ROOM_MS 50  /* of the deadline's margin, kept for KILL of a wait cut short */
+#define MY_SILENT_MS 500    /* a take unanswered this long: the server is not answering */
 #define MY_RETRY_PAUSE_MS 20 /* between a waiter's retries after the server ended its wait */
 #define MY_LEASE_BACKOFF_MIN_MS 2
 #define MY_LEASE_BACKOFF_MAX_MS 50
@@ -796,9 +797,9 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
 
 /* Make sure an idle autocommit connection is in the pool (made within
  * until_ns if none is): a rowlock wait that runs out is cut by us and must
- * be killed within the deadline's margin, which leaves no time to connect
- * for the KILL. Best effort: without one the KILL connects (see
- * conn_abandon). */
+ * be killed within the deadline's margin, which leaves little time to
+ * connect for the KILL (under valgrind, none). Best effort: without one the
+ * KILL connects (see conn_abandon). */
 static void conn_put(myclient *mc, my_conn *k);
 static void conn_spare(myclient *mc, int64_t until_ns)
 {
@@ -1747,8 +1748,11 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (took < 0) {
         rc = took;
-        /* a take is no wait: one our bound cut found the server silent */
-        if (rc == DLOCK_ETIMEDOUT && k && k->broken) {
+        /* a take is no wait: one our bound cut after it had long gone
+         * unanswered found the server silent (a shorter one, near the
+         * deadline, is only out of time) */
+        if (rc == DLOCK_ETIMEDOUT && k && k->broken &&
+            dl_now_ns() - start >= (int64_t)MY_SILENT_MS * 1000000) {
             rc = DLOCK_EUNREACHABLE;
             snprintf(why, sizeof why, "the server did not answer a take of the lease in time "
                                       "(stopped? overloaded?)");
@@ -1768,9 +1772,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         return 0;
     if ((rc == 0 || rc == DLOCK_ETIMEDOUT) && other_mode)
         return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                           "lock \"%s\" is held in mode=getlock or mode=rowlock (or by a "
-                           "program's own GET_LOCK of the name): one name is one lock across "
-                           "modes",
+                           "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
+                           "mode=rowlock, or a program's own GET_LOCK): one name is one lock "
+                           "across modes",
                            l->name);
     if (rc == 0 || rc == DLOCK_ETIMEDOUT)
         return not_taken(l, deadline_ns, early);
@@ -1895,8 +1899,8 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
             rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-            if (deadline_ns > 0)
-                conn_spare(mc, hard_bound(l));
+            if (deadline_ns > 0) /* at most half the wait's time */
+                conn_spare(mc, dl_now_ns() + (int64_t)dl_ms_left(deadline_ns) * 500000);
         }
         if (k->lock_wait_s != wait_s) {
             my_arg a[] = {A_I(wait_s)};
@@ -1979,8 +1983,9 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
                 k->failed = true;
             conn_put(mc, k);
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                               "lock \"%s\" is held in mode=getlock (or by a program's own "
-                               "GET_LOCK of the name): one name is one lock across modes",
+                               "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
+                               "mode=rowlock on another table, or a program's own GET_LOCK): "
+                               "one name is one lock across modes",
                                l->name);
         }
         k->failed = true;
