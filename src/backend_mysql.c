@@ -999,13 +999,16 @@ static int64_t hard_bound(const dlock_lock *l)
 
 /* The bound of a request that waits on the server until deadline_ns: the
  * hard bound less the room a KILL of the wait needs, should its answer not
- * come; none for forever. */
+ * come; none for forever. A try (which the server answers at once) has
+ * half the op timeout: a loaded machine's slow answer is no reason to
+ * call the lock busy. */
 static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
 {
     if (deadline_ns < 0)
         return -1;
-    return l->op_deadline_ns > 0 ? l->op_deadline_ns - (int64_t)MY_KILL_ROOM_MS * 1000000
-                                 : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
+    if (deadline_ns == 0)
+        return dl_now_ns() + (int64_t)mc_of(l->c)->op_timeout_ms * 500000;
+    return l->op_deadline_ns - (int64_t)MY_KILL_ROOM_MS * 1000000;
 }
 
 /* Whether a wait until deadline_ns has time left (a try has none). */
