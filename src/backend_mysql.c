@@ -1897,6 +1897,7 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     my_conn *k = NULL;
     my_res r = {0};
     int rc, early = 0;
+again: /* (the session ended while we waited for the name's GET_LOCK) */
     for (int attempt = 0;; attempt++) {
         if (!k) {
             rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
@@ -1973,6 +1974,12 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
             break;
         if (rc && k->broken && rc != DLOCK_EUNREACHABLE)
             return wait_cut(l, deadline_ns, k, rc, early); /* its end frees the row */
+        if (rc && session_ended(&k, rc, deadline_ns)) { /* the row went with it */
+            rc = retry_pause(deadline_ns, cancel);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            goto again;
+        }
         if ((rc == 0 || interrupted(k)) && time_left(deadline_ns)) {
             early++; /* GET_LOCK's NULL, or the statement interrupted */
             rc = retry_pause(deadline_ns, cancel);

@@ -2948,6 +2948,38 @@ static void test_waiter_session_killed_waits_on(void **state)
     }
 }
 
+/* The same for a rowlock waiter killed while it waits, its row taken, for
+ * the name's GET_LOCK behind a getlock holder (one name, one lock): it
+ * takes its row again and waits on. */
+static void test_rowlock_waiter_behind_getlock_killed_waits_on(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "row-behind-get");
+    dlock_client *cg = open_url(mode_url[M_GET]), *cr = open_url(mode_url[M_ROW]);
+    dlock_lock *h = mk(cg, name, NULL, NULL), *w = mk(cr, name, NULL, NULL);
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, 8000, false);
+    sleep_ms(300);
+    long long id = waiting_conn(W_GET, name); /* in GET_LOCK: state "User lock" */
+    kill_conn(id);
+    sleep_ms(500);
+    assert_int_equal(dlock_state(w), DLOCK_STATE_WAITING);
+    assert_int_equal(dlock_release(h), 0);
+    int rc = waiter_join(&ws);
+    fprintf(stderr, "# rowlock waiter behind getlock, connection %lld killed: then %s: %s\n", id,
+            dlock_err_name(rc), dlock_lock_errmsg(w));
+    if (rc != 0)
+        fail_msg("the rowlock waiter whose connection was killed: %s: %s", dlock_err_name(rc),
+                 dlock_lock_errmsg(w));
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(cr);
+    dlock_client_close(cg);
+}
+
 /* Item 8 of issue 23: the server's wait_timeout ended a getlock or
  * rowlock holder's idle session (the holder told, exit 75, every job
  * longer than the limit failed). dlock's sessions set their own. */
@@ -3182,6 +3214,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_server_statement_limit_global, server_settings_reset),
         cmocka_unit_test_teardown(test_server_statement_limit_user, server_settings_reset),
         cmocka_unit_test(test_waiter_session_killed_waits_on),
+        cmocka_unit_test(test_rowlock_waiter_behind_getlock_killed_waits_on),
         cmocka_unit_test(test_one_name_one_lock_across_modes),
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
