@@ -235,7 +235,8 @@ typedef struct myclient {
     char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
-    char *sql_ddl[2];       /* the tables (kept: prepared statements are known by address) */
+    char *sql_ddl[3];       /* the tables (kept: prepared statements are known by address) */
+    atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
     char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
     char *sql_table_exists;
@@ -795,12 +796,27 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
     return rc;
 }
 
+/* Give a connection back to the pool (or close it). */
+static void conn_put(myclient *mc, my_conn *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&mc->mu);
+    if (mc->nidle < MY_POOL_IDLE_MAX && !mc->stopping && !k->failed) {
+        k->next = mc->idle;
+        mc->idle = k;
+        mc->nidle++;
+        k = NULL;
+    }
+    pthread_mutex_unlock(&mc->mu);
+    conn_close(k);
+}
+
 /* Make sure an idle autocommit connection is in the pool (made within
  * until_ns if none is): a rowlock wait that runs out is cut by us and must
  * be killed within the deadline's margin, which leaves little time to
  * connect for the KILL (under valgrind, none). Best effort: without one the
  * KILL connects (see conn_abandon). */
-static void conn_put(myclient *mc, my_conn *k);
 static void conn_spare(myclient *mc, int64_t until_ns)
 {
     pthread_mutex_lock(&mc->mu);
@@ -817,22 +833,6 @@ static void conn_spare(myclient *mc, int64_t until_ns)
         bound = until_ns;
     if (conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
         conn_put(mc, k);
-}
-
-/* Give a connection back to the pool (or close it). */
-static void conn_put(myclient *mc, my_conn *k)
-{
-    if (!k)
-        return;
-    pthread_mutex_lock(&mc->mu);
-    if (mc->nidle < MY_POOL_IDLE_MAX && !mc->stopping && !k->failed) {
-        k->next = mc->idle;
-        mc->idle = k;
-        mc->nidle++;
-        k = NULL;
-    }
-    pthread_mutex_unlock(&mc->mu);
-    conn_close(k);
 }
 
 /* A statement that may still run on the server (a lock wait we gave up
@@ -862,7 +862,8 @@ static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
     my_res r = {0};
     int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
     res_free(&r);
-    bool told = rc == 0 || o->last_errno == 1094; /* 1094 unknown thread: it had ended */
+    /* 1094 unknown thread: it had ended already */
+    bool told = rc == 0 || (!o->broken && o->last_errno == 1094);
     conn_put(mc, o);
     return told;
 }
@@ -1115,18 +1116,25 @@ static int lease_release(dlock_lock *l);
  * lease-mode holder has the name in the default lease table. Read after
  * our GET_LOCK, while a lease taker commits its row before it looks for a
  * GET_LOCK (see build_sql): of two that race, at least one sees the
- * other. 1 yes, 0 no (no lease table: none), or a code. */
+ * other. 1 yes, 0 no (or no lease table this client may read: none), or
+ * a code. */
 static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
+    if (atomic_load(&mc->lease_live_off))
+        return 0;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
     my_arg a[] = {A_S(l->name)};
     my_res r = {0};
     int rc = q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
     int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
     res_free(&r);
-    if (rc && !k->broken && k->last_errno == 1146) /* no such table */
+    if (rc && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
+        /* dropped since, or not ours to read: no lease holder to see; not
+         * asked again (a refused statement stays on its connection) */
+        atomic_store(&mc->lease_live_off, true);
         return 0;
+    }
     return rc ? rc : n > 0;
 }
 
@@ -2254,7 +2262,8 @@ static void mc_free(myclient *mc)
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
                   &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
-                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_table_exists};
+                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2],
+                  &mc->sql_table_exists};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)
             explicit_bzero(mc->password, strlen(mc->password));
@@ -2270,6 +2279,10 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
 {
     const char *holder_cols = "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), "
                               "value VARBINARY(1000)";
+    static const char *const lease_ddl =
+        "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "
+        "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "
+        "(name, slot)) ENGINE=InnoDB";
     char **ddl = mc->sql_ddl;
     if (mc->mode == MODE_GETLOCK) {
         ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
@@ -2278,26 +2291,32 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
                            "ENGINE=InnoDB",
                            mc->table, holder_cols);
     } else {
-        ddl[0] = fmt_alloc(
-            mc->mode == MODE_LEASE
-                ? "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT "
-                  "NULL, owner CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT "
-                  "NULL, %s, PRIMARY KEY (name, slot)) ENGINE=InnoDB"
-                : "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY KEY%s) "
-                  "ENGINE=InnoDB",
-            mc->table, mc->mode == MODE_LEASE ? holder_cols : "");
+        ddl[0] = mc->mode == MODE_LEASE
+                     ? fmt_alloc(lease_ddl, mc->table, holder_cols)
+                     : fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
+                                 "PRIMARY KEY) ENGINE=InnoDB",
+                                 mc->table);
         ddl[1] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
                            "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
                            "ENGINE=InnoDB",
                            mc->tokens, holder_cols);
     }
-    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) ? 0 : DLOCK_ENOMEM;
+    /* getlock and rowlock: the default lease table too, which their grants
+     * read (one name, one lock across modes: lease_holds) */
+    if (mc->mode != MODE_LEASE)
+        ddl[2] = fmt_alloc(lease_ddl, "`dlock_lease`", holder_cols);
+    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) && (mc->mode == MODE_LEASE || ddl[2])
+                 ? 0
+                 : DLOCK_ENOMEM;
     int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
-    for (int i = 0; i < 2 && !rc && ddl[i]; i++) {
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!ddl[i])
+            continue;
+        const char *bare = i == 0 ? mc->table_bare : i == 1 ? mc->tokens_bare : "dlock_lease";
         my_res r = {0};
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
-        my_arg t[] = {A_S(i ? mc->tokens_bare : mc->table_bare)};
+        my_arg t[] = {A_S(bare)};
         rc = q_exec(k, mc->sql_table_exists, t, 1, &r, until, -1, why, wlen);
         bool exists = rc == 0 && r.nrows == 1;
         res_free(&r);
@@ -2309,7 +2328,13 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
             if (rc != DLOCK_EPROTO || k->broken)
                 break;
         }
-        if (rc == DLOCK_EPERM) {
+        if (i == 2 && rc && !k->broken) {
+            /* not ours to make: then there is no lease holder to see (a
+             * lease client of another user that makes it later is not
+             * seen by this client: see docs/mysql.md) */
+            atomic_store(&mc->lease_live_off, true);
+            rc = 0;
+        } else if (rc == DLOCK_EPERM) {
             char line[200];
             snprintf(line, sizeof line, "%.190s", why);
             snprintf(why, wlen,
