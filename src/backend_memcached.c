@@ -1090,6 +1090,14 @@ static bool prefix_ok(const char *p)
 
 static int mc_client_open(dlock_client *c, const dl_url *u)
 {
+    /* memcached's text protocol has no log-in (SASL needs the binary one,
+     * which dlock does not speak): credentials would be silently ignored */
+    if (u->user || u->password)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: memcached takes no user name or password (dlock speaks the "
+                             "text protocol, which has no authentication): remove "
+                             "\"user:password@\", and keep the servers on a private network",
+                             u->redacted);
     const char *prefix = dl_url_param(u, "prefix");
     if (!prefix)
         prefix = "dlock:";

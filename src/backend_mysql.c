@@ -30,6 +30,12 @@
  * closing our end alone would leave the server's thread queued in GET_LOCK
  * (the server does not look at an idle client's socket while it waits).
  *
+ * One name is one lock across the modes: a rowlock holder holds GET_LOCK
+ * of the name too, a lease taker draws its token only while nobody holds
+ * that GET_LOCK, and a getlock or rowlock grant gives itself back while a
+ * live row of the name is in the default lease table (lease_holds; the
+ * order of writes and reads makes a race safe, see there).
+ *
  * MariaDB Connector/C is loaded at run time (dl_load_library) and used only
  * through its non-blocking calls (the _start and _cont pairs), each driven
  * here by poll() against our own deadlines and the lock's cancel
@@ -167,6 +173,21 @@ static void my_load(void)
 #define MY_PREPARED_MAX 32  /* statements a connection keeps prepared */
 #define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
 #define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
+/* Our sessions' own limits (see conn_open): no statement time limit
+ * (MariaDB's max_statement_time, MySQL's max_execution_time), no idle
+ * limit short of a year (wait_timeout's maximum), and no end for an idle
+ * open transaction (MariaDB's idle_*_transaction_timeout: rowlock holds
+ * one). */
+#define MY_IDLE_MAX_S "31536000"
+#define MY_SESSION_MARIADB                                                                   \
+    "SET SESSION max_statement_time = 0, wait_timeout = " MY_IDLE_MAX_S ", "                \
+    "idle_transaction_timeout = 0, idle_write_transaction_timeout = 0, "                     \
+    "idle_readonly_transaction_timeout = 0"
+#define MY_SESSION_MYSQL                                                                     \
+    "SET SESSION max_execution_time = 0, wait_timeout = " MY_IDLE_MAX_S
+#define MY_KILL_ROOM_MS 50  /* of the deadline's margin, kept for KILL of a wait cut short */
+#define MY_SILENT_MS 500    /* a take unanswered this long: the server is not answering */
+#define MY_RETRY_PAUSE_MS 20 /* between a waiter's retries after the server ended its wait */
 #define MY_LEASE_BACKOFF_MIN_MS 2
 #define MY_LEASE_BACKOFF_MAX_MS 50
 
@@ -213,7 +234,9 @@ typedef struct myclient {
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
-    char *sql_ddl[2];       /* the tables (kept: prepared statements are known by address) */
+    char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
+    char *sql_ddl[3];       /* the tables (kept: prepared statements are known by address) */
+    atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
     char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
     char *sql_table_exists;
@@ -289,6 +312,9 @@ static int code_of_errno(unsigned e)
     case 1205: /* lock wait timeout (and NOWAIT) */
     case 3572: /* MySQL: NOWAIT */
         return DLOCK_ETIMEDOUT;
+    case 1040: /* too many connections */
+    case 1203: /* max_user_connections */
+    case 1226: /* a user's resource limit (max_user_connections, per hour) */
     case 1053: /* server shutdown in progress */
     case 1927: /* connection killed */
     case 2002: /* can't connect (socket) */
@@ -427,6 +453,7 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             cut_why(rc, why, wlen);
         } else {
             e = my.stmt_errno(st);
+            k->last_errno = e;
             rc = code_of_errno(e);
             snprintf(why, wlen, "%s", my.stmt_error(st));
         }
@@ -514,7 +541,7 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         k->last_errno = e;
         rc = code_of_errno(e);
         snprintf(why, wlen, "%s", my.stmt_error(st));
-        if (e >= 2000 || e == 0)
+        if (e >= 2000 || e == 0 || rc == DLOCK_EUNREACHABLE) /* killed, shutting down */
             k->failed = k->broken = true;
         return rc;
     }
@@ -675,15 +702,33 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
         } else {
             unsigned e = my.err_no(k->m);
             rc = code_of_errno(e);
-            /* an answer that is not MySQL's handshake, or TLS that failed */
-            if (e == 2026 || rc == DLOCK_EPROTO)
+            /* an answer that is not MySQL's handshake, or TLS that failed;
+             * a server's own error (below 2000) is MySQL's answer */
+            if (e == 2026)
                 rc = DLOCK_EPROTO;
             snprintf(why, wlen, "%s%s", my.error(k->m),
-                     rc == DLOCK_EPROTO && e != 2026 ? " (is it a MySQL server?)" : "");
+                     rc == DLOCK_EPROTO && e >= 2000 && e != 2026 ? " (is it a MySQL server?)"
+                                                                  : "");
         }
         k->failed = k->broken = true;
         conn_close(k);
         return rc;
+    }
+    /* The server's limits are for other programs' statements: a lock wait
+     * may last as long as its caller asked, and a held session (getlock,
+     * rowlock) may sit idle as long as its holder runs. A server that
+     * refuses a setting (an older one, without the variable) keeps its
+     * own, and the waits then say how the server ended them. */
+    const char *info = my.server_info(k->m);
+    my_res r = {0};
+    char swhy[200];
+    rc = q_exec(k, info && strstr(info, "MariaDB") ? MY_SESSION_MARIADB : MY_SESSION_MYSQL, NULL,
+                0, &r, until_ns, cancel_fd, swhy, sizeof swhy);
+    res_free(&r);
+    if (rc && k->broken) {
+        snprintf(why, wlen, "setting the session's limits: %s", swhy);
+        conn_close(k);
+        return rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
     }
     int fd = (int)my.get_socket(k->m);
     int idle = 2, intvl = 1, cnt = 3, on = 1;
@@ -767,38 +812,69 @@ static void conn_put(myclient *mc, my_conn *k)
     conn_close(k);
 }
 
+/* Make sure an idle autocommit connection is in the pool (made within
+ * until_ns if none is): a rowlock wait that runs out is cut by us and must
+ * be killed within the deadline's margin, which leaves little time to
+ * connect for the KILL (under valgrind, none). Best effort: without one the
+ * KILL connects (see conn_abandon). */
+static void conn_spare(myclient *mc, int64_t until_ns)
+{
+    pthread_mutex_lock(&mc->mu);
+    bool have = false;
+    for (my_conn *k = mc->idle; k && !have; k = k->next)
+        have = !k->txn;
+    pthread_mutex_unlock(&mc->mu);
+    if (have)
+        return;
+    char why[200];
+    my_conn *k;
+    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < bound)
+        bound = until_ns;
+    if (conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
+        conn_put(mc, k);
+}
+
 /* A statement that may still run on the server (a lock wait we gave up
- * on): kill k's server thread from another connection, bounded, then
- * close k. Killing the connection, not only the query, also lets go of a
- * lock granted in the very moment we gave up. */
-static void conn_abandon(myclient *mc, my_conn *k)
+ * on): kill k's server thread from another connection, then close k.
+ * Killing the connection, not only the query, also lets go of a lock
+ * granted in the very moment we gave up. Every step ends by until_ns (-1:
+ * the op timeout), the caller's promise: a server that cannot be told in
+ * time (stopped, silent) finds k closed when it next looks, and a wait
+ * left queued there ends at its own timeout (the deadline, for a timed
+ * wait) or when its reply meets the closed socket. Whether the KILL was
+ * delivered. */
+static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
 {
     if (!k)
-        return;
+        return false;
     unsigned long id = k->id;
     k->failed = k->broken = true;
     conn_close(k);
+    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    if (until_ns >= 0 && until_ns < until)
+        until = until_ns;
     char why[200];
     my_conn *o;
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     if (conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
-        return; /* the server ends it when it next looks at the socket */
+        return false;
     my_arg a[] = {A_I(id)};
     my_res r = {0};
     int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
     res_free(&r);
-    (void)rc; /* 1094 unknown thread: it had ended already */
+    /* 1094 unknown thread: it had ended already */
+    bool told = rc == 0 || (!o->broken && o->last_errno == 1094);
     conn_put(mc, o);
+    return told;
 }
 
 /* One statement on a pooled connection (autocommit), for the calls that
  * hold no connection of their own; once more on a new connection when a
  * pooled one turns out dead. */
-static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
-                     my_res *res, char *why, size_t wlen)
+static int pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
+                           int nargs, my_res *res, char *why, size_t wlen)
 {
     myclient *mc = mc_of(c);
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
     memset(res, 0, sizeof *res);
     for (;;) {
         my_conn *k;
@@ -812,6 +888,13 @@ static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int n
             continue;
         return rc;
     }
+}
+
+static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
+                     my_res *res, char *why, size_t wlen)
+{
+    int64_t until = dl_now_ns() + (int64_t)mc_of(c)->op_timeout_ms * 1000000;
+    return pool_exec_until(c, until, sql, args, nargs, res, why, wlen);
 }
 
 /* ---- sessions that hold locks (getlock, rowlock) ---------------------------------- */
@@ -908,54 +991,205 @@ static double wait_seconds(int64_t deadline_ns)
     return dl_ms_left(deadline_ns) / 1000.0;
 }
 
+/* The acquisition's hard bound (the deadline plus the margin), -1 for a
+ * try or a wait without bound (then each step has the op timeout). */
+static int64_t hard_bound(const dlock_lock *l)
+{
+    return l->op_deadline_ns > 0 ? l->op_deadline_ns : -1;
+}
+
 /* The bound of a request that waits on the server until deadline_ns: the
- * lock's hard bound (the deadline plus the margin), none for forever. */
+ * hard bound less the room a KILL of the wait needs, should its answer not
+ * come; none for forever. A try (which the server answers at once) has
+ * half the op timeout: a loaded machine's slow answer is no reason to
+ * call the lock busy. */
 static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
 {
     if (deadline_ns < 0)
         return -1;
-    return l->op_deadline_ns > 0 ? l->op_deadline_ns
-                                 : dl_now_ns() + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000;
+    if (deadline_ns == 0)
+        return dl_now_ns() + (int64_t)mc_of(l->c)->op_timeout_ms * 500000;
+    return l->op_deadline_ns - (int64_t)MY_KILL_ROOM_MS * 1000000;
 }
 
-/* A lock someone else holds: busy for a try, else the wait ran out. */
-static int not_taken(dlock_lock *l, int64_t deadline_ns)
+/* Whether a wait until deadline_ns has time left (a try has none). */
+static bool time_left(int64_t deadline_ns)
+{
+    return deadline_ns < 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) > 0);
+}
+
+/* A statement the server interrupted without ending the session: KILL
+ * QUERY, or a statement time limit (MariaDB's max_statement_time, MySQL's
+ * max_execution_time) that our session's own setting did not lift. */
+static bool interrupted(const my_conn *k)
+{
+    return !k->broken && (k->last_errno == 1317 || k->last_errno == 1969 ||
+                          k->last_errno == 3024);
+}
+
+/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
+static int nap(int ms, int cancel_fd)
+{
+    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
+    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
+    return n > 0 ? DLOCK_ECANCELED : 0;
+}
+
+/* The pause before a waiter asks again after the server ended its wait or
+ * its session early (so that a server that keeps doing it is not asked in
+ * a tight loop), cut to the deadline: 0 or DLOCK_ECANCELED. */
+static int retry_pause(int64_t deadline_ns, int cancel_fd)
+{
+    int ms = MY_RETRY_PAUSE_MS;
+    if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
+        ms = dl_ms_left(deadline_ns);
+    return nap(ms, cancel_fd);
+}
+
+/* A lock someone else holds: busy for a try, else the wait ran out; early:
+ * how many times the server ended the wait before its time (said, since
+ * the server's settings, not the holders, may be why it was not taken). */
+static int not_taken(dlock_lock *l, int64_t deadline_ns, int early)
 {
     if (deadline_ns == 0)
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+    if (early)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT,
+                           "lock \"%s\" not acquired within the timeout (the server ended the "
+                           "wait early %d times, and it was asked again: KILL QUERY, or a "
+                           "statement time limit?)",
+                           l->name, early);
     return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\" not acquired within the timeout",
                        l->name);
 }
 
-/* The statement that takes a lock on k failed with rc: a wait we gave up
- * (deadline, cancel) may still run on the server, so k is killed there;
- * anything else closes k. The error, set on l. */
-static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc,
-                       const char *why)
+/* A wait we cut (our bound, cancel) may still run on the server: k is
+ * killed there (abandoned), within the hard bound. The error, set on l: a
+ * server that answered neither the wait nor the KILL is unreachable. */
+static int wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int early)
 {
     myclient *mc = mc_of(l->c);
-    if (k->broken && rc != DLOCK_EUNREACHABLE) {
-        conn_abandon(mc, k);
-        if (rc == DLOCK_ECANCELED)
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return not_taken(l, deadline_ns);
-    }
+    bool told = conn_abandon(mc, k, hard_bound(l));
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    if (!told)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": the server answered neither the wait by its deadline "
+                           "nor the KILL of it (stopped? overloaded?) (%s)",
+                           l->name, mc->redacted);
+    return not_taken(l, deadline_ns, early);
+}
+
+/* The statement that takes a lock on k failed with rc: a wait we cut is
+ * killed on the server; anything else closes k. The error, set on l. */
+static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, const char *why,
+                       int early)
+{
+    myclient *mc = mc_of(l->c);
+    if (k->broken && rc != DLOCK_EUNREACHABLE)
+        return wait_cut(l, deadline_ns, k, rc, early);
     k->failed = true;
     conn_close(k);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
 }
 
+/* After a take on k failed with rc: whether to ask again on a new
+ * connection — the server ended the session (KILL, a lost connection)
+ * while time is left, or a pooled connection had died idle. k is then
+ * closed (and *kp cleared). */
+static bool session_ended(my_conn **kp, int rc, int64_t deadline_ns)
+{
+    my_conn *k = *kp;
+    if (rc != DLOCK_EUNREACHABLE || !(time_left(deadline_ns) || k->reused))
+        return false;
+    k->failed = true;
+    conn_close(k);
+    *kp = NULL;
+    return true;
+}
+
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
-static int row_acquire(dlock_lock *l, int64_t deadline_ns);
+static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
 static int lease_release(dlock_lock *l);
 
+/* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
+ * lease-mode holder has the name in the default lease table. Read after
+ * our GET_LOCK, while a lease taker commits its row before it looks for a
+ * GET_LOCK (see build_sql): of two that race, at least one sees the
+ * other. 1 yes, 0 no (or no lease table this client may read: none), or
+ * a code. */
+static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    if (atomic_load(&mc->lease_live_off))
+        return 0;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(l->name)};
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
+    int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
+    res_free(&r);
+    if (rc && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
+        /* dropped since, or not ours to read: no lease holder to see; not
+         * asked again (a refused statement stays on its connection) */
+        atomic_store(&mc->lease_live_off, true);
+        return 0;
+    }
+    return rc ? rc : n > 0;
+}
+
+/* Let go of GET_LOCK of the name on k (a grant given back): k back to the
+ * pool, or closed (which lets go) if the release failed. */
+static void key_give_back(dlock_lock *l, my_conn *k)
+{
+    myclient *mc = mc_of(l->c);
+    char why[200];
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(((mylock *)l->bstate)->key)};
+    my_res r = {0};
+    if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why) != 0)
+        k->failed = true;
+    res_free(&r);
+    conn_put(mc, k);
+}
+
+static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
+
+/* getlock and rowlock: a grant found a lease-mode holder of the name (one
+ * name is one lock across modes), gave everything back, and asks again
+ * with backoff (the lease holder is not in the server's queue) until the
+ * deadline. */
 static int my_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     myclient *mc = mc_of(l->c);
     if (mc->mode == MODE_LEASE)
         return lease_acquire(l, deadline_ns);
-    if (mc->mode == MODE_ROWLOCK)
-        return row_acquire(l, deadline_ns);
+    int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    for (;;) {
+        bool lease_held = false;
+        int rc = mc->mode == MODE_ROWLOCK ? row_acquire(l, deadline_ns, &lease_held)
+                                          : get_acquire(l, deadline_ns, &lease_held);
+        if (!lease_held)
+            return rc;
+        atomic_store(&l->token, 0);
+        if (!time_left(deadline_ns))
+            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                               "lock \"%s\" is held in mode=lease (table dlock_lease): one name "
+                               "is one lock across modes",
+                               l->name);
+        int ms = backoff;
+        if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
+            ms = dl_ms_left(deadline_ns);
+        if (backoff < MY_LEASE_BACKOFF_MAX_MS)
+            backoff *= 2;
+        if (nap(ms, dl_cancel_fd(l)))
+            return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
+    }
+}
+
+static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
+{
+    myclient *mc = mc_of(l->c);
     if (l->opts.kind != DLOCK_EXCLUSIVE)
         return dl_lock_err(l, DLOCK_ENOTSUP,
                            "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
@@ -964,23 +1198,42 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     mylock *ml = l->bstate;
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    int64_t until = wait_bound(l, deadline_ns);
-    my_conn *k;
-    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
-                  A_D(wait_seconds(deadline_ns))};
+    my_conn *k = NULL;
     my_res r = {0};
-    rc = q_exec(k, mc->sql_take, a, 5, &r, until, cancel, why, sizeof why);
+    int rc, early = 0;
+    unsigned long long affected, token;
+    for (;;) {
+        if (!k) {
+            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
+                      A_D(wait_seconds(deadline_ns))};
+        rc = q_exec(k, mc->sql_take, a, 5, &r, wait_bound(l, deadline_ns), cancel, why,
+                    sizeof why);
+        affected = r.affected;
+        token = r.insert_id;
+        res_free(&r);
+        /* The server ended the session (KILL, a restart) or the wait
+         * (GET_LOCK's NULL, a statement limit) before its time: ask again
+         * until the deadline — a waiter is only told when time is up. */
+        bool ended = rc && session_ended(&k, rc, deadline_ns);
+        bool cut_short = rc ? !ended && interrupted(k) : affected == 0 && token != UINT64_MAX;
+        if (!ended && !(cut_short && time_left(deadline_ns)))
+            break;
+        early += cut_short;
+        rc = retry_pause(deadline_ns, cancel);
+        if (rc) {
+            conn_put(mc, k);
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        }
+    }
     if (rc)
-        return take_failed(l, deadline_ns, k, rc, why);
-    unsigned long long affected = r.affected, token = r.insert_id;
-    res_free(&r);
+        return take_failed(l, deadline_ns, k, rc, why, early);
     if (affected == 0 && token == UINT64_MAX) {
         /* GET_LOCK granted, but the key's row belongs to another name */
-        conn_abandon(mc, k);
+        (void)conn_abandon(mc, k, hard_bound(l));
         char other[DL_NAME_MAX + 8] = "another name";
         my_arg na[] = {A_S(ml->key)};
         if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
@@ -993,7 +1246,18 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     }
     if (affected == 0) {
         conn_put(mc, k);
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
+    }
+    rc = lease_holds(l, k, why, sizeof why);
+    if (rc) {
+        if (rc < 0) {
+            k->failed = true;
+            conn_close(k); /* lets go of the GET_LOCK */
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+        }
+        key_give_back(l, k);
+        *lease_held = true;
+        return 0;
     }
     atomic_store(&l->token, (uint64_t)token);
     ml->conn = k;
@@ -1029,7 +1293,14 @@ static int my_release(dlock_lock *l)
     int rc;
     bool was_held;
     if (mc->mode == MODE_ROWLOCK) {
-        rc = q_simple(k, 'c', until, why, sizeof why);
+        /* the name's GET_LOCK first (a getlock waiter may have it while the
+         * row is still ours), then the row */
+        my_arg a[] = {A_S(ml->key)};
+        my_res r = {0};
+        rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
+        res_free(&r);
+        if (!rc)
+            rc = q_simple(k, 'c', until, why, sizeof why);
         was_held = rc == 0;
     } else {
         my_arg a[] = {A_S(ml->key)};
@@ -1326,18 +1597,28 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why
 }
 
 /* The next token for name, from TABLE_token (or rowlock's), recording the
- * holder. conn: the holder's connection id (rowlock), or NULL. */
+ * holder. conn: the holder's connection id (rowlock), or NULL. Lease mode:
+ * *token 0 (and 0 returned) when the row just taken is no longer ours or a
+ * session-mode holder has the name (see build_sql). */
 static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *token,
                       char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    char key[MY_KEY_MAX + 1];
+    key_of("", l->name, key, sizeof key);
     my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
+    my_arg la[] = {A_S(mc->holder), A_S(l->name), A_I(ml->slot), A_S(l->owner), A_S(key)};
+    bool lease = mc->mode == MODE_LEASE;
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
+    int rc = q_exec(k, mc->sql_draw, lease ? la : a, lease ? 5 : 3, &r, until, -1, why, wlen);
     *token = r.insert_id;
+    bool drew = r.affected > 0;
     res_free(&r);
-    if (!rc && *token == 0) {
+    if (!rc && lease && !drew)
+        *token = 0;
+    else if (!rc && *token == 0) {
         snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
         rc = DLOCK_EPROTO;
     }
@@ -1367,13 +1648,7 @@ static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     return 0;
 }
 
-/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
-static int nap(int ms, int cancel_fd)
-{
-    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
-    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
-    return n > 0 ? DLOCK_ECANCELED : 0;
-}
+static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected);
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
 {
@@ -1386,17 +1661,46 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                            l->name);
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k;
-    int rc = conn_get(mc, false, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    int64_t start = dl_now_ns();
-    int took = lease_try_slots(l, k, why, sizeof why);
-    bool queued = false;
+    my_conn *k = NULL;
+    int64_t start = 0;
+    int rc = 0, took = 0, early = 0;
+    bool queued = false, try_now = true, other_mode = false;
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
     my_res r = {0};
-    while (took == 0 && deadline_ns != 0) {
+    for (;;) {
+        if (!k) {
+            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            queued = false;
+        }
+        if (try_now) {
+            try_now = false;
+            start = dl_now_ns();
+            took = lease_try_slots(l, k, why, sizeof why);
+            if (took == 1) {
+                uint64_t token = 0;
+                rc = draw_token(l, k, NULL, &token, why, sizeof why);
+                atomic_store(&l->token, token);
+                if (rc || token == 0) {
+                    /* overtaken, or a getlock or rowlock holder has the
+                     * name (see build_sql): give the row back; held */
+                    unsigned long long gave = 0;
+                    if (lease_row(l, mc->sql_lease_free, false, &gave) == 0 && gave && !rc)
+                        other_mode = true;
+                    took = rc ? rc : 0;
+                }
+            }
+            if (took < 0 && session_ended(&k, took, deadline_ns)) {
+                rc = retry_pause(deadline_ns, cancel);
+                if (rc)
+                    break;
+                try_now = true;
+                continue;
+            }
+            if (took != 0 || deadline_ns == 0)
+                break;
+        }
         if (!queued && !mc->no_queue) {
             /* behind the other waiters: the first of us polls, the rest
              * sleep in GET_LOCK's queue */
@@ -1405,12 +1709,22 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                         sizeof why);
             bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
             res_free(&r);
-            if (rc && k->broken) {
-                conn_abandon(mc, k);
-                k = NULL;
-                break;
+            if (rc && k->broken && rc != DLOCK_EUNREACHABLE) {
+                return wait_cut(l, deadline_ns, k, rc, early);
             }
-            if (rc == DLOCK_EPROTO) { /* GET_LOCK refused: poll without a queue */
+            bool ended = rc && session_ended(&k, rc, deadline_ns);
+            bool cut_short = rc ? !ended && interrupted(k) : !first;
+            if (ended || (cut_short && time_left(deadline_ns))) {
+                /* the server ended the session or the wait before its
+                 * time (see my_acquire): queue again */
+                early += cut_short;
+                try_now = true;
+                rc = retry_pause(deadline_ns, cancel);
+                if (rc)
+                    break;
+                continue;
+            }
+            if (rc == DLOCK_EPROTO && !cut_short) { /* GET_LOCK refused: poll without a queue */
                 mc->no_queue = true;
                 rc = 0;
                 continue;
@@ -1421,9 +1735,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 break;
             }
             queued = true;
-            /* the lease may have ended while we queued */
-            start = dl_now_ns();
-            took = lease_try_slots(l, k, why, sizeof why);
+            try_now = true; /* the lease may have ended while we queued */
             continue;
         }
         int ms = 0;
@@ -1443,24 +1755,25 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         rc = nap(ms, cancel);
         if (rc)
             break;
-        start = dl_now_ns();
-        took = lease_try_slots(l, k, why, sizeof why);
+        try_now = true;
     }
-    if (took < 0)
+    if (took < 0) {
         rc = took;
-    if (took == 1) {
-        /* the lease counts from before the take that succeeded */
-        l->lease_start_ns = start;
-        uint64_t token = 0;
-        rc = draw_token(l, k, NULL, &token, why, sizeof why);
-        if (!rc)
-            atomic_store(&l->token, token);
-        else
-            (void)lease_release(l);
+        /* a take is no wait: one our bound cut after it had long gone
+         * unanswered found the server silent (a shorter one, near the
+         * deadline, is only out of time) */
+        if (rc == DLOCK_ETIMEDOUT && k && k->broken &&
+            dl_now_ns() - start >= (int64_t)MY_SILENT_MS * 1000000) {
+            rc = DLOCK_EUNREACHABLE;
+            snprintf(why, sizeof why, "the server did not answer a take of the lease in time "
+                                      "(stopped? overloaded?)");
+        }
     }
+    if (took == 1) /* the lease counts from before the take that succeeded */
+        l->lease_start_ns = start;
     if (queued && k && !k->failed) {
         my_arg a[] = {A_S(ml->key)};
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
         if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
             k->failed = true; /* closing it lets the next waiter in */
         res_free(&r);
@@ -1468,8 +1781,14 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     conn_put(mc, k);
     if (took == 1 && !rc)
         return 0;
+    if ((rc == 0 || rc == DLOCK_ETIMEDOUT) && other_mode)
+        return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                           "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
+                           "mode=rowlock, or a program's own GET_LOCK): one name is one lock "
+                           "across modes",
+                           l->name);
     if (rc == 0 || rc == DLOCK_ETIMEDOUT)
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
@@ -1489,7 +1808,10 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
     a[n++] = A_I(ml->slot);
     a[n++] = A_S(l->owner);
     my_res r = {0};
-    int rc = pool_exec(l->c, sql, a, n, &r, why, sizeof why);
+    /* cut to the caller's bound: an acquisition's deadline, a renewal's
+     * loss */
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int rc = pool_exec_until(l->c, until, sql, a, n, &r, why, sizeof why);
     *affected = r.affected;
     res_free(&r);
     if (rc)
@@ -1567,7 +1889,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
  * (for dlock break) and the leader's value.
  */
 
-static int row_acquire(dlock_lock *l, int64_t deadline_ns)
+static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
@@ -1578,54 +1900,136 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns)
                            l->name);
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k;
-    int rc = conn_get(mc, true, l->op_deadline_ns > 0 ? l->op_deadline_ns : -1, cancel, &k, why,
-                      sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     double s = wait_seconds(deadline_ns);
     int wait_s = s >= MY_FOREVER_S ? 100000000 : (int)(s + 0.999);
+    my_conn *k = NULL;
     my_res r = {0};
-    if (k->lock_wait_s != wait_s) {
-        my_arg a[] = {A_I(wait_s)};
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
-        rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel, why,
-                    sizeof why);
-        res_free(&r);
-        if (rc) {
-            k->failed = true;
-            conn_close(k);
-            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-        }
-        k->lock_wait_s = wait_s;
-    }
-    my_arg a[] = {A_S(l->name)};
+    int rc, early = 0;
+again: /* (the session ended while we waited for the name's GET_LOCK) */
     for (int attempt = 0;; attempt++) {
+        if (!k) {
+            rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            if (deadline_ns > 0) /* at most half the wait's time */
+                conn_spare(mc, dl_now_ns() + (int64_t)dl_ms_left(deadline_ns) * 500000);
+        }
+        if (k->lock_wait_s != wait_s) {
+            my_arg a[] = {A_I(wait_s)};
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
+                        why, sizeof why);
+            res_free(&r);
+            if (rc) {
+                k->failed = true;
+                conn_close(k);
+                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+            }
+            k->lock_wait_s = wait_s;
+        }
         /* the server's wait is whole seconds, rounded up: a timed wait is
          * cut at its deadline here (the connection then killed) */
+        my_arg a[] = {A_S(l->name)};
         rc = q_exec(k, mc->sql_row_lock, a, 1, &r,
                     deadline_ns > 0 ? deadline_ns : wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
         res_free(&r);
+        if (!rc)
+            break;
         /* A name's first holder inserts its row in its own transaction; if
          * that transaction rolls back (the holder died, was killed or
          * broken), InnoDB can pick one of the queued inserts as a deadlock
-         * victim and undo it: nothing was held, so ask again. */
-        if (rc && !k->broken && k->last_errno == 1213 && attempt < 8 &&
-            (deadline_ns < 0 || dl_now_ns() < deadline_ns))
-            continue;
-        break;
+         * victim and undo it: nothing was held, so ask again. So too when
+         * the server ended the session or the statement before its time
+         * (see my_acquire). */
+        bool victim = !k->broken && k->last_errno == 1213 && attempt < 8;
+        bool ended = session_ended(&k, rc, deadline_ns);
+        bool cut_short = !ended && interrupted(k);
+        if (!(victim && time_left(deadline_ns)) && !ended &&
+            !(cut_short && time_left(deadline_ns)))
+            break;
+        early += cut_short;
+        if (!victim) {
+            rc = retry_pause(deadline_ns, cancel);
+            if (rc) {
+                conn_put(mc, k);
+                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            }
+        }
     }
     if (rc == DLOCK_ETIMEDOUT && !k->broken) {
         /* the server's lock wait ran out: the statement was undone */
-        int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
             k->failed = true;
         conn_put(mc, k);
-        return not_taken(l, deadline_ns);
+        return not_taken(l, deadline_ns, early);
     }
     if (rc)
-        return take_failed(l, deadline_ns, k, rc, why);
+        return take_failed(l, deadline_ns, k, rc, why, early);
+    /* The row is ours. A rowlock holder holds GET_LOCK of the name too, as
+     * a getlock holder does: the two modes are one lock (and lease mode
+     * sees both, see build_sql). Waited for with the row held: behind a
+     * getlock holder, or a program's own GET_LOCK of the name. */
+    for (;;) {
+        my_arg ka[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
+        rc = q_exec(k, mc->sql_queue, ka, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+                    sizeof why);
+        bool got = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
+        res_free(&r);
+        if (got)
+            break;
+        if (rc && k->broken && rc != DLOCK_EUNREACHABLE)
+            return wait_cut(l, deadline_ns, k, rc, early); /* its end frees the row */
+        if (rc && session_ended(&k, rc, deadline_ns)) { /* the row went with it */
+            rc = retry_pause(deadline_ns, cancel);
+            if (rc)
+                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            goto again;
+        }
+        if ((rc == 0 || interrupted(k)) && time_left(deadline_ns)) {
+            early++; /* GET_LOCK's NULL, or the statement interrupted */
+            rc = retry_pause(deadline_ns, cancel);
+            if (!rc)
+                continue;
+        }
+        if (rc == 0) { /* GET_LOCK's 0: the wait ran out */
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            if (q_simple(k, 'r', until, why, sizeof why) != 0)
+                k->failed = true;
+            conn_put(mc, k);
+            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                               "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
+                               "mode=rowlock on another table, or a program's own GET_LOCK): "
+                               "one name is one lock across modes",
+                               l->name);
+        }
+        k->failed = true;
+        conn_close(k);
+        if (rc == DLOCK_ECANCELED)
+            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
+    rc = lease_holds(l, k, why, sizeof why);
+    if (rc) {
+        if (rc > 0) { /* give the name's GET_LOCK and the row back */
+            int64_t until =
+                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+            my_arg ka[] = {A_S(ml->key)};
+            if (q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
+                q_simple(k, 'r', until, why, sizeof why) != 0)
+                k->failed = true;
+            res_free(&r);
+            conn_put(mc, k);
+            *lease_held = true;
+            return 0;
+        }
+        k->failed = true;
+        conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+    }
     /* ours: the token, on another connection, so that it is committed now */
     char id[24];
     snprintf(id, sizeof id, "%lu", k->id);
@@ -1791,12 +2195,27 @@ static int build_sql(myclient *mc)
         "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
         "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
         "l.since", tk, t);
-    /* lease, rowlock: tokens */
-    mc->sql_draw = fmt_alloc(
-        "INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, LAST_INSERT_ID(1), "
-        "?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), "
-        "holder = VALUES(holder), since = VALUES(since), conn = VALUES(conn), value = NULL",
-        tk);
+    /* lease, rowlock: tokens. lease: only while the row just taken is
+     * still ours and unexpired, and no session-mode holder (getlock,
+     * rowlock: GET_LOCK of the name) has the name — read with the row's
+     * shared lock (INSERT ... SELECT), so that nobody can take the row
+     * over before the token is committed: tokens rise with grants, and a
+     * take that was overtaken (its process paused between the take and the
+     * draw) draws nothing. */
+    mc->sql_draw =
+        mc->mode == MODE_LEASE
+            ? fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) SELECT l.name, "
+                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), NULL, NULL FROM %s AS l WHERE "
+                        "l.name = ? AND l.slot = ? AND l.owner = ? AND l.expires >= "
+                        "UTC_TIMESTAMP(6) AND IS_FREE_LOCK(?) = 1 ON DUPLICATE KEY UPDATE "
+                        "%s.token = LAST_INSERT_ID(%s.token + 1), %s.holder = VALUES(holder), "
+                        "%s.since = VALUES(since), %s.conn = NULL, %s.value = NULL",
+                        tk, t, tk, tk, tk, tk, tk, tk)
+            : fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, "
+                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE "
+                        "token = LAST_INSERT_ID(token + 1), holder = VALUES(holder), since = "
+                        "VALUES(since), conn = VALUES(conn), value = NULL",
+                        tk);
     /* rowlock */
     mc->sql_row_lock = fmt_alloc(
         "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
@@ -1810,6 +2229,9 @@ static int build_sql(myclient *mc)
     mc->sql_row_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND token = ?", tk);
     mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ?", tk);
     mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
+    /* getlock, rowlock: live lease-mode holders of a name (see lease_holds) */
+    mc->sql_lease_live = fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
+                                   "expires >= UTC_TIMESTAMP(6)");
     mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
                                      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
     return mc->sql_take && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
@@ -1818,7 +2240,7 @@ static int build_sql(myclient *mc)
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
                    mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
-                   mc->sql_table_exists
+                   mc->sql_lease_live && mc->sql_table_exists
                ? 0
                : -1;
 }
@@ -1839,8 +2261,9 @@ static void mc_free(myclient *mc)
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
-                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue,
-                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_table_exists};
+                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
+                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2],
+                  &mc->sql_table_exists};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)
             explicit_bzero(mc->password, strlen(mc->password));
@@ -1856,6 +2279,10 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
 {
     const char *holder_cols = "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), "
                               "value VARBINARY(1000)";
+    static const char *const lease_ddl =
+        "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "
+        "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "
+        "(name, slot)) ENGINE=InnoDB";
     char **ddl = mc->sql_ddl;
     if (mc->mode == MODE_GETLOCK) {
         ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
@@ -1864,26 +2291,32 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
                            "ENGINE=InnoDB",
                            mc->table, holder_cols);
     } else {
-        ddl[0] = fmt_alloc(
-            mc->mode == MODE_LEASE
-                ? "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT "
-                  "NULL, owner CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT "
-                  "NULL, %s, PRIMARY KEY (name, slot)) ENGINE=InnoDB"
-                : "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY KEY%s) "
-                  "ENGINE=InnoDB",
-            mc->table, mc->mode == MODE_LEASE ? holder_cols : "");
+        ddl[0] = mc->mode == MODE_LEASE
+                     ? fmt_alloc(lease_ddl, mc->table, holder_cols)
+                     : fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
+                                 "PRIMARY KEY) ENGINE=InnoDB",
+                                 mc->table);
         ddl[1] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
                            "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
                            "ENGINE=InnoDB",
                            mc->tokens, holder_cols);
     }
-    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) ? 0 : DLOCK_ENOMEM;
+    /* getlock and rowlock: the default lease table too, which their grants
+     * read (one name, one lock across modes: lease_holds) */
+    if (mc->mode != MODE_LEASE)
+        ddl[2] = fmt_alloc(lease_ddl, "`dlock_lease`", holder_cols);
+    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) && (mc->mode == MODE_LEASE || ddl[2])
+                 ? 0
+                 : DLOCK_ENOMEM;
     int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
-    for (int i = 0; i < 2 && !rc && ddl[i]; i++) {
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!ddl[i])
+            continue;
+        const char *bare = i == 0 ? mc->table_bare : i == 1 ? mc->tokens_bare : "dlock_lease";
         my_res r = {0};
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
-        my_arg t[] = {A_S(i ? mc->tokens_bare : mc->table_bare)};
+        my_arg t[] = {A_S(bare)};
         rc = q_exec(k, mc->sql_table_exists, t, 1, &r, until, -1, why, wlen);
         bool exists = rc == 0 && r.nrows == 1;
         res_free(&r);
@@ -1895,7 +2328,13 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
             if (rc != DLOCK_EPROTO || k->broken)
                 break;
         }
-        if (rc == DLOCK_EPERM) {
+        if (i == 2 && rc && !k->broken) {
+            /* not ours to make: then there is no lease holder to see (a
+             * lease client of another user that makes it later is not
+             * seen by this client: see docs/mysql.md) */
+            atomic_store(&mc->lease_live_off, true);
+            rc = 0;
+        } else if (rc == DLOCK_EPERM) {
             char line[200];
             snprintf(line, sizeof line, "%.190s", why);
             snprintf(why, wlen,

@@ -1245,6 +1245,32 @@ static void test_prefix(void **state)
     assert_null(c);
 }
 
+/* memcached's text protocol has no log-in: a URL with credentials is
+ * refused (DLOCK_EURL, no password in the message), not opened with the
+ * credentials silently ignored (issue 23, item 14). */
+static void test_credentials_refused(void **state)
+{
+    (void)state;
+    assert_true(strncmp(mc_url, "memcached://", 12) == 0);
+    static const char *const userinfo[] = {"user:pw-not-shown@", "user@", ":pw-not-shown@"};
+    for (size_t i = 0; i < sizeof userinfo / sizeof userinfo[0]; i++) {
+        char url[512];
+        int n = snprintf(url, sizeof url, "memcached://%s%s", userinfo[i], mc_url + 12);
+        assert_true(n > 0 && (size_t)n < sizeof url);
+        dlock_client *c = (dlock_client *)1;
+        int rc = dlock_client_open(&c, url, NULL);
+        const char *msg = dlock_client_errmsg(NULL);
+        fprintf(stderr, "# %s: %s: %s\n", userinfo[i], dlock_err_name(rc), msg);
+        if (rc == 0)
+            dlock_client_close(c);
+        assert_int_equal(rc, DLOCK_EURL);
+        assert_null(c);
+        assert_non_null(strstr(msg, "password"));
+        assert_null(strstr(msg, "pw-not-shown"));
+        assert_null(strchr(msg, '\n'));
+    }
+}
+
 /* Keys kept as they are and hashed keys share one space: a name that is
  * "#" and 32 hex digits is kept as it is, "dlock:#<hex>" — the very key
  * that a name with a space hashes to. Two different names must never be
@@ -2118,6 +2144,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_longest_lease),
         cmocka_unit_test(test_odd_names),
         cmocka_unit_test(test_prefix),
+        cmocka_unit_test(test_credentials_refused),
         cmocka_unit_test(test_hashed_key_collision),
         cmocka_unit_test(test_not_memcached),
         cmocka_unit_test(test_semaphore),
