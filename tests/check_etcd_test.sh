@@ -9,14 +9,7 @@ set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/testlib.sh"
-if ! command -v etcd >/dev/null; then
-    echo "etcd not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^etcd .* yes$'; then
-    echo "etcd backend not built: skipped"
-    exit 0
-fi
+need_etcd "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run etcd etcd3 -- bash "$0" "$@"
 fi
@@ -24,24 +17,14 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-etcd.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
-    local name=$1 url=$2
-    shift 2
-    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
-    local rc=$?
-    if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
-        bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
-        echo '{"scenarios":[]}' >"$TMP/$name.json"
-    fi
-}
 # A killed or stopped holder's lock comes free when its lease expires (2 s
 # here): those runs last long enough to see the takeover, on the single
 # member; the cluster's faults on the three members, with a 5 s lease: the
 # checker cannot see renewals, so it holds a holder to one lease from its
 # acquisition, and a member's restart (while the holder is parked) takes
 # a second or two; after the leader is killed the election takes as long.
-check etcd-one "$DLOCK_TEST_ETCD" -P 3 -D 4 --scenario kill --scenario pause
-check etcd3 "${DLOCK_TEST_ETCD3/ttl=2/ttl=5}" -P 3 -D 4 --scenario restart --scenario kill-minority \
+check_json etcd-one "$DLOCK_TEST_ETCD" -P 3 -D 4 --scenario kill --scenario pause
+check_json etcd3 "${DLOCK_TEST_ETCD3/ttl=2/ttl=5}" -P 3 -D 4 --scenario restart --scenario kill-minority \
     --scenario kill-leader
 j=$TMP/etcd3.json
 jcheck "$j" "etcd3: three servers found, strong fencing" 'd["servers"] == 3 and not d["fencing_weak"]'

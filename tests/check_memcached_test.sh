@@ -55,13 +55,7 @@ jcheck "$j" "restart: tokens went back; fencing kept the counter (no increment l
 jcheck "$j" "restart: the canary lost updates" 'sc("restart")["canary"]["lost_increments"] > 0'
 # Default options (no -D, no --ttl) give a meaningful verdict: the run and
 # the cut allow for memcached's whole-second expiry (it said 'invalid').
-"$DLOCK" --url "$DLOCK_TEST_MEMCACHED" check --json --scenario partition >"$TMP/mcdef.json" \
-    2>"$TMP/mcdef.err"
-rc=$?
-if [ $rc -le 2 ] && [ -s "$TMP/mcdef.json" ]; then ok "memcached defaults: ran (exit $rc)"; else
-    bad "memcached defaults: exit $rc: $(head -3 "$TMP/mcdef.err")"
-    echo '{"scenarios":[]}' >"$TMP/mcdef.json"
-fi
+check_json mcdef "$DLOCK_TEST_MEMCACHED" --scenario partition
 jcheck "$TMP/mcdef.json" "partition with default options: pass, holders told before the item expired" \
     'sc("partition")["verdict"] == "pass" and sc("partition")["canary"]["lost_increments"] > 0'
 python3 -c '

@@ -39,13 +39,7 @@ jcheck "$TMP/lease.json" "lease kill: pass, the lock taken over when the row exp
 # Default options: a client stopped with its acquisition in flight (the
 # server's sessions are children of the postmaster: all are held back; with
 # the postmaster alone stopped, the verdict was 'invalid' every time).
-"$DLOCK" --url "$DLOCK_TEST_POSTGRES_LEASE" check --json --scenario pause-acquire \
-    >"$TMP/pa.json" 2>"$TMP/pa.err"
-rc=$?
-if [ $rc -le 2 ] && [ -s "$TMP/pa.json" ]; then ok "postgres lease pause-acquire: ran (exit $rc)"; else
-    bad "postgres lease pause-acquire: exit $rc: $(head -3 "$TMP/pa.err")"
-    echo '{"scenarios":[]}' >"$TMP/pa.json"
-fi
+check_json pa "$DLOCK_TEST_POSTGRES_LEASE" --scenario pause-acquire
 jcheck "$TMP/pa.json" "lease pause-acquire with default options: pass, the late acquisitions failed" \
     'sc("pause-acquire")["verdict"] == "pass"'
 jcheck "$TMP/lease.json" "lease pause past the lease: pass, stale writes rejected, the canary lost updates" \

@@ -17,20 +17,10 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
-    local name=$1 url=$2
-    shift 2
-    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
-    local rc=$?
-    if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
-        bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
-        echo '{"scenarios":[]}' >"$TMP/$name.json"
-    fi
-}
 
 # --- one master: a holder stopped past its lease, a client stopped with its
 #     acquisition in flight, a restart without persistence, a killed holder
-check redis "$DLOCK_TEST_REDIS" -P 3 -D 1 --ttl 0.5 \
+check_json redis "$DLOCK_TEST_REDIS" -P 3 -D 1 --ttl 0.5 \
     --scenario kill --scenario pause --scenario pause-acquire --scenario restart
 jcheck "$TMP/redis.json" "redis: servers found in DLOCK_TEST_SERVERS" 'd["servers"] == 1 and d["fencing_weak"]'
 jcheck "$TMP/redis.json" "redis kill: pass" 'sc("kill")["verdict"] == "pass"'
@@ -48,7 +38,7 @@ jcheck "$TMP/redis.json" "redis restart: the canary lost updates, tokens went ba
     'sc("restart")["canary"]["lost_increments"] > 0 and sc("restart")["fenced"]["token_regressions_expected"] > 0'
 
 # --- Redlock: a minority of masters killed, one restarted, a stopped client
-check redlock "$DLOCK_TEST_REDLOCK" -P 3 -D 1 --ttl 1 \
+check_json redlock "$DLOCK_TEST_REDLOCK" -P 3 -D 1 --ttl 1 \
     --scenario kill-minority --scenario restart --scenario pause-acquire
 jcheck "$TMP/redlock.json" "redlock: five masters found" 'd["servers"] == 5 and d["fencing_weak"]'
 jcheck "$TMP/redlock.json" "redlock kill-minority: pass (safe, and available with three of five)" \
@@ -66,18 +56,18 @@ for b in redis redlock; do
     # ttl 4: the loss is told ttl/100 + 2 ms (42 ms) before the servers'
     # expiry; with ttl 2 (22 ms) a renewal thread starved on a loaded
     # 2-core machine told one holder 20.6 ms late once in three runs.
-    check $b-cut "$u" -P 3 -D 1 --ttl 4 --scenario partition
+    check_json $b-cut "$u" -P 3 -D 1 --ttl 4 --scenario partition
     jcheck "$TMP/$b-cut.json" "$b partition: pass, no overlap, told before the lease ran out on the servers" \
         'sc("partition")["verdict"] == "pass" and sc("partition")["overlaps"] == 0 and sc("partition")["canary"]["overlaps"] == 0 and sc("partition")["partitions"] > 0 and sc("partition")["loss_told_late"] == 0 and sc("partition")["told_before_expiry_min_ms"] is not None'
     jcheck "$TMP/$b-cut.json" "$b partition: stale writes rejected by fencing, the canary lost updates" \
         'sc("partition")["stale_writes_rejected"] > 0 and sc("partition")["stale_writes_accepted"] == 0 and sc("partition")["canary"]["lost_increments"] > 0'
 done
-check sentinel-cut "$DLOCK_TEST_SENTINEL" -P 2 -D 0.3 --scenario partition
+check_json sentinel-cut "$DLOCK_TEST_SENTINEL" -P 2 -D 0.3 --scenario partition
 jcheck "$TMP/sentinel-cut.json" "sentinel partition: n/a (Sentinel names the master to its clients), not run" \
     'sc("partition")["verdict"] == "n/a" and sc("partition")["fenced"] is None and "Sentinel" in sc("partition")["note"]'
 
 # --- Sentinel: failover to a replica cut off from replication
-check sentinel "$DLOCK_TEST_SENTINEL" -P 3 -D 1 --scenario failover-cut --history "$TMP/fo.hist"
+check_json sentinel "$DLOCK_TEST_SENTINEL" -P 3 -D 1 --scenario failover-cut --history "$TMP/fo.hist"
 jcheck "$TMP/sentinel.json" "sentinel: master, replicas and sentinels found" 'd["servers"] == 6'
 jcheck "$TMP/sentinel.json" "sentinel failover-cut: expected-violation, with the promotion in the history" \
     'sc("failover-cut")["verdict"] == "expected-violation" and sc("failover-cut")["fenced"]["data_losses"] == 1 and sc("failover-cut")["ttl_ms"] >= 8000'
@@ -100,7 +90,7 @@ DLOCK_TEST_SERVERS= "$DLOCK" --url "$DLOCK_TEST_REDIS" check -P 2 -D 0.3 --json 
     --scenario restart --scenario failover-cut >"$TMP/na.json"
 jcheck "$TMP/na.json" "no servers directory: server faults are n/a, not run" \
     'all(s["verdict"] == "n/a" and s["fenced"] is None for s in d["scenarios"])'
-check redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenario kill-minority \
+check_json redis-fo "$DLOCK_TEST_REDIS" -P 2 -D 0.3 --scenario failover-cut --scenario kill-minority \
     --scenario kill-leader
 jcheck "$TMP/redis-fo.json" "one master: failover-cut, kill-minority and kill-leader are n/a" \
     'all(s["verdict"] == "n/a" and s["fenced"] is None for s in d["scenarios"])'

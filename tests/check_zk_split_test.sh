@@ -16,14 +16,7 @@ set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/testlib.sh"
-if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
-    echo "zookeeper not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^zk .* yes$'; then
-    echo "zk backend not built: skipped"
-    exit 0
-fi
+need_zk "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run zk3p -- bash "$0" "$@"
 fi

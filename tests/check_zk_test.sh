@@ -9,14 +9,7 @@ set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/testlib.sh"
-if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
-    echo "zookeeper not installed: skipped"
-    exit 0
-fi
-if ! "$DLOCK" backends | grep -q '^zk .* yes$'; then
-    echo "zk backend not built: skipped"
-    exit 0
-fi
+need_zk "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run zk zk3 -- bash "$0" "$@"
 fi
@@ -24,16 +17,6 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-zk.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
-check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
-    local name=$1 url=$2
-    shift 2
-    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
-    local rc=$?
-    if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
-        bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
-        echo '{"scenarios":[]}' >"$TMP/$name.json"
-    fi
-}
 # A killed or stopped holder's lock comes free when its session expires
 # (2 s here): those runs last long enough to see the takeover. (The stalls
 # of seconds once seen here were workers forked from a threaded harness,
@@ -41,11 +24,11 @@ check() { # NAME URL ARGS...: dlock check --json into $TMP/NAME.json
 # A worker continued after its session expired releases once its client
 # has a new session: under TSan that has taken more than 2 s, so requests
 # get 5 s here.
-check zk-one "$DLOCK_TEST_ZK&op_timeout_ms=5000" -P 3 -D 4 --scenario kill --scenario pause
+check_json zk-one "$DLOCK_TEST_ZK&op_timeout_ms=5000" -P 3 -D 4 --scenario kill --scenario pause
 # The ensemble's runs take dlock check's default length (6 s for a server
 # fault): with -D 1, an election under load left 2 of 20 runs beside a CPU
 # hog without an acquisition before the end ('fail: unavailable').
-check zk3 "$DLOCK_TEST_ZK3" -P 3 --scenario restart --scenario kill-minority \
+check_json zk3 "$DLOCK_TEST_ZK3" -P 3 --scenario restart --scenario kill-minority \
     --scenario kill-leader
 j=$TMP/zk3.json
 jcheck "$j" "zk3: three servers found, strong fencing" 'd["servers"] == 3 and not d["fencing_weak"]'

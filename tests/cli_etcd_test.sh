@@ -10,10 +10,7 @@ set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/testlib.sh"
-if ! command -v etcd >/dev/null || ! "$DLOCK" backends | grep -q '^etcd .* yes$'; then
-    echo "etcd or the etcd backend missing: skipped"
-    exit 0
-fi
+need_etcd "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run etcd -- bash "$0" "$@"
 fi

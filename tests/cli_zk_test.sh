@@ -10,10 +10,7 @@ set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/testlib.sh"
-if [ ! -e /usr/share/java/zookeeper.jar ] || ! "$DLOCK" backends | grep -q '^zk .* yes$'; then
-    echo "zookeeper or the zk backend missing: skipped"
-    exit 0
-fi
+need_zk "$DLOCK"
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     exec bash "$here/servers.sh" run zk -- bash "$0" "$@"
 fi

@@ -16,38 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* TSan's runtime keeps a thread of its own: nothing to count there. */
-#if defined(__SANITIZE_THREAD__)
-#define FORKGUARD_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FORKGUARD_TSAN 1
-#endif
-#endif
-
-static inline long forkguard_threads(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* num_threads is field 20; the name may hold anything */
-    for (int field = 2; p && field < 20; field++)
-        p = strchr(p + 1, ' ');
-    return p ? strtol(p + 1, NULL, 10) : -1;
-}
+#include "../src/proc_threads.h"
 
 static inline pid_t forkguard_fork(const char *file, int line)
 {
-    long threads = forkguard_threads();
-#ifdef FORKGUARD_TSAN
-    threads = 1;
-#endif
+    long threads = dl_proc_threads_at_fork();
     pid_t pid = fork();
     if (pid == 0 && threads > 1) {
         fprintf(stderr, "%s:%d: forked from a process running %ld threads: the child could "

@@ -25,6 +25,39 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
     fi
 }
 
+# check_json NAME URL ARGS...: `$DLOCK --url URL check --json ARGS` into
+# $TMP/NAME.json (its stderr in $TMP/NAME.err), one line saying whether it
+# ran; a run that did not leaves an empty scenario list for the jchecks.
+check_json() {
+    local name=$1 url=$2
+    shift 2
+    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
+    local rc=$?
+    if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
+        bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
+        echo '{"scenarios":[]}' >"$TMP/$name.json"
+    fi
+}
+
+# need_zk DLOCK / need_etcd DLOCK: exit 0 ("skipped") unless the server can
+# be started here and DLOCK was built with the backend.
+need_zk() {
+    if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
+        echo "zookeeper not installed: skipped"
+        exit 0
+    fi
+    if ! "$1" backends | grep '^zk .* yes$' >/dev/null; then
+        echo "zk backend not built: skipped"
+        exit 0
+    fi
+}
+need_etcd() {
+    if ! command -v etcd >/dev/null || ! "$1" backends | grep '^etcd .* yes$' >/dev/null; then
+        echo "etcd or the etcd backend missing: skipped"
+        exit 0
+    fi
+}
+
 # need_redis DLOCK: exit 0 ("skipped") unless redis-server, redis-cli and
 # redis-sentinel are installed and DLOCK was built with the Redis backends.
 need_redis() {

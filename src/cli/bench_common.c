@@ -1,5 +1,6 @@
 /* bench_common.c — clocks, worker groups and statistics for bench and check. */
 #include "measure.h"
+#include "../proc_threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,41 +105,9 @@ static int track(ms_group *g, pid_t pid)
     return 0;
 }
 
-long ms_threads(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    /* num_threads is the 20th field; the name (2nd) may hold anything, so
-     * count from the last ')': state is field 3. */
-    char *p = strrchr(buf, ')');
-    for (int field = 2; p && field < 20; field++)
-        p = strchr(p + 1, ' ');
-    return p ? strtol(p + 1, NULL, 10) : -1;
-}
-
-#if defined(__SANITIZE_THREAD__)
-#define MS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MS_TSAN 1
-#endif
-#endif
-
 pid_t ms_fork(void)
 {
-    long threads = ms_threads();
-#ifdef MS_TSAN
-    /* TSan's runtime keeps a thread of its own once any thread ran: it
-     * is not ours to count (the other builds keep the check). */
-    threads = 1;
-#endif
+    long threads = dl_proc_threads_at_fork();
     if (threads > 1) {
         /* A thread of a client library (ZooKeeper's I/O thread in
          * getaddrinfo, say) may hold a lock at the moment of the fork,

@@ -100,21 +100,31 @@ static int write_pid(const char *dir, const char *name, pid_t pid)
     return 0;
 }
 
-/* The process state letter from /proc, 0 when there is no such process. */
-static char proc_state(pid_t pid)
+/* /proc/PID/stat after the process's name ("S PPID ..."; the name may
+ * contain anything, so after the last ')'), in buf; NULL when there is no
+ * such process. */
+static const char *proc_stat_fields(pid_t pid, char *buf, size_t len)
 {
-    char path[64], buf[512];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+        return NULL;
+    ssize_t n = read(fd, buf, len - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return NULL;
     buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the name may contain anything */
-    return p && p[1] == ' ' ? p[2] : 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
+}
+
+/* The process state letter from /proc, 0 when there is no such process. */
+static char proc_state(pid_t pid)
+{
+    char buf[512];
+    const char *f = proc_stat_fields(pid, buf, sizeof buf);
+    return f ? f[0] : 0;
 }
 
 static bool proc_gone(pid_t pid)
@@ -455,18 +465,9 @@ static int op_stop(void *state, int idx)
 /* The parent pid from /proc, 0 when there is no such process. */
 static pid_t proc_ppid(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* then " STATE PPID" */
-    return p && p[1] == ' ' && p[2] && p[3] == ' ' ? (pid_t)atol(p + 4) : 0;
+    char buf[512];
+    const char *f = proc_stat_fields(pid, buf, sizeof buf);
+    return f && f[1] == ' ' ? (pid_t)atol(f + 2) : 0;
 }
 
 /* Send sig to pid and to every process descended from it: a server may

@@ -48,10 +48,7 @@ typedef struct ms_group {
  * thread could hold a lock (glibc's, in getaddrinfo) that the child then
  * waits on for ever. Clients that run threads live in child processes of
  * their own (check_servers.c's adapter process; the workers).
- *
- * The threads of this process now (from /proc), or -1 if unknown.
  */
-long ms_threads(void);
 /* fork() after flushing stdio, refused (-1, EDEADLK, a message on stderr)
  * when the process runs more than one thread. */
 pid_t ms_fork(void);
