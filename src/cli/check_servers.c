@@ -38,7 +38,9 @@
 #define SRV_MAX 64
 #define CTL_TIMEOUT_MS 1000
 #define START_WAIT_NS 10000000000LL
-#define GONE_WAIT_NS 5000000000LL
+/* a SIGKILLed server may take seconds to exit on a loaded machine (seen: more
+ * than 5 s for memcached beside stress-ng) */
+#define GONE_WAIT_NS 15000000000LL
 #define RESTORE_WAIT_NS 60000000000LL
 
 typedef struct srv {
