@@ -55,7 +55,8 @@ DLOCK_EXTERN const char *dlock_version(void);
     X(EPERM, -12, "permission denied")                                      \
     X(ENOENT, -13, "no such lock")                                          \
     X(EURL, -14, "malformed backend url")                                   \
-    X(ENAME, -15, "invalid lock name")
+    X(ENAME, -15, "invalid lock name")                                      \
+    X(ECONFLICT, -16, "the name is held as another kind of lock")
 
 typedef enum dlock_err {
     DLOCK_OK = 0,
