@@ -208,7 +208,7 @@ typedef struct myclient {
     char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
         *sql_getvalue, *sql_name_of;                          /* getlock */
     char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
-        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info; /* lease */
+        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other; /* lease */
     char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
@@ -1294,8 +1294,9 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
 /* ---- mode=lease: rows with an expiry ----------------------------------------------- */
 
 /*
- * TABLE (default dlock_lease): one row per held (name, slot), slot < the
- * semaphore's permits (0 for a lock): owner, expires (the server's clock,
+ * TABLE (default dlock_lease): one row per held (name, slot), slot 0 for a
+ * lock (and a semaphore of 1), N * 8192 + i (i < N) for a semaphore of N
+ * permits (MY_LEASE_SLOT_BASE): owner, expires (the server's clock,
  * UTC_TIMESTAMP(6): no time zone or DST can move it), holder, since, value.
  * One INSERT ... ON DUPLICATE KEY UPDATE takes a free slot or an expired
  * one over: its assignments, evaluated left to right, test the old expiry
@@ -1310,7 +1311,16 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
  * with jittered exponential backoff (2 ms doubling to 50 ms); the others
  * sleep in the server's queue and poll nothing. The server's load is one
  * poller per waited-for name, however many wait.
+ *
+ * One name is one lock: a taker that took its row looks (the next
+ * statement, a fresh snapshot) for a held row of the name outside its own
+ * slots; if there is one, it deletes its row and waits (an exclusive taker
+ * so waits for every permit), or, a semaphore taker that finds a semaphore
+ * of other permits, is refused (DLOCK_ECONFLICT). Of two takers of
+ * different kinds at once, at least one sees the other.
  */
+
+#define MY_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
 
 static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
 {
@@ -1344,24 +1354,50 @@ static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *
     return rc;
 }
 
+/* After a take: whether another kind holds the name too (see above): 0
+ * no, 1 yes (our row deleted), DLOCK_ECONFLICT (message set), or a code. */
+static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n)};
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_lease_other, a, 3, &r, until, -1, why, wlen);
+    const char *v = rc ? NULL : cell(&r, 0, 0);
+    long other = v ? atol(v) : -1;
+    res_free(&r);
+    if (rc || other < 0)
+        return rc;
+    my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
+    rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
+    res_free(&r);
+    unsigned in_force = (unsigned)(other >> 13);
+    if (!rc && in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && n > 1)
+        return dl_conflict_err(l, 's', in_force);
+    return rc ? rc : 1;
+}
+
 /* One try at every slot, from a random one (so that semaphore takers do
  * not all meet at slot 0): 1 taken, 0 all held, or a code. */
 static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     mylock *ml = l->bstate;
     int n = l->opts.kind == DLOCK_SEMAPHORE ? (int)l->opts.permits : 1;
+    int base = MY_LEASE_SLOT_BASE(n);
     unsigned start = 0;
     if (n > 1)
         (void)dl_random(&start, sizeof start);
     for (int i = 0; i < n; i++) {
-        int slot = (int)((start + (unsigned)i) % (unsigned)n);
+        int slot = base + (int)((start + (unsigned)i) % (unsigned)n);
         bool took;
         int rc = lease_take(l, k, slot, &took, why, wlen);
         if (rc)
             return rc;
         if (took) {
             ml->slot = slot;
-            return 1;
+            rc = lease_other_kind(l, k, base, n, why, wlen);
+            return rc == 0 ? 1 : rc == 1 ? 0 : rc;
         }
     }
     return 0;
@@ -1472,6 +1508,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         return not_taken(l, deadline_ns);
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    if (rc == DLOCK_ECONFLICT)
+        return rc; /* its message is set */
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
 }
 
@@ -1777,6 +1815,9 @@ static int build_sql(myclient *mc)
                                     "expires >= UTC_TIMESTAMP(6)",
                                     t);
     mc->sql_lease_free = fmt_alloc("DELETE FROM %s WHERE name = ? AND slot = ? AND owner = ?", t);
+    mc->sql_lease_other = fmt_alloc("SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < ? OR "
+                                    "slot >= ?) AND expires >= UTC_TIMESTAMP(6)",
+                                    t);
     mc->sql_lease_free_all = fmt_alloc("DELETE FROM %s WHERE name = ?", t);
     mc->sql_lease_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
                                     "owner = ? AND expires >= UTC_TIMESTAMP(6)",
@@ -1816,7 +1857,7 @@ static int build_sql(myclient *mc)
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
-                   mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
+                   mc->sql_lease_info && mc->sql_lease_other && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
                    mc->sql_table_exists
                ? 0
@@ -1837,7 +1878,8 @@ static void mc_free(myclient *mc)
                   &mc->sql_waiters, &mc->sql_list, &mc->sql_setvalue, &mc->sql_getvalue,
                   &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
-                  &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
+                  &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_lease_other,
+                  &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
                   &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_table_exists};
