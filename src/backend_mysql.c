@@ -1332,6 +1332,15 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why
     int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
     *took = rc == 0 && r.affected > 0;
     res_free(&r);
+    if (rc) {
+        /* Cut short (the acquisition's deadline), the take may still have
+         * run on the server: its row would shut every other taker out for
+         * a lease. Deleted, on another connection, should it be there. */
+        char ignored[200];
+        my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
+        (void)pool_exec(l->c, mc->sql_lease_free, f, 3, &r, ignored, sizeof ignored);
+        res_free(&r);
+    }
     return rc;
 }
 
@@ -1367,9 +1376,15 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
     const char *v = rc ? NULL : cell(&r, 0, 0);
     long other = v ? atol(v) : -1;
     res_free(&r);
-    if (rc || other < 0)
-        return rc;
+    if (rc == 0 && other < 0)
+        return 0;
     my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
+    if (rc) { /* not known: our row goes back (k may be unusable) */
+        char ignored[200];
+        (void)pool_exec(l->c, mc->sql_lease_free, f, 3, &r, ignored, sizeof ignored);
+        res_free(&r);
+        return rc;
+    }
     rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
     res_free(&r);
     unsigned in_force = (unsigned)(other >> 13);
