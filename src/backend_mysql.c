@@ -1322,25 +1322,47 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
 
 #define MY_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
 
-static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
+/* Time kept back from a take's bound for lease_drop_mine, so that an
+ * acquisition still ends by its deadline plus DL_DEADLINE_MARGIN_MS. */
+#define MY_LEASE_DROP_MS 50
+
+/* Our row at slot deleted, should a take cut short have left it (it may
+ * still have run on the server, and would shut every other taker out for
+ * a lease): on another connection (the one cut short is unusable), by the
+ * acquisition's bound. A take still running on the server then is not
+ * waited for (the bound is spent): its row stays until its lease ends. */
+static void lease_drop_mine(dlock_lock *l, int slot)
 {
     myclient *mc = mc_of(l->c);
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    char ignored[200];
+    my_conn *k;
+    if (dl_now_ns() >= until || conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
+        return;
+    my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
+    my_res r = {0};
+    (void)q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, ignored, sizeof ignored);
+    res_free(&r);
+    if (k->broken)
+        k->failed = true; /* closed, not pooled (no KILL: its bound is spent) */
+    conn_put(mc, k);
+}
+
+static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
+    if (l->op_deadline_ns > 0 && ms > MY_LEASE_DROP_MS)
+        ms -= MY_LEASE_DROP_MS; /* (whatever is left, for lease_drop_mine) */
+    int64_t until = dl_now_ns() + (int64_t)ms * 1000000;
     long long ttl_us = (long long)l->opts.ttl_ms * 1000;
     my_arg a[] = {A_S(l->name), A_I(slot), A_S(l->owner), A_I(ttl_us), A_S(mc->holder)};
     my_res r = {0};
     int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
     *took = rc == 0 && r.affected > 0;
     res_free(&r);
-    if (rc) {
-        /* Cut short (the acquisition's deadline), the take may still have
-         * run on the server: its row would shut every other taker out for
-         * a lease. Deleted, on another connection, should it be there. */
-        char ignored[200];
-        my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
-        (void)pool_exec(l->c, mc->sql_lease_free, f, 3, &r, ignored, sizeof ignored);
-        res_free(&r);
-    }
+    if (rc)
+        lease_drop_mine(l, slot);
     return rc;
 }
 
@@ -1380,9 +1402,7 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
         return 0;
     my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
     if (rc) { /* not known: our row goes back (k may be unusable) */
-        char ignored[200];
-        (void)pool_exec(l->c, mc->sql_lease_free, f, 3, &r, ignored, sizeof ignored);
-        res_free(&r);
+        lease_drop_mine(l, ml->slot);
         return rc;
     }
     rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);

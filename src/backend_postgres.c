@@ -186,7 +186,6 @@ typedef struct pgclient {
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     char *sql_renew_many;                                   /* lease: a batch */
-    char *sql_free_mine; /* lease: whatever row a take cut short may have left */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
     char *sql_setvalue;                                    /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
@@ -1682,9 +1681,7 @@ static int lease_build_sql(pgclient *pc)
         "AS b(name, slot, owner, ttl, i) WHERE t.name = b.name AND t.slot = b.slot AND "
         "t.owner = b.owner AND t.expires >= clock_timestamp() RETURNING b.i",
         t);
-    pc->sql_free_mine = fmt_alloc(
-        "UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND owner = $2", t);
-    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_free_mine && pc->sql_renew &&
+    return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew &&
                    pc->sql_renew_many && pc->sql_enqueue &&
                    pc->sql_refresh && pc->sql_dequeue && pc->sql_setvalue
                ? 0
@@ -1863,16 +1860,6 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (rc < 0) {
             conn_close(k); /* a statement may be left on it */
             lease_dequeue(l, queued || requeue);
-            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ECANCELED) {
-                /* the take, cut short, may still have run on the server:
-                 * its row would shut every other taker out for a lease */
-                const char *mine[] = {l->name, l->owner};
-                PGresult *fr = NULL;
-                char ignored[200];
-                (void)pool_run_until(l->c, op_until(pc, NULL), pc->sql_free_mine, 2, mine, &fr,
-                                     ignored, sizeof ignored);
-                pq.clear(fr);
-            }
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             if (rc == DLOCK_ETIMEDOUT && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)
@@ -2307,7 +2294,6 @@ static void pc_free(pgclient *pc)
     free(pc->sql_take);
     free(pc->sql_expiry);
     free(pc->sql_free);
-    free(pc->sql_free_mine);
     free(pc->sql_renew);
     free(pc->sql_renew_many);
     free(pc->sql_enqueue);
