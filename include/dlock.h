@@ -55,7 +55,8 @@ DLOCK_EXTERN const char *dlock_version(void);
     X(EPERM, -12, "permission denied")                                      \
     X(ENOENT, -13, "no such lock")                                          \
     X(EURL, -14, "malformed backend url")                                   \
-    X(ENAME, -15, "invalid lock name")
+    X(ENAME, -15, "invalid lock name")                                      \
+    X(ECONFLICT, -16, "the name is held as another kind of lock")
 
 typedef enum dlock_err {
     DLOCK_OK = 0,
@@ -72,6 +73,19 @@ DLOCK_EXTERN const char *dlock_err_name(int code);
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
 
+/*
+ * One name is one lock, whatever kind each taker asks for, on every
+ * backend. EXCLUSIVE and SHARED are the two sides of a read-write lock. An
+ * EXCLUSIVE taker of a name held as a SEMAPHORE waits until every permit is
+ * back, and SEMAPHORE takers wait while an EXCLUSIVE holder holds it. A
+ * SEMAPHORE taker asking other permits than those in force (while the name
+ * has a holder), or a taker of a kind that cannot wait for the one in force
+ * on this backend (SHARED beside a SEMAPHORE on file://), gets
+ * DLOCK_ECONFLICT, its message naming the kind and permits in force, e.g.
+ * `lock "pool" is a semaphore of 2 permits here (asked: exclusive)`. Of
+ * takers of different kinds racing on a free name, never both succeed.
+ * Once every holder has gone, the name may be taken as any kind again.
+ */
 typedef enum dlock_kind {
     DLOCK_EXCLUSIVE = 0, /* mutex, reentrant per handle */
     DLOCK_SHARED = 1,    /* reader side of a read-write lock */

@@ -2091,6 +2091,11 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                                  l->name, ec->redacted);
             break;
         }
+        int other = dl_queue_conflict(q, sizeof *q, i);
+        if (other >= 0) {
+            result = dl_conflict_err(l, q[other].pos.kind, q[other].pos.permits);
+            break;
+        }
         int b = dl_queue_blocker(q, sizeof *q, i);
         if (b == DL_Q_HOLDS)
             break;

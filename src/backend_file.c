@@ -14,11 +14,16 @@
  *             sleeps on MAIN, so later readers queue behind it
  *   GATE      the semaphore's waiting room (one waiter at a time waits on
  *             all permits; the rest queue on GATE)
- *   SLOT+i    permit i of a semaphore
+ *   SLOT+i    permit i of a semaphore (whose holders also hold a read lock
+ *             on MAIN, so that an exclusive taker waits for every permit)
  *   Q+t       ticket t of the fair queue of exclusive lockers: the holder of
  *             ticket t keeps Q+t until it releases, and ticket t+1 sleeps on
  *             Q+t — so each release wakes exactly the next in line (the
  *             kernel alone wakes blocked lockers in no guaranteed order)
+ *   KIND+k    read-locked by every shared taker (k = 0) or taker of a
+ *             semaphore of k permits, from before it waits until it releases:
+ *             a shared lock and a semaphore, or semaphores of other sizes,
+ *             cannot share MAIN's read side, so such a taker is refused
  *
  * The file's data holds the fencing token and the next ticket (a fixed-width
  * header) and one record per holder (who, since when, token, leader value)
@@ -72,6 +77,7 @@
 #define OFF_GATE (OFF_BASE + 3)
 #define OFF_SLOT(i) (OFF_BASE + 16 + (off_t)(i))
 #define OFF_QUEUE(t) (((off_t)1 << 41) + (off_t)(t))
+#define OFF_KIND(k) (((off_t)1 << 42) + (off_t)(k)) /* the last ranges of the file */
 
 #define TOKEN_LEN 28                  /* "dlock1 " + 20 digits + "\n" */
 #define HEADER_LEN (TOKEN_LEN + 26)   /* + "next " + 20 digits + "\n" */
@@ -1030,6 +1036,41 @@ static int take_main(dlock_lock *l, int fd, int64_t deadline, bool *token_issued
     return take_in_order(l, fd, deadline, token_issued);
 }
 
+/* The first KIND byte held in [from, from + len) (len 0: to the end), or -1. */
+static off_t kind_held(int fd, off_t from, off_t len)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = from, .l_len = len};
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type == F_UNLCK)
+        return -1;
+    return fl.l_start;
+}
+
+/* A shared or semaphore taker's claim of its KIND byte, refused with
+ * DLOCK_ECONFLICT while another's is held. Under META, so that of two
+ * takers of different kinds the second sees the first's byte. */
+static int claim_kind(dlock_lock *l, int fd, int64_t deadline)
+{
+    off_t k = l->opts.kind == DLOCK_SEMAPHORE ? (off_t)l->opts.permits : 0;
+    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
+    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    if (rc)
+        return rc;
+    off_t other = k > 0 ? kind_held(fd, OFF_KIND(0), k) : -1;
+    if (other < 0)
+        other = kind_held(fd, OFF_KIND(k + 1), 0);
+    if (other >= 0) {
+        off_t p = other - OFF_KIND(0);
+        rc = dl_conflict_err(l, p == 0 ? 'r' : 's', (unsigned)p);
+    } else {
+        rc = try_range(l, fd, F_RDLCK, OFF_KIND(k));
+        if (rc > 0) /* (only read locks are ever taken there) */
+            rc = dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": its kind range is write-locked",
+                             l->name);
+    }
+    unlock_range(fd, OFF_META);
+    return rc;
+}
+
 /* Semaphore: any free permit; waiters queue on GATE, the first of them
  * sleeps on every permit at once. */
 static int take_permit(dlock_lock *l, int fd, int64_t deadline, int *slot)
@@ -1096,10 +1137,15 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
             return rc;
         int slot = -1;
         bool token_issued = false;
-        if (l->opts.kind == DLOCK_SEMAPHORE)
+        if (l->opts.kind != DLOCK_EXCLUSIVE)
+            rc = claim_kind(l, fd, deadline);
+        if (rc == 0 && l->opts.kind == DLOCK_SEMAPHORE) {
             rc = take_permit(l, fd, deadline, &slot);
-        else
+            if (rc == 0) /* MAIN's read side: shuts exclusive takers out */
+                rc = take_shared(l, fd, deadline);
+        } else if (rc == 0) {
             rc = take_main(l, fd, deadline, &token_issued);
+        }
         if (rc) {
             drop_fd(fd);
             return rc;
@@ -1203,8 +1249,6 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
         info->held = 1;
         info->holders = 1;
         read_record(fd, 0, &r);
-    } else if (t == F_RDLCK) {
-        info->held = 1; /* readers: how many is not knowable from one probe */
     } else {
         /* Semaphore permits: records tell which slots were used; the
          * kernel tells which are held now. */
@@ -1219,8 +1263,12 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
                 }
             }
         }
-        info->held = holders > 0;
-        info->holders = holders;
+        if (holders > 0 || t != F_RDLCK) {
+            info->held = holders > 0;
+            info->holders = holders;
+        } else {
+            info->held = 1; /* readers: how many is not knowable from one probe */
+        }
     }
     if (r.present) {
         snprintf(info->holder, sizeof info->holder, "%s", r.holder);

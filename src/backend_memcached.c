@@ -9,8 +9,20 @@
  *     KEY        the lock: "OWNER SINCE_MS TOKEN TTL_MS HOLDER" and a line
  *                with the leader's value; its TTL is the lease (whole seconds)
  *     KEY/N      semaphore slot N < permits, the same
- *     KEY/p      a semaphore's permits, for dlock_inspect (no expiry: a
- *                hint, rewritten by every take)
+ *     KEY/p      the permits of the semaphore in force (no expiry): every
+ *                permit taker rewrites it by compare-and-swap (the CAS it
+ *                read before adding its slot) in the request that adds its
+ *                slot, so that of two takers of other permits the second
+ *                finds the first's value and its slot, and is refused
+ *                (DLOCK_ECONFLICT); a value whose slots are all free is
+ *                stale and is replaced the same way
+ *
+ * One name is one lock: a taker writes first and looks after, so of two
+ * takers of different kinds at least one sees the other. A permit taker
+ * reads KEY in the request that adds its slot; an exclusive taker, once its
+ * add of KEY succeeded, reads KEY/p and that many slots. Whoever sees the
+ * other kind held gives its item back and keeps polling (an exclusive
+ * taker so waits for every permit).
  *
  * take      ms KEY S T<ttl> ME c   (add: one round trip)
  * renew     ms KEY S T<ttl> C<cas> c   (compare-and-swap: EX or NF = lost)
@@ -627,10 +639,58 @@ static int64_t op_until(const dlock_lock *l, const mcclient *mc)
     return dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
 }
 
+/* The held slots among the first `permits` of the semaphore at key (one
+ * pipelined request): a count, or a code. */
+static int slots_held(dlock_lock *l, long permits, char *why, size_t wlen)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    size_t cap = (size_t)permits * (MC_KEY_MAX + 24);
+    char *req = malloc(cap);
+    mc_reply *rep = calloc((size_t)permits, sizeof *rep);
+    int rc = req && rep ? 0 : DLOCK_ENOMEM;
+    if (rc)
+        snprintf(why, wlen, "out of memory");
+    size_t off = 0;
+    for (long i = 0; !rc && i < permits; i++)
+        off += (size_t)snprintf(req + off, cap - off, "mg %s/%ld\r\n", ml->key, i);
+    if (!rc)
+        rc = mc_call(mc, ml->srv, req, off, rep, (int)permits, op_until(l, mc), -1, why, wlen);
+    int held = 0;
+    for (long i = 0; !rc && i < permits; i++)
+        held += strcmp(rep[i].code, "HD") == 0;
+    free(req);
+    free(rep);
+    return rc ? rc : held;
+}
+
+/* Our item given back (a try that met another kind). */
+static void give_item(dlock_lock *l, int slot, uint64_t cas)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    char k[MC_KEY_MAX + 16], req[MC_KEY_MAX + 64], why[200];
+    slot_key(ml, slot, k, sizeof k);
+    int n = snprintf(req, sizeof req, "md %s C%" PRIu64 "\r\n", k, cas);
+    mc_reply r;
+    (void)mc_call(mc, ml->srv, req, (size_t)n, &r, 1, op_until(l, mc), -1, why, sizeof why);
+    ml->slot = -1;
+    ml->token_known = false;
+}
+
+/* The permits in force as KEY/p's reply r says (0: none written). */
+static long permits_in(const mc_reply *r)
+{
+    long v = strcmp(r->code, "VA") == 0 ? strtol(r->value, NULL, 10) : 0;
+    return v > 0 && v <= 4096 ? v : 0;
+}
+
 /* One add of slot (-1: the lock's own item): 1 ours (ml->slot, ml->cas and
- * the token set), 0 someone holds it, or a code. A semaphore's add also
- * writes its permits, for dlock_inspect. */
-static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
+ * the token set), 0 someone holds it (or, for a semaphore, KEY/p changed
+ * since p_cas or KEY is held: see the top of the file), or a code. A
+ * permit's add also writes KEY/p (by CAS p_cas, or an add when 0) and reads
+ * KEY, in the same request. */
+static int add_item(dlock_lock *l, int slot, uint64_t p_cas, char *why, size_t wlen)
 {
     mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
@@ -646,15 +706,26 @@ static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
     int n = snprintf(req, sizeof req, "ms %s %zu T%ld ME c\r\n%s\r\n", k, strlen(val), ttl, val);
     int nrep = 1;
     if (slot >= 0) {
-        char p[16];
+        char p[16], mode[32];
         int pl = snprintf(p, sizeof p, "%u", l->opts.permits);
-        n += snprintf(req + n, sizeof req - (size_t)n, "ms %s/p %d T0\r\n%s\r\n", ml->key, pl, p);
-        nrep = 2;
+        if (p_cas)
+            snprintf(mode, sizeof mode, "C%" PRIu64, p_cas);
+        else
+            snprintf(mode, sizeof mode, "ME");
+        n += snprintf(req + n, sizeof req - (size_t)n, "ms %s/p %d T0 %s\r\n%s\r\nmg %s\r\n",
+                      ml->key, pl, mode, p, ml->key);
+        nrep = 3;
     }
-    mc_reply rep[2];
+    mc_reply rep[3];
     int rc = mc_call(mc, ml->srv, req, (size_t)n, rep, nrep, op_until(l, mc), -1, why, wlen);
     if (rc)
         return rc;
+    if (slot >= 0 && strcmp(rep[0].code, "HD") == 0 && rep[0].has_cas &&
+        (strcmp(rep[1].code, "HD") != 0 || strcmp(rep[2].code, "EN") != 0)) {
+        ml->slot = slot;
+        give_item(l, slot, rep[0].cas);
+        return 0;
+    }
     if (strcmp(rep[0].code, "NS") == 0)
         return 0;
     if (strcmp(rep[0].code, "HD") != 0) {
@@ -678,6 +749,27 @@ static int add_item(dlock_lock *l, int slot, char *why, size_t wlen)
     return 1;
 }
 
+/* The lock's own item, kept only if no permit of a semaphore is held. */
+static int take_exclusive(dlock_lock *l, char *why, size_t wlen)
+{
+    mcclient *mc = mcc_of(l->c);
+    mclock *ml = l->bstate;
+    int rc = add_item(l, -1, 0, why, wlen);
+    if (rc != 1)
+        return rc;
+    char req[MC_KEY_MAX + 32];
+    int n = snprintf(req, sizeof req, "mg %s/p v\r\n", ml->key);
+    mc_reply pr;
+    rc = mc_call(mc, ml->srv, req, (size_t)n, &pr, 1, op_until(l, mc), -1, why, wlen);
+    long in_force = rc ? 0 : permits_in(&pr);
+    int held = in_force ? slots_held(l, in_force, why, wlen) : 0;
+    if (rc || held != 0) { /* permits are held: wait for every one */
+        give_item(l, -1, ml->cas);
+        return rc ? rc : held < 0 ? held : 0;
+    }
+    return 1;
+}
+
 #define MC_PROBE_MAX 256 /* semaphore slots looked at per round trip */
 
 /* One try: the lock's item, or for a semaphore a look at its slots (one
@@ -688,16 +780,18 @@ static int take_once(dlock_lock *l, char *why, size_t wlen)
     mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
     if (l->opts.kind != DLOCK_SEMAPHORE)
-        return add_item(l, -1, why, wlen);
+        return take_exclusive(l, why, wlen);
     unsigned n = l->opts.permits, start = 0;
     (void)dl_random(&start, sizeof start);
     unsigned probe = n < MC_PROBE_MAX ? n : MC_PROBE_MAX;
-    size_t cap = (size_t)probe * (MC_KEY_MAX + 24);
+    size_t cap = (size_t)(probe + 2) * (MC_KEY_MAX + 24);
     char *req = malloc(cap);
-    mc_reply *rep = calloc(probe, sizeof *rep);
+    mc_reply *rep = calloc(probe + 2, sizeof *rep);
     int *slots = calloc(probe, sizeof *slots);
     int rc = req && rep && slots ? 0 : DLOCK_ENOMEM;
     size_t off = 0;
+    if (!rc) /* KEY (an exclusive holder) and KEY/p (the permits in force) first */
+        off = (size_t)snprintf(req, cap, "mg %s\r\nmg %s/p v c\r\n", ml->key, ml->key);
     for (unsigned i = 0; !rc && i < probe; i++) {
         char k[MC_KEY_MAX + 16];
         slots[i] = (int)((start + i) % n);
@@ -705,14 +799,34 @@ static int take_once(dlock_lock *l, char *why, size_t wlen)
         off += (size_t)snprintf(req + off, cap - off, "mg %s\r\n", k);
     }
     if (!rc)
-        rc = mc_call(mc, ml->srv, req, off, rep, (int)probe, op_until(l, mc), -1, why, wlen);
+        rc = mc_call(mc, ml->srv, req, off, rep, (int)probe + 2, op_until(l, mc), -1, why,
+                     wlen);
     else
         snprintf(why, wlen, "out of memory");
     int taken = 0;
+    uint64_t p_cas = 0;
+    if (!rc && strcmp(rep[0].code, "EN") != 0)
+        probe = 0; /* held exclusively (or an error the next try meets) */
+    else if (!rc && strcmp(rep[1].code, "EN") != 0) {
+        long in_force = permits_in(&rep[1]);
+        p_cas = rep[1].has_cas ? rep[1].cas : 0;
+        if (!p_cas) {
+            snprintf(why, wlen, "memcached returned no CAS value for %s/p", ml->key);
+            rc = DLOCK_EPROTO;
+        } else if (in_force && in_force != (long)n) {
+            int held = slots_held(l, in_force, why, wlen);
+            if (held > 0)
+                rc = dl_conflict_err(l, 's', (unsigned)in_force);
+            else if (held < 0)
+                rc = held;
+        }
+    }
     for (unsigned i = 0; !rc && !taken && i < probe; i++) {
-        if (strcmp(rep[i].code, "EN") != 0)
+        if (strcmp(rep[i + 2].code, "EN") != 0)
             continue; /* held (HD), or an error the add will meet too */
-        int t = add_item(l, slots[i], why, wlen);
+        int t = add_item(l, slots[i], p_cas, why, wlen);
+        if (t == 0)
+            break; /* KEY/p changed or KEY is held: look again on the next try */
         if (t < 0)
             rc = t;
         else
@@ -747,6 +861,8 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
         if (rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_now_ns() >= deadline_ns)
             return dl_lock_err(l, DLOCK_ETIMEDOUT,
                                "lock \"%s\" not acquired within the timeout (%s)", l->name, why);
+        if (rc == DLOCK_ECONFLICT)
+            return rc; /* its message is set */
         if (rc < 0)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
         if (deadline_ns == 0)

@@ -229,7 +229,7 @@ typedef struct myclient {
     char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
         *sql_getvalue, *sql_name_of;                          /* getlock */
     char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
-        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info; /* lease */
+        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other; /* lease */
     char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
@@ -1565,8 +1565,9 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
 /* ---- mode=lease: rows with an expiry ----------------------------------------------- */
 
 /*
- * TABLE (default dlock_lease): one row per held (name, slot), slot < the
- * semaphore's permits (0 for a lock): owner, expires (the server's clock,
+ * TABLE (default dlock_lease): one row per held (name, slot), slot 0 for a
+ * lock (and a semaphore of 1), N * 8192 + i (i < N) for a semaphore of N
+ * permits (MY_LEASE_SLOT_BASE): owner, expires (the server's clock,
  * UTC_TIMESTAMP(6): no time zone or DST can move it), holder, since, value.
  * One INSERT ... ON DUPLICATE KEY UPDATE takes a free slot or an expired
  * one over: its assignments, evaluated left to right, test the old expiry
@@ -1581,18 +1582,58 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
  * with jittered exponential backoff (2 ms doubling to 50 ms); the others
  * sleep in the server's queue and poll nothing. The server's load is one
  * poller per waited-for name, however many wait.
+ *
+ * One name is one lock: a taker that took its row looks (the next
+ * statement, a fresh snapshot) for a held row of the name outside its own
+ * slots; if there is one, it deletes its row and waits (an exclusive taker
+ * so waits for every permit), or, a semaphore taker that finds a semaphore
+ * of other permits, is refused (DLOCK_ECONFLICT). Of two takers of
+ * different kinds at once, at least one sees the other.
  */
+
+#define MY_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
+
+/* Time kept back from a take's bound for lease_drop_mine, so that an
+ * acquisition still ends by its deadline plus DL_DEADLINE_MARGIN_MS. */
+#define MY_LEASE_DROP_MS 50
+
+/* Our row at slot deleted, should a take cut short have left it (it may
+ * still have run on the server, and would shut every other taker out for
+ * a lease): on another connection (the one cut short is unusable), by the
+ * acquisition's bound. A take still running on the server then is not
+ * waited for (the bound is spent): its row stays until its lease ends. */
+static void lease_drop_mine(dlock_lock *l, int slot)
+{
+    myclient *mc = mc_of(l->c);
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    char ignored[200];
+    my_conn *k;
+    if (dl_now_ns() >= until || conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
+        return;
+    my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
+    my_res r = {0};
+    (void)q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, ignored, sizeof ignored);
+    res_free(&r);
+    if (k->broken)
+        k->failed = true; /* closed, not pooled (no KILL: its bound is spent) */
+    conn_put(mc, k);
+}
 
 static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
+    if (l->op_deadline_ns > 0 && ms > MY_LEASE_DROP_MS)
+        ms -= MY_LEASE_DROP_MS; /* (whatever is left, for lease_drop_mine) */
+    int64_t until = dl_now_ns() + (int64_t)ms * 1000000;
     long long ttl_us = (long long)l->opts.ttl_ms * 1000;
     my_arg a[] = {A_S(l->name), A_I(slot), A_S(l->owner), A_I(ttl_us), A_S(mc->holder)};
     my_res r = {0};
     int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
     *took = rc == 0 && r.affected > 0;
     res_free(&r);
+    if (rc)
+        lease_drop_mine(l, slot);
     return rc;
 }
 
@@ -1625,24 +1666,54 @@ static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *
     return rc;
 }
 
+/* After a take: whether another kind holds the name too (see above): 0
+ * no, 1 yes (our row deleted), DLOCK_ECONFLICT (message set), or a code. */
+static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n)};
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_lease_other, a, 3, &r, until, -1, why, wlen);
+    const char *v = rc ? NULL : cell(&r, 0, 0);
+    long other = v ? atol(v) : -1;
+    res_free(&r);
+    if (rc == 0 && other < 0)
+        return 0;
+    my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
+    if (rc) { /* not known: our row goes back (k may be unusable) */
+        lease_drop_mine(l, ml->slot);
+        return rc;
+    }
+    rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
+    res_free(&r);
+    unsigned in_force = (unsigned)(other >> 13);
+    if (!rc && in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && n > 1)
+        return dl_conflict_err(l, 's', in_force);
+    return rc ? rc : 1;
+}
+
 /* One try at every slot, from a random one (so that semaphore takers do
  * not all meet at slot 0): 1 taken, 0 all held, or a code. */
 static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     mylock *ml = l->bstate;
     int n = l->opts.kind == DLOCK_SEMAPHORE ? (int)l->opts.permits : 1;
+    int base = MY_LEASE_SLOT_BASE(n);
     unsigned start = 0;
     if (n > 1)
         (void)dl_random(&start, sizeof start);
     for (int i = 0; i < n; i++) {
-        int slot = (int)((start + (unsigned)i) % (unsigned)n);
+        int slot = base + (int)((start + (unsigned)i) % (unsigned)n);
         bool took;
         int rc = lease_take(l, k, slot, &took, why, wlen);
         if (rc)
             return rc;
         if (took) {
             ml->slot = slot;
-            return 1;
+            rc = lease_other_kind(l, k, base, n, why, wlen);
+            return rc == 0 ? 1 : rc == 1 ? 0 : rc;
         }
     }
     return 0;
@@ -1791,6 +1862,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         return not_taken(l, deadline_ns, early);
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    if (rc == DLOCK_ECONFLICT)
+        return rc; /* its message is set */
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
 }
 
@@ -2181,6 +2254,9 @@ static int build_sql(myclient *mc)
                                     "expires >= UTC_TIMESTAMP(6)",
                                     t);
     mc->sql_lease_free = fmt_alloc("DELETE FROM %s WHERE name = ? AND slot = ? AND owner = ?", t);
+    mc->sql_lease_other = fmt_alloc("SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < ? OR "
+                                    "slot >= ?) AND expires >= UTC_TIMESTAMP(6)",
+                                    t);
     mc->sql_lease_free_all = fmt_alloc("DELETE FROM %s WHERE name = ?", t);
     mc->sql_lease_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
                                     "owner = ? AND expires >= UTC_TIMESTAMP(6)",
@@ -2238,7 +2314,7 @@ static int build_sql(myclient *mc)
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
-                   mc->sql_lease_info && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
+                   mc->sql_lease_info && mc->sql_lease_other && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
                    mc->sql_lease_live && mc->sql_table_exists
                ? 0
@@ -2259,7 +2335,8 @@ static void mc_free(myclient *mc)
                   &mc->sql_waiters, &mc->sql_list, &mc->sql_setvalue, &mc->sql_getvalue,
                   &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
-                  &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_row_lock,
+                  &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_lease_other,
+                  &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
                   &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2],

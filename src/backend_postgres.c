@@ -1572,7 +1572,15 @@ static char *fmt_alloc(const char *fmt, ...)
  * is one statement that inserts the row or takes over a free or expired one
  * (the row lock ON CONFLICT takes re-checks the condition, so two takers
  * cannot both win); a semaphore of N permits has N slots and a taker gets
- * the first free one. Renewal and release check the owner. Tokens come from
+ * the first free one. One name is one lock: an exclusive lock (and a
+ * semaphore of 1) is slot 0, a semaphore of N permits slots N * 8192 + i
+ * (PG_LEASE_SLOT_BASE), and a take waits while a row of the name outside
+ * its own slots is held — an exclusive taker for every permit — except a
+ * semaphore taker that finds a semaphore of other permits: that is
+ * DLOCK_ECONFLICT. Two takers of different kinds insert different rows, so
+ * each looks again after its take (the statement after it, a fresh
+ * snapshot) and gives its row back if it finds the other held: of two at
+ * once, at least one sees the other. Renewal and release check the owner. Tokens come from
  * the table's sequence (nextval is never rolled back and never repeats).
  * Nothing lives in a session between statements: the lock survives a
  * connection's end, and renewal may use any connection (transaction-mode
@@ -1590,13 +1598,18 @@ static char *fmt_alloc(const char *fmt, ...)
  */
 
 #define PG_LEASE_RECHECK_MS 1000
+/* The first slot of a lock's kind (see above): the permits are slot >> 13. */
+#define PG_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
+#define PG_LEASE_SLOTS_OF(k) /* k's slot is not one of this taker's ($6, $5 of them) */    \
+    "(" k ".slot < $6::int OR " k ".slot >= $6::int + $5::int)"
 
 static int lease_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
     pc->sql_take = fmt_alloc(
-        "WITH free AS (SELECT s FROM generate_series(0, $5::int - 1) AS s WHERE NOT EXISTS "
-        "(SELECT 1 FROM %s AS o WHERE o.name = $1 AND o.slot = s AND o.owner IS NOT NULL AND "
+        "WITH free AS (SELECT s FROM generate_series($6::int, $6::int + $5::int - 1) AS s "
+        "WHERE NOT EXISTS (SELECT 1 FROM %s AS o WHERE o.name = $1 AND (o.slot = s OR "
+        PG_LEASE_SLOTS_OF("o") ") AND o.owner IS NOT NULL AND "
         "o.expires >= clock_timestamp()) AND NOT EXISTS (SELECT 1 FROM %s AS w WHERE "
         "w.name = $1 AND w.owner <> $2 AND " LEASE_WAITER_LIVE("w") " AND w.since < "
         "coalesce((SELECT m.since FROM %s AS m WHERE m.name = $1 AND m.owner = $2), "
@@ -1615,12 +1628,15 @@ static int lease_build_sql(pgclient *pc)
         t, pc->waiters, pc->waiters, t, pc->seq, pc->seq);
     /* When not taken: how long until the first holder's row expires; when
      * taken, the name's rows in the names table (see names_check), one a
-     * row, beside it. */
+     * row, beside it; and a held slot of another kind than the taker's
+     * ($2 its first slot, $3 its permits), if any. */
     pc->sql_expiry = fmt_alloc(
-        "SELECT e.ms, n.mode, n.tbl FROM (SELECT floor(greatest(0, extract(epoch FROM "
+        "SELECT e.ms, n.mode, n.tbl, (SELECT min(k.slot) FROM %s AS k WHERE k.name = $1 AND "
+        "(k.slot < $2::int OR k.slot >= $2::int + $3::int) AND k.owner IS NOT NULL AND "
+        "k.expires >= clock_timestamp()) FROM (SELECT floor(greatest(0, extract(epoch FROM "
         "min(expires) - clock_timestamp()) * 1000)) AS ms FROM %s WHERE name = $1 AND owner IS "
         "NOT NULL) AS e LEFT JOIN %s AS n ON n.name = $1",
-        t, pc->names);
+        t, t, pc->names);
     /* The release, and a NOTIFY to the first live waiter (at commit). */
     pc->sql_free = fmt_alloc(
         "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
@@ -1686,17 +1702,20 @@ static void drop_notices(pg_conn *k)
  * expires, all pipelined. 1 taken, 0 not (expires_in set), or an error. */
 static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const int *npar,
                      int npre, int64_t until, int cancel_fd, long *expires_in, PGresult **names,
-                     char *why, size_t wlen)
+                     int *other, char *why, size_t wlen)
 {
     *names = NULL;
+    *other = -1;
     pgclient *pc = pc_of(l->c);
     pglock *pl = l->bstate;
-    char ttl[16], permits[16], self[200], holder[300];
+    char ttl[16], permits[16], self[200], holder[300], base[16];
     snprintf(ttl, sizeof ttl, "%d", l->opts.ttl_ms);
     snprintf(permits, sizeof permits, "%u", l->opts.permits);
+    snprintf(base, sizeof base, "%d", PG_LEASE_SLOT_BASE(l->opts.permits));
     dl_self_desc(self, sizeof self);
     snprintf(holder, sizeof holder, "%s %s", l->owner, self);
-    const char *p[] = {l->name, l->owner, ttl, holder, permits};
+    const char *p[] = {l->name, l->owner, ttl, holder, permits, base};
+    const char *pe[] = {l->name, base, permits};
     int rc = 0;
     for (int i = 0; i < npre && !rc; i++)
         rc = strncmp(pre[i], "LISTEN", 6) == 0 /* (its channel is the waiter's own) */
@@ -1704,14 +1723,14 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
                  : stmt_send_fixed(k, pre[i], npar[i], p, until, cancel_fd, why, wlen);
     int64_t sent = dl_now_ns();
     if (!rc)
-        rc = stmt_send_fixed(k, pc->sql_take, 5, p, until, cancel_fd, why, wlen);
+        rc = stmt_send_fixed(k, pc->sql_take, 6, p, until, cancel_fd, why, wlen);
     /* our row in the names table (unless it was there last time), and
      * after the take, with the expiry, the name's rows (see names_check) */
     const char *mine[] = {l->name, pc->mode, pc->table};
     if (!rc && !pl->named)
         rc = stmt_send_fixed(k, pc->sql_names_add, 3, mine, until, cancel_fd, why, wlen);
     if (!rc)
-        rc = stmt_send_fixed(k, pc->sql_expiry, 1, p, until, cancel_fd, why, wlen);
+        rc = stmt_send_fixed(k, pc->sql_expiry, 3, pe, until, cancel_fd, why, wlen);
     PGresult *took = NULL, *r = NULL;
     int after = pl->named ? 2 : 3; /* statements sent after the pre ones */
     while (!rc && k->pending > after) { /* what came before: must have worked */
@@ -1739,6 +1758,8 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         rc = code_of_state(sqlstate(took));
         snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(took), line, sizeof line));
     }
+    if (!rc && !*sqlstate(r) && pq.ntuples(r) >= 1 && !pq.getisnull(r, 0, 3))
+        *other = atoi(pq.getvalue(r, 0, 3));
     int taken = 0;
     if (!rc && pq.ntuples(took) == 1) {
         pl->slot = atoi(pq.getvalue(took, 0, 0));
@@ -1817,8 +1838,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             npre = 1;
         }
         PGresult *names = NULL;
-        rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, &names, why,
-                       sizeof why);
+        int other = -1;
+        rc = lease_try(l, k, pre, npar, npre, until, cancel_fd, &expires_in, &names, &other,
+                       why, sizeof why);
         tried = true;
         if (npre > 0)
             refreshed = dl_now_ns();
@@ -1840,12 +1862,26 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             lease_dequeue(l, queued || requeue);
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+            if (rc == DLOCK_ETIMEDOUT && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)
+                return dl_lock_err(l, rc, "lock \"%s\": timed out (%s)", l->name, why);
             return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
                                "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
         queued |= enqueuing;
         enqueuing = false;
-        if (rc == 1 || last) {
+        /* Another kind holds the name: a taken row goes back, and a
+         * semaphore of other permits is refused rather than waited for. */
+        unsigned in_force = other >= 0 ? (unsigned)other >> 13 : 0;
+        bool conflict = in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && l->opts.permits > 1;
+        if (rc == 1 && other >= 0) {
+            int touched;
+            (void)lease_row(l, pc->sql_free, NULL, &touched);
+            pq.clear(names);
+            names = NULL;
+            rc = 0;
+            expires_in = -1;
+        }
+        if (rc == 1 || last || conflict) {
             if (queued) { /* sent, not waited for: read by the session's next statement */
                 const char *p[] = {l->name, l->owner};
                 (void)stmt_send_fixed(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
@@ -1864,6 +1900,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 }
                 return 0;
             }
+            if (conflict)
+                return dl_conflict_err(l, 's', in_force);
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                                deadline_ns == 0 ? "lock \"%s\" is held by another owner"
                                                 : "lock \"%s\": timed out",

@@ -1388,6 +1388,11 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                                          l->name, zc->redacted);
             break;
         }
+        int other = dl_queue_conflict(q, sizeof *q, i);
+        if (other >= 0) {
+            result = dl_conflict_err(l, q[other].pos.kind, q[other].pos.permits);
+            break;
+        }
         int b;
         bool in = false, pred_held = false;
         while ((b = blocker(q, i)) != HOLDS) {

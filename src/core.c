@@ -1920,10 +1920,41 @@ static const dl_qpos *qpos_at(const void *queue, size_t stride, int i)
     return (const dl_qpos *)((const char *)queue + stride * (size_t)i);
 }
 
+int dl_queue_conflict(const void *queue, size_t stride, int i)
+{
+    const dl_qpos *me = qpos_at(queue, stride, i);
+    if (me->kind != 's')
+        return -1;
+    for (int j = 0; j < i; j++) {
+        const dl_qpos *o = qpos_at(queue, stride, j);
+        if (o->kind == 's')
+            return o->permits == me->permits ? -1 : j;
+    }
+    return -1;
+}
+
+int dl_conflict_err(dlock_lock *l, char kind, unsigned permits)
+{
+    char asked[48];
+    if (l->opts.kind == DLOCK_SEMAPHORE)
+        snprintf(asked, sizeof asked, "a semaphore of %u", l->opts.permits);
+    else
+        snprintf(asked, sizeof asked, "%s", l->opts.kind == DLOCK_SHARED ? "shared" : "exclusive");
+    if (kind == 's')
+        return dl_lock_err(l, DLOCK_ECONFLICT,
+                           "lock \"%s\" is a semaphore of %u permit%s here (asked: %s)",
+                           l->name, permits, permits == 1 ? "" : "s", asked);
+    return dl_lock_err(l, DLOCK_ECONFLICT, "lock \"%s\" is %s lock here (asked: %s)", l->name,
+                       kind == 'r' ? "a shared" : "an exclusive", asked);
+}
+
 int dl_queue_blocker(const void *queue, size_t stride, int i)
 {
     const dl_qpos *me = qpos_at(queue, stride, i);
     char k = me->kind;
+    int other = dl_queue_conflict(queue, stride, i);
+    if (other >= 0)
+        return other; /* refused, and never counted a holder */
     if (k == 'x')
         return i == 0 ? DL_Q_HOLDS : i - 1;
     for (int j = i - 1; j >= 0; j--)

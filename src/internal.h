@@ -332,6 +332,13 @@ enum { DL_Q_HOLDS = -1, DL_Q_ANY = -2 };
  * Semaphore waiters past the first watch their predecessor, which must
  * touch its entry when it takes a permit. */
 int dl_queue_blocker(const void *queue, size_t stride, int i);
+/* The entry before i whose kind entry i cannot join, or -1: one name is
+ * one lock, and the first semaphore entry of a queue sets the permits in
+ * force (a semaphore entry asking others is refused, DLOCK_ECONFLICT). */
+int dl_queue_conflict(const void *queue, size_t stride, int i);
+/* DLOCK_ECONFLICT on l, its message naming the kind (and permits) in force
+ * ('x', 'r' or 's' with permits) and the kind l asked for. */
+int dl_conflict_err(dlock_lock *l, char kind, unsigned permits);
 /* "x", "r" or "sN" for l's kind into buf. */
 void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
 /* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */

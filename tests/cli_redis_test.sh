@@ -262,6 +262,39 @@ for how in --url --url-file env; do
     kill -TERM "$runner"
     wait "$runner" || true
 done
+# ---- one name is one lock: a semaphore shuts an exclusive taker out ----------
+# (issue 22: `run -n pool` ran beside two `hold --permits 2 pool`, and
+# `--permits 3` made a third holder)
+holds=()
+for i in 1 2; do
+    "$DLOCK" --url "$URL" hold --permits 2 pool >"$TMP/hold.$i" 2>/dev/null &
+    holds+=($!)
+    BG+=($!)
+    for _ in $(seq 100); do [[ -s $TMP/hold.$i ]] && break; sleep 0.05; done
+    [[ -s $TMP/hold.$i ]] || fail "hold --permits 2 pool #$i printed no token"
+done
+expect 1 dl run -n pool -- touch "$TMP/maintenance"
+[[ ! -e $TMP/maintenance ]] || fail "run -n pool ran beside two semaphore holders"
+expect 64 dl run -n --permits 3 pool -- touch "$TMP/third"
+[[ ! -e $TMP/third ]] || fail "--permits 3 ran as a third holder of a two-permit pool"
+[[ $(wc -l <"$TMP/err") == 1 ]] &&
+    grep -q 'lock "pool" is a semaphore of 2 permits here (asked: a semaphore of 3)' "$TMP/err" ||
+    fail "--permits 3 on a pool of 2: $(cat "$TMP/err")"
+"$DLOCK" --url "$URL" run -w 30 pool -- touch "$TMP/maintenance" 2>"$TMP/err" &
+waiter=$!
+BG+=("$waiter")
+kill -TERM "${holds[0]}"
+wait "${holds[0]}" || true
+sleep 0.3
+[[ ! -e $TMP/maintenance ]] || fail "the exclusive waiter ran while a permit was held"
+kill -TERM "${holds[1]}"
+wait "${holds[1]}" || true
+rc=0
+wait "$waiter" || rc=$?
+[[ $rc == 0 && -e $TMP/maintenance ]] || fail "the exclusive waiter: exit $rc"
+expect 0 dl run -n --permits 3 pool -- true # free: any kind again
+pass
+
 usage_error_url_file() {
     expect 64 "$DLOCK" --url-file "$1" status x
     [[ $(wc -l <"$TMP/err") == 1 ]] || fail "--url-file $1: not one line: $(cat "$TMP/err")"

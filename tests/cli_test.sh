@@ -332,6 +332,36 @@ stop_hold "$s1"
 stop_hold "$s2"
 pass
 
+# ---- one name is one lock: a semaphore shuts an exclusive taker out ---------
+# (issue 22: `run -n pool` ran beside two `hold --permits 2 pool`, and
+# `--permits 3` made a third holder)
+start_hold pool --permits 2
+p1=$HOLD_PID
+start_hold pool --permits 2
+p2=$HOLD_PID
+expect 1 dl run -n pool -- touch "$TMP/maintenance"
+[[ ! -e $TMP/maintenance ]] || fail "run -n pool ran beside two semaphore holders"
+expect 64 dl run -n --permits 3 pool -- touch "$TMP/third"
+[[ ! -e $TMP/third ]] || fail "--permits 3 ran as a third holder of a two-permit pool"
+[[ $(wc -l <"$TMP/err") == 1 ]] &&
+    grep -q 'lock "pool" is a semaphore of 2 permits here (asked: a semaphore of 3)' "$TMP/err" ||
+    fail "--permits 3 on a pool of 2: $(cat "$TMP/err")"
+expect 64 dl run -n -s pool -- touch "$TMP/third" # file: shared beside permits is refused
+grep -q 'is a semaphore of 2 permits here (asked: shared)' "$TMP/err" || fail "-s: $(cat "$TMP/err")"
+# an exclusive waiter runs once every permit is back, not before
+"$DLOCK" --url "$URL" run -w 30 pool -- touch "$TMP/maintenance" 2>"$TMP/err" &
+waiter=$!
+BG+=("$waiter")
+stop_hold "$p1"
+sleep 0.3
+[[ ! -e $TMP/maintenance ]] || fail "the exclusive waiter ran while a permit was held"
+stop_hold "$p2"
+rc=0
+wait "$waiter" || rc=$?
+[[ $rc == 0 && -e $TMP/maintenance ]] || fail "the exclusive waiter: exit $rc"
+expect 0 dl run -n --permits 3 pool -- true # free: any kind again
+pass
+
 # ---- command not found / not executable -------------------------------------
 expect 127 dl run nf -- "$TMP/no-such-command"
 grep -q "cannot execute \"$TMP/no-such-command\": No such file or directory" "$TMP/err" ||

@@ -747,6 +747,105 @@ static void case_semaphore(void **state)
     dlock_client_close(c2);
 }
 
+/* §3: one name is one lock, whatever kind each taker asks for. A held
+ * semaphore shuts out an exclusive taker (which, where the backend can
+ * wait, gets the name once every permit is back), an exclusive holder
+ * shuts out semaphore takers, a shared holder an exclusive taker, and a
+ * taker asking other permits than those in force is DLOCK_ECONFLICT;
+ * once free, the name is any kind again. */
+static bool not_granted(int rc)
+{
+    return rc == DLOCK_EBUSY || rc == DLOCK_ECONFLICT || rc == DLOCK_ETIMEDOUT;
+}
+
+static void case_kinds(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "kinds");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *e = ex(c, n);
+    int rc;
+    if (has(DLOCK_CAP_SEMAPHORE)) {
+        dlock_lock *s1 = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s2 = mk(c2, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s3 = mk(c2, n, DLOCK_SEMAPHORE, 3, 0, -1);
+        acquire_ok(s1, 0);
+        acquire_ok(s2, 0);
+        rc = dlock_acquire(s3, 0);
+        if (rc != DLOCK_ECONFLICT)
+            fail_msg("a semaphore of 3 on one of 2: %s, not ECONFLICT", dlock_err_name(rc));
+        /* refused, not waited for (a long bound: a refusal is at once) */
+        rc = dlock_acquire(s3, 3000);
+        assert_int_equal(rc, DLOCK_ECONFLICT);
+        /* (Tries only, beside the one waiter below: a timed wait that gives
+         * up under load may leave its registration, which lapses by itself
+         * within a lease — dlock.h — and would hold the name meanwhile.) */
+        rc = dlock_acquire(e, 0);
+        if (!not_granted(rc))
+            fail_msg("an exclusive try on a held semaphore: %s", dlock_err_name(rc));
+        if (rc != DLOCK_ECONFLICT) {
+            /* this backend waits: the exclusive taker gets the name once
+             * both permits are back, not before */
+            struct waiter w;
+            start_waiter(&w, e, 15000);
+            wait_state(e, DLOCK_STATE_WAITING, 5000);
+            release_ok(s1);
+            usleep(200 * 1000);
+            assert_int_equal(atomic_load(&w.done), 0);
+            release_ok(s2);
+            assert_int_equal(join_waiter(&w, 5000), 0);
+        } else {
+            print_message("  %s: an exclusive taker of a semaphore is refused: %s\n", T.label,
+                          dlock_lock_errmsg(e));
+            release_ok(s1);
+            release_ok(s2);
+            acquire_ok(e, 5000);
+        }
+        /* exclusive held: no permit */
+        rc = dlock_acquire(s1, 0);
+        if (!not_granted(rc))
+            fail_msg("a semaphore try on a held exclusive lock: %s", dlock_err_name(rc));
+        rc = dlock_acquire(s2, 0);
+        if (!not_granted(rc))
+            fail_msg("a semaphore try on a held exclusive lock: %s", dlock_err_name(rc));
+        release_ok(e);
+        /* free again: a semaphore of 3 this time */
+        acquire_ok(s3, 5000);
+        rc = dlock_acquire(s1, 0);
+        if (rc != DLOCK_ECONFLICT)
+            fail_msg("a semaphore of 2 on one of 3: %s, not ECONFLICT", dlock_err_name(rc));
+        release_ok(s3);
+        dlock_lock_free(s1);
+        dlock_lock_free(s2);
+        dlock_lock_free(s3);
+    }
+    if (has(DLOCK_CAP_SHARED)) {
+        dlock_lock *r = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
+        acquire_ok(r, 5000);
+        rc = dlock_acquire(e, 0);
+        if (!not_granted(rc))
+            fail_msg("an exclusive try on a held shared lock: %s", dlock_err_name(rc));
+        release_ok(r);
+        if (has(DLOCK_CAP_SEMAPHORE)) {
+            dlock_lock *s = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+            acquire_ok(s, 5000);
+            rc = dlock_acquire(r, 0);
+            if (!not_granted(rc))
+                fail_msg("a shared try on a held semaphore: %s", dlock_err_name(rc));
+            release_ok(s);
+            dlock_lock_free(s);
+        }
+        dlock_lock_free(r);
+    }
+    /* every holder gone: the name is a plain lock again */
+    acquire_ok(e, 5000);
+    release_ok(e);
+    dlock_lock_free(e);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
 /* §3: multi-lock — all or nothing, within one timeout for the set. */
 static void case_multi_lock(void **state)
 {
@@ -1538,6 +1637,7 @@ static const struct kase {
     {"fifo", case_fifo, DLOCK_CAP_FAIR, 90},
     {"shared", case_shared, DLOCK_CAP_SHARED, 60},
     {"semaphore", case_semaphore, DLOCK_CAP_SEMAPHORE, 60},
+    {"kinds", case_kinds, 0, 90},
     {"multi_lock", case_multi_lock, 0, 60},
     {"multi_lock_no_deadlock", case_multi_lock_no_deadlock, 0, 120},
     {"election", case_election, 0, 60},

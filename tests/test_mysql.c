@@ -2230,8 +2230,9 @@ static void test_tokens_rowlock_survive_killed_holders(void **state)
 
 /* ---- 14. lease mode's rows ----------------------------------------------------------- */
 
-/* A semaphore of 3 permits: three rows, slots 0..2, each its own owner; the
- * fourth try is DLOCK_EBUSY until one is given back. */
+/* A semaphore of 3 permits: three rows, slots 3 * 8192 + 0..2 (a range of
+ * its own: one name is one lock), each its own owner; the fourth try is
+ * DLOCK_EBUSY until one is given back. */
 static void test_lease_semaphore_takes_slots(void **state)
 {
     (void)state;
@@ -2252,7 +2253,7 @@ static void test_lease_semaphore_takes_slots(void **state)
     }
     root_str(out, sizeof out,
              "SELECT GROUP_CONCAT(slot ORDER BY slot) FROM dlock_lease WHERE name = %s", lit);
-    assert_string_equal(out, "0,1,2");
+    assert_string_equal(out, "24576,24577,24578");
     assert_int_equal(root_num("SELECT COUNT(DISTINCT owner) FROM dlock_lease WHERE name = %s", lit),
                      3);
     int rc = dlock_acquire(s[3], 0);
@@ -2269,7 +2270,7 @@ static void test_lease_semaphore_takes_slots(void **state)
     assert_true(dlock_token(s[3]) > last);
     root_str(out, sizeof out,
              "SELECT GROUP_CONCAT(slot ORDER BY slot) FROM dlock_lease WHERE name = %s", lit);
-    assert_string_equal(out, "0,1,2");
+    assert_string_equal(out, "24576,24577,24578");
     assert_int_equal(dlock_acquire(s[1], 0), DLOCK_EBUSY);
     for (int i = 0; i < 4; i++)
         if (i != 1)

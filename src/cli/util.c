@@ -81,6 +81,7 @@ int cli_exit_for(int code)
     case DLOCK_ELOST:
         return CLI_EXIT_LOST;
     case DLOCK_ENAME:
+    case DLOCK_ECONFLICT: /* the name is held as another kind of lock */
     case DLOCK_EURL:
     case DLOCK_EINVAL:
         return CLI_EXIT_USAGE;

@@ -11,6 +11,9 @@
 --   w:ID   list    where the release hands waiter ID its token (it BLPOPs here)
 --   rd     zset    shared holders, scored by lease expiry
 --   sem    zset    semaphore holders, scored by lease expiry
+--   sn     string  the permits of the semaphore in force (meaningful while
+--                  sem has live members: one name is one lock, so a taker
+--                  asking other permits is refused, {-1, permits})
 --   nfw    zset    non-fair waiters, scored by expiry of their registration
 --   sig    list    one wake-up for one non-fair waiter
 -- ARGV[1] is the operation; kinds are x (exclusive), r (shared), s (semaphore).
@@ -23,7 +26,7 @@
 -- main(KEYS, ARGV)" appended, where the whole file runs on every call.
 -- So the state of one call lives in the variables below, set by main.
 
-local P, LOCK, TOKEN, Q, QI, RD, SEM, NFW, SIG
+local P, LOCK, TOKEN, Q, QI, RD, SEM, NFW, SIG, SN
 -- The server's clock in ms, read on first use (release and renew of an
 -- exclusive lock never need it).
 local now_ms
@@ -72,12 +75,24 @@ local function xstring(owner, tok, since, holder, value)
   return owner .. ' ' .. tok .. ' ' .. since .. ' ' .. #holder .. ' ' .. holder .. value
 end
 
+-- The permits of the semaphore in force when they are not `permits`, else nil.
+local function sem_other(permits)
+  if count(SEM) == 0 then return nil end
+  local n = tonumber(redis.call('GET', SN) or permits)
+  if n ~= permits then return n end
+  return nil
+end
+
+-- One name is one lock: a writer excludes everyone, readers and semaphore
+-- holders exclude writers and each other (and a semaphore of other permits).
 -- no_writer: the caller just saw LOCK missing (saves the look).
 local function free_for(kind, permits, no_writer)
-  if kind == 's' then return count(SEM) < permits end
   if not no_writer and redis.call('EXISTS', LOCK) == 1 then return false end
-  if kind == 'x' then return count(RD) == 0 end
-  return true
+  if kind == 's' then
+    return count(SEM) < permits and count(RD) == 0 and not sem_other(permits)
+  end
+  if kind == 'x' then return count(RD) == 0 and count(SEM) == 0 end
+  return count(SEM) == 0
 end
 
 local function holds(owner, kind)
@@ -87,11 +102,12 @@ local function holds(owner, kind)
   return score ~= false and tonumber(score) > now()
 end
 
-local function grant(owner, kind, ttl, holder)
+local function grant(owner, kind, ttl, holder, permits)
   local tok = redis.call('INCR', TOKEN)
   if kind == 'x' then
     redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
   else
+    if kind == 's' then redis.call('SET', SN, permits) end
     redis.call('ZADD', kind == 'r' and RD or SEM, now() + ttl, owner)
   end
   return tok
@@ -100,15 +116,15 @@ end
 -- Milliseconds until whatever blocks us may expire by itself: a waiter sleeps
 -- at most this long before looking again, in case a holder died silently.
 local function blocker_ms(kind)
-  local ms = -1
-  if kind == 's' then
-    local first = redis.call('ZRANGE', live(SEM), 0, 0, 'WITHSCORES')
-    if first[2] then ms = tonumber(first[2]) - now() end
-  else
-    ms = redis.call('PTTL', LOCK)
-    if ms < 0 then
-      local first = redis.call('ZRANGE', live(RD), 0, 0, 'WITHSCORES')
-      if first[2] then ms = tonumber(first[2]) - now() end
+  local ms = redis.call('PTTL', LOCK)
+  if ms < 0 then
+    -- readers block writers and semaphores; permits block everyone else
+    for _, set in ipairs(kind == 's' and {SEM, RD} or {RD, SEM}) do
+      local first = redis.call('ZRANGE', live(set), 0, 0, 'WITHSCORES')
+      if first[2] then
+        local m = tonumber(first[2]) - now()
+        if ms < 0 or m < ms then ms = m end
+      end
     end
   end
   if ms < 1 then ms = 1 end
@@ -149,7 +165,7 @@ local function advance(releasing)
       if releasing and kind ~= 'x' then redis.call('DEL', LOCK) end
       releasing = false
       local w = P .. 'w:' .. head
-      redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder))
+      redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder, tonumber(permits)))
       redis.call('PEXPIRE', w, 60000)
       if kind == 'x' then
         to_writer = true
@@ -174,6 +190,7 @@ local function give_back(owner, kind)
     redis.call('DEL', LOCK)
   else
     if redis.call('ZREM', kind == 'r' and RD or SEM, owner) == 0 then return 0 end
+    if kind == 's' and redis.call('EXISTS', SEM) == 0 then redis.call('DEL', SN) end
   end
   return 1
 end
@@ -192,20 +209,23 @@ local function main(KEYS, ARGV)
     LOCK = KEYS[1]
     P = string.sub(LOCK, 1, #LOCK - 4)
     TOKEN, Q, QI = P .. 'token', P .. 'q', P .. 'qi'
-    RD, SEM, NFW, SIG = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig'
+    RD, SEM, NFW, SIG, SN = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig', P .. 'sn'
   end
   now_ms, purged = nil, nil
   local op = ARGV[1]
 
   -- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
   -- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
-  -- WAITLEASE > 0; ms: how long the current holder may still hold it).
+  -- WAITLEASE > 0; ms: how long the current holder may still hold it);
+  -- {-1, permits}: a semaphore of other permits is in force (refused).
   -- AGAIN = 1 on a waiter's later tries (the first try of an owner id cannot
   -- have registered before).
   if op == 'acq' then
     local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
     local fair, holder, wl = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
     local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
+    local other = kind == 's' and sem_other(permits)
+    if other then return {-1, other} end
     local no_writer = false
     if fair and kind ~= 's' then
       -- While a live writer holds the lock, nobody can be granted it: join
@@ -225,7 +245,7 @@ local function main(KEYS, ARGV)
     end
     if queued == 0 and free_for(kind, permits, no_writer) then
       if again and not fair then redis.call('ZREM', NFW, owner) end
-      return {1, grant(owner, kind, ttl, holder)}
+      return {1, grant(owner, kind, ttl, holder, permits)}
     end
     if wl > 0 then
       if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
@@ -238,6 +258,8 @@ local function main(KEYS, ARGV)
   elseif op == 'wait' then
     local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
     local holder, wl = ARGV[7], tonumber(ARGV[8])
+    local other = kind == 's' and redis.call('LLEN', P .. 'w:' .. owner) == 0 and sem_other(permits)
+    if other then return {-1, other} end
     if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
       enqueue(owner, kind, ttl, permits, holder, wl)
     end
@@ -300,7 +322,7 @@ local function main(KEYS, ARGV)
   elseif op == 'brk' then
     local h = xlock()
     local broken = (h and 1 or 0) + count(RD) + count(SEM)
-    redis.call('DEL', LOCK, RD, SEM)
+    redis.call('DEL', LOCK, RD, SEM, SN)
     advance()
     return {broken, h and h.holder or '', h and h.token or 0}
 

@@ -522,6 +522,12 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     int64_t safe_start = sent;
     int result = 1;
     while (result == 1) {
+        if (granted == -1) { /* a semaphore of other permits is in force */
+            if (deadline != 0)
+                abort_wait(l);
+            result = dl_conflict_err(l, 's', (unsigned)value);
+            break;
+        }
         if (granted) {
             atomic_store(&l->token, (uint64_t)value);
             l->lease_start_ns = safe_start;
