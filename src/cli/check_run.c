@@ -431,15 +431,22 @@ static int worker_main(void *arg)
         bool watched = atomic_exchange(&me->watched, 0) != 0;
         chk_log(sh, H_ACQUIRE, id, 0, 0, 0);
         atomic_store(&me->in_acquire, 1);
+        int64_t acq_start = ms_now_ns();
         rc = dlock_acquire(l, acq_timeout);
         atomic_store(&me->in_acquire, 0);
+        /* A server that did not answer (a connect, a request) within the
+         * acquisition's short timeout is slow, not gone, unless a fault
+         * says otherwise: on a loaded machine a new PostgreSQL session
+         * has taken longer than the 250 ms a worker waits. Try again. */
+        bool cut_by_deadline =
+            rc == DLOCK_EUNREACHABLE && ms_now_ns() - acq_start >= (int64_t)acq_timeout * 1000000;
         if (watched) {
             atomic_store(&me->acq_state, (int)dlock_state(l));
             atomic_store(&me->acq_outcome, rc == 0 ? 1 : 2);
         }
         if (rc) {
             chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, rc);
-            if (rc == DLOCK_ETIMEDOUT)
+            if (rc == DLOCK_ETIMEDOUT || cut_by_deadline)
                 continue;
             if (backend_fault_error(r, rc) || (watched && rc == DLOCK_EUNREACHABLE)) {
                 ms_sleep_ns(BACKEND_RETRY_NS);
