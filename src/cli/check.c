@@ -11,11 +11,14 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char check_help[] =
     "usage: dlock [--url URL] check [--scenario NAME]... [-P N] [-D SECS] [--ttl SECS]\n"
@@ -90,6 +93,91 @@ typedef struct sc_out {
     int run_ms;        /* how long each of its runs lasted */
     int acq_granted, acq_failed, acq_held, acq_stopped;
 } sc_out;
+
+/* ---- the probe ----------------------------------------------------------- */
+
+/* What the probe learnt of the backend under test. */
+typedef struct probe_res {
+    int rc; /* cli_open's exit code (0: it opened) */
+    bool probed;
+    char backend[32], url_shown[512];
+    dlock_tool_topo topo;
+    unsigned caps;
+    int connect_timeout_ms, op_timeout_ms, session_ttl_ms;
+} probe_res;
+
+static void probe_run(const char *url, int ttl_ms, probe_res *out)
+{
+    memset(out, 0, sizeof *out);
+    dlock_client *c = NULL;
+    out->rc = cli_open("check", url, &c);
+    if (out->rc)
+        return;
+    snprintf(out->backend, sizeof out->backend, "%s", dlock_client_backend(c));
+    snprintf(out->url_shown, sizeof out->url_shown, "%s", dlock_client_url(c));
+    /* What the deployment is, from the backend's check adapter (the URL
+     * alone; nothing asked of the servers). */
+    if (dlock_tool_topology(c, &out->topo) != 0) {
+        memset(&out->topo, 0, sizeof out->topo);
+        snprintf(out->topo.indirect, sizeof out->topo.indirect, "%s", dlock_client_errmsg(c));
+    }
+    /* what this URL's client offers (a mode may offer less than its backend) */
+    out->caps = dlock_client_caps(c);
+    dlock_tool_timeouts(c, &out->connect_timeout_ms, &out->op_timeout_ms);
+    /* A session backend may still give held locks a deadline (ZooKeeper),
+     * and a lease backend may keep a span of its own whatever ttl a lock
+     * asks for (etcd: the client's lease): a probe lock says how long; the
+     * span is ttl less the drift allowance (ttl/100 + 2 ms), rounded up
+     * here so that windows end no earlier. */
+    dlock_lock *pl = NULL;
+    dlock_lock_opts po;
+    dlock_lock_opts_init(&po);
+    po.ttl_ms = ttl_ms;
+    if (dlock_lock_new(&pl, c, "dlock-check-probe", &po) == 0) {
+        out->probed = true;
+        if (dlock_acquire(pl, 2000) == 0) {
+            long long v = dlock_valid_ms(pl);
+            int span = v > 0 ? (int)(((v + 3) * 100 + 98) / 99) : 0;
+            if (!(out->caps & DLOCK_CAP_LEASE) || span > ttl_ms + ttl_ms / 10)
+                out->session_ttl_ms = span;
+            (void)dlock_release(pl);
+        }
+        dlock_lock_free(pl);
+    }
+    dlock_client_close(c);
+}
+
+/* probe_run in a child process: its exit code (0, or cli_open's). */
+static int probe(const char *url, int ttl_ms, probe_res *out)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        cli_err("check: pipe: %s", strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    pid_t pid = ms_fork();
+    if (pid == 0) {
+        close(p[0]);
+        probe_run(url, ttl_ms, out);
+        ssize_t w = write(p[1], out, sizeof *out);
+        _exit(w == (ssize_t)sizeof *out ? 0 : 1);
+    }
+    close(p[1]);
+    ssize_t n = -1;
+    if (pid > 0) {
+        do
+            n = read(p[0], out, sizeof *out);
+        while (n < 0 && errno == EINTR);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    close(p[0]);
+    if (n != (ssize_t)sizeof *out) {
+        cli_err("check: the backend probe %s", pid < 0 ? "could not start" : "died");
+        return CLI_EXIT_SOFTWARE;
+    }
+    return out->rc;
+}
 
 /* ---- verdicts ---------------------------------------------------------- */
 
@@ -667,43 +755,21 @@ int cli_check(int argc, char **argv, const char *url)
             chosen[nchosen++] = &chk_scenarios[i];
 
     /* The backend under test and what it claims. */
-    dlock_client *probe = NULL;
-    int rc = cli_open("check", url, &probe);
+    /* The backend under test and what it claims, from a probe in a process
+     * of its own: a client may start threads (ZooKeeper's, and then TSan's
+     * own), and this process forks its workers without exec. */
+    probe_res pr;
+    int rc = probe(url, cfg.ttl_ms, &pr);
     if (rc)
         return rc;
-    snprintf(cfg.backend, sizeof cfg.backend, "%s", dlock_client_backend(probe));
-    snprintf(cfg.url_shown, sizeof cfg.url_shown, "%s", dlock_client_url(probe));
-    /* What the deployment is, from the backend's check adapter (the URL
-     * alone; nothing asked of the servers). */
-    if (dlock_tool_topology(probe, &cfg.topo) != 0) {
-        memset(&cfg.topo, 0, sizeof cfg.topo);
-        snprintf(cfg.topo.indirect, sizeof cfg.topo.indirect, "%s", dlock_client_errmsg(probe));
-    }
-    /* what this URL's client offers (a mode may offer less than its backend) */
-    cfg.caps = dlock_client_caps(probe);
-    dlock_tool_timeouts(probe, &cfg.connect_timeout_ms, &cfg.op_timeout_ms);
-    /* A session backend may still give held locks a deadline (ZooKeeper),
-     * and a lease backend may keep a span of its own whatever ttl a lock
-     * asks for (etcd: the client's lease): a probe lock says how long; the
-     * span is ttl less the drift allowance (ttl/100 + 2 ms), rounded up
-     * here so that windows end no earlier. */
-    dlock_lock *pl = NULL;
-    bool probed = false;
-    dlock_lock_opts po;
-    dlock_lock_opts_init(&po);
-    po.ttl_ms = cfg.ttl_ms;
-    if (dlock_lock_new(&pl, probe, "dlock-check-probe", &po) == 0) {
-        probed = true;
-        if (dlock_acquire(pl, 2000) == 0) {
-            long long v = dlock_valid_ms(pl);
-            int span = v > 0 ? (int)(((v + 3) * 100 + 98) / 99) : 0;
-            if (!(cfg.caps & DLOCK_CAP_LEASE) || span > cfg.ttl_ms + cfg.ttl_ms / 10)
-                cfg.session_ttl_ms = span;
-            (void)dlock_release(pl);
-        }
-        dlock_lock_free(pl);
-    }
-    dlock_client_close(probe);
+    bool probed = pr.probed;
+    snprintf(cfg.backend, sizeof cfg.backend, "%s", pr.backend);
+    snprintf(cfg.url_shown, sizeof cfg.url_shown, "%s", pr.url_shown);
+    cfg.topo = pr.topo;
+    cfg.caps = pr.caps;
+    cfg.connect_timeout_ms = pr.connect_timeout_ms;
+    cfg.op_timeout_ms = pr.op_timeout_ms;
+    cfg.session_ttl_ms = pr.session_ttl_ms;
     if (strcmp(cfg.backend, "file") != 0 ||
         ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
         cfg.dir[0] = '\0';
