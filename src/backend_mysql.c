@@ -2356,10 +2356,11 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
 {
     const char *holder_cols = "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), "
                               "value VARBINARY(1000)";
-    static const char *const lease_ddl =
-        "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "
-        "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "
-        "(name, slot)) ENGINE=InnoDB";
+    /* a literal (a macro), so that the format is checked at every -O */
+#define LEASE_DDL                                                                             \
+    "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "   \
+    "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "    \
+    "(name, slot)) ENGINE=InnoDB"
     char **ddl = mc->sql_ddl;
     if (mc->mode == MODE_GETLOCK) {
         ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
@@ -2369,7 +2370,7 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
                            mc->table, holder_cols);
     } else {
         ddl[0] = mc->mode == MODE_LEASE
-                     ? fmt_alloc(lease_ddl, mc->table, holder_cols)
+                     ? fmt_alloc(LEASE_DDL, mc->table, holder_cols)
                      : fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
                                  "PRIMARY KEY) ENGINE=InnoDB",
                                  mc->table);
@@ -2381,7 +2382,8 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     /* getlock and rowlock: the default lease table too, which their grants
      * read (one name, one lock across modes: lease_holds) */
     if (mc->mode != MODE_LEASE)
-        ddl[2] = fmt_alloc(lease_ddl, "`dlock_lease`", holder_cols);
+        ddl[2] = fmt_alloc(LEASE_DDL, "`dlock_lease`", holder_cols);
+#undef LEASE_DDL
     int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) && (mc->mode == MODE_LEASE || ddl[2])
                  ? 0
                  : DLOCK_ENOMEM;
