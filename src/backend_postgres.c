@@ -1226,7 +1226,7 @@ static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)
  * locks, as documented), and it keeps the lock, adding its row the first
  * time. A row of another mode: it adds its own row first (committed), then
  * looks whether the name is held in that mode and table; if it is, it
- * gives its lock up with DLOCK_ENAME, else it deletes those rows. Both
+ * gives its lock up with DLOCK_ECONFLICT, else it deletes those rows. Both
  * sides write or hold first and look after, so of two clients taking the
  * name at once in two modes at least one sees the other (both may give
  * up; never both hold).
@@ -1300,7 +1300,7 @@ static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, 
     return held;
 }
 
-/* After l was granted: whether it may keep it (0), or DLOCK_ENAME when the
+/* After l was granted: whether it may keep it (0), or DLOCK_ECONFLICT when the
  * name is held in another mode (why says which), or an error. got: the
  * name's rows in the names table, read after the grant, its mode and table
  * in columns col and col + 1 (rows with no mode skipped); NULL: read here. */
@@ -1357,7 +1357,7 @@ static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t 
                      "held in mode=%.10s (table %.60s): a name is one lock across modes, and "
                      "this client's is mode=%s",
                      mode, tbl, pc->mode);
-            rc = DLOCK_ENAME;
+            rc = DLOCK_ECONFLICT;
         } else if (held == 0) { /* a mode it is no longer used in */
             const char *drop[] = {l->name, mode, tbl};
             rc = pool_run_until(l->c, until, pc->sql_names_drop, 3, drop, &w, why, wlen);

@@ -1657,7 +1657,7 @@ static void test_no_overtaking(void **state)
 
 /* One name is one lock across modes: a name held in one mode is refused
  * to a client of another (it was granted to both, with tokens from two
- * counters), with DLOCK_ENAME naming the mode; once let go, the other mode
+ * counters), with DLOCK_ECONFLICT naming the mode; once let go, the other mode
  * takes it. */
 static void test_one_name_across_modes(void **state)
 {
@@ -1683,13 +1683,13 @@ static void test_one_name_across_modes(void **state)
                         now_ms() - t0, msg);
                 if (rc == 0)
                     fail_msg("%s granted a name held in %s", mode_query[b], mode_query[a]);
-                assert_int_equal(rc, DLOCK_ENAME);
+                assert_int_equal(rc, DLOCK_ECONFLICT);
                 assert_non_null(strstr(msg, mode_query[a]));
                 assert_int_equal(dlock_state(la), DLOCK_STATE_HELD);
             }
             assert_int_equal(dlock_release(la), 0);
             acquire_ok(lb, 2000);
-            assert_int_equal(dlock_acquire(la, 0), DLOCK_ENAME);
+            assert_int_equal(dlock_acquire(la, 0), DLOCK_ECONFLICT);
             assert_int_equal(dlock_release(lb), 0);
             acquire_ok(la, 2000);
             assert_int_equal(dlock_release(la), 0);
