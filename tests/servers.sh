@@ -32,7 +32,7 @@
 #                         root:rootpw and dlock:s3cret, the latter read-write
 #                         on every key); DLOCK_TEST_ETCDS_ENDPOINT=https://127.0.0.1:P
 #   DLOCK_TEST_POSTGRES   postgres://dlock:s3cret@127.0.0.1:P/dlock  one PostgreSQL
-#                         server (fsync off), password authentication over TCP;
+#                         server (fsync off unless DLOCK_SERVERS_DURABLE), password auth over TCP;
 #                         role dlock owns database dlock. Beside it:
 #                         DLOCK_TEST_POSTGRES_LEASE (the same, ?mode=lease),
 #                         DLOCK_TEST_POSTGRES_ROW (?mode=rowlock),
@@ -63,11 +63,21 @@
 #                         DLOCK_TEST_MEMCACHED_SMALL (memcached-small: 2 MB, for
 #                         eviction)
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
+# DLOCK_SERVERS_DURABLE=1 starts ZooKeeper, PostgreSQL and MariaDB with their
+# default durability (a flush per write or commit), as production runs them;
+# by default they skip it: tests measure the protocol, not this disk.
 # Every server gets its own directory under DLOCK_TEST_SERVERS; only the
 # processes started here are ever signalled, by pid.
 set -u
 
 srv_dir=""
+if [ -n "${DLOCK_SERVERS_DURABLE:-}" ]; then
+  pg_durability=(-c fsync=on -c full_page_writes=on -c synchronous_commit=on)
+  my_durability=(--innodb-flush-log-at-trx-commit=1 --innodb-doublewrite)
+else
+  pg_durability=(-c fsync=off -c full_page_writes=off)
+  my_durability=(--innodb-flush-log-at-trx-commit=2 --skip-innodb-doublewrite)
+fi
 
 # A free port whose +10000 neighbour is free too (a cluster node also
 # listens there for its bus), both below the kernel's ephemeral range: a
@@ -223,7 +233,7 @@ srv_zk() {
     echo "admin.enableServer=false"
     echo "4lw.commands.whitelist=*"
     echo "maxClientCnxns=0"
-    echo "forceSync=no" # tests and benchmarks measure the protocol, not this disk
+    [ -n "${DLOCK_SERVERS_DURABLE:-}" ] || echo "forceSync=no"
     echo "minSessionTimeout=1000"
     echo "maxSessionTimeout=60000"
     printf '%s\n' "$@"
@@ -485,8 +495,8 @@ done
 SH
     printf 'exec'
     printf ' %q' "${as[@]}" "$bin/postgres" -D "$d/data" -p "$port" -k "$d" \
-      -c listen_addresses=127.0.0.1 -c fsync=off \
-      -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB
+      -c listen_addresses=127.0.0.1 "${pg_durability[@]}" \
+      -c max_connections=300 -c shared_buffers=32MB
     echo
   } >"$d/start.sh"
   printf 'bash %q' "$d/start.sh" >"$srv_dir/$name.cmd"
@@ -597,7 +607,8 @@ srv_start_mariadb() {
     "${common[@]}" >"$d/install.log" 2>&1 ||
     { cat "$d/install.log" >&2; return 1; }
   # Tests and benchmarks measure the protocol, not this disk: no binary
-  # log, no flush per commit, no doublewrite (a kill -9 tears no pages).
+  # log, no flush per commit, no doublewrite (a kill -9 tears no pages)
+  # unless DLOCK_SERVERS_DURABLE is set (my_durability, above).
   # max_connections: benchmarks hold hundreds of waiters' connections.
   # The performance schema is on for performance_schema.metadata_locks,
   # where GET_LOCK's holders are GRANTED and its waiters PENDING (the mdl
@@ -607,7 +618,7 @@ srv_start_mariadb() {
   local cmd=(mariadbd --no-defaults "${user[@]}" --datadir="$d/data" --port="$port"
              --bind-address=127.0.0.1 --socket="$d/sock" --pid-file="$d/mariadbd.pid"
              --skip-name-resolve --skip-log-bin --sync-binlog=0
-             --innodb-flush-log-at-trx-commit=2 --skip-innodb-doublewrite
+             "${my_durability[@]}"
              "${common[@]}" --max-connections=1200
              --table-open-cache=400 --table-open-cache-instances=1
              --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
