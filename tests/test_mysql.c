@@ -2467,7 +2467,8 @@ struct takeover_worker {
     pthread_mutex_t *mu;
     uint64_t *last; /* the highest token given so far (mu) */
     atomic_bool *stop;
-    int taken, lost, bad_order, bad_row, errors;
+    int taken, bad_order, bad_row, errors;
+    atomic_int lost; /* read by the expiring thread as it goes */
     char err[300];
     pthread_t t;
 };
@@ -2521,7 +2522,7 @@ static void *takeover_main(void *p)
         sleep_ms(250);
         rc = dlock_release(w->l);
         if (rc == DLOCK_ELOST)
-            w->lost++;
+            atomic_fetch_add(&w->lost, 1);
         else if (rc != 0) {
             w->errors++;
             snprintf(w->err, sizeof w->err, "release: %s: %s", dlock_err_name(rc),
@@ -2575,7 +2576,7 @@ static void test_lease_tokens_rise_across_takeovers(void **state)
         pthread_rwlock_unlock(&rw);
         lost = 0;
         for (int i = 0; i < W; i++)
-            lost += ws[i].lost; /* (a racy read: only a stopping rule) */
+            lost += atomic_load(&ws[i].lost);
     }
     atomic_store(&stop, true);
     int taken = 0, bad_order = 0, bad_row = 0, errors = 0;
@@ -2583,7 +2584,7 @@ static void test_lease_tokens_rise_across_takeovers(void **state)
     for (int i = 0; i < W; i++) {
         assert_int_equal(pthread_join(ws[i].t, NULL), 0);
         taken += ws[i].taken;
-        lost += ws[i].lost;
+        lost += atomic_load(&ws[i].lost);
         bad_order += ws[i].bad_order;
         bad_row += ws[i].bad_row;
         errors += ws[i].errors;
