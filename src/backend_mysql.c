@@ -1633,10 +1633,11 @@ static void lease_drop_mine(dlock_lock *l, int slot)
 
 /* One statement that takes the row at slot, if free or expired, and draws
  * the name's next token with it (sql_lease_take): *token is that token, or
- * 0 when the row was held. The rows are made first where they are missing
- * (make: see MY_LEASE_MAKE_EVERY), then the take is tried again. */
-static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, uint64_t *token, char *why,
-                      size_t wlen)
+ * 0 when the row was held. A take that finds no row makes it where it is
+ * missing (make: see MY_LEASE_MAKE_EVERY; make_token: the name's counter
+ * row too), then tries again. */
+static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_token,
+                      uint64_t *token, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
@@ -1652,6 +1653,8 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, uint64_t *
     *token = 0;
     for (int attempt = 0; attempt < 2 && !rc; attempt++) {
         rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+        if (rc && !k->broken && k->last_errno == 1213)
+            rc = 0; /* a deadlock's victim (InnoDB rolled it back): not taken */
         bool took = rc == 0 && r.affected > 0;
         *token = took ? r.insert_id : 0;
         res_free(&r);
@@ -1665,10 +1668,11 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, uint64_t *
         rc = q_exec(k, mc->sql_lease_make, m, 2, &r, until, -1, why, wlen);
         unsigned long long made = r.affected;
         res_free(&r);
-        if (!rc)
+        if (!rc && make_token) {
             rc = q_exec(k, mc->sql_lease_make_token, m, 1, &r, until, -1, why, wlen);
-        made += r.affected;
-        res_free(&r);
+            made += r.affected;
+            res_free(&r);
+        }
         if (!made)
             break; /* the rows were there: held */
     }
@@ -1752,7 +1756,7 @@ static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     for (int i = 0; i < n; i++) {
         int slot = base + (int)((start + (unsigned)i) % (unsigned)n);
         uint64_t token;
-        int rc = lease_take(l, k, slot, make, &token, why, wlen);
+        int rc = lease_take(l, k, slot, make, make && i == 0, &token, why, wlen);
         if (rc)
             return rc;
         if (token) {

@@ -2455,6 +2455,47 @@ static void test_lease_take_and_token_one_statement(void **state)
     dlock_client_close(c);
 }
 
+/* Rows an older dlock deleted (its releases and breaks delete them, this
+ * one keeps them, freed): a take remakes the row, the name's counter goes
+ * on, and a waiter whose held row vanishes takes it within its polls that
+ * make rows (every MY_LEASE_MAKE_EVERY-th). */
+static void test_lease_rows_deleted_by_older_dlock(void **state)
+{
+    (void)state;
+    char name[64], lit[128], out[256];
+    unique(name, sizeof name, "old-rows");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c = open_url(mode_url[M_LEASE]), *o = open_url(mode_url[M_LEASE]);
+    dlock_lock *a = mk_opts(c, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+    dlock_lock *w = mk_opts(o, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+    acquire_ok(a, 0);
+    uint64_t t1 = dlock_token(a);
+    assert_int_equal(dlock_release(a), 0);
+    root_str(out, sizeof out, "DELETE FROM dlock_lease WHERE name = %s", lit);
+    acquire_ok(a, 0);
+    uint64_t t2 = dlock_token(a);
+    assert_true(t2 > t1);
+    /* held; a waiter polls; the row vanishes under it */
+    struct waiter ws;
+    waiter_start(&ws, w, 20000, false);
+    sleep_ms(300);
+    root_str(out, sizeof out, "DELETE FROM dlock_lease WHERE name = %s", lit);
+    int64_t t0 = now_ms();
+    int rc = waiter_join(&ws);
+    if (rc != 0)
+        fail_msg("waiter: %s: %s", dlock_err_name(rc), dlock_lock_errmsg(w));
+    fprintf(stderr, "# the waiter took the lock %" PRId64 " ms after its row was deleted\n",
+            now_ms() - t0);
+    assert_true(dlock_token(w) > t2);
+    assert_int_equal(table_token(M_LEASE, name), (long long)dlock_token(w));
+    assert_int_equal(dlock_release(a), DLOCK_ELOST);
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(a);
+    dlock_client_close(o);
+    dlock_client_close(c);
+}
+
 /* Takers polling one name while its held row is made to expire under them
  * (root moves the expiry into the past): every take's token is above every
  * token given before it began, and the name's counter, read while holding,
@@ -3430,6 +3471,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lease_expired_row_taken_over),
         cmocka_unit_test(test_lease_take_and_token_one_statement),
         cmocka_unit_test(test_lease_tokens_rise_across_takeovers),
+        cmocka_unit_test(test_lease_rows_deleted_by_older_dlock),
         cmocka_unit_test(test_election_getlock),
         cmocka_unit_test(test_election_lease),
         cmocka_unit_test(test_election_rowlock),
