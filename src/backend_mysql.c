@@ -253,7 +253,7 @@ typedef struct mylock {
     char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
     my_conn *conn;            /* getlock, rowlock: while held */
     int slot;                 /* lease: the row held */
-    unsigned tries;           /* lease: takes that found no free row, this acquisition */
+    unsigned tries;           /* lease: tries at the slots, this acquisition */
 } mylock;
 
 /* A statement's parameter. */
