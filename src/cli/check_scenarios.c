@@ -715,8 +715,9 @@ static const char *partition_member_cannot_run(const chk_config *cfg, char *why,
         n += sv->holds_data(sv->state, i) && sv->partitionable(sv->state, i);
     if (n < 2) { /* one of them may lead */
         snprintf(why, len, "the deployment has no way to cut one member off from the others "
-                           "(NAME.links beside NAME.pid: the relays of its links, as "
-                           "tests/servers.sh starts zk3p)");
+                           "(beside NAME.pid, NAME.links: the relays of its links, as "
+                           "tests/servers.sh starts zk3p; or NAME.partition, run with on or "
+                           "off, as for etcd3n)");
         return why;
     }
     return NULL;
