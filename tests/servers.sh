@@ -445,7 +445,9 @@ srv_start_etcd3n() {
   local id=${srv_dir##*-} net i j ns host ports=() peers=() cluster="" hosts="" others
   local br=dlb-$id down=$srv_dir/etcd3n.down
   {
-    for i in 1 2 3; do echo "ip netns del dlock-$id-$i 2>/dev/null"; done
+    # (a veth pair goes with its namespace only once the killed member
+    # has exited: deleted here by hand)
+    for i in 1 2 3; do echo "ip link del dlv-$id$i 2>/dev/null; ip netns del dlock-$id-$i 2>/dev/null"; done
     echo "ip link del $br 2>/dev/null"
     echo "true"
   } >"$down"
