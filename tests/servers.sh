@@ -500,8 +500,11 @@ off) ip netns exec $ns nft list table inet dlock_partition >/dev/null 2>&1 || ex
 esac
 SH
     chmod +x "$srv_dir/etcd3n-$i.partition"
+    # --pre-vote (etcd 3.5's default): a member that was cut off does not
+    # depose the leader when it comes back, so partition-member's member
+    # stays a follower for its next cut.
     srv_etcd_ns=$ns srv_etcd_host=$host \
-      srv_etcd "etcd3n-$i" "${ports[$((i - 1))]}" "${peers[$((i - 1))]}" "$cluster"
+      srv_etcd "etcd3n-$i" "${ports[$((i - 1))]}" "${peers[$((i - 1))]}" "$cluster" --pre-vote
     hosts="$hosts${hosts:+,}$host:${ports[$((i - 1))]}"
   done
   for i in 1 2 3; do srv_wait_etcd "$net.$((i + 1)):${ports[$((i - 1))]}" || return 1; done
