@@ -62,7 +62,7 @@ static const char check_help[] =
     "                    per server, as tests/servers.sh writes; the URL's hosts are\n"
     "                    matched by port (on 127.0.0.1, or the address in NAME.host).\n"
     "                    A restart is SIGKILL, then NAME.cmd again. partition-member\n"
-    "                    freezes the relays in NAME.links, or runs NAME.partition on|off\n"
+    "                    freezes the relays in NAME.links, or runs NAME.partition on|off.\n"
     "                    Without it, scenarios that fault servers are n/a\n"
     "      --json        one JSON object with a \"scenarios\" array\n"
     "      --history F   write the raw history of every run to F\n"
