@@ -78,8 +78,22 @@ done
 # after a keep-alive that leaves ttl/100 for the notice to arrive, and on
 # this loaded machine a 2 s lease's 22 ms was overrun (notices 48 and 356
 # ms past the cut's span, in 2 of 24 cuts; no overlap).
+# An "invalid" verdict measured nothing (seen in 2 of 14 runs: in the
+# canary run no worker on the other members took the lock within 12 s of
+# the cut, not understood yet): the check runs once more then, and what
+# the first run did see must hold all the same.
 check_json split "${DLOCK_TEST_ETCD3N/ttl=2/ttl=5}" -P 3 -D 3 --scenario partition-member
 j=$TMP/split.json
+if python3 -c 'import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))["scenarios"][0]["verdict"] == "invalid" else 1)' \
+    "$j" 2>/dev/null; then
+    jcheck "$j" "etcd3n partition-member, run without a measurement: no overlap, none told late" \
+        'all(sc("partition-member")[r]["overlaps"] == 0 and sc("partition-member")[r]["loss_told_late"] == 0 for r in ("fenced", "canary"))'
+    python3 -c 'import json, sys
+print("# first run invalid, again: " + json.load(open(sys.argv[1]))["scenarios"][0]["note"])' "$j"
+    check_json split2 "${DLOCK_TEST_ETCD3N/ttl=2/ttl=5}" -P 3 -D 3 --scenario partition-member
+    j=$TMP/split2.json
+fi
 jcheck "$j" "etcd3n partition-member: pass" 'sc("partition-member")["verdict"] == "pass"'
 jcheck "$j" "etcd3n partition-member: the cut took effect in both runs" \
     'sc("partition-member")["fenced"]["partitions"] > 0 and sc("partition-member")["canary"]["partitions"] > 0'
@@ -93,14 +107,18 @@ for i in 1 2 3; do
 done
 
 # kill -9 of a member by NAME.pid: it is gone, and the two left serve.
+# (Its start time tells it from a process given the same pid later.)
 pid=$(cat "$DLOCK_TEST_SERVERS/etcd3n-3.pid")
+started() { awk '$3 != "Z" {print $22}' "/proc/$1/stat" 2>/dev/null; }
+was=$(started "$pid")
 kill -9 "$pid"
-for _ in $(seq 100); do
-    [ -e "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
+alive() { local now; now=$(started "$1"); [ -n "$now" ] && [ "$now" = "$was" ]; }
+for _ in $(seq 300); do # a killed server has taken seconds to exit beside stress-ng
+    alive "$pid" || break
     sleep 0.1
 done
-[ -e "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] &&
-    bad "etcd3n-3 ($pid) still runs after kill -9" || ok "kill -9 by etcd3n-3.pid: gone"
+alive "$pid" && bad "etcd3n-3 ($pid) still runs 30 s after kill -9: $(cat "/proc/$pid/status" | head -3)" ||
+    ok "kill -9 by etcd3n-3.pid: gone"
 "$DLOCK" --url "$DLOCK_TEST_ETCD3N" run -w 20 after-kill -- true 2>"$TMP/k.err" &&
     ok "two members of three left: a lock is taken" ||
     bad "two members of three left: $(cat "$TMP/k.err")"
