@@ -14,6 +14,7 @@ packages=(
   libcurl4-openssl-dev libcjson-dev       # the etcd backend (libcurl is loaded at run time)
   etcd-server etcd-client                 # the etcd servers its tests start, and etcdctl
   openssl                                 # the etcd and mysql TLS tests' throwaway CA
+  iproute2 nftables                       # etcd3n: members in network namespaces, one cut off
   libpq-dev postgresql                    # the postgres backend (libpq is loaded at run time) and its test server
   pgbouncer                               # the postgres tests' transaction-mode pooler
   libmariadb-dev mariadb-server           # the mysql backend (libmariadb is loaded at run time) and its test server

@@ -26,6 +26,11 @@
 #   DLOCK_TEST_ETCD       etcd://127.0.0.1:P?ttl=2           one etcd member
 #   DLOCK_TEST_ETCD3      etcd://127.0.0.1:P1,P2,P3?ttl=2 (etcd3): a three-member
 #                         cluster (etcd3-1..3)
+#   DLOCK_TEST_ETCD3N     etcd://A1:P1,A2:P2,A3:P3?ttl=2 (etcd3n): a three-member
+#                         cluster (etcd3n-1..3), each member in a network
+#                         namespace of its own on a bridge (addresses in
+#                         NAME.host); NAME.partition on|off cuts a member off
+#                         from the others (not from clients). Root only.
 #   DLOCK_TEST_ETCDS      etcds://dlock:s3cret@127.0.0.1:P?cacert=CA&ttl=2 (etcds):
 #                         one member with TLS on the client port (a throwaway
 #                         CA: DLOCK_TEST_ETCDS_CA) and authentication on (users
@@ -63,6 +68,8 @@
 #                         DLOCK_TEST_MEMCACHED_SMALL (memcached-small: 2 MB, for
 #                         eviction)
 #   DLOCK_TEST_SERVERS    the scratch directory: DIR/NAME.pid, DIR/NAME.port, DIR/NAME.cmd
+#                         (DIR/NAME.host when the server is not on 127.0.0.1;
+#                         DIR/*.down: scripts that undo what is not a process)
 # DLOCK_SERVERS_DURABLE=1 starts ZooKeeper, PostgreSQL and MariaDB with their
 # default durability (a flush per write or commit), as production runs them;
 # by default they skip it: tests measure the protocol, not this disk.
@@ -117,6 +124,7 @@ srv_init() {
   # a watcher in its own session then stops the servers within a second.
   setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
     for f in "$2"/*.pid; do [ -e "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+    for f in "$2"/*.down; do [ -e "$f" ] && bash "$f"; done
     rm -rf "$2"' srv-watch "$$" "$srv_dir" </dev/null >/dev/null 2>&1 &
   disown $! # srv_cleanup's wait must not wait for the watcher
   trap srv_cleanup EXIT
@@ -142,6 +150,10 @@ srv_cleanup() {
     kill -KILL "$pid" 2>/dev/null
   done
   wait 2>/dev/null
+  # what is not a process (network namespaces, a bridge)
+  for pidf in "$srv_dir"/*.down; do
+    [ -e "$pidf" ] && bash "$pidf"
+  done
   rm -rf "$srv_dir"
   srv_dir=""
 }
@@ -190,7 +202,7 @@ srv_restart() {
   elif [ -e "$srv_dir/$name/start.sh" ]; then
     srv_wait_postgres "$srv_dir/$name" "$(cat "$srv_dir/$name.port")"
   elif [ -d "$srv_dir/$name/etcd" ]; then
-    srv_wait_etcd "$(cat "$srv_dir/$name.port")"
+    srv_wait_etcd "$(cat "$srv_dir/$name.host" 2>/dev/null || echo 127.0.0.1):$(cat "$srv_dir/$name.port")"
   elif grep -q '^memcached ' "$srv_dir/$name.cmd"; then
     srv_wait_memcached "$(cat "$srv_dir/$name.port")"
   else
@@ -329,22 +341,24 @@ srv_start_zk3p() {
   export DLOCK_TEST_ZK3P="zk://$hosts?session=2000&op_timeout_ms=5000"
 }
 
-# srv_etcd_healthy PORT [SCHEME CA]: does the member at PORT know a leader?
-# (python3: curl may not be installed; the status call needs no token, also
-# with authentication on)
+# srv_etcd_healthy [HOST:]PORT [SCHEME CA]: does the member there know a
+# leader? (python3: curl may not be installed; the status call needs no
+# token, also with authentication on)
 srv_etcd_healthy() {
   python3 - "$1" "${2:-http}" "${3:-}" <<'PY' >/dev/null 2>&1
 import json, ssl, sys, urllib.request
 port, scheme, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+if ":" not in port:
+    port = "127.0.0.1:" + port
 ctx = ssl.create_default_context(cafile=ca) if scheme == "https" else None
-req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}/v3/maintenance/status", data=b"{}",
+req = urllib.request.Request(f"{scheme}://{port}/v3/maintenance/status", data=b"{}",
                              headers={"Content-Type": "application/json"})
 d = json.load(urllib.request.urlopen(req, timeout=1, context=ctx))
 sys.exit(0 if int(d.get("leader", "0")) != 0 else 1)
 PY
 }
 
-# srv_wait_etcd PORT [SCHEME CA]: until the member serves with a leader (~30 s)
+# srv_wait_etcd [HOST:]PORT [SCHEME CA]: until the member serves with a leader (~30 s)
 srv_wait_etcd() {
   local i
   for i in $(seq 300); do
@@ -357,17 +371,20 @@ srv_wait_etcd() {
 
 # srv_etcd NAME CLIENTPORT PEERPORT CLUSTER [etcd args...]: start one member,
 # not waiting; CLUSTER is its --initial-cluster list. Its data directory
-# stays: NAME.cmd again (a restart) rejoins the cluster it formed.
+# stays: NAME.cmd again (a restart) rejoins the cluster it formed. With
+# srv_etcd_ns=NS and srv_etcd_host=A set, it runs in network namespace NS
+# at address A (ip netns exec execs etcd: NAME.pid is etcd's).
 srv_etcd() {
   local name=$1 port=$2 peer=$3 cluster=$4; shift 4
-  local d=$srv_dir/$name scheme=http
+  local d=$srv_dir/$name scheme=http host=${srv_etcd_host:-127.0.0.1} pre=()
   mkdir -p "$d/etcd"
   case " $* " in *" --cert-file "*) scheme=https ;; esac
-  local cmd=(etcd --name "$name" --data-dir "$d/etcd"
-             --listen-client-urls "$scheme://127.0.0.1:$port"
-             --advertise-client-urls "$scheme://127.0.0.1:$port"
-             --listen-peer-urls "http://127.0.0.1:$peer"
-             --initial-advertise-peer-urls "http://127.0.0.1:$peer"
+  [ -n "${srv_etcd_ns:-}" ] && pre=(ip netns exec "$srv_etcd_ns")
+  local cmd=("${pre[@]}" etcd --name "$name" --data-dir "$d/etcd"
+             --listen-client-urls "$scheme://$host:$port"
+             --advertise-client-urls "$scheme://$host:$port"
+             --listen-peer-urls "http://$host:$peer"
+             --initial-advertise-peer-urls "http://$host:$peer"
              --initial-cluster "$cluster" --initial-cluster-state new
              --initial-cluster-token "dlock-$(basename "$srv_dir")"
              --log-outputs stderr "$@")
@@ -376,6 +393,7 @@ srv_etcd() {
   echo $! >"$srv_dir/$name.pid"
   disown $! 2>/dev/null || true
   echo "$port" >"$srv_dir/$name.port"
+  [ "$host" = 127.0.0.1 ] || echo "$host" >"$srv_dir/$name.host"
 }
 
 srv_start_etcd() {
@@ -398,6 +416,99 @@ srv_start_etcd3() {
   done
   for p in "${ports[@]}"; do srv_wait_etcd "$p" || return 1; done
   export DLOCK_TEST_ETCD3="etcd://$hosts?ttl=2"
+}
+
+# srv_netns_subnet: a /24 of 10.0.0.0/8 no address or route of this
+# machine uses yet ("10.A.B"). Called under srv_start_etcd3n's lock, until
+# its bridge holds the subnet, so two instances never pick the same one.
+srv_netns_subnet() {
+  local a b used
+  used=$(ip -4 -o addr show; ip -4 route show table all)
+  for _ in $(seq 200); do
+    a=$((RANDOM % 150 + 100)); b=$((RANDOM % 254 + 1))
+    grep -q "10\.$a\.$b\." <<<"$used" || { echo "10.$a.$b"; return 0; }
+  done
+  return 1
+}
+
+# etcd3n: three etcd members (etcd3n-1..3), each in a network namespace of
+# its own (dlock-ID-N, ID from this instance's directory), on a veth pair
+# whose other end is on a bridge (dlb-ID) in this namespace, at 10.A.B.2-4
+# of a /24 nobody here uses; the bridge is 10.A.B.1, the clients' address.
+# Members dial the peer URLs they advertise, the same for everyone, so a
+# relay per pair (zk3p) cannot cut one member's links: NAME.partition on
+# drops, in that member's namespace, every packet from or to the other
+# members (nftables); its clients still reach it; NAME.partition off lets
+# them through again. etcd3n.down removes the namespaces and the bridge
+# (srv_cleanup runs it after the members are killed). Root only.
+srv_start_etcd3n() {
+  local id=${srv_dir##*-} net i j ns host ports=() peers=() cluster="" hosts="" others
+  local br=dlb-$id down=$srv_dir/etcd3n.down
+  {
+    # (a veth pair goes with its namespace only once the killed member
+    # has exited: deleted here by hand)
+    for i in 1 2 3; do echo "ip link del dlv-$id$i 2>/dev/null; ip netns del dlock-$id-$i 2>/dev/null"; done
+    echo "ip link del $br 2>/dev/null"
+    echo "true"
+  } >"$down"
+  exec 9>>/tmp/dlock-netns.lock
+  flock -w 60 9 || { echo "servers.sh: etcd3n: /tmp/dlock-netns.lock stays locked" >&2; return 1; }
+  net=$(srv_netns_subnet) || { exec 9>&-; echo "servers.sh: etcd3n: no free subnet" >&2; return 1; }
+  ip link add "$br" type bridge && ip addr add "$net.1/24" dev "$br" && ip link set "$br" up ||
+    { exec 9>&-; echo "servers.sh: etcd3n: cannot make bridge $br" >&2; return 1; }
+  exec 9>&-
+  for i in 1 2 3; do
+    ns=dlock-$id-$i
+    ip netns add "$ns" &&
+      ip link add "dlv-$id$i" type veth peer name eth0 netns "$ns" &&
+      ip link set "dlv-$id$i" master "$br" up &&
+      ip -n "$ns" link set lo up &&
+      ip -n "$ns" addr add "$net.$((i + 1))/24" dev eth0 &&
+      ip -n "$ns" link set eth0 up ||
+      { echo "servers.sh: etcd3n: cannot make network namespace $ns" >&2; return 1; }
+    ports+=("$(srv_free_port)")
+    peers+=("$(srv_free_port)")
+    cluster="$cluster${cluster:+,}etcd3n-$i=http://$net.$((i + 1)):${peers[$((i - 1))]}"
+  done
+  for i in 1 2 3; do
+    ns=dlock-$id-$i host=$net.$((i + 1)) others=""
+    for j in 1 2 3; do
+      [ "$i" = "$j" ] || others="$others${others:+, }$net.$((j + 1))"
+    done
+    cat >"$srv_dir/etcd3n-$i.partition" <<SH
+#!/bin/sh
+# etcd3n-$i cut off from the other members (on), or not (off); its clients
+# ($net.1) still reach it. Established connections stall, as a cable cut.
+case "\$1" in
+on) exec ip netns exec $ns nft -f - <<EOF ;;
+table inet dlock_partition
+delete table inet dlock_partition
+table inet dlock_partition {
+  chain in {
+    type filter hook input priority 0;
+    ip saddr { $others } drop
+  }
+  chain out {
+    type filter hook output priority 0;
+    ip daddr { $others } drop
+  }
+}
+EOF
+off) ip netns exec $ns nft list table inet dlock_partition >/dev/null 2>&1 || exit 0
+     exec ip netns exec $ns nft delete table inet dlock_partition ;;
+*) echo "usage: \$0 on|off" >&2; exit 64 ;;
+esac
+SH
+    chmod +x "$srv_dir/etcd3n-$i.partition"
+    # --pre-vote (etcd 3.5's default): a member that was cut off does not
+    # depose the leader when it comes back, so partition-member's member
+    # stays a follower for its next cut.
+    srv_etcd_ns=$ns srv_etcd_host=$host \
+      srv_etcd "etcd3n-$i" "${ports[$((i - 1))]}" "${peers[$((i - 1))]}" "$cluster" --pre-vote
+    hosts="$hosts${hosts:+,}$host:${ports[$((i - 1))]}"
+  done
+  for i in 1 2 3; do srv_wait_etcd "$net.$((i + 1)):${ports[$((i - 1))]}" || return 1; done
+  export DLOCK_TEST_ETCD3N="etcd://$hosts?ttl=2"
 }
 
 # srv_tls_ca DIR: a throwaway CA (DIR/ca.pem) and a certificate it signed
@@ -825,6 +936,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
       zk3p) srv_start_zk3p ;;
       etcd) srv_start_etcd ;;
       etcd3) srv_start_etcd3 ;;
+      etcd3n) srv_start_etcd3n ;;
       etcds) srv_start_etcds ;;
       postgres) srv_start_postgres ;;
       pgbouncer) srv_start_pgbouncer ;;

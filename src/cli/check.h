@@ -137,7 +137,7 @@ typedef struct chk_servers {
     int quorum;      /* data servers a lock needs (a majority of a quorum or ensemble), else 1 */
     void *state;
     const char *(*name)(void *state, int idx);
-    int (*port)(void *state, int idx);  /* its TCP port on the loopback interface */
+    int (*port)(void *state, int idx);  /* its TCP port (on 127.0.0.1 or NAME.host) */
     /* Does it hold lock state (not a coordinator such as a sentinel)? */
     bool (*holds_data)(void *state, int idx);
     int (*start)(void *state, int idx); /* run NAME.cmd again; wait until it answers */

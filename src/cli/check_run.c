@@ -339,7 +339,7 @@ static int split_urls(chk_run *r, const chk_config *cfg)
     if (mh < 0 || u.n < 2) {
         snprintf(r->error, sizeof r->error,
                  "cannot split the deployment: no follower among the URL's hosts can be cut "
-                 "off from the others (NAME.links)");
+                 "off from the others (NAME.links or NAME.partition)");
         return -1;
     }
     char rest[CHK_RELAY_HOSTS * 270] = "";

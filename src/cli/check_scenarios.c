@@ -663,6 +663,19 @@ static int inject_partition_member(chk_run *r)
             chk_let_go(r, a);
             return -1;
         }
+        /* An election since the run began (a member rejoining after the
+         * last cut may win one) can have made M the leader: cut off, it
+         * keeps renewing on its own until it steps down, which is another
+         * case (its successor's leases start later). Not this time. */
+        const chk_servers *sv = r->cfg->servers;
+        if (sv->leader(sv->state) == m) {
+            chk_let_go(r, a);
+            snprintf(r->note, sizeof r->note,
+                     "the member worker 0 reaches had become the leader: not cut off");
+            if (chk_sleep(r, FAULT_INTERVAL_NS))
+                return -1;
+            continue;
+        }
         uint64_t before = atomic_load(&r->sh->slot[a].writes);
         int e = r->ctl->partition(r, CHK_SERVER, m, 1);
         if (e) {
@@ -715,8 +728,9 @@ static const char *partition_member_cannot_run(const chk_config *cfg, char *why,
         n += sv->holds_data(sv->state, i) && sv->partitionable(sv->state, i);
     if (n < 2) { /* one of them may lead */
         snprintf(why, len, "the deployment has no way to cut one member off from the others "
-                           "(NAME.links beside NAME.pid: the relays of its links, as "
-                           "tests/servers.sh starts zk3p)");
+                           "(beside NAME.pid, NAME.links: the relays of its links, as "
+                           "tests/servers.sh starts zk3p; or NAME.partition, run with on or "
+                           "off, as for etcd3n)");
         return why;
     }
     return NULL;

@@ -13,8 +13,11 @@
  * srv_restart in tests/servers.sh does it — NAME.cmd run again (without
  * persistence, so the server comes back empty), with the new pid written to
  * NAME.pid so that whoever started the servers still stops them all. A
- * server may also have NAME.links: the pids of relays that carry its links
- * to the other servers, frozen (SIGSTOP) to cut it off from them.
+ * server listens on 127.0.0.1 unless NAME.host gives its address. A server
+ * may also have a way to be cut off from the other servers: NAME.links, the
+ * pids of relays that carry its links to them, frozen (SIGSTOP); or else
+ * NAME.partition, a program run with "on" or "off" (a server in a network
+ * namespace of its own drops its packets to and from the others).
  */
 #include "check.h"
 
@@ -42,9 +45,12 @@
  * than 5 s for memcached beside stress-ng) */
 #define GONE_WAIT_NS 15000000000LL
 #define RESTORE_WAIT_NS 60000000000LL
+/* NAME.partition on|off: a few commands (nft in a namespace) */
+#define HOOK_WAIT_NS 10000000000LL
 
 typedef struct srv {
     char name[64];
+    char host[64]; /* NAME.host, else 127.0.0.1 */
     int port;
     pid_t pid;
     dlock_tool_member m; /* as the deployment names it, and its role there */
@@ -152,14 +158,6 @@ static bool proc_stopped(pid_t pid)
     return st == 'T' || st == 't' || st == 0;
 }
 
-static int by_port(const srvset *ss, int port)
-{
-    for (int i = 0; i < ss->n; i++)
-        if (ss->s[i].port == port)
-            return i;
-    return -1;
-}
-
 static bool loopback(const char *host)
 {
     return strcmp(host, "127.0.0.1") == 0 || strcasecmp(host, "localhost") == 0 ||
@@ -169,7 +167,11 @@ static bool loopback(const char *host)
 /* The directory's server at a member's address, or -1. */
 static int by_addr(const srvset *ss, const dlock_tool_server *a)
 {
-    return loopback(a->host) ? by_port(ss, a->port) : -1;
+    for (int i = 0; i < ss->n; i++)
+        if (ss->s[i].port == a->port &&
+            (strcmp(ss->s[i].host, a->host) == 0 || (loopback(a->host) && loopback(ss->s[i].host))))
+            return i;
+    return -1;
 }
 
 /* A negative errno for a DLOCK_E* code of the adapter, for the scenarios'
@@ -661,10 +663,66 @@ static int read_links(srvset *ss, int idx, pid_t *pids, int max)
     return n > 0 ? n : -ENOTSUP;
 }
 
+/* DIR/NAME.partition, if it is a program we may run: 0, else -ENOTSUP. */
+static int hook_path(const srvset *ss, int idx, char *path, size_t len)
+{
+    if (idx < 0 || idx >= ss->n)
+        return -ENOTSUP;
+    snprintf(path, len, "%s/%s.partition", ss->dir, ss->s[idx].name);
+    return access(path, X_OK) == 0 ? 0 : -ENOTSUP;
+}
+
+/*
+ * Run NAME.partition with "on" or "off" and wait for it (HOOK_WAIT_NS at
+ * most, then SIGKILL): 0 when it exited 0, else a negative errno, its own
+ * message on our stderr. The harness is single-threaded (ms_fork checks).
+ */
+static int run_hook(const char *path, const char *arg)
+{
+    pid_t pid = ms_fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        ms_signals_restore();
+        int nul = open("/dev/null", O_RDWR);
+        if (nul >= 0) {
+            (void)dup2(nul, 0);
+            (void)dup2(nul, 1);
+        }
+        execl(path, path, arg, (char *)NULL);
+        _exit(127);
+    }
+    int64_t until = ms_now_ns() + HOOK_WAIT_NS;
+    int status = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &status, WNOHANG)) == 0 || (w < 0 && errno == EINTR)) {
+        if (ms_now_ns() >= until) {
+            (void)kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            fprintf(stderr, "dlock: %s %s: no end within %lld s\n", path, arg,
+                    (long long)(HOOK_WAIT_NS / 1000000000LL));
+            return -ETIMEDOUT;
+        }
+        ms_sleep_ns(5000000);
+    }
+    if (w < 0)
+        return -errno;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    fprintf(stderr, "dlock: %s %s: %s %d\n", path, arg,
+            WIFEXITED(status) ? "exit status" : "killed by signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return -EIO;
+}
+
 static bool op_partitionable(void *state, int idx)
 {
+    srvset *ss = ss_of(state);
     pid_t pids[16];
-    return read_links(ss_of(state), idx, pids, 16) > 0;
+    char path[4400];
+    return read_links(ss, idx, pids, 16) > 0 || hook_path(ss, idx, path, sizeof path) == 0;
 }
 
 static int op_partition(void *state, int idx, int isolated)
@@ -672,10 +730,15 @@ static int op_partition(void *state, int idx, int isolated)
     srvset *ss = ss_of(state);
     pid_t pids[16];
     int n = read_links(ss, idx, pids, 16);
+    if (n < 0) {
+        char path[4400];
+        int e = hook_path(ss, idx, path, sizeof path);
+        return e ? e : run_hook(path, isolated ? "on" : "off");
+    }
     for (int i = 0; i < n; i++)
         if (kill(pids[i], isolated ? SIGSTOP : SIGCONT) != 0)
             return -errno;
-    return n < 0 ? n : 0;
+    return 0;
 }
 
 static int op_lock_servers(void *state, const char *name, int *idx, int max)
@@ -791,6 +854,8 @@ static int load_dir(srvset *ss, char *why, size_t whylen)
         memcpy(s->name, e->d_name, len - 5);
         s->name[len - 5] = '\0';
         char buf[64];
+        if (read_file(ss->dir, s->name, "host", s->host, sizeof s->host) != 0 || !s->host[0])
+            snprintf(s->host, sizeof s->host, "127.0.0.1");
         if (read_file(ss->dir, s->name, "port", buf, sizeof buf) != 0 ||
             (s->port = atoi(buf)) <= 0 || read_file(ss->dir, s->name, "pid", buf, sizeof buf) != 0 ||
             (s->pid = (pid_t)atol(buf)) <= 0)
@@ -830,8 +895,8 @@ static int match_url(srvset *ss, const char *url, bool *keep, char *why, size_t 
     explicit_bzero(&u, sizeof u);
     if (matched < nhosts) {
         snprintf(why, whylen,
-                 "%d of the URL's %d hosts are servers of %s (matched by port on the "
-                 "loopback interface)",
+                 "%d of the URL's %d hosts are servers of %s (matched by port, on "
+                 "127.0.0.1 or the address in NAME.host)",
                  matched, nhosts, ss->dir);
         return -1;
     }
@@ -905,7 +970,7 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
     }
     for (int j = 0; j < ss->n; j++)
         if (keep[j] && !ss->s[j].m.addr.port) { /* a URL host the members left out */
-            snprintf(ss->s[j].m.addr.host, sizeof ss->s[j].m.addr.host, "127.0.0.1");
+            snprintf(ss->s[j].m.addr.host, sizeof ss->s[j].m.addr.host, "%s", ss->s[j].host);
             ss->s[j].m.addr.port = ss->s[j].port;
         }
     keep_only(ss, keep);
