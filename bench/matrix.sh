@@ -189,10 +189,32 @@ peer_list() { # URL: the names of the peers that can run, notes for the rest
     done
 }
 
+# -p: the server's own write counters around each run (peers/writes.py:
+# ZooKeeper's zxid, PostgreSQL's WAL records and syncs, MariaDB's row
+# writes and log fsyncs, etcd's revision), added to the line as
+# server_writes*, for dlock and every peer alike.
+counters_before() { # URL
+    [ "$PEERS" = 1 ] || return 0
+    "$PEER_PY" "$here/peers/writes.py" read "$1" >"$TMP/before.json"
+}
+with_counters() { # URL LINE: LINE with the deltas added
+    if [ "$PEERS" = 1 ] && "$PEER_PY" "$here/peers/writes.py" read "$1" >"$TMP/after.json" &&
+        "$PEER_PY" "$here/peers/writes.py" add "$TMP/before.json" "$TMP/after.json" <<<"$2"; then
+        return 0
+    fi
+    echo "$2"
+}
+
 # One peer on one row: the row's -P and -H (peers have one name: rows with
 # -K > 1 or -L are dlock's alone).
 run_peer() { # URL ROW PEER
     local url=$1 row=$2 peer=$3 args P=1 H=0 line rc
+    # `etcdctl lock` runs a command: it meets `dlock run` on run4 only, and
+    # the lock peers never do
+    case $peer in
+    etcdctl | dlock-run) [ "$row" = run4 ] || return 0 ;;
+    *) [ "$row" != run4 ] || return 0 ;;
+    esac
     if [ "$row" = run4 ]; then
         P=4
     else
@@ -207,6 +229,7 @@ run_peer() { # URL ROW PEER
         done
     fi
     echo "matrix.sh: [$rep/$REPS] $row on $url with $peer ..." >&2
+    counters_before "$url"
     line=$(DLOCK="$DLOCK" "${run[@]}" "$PEER_PY" "$here/peers/peer_bench.py" --peer "$peer" \
         --url "$url" -P "$P" -H "$H" -D "$D" --json)
     rc=$?
@@ -216,6 +239,7 @@ run_peer() { # URL ROW PEER
         return 1
     fi
     [ $rc -ne 0 ] && echo "matrix.sh: $row on $url with $peer: exit $rc (violations or a failed worker: see its line)" >&2
+    line=$(with_counters "$url" "$line")
     emit "{\"row\":\"$row\",\"rep\":$rep,\"label\":\"$label\",\"cpus\":\"$cpus\",\"servers\":\"$servers\",${line#\{}"
     return $rc
 }
@@ -304,9 +328,11 @@ for rep in $(seq "$REPS"); do
                 redis_set "$url" || status=1
             else
                 echo "matrix.sh: [$rep/$REPS] $row on $url ..." >&2
+                counters_before "$url"
                 # shellcheck disable=SC2086
                 line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline --commandstats --json)
                 rc=$?
+                [ $rc -eq 0 ] && [ -n "$line" ] && line=$(with_counters "$url" "$line")
                 if [ $rc -ne 0 ] || [ -z "$line" ]; then
                     echo "matrix.sh: $row on $url failed (exit $rc)" >&2
                     status=1

@@ -25,12 +25,20 @@ import rows as matrix_rows  # bench/rows.py  # noqa: E402
 
 # (name, row, field, higher is better)
 FIGURES = [
-    ("cycle P=1 us", "uncontended", "cycle_p50_us", False),
+    ("P=1 cycle us", "uncontended", "cycle_p50_us", False),
     ("P=8 ops/s", "contended8", "ops_per_s", True),
-    ("P=8 hand-over p50 us", "contended8", "handover_p50_us", False),
+    ("P=8 hand-over us", "contended8", "handover_p50_us", False),
     ("4 loops runs/s", "run4", "ops_per_s", True),
-    ("P=8 fairness min/max", "contended8", "fairness", None),  # shown, no ratio
+    # shown, no ratio: fairness, and the server's writes and flushes
+    # (peers/writes.py) per section: a P=8 section is nearly always a hand-over
+    ("P=8 min/max", "contended8", "fairness", None),
+    ("P=1 writes/cyc", "uncontended", "server_writes_per_section", None),
+    ("P=1 flush/cyc", "uncontended", "server_flushes_per_section", None),
+    ("P=8 writes/sec", "contended8", "server_writes_per_section", None),
+    ("P=8 flush/sec", "contended8", "server_flushes_per_section", None),
+    ("writes/run", "run4", "server_writes_per_section", None),
 ]
+W = 18  # column width
 DLOCK_SIDES = (None, "dlock-run")  # lines that are dlock's
 
 
@@ -89,13 +97,13 @@ def main(argv):
             print(json.dumps({"servers": servers, "backend": backend, "ratios": ratios}))
             continue
         print("== %s, servers %s" % (backend, servers))
-        print("   %-12s" % "client" + "".join("%22s" % n[0] for n in names) + "   lacks")
+        print("   %-12s" % "client" + "".join("%*s" % (W, n[0]) for n in names) + "   lacks")
         for c in (["dlock"] if "dlock" in med else []) + peers:
-            cells = "".join("%22s" % (("%.2f" if n[3] is None else "%.1f") % med[c][n[0]]
+            cells = "".join("%*s" % (W, ("%.2f" if n[3] is None else "%.1f") % med[c][n[0]]
                                       if n[0] in med[c] else "-")
                             for n in names)
             print("   %-12s%s   %s" % (c, cells, lacks(gives.get(c)) if c != "dlock" else ""))
-        cells = "".join("%22s" % ("%.2f (%s)" % (ratios[n[0]]["ratio"], ratios[n[0]]["peer"])
+        cells = "".join("%*s" % (W, "%.2f (%s)" % (ratios[n[0]]["ratio"], ratios[n[0]]["peer"])
                                   if n[0] in ratios else "-") for n in names)
         print("   %-12s%s" % ("dlock/best", cells))
     for b in broken:
