@@ -32,6 +32,8 @@
 # dlock (dlock first on odd repetitions, last on even ones), each peer's
 # line marked "peer"; rows default to uncontended contended8 (etcd: run4),
 # and at the end bench/peers/table.py prints dlock / best peer on stderr.
+# Each -p line also has the server's own write counts over its run
+# (server_writes*, bench/peers/writes.py), dlock's and the peers' alike.
 # -n REPS runs the whole matrix REPS times over (default 1), each line
 # marked "rep": 1..REPS; bench/targets.py then judges the median of each
 # figure over the repetitions (see bench/README.md for why one run of a
@@ -66,7 +68,7 @@ while getopts "D:n:o:r:S:Cph" opt; do
     C) PIN=1; args_for_servers+=(-C) ;;
     p) PEERS=1; args_for_servers+=(-p) ;;
     h | *)
-        sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'
         [ "$opt" = h ] && exit 0 || exit 64
         ;;
     esac
