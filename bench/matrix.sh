@@ -68,7 +68,7 @@ while getopts "D:n:o:r:S:Cph" opt; do
     C) PIN=1; args_for_servers+=(-C) ;;
     p) PEERS=1; args_for_servers+=(-p) ;;
     h | *)
-        sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'
         [ "$opt" = h ] && exit 0 || exit 64
         ;;
     esac
