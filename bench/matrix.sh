@@ -159,6 +159,9 @@ default_rows() {
     esac
 }
 
+# A URL as messages show it: without its password.
+shown() { sed -E 's#(://[^:/@,]*:)[^@/]*@#\1***@#' <<<"$1"; }
+
 label=${BENCH_LABEL:-}
 label=${label//\\/\\\\}
 label=${label//\"/\\\"}
@@ -186,7 +189,7 @@ peer_list() { # URL: the names of the peers that can run, notes for the rest
         if [ "$state" = ok ]; then
             echo "$name"
         else
-            echo "matrix.sh: peer $name not run on $1: $state $rest" >&2
+            echo "matrix.sh: peer $name not run on $(shown "$1"): $state $rest" >&2
         fi
     done
 }
@@ -230,17 +233,17 @@ run_peer() { # URL ROW PEER
             shift
         done
     fi
-    echo "matrix.sh: [$rep/$REPS] $row on $url with $peer ..." >&2
+    echo "matrix.sh: [$rep/$REPS] $row on $(shown "$url") with $peer ..." >&2
     counters_before "$url"
     line=$(DLOCK="$DLOCK" "${run[@]}" "$PEER_PY" "$here/peers/peer_bench.py" --peer "$peer" \
         --url "$url" -P "$P" -H "$H" -D "$D" --json)
     rc=$?
     if [ -z "$line" ]; then
-        echo "matrix.sh: $row on $url with $peer failed (exit $rc)" >&2
+        echo "matrix.sh: $row on $(shown "$url") with $peer failed (exit $rc)" >&2
         [ $rc -ge 128 ] && exit $rc
         return 1
     fi
-    [ $rc -ne 0 ] && echo "matrix.sh: $row on $url with $peer: exit $rc (violations or a failed worker: see its line)" >&2
+    [ $rc -ne 0 ] && echo "matrix.sh: $row on $(shown "$url") with $peer: exit $rc (violations or a failed worker: see its line)" >&2
     line=$(with_counters "$url" "$line")
     emit "{\"row\":\"$row\",\"rep\":$rep,\"label\":\"$label\",\"cpus\":\"$cpus\",\"servers\":\"$servers\",${line#\{}"
     return $rc
@@ -252,7 +255,7 @@ redis_set() {
     local url=$1 hostport host port auth=()
     case $url in
     redis://*) ;;
-    *) echo "matrix.sh: redis_set: only for redis:// URLs, not $url" >&2; return 1 ;;
+    *) echo "matrix.sh: redis_set: only for redis:// URLs, not $(shown "$url")" >&2; return 1 ;;
     esac
     hostport=${url#redis://}
     if [[ $hostport == *@* ]]; then
@@ -299,7 +302,7 @@ reachable=()
 for url in $URLS; do
     # Is the backend there at all? A tiny untimed run says.
     if ! "$DLOCK" --url "$url" bench -P 1 -D 0.1 --warmup 0 --no-prepare --json >/dev/null 2>"$TMP/err"; then
-        echo "matrix.sh: skipping $url: $(head -1 "$TMP/err")" >&2
+        echo "matrix.sh: skipping $(shown "$url"): $(head -1 "$TMP/err")" >&2
         continue
     fi
     reachable+=("$url")
@@ -326,17 +329,17 @@ for rep in $(seq "$REPS"); do
                 # dlock's side of it is timed by the peers' harness too
                 run_peer "$url" "$row" dlock-run || status=1
             elif [ "$row" = redis_set ]; then
-                echo "matrix.sh: [$rep/$REPS] $row on $url ..." >&2
+                echo "matrix.sh: [$rep/$REPS] $row on $(shown "$url") ..." >&2
                 redis_set "$url" || status=1
             else
-                echo "matrix.sh: [$rep/$REPS] $row on $url ..." >&2
+                echo "matrix.sh: [$rep/$REPS] $row on $(shown "$url") ..." >&2
                 counters_before "$url"
                 # shellcheck disable=SC2086
                 line=$("${run[@]}" "$DLOCK" --url "$url" bench $args -D "$D" --baseline --commandstats --json)
                 rc=$?
                 [ $rc -eq 0 ] && [ -n "$line" ] && line=$(with_counters "$url" "$line")
                 if [ $rc -ne 0 ] || [ -z "$line" ]; then
-                    echo "matrix.sh: $row on $url failed (exit $rc)" >&2
+                    echo "matrix.sh: $row on $(shown "$url") failed (exit $rc)" >&2
                     status=1
                     [ $rc -ge 128 ] && exit $rc
                 else
