@@ -489,6 +489,36 @@ def run_runs(a, tmp):
     return s, failed
 
 
+def client_version(peer):
+    """The peer client's version, for the line's "version" (dlock's is its own)."""
+    try:
+        if peer in ("kazoo", "redis-py", "psycopg2", "pymysql", "pymemcache", "tooz"):
+            if peer == "kazoo":
+                from kazoo.version import __version__ as v
+                return "kazoo " + v
+            if peer == "tooz":
+                from importlib.metadata import version
+                return "tooz " + version("tooz")
+            mod = __import__({"redis-py": "redis"}.get(peer, peer))
+            return "%s %s" % (peer, getattr(mod, "__version__", "?").split()[0])
+        if peer == "curator":
+            import glob
+            jars = sorted(glob.glob(JAVA + "curator-recipes-[0-9]*.jar"))
+            return "curator " + os.path.basename(jars[-1])[16:-4] if jars else None
+        if peer == "redlock":
+            with open(os.path.join(NODE_DIR, "node_modules", "redlock", "package.json")) as f:
+                return "redlock " + json.load(f)["version"]
+        if peer == "etcdctl":
+            out = subprocess.run(["etcdctl", "version"], capture_output=True, text=True).stdout
+            return out.splitlines()[0] if out else None
+        if peer == "dlock-run":
+            out = subprocess.run([dlock_bin(), "--version"], capture_output=True, text=True).stdout
+            return out.strip() or None
+    except (OSError, ImportError, ValueError, KeyError):
+        return None
+    return None
+
+
 def emit(a, s, failed):
     info = dict(PEERS[a.peer])
     backend = backend_of(a.url)
@@ -516,6 +546,8 @@ def emit(a, s, failed):
         "sections_checked": s["total"], "dropped": 0, "prepare_per_name_us": None,
         "rtt_p50_us": None, "rtt_p99_us": None, "cycle_rtt_ratio": None,
         "handover_rtt_ratio": None, "handovers_all": s["handovers_all"],
+        "server_commands": None, "server_commands_per_section": None,
+        "server_commands_per_handover": None, "version": client_version(a.peer),
     }
     if a.peer in ("redis-py", "redlock", "pymemcache"):
         d["poll_us"] = a.poll_us if a.peer != "redlock" else max(1, a.poll_us // 1000) * 1000
