@@ -64,10 +64,12 @@ def main(argv):
         for d in matrix_rows.lines(path, "table.py"):
             peer = d.get("peer")
             client = "dlock" if peer in DLOCK_SIDES else peer
-            g = groups.setdefault((d.get("servers", "given"), d.get("backend", "?")), {})
+            gk = (d.get("servers", "given"), d.get("backend", "?"))
+            g = groups.setdefault(gk, {})
             figs = g.setdefault(client, {})
             if peer not in DLOCK_SIDES:
-                gives[client] = d.get("peer_gives")
+                # per backend: tooz's drivers give different things
+                gives[gk + (client,)] = d.get("peer_gives")
             if d.get("violations"):
                 broken.append("%s %s on %s: %s violations" % (client, d.get("row"),
                                                                d.get("backend"), d["violations"]))
@@ -92,7 +94,7 @@ def main(argv):
             if best:
                 ratios[name] = dict(ratio=round(med["dlock"][name] / best, 3), peer=who,
                                     dlock=med["dlock"][name], best=best,
-                                    peer_lacks=lacks(gives.get(who)))
+                                    peer_lacks=lacks(gives.get((servers, backend, who))))
         if as_json:
             print(json.dumps({"servers": servers, "backend": backend, "ratios": ratios}))
             continue
@@ -102,7 +104,8 @@ def main(argv):
             cells = "".join("%*s" % (W, ("%.2f" if n[3] is None else "%.1f") % med[c][n[0]]
                                       if n[0] in med[c] else "-")
                             for n in names)
-            print("   %-12s%s   %s" % (c, cells, lacks(gives.get(c)) if c != "dlock" else ""))
+            print("   %-12s%s   %s" % (c, cells, lacks(gives.get((servers, backend, c)))
+                                        if c != "dlock" else ""))
         cells = "".join("%*s" % (W, "%.2f (%s)" % (ratios[n[0]]["ratio"], ratios[n[0]]["peer"])
                                   if n[0] in ratios else "-") for n in names)
         print("   %-12s%s" % ("dlock/best", cells))
