@@ -170,7 +170,7 @@ label=${label//\"/\\\"}
 # durability or the test suite's) or whatever the URLs name.
 servers=given
 if [ -n "${DLOCK_TEST_SERVERS:-}" ]; then
-    if [ -n "${DLOCK_SERVERS_DURABLE:-}" ]; then servers=durable; else servers=test; fi
+    if [ -n "${DLOCK_SERVERS_DURABLE:-}" ]; then servers="durable"; else servers="test"; fi
 fi
 
 emit() { # JSON line
