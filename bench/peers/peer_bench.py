@@ -32,12 +32,15 @@ Exit status: 0; 1 violations or a worker failed; 64 usage; 69 the peer's
 client is not installed (the message says which package brings it).
 """
 import argparse
+import glob
+import heapq
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -370,7 +373,6 @@ def compute(recs, P, win_start, win_end):
     active = []  # release starts of sections still held (a heap in bench.c)
     latest = None
     j = 0
-    import heapq
     for r in allr:
         while active and active[0] <= r[1]:
             heapq.heappop(active)
@@ -460,7 +462,6 @@ def run_runs(a, tmp):
     win_end = win_start + int(a.D * 1e9)
     # the loops are the harness's own threads: each starts a run as soon as
     # its last one ended, as a shell loop would
-    import threading
     recs = [[] for _ in range(a.P)]
     failed = []
 
@@ -502,7 +503,6 @@ def client_version(peer):
             mod = __import__({"redis-py": "redis"}.get(peer, peer))
             return "%s %s" % (peer, getattr(mod, "__version__", "?").split()[0])
         if peer == "curator":
-            import glob
             jars = sorted(glob.glob(JAVA + "curator-recipes-[0-9]*.jar"))
             return "curator " + os.path.basename(jars[-1])[16:-4] if jars else None
         if peer == "redlock":
