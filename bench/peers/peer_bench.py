@@ -68,7 +68,8 @@ PEERS = {
                        owner_check=False, fair=False, needs="python3-pymemcache", polls=True),
     "tooz": dict(backend="*", client="tooz coordinator get_lock (python3-tooz)", token=False,
                  owner_check=None, fair=None, needs="python3-tooz"),
-    "etcdctl": dict(backend="etcd", client="etcdctl lock NAME true", token=False,
+    # the command gets ETCD_LOCK_REV, the lock key's create revision: a token
+    "etcdctl": dict(backend="etcd", client="etcdctl lock NAME true", token=True,
                     owner_check=True, fair=True, needs="etcd-client", runs=True),
     "dlock-run": dict(backend="etcd", client="dlock run NAME -- true", token=True,
                       owner_check=True, fair=True, needs="a dlock binary ($DLOCK)", runs=True),
