@@ -60,17 +60,20 @@ peer() { # PEER URL P: a short run, its JSON checked, the server's writes counte
     case $p in
     # a node (a key) created and deleted per section: the server's own
     # count says at least two writes each
-    kazoo | curator | etcdctl | dlock-run)
+    kazoo | curator | curator-threads | etcdctl | dlock-run)
         jcheck "$TMP/$name.json" "$name: the server counted >= 2 writes per section" \
             'd["server_writes_per_section"] >= 2' ;;
     esac
+    [ "$p" = curator-threads ] &&
+        jcheck "$TMP/$name.json" "$name: one JVM, $P clients, each with sections of its own" \
+            "d['procs'] == 1 and d['threads_per_proc'] == $P and d['fairness_min_max'][0] > 0"
 }
 
 for k in $KINDS; do
     case $k in
     redis) for p in redis-py redlock tooz; do peer $p "$DLOCK_TEST_REDIS" 3; done ;;
     memcached) for p in pymemcache tooz; do peer $p "$DLOCK_TEST_MEMCACHED" 3; done ;;
-    zk) for p in kazoo curator tooz; do peer $p "$DLOCK_TEST_ZK" 2; done ;;
+    zk) for p in kazoo curator curator-threads tooz; do peer $p "$DLOCK_TEST_ZK" 2; done ;;
     postgres) for p in psycopg2 tooz; do peer $p "$DLOCK_TEST_POSTGRES" 3; done ;;
     mariadb) for p in pymysql tooz; do peer $p "$DLOCK_TEST_MYSQL" 3; done ;;
     etcd) for p in etcdctl dlock-run; do peer $p "$DLOCK_TEST_ETCD" 2; done ;;

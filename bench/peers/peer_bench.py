@@ -55,6 +55,11 @@ PEERS = {
     "curator": dict(backend="zk", client="Apache Curator InterProcessMutex (libcurator-recipes-java, JDK)",
                     token=False, owner_check=True, fair=True,
                     needs="libcurator-recipes-java, a JDK (javac)"),
+    # the same, P clients (P sessions) as threads of one JVM: a JVM per
+    # process pays its start-up and JIT P times over on a small machine
+    "curator-threads": dict(backend="zk", client="Curator InterProcessMutex, P clients in one JVM",
+                            token=False, owner_check=True, fair=True,
+                            needs="libcurator-recipes-java, a JDK (javac)", one_process=True),
     "redis-py": dict(backend="redis", client="redis-py Lock (python3-redis)", token=False,
                      owner_check=True, fair=False, needs="python3-redis", polls=True),
     "redlock": dict(backend="redis", client="node-redlock 4 on ioredis (npm)", token=False,
@@ -289,7 +294,7 @@ def available(peer):
         except ImportError:
             return PEERS[peer]["needs"]
         return None
-    if peer == "curator":
+    if peer in ("curator", "curator-threads"):
         if not shutil.which("javac") or not os.path.exists(CURATOR_JARS[0]):
             return PEERS[peer]["needs"]
         return None
@@ -323,11 +328,12 @@ def dlock_bin():
 
 
 def worker_cmd(a, tmp, name):
-    if a.peer == "curator":
+    if a.peer in ("curator", "curator-threads"):
         cp = ":".join([tmp] + [j for j in CURATOR_JARS if os.path.exists(j)])
         hosts, session_s = zk_hosts(a.url)
         return ["java", "-Xss512k", "-XX:+UseSerialGC", "-cp", cp, "CuratorPeer", hosts,
-                str(int(session_s * 1000)), "/dlock-peers/" + name, str(a.H)]
+                str(int(session_s * 1000)), "/dlock-peers/" + name, str(a.H),
+                str(a.P if a.peer == "curator-threads" else 1)]
     if a.peer == "redlock":
         return ["node", os.path.join(HERE, "redlock_peer.js"), a.url, name, str(a.H),
                 str(max(1, a.poll_us // 1000))]
@@ -336,7 +342,7 @@ def worker_cmd(a, tmp, name):
 
 
 def prepare(a, tmp):
-    if a.peer == "curator":
+    if a.peer in ("curator", "curator-threads"):
         cp = ":".join(j for j in CURATOR_JARS if os.path.exists(j))
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", cp,
                             os.path.join(HERE, "CuratorPeer.java")],
@@ -408,8 +414,9 @@ def run_locks(a, tmp):
     cmd = worker_cmd(a, tmp, name)
     procs = []
     errs = []
+    nproc = 1 if PEERS[a.peer].get("one_process") else a.P
     try:
-        for i in range(a.P):
+        for i in range(nproc):
             ef = open(os.path.join(tmp, "err%d" % i), "w+")
             errs.append(ef)
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -434,11 +441,18 @@ def run_locks(a, tmp):
                 if f == ["done"]:
                     done = True
                     break
+                if f == ["next"]:  # the next client of a process of several
+                    recs.append(rs)
+                    rs = []
+                    continue
                 rs.append(tuple(int(x) for x in f))
             recs.append(rs)
             if p.wait() != 0 or not done:
                 errs[i].seek(0)
                 failed.append("worker %d: %s" % (i, errs[i].read().strip()[-500:] or "exit %s" % p.returncode))
+        if not failed and len(recs) != a.P:
+            failed.append("%d clients' sections, not %d" % (len(recs), a.P))
+        recs += [[] for _ in range(a.P - len(recs))]
         return compute(recs, a.P, win_start, win_end), failed
     finally:
         for p in procs:
@@ -503,7 +517,7 @@ def client_version(peer):
                 return "tooz " + version("tooz")
             mod = __import__({"redis-py": "redis"}.get(peer, peer))
             return "%s %s" % (peer, getattr(mod, "__version__", "?").split()[0])
-        if peer == "curator":
+        if peer in ("curator", "curator-threads"):
             jars = sorted(glob.glob(JAVA + "curator-recipes-[0-9]*.jar"))
             return "curator " + os.path.basename(jars[-1])[16:-4] if jars else None
         if peer == "redlock":
@@ -543,7 +557,8 @@ def emit(a, s, failed):
         "handovers": s["handovers"], "violations": s["violations"],
         "fairness_min_max": [s["fmin"], s["fmax"]], "overtaken": s["overtaken"],
         "kind": "exclusive", "fair": info["fair"], "pick": "random", "ttl_ms": None,
-        "procs": a.P, "threads_per_proc": 1, "handles": "cached",
+        "procs": 1 if info.get("one_process") else a.P,
+        "threads_per_proc": a.P if info.get("one_process") else 1, "handles": "cached",
         "sections_checked": s["total"], "dropped": 0, "prepare_per_name_us": None,
         "rtt_p50_us": None, "rtt_p99_us": None, "cycle_rtt_ratio": None,
         "handover_rtt_ratio": None, "handovers_all": s["handovers_all"],
@@ -594,7 +609,7 @@ def main():
     if a.list is not None:
         for p in (peers_for(backend_of(a.list)) if a.list else PEERS):
             why = available(p)
-            print("%-10s %-10s %s" % (p, PEERS[p]["backend"], "ok" if why is None else "missing: " + why))
+            print("%-16s %-10s %s" % (p, PEERS[p]["backend"], "ok" if why is None else "missing: " + why))
         return 0
     if not a.peer or not a.url:
         die(EX_USAGE, "--peer and --url are needed (--list shows the peers)")
