@@ -31,7 +31,7 @@
  * (the server does not look at an idle client's socket while it waits).
  *
  * One name is one lock across the modes: a rowlock holder holds GET_LOCK
- * of the name too, a lease taker draws its token only while nobody holds
+ * of the name too, a lease taker keeps its take only while nobody holds
  * that GET_LOCK, and a getlock or rowlock grant gives itself back while a
  * live row of the name is in the default lease table (lease_holds; the
  * order of writes and reads makes a race safe, see there).
@@ -229,10 +229,11 @@ typedef struct myclient {
     char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
         *sql_getvalue, *sql_name_of;                          /* getlock */
     char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
-        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other; /* lease */
+        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other,
+        *sql_lease_make, *sql_lease_make_token; /* lease */
     char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
         *sql_row_getvalue;  /* rowlock */
-    char *sql_draw;         /* lease, rowlock: a token from TABLE_token */
+    char *sql_draw;         /* rowlock: a token from TABLE_token */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
     char *sql_ddl[3];       /* the tables (kept: prepared statements are known by address) */
@@ -252,6 +253,7 @@ typedef struct mylock {
     char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
     my_conn *conn;            /* getlock, rowlock: while held */
     int slot;                 /* lease: the row held */
+    unsigned tries;           /* lease: tries at the slots, this acquisition */
 } mylock;
 
 /* A statement's parameter. */
@@ -1569,13 +1571,15 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
  * lock (and a semaphore of 1), N * 8192 + i (i < N) for a semaphore of N
  * permits (MY_LEASE_SLOT_BASE): owner, expires (the server's clock,
  * UTC_TIMESTAMP(6): no time zone or DST can move it), holder, since, value.
- * One INSERT ... ON DUPLICATE KEY UPDATE takes a free slot or an expired
- * one over: its assignments, evaluated left to right, test the old expiry
- * before owner changes and write the new expiry only where the owner is
- * now ours. The token is drawn right after, from TABLE_token (autocommit):
- * a take that completed within its lease draws before anyone can take the
- * row over, so tokens rise with grants (a take slower than its lease is
- * reported lost by the core's watchdog at once).
+ * A released row is kept, free (no owner, an expiry in 1970). One
+ * statement takes a free or expired row and draws the token: an UPDATE of
+ * the row joined to the name's counter in TABLE_token, which raises it with
+ * LAST_INSERT_ID(token + 1) (the OK packet's insert id: no result set).
+ * Both rows are locked and committed together, so no pause of the taker
+ * can put a take and its token apart: tokens rise with grants, and the
+ * token a holder has is the counter's while it holds. The counter, one per
+ * name, survives releases and covers every slot of a semaphore. A take
+ * that finds no row makes the rows (free) and tries again (lease_take).
  *
  * MySQL has no notification. Waiters queue on GET_LOCK of a companion name
  * ("dlock-w:" and a hash): the first of them holds it and polls the table
@@ -1592,6 +1596,14 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
  */
 
 #define MY_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
+
+/* A released row's expiry: long past, so that every take finds it free. */
+#define MY_LEASE_FREE "1970-01-01 00:00:01"
+
+/* A take that finds no free row makes the rows it needs (if missing) on
+ * its first try and on every MY_LEASE_MAKE_EVERY-th after (rows an older
+ * dlock deleted while we waited), not on every poll of a held name. */
+#define MY_LEASE_MAKE_EVERY 16
 
 /* Time kept back from a take's bound for lease_drop_mine, so that an
  * acquisition still ends by its deadline plus DL_DEADLINE_MARGIN_MS. */
@@ -1619,7 +1631,13 @@ static void lease_drop_mine(dlock_lock *l, int slot)
     conn_put(mc, k);
 }
 
-static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why, size_t wlen)
+/* One statement that takes the row at slot, if free or expired, and draws
+ * the name's next token with it (sql_lease_take): *token is that token, or
+ * 0 when the row was held. A take that finds no row makes it where it is
+ * missing (make: see MY_LEASE_MAKE_EVERY; make_token: the name's counter
+ * row too), then tries again. */
+static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_token,
+                      uint64_t *token, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
@@ -1627,60 +1645,89 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool *took, char *why
         ms -= MY_LEASE_DROP_MS; /* (whatever is left, for lease_drop_mine) */
     int64_t until = dl_now_ns() + (int64_t)ms * 1000000;
     long long ttl_us = (long long)l->opts.ttl_ms * 1000;
-    my_arg a[] = {A_S(l->name), A_I(slot), A_S(l->owner), A_I(ttl_us), A_S(mc->holder)};
+    my_arg a[] = {A_S(l->owner),  A_I(ttl_us),   A_S(mc->holder),
+                  A_S(mc->holder), A_S(l->name), A_I(slot)};
+    my_arg m[] = {A_S(l->name), A_I(slot)};
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_lease_take, a, 5, &r, until, -1, why, wlen);
-    *took = rc == 0 && r.affected > 0;
-    res_free(&r);
+    int rc = 0;
+    *token = 0;
+    for (int attempt = 0; attempt < 2 && !rc; attempt++) {
+        rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+        if (rc && !k->broken && k->last_errno == 1213)
+            rc = 0; /* a deadlock's victim (InnoDB rolled it back): not taken */
+        bool took = rc == 0 && r.affected > 0;
+        *token = took ? r.insert_id : 0;
+        res_free(&r);
+        if (took && *token == 0) {
+            snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
+            lease_drop_mine(l, slot);
+            return DLOCK_EPROTO;
+        }
+        if (rc || took || !make || attempt > 0)
+            break;
+        rc = q_exec(k, mc->sql_lease_make, m, 2, &r, until, -1, why, wlen);
+        unsigned long long made = r.affected;
+        res_free(&r);
+        if (!rc && make_token) {
+            rc = q_exec(k, mc->sql_lease_make_token, m, 1, &r, until, -1, why, wlen);
+            made += r.affected;
+            res_free(&r);
+        }
+        if (!made)
+            break; /* the rows were there: held */
+    }
     if (rc)
         lease_drop_mine(l, slot);
     return rc;
 }
 
-/* The next token for name, from TABLE_token (or rowlock's), recording the
- * holder. conn: the holder's connection id (rowlock), or NULL. Lease mode:
- * *token 0 (and 0 returned) when the row just taken is no longer ours or a
- * session-mode holder has the name (see build_sql). */
+/* rowlock: the next token for name, from TABLE_token (autocommit), recording
+ * the holder and its connection id (conn_id). */
 static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *token,
                       char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
-    char key[MY_KEY_MAX + 1];
-    key_of("", l->name, key, sizeof key);
     my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
-    my_arg la[] = {A_S(mc->holder), A_S(l->name), A_I(ml->slot), A_S(l->owner), A_S(key)};
-    bool lease = mc->mode == MODE_LEASE;
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_draw, lease ? la : a, lease ? 5 : 3, &r, until, -1, why, wlen);
+    int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
     *token = r.insert_id;
-    bool drew = r.affected > 0;
     res_free(&r);
-    if (!rc && lease && !drew)
-        *token = 0;
-    else if (!rc && *token == 0) {
+    if (!rc && *token == 0) {
         snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
         rc = DLOCK_EPROTO;
     }
     return rc;
 }
 
-/* After a take: whether another kind holds the name too (see above): 0
- * no, 1 yes (our row deleted), DLOCK_ECONFLICT (message set), or a code. */
+/* After a take: whether another holder of the name excludes ours: another
+ * kind of lease holder (see above), or a getlock or rowlock holder (the
+ * name's GET_LOCK is held). Read after our take has committed, so that of
+ * two takers of different modes at once at least one sees the other. 0 no;
+ * 1 another lease kind, 2 GET_LOCK held (our row given back in both);
+ * DLOCK_ECONFLICT (message set), or a code. */
 static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
-    my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n)};
+    char key[MY_KEY_MAX + 1];
+    key_of("", l->name, key, sizeof key);
+    my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n), A_S(key)};
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_lease_other, a, 3, &r, until, -1, why, wlen);
+    int rc = q_exec(k, mc->sql_lease_other, a, 4, &r, until, -1, why, wlen);
     const char *v = rc ? NULL : cell(&r, 0, 0);
+    const char *is_free = rc ? NULL : cell(&r, 0, 1);
     long other = v ? atol(v) : -1;
+    bool session_mode = is_free && strcmp(is_free, "1") != 0;
     res_free(&r);
-    if (rc == 0 && other < 0)
+    if (rc == 0 && is_free && other < 0 && !session_mode)
         return 0;
+    if (rc == 0 && !is_free) {
+        snprintf(why, wlen, "the server could not tell whether the name's GET_LOCK is held "
+                            "(IS_FREE_LOCK gave NULL)");
+        rc = DLOCK_EPROTO;
+    }
     my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
     if (rc) { /* not known: our row goes back (k may be unusable) */
         lease_drop_mine(l, ml->slot);
@@ -1688,14 +1735,15 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
     }
     rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
     res_free(&r);
-    unsigned in_force = (unsigned)(other >> 13);
+    unsigned in_force = other < 0 ? 0 : (unsigned)(other >> 13);
     if (!rc && in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && n > 1)
         return dl_conflict_err(l, 's', in_force);
-    return rc ? rc : 1;
+    return rc ? rc : other >= 0 ? 1 : 2;
 }
 
 /* One try at every slot, from a random one (so that semaphore takers do
- * not all meet at slot 0): 1 taken, 0 all held, or a code. */
+ * not all meet at slot 0): 1 taken (l->token set), 0 all held, 2 held
+ * through GET_LOCK (another mode: our take given back), or a code. */
 static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     mylock *ml = l->bstate;
@@ -1704,15 +1752,18 @@ static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     unsigned start = 0;
     if (n > 1)
         (void)dl_random(&start, sizeof start);
+    bool make = ml->tries++ % MY_LEASE_MAKE_EVERY == 0;
     for (int i = 0; i < n; i++) {
         int slot = base + (int)((start + (unsigned)i) % (unsigned)n);
-        bool took;
-        int rc = lease_take(l, k, slot, &took, why, wlen);
+        uint64_t token;
+        int rc = lease_take(l, k, slot, make, make && i == 0, &token, why, wlen);
         if (rc)
             return rc;
-        if (took) {
+        if (token) {
             ml->slot = slot;
             rc = lease_other_kind(l, k, base, n, why, wlen);
+            if (rc == 0)
+                atomic_store(&l->token, token);
             return rc == 0 ? 1 : rc == 1 ? 0 : rc;
         }
     }
@@ -1737,6 +1788,8 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int rc = 0, took = 0, early = 0;
     bool queued = false, try_now = true, other_mode = false;
     int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    ml->tries = 0;
+    atomic_store(&l->token, 0);
     my_res r = {0};
     for (;;) {
         if (!k) {
@@ -1749,18 +1802,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             try_now = false;
             start = dl_now_ns();
             took = lease_try_slots(l, k, why, sizeof why);
-            if (took == 1) {
-                uint64_t token = 0;
-                rc = draw_token(l, k, NULL, &token, why, sizeof why);
-                atomic_store(&l->token, token);
-                if (rc || token == 0) {
-                    /* overtaken, or a getlock or rowlock holder has the
-                     * name (see build_sql): give the row back; held */
-                    unsigned long long gave = 0;
-                    if (lease_row(l, mc->sql_lease_free, false, &gave) == 0 && gave && !rc)
-                        other_mode = true;
-                    took = rc ? rc : 0;
-                }
+            if (took == 2) { /* a getlock or rowlock holder has the name: held */
+                other_mode = true;
+                took = 0;
             }
             if (took < 0 && session_ended(&k, took, deadline_ns)) {
                 rc = retry_pause(deadline_ns, cancel);
@@ -2239,25 +2283,43 @@ static int build_sql(myclient *mc)
                                                       "ORDER BY name",
                              mc->mode == MODE_GETLOCK ? t : tk);
     /* lease */
+    /* The take and the token in one statement (both rows locked, one
+     * commit): a row that is free (released: no owner, an expiry in 1970)
+     * or expired becomes ours and the name's counter rises with it. A
+     * multiple-table UPDATE's assignments have no set order, so none reads
+     * a column another one sets. */
     mc->sql_lease_take = fmt_alloc(
-        "INSERT INTO %s (name, slot, owner, expires, holder, since, value) VALUES (?, ?, ?, "
-        "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6), NULL) "
-        "ON DUPLICATE KEY UPDATE "
-        "holder = IF(expires < UTC_TIMESTAMP(6), VALUES(holder), holder), "
-        "since = IF(expires < UTC_TIMESTAMP(6), VALUES(since), since), "
-        "value = IF(expires < UTC_TIMESTAMP(6), NULL, value), "
-        "owner = IF(expires < UTC_TIMESTAMP(6), VALUES(owner), owner), "
-        "expires = IF(owner = VALUES(owner), VALUES(expires), expires)",
-        t);
+        "UPDATE %s AS l JOIN %s AS tk ON tk.name = l.name SET l.owner = ?, "
+        "l.expires = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.holder = ?, "
+        "l.since = UTC_TIMESTAMP(6), l.value = NULL, tk.token = LAST_INSERT_ID(tk.token + 1), "
+        "tk.holder = ?, tk.since = UTC_TIMESTAMP(6), tk.conn = NULL, tk.value = NULL "
+        "WHERE l.name = ? AND l.slot = ? AND l.expires < UTC_TIMESTAMP(6)",
+        t, tk);
+    /* the rows a take needs, made free where missing (a new name, or rows an
+     * older dlock deleted); an existing row is left as it is */
+    mc->sql_lease_make = fmt_alloc("INSERT INTO %s (name, slot, owner, expires) VALUES (?, ?, '', "
+                                   "'" MY_LEASE_FREE "') ON DUPLICATE KEY UPDATE name = name",
+                                   t);
+    mc->sql_lease_make_token = fmt_alloc("INSERT INTO %s (name, token) VALUES (?, 0) ON "
+                                         "DUPLICATE KEY UPDATE name = name",
+                                         tk);
     mc->sql_lease_renew = fmt_alloc("UPDATE %s SET expires = UTC_TIMESTAMP(6) + INTERVAL ? "
                                     "MICROSECOND WHERE name = ? AND slot = ? AND owner = ? AND "
                                     "expires >= UTC_TIMESTAMP(6)",
                                     t);
-    mc->sql_lease_free = fmt_alloc("DELETE FROM %s WHERE name = ? AND slot = ? AND owner = ?", t);
-    mc->sql_lease_other = fmt_alloc("SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < ? OR "
-                                    "slot >= ?) AND expires >= UTC_TIMESTAMP(6)",
+    /* released rows are kept, free, for the next take (see above) */
+    mc->sql_lease_free = fmt_alloc("UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
+                                   "holder = NULL, since = NULL, value = NULL WHERE name = ? "
+                                   "AND slot = ? AND owner = ?",
+                                   t);
+    mc->sql_lease_other = fmt_alloc("SELECT (SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < "
+                                    "? OR slot >= ?) AND expires >= UTC_TIMESTAMP(6)), "
+                                    "IS_FREE_LOCK(?)",
                                     t);
-    mc->sql_lease_free_all = fmt_alloc("DELETE FROM %s WHERE name = ?", t);
+    mc->sql_lease_free_all = fmt_alloc("UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
+                                       "holder = NULL, since = NULL, value = NULL WHERE name = ? "
+                                       "AND owner <> ''",
+                                       t);
     mc->sql_lease_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
                                     "owner = ? AND expires >= UTC_TIMESTAMP(6)",
                                     t);
@@ -2271,27 +2333,12 @@ static int build_sql(myclient *mc)
         "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
         "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
         "l.since", tk, t);
-    /* lease, rowlock: tokens. lease: only while the row just taken is
-     * still ours and unexpired, and no session-mode holder (getlock,
-     * rowlock: GET_LOCK of the name) has the name — read with the row's
-     * shared lock (INSERT ... SELECT), so that nobody can take the row
-     * over before the token is committed: tokens rise with grants, and a
-     * take that was overtaken (its process paused between the take and the
-     * draw) draws nothing. */
-    mc->sql_draw =
-        mc->mode == MODE_LEASE
-            ? fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) SELECT l.name, "
-                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), NULL, NULL FROM %s AS l WHERE "
-                        "l.name = ? AND l.slot = ? AND l.owner = ? AND l.expires >= "
-                        "UTC_TIMESTAMP(6) AND IS_FREE_LOCK(?) = 1 ON DUPLICATE KEY UPDATE "
-                        "%s.token = LAST_INSERT_ID(%s.token + 1), %s.holder = VALUES(holder), "
-                        "%s.since = VALUES(since), %s.conn = NULL, %s.value = NULL",
-                        tk, t, tk, tk, tk, tk, tk, tk)
-            : fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, "
-                        "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY UPDATE "
-                        "token = LAST_INSERT_ID(token + 1), holder = VALUES(holder), since = "
-                        "VALUES(since), conn = VALUES(conn), value = NULL",
-                        tk);
+    /* rowlock: tokens (lease mode draws its own in its take, above) */
+    mc->sql_draw = fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, "
+                             "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY "
+                             "UPDATE token = LAST_INSERT_ID(token + 1), holder = VALUES(holder), "
+                             "since = VALUES(since), conn = VALUES(conn), value = NULL",
+                             tk);
     /* rowlock */
     mc->sql_row_lock = fmt_alloc(
         "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
@@ -2314,7 +2361,8 @@ static int build_sql(myclient *mc)
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
-                   mc->sql_lease_info && mc->sql_lease_other && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
+                   mc->sql_lease_info && mc->sql_lease_other && mc->sql_lease_make &&
+                   mc->sql_lease_make_token && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
                    mc->sql_lease_live && mc->sql_table_exists
                ? 0
@@ -2336,7 +2384,7 @@ static void mc_free(myclient *mc)
                   &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_lease_other,
-                  &mc->sql_row_lock,
+                  &mc->sql_lease_make, &mc->sql_lease_make_token, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
                   &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2],

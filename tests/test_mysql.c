@@ -1492,9 +1492,10 @@ static void test_break_of_another_users_lock_is_eperm(void **state)
     }
 }
 
-/* lease: the break deletes the rows; the holder learns at its next
- * renewal (ttl/3), and its release then touches nobody else's row. */
-static void test_break_lease_deletes_rows(void **state)
+/* lease: the break frees the rows (kept, without owner: the name's counter
+ * is the token table's); the holder learns at its next renewal (ttl/3), and
+ * its release then touches nobody else's row. */
+static void test_break_lease_frees_rows(void **state)
 {
     (void)state;
     char name[64], lit[128];
@@ -1508,14 +1509,16 @@ static void test_break_lease_deletes_rows(void **state)
     assert_int_equal(dlock_break(cb, name, &broken), DLOCK_ENOTHELD);
     acquire_ok(a, 0);
     uint64_t ta = dlock_token(a);
-    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 1);
+    assert_int_equal(
+        root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND owner <> ''", lit), 1);
     int64_t t0 = now_ms();
     int rc = dlock_break(cb, name, &broken);
     if (rc != 0)
         fail_msg("break: %s: %s", dlock_err_name(rc), dlock_client_errmsg(cb));
     assert_int_equal(broken.held, 1);
     assert_int_equal(broken.token, ta);
-    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 0);
+    assert_int_equal(
+        root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND owner <> ''", lit), 0);
     /* free at once for others */
     acquire_ok(b, 0);
     uint64_t tb = dlock_token(b);
@@ -2263,19 +2266,26 @@ static void test_lease_semaphore_takes_slots(void **state)
     assert_int_equal(info.holders, 3);
     assert_int_equal(info.token, last);
     assert_true(info.lease_ms > 0);
-    /* one given back: its row goes, and the fourth takes that slot */
+    /* one given back: its row is kept, free (no owner), and the fourth
+     * takes that slot */
     assert_int_equal(dlock_release(s[1]), 0);
-    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 2);
+    assert_int_equal(
+        root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND owner <> ''", lit), 2);
+    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 3);
     acquire_ok(s[3], 0);
     assert_true(dlock_token(s[3]) > last);
     root_str(out, sizeof out,
              "SELECT GROUP_CONCAT(slot ORDER BY slot) FROM dlock_lease WHERE name = %s", lit);
     assert_string_equal(out, "24576,24577,24578");
     assert_int_equal(dlock_acquire(s[1], 0), DLOCK_EBUSY);
+    uint64_t t3 = dlock_token(s[3]);
     for (int i = 0; i < 4; i++)
         if (i != 1)
             assert_int_equal(dlock_release(s[i]), 0);
-    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 0);
+    assert_int_equal(
+        root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND owner <> ''", lit), 0);
+    /* the name's counter is the last holder's token, kept for the next */
+    assert_int_equal(table_token(M_LEASE, name), (long long)t3);
     for (int i = 0; i < 4; i++) {
         dlock_lock_free(s[i]);
         dlock_client_close(c[i]);
@@ -2327,7 +2337,8 @@ static void test_lease_expiry_is_server_clock(void **state)
     fprintf(stderr, "# after 2.5 s with ttl 1500: expires - UTC_TIMESTAMP = %lld ms\n", left);
     assert_true(left > 0 && left <= 1600);
     assert_int_equal(dlock_release(l), 0);
-    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s", lit), 0);
+    assert_int_equal(
+        root_num("SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND owner <> ''", lit), 0);
     dlock_lock_free(l);
     dlock_client_close(c);
 }
@@ -2375,6 +2386,277 @@ static void test_lease_expired_row_taken_over(void **state)
     dlock_lock_free(a);
     dlock_client_close(cb);
     dlock_client_close(ca);
+}
+
+/* The take and its token are one statement (issue 23, item 14): with the
+ * name's token row locked by another transaction, a taker's statement waits
+ * with its take uncommitted, and no reader sees the row taken with a token
+ * that is not its holder's. (Before, the take committed first and a second
+ * statement drew the token: meanwhile dlock status showed the new holder
+ * with the previous holder's token.) */
+static void test_lease_take_and_token_one_statement(void **state)
+{
+    (void)state;
+    char name[64], lit[128], url[512], sql[512], qsql[1200], qsock[600], cmd[2400], out[256];
+    unique(name, sizeof name, "take-token");
+    sql_lit(lit, sizeof lit, name);
+    url_with(url, sizeof url, mode_url[M_LEASE], "op_timeout_ms=30000");
+    dlock_client *c = open_url(url), *o = open_url(mode_url[M_LEASE]);
+    dlock_lock *l = mk_opts(c, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+    acquire_ok(l, 0); /* the name's rows made */
+    uint64_t t0 = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    /* root holds the token row for 3 s, in a transaction of its own */
+    snprintf(sql, sizeof sql,
+             "BEGIN; SELECT token FROM dlock_lease_token WHERE name = %s FOR UPDATE; "
+             "SELECT SLEEP(3); COMMIT",
+             lit);
+    shell_quote(qsql, sizeof qsql, sql);
+    shell_quote(qsock, sizeof qsock, sock_path);
+    snprintf(cmd, sizeof cmd,
+             "mariadb --no-defaults --socket=%s -uroot -N -B dlock -e %s >/dev/null 2>&1 &", qsock,
+             qsql);
+    assert_int_equal(run_cmd(out, sizeof out, cmd), 0);
+    long long last;
+    if (!wait_num(1, 10000, &last, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+                                   "INFO LIKE 'SELECT SLEEP(3)%%'"))
+        fail_msg("root's transaction did not start");
+    struct waiter ws;
+    waiter_start(&ws, l, 0, false);
+    /* the taker's statement that touches the token row is waiting */
+    if (!wait_num(1, 10000, &last, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+                                   "USER = 'dlock' AND COMMAND <> 'Sleep' AND INFO LIKE "
+                                   "'%%dlock_lease_token%%'"))
+        fail_msg("the taker never waited for the token row");
+    dlock_info mid = inspect(o, name);
+    /* the name's live rows, and whether the taker's statement was still
+     * running when they were counted (one statement: one moment) */
+    char both[64];
+    root_str(both, sizeof both,
+             "SELECT (SELECT COUNT(*) FROM dlock_lease WHERE name = %s AND expires >= "
+             "UTC_TIMESTAMP(6)), (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+             "USER = 'dlock' AND COMMAND <> 'Sleep' AND INFO LIKE '%%dlock_lease_token%%')",
+             lit);
+    long long live = -1, waiting = -1;
+    if (sscanf(both, "%lld %lld", &live, &waiting) != 2)
+        fail_msg("not two numbers: \"%s\"", both);
+    int rc = waiter_join(&ws);
+    if (rc != 0)
+        fail_msg("take: %s: %s", dlock_err_name(rc), dlock_lock_errmsg(l));
+    uint64_t t1 = dlock_token(l);
+    fprintf(stderr, "# while the token row was locked: held %d, token %" PRIu64 "; %lld live rows "
+                    "(the take still running: %s); then the holder's token %" PRIu64
+                    " (before %" PRIu64 ")\n",
+            mid.held, mid.token, live, waiting ? "yes" : "no", t1, t0);
+    assert_true(t1 > t0);
+    /* no reader saw the take without its token */
+    if (mid.held == 1 && mid.token != t1)
+        fail_msg("status showed the row taken with token %" PRIu64 ", its holder's is %" PRIu64,
+                 mid.token, t1);
+    if (waiting)
+        assert_int_equal(live, 0); /* a take not yet done shows no row taken */
+    dlock_info info = inspect(o, name);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, t1);
+    assert_int_equal(table_token(M_LEASE, name), (long long)t1);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(o);
+    dlock_client_close(c);
+}
+
+/* Rows an older dlock deleted (its releases and breaks delete them, this
+ * one keeps them, freed): a take remakes the row, the name's counter goes
+ * on, and a waiter whose held row vanishes takes it within its polls that
+ * make rows (every MY_LEASE_MAKE_EVERY-th). */
+static void test_lease_rows_deleted_by_older_dlock(void **state)
+{
+    (void)state;
+    char name[64], lit[128], out[256];
+    unique(name, sizeof name, "old-rows");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c = open_url(mode_url[M_LEASE]), *o = open_url(mode_url[M_LEASE]);
+    dlock_lock *a = mk_opts(c, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+    dlock_lock *w = mk_opts(o, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+    acquire_ok(a, 0);
+    uint64_t t1 = dlock_token(a);
+    assert_int_equal(dlock_release(a), 0);
+    root_str(out, sizeof out, "DELETE FROM dlock_lease WHERE name = %s", lit);
+    acquire_ok(a, 0);
+    uint64_t t2 = dlock_token(a);
+    assert_true(t2 > t1);
+    /* held; a waiter polls; the row vanishes under it */
+    struct waiter ws;
+    waiter_start(&ws, w, 20000, false);
+    sleep_ms(300);
+    root_str(out, sizeof out, "DELETE FROM dlock_lease WHERE name = %s", lit);
+    int64_t t0 = now_ms();
+    int rc = waiter_join(&ws);
+    if (rc != 0)
+        fail_msg("waiter: %s: %s", dlock_err_name(rc), dlock_lock_errmsg(w));
+    fprintf(stderr, "# the waiter took the lock %" PRId64 " ms after its row was deleted\n",
+            now_ms() - t0);
+    assert_true(dlock_token(w) > t2);
+    assert_int_equal(table_token(M_LEASE, name), (long long)dlock_token(w));
+    assert_int_equal(dlock_release(a), DLOCK_ELOST);
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(a);
+    dlock_client_close(o);
+    dlock_client_close(c);
+}
+
+/* Takers polling one name while its held row is made to expire under them
+ * (root moves the expiry into the past): every take's token is above every
+ * token given before it began, and the name's counter, read while holding,
+ * is the holder's token. */
+struct takeover_worker {
+    dlock_client *c;
+    dlock_lock *l;
+    const char *name;
+    pthread_rwlock_t *rw; /* read: a take and its check; write: root's expiry */
+    pthread_mutex_t *mu;
+    uint64_t *last; /* the highest token given so far (mu) */
+    atomic_bool *stop;
+    int taken, bad_order, bad_row, errors;
+    atomic_int lost; /* read by the expiring thread as it goes */
+    char err[300];
+    pthread_t t;
+};
+
+static void *takeover_main(void *p)
+{
+    struct takeover_worker *w = p;
+    while (!atomic_load(w->stop)) {
+        pthread_rwlock_rdlock(w->rw);
+        pthread_mutex_lock(w->mu);
+        uint64_t before = *w->last;
+        pthread_mutex_unlock(w->mu);
+        int rc = dlock_acquire(w->l, 0);
+        if (rc == DLOCK_EBUSY) {
+            pthread_rwlock_unlock(w->rw);
+            sleep_ms(2);
+            continue;
+        }
+        if (rc != 0) {
+            pthread_rwlock_unlock(w->rw);
+            w->errors++;
+            snprintf(w->err, sizeof w->err, "acquire: %s: %s", dlock_err_name(rc),
+                     dlock_lock_errmsg(w->l));
+            sleep_ms(20);
+            continue;
+        }
+        uint64_t t = dlock_token(w->l);
+        w->taken++;
+        pthread_mutex_lock(w->mu);
+        if (t <= before)
+            w->bad_order++;
+        if (t > *w->last)
+            *w->last = t;
+        pthread_mutex_unlock(w->mu);
+        /* no expiry while we hold the read lock: the row is ours and the
+         * counter has not moved since our take */
+        dlock_info info;
+        rc = dlock_inspect(w->c, w->name, &info);
+        if (rc != 0) {
+            w->errors++;
+            snprintf(w->err, sizeof w->err, "inspect: %s: %s", dlock_err_name(rc),
+                     dlock_client_errmsg(w->c));
+        } else if (info.token != t || info.held != 1) {
+            w->bad_row++;
+            snprintf(w->err, sizeof w->err, "held %d, token %" PRIu64 " while ours is %" PRIu64,
+                     info.held, info.token, t);
+        }
+        pthread_rwlock_unlock(w->rw);
+        /* held: root may expire it (its client takes a while to start),
+         * another may take it over */
+        sleep_ms(250);
+        rc = dlock_release(w->l);
+        if (rc == DLOCK_ELOST)
+            atomic_fetch_add(&w->lost, 1);
+        else if (rc != 0) {
+            w->errors++;
+            snprintf(w->err, sizeof w->err, "release: %s: %s", dlock_err_name(rc),
+                     dlock_lock_errmsg(w->l));
+        }
+    }
+    return NULL;
+}
+
+static void test_lease_tokens_rise_across_takeovers(void **state)
+{
+    (void)state;
+    enum { W = 4 };
+    char name[64], lit[128];
+    unique(name, sizeof name, "takeover");
+    sql_lit(lit, sizeof lit, name);
+    pthread_rwlock_t rw;
+    pthread_rwlockattr_t ra;
+    assert_int_equal(pthread_rwlockattr_init(&ra), 0);
+    /* (root's expiry must get its turn between the takers' reads) */
+    assert_int_equal(
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP), 0);
+    assert_int_equal(pthread_rwlock_init(&rw, &ra), 0);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    uint64_t last = 0;
+    atomic_bool stop = false;
+    struct takeover_worker ws[W];
+    memset(ws, 0, sizeof ws);
+    for (int i = 0; i < W; i++) {
+        ws[i].c = open_url(mode_url[M_LEASE]);
+        ws[i].l = mk_opts(ws[i].c, name, DLOCK_EXCLUSIVE, 0, 30000, NULL);
+        ws[i].name = name;
+        ws[i].rw = &rw;
+        ws[i].mu = &mu;
+        ws[i].last = &last;
+        ws[i].stop = &stop;
+    }
+    for (int i = 0; i < W; i++)
+        assert_int_equal(pthread_create(&ws[i].t, NULL, takeover_main, &ws[i]), 0);
+    /* expire the held row now and then, until a few were taken over */
+    int64_t end = now_ms() + 20000, min_end = now_ms() + 4000;
+    long long expired = 0;
+    int lost = 0;
+    while (now_ms() < end && (now_ms() < min_end || lost < 3)) {
+        sleep_ms(10);
+        pthread_rwlock_wrlock(&rw);
+        expired += root_num("UPDATE dlock_lease SET expires = UTC_TIMESTAMP(6) - INTERVAL 1 "
+                            "SECOND WHERE name = %s AND owner <> '' AND expires >= "
+                            "UTC_TIMESTAMP(6); SELECT ROW_COUNT()",
+                            lit);
+        pthread_rwlock_unlock(&rw);
+        lost = 0;
+        for (int i = 0; i < W; i++)
+            lost += atomic_load(&ws[i].lost);
+    }
+    atomic_store(&stop, true);
+    int taken = 0, bad_order = 0, bad_row = 0, errors = 0;
+    lost = 0;
+    for (int i = 0; i < W; i++) {
+        assert_int_equal(pthread_join(ws[i].t, NULL), 0);
+        taken += ws[i].taken;
+        lost += atomic_load(&ws[i].lost);
+        bad_order += ws[i].bad_order;
+        bad_row += ws[i].bad_row;
+        errors += ws[i].errors;
+        if (ws[i].err[0])
+            fprintf(stderr, "# taker %d: %s\n", i, ws[i].err);
+    }
+    fprintf(stderr, "# %d takes, %lld held rows expired by root, %d holders overtaken; highest "
+                    "token %" PRIu64 "\n",
+            taken, expired, lost, last);
+    assert_int_equal(errors, 0);
+    assert_int_equal(bad_order, 0);
+    assert_int_equal(bad_row, 0);
+    assert_true(taken >= 5);
+    assert_true(lost >= 1); /* take-overs did happen */
+    assert_int_equal(table_token(M_LEASE, name), (long long)last);
+    for (int i = 0; i < W; i++) {
+        dlock_lock_free(ws[i].l);
+        dlock_client_close(ws[i].c);
+    }
+    pthread_rwlock_destroy(&rw);
+    pthread_rwlockattr_destroy(&ra);
 }
 
 /* ---- 15. election -------------------------------------------------------------------- */
@@ -3180,7 +3462,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_break_getlock_kills_holder),
         cmocka_unit_test(test_break_rowlock_kills_holder),
         cmocka_unit_test(test_break_of_another_users_lock_is_eperm),
-        cmocka_unit_test(test_break_lease_deletes_rows),
+        cmocka_unit_test(test_break_lease_frees_rows),
         cmocka_unit_test(test_user_without_create_right),
         cmocka_unit_test_setup_teardown(test_user_with_dml_rights_on_existing_tables,
                                         dml_user_setup, dml_user_teardown),
@@ -3197,6 +3479,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lease_semaphore_takes_slots),
         cmocka_unit_test(test_lease_expiry_is_server_clock),
         cmocka_unit_test(test_lease_expired_row_taken_over),
+        cmocka_unit_test(test_lease_take_and_token_one_statement),
+        cmocka_unit_test(test_lease_tokens_rise_across_takeovers),
+        cmocka_unit_test(test_lease_rows_deleted_by_older_dlock),
         cmocka_unit_test(test_election_getlock),
         cmocka_unit_test(test_election_lease),
         cmocka_unit_test(test_election_rowlock),
