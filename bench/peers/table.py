@@ -38,7 +38,7 @@ FIGURES = [
     ("P=8 flush/sec", "contended8", "server_flushes_per_section", None),
     ("writes/run", "run4", "server_writes_per_section", None),
 ]
-W = 18  # column width
+W = 18  # column width, at least
 DLOCK_SIDES = (None, "dlock-run")  # lines that are dlock's
 
 
@@ -98,17 +98,18 @@ def main(argv):
         if as_json:
             print(json.dumps({"servers": servers, "backend": backend, "ratios": ratios}))
             continue
+        w = max([W] + [len("%.2f (%s)" % (r["ratio"], r["peer"])) + 2 for r in ratios.values()])
         print("== %s, servers %s" % (backend, servers))
-        print("   %-12s" % "client" + "".join("%*s" % (W, n[0]) for n in names) + "   lacks")
+        print("   %-16s" % "client" + "".join("%*s" % (w, n[0]) for n in names) + "   lacks")
         for c in (["dlock"] if "dlock" in med else []) + peers:
-            cells = "".join("%*s" % (W, ("%.2f" if n[3] is None else "%.1f") % med[c][n[0]]
+            cells = "".join("%*s" % (w, ("%.2f" if n[3] is None else "%.1f") % med[c][n[0]]
                                       if n[0] in med[c] else "-")
                             for n in names)
-            print("   %-12s%s   %s" % (c, cells, lacks(gives.get((servers, backend, c)))
+            print("   %-16s%s   %s" % (c, cells, lacks(gives.get((servers, backend, c)))
                                         if c != "dlock" else ""))
-        cells = "".join("%*s" % (W, "%.2f (%s)" % (ratios[n[0]]["ratio"], ratios[n[0]]["peer"])
+        cells = "".join("%*s" % (w, "%.2f (%s)" % (ratios[n[0]]["ratio"], ratios[n[0]]["peer"])
                                   if n[0] in ratios else "-") for n in names)
-        print("   %-12s%s" % ("dlock/best", cells))
+        print("   %-16s%s" % ("dlock/best", cells))
     for b in broken:
         print("BROKEN LOCK: " + b)
         status = 1
