@@ -24,7 +24,6 @@ KINDS=${DLOCK_PEERS_TEST_KINDS:-redis memcached}
 
 # Which peers are there: the servers of those only are started.
 mapfile -t have < <("$PY" "$PB" --list | awk '$3 == "ok" { print $1 }')
-"$PY" "$PB" --list | awk '$3 != "ok" { print "# peer " $1 " skipped: " $0 }'
 if [ ${#have[@]} -eq 0 ] || { [ ${#have[@]} -eq 2 ] && [ "${have[*]}" = "etcdctl dlock-run" ]; }; then
     echo "no peer client installed (scripts/install-deps.sh peers): skipped"
     exit 0
@@ -33,6 +32,7 @@ if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     # shellcheck disable=SC2086
     exec bash "$here/servers.sh" run $KINDS -- bash "$0" "$@"
 fi
+"$PY" "$PB" --list | awk '$3 != "ok" { print "# peer " $1 " skipped: " $0 }'
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-peers-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
