@@ -37,7 +37,14 @@ def lines(path, tool):
 
 
 def key(d):
-    return (d.get("row", "?"), d.get("url", "").split("://")[0] or d.get("backend", "?"))
+    """(row, URL scheme); a peer's line (matrix.sh -p) is its own row,
+    "ROW[PEER]", and so is each server setting but the first ("ROW@durable")."""
+    row = d.get("row", "?")
+    if d.get("peer"):
+        row += "[%s]" % d["peer"]
+    if d.get("servers") == "durable":
+        row += "@durable"
+    return (row, d.get("url", "").split("://")[0] or d.get("backend", "?"))
 
 
 def load(path, tool):

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages dlock needs to build and test. Idempotent and
 # quick when everything is already there: apt runs only for what is missing.
+#   scripts/install-deps.sh          what the build, the tests and the demo need
+#   scripts/install-deps.sh peers    also the clients bench/peers/ measures dlock
+#                                    against (opt-in: no test needs them)
 set -euo pipefail
 
 packages=(
@@ -24,6 +27,21 @@ packages=(
   man-db                                  # render the man page in tests
 )
 
+# The peers of bench/peers/ (issue 24): Debian's clients, a JDK to compile
+# the Curator worker, and node-redlock from npm into bench/peers/node.
+peer_packages=(
+  python3-kazoo python3-redis python3-psycopg2 python3-pymysql python3-pymemcache
+  python3-tooz python3-fasteners
+  libcurator-recipes-java libslf4j-java
+)
+if [ "${1:-}" = peers ]; then
+  packages+=("${peer_packages[@]}")
+  # only when missing: a node or JDK from elsewhere (with its own npm) is fine
+  command -v javac >/dev/null || packages+=(default-jdk-headless)
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,4 +52,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = peers ]; then
+  node_dir="$(cd "$(dirname "$0")/.." && pwd)/bench/peers/node"
+  if [ ! -d "$node_dir/node_modules/redlock" ]; then
+    echo "install-deps: npm install in $node_dir (node-redlock, ioredis)"
+    (cd "$node_dir" && npm install --no-audit --no-fund --silent)
+  fi
 fi
