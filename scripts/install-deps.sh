@@ -3,7 +3,8 @@
 # quick when everything is already there: apt runs only for what is missing.
 #   scripts/install-deps.sh          what the build, the tests and the demo need
 #   scripts/install-deps.sh peers    also the clients bench/peers/ measures dlock
-#                                    against (opt-in: no test needs them)
+#                                    against (scripts/test.sh asks for them:
+#                                    peers_bench_test runs them)
 set -euo pipefail
 
 packages=(
@@ -58,6 +59,9 @@ if [ "${1:-}" = peers ]; then
   node_dir="$(cd "$(dirname "$0")/.." && pwd)/bench/peers/node"
   if [ ! -d "$node_dir/node_modules/redlock" ]; then
     echo "install-deps: npm install in $node_dir (node-redlock, ioredis)"
-    (cd "$node_dir" && npm install --no-audit --no-fund --silent)
+    # the npm registry may be away: only the redlock peer needs it (its
+    # test says it skipped it), not a reason to stop the suite
+    (cd "$node_dir" && npm install --no-audit --no-fund --silent) ||
+      echo "install-deps: npm install failed: the redlock peer will be skipped" >&2
   fi
 fi

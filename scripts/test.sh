@@ -4,7 +4,7 @@
 # a short while. Each step is a CTest run over the same tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh peers # with the peer clients peers_bench_test runs
 
 jobs=$(nproc)
 step() { echo; echo "=== $* ==="; }
