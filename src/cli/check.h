@@ -362,4 +362,12 @@ static inline bool chk_has_deadline(const chk_config *cfg)
     return (cfg->caps & DLOCK_CAP_LEASE) || cfg->session_ttl_ms > 0;
 }
 
+/* How long a holding of span ttl_ms lives on the servers past the holder's
+ * last sign of life: a session the client vouches for outlives its span by
+ * half of it, and the servers may round a lease up. */
+static inline int64_t chk_server_span_ms(const chk_config *cfg, int ttl_ms)
+{
+    return (int64_t)ttl_ms * (cfg->session_ttl_ms ? 3 : 2) / 2 + cfg->topo.lease_slack_ms;
+}
+
 #endif

@@ -968,9 +968,7 @@ int chk_run_ms(const chk_config *cfg, const chk_scenario *sc)
         int ttl = cfg->session_ttl_ms  ? cfg->session_ttl_ms
                   : cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms
                                                  : sc->min_ttl_ms;
-        int64_t server_span =
-            (int64_t)ttl * (cfg->session_ttl_ms ? 3 : 2) / 2 + cfg->topo.lease_slack_ms;
-        need = 2 * server_span + 2000;
+        need = 2 * chk_server_span_ms(cfg, ttl) + 2000;
     }
     if (sc->needs_servers && need < SERVER_FAULT_RUN_MS)
         need = SERVER_FAULT_RUN_MS;

@@ -67,9 +67,7 @@ static int stale_writer(chk_run *r, bool lose)
 {
     /* Past the lease; past a vouched-for session's end on the server too
      * (it outlives the holder's span by half of it). */
-    int64_t pause_ns = ((int64_t)r->ttl_ms * (r->cfg->session_ttl_ms ? 3 : 2) / 2 +
-                        r->cfg->topo.lease_slack_ms + 500) *
-                       1000000;
+    int64_t pause_ns = (chk_server_span_ms(r->cfg, r->ttl_ms) + 500) * 1000000;
     while (!chk_time_up(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
         int a = chk_wait_claim(r, r->end_ns);
@@ -415,8 +413,10 @@ static int resume_all(chk_run *r, const int *idx, int n)
  * sees it (/proc/PID/syscall) and stops it. Then the servers go on, grant
  * the free lock to A (the reply lies unread in A's socket) and the lease
  * runs out while A is stopped; another worker B takes the lock and reads.
- * A is continued a ttl + 0.5 s after it was stopped: its acquisition must
- * fail. If it reports success instead, A makes its write with that token.
+ * A is continued min(ttl/2, 0.5 s) after the lease ran out on the servers
+ * (a session the client vouches for: 1.5 ttl), or once B has the lock if
+ * that comes later (up to a ttl more): its acquisition must fail. If it
+ * reports success instead, A makes its write with that token.
  *
  * The request must lie unread at every server it goes to: each of a
  * quorum's independent servers (Redlock), but only one member of a
@@ -427,10 +427,10 @@ static int inject_pause_acquire(chk_run *r)
 {
     chk_shm *sh = r->sh;
     const chk_servers *sv = r->cfg->servers;
-    /* stopped longer than the lease by this much: time for another worker
-     * to take the lock once the lease ran out on the servers (waiters look
-     * again every ttl/4 at least), short enough that it then waits parked
-     * well inside its own lease */
+    /* stopped longer than the lease on the servers by this much: time for
+     * another worker to take the lock once the lease ran out there
+     * (waiters look again every ttl/4 at least), short enough that it then
+     * waits parked well inside its own lease */
     int64_t extra = MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500);
     if (extra < MS(20))
         extra = MS(20);
@@ -509,8 +509,12 @@ static int inject_pause_acquire(chk_run *r)
         r->faults_injected++;
         /* The lease runs out on the servers; someone else takes the lock. */
         chk_arm(r, CHK_FAULT_PARK);
-        int64_t wake = t_stop + MS(r->ttl_ms) + extra;
-        int b = chk_wait_claim(r, wake);
+        int64_t wake = t_stop + MS(chk_server_span_ms(r->cfg, r->ttl_ms)) + extra;
+        /* The servers may end it later still (ZooKeeper expires sessions
+         * on its tick, etcd's leader revokes leases on its own round):
+         * A stays stopped until another worker took the lock, up to a ttl
+         * more. */
+        int b = chk_wait_claim(r, wake + MS(r->ttl_ms));
         if (b >= 0 && ms_now_ns() < t_stop + MS(r->ttl_ms / 2)) {
             /* taken while A's request was out: it did not get the lock (on
              * a quorum); do not keep B past its own lease */
@@ -767,10 +771,11 @@ const chk_scenario chk_scenarios[] = {
      "to make its stale write",
      0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL, false},
     {"pause-acquire",
-     "a client stopped between sending its acquisition and reading the replies, for ttl + "
-     "min(ttl/2, 0.5 s) (its servers held back until the request lies unread at each of "
-     "them, or at the member it went to on a consensus ensemble, and the client waits in "
-     "poll): the acquisition must fail",
+     "a client stopped between sending its acquisition and reading the replies, for "
+     "min(ttl/2, 0.5 s) past the lease's end on the servers (a session: 1.5 ttl), or until "
+     "another worker took the lock (up to a ttl more) (its servers held back until the "
+     "request lies unread at each of them, or at the member it went to on a consensus "
+     "ensemble, and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
      CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL, false},
