@@ -311,6 +311,12 @@ void chk_gate_pass(chk_run *r, int slot, bool watched);
 /* The system call a worker's main thread is in (/proc/PID/syscall), -1 when
  * running or unknown. */
 long chk_worker_syscall(chk_run *r, int slot);
+/* Every thread of the worker asleep in the kernel, none runnable: none of
+ * its client's threads has a request still to send. */
+bool chk_worker_asleep(chk_run *r, int slot);
+/* The state letter of a process or thread (/proc/ID/stat), 0 when there
+ * is no such one. */
+char chk_proc_state(pid_t pid);
 /* On how many of the given TCP ports (servers on the loopback interface) a
  * request of the worker lies unread: a connection of the worker to the port
  * whose server side has bytes in its receive queue (/proc/net/tcp, tcp6). */

@@ -862,6 +862,29 @@ long chk_worker_syscall(chk_run *r, int slot)
     return nr;
 }
 
+bool chk_worker_asleep(chk_run *r, int slot)
+{
+    pid_t pid = atomic_load(&r->sh->slot[slot].pid);
+    if (pid <= 0)
+        return false;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    int n = 0;
+    bool asleep = true;
+    struct dirent *e;
+    while (asleep && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        asleep = chk_proc_state((pid_t)strtol(e->d_name, NULL, 10)) == 'S';
+        n++;
+    }
+    closedir(d);
+    return asleep && n > 0;
+}
+
 /* The socket inodes of a process. */
 static size_t socket_inodes(pid_t pid, unsigned long *out, size_t max)
 {

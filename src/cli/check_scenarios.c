@@ -461,7 +461,9 @@ static int inject_pause_acquire(chk_run *r)
         }
         chk_gate_pass(r, a, true);
         /* Its request must lie unread at every server it went to, and the
-         * worker wait in poll(2) for the replies. */
+         * worker wait in poll(2) for the replies, with every thread asleep:
+         * a client's I/O thread may not have sent it yet (ZooKeeper's), and
+         * what lies unread then is a ping. */
         int ports[CHK_LOCK_SERVERS];
         for (int i = 0; i < n; i++)
             ports[i] = sv->port(sv->state, idx[i]);
@@ -471,7 +473,7 @@ static int inject_pause_acquire(chk_run *r)
         int64_t until = ms_now_ns() + MS(2000);
         while (!waiting && !e && ms_now_ns() < until) {
             waiting = atomic_load(&sh->slot[a].in_acquire) && in_poll(chk_worker_syscall(r, a)) &&
-                      chk_requests_pending(r, a, ports, n) >= need;
+                      chk_worker_asleep(r, a) && chk_requests_pending(r, a, ports, n) >= need;
             if (waiting) {
                 e = r->ctl->pause(r, CHK_CLIENT, a);
                 /* It may have given up (its acquisition's own timeout)
