@@ -26,6 +26,11 @@ trap 'rm -rf "$TMP"' EXIT
 check_json etcd-one "$DLOCK_TEST_ETCD" -P 3 -D 4 --scenario kill --scenario pause
 check_json etcd3 "${DLOCK_TEST_ETCD3/ttl=2/ttl=5}" -P 3 -D 4 --scenario restart --scenario kill-minority \
     --scenario kill-leader
+# A client stopped with its acquisition in flight, with dlock check's
+# defaults (no -D): the request lies unread at the one member it went to
+# (every member stopped), then the lease runs out while the client is
+# stopped. It was 'invalid' when the scenario wanted it at all three.
+check_json etcd3pa "$DLOCK_TEST_ETCD3" -P 3 --scenario pause-acquire
 j=$TMP/etcd3.json
 jcheck "$j" "etcd3: three servers found, strong fencing" 'd["servers"] == 3 and not d["fencing_weak"]'
 jcheck "$TMP/etcd-one.json" "etcd kill: pass, the lock taken over" 'sc("kill")["verdict"] == "pass"'
@@ -37,4 +42,6 @@ jcheck "$j" "etcd3 kill-minority (a follower): pass, and the lock went on workin
     'sc("kill-minority")["verdict"] == "pass" and sc("kill-minority")["fenced"]["sections_after_fault"] > 0'
 jcheck "$j" "etcd3 kill-leader: pass, and the lock went on working after the election" \
     'sc("kill-leader")["verdict"] == "pass" and sc("kill-leader")["fenced"]["sections_after_fault"] > 0'
+jcheck "$TMP/etcd3pa.json" "etcd3 pause-acquire with default options: pass, acquisitions stopped in flight, none accepted late" \
+    'sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_stopped"] > 0 and sc("pause-acquire")["fenced"]["stale_writes_accepted"] == 0'
 finish

@@ -311,6 +311,12 @@ void chk_gate_pass(chk_run *r, int slot, bool watched);
 /* The system call a worker's main thread is in (/proc/PID/syscall), -1 when
  * running or unknown. */
 long chk_worker_syscall(chk_run *r, int slot);
+/* Every thread of the worker asleep in the kernel, none runnable: none of
+ * its client's threads has a request still to send. */
+bool chk_worker_asleep(chk_run *r, int slot);
+/* The state letter of a process or thread (/proc/ID/stat), 0 when there
+ * is no such one. */
+char chk_proc_state(pid_t pid);
 /* On how many of the given TCP ports (servers on the loopback interface) a
  * request of the worker lies unread: a connection of the worker to the port
  * whose server side has bytes in its receive queue (/proc/net/tcp, tcp6). */
@@ -360,6 +366,14 @@ const chk_scenario *chk_scenario_find(const char *name);
 static inline bool chk_has_deadline(const chk_config *cfg)
 {
     return (cfg->caps & DLOCK_CAP_LEASE) || cfg->session_ttl_ms > 0;
+}
+
+/* How long a holding of span ttl_ms lives on the servers past the holder's
+ * last sign of life: a session the client vouches for outlives its span by
+ * half of it, and the servers may round a lease up. */
+static inline int64_t chk_server_span_ms(const chk_config *cfg, int ttl_ms)
+{
+    return (int64_t)ttl_ms * (cfg->session_ttl_ms ? 3 : 2) / 2 + cfg->topo.lease_slack_ms;
 }
 
 #endif

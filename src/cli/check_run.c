@@ -862,6 +862,29 @@ long chk_worker_syscall(chk_run *r, int slot)
     return nr;
 }
 
+bool chk_worker_asleep(chk_run *r, int slot)
+{
+    pid_t pid = atomic_load(&r->sh->slot[slot].pid);
+    if (pid <= 0)
+        return false;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    int n = 0;
+    bool asleep = true;
+    struct dirent *e;
+    while (asleep && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        asleep = chk_proc_state((pid_t)strtol(e->d_name, NULL, 10)) == 'S';
+        n++;
+    }
+    closedir(d);
+    return asleep && n > 0;
+}
+
 /* The socket inodes of a process. */
 static size_t socket_inodes(pid_t pid, unsigned long *out, size_t max)
 {
@@ -968,9 +991,7 @@ int chk_run_ms(const chk_config *cfg, const chk_scenario *sc)
         int ttl = cfg->session_ttl_ms  ? cfg->session_ttl_ms
                   : cfg->ttl_ms > sc->min_ttl_ms ? cfg->ttl_ms
                                                  : sc->min_ttl_ms;
-        int64_t server_span =
-            (int64_t)ttl * (cfg->session_ttl_ms ? 3 : 2) / 2 + cfg->topo.lease_slack_ms;
-        need = 2 * server_span + 2000;
+        need = 2 * chk_server_span_ms(cfg, ttl) + 2000;
     }
     if (sc->needs_servers && need < SERVER_FAULT_RUN_MS)
         need = SERVER_FAULT_RUN_MS;

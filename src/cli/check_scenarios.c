@@ -67,9 +67,7 @@ static int stale_writer(chk_run *r, bool lose)
 {
     /* Past the lease; past a vouched-for session's end on the server too
      * (it outlives the holder's span by half of it). */
-    int64_t pause_ns = ((int64_t)r->ttl_ms * (r->cfg->session_ttl_ms ? 3 : 2) / 2 +
-                        r->cfg->topo.lease_slack_ms + 500) *
-                       1000000;
+    int64_t pause_ns = (chk_server_span_ms(r->cfg, r->ttl_ms) + 500) * 1000000;
     while (!chk_time_up(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
         int a = chk_wait_claim(r, r->end_ns);
@@ -415,17 +413,24 @@ static int resume_all(chk_run *r, const int *idx, int n)
  * sees it (/proc/PID/syscall) and stops it. Then the servers go on, grant
  * the free lock to A (the reply lies unread in A's socket) and the lease
  * runs out while A is stopped; another worker B takes the lock and reads.
- * A is continued a ttl + 0.5 s after it was stopped: its acquisition must
- * fail. If it reports success instead, A makes its write with that token.
+ * A is continued min(ttl/2, 0.5 s) after the lease ran out on the servers
+ * (a session the client vouches for: 1.5 ttl), or once B has the lock if
+ * that comes later (up to a ttl more): its acquisition must fail. If it
+ * reports success instead, A makes its write with that token.
+ *
+ * The request must lie unread at every server it goes to: each of a
+ * quorum's independent servers (Redlock), but only one member of a
+ * consensus ensemble, the one the client is connected to (it forwards to
+ * the leader). Every member is stopped, so none can act on it.
  */
 static int inject_pause_acquire(chk_run *r)
 {
     chk_shm *sh = r->sh;
     const chk_servers *sv = r->cfg->servers;
-    /* stopped longer than the lease by this much: time for another worker
-     * to take the lock once the lease ran out on the servers (waiters look
-     * again every ttl/4 at least), short enough that it then waits parked
-     * well inside its own lease */
+    /* stopped longer than the lease on the servers by this much: time for
+     * another worker to take the lock once the lease ran out there
+     * (waiters look again every ttl/4 at least), short enough that it then
+     * waits parked well inside its own lease */
     int64_t extra = MS(r->ttl_ms / 2 < 500 ? r->ttl_ms / 2 : 500);
     if (extra < MS(20))
         extra = MS(20);
@@ -455,22 +460,44 @@ static int inject_pause_acquire(chk_run *r)
             }
         }
         chk_gate_pass(r, a, true);
-        /* Its request must lie unread at every server, and the worker wait
-         * in poll(2) for the replies. */
+        /* Its request must lie unread at every server it went to, and the
+         * worker wait in poll(2) for the replies, with every thread asleep:
+         * a client's I/O thread may not have sent it yet (ZooKeeper's), and
+         * what lies unread then is a ping. */
         int ports[CHK_LOCK_SERVERS];
         for (int i = 0; i < n; i++)
             ports[i] = sv->port(sv->state, idx[i]);
+        int need = sv->topo & CHK_TOPO_CONSENSUS ? 1 : n;
         bool waiting = false;
+        int e = 0;
         int64_t until = ms_now_ns() + MS(2000);
-        while (!waiting && ms_now_ns() < until) {
+        while (!waiting && !e && ms_now_ns() < until) {
             waiting = atomic_load(&sh->slot[a].in_acquire) && in_poll(chk_worker_syscall(r, a)) &&
-                      chk_requests_pending(r, a, ports, n) == n;
+                      chk_worker_asleep(r, a) && chk_requests_pending(r, a, ports, n) >= need;
+            if (waiting) {
+                e = r->ctl->pause(r, CHK_CLIENT, a);
+                /* It may have given up (its acquisition's own timeout)
+                 * between the look and the stop: then it was not stopped
+                 * in the window this is about. Continue it, look again. */
+                if (!e && (!atomic_load(&sh->slot[a].in_acquire) ||
+                           atomic_load(&sh->slot[a].acq_outcome) != 0)) {
+                    waiting = false;
+                    e = r->ctl->resume(r, CHK_CLIENT, a);
+                }
+            }
             if (!waiting)
                 ms_sleep_ns(20000);
         }
-        int e = waiting ? r->ctl->pause(r, CHK_CLIENT, a) : 0;
         int64_t t_stop = ms_now_ns();
         int e2 = resume_all(r, idx, n);
+        /* The others stay at the gate until the servers have read A's
+         * request, so that it comes first and is granted (a member of an
+         * ensemble forwards it to the leader, which the others could
+         * reach sooner) */
+        int64_t read_until = ms_now_ns() + MS(r->ttl_ms / 4);
+        while (waiting && !e2 && chk_requests_pending(r, a, ports, n) > 0 &&
+               ms_now_ns() < read_until)
+            ms_sleep_ns(MS(1));
         chk_gate(r, 0);
         if (e || e2)
             return harness_error(r, "cannot stop a worker or continue a server", e ? e : e2);
@@ -484,8 +511,12 @@ static int inject_pause_acquire(chk_run *r)
         r->faults_injected++;
         /* The lease runs out on the servers; someone else takes the lock. */
         chk_arm(r, CHK_FAULT_PARK);
-        int64_t wake = t_stop + MS(r->ttl_ms) + extra;
-        int b = chk_wait_claim(r, wake);
+        int64_t wake = t_stop + MS(chk_server_span_ms(r->cfg, r->ttl_ms)) + extra;
+        /* The servers may end it later still (ZooKeeper expires sessions
+         * on its tick, etcd's leader revokes leases on its own round):
+         * A stays stopped until another worker took the lock, up to a ttl
+         * more. */
+        int b = chk_wait_claim(r, wake + MS(r->ttl_ms));
         if (b >= 0 && ms_now_ns() < t_stop + MS(r->ttl_ms / 2)) {
             /* taken while A's request was out: it did not get the lock (on
              * a quorum); do not keep B past its own lease */
@@ -756,9 +787,11 @@ const chk_scenario chk_scenarios[] = {
      "to make its stale write",
      0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL, false},
     {"pause-acquire",
-     "a client stopped between sending its acquisition and reading the replies, for ttl + "
-     "min(ttl/2, 0.5 s) (its servers held back until the request lies unread at each of "
-     "them and the client waits in poll): the acquisition must fail",
+     "a client stopped between sending its acquisition and reading the replies, for "
+     "min(ttl/2, 0.5 s) past the lease's end on the servers (a session: 1.5 ttl), or until "
+     "another worker took the lock (up to a ttl more) (its servers held back until the "
+     "request lies unread at each of them, or at the member it went to on a consensus "
+     "ensemble, and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
      CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL, false},

@@ -127,8 +127,7 @@ static const char *proc_stat_fields(pid_t pid, char *buf, size_t len)
     return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
 }
 
-/* The process state letter from /proc, 0 when there is no such process. */
-static char proc_state(pid_t pid)
+char chk_proc_state(pid_t pid)
 {
     char buf[512];
     const char *f = proc_stat_fields(pid, buf, sizeof buf);
@@ -137,7 +136,7 @@ static char proc_state(pid_t pid)
 
 static bool proc_gone(pid_t pid)
 {
-    char st = proc_state(pid);
+    char st = chk_proc_state(pid);
     return st == 0 || st == 'Z' || st == 'X';
 }
 
@@ -154,7 +153,7 @@ static int wait_state(pid_t pid, bool (*cond)(pid_t), int64_t ns)
 
 static bool proc_stopped(pid_t pid)
 {
-    char st = proc_state(pid);
+    char st = chk_proc_state(pid);
     return st == 'T' || st == 't' || st == 0;
 }
 
