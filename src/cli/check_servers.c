@@ -432,14 +432,23 @@ static bool op_holds_data(void *state, int idx)
     return idx >= 0 && idx < ss->n && ss->s[idx].m.role == DLOCK_TOOL_DATA;
 }
 
+static int signal_tree(pid_t root, int sig);
+
 static int op_kill(void *state, int idx)
 {
     srvset *ss = ss_of(state);
     srv *s = &ss->s[idx];
     if (s->dead)
         return 0;
-    if (kill(s->pid, SIGKILL) != 0 && errno != ESRCH)
-        return -errno;
+    /* A crash ends every process of the server at once: frozen first, then
+     * killed, so that none of them (PostgreSQL's backends, children of the
+     * postmaster, go on until they notice it gone) writes anything after
+     * the moment of the crash, as a WAL flush still in its buffers. */
+    int e = signal_tree(s->pid, SIGSTOP);
+    if (e == 0)
+        e = signal_tree(s->pid, SIGKILL);
+    if (e != 0 && e != -ESRCH)
+        return e;
     s->dead = true;
     s->stopped = false;
     /* its port must be free before anyone starts it again */
