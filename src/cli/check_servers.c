@@ -484,15 +484,18 @@ static pid_t proc_ppid(pid_t pid)
 /* Send sig to pid and to every process descended from it: a server may
  * serve each connection in a child (PostgreSQL's backends, children of the
  * postmaster), and stopping the parent alone leaves every session
- * answering. */
+ * answering. The root gets it first, except SIGKILL, which it gets last:
+ * its children, once it is dead, are no longer found as its own. */
 static int signal_tree(pid_t root, int sig)
 {
-    if (kill(root, sig) != 0)
+    if (sig != SIGKILL && kill(root, sig) != 0)
+        return -errno;
+    if (sig == SIGKILL && kill(root, 0) != 0)
         return -errno;
     enum { TREE_MAX = 4096 };
     pid_t *tree = malloc(TREE_MAX * sizeof *tree);
     if (!tree)
-        return 0; /* the server itself has it */
+        return sig == SIGKILL && kill(root, sig) != 0 ? -errno : 0; /* the server itself has it */
     int n = 0;
     tree[n++] = root;
     /* Until a pass over /proc finds no new descendant. */
@@ -523,6 +526,8 @@ static int signal_tree(pid_t root, int sig)
         closedir(d);
     }
     free(tree);
+    if (sig == SIGKILL && kill(root, sig) != 0 && errno != ESRCH)
+        return -errno;
     return 0;
 }
 
