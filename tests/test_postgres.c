@@ -1287,7 +1287,8 @@ static void *drawer_main(void *arg)
         return NULL;
     }
     int after = 0;
-    while (after < 20) { /* a few grants after the crash, then done */
+    int64_t give_up = now_ms() + 60000; /* should the server not come back */
+    while (after < 20 && now_ms() < give_up) { /* a few grants after the crash, then done */
         if (dlock_acquire(l, 0) != 0) { /* (during the crash: refused, or no server) */
             struct timespec pause = {0, 10 * 1000000};
             nanosleep(&pause, NULL);
@@ -1318,9 +1319,13 @@ static void *drawer_main(void *arg)
 static void tokens_across_crash(const char *url)
 {
     enum { W = 4 };
-    drawer d[W];
-    atomic_int phase = CRASH_BEFORE;
-    _Atomic uint64_t max_before = 0, min_after = UINT64_MAX;
+    /* (static: a failed assertion leaves this frame while they still run) */
+    static drawer d[W];
+    static atomic_int phase;
+    static _Atomic uint64_t max_before, min_after;
+    atomic_store(&phase, CRASH_BEFORE);
+    atomic_store(&max_before, 0);
+    atomic_store(&min_after, UINT64_MAX);
     for (int i = 0; i < W; i++) {
         d[i] = (drawer){.url = url, .phase = &phase, .max_before = &max_before,
                         .min_after = &min_after};
