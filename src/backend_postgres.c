@@ -1650,9 +1650,14 @@ static int lease_build_sql(pgclient *pc)
         "NOT NULL) AS e LEFT JOIN %s AS n ON n.name = $1",
         t, t, pc->names);
     /* The release, and a NOTIFY to the first live waiter (at commit). */
+    /* A release commits without waiting for a WAL flush (the take, a
+     * flushed commit after it, covers it): a release a crash forgets leaves
+     * the row to expire, which delays the next holder by at most the lease
+     * after a crash, and never makes two. */
     pc->sql_free = fmt_alloc(
-        "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
-        "AND owner = $3 RETURNING name), "
+        "WITH a AS (SELECT set_config('synchronous_commit', 'off', true)), "
+        "r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
+        "AND owner = $3 AND (SELECT count(*) FROM a) = 1 RETURNING name), "
         "w AS (SELECT q.owner FROM %s AS q WHERE q.name = $1 AND " LEASE_WAITER_LIVE("q")
         " AND EXISTS (SELECT 1 FROM r) ORDER BY q.since LIMIT 1), "
         "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w), "

@@ -1255,6 +1255,47 @@ static void test_server_restart(void **state)
     dlock_client_close(c1);
 }
 
+/* WAL writes over 100 uncontended cycles in the URL's mode: a commit that
+ * waits for a flush writes the WAL out itself (pg_stat_wal's wal_write
+ * counts it, with fsync off too); one that does not leaves it to the WAL
+ * writer, a few times a second whatever the rate. */
+static long long wal_writes_per_100(const char *url)
+{
+    char name[64];
+    unique(name, sizeof name, "flushes");
+    dlock_client *c = open_url(url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0); /* (first use: the tables, the name's rows) */
+    assert_int_equal(dlock_release(l), 0);
+    psql_num("SELECT count(*) FROM (SELECT pg_stat_reset_shared('wal')) AS r");
+    for (int i = 0; i < 100; i++) {
+        acquire_ok(l, 0);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c); /* its sessions end, and report their counts */
+    struct timespec settle = {1, 0};
+    nanosleep(&settle, NULL);
+    long long n = psql_num("SELECT wal_write FROM pg_stat_wal");
+    fprintf(stderr, "# %s: %lld WAL writes in 100 cycles\n", url, n);
+    return n;
+}
+
+/* A grant no longer waits for a WAL flush: advisory and rowlock wrote
+ * (and flushed) the WAL at every cycle, 100 and 300 times in 100 cycles;
+ * lease at its take and at its release, 200 (its take is the lease's one
+ * durable write). */
+static void test_no_flush_per_grant(void **state)
+{
+    (void)state;
+    char row[600], lease[600];
+    url_with(row, sizeof row, pg_url, "mode=rowlock");
+    url_with(lease, sizeof lease, pg_url, "mode=lease");
+    assert_true(wal_writes_per_100(pg_url) < 50);
+    assert_true(wal_writes_per_100(row) < 50);
+    assert_true(wal_writes_per_100(lease) < 150);
+}
+
 /* Tokens across a crash: workers on names of their own take and release
  * as fast as they can (their draws from the table's one sequence
  * interleave, which is where a value could be handed out before its
@@ -1859,6 +1900,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_transaction_pooler),
         cmocka_unit_test(test_no_overtaking),
         cmocka_unit_test(test_one_name_across_modes),
+        cmocka_unit_test(test_no_flush_per_grant),
         cmocka_unit_test(test_tokens_across_crash), /* last: every pool's sessions die */
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_pool_after_restart),
