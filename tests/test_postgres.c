@@ -1255,12 +1255,15 @@ static void test_server_restart(void **state)
     dlock_client_close(c1);
 }
 
-/* WAL writes over 100 uncontended cycles in the URL's mode: a commit that
- * waits for a flush writes the WAL out itself (pg_stat_wal's wal_write
- * counts it, with fsync off too); one that does not leaves it to the WAL
- * writer, a few times a second whatever the rate. */
+/* WAL writes over 100 uncontended cycles in the URL's mode, less what the
+ * WAL writer may have written meanwhile: a commit that waits for a flush
+ * writes the WAL out itself (pg_stat_wal's wal_write counts it, with fsync
+ * off too); one that does not leaves it to the WAL writer, at most 5 times
+ * a second (wal_writer_delay), 6 allowed here, whatever the rate (a slow
+ * client, under valgrind, takes longer). */
 static long long wal_writes_per_100(const char *url)
 {
+    int64_t t0 = now_ms();
     char name[64];
     unique(name, sizeof name, "flushes");
     dlock_client *c = open_url(url);
@@ -1277,8 +1280,10 @@ static long long wal_writes_per_100(const char *url)
     struct timespec settle = {1, 0};
     nanosleep(&settle, NULL);
     long long n = psql_num("SELECT wal_write FROM pg_stat_wal");
-    fprintf(stderr, "# %s: %lld WAL writes in 100 cycles\n", url, n);
-    return n;
+    long long writer = 6 * ((now_ms() - t0) / 1000 + 1);
+    fprintf(stderr, "# %s: %lld WAL writes in 100 cycles (the WAL writer's: at most %lld)\n",
+            url, n, writer);
+    return n - writer;
 }
 
 /* A grant no longer waits for a WAL flush: advisory and rowlock wrote
@@ -1291,9 +1296,9 @@ static void test_no_flush_per_grant(void **state)
     char row[600], lease[600];
     url_with(row, sizeof row, pg_url, "mode=rowlock");
     url_with(lease, sizeof lease, pg_url, "mode=lease");
-    assert_true(wal_writes_per_100(pg_url) < 50);
-    assert_true(wal_writes_per_100(row) < 50);
-    assert_true(wal_writes_per_100(lease) < 150);
+    assert_true(wal_writes_per_100(pg_url) < 40);
+    assert_true(wal_writes_per_100(row) < 40);
+    assert_true(wal_writes_per_100(lease) < 140);
 }
 
 /* Tokens across a crash: workers on names of their own take and release
