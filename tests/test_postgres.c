@@ -1314,21 +1314,20 @@ typedef struct {
     char name[64];
     atomic_int *phase;
     _Atomic uint64_t *max_before, *min_after;
-    int grants;
+    atomic_int grants;
 } drawer;
 
 static void *drawer_main(void *arg)
 {
     drawer *d = arg;
     dlock_client *c = NULL;
-    dlock_client_opts o;
-    dlock_client_opts_init(&o);
-    o.op_timeout_ms = 1000;
-    o.connect_timeout_ms = 1000;
-    if (dlock_client_open(&c, d->url, &o) != 0)
+    if (dlock_client_open(&c, d->url, NULL) != 0) {
+        fprintf(stderr, "# drawer: open %s: %s\n", d->url, dlock_client_errmsg(NULL));
         return NULL;
+    }
     dlock_lock *l = NULL;
     if (dlock_lock_new(&l, c, d->name, NULL) != 0) {
+        fprintf(stderr, "# drawer: lock %s: %s\n", d->name, dlock_client_errmsg(c));
         dlock_client_close(c);
         return NULL;
     }
@@ -1354,7 +1353,7 @@ static void *drawer_main(void *arg)
                 ;
             after++;
         }
-        d->grants++;
+        atomic_fetch_add(&d->grants, 1);
         (void)dlock_release(l);
     }
     dlock_lock_free(l);
@@ -1378,7 +1377,18 @@ static void tokens_across_crash(const char *url)
         unique(d[i].name, sizeof d[i].name, "crash");
         assert_int_equal(pthread_create(&d[i].t, NULL, drawer_main, &d[i]), 0);
     }
-    struct timespec run = {1, 500 * 1000000};
+    /* every drawer going (a slow start, under valgrind, can take seconds),
+     * then half a second of them all */
+    for (int64_t until = now_ms() + 30000; now_ms() < until;) {
+        int going = 0;
+        for (int i = 0; i < W; i++)
+            going += atomic_load(&d[i].grants) > 0;
+        if (going == W)
+            break;
+        struct timespec pause = {0, 20 * 1000000};
+        nanosleep(&pause, NULL);
+    }
+    struct timespec run = {0, 500 * 1000000};
     nanosleep(&run, NULL);
     atomic_store(&phase, CRASH_DURING);
     restart_server();
@@ -1386,7 +1396,7 @@ static void tokens_across_crash(const char *url)
     int grants = 0;
     for (int i = 0; i < W; i++) {
         assert_int_equal(pthread_join(d[i].t, NULL), 0);
-        grants += d[i].grants;
+        grants += atomic_load(&d[i].grants);
     }
     uint64_t before = atomic_load(&max_before), after = atomic_load(&min_after);
     fprintf(stderr, "# %s: %d grants; highest token before the crash %" PRIu64
