@@ -11,13 +11,13 @@
  * release; lock_timeout bounds a timed wait on the server's side.
  *
  * One statement takes the lock and draws its token: the advisory lock in a
- * CTE, then an upsert of the name's row in the table (default "dlock"),
+ * CTE, nextval of the table's sequence once the lock is ours (see
+ * token_ctes: no WAL flush per grant), then an upsert of the name's row in
+ * the table (default "dlock"),
  *
  *     name text PRIMARY KEY, key bigint UNIQUE, token bigint, holder, since, value
  *
- * that adds one to the token and records the holder, committed with the
- * statement. The row is written only once the lock is ours, so tokens rise
- * with every grant. Two names whose keys collide meet at the unique key:
+ * that records the holder and its token. Two names whose keys collide meet at the unique key:
  * the second one's acquisition fails, naming the first (never a silent
  * shared lock).
  *
@@ -63,9 +63,9 @@ static const dl_scheme postgres_schemes[] = {
     "server's clock, renewed every ttl/3; the holder is told on its own clock before the "   \
     "row can expire"
 #define PG_FENCING                                                                           \
-    "advisory: a counter per name in the lock table, raised in the statement that takes "    \
-    "the lock; lease, rowlock: the table's sequence, drawn by the statement that takes the " \
-    "row"
+    "the table's sequence, drawn once the lock is taken (advisory, rowlock: durable across " \
+    "a crash without a WAL flush per grant, see docs/postgres.md; lease: by the statement "  \
+    "that takes the row)"
 /* The URL's own parameters, and libpq's connection parameters that make
  * sense in a URL (passed through to libpq as they are). */
 #define PG_PARAMS                                                                            \
@@ -176,7 +176,8 @@ typedef struct pgclient {
     size_t nkv;
     char *strings;             /* storage for what keys/vals point at */
     char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
-    char seq[2 * PG_IDENT_MAX + 8];    /* mode=lease: the tokens' sequence */
+    char seq[2 * PG_IDENT_MAX + 8];    /* the tokens' sequence, TABLE_token */
+    char flushed[2 * PG_IDENT_MAX + 8]; /* dlock_token_flushed: see token_ctes */
     bool lease;                        /* mode=lease */
     bool rowlock;                      /* mode=rowlock (else advisory) */
     bool txpool;                       /* pooler=transaction: no session state at all */
@@ -593,11 +594,15 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
      * Our statements are prepared once and look rows up by key: a generic
      * plan serves every execution (a custom plan made the lease take
      * statement's every execution plan it again, 0.28 ms). From 14 on, a
-     * waiting backend also checks now and then that we are still there. */
-    char setup[600];
+     * waiting backend also checks now and then that we are still there.
+     * Read committed: the token's probe (token_ctes) relies on ON CONFLICT
+     * DO NOTHING seeing rows committed after the statement's snapshot,
+     * which repeatable read refuses as a serialization failure. */
+    char setup[700];
     snprintf(setup, sizeof setup,
              "SELECT set_config('statement_timeout', '0', false), "
-             "set_config('lock_timeout', '0', false)%s%s%s",
+             "set_config('lock_timeout', '0', false), "
+             "set_config('default_transaction_isolation', 'read committed', false)%s%s%s",
              v >= 90600 ? ", set_config('idle_in_transaction_session_timeout', '0', false)" : "",
              v >= 120000 ? ", set_config('plan_cache_mode', 'force_generic_plan', false)" : "",
              v >= 140000 ? ", set_config('idle_session_timeout', '0', false), "
@@ -1084,9 +1089,9 @@ again:
         conn_put(pc, k);
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
-    uint64_t token = strtoull(pq.getvalue(r, 0, 0), NULL, 10);
+    if (!pc->rowlock)
+        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 0), NULL, 10));
     pq.clear(r);
-    atomic_store(&l->token, token);
     rc = names_check(l, names, 0, why, sizeof why);
     pq.clear(names);
     if (rc) {
@@ -1094,14 +1099,18 @@ again:
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     if (pc->rowlock) {
-        /* who took the row, for dlock_inspect and the leader's value: the
-         * row itself stays locked until the release */
-        char tok[24];
-        snprintf(tok, sizeof tok, "%" PRIu64, token);
-        const char *ip[] = {l->name, l->owner, tok, holder};
+        /* the token, and who took the row for dlock_inspect and the
+         * leader's value: the row itself stays locked until the release */
+        const char *ip[] = {l->name, l->owner, holder};
         PGresult *ir;
-        rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 4, ip, &ir, why,
+        rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, ip, &ir, why,
                             sizeof why);
+        if (!rc && pq.ntuples(ir) == 1)
+            atomic_store(&l->token, strtoull(pq.getvalue(ir, 0, 0), NULL, 10));
+        else if (!rc) {
+            rc = DLOCK_EPROTO;
+            snprintf(why, sizeof why, "no token came back");
+        }
         pq.clear(ir);
         if (rc) {
             conn_close(k); /* its transaction ends, and the row is free */
@@ -1162,7 +1171,9 @@ static int pg_release(dlock_lock *l)
     pq.clear(r);
     if (was_held && pc->rowlock) { /* its leader value goes with it (sent, not waited for) */
         char del[300];
-        snprintf(del, sizeof del, "UPDATE %s SET value = NULL WHERE name = $1 AND owner = $2",
+        /* (only when there is one: a write per release made its commit a flush) */
+        snprintf(del, sizeof del,
+                 "UPDATE %s SET value = NULL WHERE name = $1 AND owner = $2 AND value IS NOT NULL",
                  pc->values);
         const char *dp[] = {l->name, l->owner};
         (void)stmt_send(k, del, 2, dp, until, -1, why, sizeof why);
@@ -1215,6 +1226,7 @@ static void pg_abandon(dlock_lock *l)
 
 static bool ident_ok(const char *s);
 static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *token_ctes(pgclient *pc, const char *from);
 /* ---- one name, one mode ------------------------------------------------------------- */
 /*
  * The same name in two modes would be two locks: advisory keys, lease rows
@@ -1638,9 +1650,14 @@ static int lease_build_sql(pgclient *pc)
         "NOT NULL) AS e LEFT JOIN %s AS n ON n.name = $1",
         t, t, pc->names);
     /* The release, and a NOTIFY to the first live waiter (at commit). */
+    /* A release commits without waiting for a WAL flush (the take, a
+     * flushed commit after it, covers it): a release a crash forgets leaves
+     * the row to expire, which delays the next holder by at most the lease
+     * after a crash, and never makes two. */
     pc->sql_free = fmt_alloc(
-        "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
-        "AND owner = $3 RETURNING name), "
+        "WITH a AS (SELECT set_config('synchronous_commit', 'off', true)), "
+        "r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
+        "AND owner = $3 AND (SELECT count(*) FROM a) = 1 RETURNING name), "
         "w AS (SELECT q.owner FROM %s AS q WHERE q.name = $1 AND " LEASE_WAITER_LIVE("q")
         " AND EXISTS (SELECT 1 FROM r) ORDER BY q.since LIMIT 1), "
         "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w), "
@@ -2175,26 +2192,35 @@ static int row_build_sql(pgclient *pc)
      * free by then: on the row alone, a newcomer could take it between a
      * commit and the next waiter's lock (16-36 %% of sections overtaken with
      * 8 waiters). The commit lets go of both. */
+    /* The transaction only locks: its commit (the release) loses nothing a
+     * crash would not end anyway, so it is not flushed (synchronous_commit
+     * off, for this transaction). The token is drawn by sql_row_info. */
     pc->sql_try_x = fmt_alloc(
         "WITH a AS (SELECT pg_try_advisory_xact_lock($2::bigint) AS ok), l AS (SELECT t.name "
         "FROM %s AS t, a WHERE a.ok AND t.name = $1 FOR UPDATE OF t NOWAIT) "
-        "SELECT nextval('%s') FROM l",
-        t, pc->seq);
+        "SELECT set_config('synchronous_commit', 'off', true) FROM l",
+        t);
     /* set_config first (the join reads s before the row is locked) */
     pc->sql_wait_x = fmt_alloc(
         "WITH s AS (SELECT set_config('lock_timeout', $3, true) AS v), a AS (SELECT "
         "pg_advisory_xact_lock($2::bigint) AS q FROM s), l AS (SELECT t.name FROM "
-        "%s AS t, a WHERE t.name = $1 FOR UPDATE OF t) SELECT nextval('%s') FROM l",
-        t, pc->seq);
+        "%s AS t, a WHERE t.name = $1 FOR UPDATE OF t) "
+        "SELECT set_config('synchronous_commit', 'off', true) FROM l",
+        t);
     pc->sql_try_r = pc->sql_try_x ? strdup(pc->sql_try_x) : NULL; /* (no shared locks) */
     pc->sql_wait_r = pc->sql_wait_x ? strdup(pc->sql_wait_x) : NULL;
     pc->sql_row_value = fmt_alloc(
         "UPDATE %s SET value = $3 WHERE name = $1 AND owner = $2 RETURNING 1", pc->values);
-    pc->sql_row_info = fmt_alloc(
-        "INSERT INTO %s AS h (name, owner, token, holder, since) VALUES ($1, $2, $3::bigint, $4, "
-        "clock_timestamp()) ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
-        "token = excluded.token, holder = excluded.holder, since = excluded.since, value = NULL",
-        pc->values);
+    /* who took the row, with its token (drawn here, once the row is ours:
+     * see token_ctes) */
+    char *tok = token_ctes(pc, "(SELECT 1) AS one");
+    pc->sql_row_info = tok ? fmt_alloc(
+        "WITH %s INSERT INTO %s AS h (name, owner, token, holder, since) SELECT $1, $2, d.v, $3, "
+        "clock_timestamp() FROM d, c ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+        "token = excluded.token, holder = excluded.holder, since = excluded.since, value = NULL "
+        "RETURNING h.token",
+        tok, pc->values) : NULL;
+    free(tok);
     return pc->sql_row_ensure && pc->sql_try_x && pc->sql_wait_x && pc->sql_try_r &&
                    pc->sql_wait_r && pc->sql_row_value && pc->sql_row_info
                ? 0
@@ -2312,28 +2338,88 @@ static void pc_free(pgclient *pc)
 }
 
 
+/*
+ * Tokens without a WAL flush per grant (advisory and rowlock; lease takes
+ * a row, a committed write anyway). A token is nextval of the table's
+ * sequence, drawn once the lock is ours. PostgreSQL logs a sequence 32
+ * values ahead: one nextval in 32 writes a WAL record saying "up to v+32"
+ * (so does the first after a checkpoint), and only that one gets a
+ * transaction id, so only its commit flushes; the 31 after it write
+ * nothing. After a crash the sequence goes on past the last of its records
+ * that reached the disk. So a value is safe to hand out once the record of
+ * its batch is flushed — and PostgreSQL does not wait for that: a nextval
+ * in another session can return a value of a batch whose record is still
+ * in memory (its logger has not committed yet, or was cancelled: an abort
+ * does not flush), and after a crash that value is handed out again.
+ *
+ * Hence the table dlock_token_flushed (seq, upto): a row says that the
+ * batch ending at upto is flushed. After its nextval, a draw reads its
+ * batch's end (the sequence's last_value + log_cnt) and inserts that row
+ * with ON CONFLICT DO NOTHING. The conflict check is not bound to the
+ * statement's snapshot (a waiter's is from before its wait): it sees the
+ * row once its writer committed, and waits for a writer in progress. So:
+ * - the row is there (31 draws in 32): its writer committed, and since it
+ *   committed with synchronous_commit on, the batch's record is flushed.
+ *   The draw wrote nothing that must last: it commits with
+ *   synchronous_commit off (the holder's row it also writes says who holds
+ *   the lock, which a crash ends anyway).
+ * - it is not (the draw that logged the batch, or a draw after a logger
+ *   that aborted, or the first after a crash): the draw inserts it and
+ *   commits with synchronous_commit on (at least local, whatever the role
+ *   says). Its commit record comes after the batch's record in the WAL, so
+ *   the flush it waits for covers the batch.
+ * The rows of older batches are deleted by the draw that adds one.
+ *
+ * The CTEs: n draws (from the rows of `from`: only when the lock is ours),
+ * d reads the batch's end, m inserts its row, o deletes older ones, c sets
+ * the commit's durability. The statement using them reads d and c.
+ */
+static char *token_ctes(pgclient *pc, const char *from)
+{
+    return fmt_alloc(
+        "n AS (SELECT nextval('%s') AS v FROM %s), "
+        "d AS (SELECT n.v, (SELECT q.last_value + q.log_cnt FROM %s AS q WHERE n.v IS NOT NULL) "
+        "AS h FROM n), "
+        "m AS (INSERT INTO %s (seq, upto) SELECT '%s', d.h FROM d ON CONFLICT DO NOTHING "
+        "RETURNING upto), "
+        "o AS (DELETE FROM %s WHERE seq = '%s' AND upto < (SELECT max(upto) FROM m)), "
+        "c AS (SELECT set_config('synchronous_commit', CASE WHEN NOT EXISTS (SELECT 1 FROM m) "
+        "THEN 'off' WHEN current_setting('synchronous_commit') = 'off' THEN 'local' "
+        "ELSE current_setting('synchronous_commit') END, true) AS sc FROM d)",
+        pc->seq, from, pc->seq, pc->flushed, pc->seq, pc->flushed, pc->seq);
+}
+
 /* The statements that take a lock, with the table's name in them. */
 static int build_sql(pgclient *pc)
 {
-    static const char upsert[] =
-        "INSERT INTO %s AS t (name, key, token, holder, since) "
-        "SELECT $2, $1::bigint, 1, $3, clock_timestamp() FROM l%s "
-        "ON CONFLICT (name) DO UPDATE SET token = t.token + 1, holder = excluded.holder, "
-        "since = excluded.since, value = NULL RETURNING t.token";
-    char tail_try[600], tail_wait[600];
-    snprintf(tail_try, sizeof tail_try, upsert, pc->table, " WHERE l.ok");
-    snprintf(tail_wait, sizeof tail_wait, upsert, pc->table, "");
-    pc->sql_try_x = fmt_alloc("WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok) %s",
-                              tail_try);
-    pc->sql_try_r = fmt_alloc(
-        "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok) %s", tail_try);
-    /* set_config first (l reads s): lock_timeout bounds the wait that follows */
-    pc->sql_wait_x = fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                               "l AS (SELECT pg_advisory_lock($1::bigint) FROM s) %s",
-                               tail_wait);
-    pc->sql_wait_r = fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                               "l AS (SELECT pg_advisory_lock_shared($1::bigint) FROM s) %s",
-                               tail_wait);
+#define UPSERT                                                                               \
+    "%s INSERT INTO %s AS t (name, key, token, holder, since) "                              \
+    "SELECT $2, $1::bigint, d.v, $3, clock_timestamp() FROM d, c "                           \
+    "ON CONFLICT (name) DO UPDATE SET token = excluded.token, holder = excluded.holder, "     \
+    "since = excluded.since, value = NULL RETURNING t.token"
+    char *tok_try = token_ctes(pc, "l WHERE l.ok"), *tok_wait = token_ctes(pc, "l");
+    char *tail_try = tok_try ? fmt_alloc(UPSERT, tok_try, pc->table) : NULL;
+    char *tail_wait = tok_wait ? fmt_alloc(UPSERT, tok_wait, pc->table) : NULL;
+#undef UPSERT
+    free(tok_try);
+    free(tok_wait);
+    if (tail_try && tail_wait) {
+        pc->sql_try_x = fmt_alloc(
+            "WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok), %s", tail_try);
+        pc->sql_try_r = fmt_alloc(
+            "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok), %s", tail_try);
+        /* set_config first (l reads s): lock_timeout bounds the wait that follows */
+        pc->sql_wait_x =
+            fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
+                      "l AS (SELECT pg_advisory_lock($1::bigint) FROM s), %s",
+                      tail_wait);
+        pc->sql_wait_r =
+            fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
+                      "l AS (SELECT pg_advisory_lock_shared($1::bigint) FROM s), %s",
+                      tail_wait);
+    }
+    free(tail_try);
+    free(tail_wait);
     return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r ? 0 : DLOCK_ENOMEM;
 }
 
@@ -2404,8 +2490,9 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     pgclient *pc = pc_of(c);
     const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
-    const char *np[] = {pc->names};
-    int nrc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL", 1, np, &r, why, wlen);
+    const char *np[] = {pc->names, pc->flushed};
+    int nrc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", 2,
+                       np, &r, why, wlen);
     if (nrc)
         return nrc;
     bool names = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
@@ -2418,6 +2505,14 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  pc->names);
         nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
         pq.clear(r);
+        if (nrc == 0) { /* where each sequence's flushed batches end: see token_ctes */
+            snprintf(ddl, sizeof ddl,
+                     "CREATE TABLE IF NOT EXISTS %s (seq text NOT NULL, upto bigint NOT NULL, "
+                     "PRIMARY KEY (seq, upto))",
+                     pc->flushed);
+            nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
+            pq.clear(r);
+        }
         if (nrc == DLOCK_EPERM) {
             char detail[200];
             snprintf(detail, sizeof detail, "%.199s", why);
@@ -2440,15 +2535,15 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                                   "attisdropped)"
                       : three ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
                               "NULL AND to_regclass($3) IS NOT NULL"
-                            : "SELECT to_regclass($1) IS NOT NULL",
-                      three ? 3 : 1, p, &r, why, wlen);
+                            : "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                      three ? 3 : 2, p, &r, why, wlen);
     if (rc)
         return rc;
     bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
     pq.clear(r);
     if (exists)
         return 0;
-    char sql[600];
+    char sql[1000];
     if (pc->rowlock)
         snprintf(sql, sizeof sql, "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY)",
                  pc->table);
@@ -2466,6 +2561,18 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  pc->table);
     rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
     pq.clear(r);
+    if (rc == 0 && !pc->lease && !pc->rowlock) {
+        /* The tokens' sequence, new in this version for an advisory table:
+         * it starts above the counters the table's rows kept, in the
+         * transaction that creates it, so no name's token goes back. */
+        snprintf(sql, sizeof sql,
+                 "DO $$BEGIN IF to_regclass('%s') IS NULL THEN CREATE SEQUENCE %s; "
+                 "PERFORM setval('%s', (SELECT coalesce(max(token), 0) + 1 FROM %s), false); "
+                 "END IF; END$$",
+                 pc->seq, pc->seq, pc->seq, pc->table);
+        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pq.clear(r);
+    }
     if (rc == 0 && (pc->lease || pc->rowlock)) {
         snprintf(sql, sizeof sql, "CREATE SEQUENCE IF NOT EXISTS %s", pc->seq);
         rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
@@ -2553,12 +2660,11 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     const char *table = dl_url_param(u, "table"), *schema = dl_url_param(u, "schema");
     if (!table)
         table = lease ? "dlock_lease" : rowlock ? "dlock_row" : "dlock";
-    /* lease and rowlock name their sequence TABLE_token: room for it */
-    if (!ident_ok(table) || (schema && !ident_ok(schema)) ||
-        ((lease || rowlock) && strlen(table) > PG_IDENT_MAX - 6))
+    /* every mode names its sequence TABLE_token: room for it */
+    if (!ident_ok(table) || (schema && !ident_ok(schema)) || strlen(table) > PG_IDENT_MAX - 6)
         return dl_client_err(c, DLOCK_EURL,
                              "%s: table= and schema= take lowercase identifiers ([a-z_][a-z0-9_]*, "
-                             "at most %d bytes; %d for a lease table)",
+                             "at most %d bytes; %d for a table)",
                              u->redacted, PG_IDENT_MAX, PG_IDENT_MAX - 6);
     pgclient *pc = calloc(1, sizeof *pc);
     if (!pc)
@@ -2579,12 +2685,14 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
         snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
         snprintf(pc->names, sizeof pc->names, "\"%s\".\"dlock_names\"", schema);
+        snprintf(pc->flushed, sizeof pc->flushed, "\"%s\".\"dlock_token_flushed\"", schema);
     } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
         snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
         snprintf(pc->names, sizeof pc->names, "\"dlock_names\"");
+        snprintf(pc->flushed, sizeof pc->flushed, "\"dlock_token_flushed\"");
     }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);

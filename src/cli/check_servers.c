@@ -433,14 +433,23 @@ static bool op_holds_data(void *state, int idx)
     return idx >= 0 && idx < ss->n && ss->s[idx].m.role == DLOCK_TOOL_DATA;
 }
 
+static int signal_tree(pid_t root, int sig);
+
 static int op_kill(void *state, int idx)
 {
     srvset *ss = ss_of(state);
     srv *s = &ss->s[idx];
     if (s->dead)
         return 0;
-    if (kill(s->pid, SIGKILL) != 0 && errno != ESRCH)
-        return -errno;
+    /* A crash ends every process of the server at once: frozen first, then
+     * killed, so that none of them (PostgreSQL's backends, children of the
+     * postmaster, go on until they notice it gone) writes anything after
+     * the moment of the crash, as a WAL flush still in its buffers. */
+    int e = signal_tree(s->pid, SIGSTOP);
+    if (e == 0)
+        e = signal_tree(s->pid, SIGKILL);
+    if (e != 0 && e != -ESRCH)
+        return e;
     s->dead = true;
     s->stopped = false;
     /* its port must be free before anyone starts it again */
@@ -476,15 +485,18 @@ static pid_t proc_ppid(pid_t pid)
 /* Send sig to pid and to every process descended from it: a server may
  * serve each connection in a child (PostgreSQL's backends, children of the
  * postmaster), and stopping the parent alone leaves every session
- * answering. */
+ * answering. The root gets it first, except SIGKILL, which it gets last:
+ * its children, once it is dead, are no longer found as its own. */
 static int signal_tree(pid_t root, int sig)
 {
-    if (kill(root, sig) != 0)
+    if (sig != SIGKILL && kill(root, sig) != 0)
+        return -errno;
+    if (sig == SIGKILL && kill(root, 0) != 0)
         return -errno;
     enum { TREE_MAX = 4096 };
     pid_t *tree = malloc(TREE_MAX * sizeof *tree);
     if (!tree)
-        return 0; /* the server itself has it */
+        return sig == SIGKILL && kill(root, sig) != 0 ? -errno : 0; /* the server itself has it */
     int n = 0;
     tree[n++] = root;
     /* Until a pass over /proc finds no new descendant. */
@@ -515,6 +527,8 @@ static int signal_tree(pid_t root, int sig)
         closedir(d);
     }
     free(tree);
+    if (sig == SIGKILL && kill(root, sig) != 0 && errno != ESRCH)
+        return -errno;
     return 0;
 }
 
