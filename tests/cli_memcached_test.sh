@@ -207,8 +207,10 @@ out=$("$DLOCK" --url "$U" run -n --permits 2 sem -- echo RAN 2>/dev/null)
 rc=$?
 st=$("$DLOCK" --url "$U" status --json sem 2>&1)
 touch "$TMP/sem"
-wait ${ws[1]}; r1=$?
-wait ${ws[2]}; r2=$?
+# bounded: this section once hung the ASan step of a full run for 600 s;
+# a hang now fails with the stuck processes' stacks
+wait_bounded ${ws[1]} 60 "semaphore holder 1"; r1=$?
+wait_bounded ${ws[2]} 60 "semaphore holder 2"; r2=$?
 [ $rc = 1 ] && [ -z "$out" ] && [ $r1 = 0 ] && [ $r2 = 0 ] && [[ $st == *'"holders":2'* ]] &&
     [ "$(cat "$TMP/sem.tok" 2>/dev/null)" != "" ] &&
     ok "--permits 2: two holders, a third -n: exit 1; status: $st" ||

@@ -76,6 +76,34 @@ need_redis() {
     fi
 }
 
+# wait_bounded PID SECS LABEL: wait for a background job of this shell for
+# at most SECS. A job still running then is a hang the test must show, not
+# sit in until CTest's 600 s: its processes, their states and (with gdb)
+# every thread's stack are printed as TAP comments, it is killed with its
+# children, and the status is 124.
+wait_bounded() {
+    local pid=$1 secs=$2 label=$3 i kids=() p
+    for ((i = 0; i < secs * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid"; return; }
+        sleep 0.1
+    done
+    echo "# $label: pid $pid still running after ${secs}s; its processes:"
+    kids=("$pid")
+    for ((i = 0; i < ${#kids[@]}; i++)); do
+        for p in $(pgrep -P "${kids[$i]}"); do kids+=("$p"); done
+    done
+    for p in "${kids[@]}"; do
+        echo "# pid $p $(awk '/^State|^Threads/ {printf "%s ", $0}' "/proc/$p/status" 2>/dev/null) $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+        if command -v gdb >/dev/null; then
+            timeout 20 gdb -p "$p" -batch -ex 'thread apply all bt' 2>/dev/null |
+                grep -E '^(Thread|#)' | sed 's/^/#   /'
+        fi
+    done
+    kill -KILL "${kids[@]}" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 124
+}
+
 finish() {
     echo "$passes passed, $fails failed"
     [ "$fails" -eq 0 ]
