@@ -983,8 +983,13 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
     }
     for (int j = 0; j < ss->n; j++)
         if (keep[j] && !ss->s[j].m.addr.port) { /* a URL host the members left out */
-            snprintf(ss->s[j].m.addr.host, sizeof ss->s[j].m.addr.host, "%s", ss->s[j].host);
-            ss->s[j].m.addr.port = ss->s[j].port;
+            srv *s = &ss->s[j];
+            /* host[64] always fits addr.host[256]; memcpy, not snprintf:
+             * gcc -O0 takes two members of one object for an overlap */
+            size_t hl = strnlen(s->host, sizeof s->host - 1);
+            memcpy(s->m.addr.host, s->host, hl);
+            s->m.addr.host[hl] = '\0';
+            s->m.addr.port = s->port;
         }
     keep_only(ss, keep);
     chk_servers *p = &ss->pub;
