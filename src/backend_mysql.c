@@ -1208,7 +1208,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         if (!k) {
             rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
-                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
         }
         my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
                       A_D(wait_seconds(deadline_ns))};
@@ -1795,7 +1795,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (!k) {
             rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
-                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
             queued = false;
         }
         if (try_now) {
@@ -2027,7 +2027,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         if (!k) {
             rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
-                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
+                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
             if (deadline_ns > 0) /* at most half the wait's time */
                 conn_spare(mc, dl_now_ns() + (int64_t)dl_ms_left(deadline_ns) * 500000);
         }

@@ -933,10 +933,8 @@ again:
                       deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
                                       : until,
                       cancel_fd, &k, why, sizeof why);
-    if (rc == DLOCK_ECANCELED)
-        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        return dl_connect_err(l, deadline_ns, rc, why, pc->redacted);
     bool reused = k->reused;
     char key[24], holder[300], timeout[24];
     snprintf(key, sizeof key, "%" PRId64, pl->key);
@@ -1825,7 +1823,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         bound = l->op_deadline_ns;
     int rc = conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
     if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        return dl_connect_err(l, deadline_ns, rc, why, pc->redacted);
     /* A waiter listens on a channel of its own and queues in the waiters'
      * table; a release notifies the first live waiter only. */
     snprintf(listen, sizeof listen, "LISTEN \"dlock_w_%s\"", l->owner);

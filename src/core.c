@@ -1933,6 +1933,17 @@ int dl_queue_conflict(const void *queue, size_t stride, int i)
     return -1;
 }
 
+int dl_connect_err(dlock_lock *l, int64_t deadline_ns, int rc, const char *why,
+                   const char *where)
+{
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
+    if (rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out: %s (%s)", l->name, why,
+                           where);
+    return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, where);
+}
+
 int dl_conflict_err(dlock_lock *l, char kind, unsigned permits)
 {
     char asked[48];

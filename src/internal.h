@@ -292,6 +292,13 @@ int dl_cancel_fd(dlock_lock *l);
 /* Mark a held lock lost (idempotent): state, lost fd, callback. */
 void dl_mark_lost(dlock_lock *l, const char *why);
 
+/* An acquisition that could not get a connection (code rc, reason why, the
+ * server as `where` with no password): a timed one whose time ran out while
+ * it connected timed out, DLOCK_ETIMEDOUT (a slow handshake, say SCRAM on a
+ * loaded machine, is no unreachable server); else rc, saying why. */
+int dl_connect_err(dlock_lock *l, int64_t deadline_ns, int rc, const char *why,
+                   const char *where);
+
 /* How far past its deadline an acquisition may run to learn the outcome
  * of a request already sent (documented in dlock.h and dlock(1)). */
 #define DL_DEADLINE_MARGIN_MS 100
