@@ -117,11 +117,38 @@ static void nm(char *buf, size_t len, const char *base)
     snprintf(buf, len, "%s%s", T.prefix, base);
 }
 
+/* The clients a case has open: a case that fails leaves through cmocka's
+ * longjmp with its clients open, and their threads would fail every later
+ * case that forks (forkguard.h); the in-process runner's teardown closes
+ * them. Cases close theirs with close_client. */
+static dlock_client *open_clients[64];
+
+static void close_client(dlock_client *c)
+{
+    for (size_t i = 0; c && i < sizeof open_clients / sizeof open_clients[0]; i++)
+        if (open_clients[i] == c)
+            open_clients[i] = NULL;
+    dlock_client_close(c);
+}
+
+static int close_leftover_clients(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof open_clients / sizeof open_clients[0]; i++)
+        close_client(open_clients[i]);
+    return 0;
+}
+
 static dlock_client *open_client(void)
 {
     dlock_client *c = NULL;
     if (dlock_client_open(&c, T.url, NULL) != 0)
         fail_msg("open %s: %s", T.url, dlock_client_errmsg(NULL));
+    for (size_t i = 0; i < sizeof open_clients / sizeof open_clients[0]; i++)
+        if (!open_clients[i]) {
+            open_clients[i] = c;
+            break;
+        }
     if (strcmp(dlock_client_backend(c), T.backend) != 0)
         fail_msg("%s: backend %s, expected %s", T.url, dlock_client_backend(c), T.backend);
     return c;
@@ -376,8 +403,8 @@ static void case_acquire_release_token(void **state)
     dlock_lock_free(a);
     dlock_lock_free(a2);
     dlock_lock_free(b);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §2.3: releasing what one does not hold is an error, never a deletion of
@@ -406,8 +433,8 @@ static void case_release_not_held(void **state)
     release_ok(a);
     dlock_lock_free(a);
     dlock_lock_free(b);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §2.9: try-once says EBUSY at once; a timed wait says ETIMEDOUT after at
@@ -474,8 +501,8 @@ static void case_try_timed_forever(void **state)
     dlock_lock_free(a);
     dlock_lock_free(b);
     dlock_lock_free(third);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §3: re-entrant per handle — count kept, token unchanged, one release per
@@ -512,7 +539,7 @@ static void case_reentry(void **state)
     acquire_ok(l, 1000);
     release_ok(l);
     dlock_lock_free(l);
-    dlock_client_close(c);
+    close_client(c);
 }
 
 /* §2.9: cancel from another thread ends a wait with ECANCELED, leaves no
@@ -565,8 +592,8 @@ static void case_cancel(void **state)
     dlock_lock_free(a);
     dlock_lock_free(b);
     dlock_lock_free(d);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §2.7: a waiter gets the lock soon after the release (it is woken, it
@@ -603,8 +630,8 @@ static void case_wake_on_release(void **state)
         release_ok(b);
         dlock_lock_free(a);
         dlock_lock_free(b);
-        dlock_client_close(c);
-        dlock_client_close(c2);
+        close_client(c);
+        close_client(c2);
     }
 }
 
@@ -636,10 +663,10 @@ static void case_fifo(void **state)
     }
     for (int i = 0; i < N; i++) {
         dlock_lock_free(w[i].l);
-        dlock_client_close(wc[i]);
+        close_client(wc[i]);
     }
     dlock_lock_free(h);
-    dlock_client_close(c);
+    close_client(c);
 }
 
 /* §3: read-write lock — readers together, a writer alone; a waiting writer
@@ -686,8 +713,8 @@ static void case_shared(void **state)
     dlock_lock_free(r2);
     dlock_lock_free(r3);
     dlock_lock_free(w);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §3: a semaphore of N has at most N holders; the N+1th waits and gets a
@@ -743,8 +770,8 @@ static void case_semaphore(void **state)
     assert_int_equal(dlock_acquire(p[3], 0), DLOCK_EBUSY);
     for (int i = 0; i < 4; i++)
         dlock_lock_free(p[i]);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §3: one name is one lock, whatever kind each taker asks for. A held
@@ -842,8 +869,8 @@ static void case_kinds(void **state)
     acquire_ok(e, 5000);
     release_ok(e);
     dlock_lock_free(e);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §3: multi-lock — all or nothing, within one timeout for the set. */
@@ -891,8 +918,8 @@ static void case_multi_lock(void **state)
         dlock_lock_free(set[i]);
     dlock_lock_free(spoiler);
     dlock_lock_free(probe);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 struct pair_arg {
@@ -929,7 +956,7 @@ static void *pair_worker(void *p)
     }
     dlock_lock_free(set[0]);
     dlock_lock_free(set[1]);
-    dlock_client_close(c);
+    close_client(c);
     return NULL;
 }
 
@@ -989,8 +1016,8 @@ static void case_election(void **state)
         snprintf(why, sizeof why, "%s", dlock_lock_errmsg(a));
         dlock_lock_free(a);
         dlock_lock_free(b);
-        dlock_client_close(c);
-        dlock_client_close(c2);
+        close_client(c);
+        close_client(c2);
         skip_because("dlock_campaign: ENOTSUP: %s", why);
     }
     assert_int_equal(rc, 0);
@@ -1032,8 +1059,8 @@ static void case_election(void **state)
     assert_int_equal(dlock_leader(c, other, buf, sizeof buf), DLOCK_ENOENT);
     dlock_lock_free(a);
     dlock_lock_free(b);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* dlock_inspect: held, holder, token, times, waiters where knowable. */
@@ -1048,8 +1075,8 @@ static void case_inspect(void **state)
     if (inspect(c2, never, &info) != 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
-        dlock_client_close(c);
-        dlock_client_close(c2);
+        close_client(c);
+        close_client(c2);
         skip_because("dlock_inspect: ENOTSUP: %s", why);
     }
     assert_int_equal(info.held, 0);
@@ -1093,8 +1120,8 @@ static void case_inspect(void **state)
     assert_true(info.token == 0 || info.token >= tl); /* the last issued, if known */
     dlock_lock_free(l);
     dlock_lock_free(w);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 struct seen {
@@ -1146,8 +1173,8 @@ static void case_list(void **state)
     if (rc == DLOCK_ENOTSUP) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
-        dlock_client_close(c);
-        dlock_client_close(c2);
+        close_client(c);
+        close_client(c2);
         skip_because("dlock_list: ENOTSUP: %s", why);
     }
     assert_int_equal(rc, 0);
@@ -1171,8 +1198,8 @@ static void case_list(void **state)
     release_ok(la);
     dlock_lock_free(la);
     dlock_lock_free(lb);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 static atomic_int lost_calls, lost_in_caller;
@@ -1240,8 +1267,8 @@ static void case_loss_notification(void **state)
     assert_int_equal(atomic_load(&lost_calls), 1);
     dlock_lock_free(l);
     dlock_lock_free(other);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    close_client(c);
+    close_client(c2);
 }
 
 /* §2.2: a holder that is killed loses the lock — at once for a session
@@ -1281,7 +1308,7 @@ static void case_killed_holder(void **state)
                  (long long)bound);
     release_ok(l);
     dlock_lock_free(l);
-    dlock_client_close(c);
+    close_client(c);
 }
 
 /* §2.1: many processes with several threads each, one client per process
@@ -1384,7 +1411,7 @@ static void counter_run(int fair, const char *base)
                     _exit(2);
             for (int i = 0; i < THREADS; i++)
                 pthread_join(t[i], NULL);
-            dlock_client_close(c);
+            close_client(c);
             _exit(atomic_load(&wa.failed) ? 3 : 0);
         }
     }
@@ -1521,8 +1548,8 @@ static void case_odd_names(void **state)
     dlock_lock *l = NULL;
     assert_int_equal(dlock_lock_new(&l, c1, toolong, NULL), DLOCK_ENAME);
     assert_null(l);
-    dlock_client_close(c1);
-    dlock_client_close(c2);
+    close_client(c1);
+    close_client(c2);
 }
 
 /* dlock_client_close gives back what its handles hold (re-entered too):
@@ -1539,7 +1566,7 @@ static void case_close_releases(void **state)
     acquire_ok(held, 0);
     acquire_ok(twice, 0);
     acquire_ok(twice, 0);
-    dlock_client_close(c);
+    close_client(c);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -1606,7 +1633,7 @@ static void warm_up(void)
                 dlock_lock_free(l);
             }
             if (c)
-                dlock_client_close(c);
+                close_client(c);
             if (!bad) {
                 if (round > 0)
                     printf("  %s: ready after %lld ms (was: %s)\n", T.label,
@@ -1837,7 +1864,8 @@ static void run_target(bool nofork, char **only, int nonly, struct tally *t)
             continue;
         }
         if (nofork)
-            inproc[ninproc++] = (struct CMUnitTest){.name = k->name, .test_func = k->fn};
+            inproc[ninproc++] = (struct CMUnitTest){
+                .name = k->name, .test_func = k->fn, .teardown_func = close_leftover_clients};
         else
             run_forked(k, t);
     }
