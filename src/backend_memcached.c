@@ -20,10 +20,10 @@
  * One name is one lock: a taker writes first and looks after, so of two
  * takers of different kinds at least one sees the other. A permit taker
  * reads KEY in the request that adds its slot; an exclusive taker reads
- * KEY/p in the request that adds KEY (after the add: a connection's requests
- * are served in order) and, when it names permits, that many slots. Whoever sees the
- * other kind held gives its item back and keeps polling (an exclusive
- * taker so waits for every permit).
+ * KEY/p in the request that adds KEY (after the add: a connection's
+ * requests are served in order) and, when it names permits, that many
+ * slots. Whoever sees the other kind held gives its item back and keeps
+ * polling (an exclusive taker so waits for every permit).
  *
  * take      ms KEY S T<ttl> ME c   (add), and mg KEY/p v in the same write
  *           (a semaphore's permits: read after the add; one round trip)
