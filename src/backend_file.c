@@ -263,41 +263,40 @@ static void close_except(int a, int b)
  * waiter's return, which is the hand-over's path. A few cover the threads
  * that wait at once; more are unmapped. */
 #define STACK_POOL_MAX 8
-static pthread_mutex_t stack_pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static void *stack_pool[STACK_POOL_MAX];
-static int stack_pool_n;
+/* Lock-free slots (a mutex held by another thread at a fork would stay
+ * held in the child). */
+static _Atomic(void *) stack_pool[STACK_POOL_MAX];
 
 static void *stack_get(void)
 {
-    pthread_mutex_lock(&stack_pool_mu);
-    void *st = stack_pool_n > 0 ? stack_pool[--stack_pool_n] : NULL;
-    pthread_mutex_unlock(&stack_pool_mu);
-    if (st)
-        return st;
-    st = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
-              MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *st = atomic_exchange(&stack_pool[i], NULL);
+        if (st)
+            return st;
+    }
+    void *st = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     return st == MAP_FAILED ? NULL : st;
 }
 
 /* Only once its helper is reaped: nothing runs on it any more. */
 static void stack_put(void *st)
 {
-    pthread_mutex_lock(&stack_pool_mu);
-    if (stack_pool_n < STACK_POOL_MAX) {
-        stack_pool[stack_pool_n++] = st;
-        st = NULL;
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *none = NULL;
+        if (atomic_compare_exchange_strong(&stack_pool[i], &none, st))
+            return;
     }
-    pthread_mutex_unlock(&stack_pool_mu);
-    if (st)
-        munmap(st, HELPER_STACK);
+    munmap(st, HELPER_STACK);
 }
 
 __attribute__((destructor)) static void stack_pool_free(void)
 {
-    pthread_mutex_lock(&stack_pool_mu);
-    while (stack_pool_n > 0)
-        munmap(stack_pool[--stack_pool_n], HELPER_STACK);
-    pthread_mutex_unlock(&stack_pool_mu);
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *st = atomic_exchange(&stack_pool[i], NULL);
+        if (st)
+            munmap(st, HELPER_STACK);
+    }
 }
 
 static int helper_start(helper *h, wait_job *job)
