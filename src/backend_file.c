@@ -18,8 +18,9 @@
  *             on MAIN, so that an exclusive taker waits for every permit)
  *   Q+t       ticket t of the fair queue of exclusive lockers: the holder of
  *             ticket t keeps Q+t until it releases, and ticket t+1 sleeps on
- *             Q+t — so each release wakes exactly the next in line (the
- *             kernel alone wakes blocked lockers in no guaranteed order)
+ *             Q+t (for a read lock: see take_in_order) — so each release
+ *             wakes exactly the next in line (the kernel alone wakes blocked
+ *             lockers in no guaranteed order)
  *   KIND+k    read-locked by every shared taker (k = 0) or taker of a
  *             semaphore of k permits, from before it waits until it releases:
  *             a shared lock and a semaphore, or semaphores of other sizes,
