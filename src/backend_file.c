@@ -18,8 +18,9 @@
  *             on MAIN, so that an exclusive taker waits for every permit)
  *   Q+t       ticket t of the fair queue of exclusive lockers: the holder of
  *             ticket t keeps Q+t until it releases, and ticket t+1 sleeps on
- *             Q+t — so each release wakes exactly the next in line (the
- *             kernel alone wakes blocked lockers in no guaranteed order)
+ *             Q+t (for a read lock: see take_in_order) — so each release
+ *             wakes exactly the next in line (the kernel alone wakes blocked
+ *             lockers in no guaranteed order)
  *   KIND+k    read-locked by every shared taker (k = 0) or taker of a
  *             semaphore of k permits, from before it waits until it releases:
  *             a shared lock and a semaphore, or semaphores of other sizes,
@@ -257,16 +258,55 @@ static void close_except(int a, int b)
     syscall(SYS_close_range, b + 1, ~0U, 0);
 }
 
+/* Stacks of finished helpers, kept for the next ones: a wait then neither
+ * maps a stack and faults its pages in, nor unmaps one (a TLB flush of
+ * every CPU the helper ran on) between the helper's wake-up and the
+ * waiter's return, which is the hand-over's path. A few cover the threads
+ * that wait at once; more are unmapped. */
+#define STACK_POOL_MAX 8
+/* Lock-free slots (a mutex held by another thread at a fork would stay
+ * held in the child). */
+static _Atomic(void *) stack_pool[STACK_POOL_MAX];
+
+static void *stack_get(void)
+{
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *st = atomic_exchange(&stack_pool[i], NULL);
+        if (st)
+            return st;
+    }
+    void *st = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    return st == MAP_FAILED ? NULL : st;
+}
+
+/* Only once its helper is reaped: nothing runs on it any more. */
+static void stack_put(void *st)
+{
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *none = NULL;
+        if (atomic_compare_exchange_strong(&stack_pool[i], &none, st))
+            return;
+    }
+    munmap(st, HELPER_STACK);
+}
+
+__attribute__((destructor)) static void stack_pool_free(void)
+{
+    for (int i = 0; i < STACK_POOL_MAX; i++) {
+        void *st = atomic_exchange(&stack_pool[i], NULL);
+        if (st)
+            munmap(st, HELPER_STACK);
+    }
+}
+
 static int helper_start(helper *h, wait_job *job)
 {
     *h = (helper){.fd = -1};
     if (!fork_helpers()) {
-        h->stack = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-        if (h->stack == MAP_FAILED) {
-            h->stack = NULL;
+        h->stack = stack_get();
+        if (!h->stack)
             return -1;
-        }
         /* CLONE_FILES: the helper must not hold copies of our other lock
          * descriptors, or closing them would not release their locks.
          * Exit signal 0: no SIGCHLD reaches the application, and its own
@@ -275,7 +315,7 @@ static int helper_start(helper *h, wait_job *job)
                        CLONE_VM | CLONE_FILES | CLONE_PIDFD, job, &h->fd);
         if (h->pid > 0)
             return 0;
-        munmap(h->stack, HELPER_STACK);
+        stack_put(h->stack);
         h->stack = NULL;
         if (errno != EINVAL && errno != EPERM && errno != ENOSYS)
             return -1;
@@ -329,15 +369,18 @@ static int helper_reap(helper *h)
     } else {
         siginfo_t si;
         memset(&si, 0, sizeof si);
+        bool reaped = true;
         while (waitid(P_PIDFD, (id_t)h->fd, &si, WEXITED | __WALL) != 0) {
             if (errno != EINTR) {
                 si.si_code = CLD_KILLED;
                 si.si_status = SIGKILL;
+                reaped = false;
                 break;
             }
         }
         result = si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
-        munmap(h->stack, HELPER_STACK);
+        if (reaped) /* else it may still run on its stack: leave it be */
+            stack_put(h->stack);
         h->stack = NULL;
     }
     close(h->fd);
@@ -397,11 +440,14 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
         }
     }
     *winner = -1;
+    int of[njobs + 1]; /* the helper of each pfd entry */
     while (rc == 1) {
         int n = 0;
         for (int i = 0; i < njobs; i++)
-            if (!hs[i].done)
+            if (!hs[i].done) {
+                of[n] = i;
                 pfd[n++] = (struct pollfd){.fd = hs[i].fd, .events = POLLIN};
+            }
         pfd[n++] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
         int ms = dl_ms_left(deadline);
         if (deadline > 0 && ms == 0) {
@@ -419,11 +465,11 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
             rc = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
             break;
         }
-        for (int i = 0; i < njobs && rc == 1; i++) {
-            if (hs[i].done)
-                continue;
-            struct pollfd q = {.fd = hs[i].fd, .events = POLLIN};
-            if (poll(&q, 1, 0) <= 0)
+        /* the helpers this poll found done (no second poll each: a
+         * system call less between a wake-up and the waiter's return) */
+        for (int k = 0; k < n - 1 && rc == 1; k++) {
+            int i = of[k];
+            if (!pfd[k].revents)
                 continue;
             int status = helper_reap(&hs[i]);
             if (status == 0) {
@@ -753,12 +799,20 @@ static int write_header(dlock_lock *l, int fd, uint64_t token, uint64_t next)
     return 0;
 }
 
-/* Issue the next fencing token: META serialises concurrent shared holders. */
+/* Issue the next fencing token: META serialises concurrent shared holders,
+ * and every holder against the takers of tickets (who rewrite the header).
+ * An exclusive holder, the only one issuing a token while it holds MAIN,
+ * takes META's read side: a write lock on META beside its write lock on
+ * MAIN would merge with it into one lock, and giving META back would then
+ * wake every waiter blocked on MAIN (the kernel wakes a lock's waiters
+ * when the lock shrinks), for nothing. A read lock still excludes every
+ * writer of the header, and no other reader exists while MAIN is ours. */
 static int bump_token(dlock_lock *l, int fd, int64_t deadline)
 {
     /* META is held only for a read and a write; even a try waits briefly. */
     int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
-    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    short meta = l->opts.kind == DLOCK_EXCLUSIVE ? F_RDLCK : F_WRLCK;
+    int rc = take_range(l, fd, meta, OFF_META, meta_deadline);
     if (rc)
         return rc;
     uint64_t token = 0, next = 0;
@@ -978,8 +1032,11 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
                                          " is taken; the lock file's header is stale", l->name, t);
     }
     /* Who is ahead of us: the previous ticket, if still held (waiting or
-     * holding), else whoever holds TURN or MAIN. */
-    int pred = t == 0 ? 0 : try_range(l, fd, F_WRLCK, OFF_QUEUE(t - 1));
+     * holding), else whoever holds TURN or MAIN. Its byte is taken with a
+     * read lock: a write lock would merge with ours on Q+t (the next byte)
+     * into one lock, and giving Q+(t-1) back would then wake the waiter
+     * behind us, who sleeps on Q+t, for nothing — at every hand-over. */
+    int pred = t == 0 ? 0 : try_range(l, fd, F_RDLCK, OFF_QUEUE(t - 1));
     if (pred == 0 && t > 0)
         unlock_range(fd, OFF_QUEUE(t - 1));
     int turn = pred == 0 ? try_range(l, fd, F_WRLCK, OFF_TURN) : 1;
@@ -1003,7 +1060,7 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
         if (rc == 0) {
             unlock_range(fd, OFF_META);
             if (pred == 1)
-                rc = wait_steps(l, fd, 3, (short[]){F_WRLCK, F_WRLCK, F_WRLCK},
+                rc = wait_steps(l, fd, 3, (short[]){F_RDLCK, F_WRLCK, F_WRLCK},
                                 (off_t[]){OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN}, deadline);
             else if (turn == 1)
                 rc = wait_steps(l, fd, 2, (short[]){F_WRLCK, F_WRLCK},

@@ -19,12 +19,14 @@
  *
  * One name is one lock: a taker writes first and looks after, so of two
  * takers of different kinds at least one sees the other. A permit taker
- * reads KEY in the request that adds its slot; an exclusive taker, once its
- * add of KEY succeeded, reads KEY/p and that many slots. Whoever sees the
- * other kind held gives its item back and keeps polling (an exclusive
- * taker so waits for every permit).
+ * reads KEY in the request that adds its slot; an exclusive taker reads
+ * KEY/p in the request that adds KEY (after the add: a connection's
+ * requests are served in order) and, when it names permits, that many
+ * slots. Whoever sees the other kind held gives its item back and keeps
+ * polling (an exclusive taker so waits for every permit).
  *
- * take      ms KEY S T<ttl> ME c   (add: one round trip)
+ * take      ms KEY S T<ttl> ME c   (add), and mg KEY/p v in the same write
+ *           (a semaphore's permits: read after the add; one round trip)
  * renew     ms KEY S T<ttl> C<cas> c   (compare-and-swap: EX or NF = lost)
  * release   md KEY C<cas>
  *
@@ -479,6 +481,10 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
         size_t have = 0;
         int got = 0;
         bool sent_nothing_back = true;
+        /* the replies cannot be there yet: wait for them rather than pay
+         * a recv that says EAGAIN first */
+        if (!rc)
+            rc = mc_wait(fd, POLLIN, until_ns, cancel_fd);
         while (!rc && got < nrep) {
             long used = have ? mc_parse(buf, have, &rep[got]) : 0;
             if (used < 0) {
@@ -689,8 +695,12 @@ static long permits_in(const mc_reply *r)
  * the token set), 0 someone holds it (or, for a semaphore, KEY/p changed
  * since p_cas or KEY is held: see the top of the file), or a code. A
  * permit's add also writes KEY/p (by CAS p_cas, or an add when 0) and reads
- * KEY, in the same request. */
-static int add_item(dlock_lock *l, int slot, uint64_t p_cas, char *why, size_t wlen)
+ * KEY, in the same request. The lock's own add reads KEY/p in the same
+ * request too (the server answers in order, so the read comes after the
+ * add), and *in_force says the permits it names (0: none): one round trip
+ * per take, not two. */
+static int add_item(dlock_lock *l, int slot, uint64_t p_cas, long *in_force, char *why,
+                    size_t wlen)
 {
     mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
@@ -704,8 +714,10 @@ static int add_item(dlock_lock *l, int slot, uint64_t p_cas, char *why, size_t w
     item_value(l, NULL, val);
     long ttl = ttl_seconds(l->opts.ttl_ms);
     int n = snprintf(req, sizeof req, "ms %s %zu T%ld ME c\r\n%s\r\n", k, strlen(val), ttl, val);
-    int nrep = 1;
-    if (slot >= 0) {
+    int nrep = 2;
+    if (slot < 0) {
+        n += snprintf(req + n, sizeof req - (size_t)n, "mg %s/p v\r\n", ml->key);
+    } else {
         char p[16], mode[32];
         int pl = snprintf(p, sizeof p, "%u", l->opts.permits);
         if (p_cas)
@@ -746,26 +758,23 @@ static int add_item(dlock_lock *l, int slot, uint64_t p_cas, char *why, size_t w
     ml->cas = rep[0].cas;
     atomic_store(&l->token, rep[0].cas);
     ml->token_known = true;
+    if (in_force)
+        *in_force = permits_in(&rep[1]);
     return 1;
 }
 
 /* The lock's own item, kept only if no permit of a semaphore is held. */
 static int take_exclusive(dlock_lock *l, char *why, size_t wlen)
 {
-    mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
-    int rc = add_item(l, -1, 0, why, wlen);
+    long in_force = 0;
+    int rc = add_item(l, -1, 0, &in_force, why, wlen);
     if (rc != 1)
         return rc;
-    char req[MC_KEY_MAX + 32];
-    int n = snprintf(req, sizeof req, "mg %s/p v\r\n", ml->key);
-    mc_reply pr;
-    rc = mc_call(mc, ml->srv, req, (size_t)n, &pr, 1, op_until(l, mc), -1, why, wlen);
-    long in_force = rc ? 0 : permits_in(&pr);
     int held = in_force ? slots_held(l, in_force, why, wlen) : 0;
-    if (rc || held != 0) { /* permits are held: wait for every one */
+    if (held != 0) { /* permits are held: wait for every one */
         give_item(l, -1, ml->cas);
-        return rc ? rc : held < 0 ? held : 0;
+        return held < 0 ? held : 0;
     }
     return 1;
 }
@@ -824,7 +833,7 @@ static int take_once(dlock_lock *l, char *why, size_t wlen)
     for (unsigned i = 0; !rc && !taken && i < probe; i++) {
         if (strcmp(rep[i + 2].code, "EN") != 0)
             continue; /* held (HD), or an error the add will meet too */
-        int t = add_item(l, slots[i], p_cas, why, wlen);
+        int t = add_item(l, slots[i], p_cas, NULL, why, wlen);
         if (t == 0)
             break; /* KEY/p changed or KEY is held: look again on the next try */
         if (t < 0)

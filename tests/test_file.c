@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -112,6 +113,132 @@ static void test_fifo_order(void **state)
         assert_int_equal(a[i].got, i);
         dlock_lock_free(a[i].l);
     }
+    dlock_lock_free(h);
+    dlock_client_close(c);
+}
+
+/* Our children (the backend's waiting tasks: each sleeps in the kernel
+ * for a waiter), up to max: how many. */
+static int helpers(pid_t *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const char *p = strrchr(buf, ')');
+        char state;
+        int ppid;
+        if (p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid() && n < max)
+            out[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* A task's voluntary context switches (one per sleep it went back to
+ * after a wake-up), once it has slept 100 ms without one. */
+static long settled_switches(pid_t pid)
+{
+    long last = -1;
+    for (int k = 0; k < 100; k++) {
+        char path[64], line[256], state = '?';
+        long v = -1;
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "State:", 6) == 0)
+                sscanf(line + 6, " %c", &state);
+            if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                v = atol(line + 24);
+        }
+        fclose(f);
+        if (state == 'S' && v >= 0 && v == last)
+            return v;
+        last = state == 'S' ? v : -1;
+        usleep(100000);
+    }
+    fail_msg("task %d never settled asleep", (int)pid);
+    return -1;
+}
+
+struct wake_arg {
+    dlock_lock *l;
+    atomic_int done;
+    int rc;
+};
+
+static void *wake_waiter(void *p)
+{
+    struct wake_arg *a = p;
+    a->rc = dlock_acquire(a->l, 30000);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* A fair hand-over wakes the next in line and no one else: the waiter
+ * behind it sleeps on through it. (The new holder took its predecessor's
+ * queue byte with a write lock, which merged with its own queue byte, the
+ * next one, into one lock; giving the first back shrank that lock, and the
+ * kernel woke every task asleep on it: the waiter behind, for nothing, at
+ * every hand-over.) */
+static void test_handover_wakes_only_next(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *h = new_lock(c, "wakes", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(h, 0), 0);
+    long base = next_ticket("wakes");
+    struct wake_arg a[2];
+    pthread_t t[2];
+    pid_t pids[8];
+    for (int i = 0; i < 2; i++) {
+        a[i] = (struct wake_arg){.l = new_lock(c, "wakes", DLOCK_EXCLUSIVE, 1)};
+        assert_int_equal(pthread_create(&t[i], NULL, wake_waiter, &a[i]), 0);
+        for (int k = 0; k < 10000 && (next_ticket("wakes") != base + i + 1 ||
+                                      helpers(pids, 8) != i + 1);
+             k++)
+            usleep(1000);
+        assert_int_equal(next_ticket("wakes"), base + i + 1);
+        assert_int_equal(helpers(pids, 8), i + 1);
+    }
+    pid_t task[2];
+    long sw[2];
+    assert_int_equal(helpers(task, 2), 2);
+    for (int i = 0; i < 2; i++)
+        sw[i] = settled_switches(task[i]);
+    assert_int_equal(dlock_release(h), 0);
+    for (int k = 0; k < 30000 && !atomic_load(&a[0].done); k++)
+        usleep(1000);
+    assert_true(atomic_load(&a[0].done));
+    assert_int_equal(a[0].rc, 0);
+    /* the first waiter's task ended with its wait: the one left is the
+     * second waiter's, still asleep, and woken not once */
+    assert_int_equal(helpers(pids, 8), 1);
+    int j = pids[0] == task[0] ? 0 : 1;
+    assert_int_equal(pids[0], task[j]);
+    long after = settled_switches(task[j]);
+    fprintf(stderr, "# the second waiter's task: %ld wake-ups while the first took over\n",
+            after - sw[j]);
+    assert_int_equal(after, sw[j]);
+    assert_false(atomic_load(&a[1].done));
+    assert_int_equal(dlock_release(a[0].l), 0);
+    assert_int_equal(pthread_join(t[1], NULL), 0);
+    assert_int_equal(a[1].rc, 0);
+    assert_int_equal(pthread_join(t[0], NULL), 0);
+    assert_int_equal(dlock_release(a[1].l), 0);
+    for (int i = 0; i < 2; i++)
+        dlock_lock_free(a[i].l);
     dlock_lock_free(h);
     dlock_client_close(c);
 }
@@ -615,6 +742,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors_table),
         cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_handover_wakes_only_next),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_corrupt_token_refused),
         cmocka_unit_test(test_close_releases_held_locks),

@@ -2109,6 +2109,105 @@ static void test_cancel_and_timeout(void **state)
     dlock_client_close(c1);
 }
 
+/* ---- round trips ------------------------------------------------------------------- */
+
+/* A relay in front of the first server that counts round trips: the times
+ * a client spoke after the server had answered (a pipelined batch, sent
+ * before any reply is read, counts once). */
+struct trip_relay {
+    int lfd, port;
+    atomic_int stop;
+    atomic_long trips;
+    pthread_t t;
+};
+
+static void *trip_relay_main(void *p)
+{
+    struct trip_relay *r = p;
+    enum { MAXC = 4 };
+    int cfd[MAXC], sfd[MAXC], nc = 0;
+    bool client_spoke[MAXC];
+    while (!atomic_load(&r->stop)) {
+        struct pollfd pf[1 + 2 * MAXC];
+        pf[0] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        for (int i = 0; i < nc; i++) {
+            pf[1 + 2 * i] = (struct pollfd){.fd = cfd[i], .events = POLLIN};
+            pf[2 + 2 * i] = (struct pollfd){.fd = sfd[i], .events = POLLIN};
+        }
+        if (poll(pf, (nfds_t)(1 + 2 * nc), 50) <= 0)
+            continue;
+        if ((pf[0].revents & POLLIN) && nc < MAXC) {
+            int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+            int s = c >= 0 ? raw_connect(port1) : -1;
+            if (s >= 0) {
+                cfd[nc] = c;
+                sfd[nc] = s;
+                client_spoke[nc++] = false;
+            } else if (c >= 0) {
+                close(c);
+            }
+        }
+        for (int i = 0; i < nc; i++) {
+            for (int side = 0; side < 2; side++) {
+                if (!pf[1 + 2 * i + side].revents)
+                    continue;
+                char buf[16384];
+                int from = side ? sfd[i] : cfd[i], to = side ? cfd[i] : sfd[i];
+                ssize_t got = read(from, buf, sizeof buf);
+                if (got <= 0) { /* closed: shut the pair (the client may reconnect) */
+                    shutdown(to, SHUT_RDWR);
+                    continue;
+                }
+                if (!side && !client_spoke[i])
+                    atomic_fetch_add(&r->trips, 1);
+                client_spoke[i] = !side;
+                raw_send(to, buf, (size_t)got);
+            }
+        }
+    }
+    for (int i = 0; i < nc; i++) {
+        close(cfd[i]);
+        close(sfd[i]);
+    }
+    return NULL;
+}
+
+/* What an uncontended cycle costs: the take (add, and the read of the
+ * semaphore's permits in the same write) and the owner-checked release,
+ * one round trip each, as few as a client with no owner check (add,
+ * delete) needs (issue 24: it took three, the permits read apart). */
+static void test_round_trips(void **state)
+{
+    (void)state;
+    struct trip_relay r = {.lfd = listen_loopback(&r.port)};
+    assert_int_equal(pthread_create(&r.t, NULL, trip_relay_main, &r), 0);
+    char url[128], name[64];
+    snprintf(url, sizeof url, "memcached://127.0.0.1:%d", r.port);
+    unique(name, sizeof name, "trips");
+    dlock_client *c = open_url(url);
+    dlock_lock *l = mk_ttl(c, name, 60000, NULL); /* no renewal during the cycles */
+    acquire_ok(l, 0); /* the connection is made and pooled */
+    assert_int_equal(dlock_release(l), 0);
+    enum { CYCLES = 50 };
+    long before = atomic_load(&r.trips);
+    uint64_t last = 0;
+    for (int i = 0; i < CYCLES; i++) {
+        acquire_ok(l, 0);
+        assert_true(dlock_token(l) > last); /* tokens still rise */
+        last = dlock_token(l);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    long trips = atomic_load(&r.trips) - before;
+    fprintf(stderr, "# %d cycles: %ld round trips\n", CYCLES, trips);
+    assert_true(trips >= 2 * CYCLES);
+    assert_true(trips <= 2 * CYCLES + 2); /* a renewal could slip in, on a loaded machine */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    atomic_store(&r.stop, 1);
+    assert_int_equal(pthread_join(r.t, NULL), 0);
+    close(r.lfd);
+}
+
 int main(int argc, char **argv)
 {
     self_path = argv[0];
@@ -2153,6 +2252,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_election_and_inspect),
         cmocka_unit_test(test_inspect_lease_within_ttl),
         cmocka_unit_test(test_cancel_and_timeout),
+        cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_two_servers),
         cmocka_unit_test(test_server_restart), /* last: every item on the first server goes */
