@@ -9,18 +9,15 @@
  * server queues the waiters and wakes one per release; GET_LOCK's own
  * timeout bounds a timed wait on the server's side. Names longer than the
  * server's 64-character limit become "dlock:" and a 128-bit hash; the table
- * (default "dlock") keeps the full name beside that key, so a collision is
- * an error, never a silently shared lock.
+ * (default "dlock_live") keeps the full name beside that key, so a
+ * collision is an error, never a silently shared lock.
  *
- * One statement takes the lock and draws its token:
- *
- *     INSERT INTO dlock ... SELECT ... FROM DUAL WHERE GET_LOCK(key, timeout) = 1
- *     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1) ...
- *
- * The row is written only once the lock is ours, and committed with the
- * statement, so tokens rise with every grant and survive the holder's
- * crash. The token comes back in the reply's insert id (LAST_INSERT_ID(x)
- * sets it): no result set, one round trip.
+ * SELECT GET_LOCK(key, timeout) takes the lock; the next statement, on
+ * the same connection, draws the token from the server run's memory and
+ * records the holder in TABLE_live (MEMORY), writing no InnoDB log: see
+ * "Tokens" below for why tokens still rise across a crash of the server.
+ * The token comes back in the reply's insert id (LAST_INSERT_ID(x) sets
+ * it): no result set.
  *
  * Liveness is the connection, watched by the core's session watcher
  * (dl_session_watch): a server that ends it (a restart, KILL, dlock break)
