@@ -71,7 +71,8 @@ enum mode { M_GET, M_LEASE, M_ROW, NMODES };
 static const char *const mode_name[NMODES] = {"getlock", "lease", "rowlock"};
 static const char *mode_url[NMODES];
 /* where each mode records its holders' tokens (getlock and rowlock: TABLE_live, MEMORY) */
-static const char *const token_table[NMODES] = {"dlock_live", "dlock_lease_token", "dlock_row_live"};
+static const char *const token_table[NMODES] = {"dlock_live", "dlock_lease_token",
+                                                 "dlock_row_live"};
 
 /* base?QUERY (base has no query yet) */
 static void url_with(char *buf, size_t len, const char *base, const char *query)
