@@ -1226,7 +1226,7 @@ static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, siz
     my_res r = {0};
     int rc = 0;
     *token = 0;
-    bool evicted = false;
+    bool evicted = false, ensured = false;
     for (int attempt = 0; attempt < 4; attempt++) {
         rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
         unsigned long long affected = r.affected, t = r.insert_id;
@@ -1238,12 +1238,15 @@ static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, siz
         }
         if (rc == 0 && affected == 0 && t == UINT64_MAX)
             return 1;
-        if (rc == 0 && affected == 0 && t == 0) { /* no epoch in force: a new server run */
-            rc = epoch_ensure(l, false, why, wlen);
-        } else if (rc == 0 || (!k->broken && k->last_errno == 1690)) {
-            /* an offset near the epoch's bits, or a base above UUID_SHORT()
-             * (a dlock_run row that is not this run's): a new epoch */
+        if (rc == 0 && (affected > 0 || t != 0)) {
+            /* an offset near the epoch's bits: a new epoch */
             rc = epoch_ensure(l, true, why, wlen);
+        } else if (rc == 0) {
+            /* no epoch in force (a new server run), or, found again once
+             * one is, a base above UUID_SHORT() (a dlock_run row that is
+             * not this run's): a new epoch */
+            rc = epoch_ensure(l, ensured, why, wlen);
+            ensured = true;
         } else if (!k->broken && k->last_errno == 1114 && !evicted) {
             /* TABLE_live is full: the rows of names nobody holds go */
             evicted = true;
@@ -2396,15 +2399,16 @@ static int build_sql(myclient *mc)
      * name's GET_LOCK, and the holder's row (see "Tokens"): written only
      * to a MEMORY table, no InnoDB log. A key whose row belongs to another
      * name (a hash collision) is left alone and says so with an insert id
-     * of 2^64 - 1; a run row whose base is above UUID_SHORT() (not this
-     * run's) with 2^64 - 2, compared, not subtracted (whatever sql_mode
-     * says of unsigned subtraction); no row in dlock_run (a new server
-     * run) inserts nothing. */
+     * of 2^64 - 1. No row in dlock_run (a new server run), or one whose
+     * base is above UUID_SHORT() (not this run's: compared, not
+     * subtracted, whatever sql_mode says of unsigned subtraction), inserts
+     * nothing. (No side effect in the WHERE: with dlock_run empty, the
+     * optimizer evaluates it on a row of NULLs.) */
     mc->sql_draw = fmt_alloc(
         "INSERT INTO %s (k, name, token, conn, holder, since, value) "
         "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "
         "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "
-        "AND (UUID_SHORT() >= m.base OR LAST_INSERT_ID(18446744073709551614) = 0) "
+        "AND UUID_SHORT() >= m.base "
         "ON DUPLICATE KEY UPDATE "
         "conn = IF(name = VALUES(name), VALUES(conn), conn), "
         "holder = IF(name = VALUES(name), VALUES(holder), holder), "
