@@ -9,18 +9,15 @@
  * server queues the waiters and wakes one per release; GET_LOCK's own
  * timeout bounds a timed wait on the server's side. Names longer than the
  * server's 64-character limit become "dlock:" and a 128-bit hash; the table
- * (default "dlock") keeps the full name beside that key, so a collision is
- * an error, never a silently shared lock.
+ * (default "dlock_live") keeps the full name beside that key, so a
+ * collision is an error, never a silently shared lock.
  *
- * One statement takes the lock and draws its token:
- *
- *     INSERT INTO dlock ... SELECT ... FROM DUAL WHERE GET_LOCK(key, timeout) = 1
- *     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1) ...
- *
- * The row is written only once the lock is ours, and committed with the
- * statement, so tokens rise with every grant and survive the holder's
- * crash. The token comes back in the reply's insert id (LAST_INSERT_ID(x)
- * sets it): no result set, one round trip.
+ * SELECT GET_LOCK(key, timeout) takes the lock; the next statement, on
+ * the same connection, draws the token from the server run's memory and
+ * records the holder in TABLE_live (MEMORY), writing no InnoDB log: see
+ * "Tokens" below for why tokens still rise across a crash of the server.
+ * The token comes back in the reply's insert id (LAST_INSERT_ID(x) sets
+ * it): no result set.
  *
  * Liveness is the connection, watched by the core's session watcher
  * (dl_session_watch): a server that ends it (a restart, KILL, dlock break)
@@ -169,6 +166,13 @@ static void my_load(void)
 
 #define MY_KEY_MAX 64       /* GET_LOCK's name limit (MySQL 5.7+) */
 #define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
+/* Tokens of getlock and rowlock (see "Tokens" below): the server run's
+ * epoch above MY_EPOCH_SHIFT bits of UUID_SHORT()'s count since the run's
+ * base. An offset at MY_OFFSET_RENEW starts a new epoch, long before it
+ * could reach the epoch's bits. */
+#define MY_EPOCH_SHIFT 44
+#define MY_OFFSET_RENEW (1ULL << 43)
+#define MY_EPOCH_MAX ((1ULL << (64 - MY_EPOCH_SHIFT)) - 1)
 #define MY_POOL_IDLE_MAX 8  /* idle connections a client keeps */
 #define MY_PREPARED_MAX 32  /* statements a connection keeps prepared */
 #define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
@@ -226,20 +230,22 @@ typedef struct myclient {
     _Atomic int ps_ok; /* performance_schema.metadata_locks tells waiters: -1 unknown, 0 no, 1 yes */
     atomic_bool no_queue; /* lease: the server refuses GET_LOCK (Galera): every waiter polls */
     /* statements, with the table names in them */
-    char *sql_take, *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
+    char *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
         *sql_getvalue, *sql_name_of;                          /* getlock */
     char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
         *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other,
         *sql_lease_make, *sql_lease_make_token; /* lease */
     char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
         *sql_row_getvalue;  /* rowlock */
-    char *sql_draw;         /* rowlock: a token from TABLE_token */
+    char *sql_draw;         /* getlock, rowlock: a token, the holder's row in TABLE_live */
+    char *sql_run_get, *sql_epoch_bump, *sql_run_set, *sql_evict; /* their epoch; a full table */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
-    char *sql_ddl[3];       /* the tables (kept: prepared statements are known by address) */
+    char *sql_ddl[5];       /* the tables (kept: prepared statements are known by address) */
     atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
     char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
+    char live[MY_IDENT_MAX + 8], live_bare[MY_IDENT_MAX + 6]; /* TABLE_live (getlock, rowlock) */
     char *sql_table_exists;
 
     pthread_mutex_t mu;
@@ -1114,6 +1120,151 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
 static int lease_release(dlock_lock *l);
 
+/* ---- getlock and rowlock: tokens --------------------------------------------------- */
+
+/*
+ * A token must rise with every grant of a name, also across a crash of the
+ * server, and a committed InnoDB counter does that at the price of a flush
+ * of the log per grant (innodb_flush_log_at_trx_commit=1). The tokens of
+ * getlock and rowlock come instead from what a server run keeps in memory:
+ *
+ *     token = epoch << MY_EPOCH_SHIFT  +  (UUID_SHORT() - base)
+ *
+ * UUID_SHORT() is a counter of the server process (one more per call,
+ * under a mutex, whatever the clock does); `dlock_run` (MEMORY: empty
+ * after every start of the server) holds the run's epoch and the
+ * UUID_SHORT() it started from. The epochs are counted in `dlock_epoch`
+ * (InnoDB): a client that finds no run row counts one more, and its
+ * commit is flushed before it puts that epoch into `dlock_run` (only if it
+ * is still the latest, see sql_run_set): every epoch ever in force was on
+ * disk before its first token, so the first epoch after a crash is above
+ * all of them. An epoch's offsets stay below 2^MY_EPOCH_SHIFT (a new epoch
+ * at MY_OFFSET_RENEW), so its tokens are above every earlier epoch's.
+ *
+ * The draw is one statement on the connection that holds the name's
+ * GET_LOCK, right after the take: a holder whose session ended (KILL, a
+ * restart) can no longer draw, and a live session still holds the lock, so
+ * no pause of the holder can give it a token above its successor's. It
+ * writes only the MEMORY table: no InnoDB log, no flush. It also records
+ * the holder (TABLE_live: token, connection, holder, since, value) for
+ * dlock status and dlock break; that table is MEMORY too (its rows are
+ * lost at a restart, as every holding is), and when it is full
+ * (max_heap_table_size) the rows of names nobody holds are let go.
+ */
+
+/* Put an epoch in force in dlock_run: when there is none (renew false), or
+ * a new one after the current (renew true). An epoch is put in force only
+ * by the client that counted it (its commit flushed first), only once
+ * (with one base) and only while it is the latest counted: a client
+ * that counted one while another client counted a later one waits a moment
+ * for that client's to be in force, and counts again if it is not. Of
+ * clients that found none at once, the first to put its epoch wins; the
+ * others' are counted and never used. On a
+ * connection of its own with autocommit (a rowlock holder's transaction
+ * must not hold the epoch's row). */
+static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_conn *e;
+    int rc = conn_get(mc, false, until, -1, &e, why, wlen);
+    if (rc)
+        return rc;
+    my_res r = {0};
+    unsigned long long want = 0;
+    for (int round = 0; round <= 8 && !rc; round++) {
+        /* the first round of a renewal counts at once; later rounds give
+         * a client that counted after us up to 200 ms to put its epoch */
+        for (int polls = 0; (!renew || round > 0) && !rc; polls++) {
+            rc = q_exec(e, mc->sql_run_get, NULL, 0, &r, until, -1, why, wlen);
+            bool in_force = rc == 0 && cell(&r, 0, 0) &&
+                            (!renew || strtoull(cell(&r, 0, 0), NULL, 10) >= want);
+            res_free(&r);
+            if (!rc && in_force) {
+                conn_put(mc, e);
+                return 0;
+            }
+            if (rc || round == 0 || polls >= 20)
+                break;
+            rc = nap(10, -1);
+        }
+        if (!rc && round == 8)
+            break;
+        if (!rc) {
+            rc = q_exec(e, mc->sql_epoch_bump, NULL, 0, &r, until, -1, why, wlen);
+            want = r.insert_id;
+            res_free(&r);
+        }
+        if (!rc && (want == 0 || want > MY_EPOCH_MAX)) {
+            snprintf(why, wlen, "the token epoch in `dlock_epoch` is %llu (1 to %llu expected)",
+                     want, (unsigned long long)MY_EPOCH_MAX);
+            rc = DLOCK_EPROTO;
+        }
+        if (!rc) {
+            my_arg a[] = {A_I(want), A_I(renew), A_I(renew)};
+            rc = q_exec(e, mc->sql_run_set, a, 3, &r, until, -1, why, wlen);
+            res_free(&r);
+        }
+    }
+    if (!rc) {
+        snprintf(why, wlen, "no token epoch could be put in force in `dlock_run` (8 rounds)");
+        rc = DLOCK_EIO;
+    }
+    conn_put(mc, e);
+    return rc;
+}
+
+/* The token of a grant, on k, the connection holding the name's GET_LOCK
+ * (see above), with the holder's row: 0 (*token set), 1 the key's row
+ * belongs to another name (a hash collision), or a code. */
+static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, size_t wlen)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder)};
+    my_res r = {0};
+    int rc = 0;
+    *token = 0;
+    bool evicted = false, ensured = false;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
+        unsigned long long affected = r.affected, t = r.insert_id;
+        res_free(&r);
+        bool offset_ok = (t & (MY_OFFSET_RENEW * 2 - 1)) < MY_OFFSET_RENEW;
+        if (rc == 0 && affected > 0 && t != 0 && offset_ok) {
+            *token = t;
+            return 0;
+        }
+        if (rc == 0 && affected == 0 && t == UINT64_MAX)
+            return 1;
+        if (rc == 0 && (affected > 0 || t != 0)) {
+            /* an offset near the epoch's bits: a new epoch */
+            rc = epoch_ensure(l, true, why, wlen);
+        } else if (rc == 0) {
+            /* no epoch in force (a new server run), or, found again once
+             * one is, a base above UUID_SHORT() (a dlock_run row that is
+             * not this run's): a new epoch */
+            rc = epoch_ensure(l, ensured, why, wlen);
+            ensured = true;
+        } else if (!k->broken && k->last_errno == 1114 && !evicted) {
+            /* TABLE_live is full: the rows of names nobody holds go */
+            evicted = true;
+            rc = q_exec(k, mc->sql_evict, NULL, 0, &r, until, -1, why, wlen);
+            res_free(&r);
+        } else {
+            if (!k->broken && k->last_errno == 1114)
+                snprintf(why, wlen, "the table %s is full of held names (the server's "
+                                    "max_heap_table_size bounds it)", mc->live);
+            return rc;
+        }
+        if (rc)
+            return rc;
+    }
+    snprintf(why, wlen, "no token after 4 tries (the token epoch changing all the time?)");
+    return DLOCK_EIO;
+}
+
 /* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
  * lease-mode holder has the name in the default lease table. Read after
  * our GET_LOCK, while a lease taker commits its row before it looks for a
@@ -1156,6 +1307,7 @@ static void key_give_back(dlock_lock *l, my_conn *k)
 }
 
 static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
+static int key_collision(dlock_lock *l, my_conn *k);
 
 /* getlock and rowlock: a grant found a lease-mode holder of the name (one
  * name is one lock across modes), gave everything back, and asks again
@@ -1203,25 +1355,23 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     my_conn *k = NULL;
     my_res r = {0};
     int rc, early = 0;
-    unsigned long long affected, token;
+    bool granted;
     for (;;) {
         if (!k) {
             rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
         }
-        my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(ml->key),
-                      A_D(wait_seconds(deadline_ns))};
-        rc = q_exec(k, mc->sql_take, a, 5, &r, wait_bound(l, deadline_ns), cancel, why,
+        my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
+        rc = q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
-        affected = r.affected;
-        token = r.insert_id;
+        granted = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
         res_free(&r);
         /* The server ended the session (KILL, a restart) or the wait
          * (GET_LOCK's NULL, a statement limit) before its time: ask again
          * until the deadline — a waiter is only told when time is up. */
         bool ended = rc && session_ended(&k, rc, deadline_ns);
-        bool cut_short = rc ? !ended && interrupted(k) : affected == 0 && token != UINT64_MAX;
+        bool cut_short = rc ? !ended && interrupted(k) : !granted;
         if (!ended && !(cut_short && time_left(deadline_ns)))
             break;
         early += cut_short;
@@ -1233,20 +1383,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     }
     if (rc)
         return take_failed(l, deadline_ns, k, rc, why, early);
-    if (affected == 0 && token == UINT64_MAX) {
-        /* GET_LOCK granted, but the key's row belongs to another name */
-        (void)conn_abandon(mc, k, hard_bound(l));
-        char other[DL_NAME_MAX + 8] = "another name";
-        my_arg na[] = {A_S(ml->key)};
-        if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
-            snprintf(other, sizeof other, "\"%s\"", cell(&r, 0, 0));
-        res_free(&r);
-        return dl_lock_err(l, DLOCK_ENAME,
-                           "lock \"%s\": its GET_LOCK name \"%s\" is taken by %s in the same "
-                           "table (a hash collision): rename one",
-                           l->name, ml->key, other);
-    }
-    if (affected == 0) {
+    if (!granted) {
         conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
@@ -1261,7 +1398,17 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         *lease_held = true;
         return 0;
     }
-    atomic_store(&l->token, (uint64_t)token);
+    uint64_t token;
+    rc = draw_token(l, k, &token, why, sizeof why);
+    if (rc < 0) {
+        k->failed = true;
+        conn_close(k); /* lets go of the GET_LOCK */
+        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
+                           mc->redacted);
+    }
+    if (rc == 1)
+        return key_collision(l, k);
+    atomic_store(&l->token, token);
     ml->conn = k;
     rc = watch_conn(l, k, why, sizeof why);
     if (rc) {
@@ -1271,6 +1418,26 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     return 0;
+}
+
+/* A grant whose key's row in TABLE_live belongs to another name (a hash
+ * collision of long names): let go, and say which. */
+static int key_collision(dlock_lock *l, my_conn *k)
+{
+    myclient *mc = mc_of(l->c);
+    mylock *ml = l->bstate;
+    char why[300];
+    my_res r = {0};
+    (void)conn_abandon(mc, k, hard_bound(l));
+    char other[DL_NAME_MAX + 8] = "another name";
+    my_arg na[] = {A_S(ml->key)};
+    if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
+        snprintf(other, sizeof other, "\"%s\"", cell(&r, 0, 0));
+    res_free(&r);
+    return dl_lock_err(l, DLOCK_ENAME,
+                       "lock \"%s\": its GET_LOCK name \"%s\" is taken by %s in the same "
+                       "table (a hash collision): rename one",
+                       l->name, ml->key, other);
 }
 
 static int my_release(dlock_lock *l)
@@ -1455,8 +1622,8 @@ static int my_set_value(dlock_lock *l, const char *value)
         }
     } else if (mc->mode == MODE_ROWLOCK) {
         /* beside the row, in the token table: the holder's token guards it */
-        my_arg a[] = {A_S(value), A_S(l->name), A_S(tok)};
-        rc = pool_exec(l->c, mc->sql_row_value, a, 3, &r, why, sizeof why);
+        my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name), A_S(tok)};
+        rc = pool_exec(l->c, mc->sql_row_value, a, 4, &r, why, sizeof why);
     } else {
         my_conn *k = unwatch_conn(l);
         if (!k)
@@ -1488,8 +1655,9 @@ static int my_get_value(dlock_client *c, const char *name, char *buf, size_t len
             return rc;
         if (info.held != 1)
             return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
-        my_arg a[] = {A_S(name)};
-        rc = pool_exec(c, mc->sql_row_getvalue, a, 1, &r, why, sizeof why);
+        key_of("", name, key, sizeof key);
+        my_arg a[] = {A_S(key), A_S(name)};
+        rc = pool_exec(c, mc->sql_row_getvalue, a, 2, &r, why, sizeof why);
     } else if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(name)};
         rc = pool_exec(c, mc->sql_lease_getvalue, a, 1, &r, why, sizeof why);
@@ -1678,25 +1846,6 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_
     }
     if (rc)
         lease_drop_mine(l, slot);
-    return rc;
-}
-
-/* rowlock: the next token for name, from TABLE_token (autocommit), recording
- * the holder and its connection id (conn_id). */
-static int draw_token(dlock_lock *l, my_conn *k, const char *conn_id, uint64_t *token,
-                      char *why, size_t wlen)
-{
-    myclient *mc = mc_of(l->c);
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
-    my_arg a[] = {A_S(l->name), A_S(mc->holder), conn_id ? A_S(conn_id) : A_NULL};
-    my_res r = {0};
-    int rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
-    *token = r.insert_id;
-    res_free(&r);
-    if (!rc && *token == 0) {
-        snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
-        rc = DLOCK_EPROTO;
-    }
     return rc;
 }
 
@@ -2147,23 +2296,18 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     }
-    /* ours: the token, on another connection, so that it is committed now */
-    char id[24];
-    snprintf(id, sizeof id, "%lu", k->id);
-    my_conn *o;
+    /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
+     * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
-    rc = conn_get(mc, false, until, -1, &o, why, sizeof why);
-    if (!rc) {
-        rc = draw_token(l, o, id, &token, why, sizeof why);
-        conn_put(mc, o);
-    }
-    if (rc) {
+    rc = draw_token(l, k, &token, why, sizeof why);
+    if (rc < 0) {
         k->failed = true;
         conn_close(k); /* its transaction ends, and the row is free */
         return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
                            mc->redacted);
     }
+    if (rc == 1)
+        return key_collision(l, k);
     atomic_store(&l->token, token);
     ml->conn = k;
     rc = watch_conn(l, k, why, sizeof why);
@@ -2188,7 +2332,9 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
     info->held_ms = -1;
     info->lease_ms = -1;
     info->waiters = -1; /* InnoDB's lock waits are PROCESS-privileged */
-    my_arg a[] = {A_S(name)};
+    char key[MY_KEY_MAX + 1];
+    key_of("", name, key, sizeof key);
+    my_arg a[] = {A_S(name)}, ka[] = {A_S(key), A_S(name)};
     my_res r = {0};
     int rc = pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
     bool held;
@@ -2200,7 +2346,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
         held = false;
     }
     res_free(&r);
-    rc = pool_exec(c, mc->sql_row_info, a, 1, &r, why, sizeof why);
+    rc = pool_exec(c, mc->sql_row_info, ka, 2, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
     info->held = held;
@@ -2248,19 +2394,45 @@ static char *fmt_alloc(const char *fmt, ...)
 
 static int build_sql(myclient *mc)
 {
-    const char *t = mc->table, *tk = mc->tokens;
-    /* getlock: the lock and the token in one statement (see the top) */
-    mc->sql_take = fmt_alloc(
+    const char *t = mc->table, *tk = mc->tokens, *lv = mc->live;
+    /* getlock, rowlock: the token, drawn on the connection that holds the
+     * name's GET_LOCK, and the holder's row (see "Tokens"): written only
+     * to a MEMORY table, no InnoDB log. A key whose row belongs to another
+     * name (a hash collision) is left alone and says so with an insert id
+     * of 2^64 - 1. No row in dlock_run (a new server run), or one whose
+     * base is above UUID_SHORT() (not this run's: compared, not
+     * subtracted, whatever sql_mode says of unsigned subtraction), inserts
+     * nothing. (No side effect in the WHERE: with dlock_run empty, the
+     * optimizer evaluates it on a row of NULLs.) */
+    mc->sql_draw = fmt_alloc(
         "INSERT INTO %s (k, name, token, conn, holder, since, value) "
-        "SELECT ?, ?, LAST_INSERT_ID(1), CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM DUAL "
-        "WHERE GET_LOCK(?, ?) = 1 ON DUPLICATE KEY UPDATE "
+        "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "
+        "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "
+        "AND UUID_SHORT() >= m.base "
+        "ON DUPLICATE KEY UPDATE "
         "conn = IF(name = VALUES(name), VALUES(conn), conn), "
         "holder = IF(name = VALUES(name), VALUES(holder), holder), "
         "since = IF(name = VALUES(name), VALUES(since), since), "
         "value = IF(name = VALUES(name), NULL, value), "
-        "token = IF(name = VALUES(name), LAST_INSERT_ID(token + 1), "
+        "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "
         "token + 0 * LAST_INSERT_ID(18446744073709551615))",
-        t);
+        lv, MY_EPOCH_SHIFT);
+    mc->sql_run_get = fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
+    /* committed (flushed, on a durable server) before any token of it */
+    mc->sql_epoch_bump = fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
+                                   "LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE epoch = "
+                                   "LAST_INSERT_ID(epoch + 1)");
+    /* the run's epoch in force: only the latest epoch counted (a locking
+     * read: the newest committed), by the client that counted it; an
+     * epoch in force is replaced only by a renewal (the second and third
+     * parameters 1), and never by a lower one */
+    mc->sql_run_set = fmt_alloc(
+        "INSERT INTO `dlock_run` (id, epoch, base) SELECT 1, e.epoch, UUID_SHORT() FROM "
+        "`dlock_epoch` AS e WHERE e.id = 1 AND e.epoch = ? ON DUPLICATE KEY UPDATE "
+        "base = IF(? = 1 AND VALUES(epoch) > `dlock_run`.epoch, VALUES(base), `dlock_run`.base), "
+        "epoch = IF(? = 1, GREATEST(`dlock_run`.epoch, VALUES(epoch)), `dlock_run`.epoch)");
+    /* a full TABLE_live (max_heap_table_size): the rows of names not held */
+    mc->sql_evict = fmt_alloc("DELETE FROM %s WHERE IS_USED_LOCK(k) IS NULL", lv);
     mc->sql_release = fmt_alloc("SELECT RELEASE_LOCK(?)");
     /* the holder is the row's only while the connection that wrote it holds
      * the key: another program's GET_LOCK of the same name is not ours */
@@ -2268,20 +2440,20 @@ static int build_sql(myclient *mc)
                                 "IF(t.conn = u.id, " HELD_MS ", NULL) FROM (SELECT "
                                 "IS_USED_LOCK(?) AS id) AS u LEFT JOIN %s AS t ON t.k = ? AND "
                                 "t.name = ?",
-                                "t.since", t);
+                                "t.since", lv);
     mc->sql_waiters = fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
                                 "OBJECT_TYPE = 'USER LEVEL LOCK' AND OBJECT_NAME = ? AND "
                                 "LOCK_STATUS = 'PENDING'");
-    mc->sql_setvalue = fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", t);
+    mc->sql_setvalue = fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
     mc->sql_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
                                  "conn = IS_USED_LOCK(k) AND value IS NOT NULL",
-                                 t);
-    mc->sql_name_of = fmt_alloc("SELECT name FROM %s WHERE k = ?", t);
+                                 lv);
+    mc->sql_name_of = fmt_alloc("SELECT name FROM %s WHERE k = ?", lv);
     mc->sql_list = fmt_alloc(mc->mode == MODE_LEASE ? "SELECT DISTINCT name FROM %s WHERE name "
                                                       "LIKE ? ORDER BY name"
                                                     : "SELECT name FROM %s WHERE name LIKE ? "
                                                       "ORDER BY name",
-                             mc->mode == MODE_GETLOCK ? t : tk);
+                             mc->mode == MODE_LEASE ? tk : lv);
     /* lease */
     /* The take and the token in one statement (both rows locked, one
      * commit): a row that is free (released: no owner, an expiry in 1970)
@@ -2333,12 +2505,6 @@ static int build_sql(myclient *mc)
         "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
         "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
         "l.since", tk, t);
-    /* rowlock: tokens (lease mode draws its own in its take, above) */
-    mc->sql_draw = fmt_alloc("INSERT INTO %s (name, token, holder, since, conn, value) VALUES (?, "
-                             "LAST_INSERT_ID(1), ?, UTC_TIMESTAMP(6), ?, NULL) ON DUPLICATE KEY "
-                             "UPDATE token = LAST_INSERT_ID(token + 1), holder = VALUES(holder), "
-                             "since = VALUES(since), conn = VALUES(conn), value = NULL",
-                             tk);
     /* rowlock */
     mc->sql_row_lock = fmt_alloc(
         "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
@@ -2347,17 +2513,20 @@ static int build_sql(myclient *mc)
                                               : "SELECT name FROM %s WHERE name = ? FOR SHARE "
                                                 "NOWAIT",
                                   t);
-    mc->sql_row_info =
-        fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE name = ?", "since", tk);
-    mc->sql_row_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND token = ?", tk);
-    mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ?", tk);
+    mc->sql_row_info = fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE k = ? "
+                                 "AND name = ?",
+                                 "since", lv);
+    mc->sql_row_value =
+        fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ? AND token = ?", lv);
+    mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ?", lv);
     mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
     /* getlock, rowlock: live lease-mode holders of a name (see lease_holds) */
     mc->sql_lease_live = fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
                                    "expires >= UTC_TIMESTAMP(6)");
     mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
                                      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
-    return mc->sql_take && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
+    return mc->sql_draw && mc->sql_run_get && mc->sql_epoch_bump && mc->sql_run_set &&
+                   mc->sql_evict && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
@@ -2379,15 +2548,17 @@ static void mc_free(myclient *mc)
         conn_close(k);
     }
     char **s[] = {&mc->host, &mc->user, &mc->password, &mc->db, &mc->ssl_ca, &mc->ssl_cert,
-                  &mc->ssl_key, &mc->sql_take, &mc->sql_release, &mc->sql_inspect,
+                  &mc->ssl_key, &mc->sql_draw, &mc->sql_run_get, &mc->sql_epoch_bump,
+                  &mc->sql_run_set, &mc->sql_evict, &mc->sql_release, &mc->sql_inspect,
                   &mc->sql_waiters, &mc->sql_list, &mc->sql_setvalue, &mc->sql_getvalue,
                   &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,
                   &mc->sql_lease_free, &mc->sql_lease_free_all, &mc->sql_lease_value,
                   &mc->sql_lease_getvalue, &mc->sql_lease_info, &mc->sql_lease_other,
                   &mc->sql_lease_make, &mc->sql_lease_make_token, &mc->sql_row_lock,
                   &mc->sql_row_probe, &mc->sql_row_info, &mc->sql_row_value,
-                  &mc->sql_row_getvalue, &mc->sql_draw, &mc->sql_queue, &mc->sql_lease_live,
-                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2],
+                  &mc->sql_row_getvalue, &mc->sql_queue, &mc->sql_lease_live,
+                  &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2], &mc->sql_ddl[3],
+                  &mc->sql_ddl[4],
                   &mc->sql_table_exists};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)
@@ -2410,36 +2581,55 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "    \
     "(name, slot)) ENGINE=InnoDB"
     char **ddl = mc->sql_ddl;
+    /* getlock, rowlock: the holders' rows, no InnoDB log (see "Tokens";
+     * MEMORY rows have a fixed length: the holder in bytes, not utf8mb4's
+     * four per character) */
+    char *live = NULL;
+    if (mc->mode != MODE_LEASE)
+        live = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
+                         "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
+                         "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
+                         "value VARBINARY(1000)) ENGINE=MEMORY",
+                         mc->live);
     if (mc->mode == MODE_GETLOCK) {
-        ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
-                           "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
-                           "conn BIGINT UNSIGNED, %s) "
-                           "ENGINE=InnoDB",
-                           mc->table, holder_cols);
-    } else {
-        ddl[0] = mc->mode == MODE_LEASE
-                     ? fmt_alloc(LEASE_DDL, mc->table, holder_cols)
-                     : fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
-                                 "PRIMARY KEY) ENGINE=InnoDB",
-                                 mc->table);
+        ddl[0] = live;
+    } else if (mc->mode == MODE_LEASE) {
+        ddl[0] = fmt_alloc(LEASE_DDL, mc->table, holder_cols);
         ddl[1] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
                            "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
                            "ENGINE=InnoDB",
                            mc->tokens, holder_cols);
+    } else {
+        ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
+                           "PRIMARY KEY) ENGINE=InnoDB",
+                           mc->table);
+        ddl[1] = live;
     }
     /* getlock and rowlock: the default lease table too, which their grants
-     * read (one name, one lock across modes: lease_holds) */
-    if (mc->mode != MODE_LEASE)
+     * read (one name, one lock across modes: lease_holds), and the epochs
+     * of their tokens: counted in InnoDB, the one in force in MEMORY */
+    if (mc->mode != MODE_LEASE) {
         ddl[2] = fmt_alloc(LEASE_DDL, "`dlock_lease`", holder_cols);
+        ddl[3] = fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_epoch` (id TINYINT UNSIGNED NOT "
+                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB");
+        ddl[4] = fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_run` (id TINYINT UNSIGNED NOT "
+                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, base BIGINT "
+                           "UNSIGNED NOT NULL) ENGINE=MEMORY");
+    }
 #undef LEASE_DDL
-    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) && (mc->mode == MODE_LEASE || ddl[2])
+    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) &&
+                     (mc->mode == MODE_LEASE || (ddl[2] && ddl[3] && ddl[4]))
                  ? 0
                  : DLOCK_ENOMEM;
     int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = 0; i < 5 && !rc; i++) {
         if (!ddl[i])
             continue;
-        const char *bare = i == 0 ? mc->table_bare : i == 1 ? mc->tokens_bare : "dlock_lease";
+        const char *bare = i == 0   ? (mc->mode == MODE_GETLOCK ? mc->live_bare : mc->table_bare)
+                           : i == 1 ? (mc->mode == MODE_LEASE ? mc->tokens_bare : mc->live_bare)
+                           : i == 2 ? "dlock_lease"
+                           : i == 3 ? "dlock_epoch"
+                                    : "dlock_run";
         my_res r = {0};
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
@@ -2465,9 +2655,9 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
             char line[200];
             snprintf(line, sizeof line, "%.190s", why);
             snprintf(why, wlen,
-                     "cannot create the lock table %s (%s): create it once as a user who may "
+                     "cannot create the lock table `%s` (%s): create it once as a user who may "
                      "(see dlock(1)), or grant CREATE on the database",
-                     i ? mc->tokens : mc->table, line);
+                     bare, line);
         }
     }
     if (rc == DLOCK_ENOMEM)
@@ -2540,6 +2730,8 @@ static int my_client_open(dlock_client *c, const dl_url *u)
     snprintf(mc->tokens, sizeof mc->tokens, "`%s_token`", table);
     snprintf(mc->table_bare, sizeof mc->table_bare, "%s", table);
     snprintf(mc->tokens_bare, sizeof mc->tokens_bare, "%s_token", table);
+    snprintf(mc->live, sizeof mc->live, "`%s_live`", table);
+    snprintf(mc->live_bare, sizeof mc->live_bare, "%s_live", table);
     dl_self_desc(mc->holder, sizeof mc->holder);
     mc->host = strdup(u->hosts[0].host);
     mc->user = strdup(u->user ? u->user : "");

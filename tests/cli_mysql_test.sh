@@ -321,10 +321,10 @@ ro=${DLOCK_TEST_MYSQL_RO#*://}
 ro=${ro%%:*}
 "$DLOCK" --url "$DLOCK_TEST_MYSQL_RO" run ro -- echo RAN >"$TMP/ro.out" 2>"$TMP/ro.err"
 rc=$?
-[ $rc = 70 ] && grep -q 'table `dlock`' "$TMP/ro.err" && [ ! -s "$TMP/ro.out" ] &&
+[ $rc = 70 ] && grep -q '`dlock_live`' "$TMP/ro.err" && [ ! -s "$TMP/ro.out" ] &&
     ok "a user that may only read: exit 70, naming the lock table" ||
     bad "a user that may only read: exit $rc: $(cat "$TMP/ro.out" "$TMP/ro.err")"
-for t in dlock dlock_lease dlock_lease_token dlock_row dlock_row_token; do
+for t in dlock_live dlock_lease dlock_lease_token dlock_row dlock_row_live dlock_epoch dlock_run; do
     sql "GRANT SELECT, INSERT, UPDATE, DELETE ON dlock.$t TO '$ro'@'127.0.0.1'" || bad "GRANT on $t failed"
 done
 for m in getlock lease rowlock; do

@@ -70,8 +70,9 @@ static int my_port;
 enum mode { M_GET, M_LEASE, M_ROW, NMODES };
 static const char *const mode_name[NMODES] = {"getlock", "lease", "rowlock"};
 static const char *mode_url[NMODES];
-/* where each mode keeps its tokens (getlock: the lock table itself) */
-static const char *const token_table[NMODES] = {"dlock", "dlock_lease_token", "dlock_row_token"};
+/* where each mode records its holders' tokens (getlock and rowlock: TABLE_live, MEMORY) */
+static const char *const token_table[NMODES] = {"dlock_live", "dlock_lease_token",
+                                                 "dlock_row_live"};
 
 /* base?QUERY (base has no query yet) */
 static void url_with(char *buf, size_t len, const char *base, const char *query)
@@ -235,14 +236,14 @@ static long long getlock_holder(const char *name)
  * listed). */
 #define ROW_LOCK_WAITS                                                                       \
     "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Sleep' AND INFO "  \
-    "LIKE 'INSERT INTO `dlock_row%%`%%'"
+    "LIKE 'INSERT INTO `dlock_row%%` (name)%%'"
 
 /* rowlock: the holder's connection id as its token row records it. */
 static long long row_holder_conn(const char *name)
 {
     char lit[600];
     sql_lit(lit, sizeof lit, name);
-    return root_num("SELECT IFNULL(conn, 0) FROM dlock_row_token WHERE name = %s", lit);
+    return root_num("SELECT IFNULL(conn, 0) FROM dlock_row_live WHERE name = %s", lit);
 }
 
 /* The token column of name's row in mode m's token table. */
@@ -503,8 +504,8 @@ static void sql_injection_names(enum mode m)
     }
 
     /* The tables are still there, and hold each name as it was written. */
-    static const char *const tables[] = {"dlock", "dlock_lease", "dlock_lease_token", "dlock_row",
-                                         "dlock_row_token"};
+    static const char *const tables[] = {"dlock_live", "dlock_lease", "dlock_lease_token",
+                                         "dlock_row", "dlock_row_live"};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         if ((m == M_GET && t == 0) || (m == M_LEASE && (t == 1 || t == 2)) ||
             (m == M_ROW && (t == 3 || t == 4)))
@@ -638,9 +639,10 @@ static void test_long_names_getlock_hashed_keys(void **state)
                 assert_string_equal(out, "0");
         }
         /* the table: the key beside the full name, and the token */
-        root_str(out, sizeof out, "SELECT name FROM dlock WHERE k = %s", klit);
+        root_str(out, sizeof out, "SELECT name FROM dlock_live WHERE k = %s", klit);
         assert_string_equal(out, name);
-        assert_int_equal(root_num("SELECT token FROM dlock WHERE k = %s", klit), (long long)token);
+        assert_int_equal(root_num("SELECT token FROM dlock_live WHERE k = %s", klit),
+                         (long long)token);
         /* what another client sees */
         assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
         dlock_info info = inspect(c2, name);
@@ -775,8 +777,8 @@ static void test_key_collision_forged_row_is_ename(void **state)
     sql_lit(flit, sizeof flit, forged);
     dlock_client *c = open_url(my_url);
     root_str(out, sizeof out,
-             "INSERT INTO dlock (k, name, token, holder) VALUES (%s, %s, 7, 'root, by hand')", klit,
-             flit);
+             "INSERT INTO dlock_live (k, name, token, holder) VALUES (%s, %s, 7, 'root, by hand')",
+             klit, flit);
     dlock_lock *l = mk(c, name, NULL, NULL);
     static const int timeouts[] = {0, 1000, -1};
     for (int i = 0; i < 3; i++) {
@@ -793,7 +795,8 @@ static void test_key_collision_forged_row_is_ename(void **state)
         long long last;
         if (!wait_num(0, 2000, &last, "SELECT IFNULL(IS_USED_LOCK(%s), 0)", klit))
             fail_msg("connection %lld still holds the key after the failed acquisition", last);
-        root_str(out, sizeof out, "SELECT CONCAT(name, '|', token) FROM dlock WHERE k = %s", klit);
+        root_str(out, sizeof out, "SELECT CONCAT(name, '|', token) FROM dlock_live WHERE k = %s",
+                 klit);
         char want[128];
         snprintf(want, sizeof want, "%s|7", forged);
         assert_string_equal(out, want);
@@ -803,10 +806,10 @@ static void test_key_collision_forged_row_is_ename(void **state)
     assert_int_equal(info.token, 0); /* the row is not this name's */
 
     /* The row gone: the name works. */
-    root_str(out, sizeof out, "DELETE FROM dlock WHERE k = %s", klit);
+    root_str(out, sizeof out, "DELETE FROM dlock_live WHERE k = %s", klit);
     acquire_ok(l, 0);
     assert_true(dlock_token(l) > 0);
-    root_str(out, sizeof out, "SELECT name FROM dlock WHERE k = %s", klit);
+    root_str(out, sizeof out, "SELECT name FROM dlock_live WHERE k = %s", klit);
     assert_string_equal(out, name);
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);
@@ -1677,7 +1680,9 @@ static void test_malformed_url_parameters(void **state)
     /* no database in the path */
     url_as(url, sizeof url, "dlock:s3cret", hp, "");
     expect_open_fails(url, DLOCK_EURL, "no database");
-    /* the longest table name (48 bytes; its token table 54) is fine, in every mode */
+    /* the longest table name (48 bytes; its token table 54, its live table 53) is fine, in
+     * every mode: getlock makes TABLE_live, lease TABLE and TABLE_token, rowlock TABLE and
+     * TABLE_live */
     for (int m = 0; m < NMODES; m++) {
         char q[128], table[64];
         snprintf(table, sizeof table, "t%d_%s", m,
@@ -1687,10 +1692,12 @@ static void test_malformed_url_parameters(void **state)
         snprintf(q, sizeof q, "mode=%s&table=%s", mode_name[m], table);
         url_with(url, sizeof url, my_url, q);
         dlock_client *c = open_url(url);
-        assert_true(table_exists(table));
-        char tk[80];
+        char tk[80], live[80];
         snprintf(tk, sizeof tk, "%s_token", table);
-        assert_int_equal(table_exists(tk), m != M_GET);
+        snprintf(live, sizeof live, "%s_live", table);
+        assert_int_equal(table_exists(table), m != M_GET);
+        assert_int_equal(table_exists(tk), m == M_LEASE);
+        assert_int_equal(table_exists(live), m != M_LEASE);
         char name[64];
         unique(name, sizeof name, "longtable");
         dlock_lock *l = mk(c, name, NULL, NULL);
@@ -2162,8 +2169,8 @@ static void test_tls_verification_failures(void **state)
 
 /* ---- 13. tokens ---------------------------------------------------------------------- */
 
-/* getlock: the token is the `token` column of the name's row, and it rises
- * with every acquisition, whichever client takes it. */
+/* getlock: the token is the `token` column of the name's row (dlock_live),
+ * and it rises with every acquisition, whichever client takes it. */
 static void test_tokens_getlock_match_table_and_rise(void **state)
 {
     (void)state;
@@ -2180,9 +2187,7 @@ static void test_tokens_getlock_match_table_and_rise(void **state)
         dlock_lock *h = l[round % 3];
         acquire_ok(h, 2000);
         uint64_t t = dlock_token(h);
-        assert_true(t > last);
-        if (last)
-            assert_int_equal(t, last + 1); /* one per grant */
+        assert_true(t > last); /* not by one: the server's UUID_SHORT() counts for every name */
         last = t;
         assert_int_equal(table_token(M_GET, name), (long long)t);
         assert_int_equal(inspect(c[(round + 1) % 3], name).token, t);
@@ -2199,7 +2204,7 @@ static void test_tokens_getlock_match_table_and_rise(void **state)
     }
 }
 
-/* rowlock: the token is drawn on another connection and committed at once,
+/* rowlock: the token is drawn into a MEMORY table, which no rollback undoes,
  * so holders killed mid-hold (their transactions rolled back) never make the
  * next holder's token go back. */
 static void test_tokens_rowlock_survive_killed_holders(void **state)
@@ -2229,6 +2234,189 @@ static void test_tokens_rowlock_survive_killed_holders(void **state)
     dlock_lock_free(a);
     dlock_client_close(c2);
     dlock_client_close(c1);
+}
+
+/* Tokens as docs/mysql.md ("Tokens") builds them: the epoch above bit 44,
+ * the offset in the epoch below it. */
+#define EPOCH_OF(t) ((t) >> 44)
+#define OFFSET_OF(t) ((t) & ((1ULL << 44) - 1))
+
+/* The server's InnoDB log writes over 100 uncontended cycles of url, less
+ * what its background threads may write meanwhile (a few a second, 5
+ * allowed per second the cycles took: a slow client, under valgrind, takes
+ * longer). */
+static long long log_writes_per_100(const char *url)
+{
+    int64_t t0 = now_ms();
+    char name[64];
+    unique(name, sizeof name, "nolog");
+    dlock_client *c = open_url(url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0); /* (first use: the name's rows) */
+    assert_int_equal(dlock_release(l), 0);
+    static const char *const writes = "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                                      "WHERE VARIABLE_NAME = 'INNODB_LOG_WRITES'";
+    long long w0 = root_num("%s", writes);
+    for (int i = 0; i < 100; i++) {
+        acquire_ok(l, 0);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    long long n = root_num("%s", writes) - w0;
+    long long background = 5 * ((now_ms() - t0) / 1000 + 1);
+    fprintf(stderr, "# %s: %lld InnoDB log writes in 100 cycles (background: at most %lld)\n",
+            url, n, background);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return n - background;
+}
+
+/* getlock and rowlock grants write no InnoDB log (their tokens come from
+ * the server run's memory, see docs/mysql.md): the token's committed
+ * counter wrote it once per cycle, 100 in 100 (and on a durable server
+ * flushed it each time). */
+static void test_no_log_write_per_grant(void **state)
+{
+    (void)state;
+    assert_true(log_writes_per_100(my_url) < 40);
+    assert_true(log_writes_per_100(mode_url[M_ROW]) < 40);
+}
+
+/* What an operator (or a replica) can do to the MEMORY tables while the
+ * server runs: dlock_run emptied (TRUNCATE), holding a base that is not
+ * this run's (UUID_SHORT() below it), or an epoch whose offsets reached
+ * the renewal mark (2^43): a new epoch is put in force before the next
+ * token, which is above every earlier one. The holders' rows (TABLE_live)
+ * deleted: tokens do not come from them, and go on rising. */
+static void tokens_when_memory_tables_change(enum mode m)
+{
+    char name[64], out[512], del_live[64];
+    unique(name, sizeof name, "run-row");
+    snprintf(del_live, sizeof del_live, "DELETE FROM %s", token_table[m]);
+    const char *const change[] = {
+        "TRUNCATE TABLE dlock_run",
+        "UPDATE dlock_run SET base = base + (1 << 50)",
+        "UPDATE dlock_run SET base = base - (1 << 43)",
+        del_live,
+    };
+    dlock_client *c = open_url(mode_url[m]);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    uint64_t last = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    for (size_t i = 0; i < sizeof change / sizeof change[0]; i++) {
+        root_str(out, sizeof out, "%s", change[i]);
+        acquire_ok(l, 0);
+        uint64_t t = dlock_token(l);
+        fprintf(stderr, "# %s: after \"%s\": token %" PRIu64 " (epoch %" PRIu64 "), before %" PRIu64
+                " (epoch %" PRIu64 ")\n", mode_name[m], change[i], t, EPOCH_OF(t), last,
+                EPOCH_OF(last));
+        assert_true(t > last);
+        assert_true(OFFSET_OF(t) < (1ULL << 43));
+        if (i < 3)
+            assert_true(EPOCH_OF(t) > EPOCH_OF(last)); /* a new epoch */
+        assert_int_equal(table_token(m, name), (long long)t);
+        assert_int_equal(dlock_release(l), 0);
+        last = t;
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void test_tokens_rise_when_memory_tables_change_getlock(void **state)
+{
+    (void)state;
+    tokens_when_memory_tables_change(M_GET);
+}
+
+static void test_tokens_rise_when_memory_tables_change_rowlock(void **state)
+{
+    (void)state;
+    tokens_when_memory_tables_change(M_ROW);
+}
+
+/* Clients that find no epoch in force at the same moment (after a restart;
+ * here after a TRUNCATE of dlock_run): each may count one, and one only is
+ * put in force: every first token has the same epoch, above the epoch of
+ * the tokens before. */
+struct first_draw {
+    pthread_t t;
+    const char *url;
+    char name[64];
+    atomic_int *ready, *go;
+    uint64_t token;
+    int rc;
+};
+
+static void *first_draw_main(void *arg)
+{
+    struct first_draw *f = arg;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    f->rc = dlock_client_open(&c, f->url, NULL);
+    if (f->rc == 0)
+        f->rc = dlock_lock_new(&l, c, f->name, NULL);
+    atomic_fetch_add(f->ready, 1);
+    while (!atomic_load(f->go))
+        sleep_ms(1);
+    if (f->rc == 0) {
+        f->rc = dlock_acquire(l, 10000);
+        if (f->rc)
+            fprintf(stderr, "# %s: %s\n", f->name, dlock_lock_errmsg(l));
+        f->token = dlock_token(l);
+        if (f->rc == 0)
+            f->rc = dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+static void test_one_epoch_in_force_after_a_race(void **state)
+{
+    (void)state;
+    enum { W = 8 };
+    char out[256];
+    for (int round = 0; round < 2; round++) {
+        static struct first_draw f[W];
+        static atomic_int ready, go;
+        atomic_store(&ready, 0);
+        atomic_store(&go, 0);
+        char before_name[64];
+        unique(before_name, sizeof before_name, "race-before");
+        dlock_client *c = open_url(my_url);
+        dlock_lock *b = mk(c, before_name, NULL, NULL);
+        acquire_ok(b, 0);
+        uint64_t before = dlock_token(b);
+        assert_int_equal(dlock_release(b), 0);
+        for (int i = 0; i < W; i++) {
+            f[i] = (struct first_draw){.url = i % 2 ? mode_url[M_ROW] : my_url, .ready = &ready,
+                                       .go = &go};
+            unique(f[i].name, sizeof f[i].name, "race");
+            assert_int_equal(pthread_create(&f[i].t, NULL, first_draw_main, &f[i]), 0);
+        }
+        while (atomic_load(&ready) < W)
+            sleep_ms(2);
+        root_str(out, sizeof out, "TRUNCATE TABLE dlock_run");
+        long long e0 = root_num("SELECT epoch FROM dlock_epoch");
+        atomic_store(&go, 1);
+        for (int i = 0; i < W; i++)
+            assert_int_equal(pthread_join(f[i].t, NULL), 0);
+        long long e1 = root_num("SELECT epoch FROM dlock_epoch");
+        fprintf(stderr, "# round %d: epochs counted %lld (was %lld); before: %" PRIu64
+                " (epoch %" PRIu64 ")\n", round, e1, e0, before, EPOCH_OF(before));
+        for (int i = 0; i < W; i++) {
+            fprintf(stderr, "#   %s: %s, token %" PRIu64 " (epoch %" PRIu64 ")\n", f[i].name,
+                    dlock_err_name(f[i].rc), f[i].token, EPOCH_OF(f[i].token));
+            assert_int_equal(f[i].rc, 0);
+            assert_true(f[i].token > before);
+            assert_true(EPOCH_OF(f[i].token) > EPOCH_OF(before));
+            assert_int_equal(EPOCH_OF(f[i].token), EPOCH_OF(f[0].token));
+        }
+        assert_true(e1 > e0);
+        assert_int_equal(root_num("SELECT epoch FROM dlock_run"), (long long)EPOCH_OF(f[0].token));
+        dlock_lock_free(b);
+        dlock_client_close(c);
+    }
 }
 
 /* ---- 14. lease mode's rows ----------------------------------------------------------- */
@@ -3321,6 +3509,116 @@ static void restart_server(void)
         fail_msg("restarting the server: exit %d: %s", rc, out);
 }
 
+/* Tokens across a crash (kill -9 of the server): drawers on names of their
+ * own, getlock and rowlock, take and release as fast as they can until the
+ * server is killed under them and after it is back: every token granted
+ * after the crash must be above every token granted before it (the
+ * tokens of both modes come from one source, so they are compared across
+ * modes too). On tests/servers.sh's server the log reaches the system at
+ * every commit (innodb_flush_log_at_trx_commit=2), so this shows the epoch
+ * counted at each start; tests/check_mysql_test.sh crashes a durable
+ * server (=1), whose log reaches the disk only when it is flushed. */
+enum { CRASH_BEFORE, CRASH_DURING, CRASH_AFTER };
+typedef struct {
+    pthread_t t;
+    const char *url;
+    char name[64];
+    atomic_int *phase;
+    _Atomic uint64_t *max_before, *min_after;
+    atomic_int grants;
+} drawer;
+
+static void *drawer_main(void *arg)
+{
+    drawer *d = arg;
+    dlock_client *c = NULL;
+    if (dlock_client_open(&c, d->url, NULL) != 0) {
+        fprintf(stderr, "# drawer: open %s: %s\n", d->url, dlock_client_errmsg(NULL));
+        return NULL;
+    }
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, d->name, NULL) != 0) {
+        fprintf(stderr, "# drawer: lock %s: %s\n", d->name, dlock_client_errmsg(c));
+        dlock_client_close(c);
+        return NULL;
+    }
+    int after = 0;
+    int64_t give_up = now_ms() + 60000; /* should the server not come back */
+    while (after < 20 && now_ms() < give_up) {
+        if (dlock_acquire(l, 0) != 0) { /* (during the crash: no server) */
+            sleep_ms(10);
+            continue;
+        }
+        /* the phase when the grant had come back */
+        int ph = atomic_load(d->phase);
+        uint64_t t = dlock_token(l);
+        if (ph == CRASH_BEFORE) {
+            uint64_t m = atomic_load(d->max_before);
+            while (t > m && !atomic_compare_exchange_weak(d->max_before, &m, t))
+                ;
+        } else if (ph == CRASH_AFTER) {
+            uint64_t m = atomic_load(d->min_after);
+            while (t < m && !atomic_compare_exchange_weak(d->min_after, &m, t))
+                ;
+            after++;
+        }
+        atomic_fetch_add(&d->grants, 1);
+        (void)dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+static void test_tokens_across_crash(void **state)
+{
+    (void)state;
+    enum { W = 4 };
+    for (int round = 0; round < 2; round++) {
+        /* (static: a failed assertion leaves this frame while they still run) */
+        static drawer d[W];
+        static atomic_int phase;
+        static _Atomic uint64_t max_before, min_after;
+        atomic_store(&phase, CRASH_BEFORE);
+        atomic_store(&max_before, 0);
+        atomic_store(&min_after, UINT64_MAX);
+        for (int i = 0; i < W; i++) {
+            d[i] = (drawer){.url = i % 2 ? mode_url[M_ROW] : my_url, .phase = &phase,
+                            .max_before = &max_before, .min_after = &min_after};
+            unique(d[i].name, sizeof d[i].name, "crash");
+            assert_int_equal(pthread_create(&d[i].t, NULL, drawer_main, &d[i]), 0);
+        }
+        /* every drawer going (a slow start, under valgrind, can take
+         * seconds), then half a second of them all */
+        for (int64_t until = now_ms() + 30000; now_ms() < until;) {
+            int going = 0;
+            for (int i = 0; i < W; i++)
+                going += atomic_load(&d[i].grants) > 0;
+            if (going == W)
+                break;
+            sleep_ms(20);
+        }
+        sleep_ms(500);
+        atomic_store(&phase, CRASH_DURING);
+        restart_server();
+        atomic_store(&phase, CRASH_AFTER);
+        int grants = 0;
+        for (int i = 0; i < W; i++) {
+            assert_int_equal(pthread_join(d[i].t, NULL), 0);
+            grants += atomic_load(&d[i].grants);
+        }
+        uint64_t before = atomic_load(&max_before), after = atomic_load(&min_after);
+        fprintf(stderr, "# round %d: %d grants; highest token before the crash %" PRIu64
+                " (epoch %" PRIu64 "), lowest after %" PRIu64 " (epoch %" PRIu64 ")\n",
+                round, grants, before, EPOCH_OF(before), after, EPOCH_OF(after));
+        assert_true(before > 0);
+        assert_true(after != UINT64_MAX);
+        if (after <= before)
+            fail_msg("token %" PRIu64 " granted after the crash, not above %" PRIu64
+                     " granted before it", after, before);
+    }
+}
+
 /* getlock and rowlock holders learn at once that they lost their locks; a
  * lease (a durable row) outlives a short restart and its renewals resume;
  * the same clients work again, with tokens that did not go back. */
@@ -3476,6 +3774,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tls_verification_failures),
         cmocka_unit_test(test_tokens_getlock_match_table_and_rise),
         cmocka_unit_test(test_tokens_rowlock_survive_killed_holders),
+        cmocka_unit_test(test_no_log_write_per_grant),
+        cmocka_unit_test(test_tokens_rise_when_memory_tables_change_getlock),
+        cmocka_unit_test(test_tokens_rise_when_memory_tables_change_rowlock),
+        cmocka_unit_test(test_one_epoch_in_force_after_a_race),
         cmocka_unit_test(test_lease_semaphore_takes_slots),
         cmocka_unit_test(test_lease_expiry_is_server_clock),
         cmocka_unit_test(test_lease_expired_row_taken_over),
@@ -3505,7 +3807,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),
-        cmocka_unit_test(test_server_restart), /* last: every pool's connections die */
+        cmocka_unit_test(test_tokens_across_crash), /* last: every pool's connections die */
+        cmocka_unit_test(test_server_restart),
     };
     if (argc > 1) /* a test's name, or a pattern with '*' and '?' */
         cmocka_set_test_filter(argv[1]);
