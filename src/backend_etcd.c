@@ -1409,12 +1409,23 @@ static void *client_thread(void *arg)
         bool stop = ec->stopping;
         uint64_t gen = ec->gen;
         bool live = ec->lease && !ec->lease_gone;
-        /* The watch on the client key begins 100 ms after the key: a
+        /* The watch on the client key begins 100 ms after the key, and
+         * once a lock has been held that long (before, no holder has
+         * anything to be told, and a waiter watches its own key): a
          * short-lived client (dlock run -- true) never costs the server a
-         * watch, and one that lives on still hears of a revocation in that
-         * time (the watch starts from the key's revision). */
+         * watch, nor does one that only waits (a dlock run queued behind
+         * others), and one that lives on still hears of a revocation in
+         * that time (the watch starts from the key's revision). */
         bool have_ckey = ec->ckey_made;
         int64_t watch_from_ns = ec->ckey_ns + ms_to_ns(100);
+        int64_t first_held_ns = INT64_MAX;
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (!el->lost && el->held_ns < first_held_ns)
+                first_held_ns = el->held_ns;
+        if (first_held_ns == INT64_MAX)
+            watch_from_ns = INT64_MAX;
+        else if (first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS) > watch_from_ns)
+            watch_from_ns = first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
         int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
         bool orphans = ec->norphans > 0, verify = ec->verify;
         ec->verify = false;

@@ -182,12 +182,12 @@ static char *http_get(int port, const char *path)
     return buf;
 }
 
-/* grpc_server_handled_total{grpc_code="OK",grpc_method=M,...} summed over
- * the methods M in the space-separated list: the server's count of the
- * requests of those methods it answered. */
-static uint64_t served(const char *methods)
+/* metric{...,grpc_method=M,...} summed over the methods M in the
+ * space-separated list (with ok, only its grpc_code="OK" lines). */
+static uint64_t grpc_count(const char *metric, bool ok_only, const char *methods)
 {
     char *m = http_get(etcd_port, "/metrics");
+    size_t ml = strlen(metric);
     uint64_t sum = 0;
     char list[128];
     snprintf(list, sizeof list, "%s", methods);
@@ -198,14 +198,14 @@ static uint64_t served(const char *methods)
         int lines = 0;
         for (char *line = m; line && *line;
              line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-            if (strncmp(line, "grpc_server_handled_total{", 26) != 0)
+            if (strncmp(line, metric, ml) != 0 || line[ml] != '{')
                 continue;
             char *close = strchr(line, '}');
             char *nl = strchr(line, '\n');
             if (!close || (nl && close > nl))
                 continue;
             *close = '\0';
-            bool ok = strstr(line, "grpc_code=\"OK\"") && strstr(line, want);
+            bool ok = (!ok_only || strstr(line, "grpc_code=\"OK\"")) && strstr(line, want);
             *close = '}';
             if (ok) {
                 sum += strtoull(close + 1, NULL, 10);
@@ -213,10 +213,16 @@ static uint64_t served(const char *methods)
             }
         }
         if (lines == 0)
-            fail_msg("etcd's /metrics has no grpc_server_handled_total for %s", method);
+            fail_msg("etcd's /metrics has no %s for %s", metric, method);
     }
     free(m);
     return sum;
+}
+
+/* The server's count of the requests of those methods it answered. */
+static uint64_t served(const char *methods)
+{
+    return grpc_count("grpc_server_handled_total", true, methods);
 }
 
 /* ---- helper processes ---------------------------------------------------------------- */
@@ -836,6 +842,37 @@ static void test_short_hold_writes_no_grant_time(void **state)
     dlock_client_close(c1);
 }
 
+/* A client that only waits opens no watch of its own beside its waiter's:
+ * the client key's watch begins once a lock has been held 100 ms (a dlock
+ * run queued behind others cost the server a second watch stream). */
+static void test_waiting_client_opens_no_watch(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "waitwatch");
+    dlock_client *c1 = open_url(etcd_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL);
+    acquire_ok(h, 0);
+    sleep_ms(300); /* (the holder's own client watch is up) */
+    uint64_t s0 = grpc_count("grpc_server_started_total", false, "Watch");
+    dlock_client *c2 = open_url(etcd_url);
+    dlock_lock *w = mk(c2, name, NULL, NULL);
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, false);
+    wait_waiters(c1, name, 1, 5000);
+    sleep_ms(400);
+    uint64_t s1 = grpc_count("grpc_server_started_total", false, "Watch");
+    fprintf(stderr, "# watch streams opened while one client waited: %" PRIu64 "\n", s1 - s0);
+    assert_int_equal(s1 - s0, 1);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
 /* The client's watch is made anew when a held key joins it; after a
  * compaction its start (the client key's last event, a held key's
  * creation) is gone: the client reads its keys once and watches from there
@@ -1397,6 +1434,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release_and_close),
         cmocka_unit_test(test_short_hold_writes_no_grant_time),
+        cmocka_unit_test(test_waiting_client_opens_no_watch),
         cmocka_unit_test(test_revoked_lease_told_at_once),
         cmocka_unit_test(test_waiter_key_vanished),
         cmocka_unit_test(test_gave_up_waiters_leave_no_key),
