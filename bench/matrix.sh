@@ -196,7 +196,7 @@ peer_list() { # URL: the names of the peers that can run, notes for the rest
 
 # -p: the server's own write counters around each run (peers/writes.py:
 # ZooKeeper's zxid, PostgreSQL's WAL records and syncs, MariaDB's row
-# writes and log fsyncs, etcd's revision), added to the line as
+# writes and log fsyncs, etcd's raft entries, WAL fsyncs and revision), added to the line as
 # server_writes*, for dlock and every peer alike.
 counters_before() { # URL
     [ "$PEERS" = 1 ] || return 0

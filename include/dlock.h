@@ -198,6 +198,16 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms);
 /* Counts down one re-entry; releases at zero. DLOCK_ENOTHELD if not held,
  * DLOCK_ELOST if the lock had been lost (the handle returns to idle). */
 DLOCK_EXTERN int dlock_release(dlock_lock *lock);
+/* For a process done with both the lock and its client (dlock run): releases
+ * the lock whatever its re-entry count, then closes the client as
+ * dlock_client_close does, and returns what the release said (as
+ * dlock_release: DLOCK_ELOST if the lock had been lost). Where the client's
+ * lease ends with the client (etcd), the lease's end is the release: the
+ * lock is checked to be still ours (a read) and its key goes with the
+ * lease's revocation, one write instead of two. The handle stays allocated,
+ * detached: free it with dlock_lock_free. DLOCK_ENOTHELD (the client still
+ * closed) if not held. */
+DLOCK_EXTERN int dlock_release_and_close(dlock_lock *lock);
 /* Make a waiting dlock_acquire on this handle return DLOCK_ECANCELED; may be
  * called from any thread. A cancel that arrives while an acquisition is in
  * progress cancels it, even before it starts waiting (callers cannot tell

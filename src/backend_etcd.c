@@ -152,6 +152,9 @@ static void lc_load(void)
 #define EC_KEY_MAX 512
 #define EC_REPLY_MAX (64u << 20) /* a reply larger than this is not etcd's */
 #define EC_SUSPECT_MS 100 /* closing: the revoke's wait after a request went unanswered */
+/* A holder that waited writes its grant time into its key this long after
+ * the grant (semaphores at once), unless it released first. */
+#define EC_TOUCH_AFTER_MS 100
 
 /* ---- base64 (the gateway's keys and values) ---------------------------------------- */
 /* By hand: neither libcurl nor cJSON exports a codec, and 30 lines spare a
@@ -1406,12 +1409,23 @@ static void *client_thread(void *arg)
         bool stop = ec->stopping;
         uint64_t gen = ec->gen;
         bool live = ec->lease && !ec->lease_gone;
-        /* The watch on the client key begins 100 ms after the key: a
+        /* The watch on the client key begins 100 ms after the key, and
+         * once a lock has been held that long (before, no holder has
+         * anything to be told, and a waiter watches its own key): a
          * short-lived client (dlock run -- true) never costs the server a
-         * watch, and one that lives on still hears of a revocation in that
-         * time (the watch starts from the key's revision). */
+         * watch, nor does one that only waits (a dlock run queued behind
+         * others), and one that lives on still hears of a revocation in
+         * that time (the watch starts from the key's revision). */
         bool have_ckey = ec->ckey_made;
         int64_t watch_from_ns = ec->ckey_ns + ms_to_ns(100);
+        int64_t first_held_ns = INT64_MAX;
+        for (eclock *el = ec->held; el; el = el->next_held)
+            if (!el->lost && el->held_ns < first_held_ns)
+                first_held_ns = el->held_ns;
+        if (first_held_ns == INT64_MAX)
+            watch_from_ns = INT64_MAX;
+        else if (first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS) > watch_from_ns)
+            watch_from_ns = first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
         int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
         bool orphans = ec->norphans > 0, verify = ec->verify;
         ec->verify = false;
@@ -2200,8 +2214,15 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                  "\"version\":\"1\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":"
                  "\"%s\",\"ignore_lease\":true}}]}",
                  b64k, b64k, b64v);
+        /* A semaphore waiter behind us needs the write at once to learn
+         * that a permit went; for the other kinds it only saves the next
+         * waiter a read and keeps held_ms exact, which is worth a write
+         * (a log flush) only for a hold that lasts: a short one (dlock run
+         * of a quick command, a bench cycle) releases before it is due and
+         * never writes it. */
+        int64_t after_ms = el->kind[0] == 's' ? 0 : EC_TOUCH_AFTER_MS;
         ec_touch t = {.key = strdup(el->key), .body = strdup(body),
-                      .due_ns = dl_now_ns()};
+                      .due_ns = dl_now_ns() + ms_to_ns(after_ms)};
         pthread_mutex_lock(&ec->mu);
         ec_touch *ts = t.key && t.body ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1))
                                        : NULL;
@@ -2238,8 +2259,26 @@ static int etcd_release(dlock_lock *l)
     pthread_mutex_unlock(&ec->mu);
     char err[300];
     int64_t deleted = 0;
-    int rc = delete_key(ec, el->key, el->rev, entry_lease(el->dir, el->key), req_until(l),
+    int rc;
+    if (l->release_closing) {
+        /* The client closes next and revokes its lease, which deletes the
+         * key: the revocation is the release (one write, not two). Only
+         * check, with a read, that the key was ours to the end. */
+        char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64];
+        b64_encode(el->key, strlen(el->key), b64);
+        snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
+        cJSON *j = NULL;
+        rc = ec_post(ec, "/v3/kv/range", body, req_until(l), -1, &j, NULL, err, sizeof err);
+        if (rc == 0)
+            deleted = kv_still_ours(ec, el->dir, el->key, el->rev,
+                                    cJSON_GetArrayItem(jarr(j, "kvs"), 0))
+                          ? 1 /* (as good as deleted: the revocation takes it) */
+                          : 0;
+        cJSON_Delete(j);
+    } else {
+        rc = delete_key(ec, el->key, el->rev, entry_lease(el->dir, el->key), req_until(l),
                         &deleted, err, sizeof err);
+    }
     int result = 0;
     if (rc == 0 && deleted == 0)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "

@@ -1433,6 +1433,28 @@ DLOCK_EXTERN int dlock_release(dlock_lock *lock)
     return release_now(lock);
 }
 
+DLOCK_EXTERN int dlock_release_and_close(dlock_lock *lock)
+{
+    if (!lock)
+        return DLOCK_EINVAL;
+    dlock_client *c = lock->c;
+    int rc;
+    int st = atomic_load(&lock->state);
+    if (lock->detached)
+        return dl_lock_err(lock, DLOCK_EINVAL, "lock \"%s\": its client is closed", lock->name);
+    if (st != DLOCK_STATE_HELD && st != DLOCK_STATE_LOST) {
+        rc = dl_lock_err(lock, DLOCK_ENOTHELD, "lock \"%s\" is not held by this handle",
+                         lock->name);
+    } else {
+        lock->count = 1; /* closing ends every re-entry */
+        lock->release_closing = true;
+        rc = release_now(lock);
+        lock->release_closing = false;
+    }
+    dlock_client_close(c);
+    return rc;
+}
+
 DLOCK_EXTERN void dlock_cancel(dlock_lock *lock)
 {
     if (!lock)

@@ -269,6 +269,10 @@ struct dlock_lock {
 
     dlock_lock *prev_handle, *next_handle; /* in c->handles (guarded by c->mu) */
     bool detached; /* the client was closed: only dlock_lock_free is useful */
+    /* This release is dlock_release_and_close's: the client closes next, so
+     * a backend whose client_close ends every key anyway (etcd: revoking the
+     * lease) may leave the key to it and only check it is still ours. */
+    bool release_closing;
 };
 
 /* Set an error message on the handle and return code (printf-like). From

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cli_etcd_test.sh — dlock(1) on etcd, the hostile cases: a run longer than
+# cli_etcd_test.sh — dlock(1) on etcd, the hostile cases: what one run
+# writes; a key deleted during a run is a loss; a run longer than
 # the lease keeps its lock; conflicts with every -E code run nothing;
 # SIGTERM while waiting leaves no key; kill -9 of a holder frees the lock
 # when its lease runs out; a lease revoked from outside stops the command at
@@ -26,6 +27,28 @@ wait_held() { # NAME: until status says held (5 s at most)
     for _ in $(seq 50); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
     return 1
 }
+
+# What one run writes, by the server's own count (first, before any lease of
+# this script can expire in the count): the lease's grant, the queueing
+# transaction, and the revocation that is the release — 3 raft entries, 2
+# revisions (etcdctl lock NAME true: grant, put, delete, and its lease's
+# expiry a minute later). The name's marker is written by the first run.
+st() { ctl endpoint status -w json | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; print(s["raftIndex"], s["header"]["revision"])'; }
+"$DLOCK" --url "$U" run writes -- true || bad "run writes: exit $?"
+read -r raft0 rev0 < <(st)
+for _ in 1 2 3; do "$DLOCK" --url "$U" run writes -- true || bad "run writes: exit $?"; done
+read -r raft1 rev1 < <(st)
+[ $((raft1 - raft0)) = 9 ] && [ $((rev1 - rev0)) = 6 ] &&
+    ok "3 runs wrote 9 raft entries, 6 revisions" ||
+    bad "3 runs wrote $((raft1 - raft0)) raft entries, $((rev1 - rev0)) revisions (expected 9, 6)"
+# Its key deleted from outside while the command runs: exit 75, whether the
+# client's watch or the release's check finds it.
+out=$("$DLOCK" --url "$U" run delrun -- sh -c \
+    "ETCDCTL_API=3 etcdctl --endpoints http://127.0.0.1:$port del --prefix dlock/delrun/ >/dev/null" 2>&1)
+rc=$?
+[ $rc = 75 ] && ok "key deleted during a run: exit 75" || bad "key deleted during a run: exit $rc: $out"
+[ -z "$(ctl get --prefix dlock/.clients/ --keys-only)" ] && ok "no client key left" ||
+    bad "client keys left: $(ctl get --prefix dlock/.clients/ --keys-only)"
 
 # A run more than twice as long as the lease: kept alive, exit 0.
 "$DLOCK" --url "$U" run long -- sleep 5 2>"$TMP/long.err"

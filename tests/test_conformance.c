@@ -123,11 +123,17 @@ static void nm(char *buf, size_t len, const char *base)
  * them. Cases close theirs with close_client. */
 static dlock_client *open_clients[64];
 
-static void close_client(dlock_client *c)
+/* c was closed (by close_client, or by dlock_release_and_close). */
+static void client_closed(const dlock_client *c)
 {
     for (size_t i = 0; c && i < sizeof open_clients / sizeof open_clients[0]; i++)
         if (open_clients[i] == c)
             open_clients[i] = NULL;
+}
+
+static void close_client(dlock_client *c)
+{
+    client_closed(c);
     dlock_client_close(c);
 }
 
@@ -1552,21 +1558,9 @@ static void case_odd_names(void **state)
     close_client(c2);
 }
 
-/* dlock_client_close gives back what its handles hold (re-entered too):
- * another process takes the locks at once, not after a lease; the
- * detached handles are idle and still freed safely afterwards. */
-static void case_close_releases(void **state)
+/* Whether another process takes names n1 and n2 at once (try once). */
+static bool other_process_takes(const char *n1, const char *n2)
 {
-    (void)state;
-    char n1[128], n2[128];
-    nm(n1, sizeof n1, "close-held");
-    nm(n2, sizeof n2, "close-twice");
-    dlock_client *c = open_client();
-    dlock_lock *held = ex(c, n1), *twice = ex(c, n2);
-    acquire_ok(held, 0);
-    acquire_ok(twice, 0);
-    acquire_ok(twice, 0);
-    close_client(c);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -1582,13 +1576,56 @@ static void case_close_releases(void **state)
     }
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* dlock_client_close gives back what its handles hold (re-entered too):
+ * another process takes the locks at once, not after a lease; the
+ * detached handles are idle and still freed safely afterwards. */
+static void case_close_releases(void **state)
+{
+    (void)state;
+    char n1[128], n2[128];
+    nm(n1, sizeof n1, "close-held");
+    nm(n2, sizeof n2, "close-twice");
+    dlock_client *c = open_client();
+    dlock_lock *held = ex(c, n1), *twice = ex(c, n2);
+    acquire_ok(held, 0);
+    acquire_ok(twice, 0);
+    acquire_ok(twice, 0);
+    close_client(c);
+    if (!other_process_takes(n1, n2))
         fail_msg("another process could not take the locks of a closed client");
     assert_int_equal(dlock_state(held), DLOCK_STATE_IDLE);
     assert_int_equal(dlock_release(held), DLOCK_ENOTHELD);
     assert_int_equal(dlock_acquire(held, 0), DLOCK_EINVAL);
     dlock_lock_free(twice);
     dlock_lock_free(held);
+}
+
+/* dlock_release_and_close (dlock run's end): the lock released whatever its
+ * re-entry count, the client closed with its other locks, the answer the
+ * release's. */
+static void case_release_and_close(void **state)
+{
+    (void)state;
+    char n1[128], n2[128];
+    nm(n1, sizeof n1, "relclose");
+    nm(n2, sizeof n2, "relclose-other");
+    dlock_client *c = open_client();
+    dlock_lock *l = ex(c, n1), *o = ex(c, n2);
+    acquire_ok(l, 0);
+    acquire_ok(l, 0);
+    acquire_ok(o, 0);
+    client_closed(c);
+    assert_int_equal(dlock_release_and_close(l), 0);
+    if (!other_process_takes(n1, n2))
+        fail_msg("another process could not take the locks after dlock_release_and_close");
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EINVAL);
+    assert_int_equal(dlock_release_and_close(l), DLOCK_EINVAL);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
 }
 
 /* The runner's own check (--selftest): a case that never returns. */
@@ -1677,6 +1714,7 @@ static const struct kase {
     {"counter_nonfair", case_counter_nonfair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
     {"odd_names", case_odd_names, 0, 120},
     {"close_releases", case_close_releases, 0, 60},
+    {"release_and_close", case_release_and_close, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 

@@ -182,12 +182,12 @@ static char *http_get(int port, const char *path)
     return buf;
 }
 
-/* grpc_server_handled_total{grpc_code="OK",grpc_method=M,...} summed over
- * the methods M in the space-separated list: the server's count of the
- * requests of those methods it answered. */
-static uint64_t served(const char *methods)
+/* metric{...,grpc_method=M,...} summed over the methods M in the
+ * space-separated list (with ok, only its grpc_code="OK" lines). */
+static uint64_t grpc_count(const char *metric, bool ok_only, const char *methods)
 {
     char *m = http_get(etcd_port, "/metrics");
+    size_t ml = strlen(metric);
     uint64_t sum = 0;
     char list[128];
     snprintf(list, sizeof list, "%s", methods);
@@ -198,14 +198,14 @@ static uint64_t served(const char *methods)
         int lines = 0;
         for (char *line = m; line && *line;
              line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-            if (strncmp(line, "grpc_server_handled_total{", 26) != 0)
+            if (strncmp(line, metric, ml) != 0 || line[ml] != '{')
                 continue;
             char *close = strchr(line, '}');
             char *nl = strchr(line, '\n');
             if (!close || (nl && close > nl))
                 continue;
             *close = '\0';
-            bool ok = strstr(line, "grpc_code=\"OK\"") && strstr(line, want);
+            bool ok = (!ok_only || strstr(line, "grpc_code=\"OK\"")) && strstr(line, want);
             *close = '}';
             if (ok) {
                 sum += strtoull(close + 1, NULL, 10);
@@ -213,10 +213,16 @@ static uint64_t served(const char *methods)
             }
         }
         if (lines == 0)
-            fail_msg("etcd's /metrics has no grpc_server_handled_total for %s", method);
+            fail_msg("etcd's /metrics has no %s for %s", metric, method);
     }
     free(m);
     return sum;
+}
+
+/* The server's count of the requests of those methods it answered. */
+static uint64_t served(const char *methods)
+{
+    return grpc_count("grpc_server_handled_total", true, methods);
 }
 
 /* ---- helper processes ---------------------------------------------------------------- */
@@ -715,6 +721,156 @@ static uint64_t store_revision(void)
     if (!r)
         fail_msg("etcdctl get -w json: no revision in %s", out);
     return strtoull(r + 11, NULL, 10);
+}
+
+/* The raft log's index (every write: key writes, lease grants and
+ * revocations), as etcdctl endpoint status says. */
+static uint64_t raft_index(void)
+{
+    char out[4096];
+    assert_int_equal(run(out, sizeof out, ETCDCTL " endpoint status -w json 2>&1", etcd_port), 0);
+    const char *r = strstr(out, "\"raftIndex\":");
+    if (!r)
+        fail_msg("etcdctl endpoint status -w json: no raftIndex in %s", out);
+    return strtoull(r + 12, NULL, 10);
+}
+
+/* dlock_release_and_close (dlock run's end): the lease's revocation is the
+ * release, so a client that opens, takes a lock and gives it back writes 3
+ * raft entries (grant, the queueing transaction, the revocation: 2 store
+ * revisions), where release then close wrote 4 (3); the name is free when
+ * it returns; a key deleted from outside is still DLOCK_ELOST. A plain
+ * release on a client that stays frees the name at once and keeps the
+ * client's lease and its other locks. First of the tests: no lease of an
+ * earlier test expires in its counts. */
+static void test_release_and_close(void **state)
+{
+    (void)state;
+    char name[64], other[64], key[512], out[4096];
+    unique(name, sizeof name, "relclose");
+    unique(other, sizeof other, "relclose-other");
+    dlock_client *c = open_url(etcd_url), *c2 = open_url(etcd_url);
+    dlock_lock *l = mk(c, name, NULL, NULL), *o = mk(c, other, NULL, NULL);
+    acquire_ok(o, 0);
+    acquire_ok(l, 0); /* (the name's marker is written now, once) */
+    assert_int_equal(dlock_release(l), 0);
+    assert_int_equal(nkeys(name), 0);
+    assert_int_equal(dlock_state(o), DLOCK_STATE_HELD);
+    assert_int_equal(nkeys(other), 1);
+    assert_int_equal(dlock_release(o), 0);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+
+    /* One whole run, re-entered once, counted by the server. */
+    uint64_t rev0 = store_revision(), raft0 = raft_index();
+    c = open_url(etcd_url);
+    l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    acquire_ok(l, 0);
+    uint64_t rev1 = store_revision(), raft1 = raft_index();
+    assert_int_equal(dlock_release_and_close(l), 0);
+    uint64_t rev2 = store_revision(), raft2 = raft_index();
+    fprintf(stderr, "# open+acquire: %" PRIu64 " raft entries, %" PRIu64 " revisions; "
+            "release_and_close: %" PRIu64 ", %" PRIu64 "\n", raft1 - raft0, rev1 - rev0,
+            raft2 - raft1, rev2 - rev1);
+    assert_int_equal(nkeys(name), 0);
+    assert_int_equal(raft2 - raft1, 1);
+    assert_int_equal(rev2 - rev1, 1);
+    assert_int_equal(raft2 - raft0, 3);
+    assert_int_equal(rev2 - rev0, 2);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EINVAL); /* detached */
+    dlock_lock_free(l);
+
+    /* Lost before it is given back: said so. */
+    c = open_url(etcd_url);
+    l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    only_key(name, key, sizeof key);
+    if (run(out, sizeof out, ETCDCTL " del %s 2>&1", etcd_port, key) != 0)
+        fail_msg("etcdctl del %s: %s", key, out);
+    assert_int_equal(dlock_release_and_close(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+
+    /* Not held: DLOCK_ENOTHELD, the client closed all the same (another
+     * client takes the name at once). */
+    c = open_url(etcd_url);
+    l = mk(c, name, NULL, NULL);
+    assert_int_equal(dlock_release_and_close(l), DLOCK_ENOTHELD);
+    dlock_lock_free(l);
+    dlock_lock *l2 = mk(c2, name, NULL, NULL);
+    acquire_ok(l2, 0);
+    assert_int_equal(dlock_release(l2), 0);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+}
+
+/* A holder that waited writes its grant time into its key only 100 ms
+ * into its hold: one that gives the lock back sooner costs the server its
+ * key and that key's deletion, no third write (a log flush each on a
+ * durable server). */
+static void test_short_hold_writes_no_grant_time(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "shorthold");
+    dlock_client *c1 = open_url(etcd_url), *c2 = open_url(etcd_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, false);
+    wait_waiters(c1, name, 1, 5000);
+    uint64_t rev0 = store_revision();
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    int64_t granted = now_ms();
+    /* Long enough for a write due at once to have gone out. */
+    sleep_ms(30);
+    assert_int_equal(dlock_release(w), 0);
+    int64_t held = now_ms() - granted;
+    uint64_t rev1 = store_revision();
+    fprintf(stderr, "# a hand-over and a %" PRId64 " ms hold: %" PRIu64 " revisions\n", held,
+            rev1 - rev0);
+    if (held < 90) /* (a loaded machine may stretch the hold past the touch) */
+        assert_int_equal(rev1 - rev0, 2);
+    else
+        assert_true(rev1 - rev0 >= 2 && rev1 - rev0 <= 3);
+    assert_int_equal(nkeys(name), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
+/* A client that only waits opens no watch of its own beside its waiter's:
+ * the client key's watch begins once a lock has been held 100 ms (a dlock
+ * run queued behind others cost the server a second watch stream). */
+static void test_waiting_client_opens_no_watch(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "waitwatch");
+    dlock_client *c1 = open_url(etcd_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL);
+    acquire_ok(h, 0);
+    sleep_ms(300); /* (the holder's own client watch is up) */
+    uint64_t s0 = grpc_count("grpc_server_started_total", false, "Watch");
+    dlock_client *c2 = open_url(etcd_url);
+    dlock_lock *w = mk(c2, name, NULL, NULL);
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, false);
+    wait_waiters(c1, name, 1, 5000);
+    sleep_ms(400);
+    uint64_t s1 = grpc_count("grpc_server_started_total", false, "Watch");
+    fprintf(stderr, "# watch streams opened while one client waited: %" PRIu64 "\n", s1 - s0);
+    assert_int_equal(s1 - s0, 1);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    assert_int_equal(dlock_release(w), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
 }
 
 /* The client's watch is made anew when a held key joins it; after a
@@ -1276,6 +1432,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release_and_close),
+        cmocka_unit_test(test_short_hold_writes_no_grant_time),
+        cmocka_unit_test(test_waiting_client_opens_no_watch),
         cmocka_unit_test(test_revoked_lease_told_at_once),
         cmocka_unit_test(test_waiter_key_vanished),
         cmocka_unit_test(test_gave_up_waiters_leave_no_key),

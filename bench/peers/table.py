@@ -37,6 +37,7 @@ FIGURES = [
     ("P=8 writes/sec", "contended8", "server_writes_per_section", None),
     ("P=8 flush/sec", "contended8", "server_flushes_per_section", None),
     ("writes/run", "run4", "server_writes_per_section", None),
+    ("revisions/run", "run4", "server_revisions_per_section", None),
 ]
 W = 18  # column width, at least
 DLOCK_SIDES = (None, "dlock-run")  # lines that are dlock's

@@ -18,13 +18,23 @@ Counters, by backend (standard library and the servers' own CLIs only):
             SHOW itself fills apart, as Handler_tmp_*) and
             Innodb_data_fsyncs (log and data file flushes), by the mariadb
             client (password through MYSQL_PWD, never argv)
-  etcd      the store's revision (`etcdctl endpoint status`): one per write
-            transaction
+  etcd      raft log entries (`etcdctl endpoint status`'s raftIndex): every
+            write the server makes durable, lease grants and revocations
+            included, which the store's revision does not count (it moves
+            only when keys change: kept as server_revisions). A lease a
+            client leaves to expire (etcdctl lock does) costs a raft entry
+            when it expires, a minute later, maybe in another client's run:
+            each run is charged for the leases it leaves (new in
+            `etcdctl lease list`) and not for the expiries it saw
+            (etcd_debugging_server_lease_expired_total on /metrics); flushes
+            are the WAL's fsyncs (etcd_disk_wal_fsync_duration_seconds_count),
+            as they happened
 Elsewhere `read` prints {} and `add` adds nothing. The counts are the
 server's, so they include connecting (ZooKeeper sessions) and anything else
 the server did meanwhile: read them per section over runs of seconds.
 Added fields: server_writes, server_flushes (null where not counted),
-server_writes_per_section, server_flushes_per_section, server_writes_what.
+server_writes_per_section, server_flushes_per_section, server_writes_what;
+on etcd also server_revisions and server_revisions_per_section.
 """
 import json
 import os
@@ -32,6 +42,7 @@ import socket
 import subprocess
 import sys
 import urllib.parse
+import urllib.request
 
 
 def first_host(u):
@@ -88,13 +99,26 @@ def read_mysql(u):
 
 
 def read_etcd(u):
-    eps = ",".join("http://" + h for h in u.netloc.split("@")[-1].split(","))
-    out = subprocess.run(["etcdctl", "--endpoints=" + eps.split(",")[0], "endpoint", "status",
-                          "-w", "json"], capture_output=True, text=True, timeout=20,
-                         check=True).stdout
-    st = json.loads(out)
-    return dict(writes=int(st[0]["Status"]["header"]["revision"]), flushes=None,
-                what="etcd revision (write transactions)")
+    ep = "http://" + u.netloc.split("@")[-1].split(",")[0]
+
+    def ctl(*args):
+        return json.loads(subprocess.run(["etcdctl", "--endpoints=" + ep] + list(args) +
+                                         ["-w", "json"], capture_output=True, text=True,
+                                         timeout=20, check=True).stdout)
+    st = ctl("endpoint", "status")[0]["Status"]
+    leases = [str(x["id"]) for x in ctl("lease", "list").get("leases") or []]
+    metrics = {}
+    if u.scheme == "etcd":  # (etcds: the metrics want the client's TLS; not counted)
+        with urllib.request.urlopen(ep + "/metrics", timeout=20) as r:
+            for line in r.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                metrics[name] = value
+    fsyncs = metrics.get("etcd_disk_wal_fsync_duration_seconds_count")
+    expired = metrics.get("etcd_debugging_server_lease_expired_total")
+    return dict(writes=int(st["raftIndex"]), flushes=int(float(fsyncs)) if fsyncs else None,
+                revisions=int(st["header"]["revision"]), leases=leases,
+                expired=int(float(expired)) if expired else None,
+                what="etcd raft entries, the leases a run left to expire included / WAL fsyncs")
 
 
 READERS = {"zk": read_zk, "postgres": read_postgres, "postgresql": read_postgres,
@@ -127,6 +151,15 @@ def main(argv):
             fl = (after["flushes"] - before["flushes"]
                   if before.get("flushes") is not None and after.get("flushes") is not None
                   else None)
+            if before.get("expired") is not None and after.get("expired") is not None:
+                # etcd: expiries of leases earlier runs left are theirs; the
+                # leases this run leaves expire later, a raft entry each
+                w += (len(set(after.get("leases", [])) - set(before.get("leases", [])))
+                      - (after["expired"] - before["expired"]))
+            if "revisions" in before and "revisions" in after:
+                r = after["revisions"] - before["revisions"]
+                d["server_revisions"] = r
+                d["server_revisions_per_section"] = round(r / n, 3) if n else None
             d["server_writes"] = w
             d["server_flushes"] = fl
             d["server_writes_per_section"] = round(w / n, 3) if n else None

@@ -642,7 +642,11 @@ int cli_run(int argc, char **argv, const cli_global *g)
     int lost = dlock_state(lock) == DLOCK_STATE_LOST;
     if (lost)
         cli_lost_ack(lock);
-    int rel = cfg.mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock);
+    /* Released and closed in one step (resigning too: every re-entry
+     * ends): where the client's lease ends with it (etcd), its revocation
+     * is the release. */
+    int rel = dlock_release_and_close(lock);
+    c = NULL;
     if ((lost || rel == DLOCK_ELOST) && rc != CLI_EXIT_LOST) {
         const char *why = dlock_lock_errmsg(lock);
         cli_err("%s: lock %s was lost while held: %s", cfg.cmdname, shown,
