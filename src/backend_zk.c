@@ -1250,28 +1250,36 @@ static const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
     return buf;
 }
 
+/* Create one directory of a name's path (the name's node: name_node): ZOK
+ * when it is there. The shared directories are open to every user; a
+ * name's node carries the client's ACL, so that other users cannot empty
+ * its queue. Containers vanish once their last child has gone. */
+static int create_dir(zk_op *op, const char *path, bool name_node, int64_t until_ns)
+{
+    zk_call *k = zk_send(op, CALL_CREATE, path, NULL, name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
+                         name_node ? &op->zc->acl : &ZOO_OPEN_ACL_UNSAFE);
+    int rc = zk_result(op, k, until_ns);
+    call_drop(k);
+    return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
 /* Create the persistent path components of base and the name's container
- * node, each if absent. */
+ * node, each if absent. The name's node alone first: the directories
+ * above it are there but on a new server, and a create that fails is a
+ * write too (an error transaction, flushed like any other). */
 static int ensure_parent(zk_op *op, const char *parent, int64_t until_ns)
 {
-    zkclient *zc = op->zc;
+    int rc = create_dir(op, parent, true, until_ns);
+    if (rc != ZNONODE)
+        return rc;
     char p[ZK_PATH_MAX];
-    size_t blen = strlen(zc->base), plen = strlen(parent);
+    size_t blen = strlen(op->zc->base), plen = strlen(parent);
     for (size_t i = 1; i <= plen; i++) {
         if (parent[i] != '/' && parent[i] != '\0')
             continue;
         memcpy(p, parent, i);
         p[i] = '\0';
-        bool name_node = i > blen;
-        /* The shared directories are open to every user; a name's node
-         * carries the client's ACL, so that other users cannot empty its
-         * queue. Containers vanish once their last child has gone. */
-        zk_call *k = zk_send(op, CALL_CREATE, p, NULL,
-                             name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
-                             name_node ? &zc->acl : &ZOO_OPEN_ACL_UNSAFE);
-        int rc = zk_result(op, k, until_ns);
-        call_drop(k);
-        if (rc != ZOK && rc != ZNODEEXISTS)
+        if ((rc = create_dir(op, p, i > blen, until_ns)) != ZOK)
             return rc;
     }
     return ZOK;
@@ -1570,7 +1578,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             break;
         }
         int b;
-        bool in = false, pred_held = false;
+        bool in = false;
         while ((b = blocker(q, i)) != HOLDS) {
             if (deadline == 0) {
                 result =
@@ -1614,31 +1622,19 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                 break;
             }
             call_drop(w);
-            /* An exclusive predecessor touches its node once it holds (see
-             * below): it was first then, so once it goes we are. Watch it
-             * again for its going (a re-watch that finds it gone already
-             * says the same). */
-            bool chain = b >= 0 && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
-            if (chain && rc == ZNODEEXISTS) {
-                pred_held = true;
-                continue;
-            }
-            if (chain && pred_held && rc == ZNONODE) {
-                memmove(q, &q[i], sizeof *q * (size_t)(n - i));
-                n -= i;
-                i = 0;
-                continue;
-            }
             if (in || b == WATCH_CHILDREN || rc != ZNONODE)
                 break; /* read the queue again (unless in; after a lost reply, connected again) */
             /* The node we waited for is gone. Nodes only ever leave the
              * part of the queue before ours (later ones get higher
              * sequence numbers): if what is left of the last read lets us
-             * in, it holds now — no need to read the queue again. */
+             * in, it holds now — no need to read the queue again. If not,
+             * what is left may be long gone too: one read of the queue
+             * rather than a watch on each. */
             memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
             n--;
             i--;
-            pred_held = false;
+            if (blocker(q, i) != HOLDS)
+                break;
         }
         if (result || in || b == HOLDS)
             break;
@@ -1669,12 +1665,13 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         op_end(&op);
         return result;
     }
-    if (waited && zl->kind[0] != 'r') {
+    if (waited && zl->kind[0] == 's') {
         /* Our successor watches us: a semaphore's next waiter becomes the
-         * first; an exclusive one learns that we hold, so that our going
-         * lets it in without reading the queue again (the handover's
-         * critical path keeps one server hop). The reply does not matter;
-         * the watch does. */
+         * first, which watches the children. The reply does not matter;
+         * the watch does. (Not for an exclusive lock: telling the next
+         * waiter that we hold would save it one read of the queue after
+         * we go, at the price of a write — a flush on a durable ensemble —
+         * per hand-over, issue 24.) */
         char data[sizeof zc->self + 2];
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));

@@ -715,6 +715,73 @@ static void test_no_herd_and_fifo(void **state)
     dlock_client_close(obs);
 }
 
+/* ---- 4b. writes: each one a flush on a durable server ----------------------------- */
+
+/* The server's write count: the low half of its last zxid (`srvr`). */
+static long long server_writes(void)
+{
+    char *st = zk_ask("srvr");
+    char *z = strstr(st, "Zxid: ");
+    assert_non_null(z);
+    long long zxid = strtoll(z + 6, NULL, 16);
+    free(st);
+    return zxid & 0xffffffffLL;
+}
+
+/*
+ * What an acquisition writes (issue 24): a create and a delete, also when
+ * it waited — an exclusive holder used to touch its node for its successor
+ * (a setData per hand-over) — and on a name's first use the name's node
+ * without a failed create of the directory above it.
+ */
+static void test_writes_per_section(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "writes");
+    dlock_client *c1 = open_url(zk_url), *c2 = open_url(zk_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    /* Both sessions up (their creation is not counted), and the directory
+     * above the names there. */
+    dlock_lock *warm = mk(c1, "writes-warm", NULL, NULL);
+    acquire_ok(warm, 0);
+    assert_int_equal(dlock_release(warm), 0);
+    dlock_lock_free(warm);
+    (void)inspect(c2, "writes-warm");
+
+    /* A name's first use: the create that finds no name's node, the
+     * name's node, the create again; then the delete. */
+    long long w0 = server_writes();
+    acquire_ok(h, 0);
+    assert_int_equal(dlock_release(h), 0);
+    long long first = server_writes() - w0;
+
+    /* Uncontended. */
+    w0 = server_writes();
+    acquire_ok(h, 0);
+    assert_int_equal(dlock_release(h), 0);
+    long long cycle = server_writes() - w0;
+
+    /* A hand-over: the waiter's section, from the holder's release on. */
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, true);
+    wait_waiters(c1, name, 1, 5000);
+    w0 = server_writes();
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    long long handover = server_writes() - w0 - 1; /* less the holder's delete */
+    fprintf(stderr, "# server writes: first use %lld, a cycle %lld, a waiter's section %lld\n",
+            first, cycle, handover);
+    assert_int_equal(first, 4);
+    assert_int_equal(cycle, 2);
+    assert_int_equal(handover, 1); /* its delete (its create came before) */
+    dlock_lock_free(h);
+    dlock_lock_free(w);
+    dlock_client_close(c1);
+    dlock_client_close(c2);
+}
+
 /* A waiter that waited longer than the session's 2/3 (the lock's validity
  * on the client) keeps its place: its grant is not thrown away as "too
  * late" (its session was alive all along) to queue again behind later
@@ -1179,6 +1246,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_lost_create_reply_leaves_no_orphan, teardown_processes),
         cmocka_unit_test_teardown(test_member_stops_answering, teardown_processes),
         cmocka_unit_test(test_no_herd_and_fifo),
+        cmocka_unit_test(test_writes_per_section),
         cmocka_unit_test(test_long_wait_keeps_its_place),
         cmocka_unit_test(test_odd_names),
         cmocka_unit_test(test_digest_auth),
