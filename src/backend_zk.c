@@ -481,16 +481,16 @@ static void own_rearm(zk_call *k)
     }
 }
 
-/* Wait until *flag (a field of k) is set, the deadline (monotonic ns; -1
- * none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
+/* Wait until *flag (a field of k) or *flag2 or *flag3 (NULL: none) is set,
+ * the deadline (monotonic ns; -1 none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
  * DLOCK_ECANCELED. */
-static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, int evfd,
-                         int64_t until_ns, int cancel_fd)
+static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
+                         int evfd, int64_t until_ns, int cancel_fd)
 {
     zkclient *zc = k->zc;
     for (;;) {
         pthread_mutex_lock(&zc->mu);
-        bool set = *flag || (flag2 && *flag2);
+        bool set = *flag || (flag2 && *flag2) || (flag3 && *flag3);
         pthread_mutex_unlock(&zc->mu);
         if (set)
             return 0;
@@ -512,7 +512,7 @@ static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, int ev
 
 static int call_wait(zk_call *k, int evfd, int64_t until_ns, int cancel_fd)
 {
-    return call_wait_for(k, &k->done, NULL, evfd, until_ns, cancel_fd);
+    return call_wait_for(k, &k->done, NULL, NULL, evfd, until_ns, cancel_fd);
 }
 
 /* ---- sessions --------------------------------------------------------------- */
@@ -1497,6 +1497,77 @@ static int acq_fail(dlock_lock *l, int64_t deadline, int rc, const char *what)
                        zk_why(zc, rc, err, sizeof err), zc->redacted);
 }
 
+/*
+ * Wait for the watch w on our predecessor (*q)[*b] to fire (0), the
+ * deadline or a cancel; the view is *q (names in *snap), *n nodes, ours at
+ * *i. An exclusive waiter also watches the node before its
+ * predecessor: once that one goes the predecessor most likely holds, and
+ * the waiter reads the queue then, while it holds, so that the
+ * predecessor's going lets it in at once — no read on the hand-over's path,
+ * and no write either (the predecessor used to touch its node to say it
+ * held: a flush per hand-over on a durable ensemble, issue 24). The view
+ * is replaced by the fresher one when the predecessor is the same; a node
+ * is then watched by at most its owner and two successors.
+ */
+static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_node **q, int *n,
+                     int *i, int *b, int64_t deadline, int cancel_fd)
+{
+    zklock *zl = l->bstate;
+    const bool *lost = zl->own ? &zl->own->lost : NULL;
+    zk_call *w2 = NULL;
+    bool second = (*q)[*i].pos.kind == 'x' && *b == *i - 1;
+    int rc;
+    for (;;) {
+        bool refresh = false;
+        char path[ZK_PATH_MAX];
+        if (second && !w2 && *b >= 1 &&
+            pjoin(path, sizeof path, zl->parent, (*q)[*b - 1].name)) {
+            w2 = zk_watch(op, CALL_STAT, path);
+            int rc2 = zk_result(op, w2, req_until(l));
+            if (rc2 == ZNONODE) {
+                refresh = true; /* gone already */
+            } else if (rc2 != ZOK) {
+                call_drop(w2); /* (a lost reply: the predecessor's watch goes on) */
+                w2 = NULL;
+                second = false;
+            }
+        }
+        if (!refresh) {
+            rc = call_wait_for(w, &w->fired, lost, w2 ? &w2->fired : NULL, op->evfd, deadline,
+                               cancel_fd);
+            if (rc || w->fired || !w2 || !w2->fired)
+                break;
+        }
+        call_drop(w2);
+        w2 = NULL;
+        /* The node before the predecessor went: read the queue. */
+        zk_call *kids = NULL;
+        zk_node *q2 = NULL;
+        int n2 = -1, j = 0;
+        if (zk_do(op, CALL_CHILDREN, zl->parent, NULL, req_until(l), &kids) == ZOK)
+            n2 = queue_of(kids->kids, kids->nkids, &q2);
+        while (j < n2 && strcmp(q2[j].name, (*q)[*i].name) != 0)
+            j++;
+        if (j >= 1 && j < n2 && strcmp(q2[j - 1].name, (*q)[*b].name) == 0) {
+            free(*q);
+            call_drop(*snap);
+            *snap = kids;
+            *q = q2;
+            *n = n2;
+            *i = j;
+            *b = j - 1;
+        } else {
+            /* the predecessor went meanwhile (its watch says so), or no
+             * reply: wait on its watch alone */
+            free(q2);
+            call_drop(kids);
+            second = false;
+        }
+    }
+    call_drop(w2);
+    return rc;
+}
+
 /* One try; *again when the session expired while it waited (its node went
  * with it) and a new session may try again. */
 static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
@@ -1604,8 +1675,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                 free(q2);
             }
             if (rc == ZOK && !in) {
-                rc = call_wait_for(w, &w->fired, zl->own ? &zl->own->lost : NULL, op.evfd,
-                                   deadline, cancel_fd);
+                rc = wait_pred(&op, l, w, &snap, &q, &n, &i, &b, deadline, cancel_fd);
                 if (rc) {
                     call_drop(w);
                     result = rc == DLOCK_ECANCELED
@@ -2279,7 +2349,7 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
             nanosleep(&ms1, NULL);
             int64_t t0 = dl_now_ns();
             zk_call *d = zk_send(&op, CALL_VOID, path, NULL, 0, NULL);
-            rc = call_wait_for(w, &w->fired, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
+            rc = call_wait_for(w, &w->fired, NULL, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
                                                                                 : ZOK;
             pthread_mutex_lock(&z2->mu);
             int64_t t1 = w->fired_ns;
