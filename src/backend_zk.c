@@ -134,6 +134,7 @@ struct zkclient {
      * expired session's handle. Never taken by the C client's threads. */
     pthread_rwlock_t rw;
     zhandle_t *zh;
+    zhandle_t *closing; /* being closed: no request from callbacks (under mu) */
     char *hosts; /* "h1:p1,h2:p2" */
     char *live;  /* the hosts the session may use: hosts less the silent ones (under mu) */
     char *base;  /* CHROOT/dlock */
@@ -470,7 +471,9 @@ static void on_own(int rc, const struct Stat *st, const void *data)
 /* Watch a holder's own node again (mu held). */
 static void own_rearm(zk_call *k)
 {
-    if (k->abandoned || k->lost || !k->zh)
+    /* (A request sent while the handle closes is lost inside the C client,
+     * its memory with it.) */
+    if (k->abandoned || k->lost || !k->zh || k->zh == k->zc->closing)
         return;
     k->refs += 2;
     k->armed = true;
@@ -760,8 +763,12 @@ static void session_close(zkclient *zc)
         return;
     /* Pending completions run (with ZCLOSING) inside zookeeper_close: mu
      * must be free. */
+    pthread_mutex_lock(&zc->mu);
+    zc->closing = zh;
+    pthread_mutex_unlock(&zc->mu);
     zookeeper_close(zh);
     pthread_mutex_lock(&zc->mu);
+    zc->closing = NULL;
     zc->zh = NULL;
     for (zk_call **pp = &zc->calls; *pp;) {
         zk_call *k = *pp;
@@ -1044,6 +1051,8 @@ static void on_sync_ignore(int rc, const char *value, const void *data)
  * moved to a member that has not applied its create yet). */
 static void orphans_purge(zkclient *zc, zhandle_t *zh)
 {
+    if (zh == zc->closing)
+        return;
     bool synced = false;
     for (zk_orphan *o = zc->orphans; o; o = o->next) {
         if (o->searching)
