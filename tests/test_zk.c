@@ -142,10 +142,43 @@ static pid_t server_pid(void)
 
 static pid_t stopped_server; /* SIGCONT'd by the teardown whatever happens */
 
+/* SIGSTOP pid and wait until every thread of it is stopped: kill returns
+ * before that, and a loaded machine has been seen to let a stopped JVM
+ * answer a request sent just after (the test then saw no stop at all). */
+static void stop_process(pid_t pid)
+{
+    stopped_server = pid;
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    for (int64_t end = now_ms() + 5000;; sleep_ms(2)) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        bool all = true;
+        for (struct dirent *e; all && (e = readdir(d));) {
+            if (e->d_name[0] == '.')
+                continue;
+            char path[sizeof dir + 300], buf[512];
+            snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[n] = '\0';
+            const char *st = strrchr(buf, ')'); /* "pid (comm) S ..." */
+            all = !st || st[1] != ' ' || st[2] == 'T' || st[2] == 't';
+        }
+        closedir(d);
+        if (all)
+            return;
+        if (now_ms() > end)
+            fail_msg("process %d not stopped 5 s after SIGSTOP", (int)pid);
+    }
+}
+
 static void server_stop(void)
 {
-    stopped_server = server_pid();
-    assert_int_equal(kill(stopped_server, SIGSTOP), 0);
+    stop_process(server_pid());
 }
 
 static void server_cont(void)
@@ -583,8 +616,7 @@ static void test_member_stops_answering(void **state)
     dlock_client *c = NULL;
     dlock_lock *l = NULL;
     int on = follower_session(m, &c, &l, name);
-    stopped_server = m[on].pid;
-    assert_int_equal(kill(stopped_server, SIGSTOP), 0);
+    stop_process(m[on].pid);
     int64_t t0 = now_ms();
     int rc = dlock_acquire(l, 0);
     int64_t took = now_ms() - t0;
@@ -609,8 +641,7 @@ static void test_member_stops_answering(void **state)
     /* A waiter with time left. */
     unique(name, sizeof name, "frozenwait");
     on = follower_session(m, &c, &l, name);
-    stopped_server = m[on].pid;
-    assert_int_equal(kill(stopped_server, SIGSTOP), 0);
+    stop_process(m[on].pid);
     t0 = now_ms();
     rc = dlock_acquire(l, 15000);
     took = now_ms() - t0;
