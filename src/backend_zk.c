@@ -59,6 +59,7 @@ static const dl_scheme zk_schemes[] = {
 #ifdef DLOCK_HAVE_ZK
 #include <zookeeper/zookeeper.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -133,7 +134,9 @@ struct zkclient {
      * expired session's handle. Never taken by the C client's threads. */
     pthread_rwlock_t rw;
     zhandle_t *zh;
+    zhandle_t *closing; /* being closed: no request from callbacks (under mu) */
     char *hosts; /* "h1:p1,h2:p2" */
+    char *live;  /* the hosts the session may use: hosts less the silent ones (under mu) */
     char *base;  /* CHROOT/dlock */
     char *cred;  /* "user:password" for digest auth, or NULL */
     const char *redacted;
@@ -141,6 +144,7 @@ struct zkclient {
     int negotiated_ms;
     int connect_ms, op_ms;
     int state; /* last session state seen */
+    unsigned connects; /* CONNECTED events seen (session_move) */
     bool expired;
     int64_t disconnected_ns;
     int64_t confirmed_ns; /* when a request the server answered was sent */
@@ -187,6 +191,15 @@ static void poke(int fd)
 }
 
 /* ---- calls ---------------------------------------------------------------- */
+
+/* The request's reply will never come (its outcome is unknown): the
+ * connection dropped, nothing came within op_timeout_ms, or the C client
+ * dropped the connection on a reply out of order (a request left behind by
+ * a move between members, see session_move). */
+static bool reply_lost(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZRUNTIMEINCONSISTENCY;
+}
 
 /*
  * A call lives while anything can still reach it: refs counts the replies
@@ -448,6 +461,8 @@ static void on_own(int rc, const struct Stat *st, const void *data)
         if (held)
             tell_lost(zc, &l, 1,
                       "its znode was gone (dlock break --force, or the session ended)");
+    } else if (reply_lost(rc) && !armed) {
+        own_rearm(k); /* the request died with its connection: once more on the next */
     }
     call_unref(k);
     pthread_mutex_unlock(&zc->mu);
@@ -456,7 +471,9 @@ static void on_own(int rc, const struct Stat *st, const void *data)
 /* Watch a holder's own node again (mu held). */
 static void own_rearm(zk_call *k)
 {
-    if (k->abandoned || k->lost || !k->zh)
+    /* (A request sent while the handle closes is lost inside the C client,
+     * its memory with it.) */
+    if (k->abandoned || k->lost || !k->zh || k->zh == k->zc->closing)
         return;
     k->refs += 2;
     k->armed = true;
@@ -467,16 +484,16 @@ static void own_rearm(zk_call *k)
     }
 }
 
-/* Wait until *flag (a field of k) is set, the deadline (monotonic ns; -1
- * none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
+/* Wait until *flag (a field of k) or *flag2 or *flag3 (NULL: none) is set,
+ * the deadline (monotonic ns; -1 none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
  * DLOCK_ECANCELED. */
-static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, int evfd,
-                         int64_t until_ns, int cancel_fd)
+static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
+                         int evfd, int64_t until_ns, int cancel_fd)
 {
     zkclient *zc = k->zc;
     for (;;) {
         pthread_mutex_lock(&zc->mu);
-        bool set = *flag || (flag2 && *flag2);
+        bool set = *flag || (flag2 && *flag2) || (flag3 && *flag3);
         pthread_mutex_unlock(&zc->mu);
         if (set)
             return 0;
@@ -498,7 +515,7 @@ static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, int ev
 
 static int call_wait(zk_call *k, int evfd, int64_t until_ns, int cancel_fd)
 {
-    return call_wait_for(k, &k->done, NULL, evfd, until_ns, cancel_fd);
+    return call_wait_for(k, &k->done, NULL, NULL, evfd, until_ns, cancel_fd);
 }
 
 /* ---- sessions --------------------------------------------------------------- */
@@ -555,6 +572,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     }
     zc->state = state;
     if (state == ZOO_CONNECTED_STATE) {
+        zc->connects++;
         zc->disconnected_ns = 0;
         zc->negotiated_ms = zoo_recv_timeout(zh);
         orphans_purge(zc, zh);
@@ -691,7 +709,10 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
         zc->disconnected_ns = 0;
         pthread_mutex_unlock(&zc->mu);
     }
-    free(hosts);
+    pthread_mutex_lock(&zc->mu);
+    free(zc->live);
+    zc->live = hosts;
+    pthread_mutex_unlock(&zc->mu);
     if (!up) {
         if (refused)
             snprintf(err, errlen, "the ZooKeeper server at %s ended the session at once",
@@ -742,8 +763,12 @@ static void session_close(zkclient *zc)
         return;
     /* Pending completions run (with ZCLOSING) inside zookeeper_close: mu
      * must be free. */
+    pthread_mutex_lock(&zc->mu);
+    zc->closing = zh;
+    pthread_mutex_unlock(&zc->mu);
     zookeeper_close(zh);
     pthread_mutex_lock(&zc->mu);
+    zc->closing = NULL;
     zc->zh = NULL;
     for (zk_call **pp = &zc->calls; *pp;) {
         zk_call *k = *pp;
@@ -822,6 +847,108 @@ static bool wait_connected(zkclient *zc, int64_t until_ns)
     bool up = zc->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zc->mu);
     return up;
+}
+
+/* Do a and b name the same address and port? */
+static bool same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return false;
+}
+
+/* The one descriptor of this process connected to peer: the C client's
+ * socket (no API gives it). -1 if none, or several (other clients of the
+ * process on the same member: which is ours is not known). */
+static int socket_to(const struct sockaddr_storage *peer)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int found = -1, n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct sockaddr_storage a;
+        socklen_t al = sizeof a;
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) ||
+            getpeername(fd, (struct sockaddr *)&a, &al) != 0 || !same_peer(&a, peer))
+            continue;
+        found = fd;
+        n++;
+    }
+    closedir(d);
+    return n == 1 ? found : -1;
+}
+
+/*
+ * A request on zh went unanswered for op_timeout_ms: the member it went to
+ * is stopped, overloaded or cut off. The C client would stay there until
+ * nothing came for 2/3 of the session timeout; instead the session moves
+ * now. zoo_set_servers without that member (in the C client 3.8 it only
+ * takes effect at the next connection), then a shutdown of the client's
+ * socket: the C client fails the requests in flight (ZCONNECTIONLOSS) and
+ * resumes the same session — ephemeral nodes and watches included — on
+ * another member. A request left queued at the silent member cannot take
+ * effect later: the leader refuses requests of a session that has moved to
+ * another member (find_own reads after a sync for those it took before).
+ * No move when the socket is not known for sure (another client of the
+ * process on the same member) or no other member is left: the C client
+ * then moves on its own. The session counts as disconnected until it is
+ * connected again (wait_connected).
+ */
+static void session_move(zkclient *zc, zhandle_t *zh)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    memset(&peer, 0, sizeof peer);
+    char drop[300];
+    const char *cur = zoo_get_current_server(zh);
+    snprintf(drop, sizeof drop, "%s", cur ? cur : "");
+    if (!zookeeper_get_connected_host(zh, (struct sockaddr *)&peer, &plen))
+        return; /* not connected: moving already */
+    pthread_mutex_lock(&zc->mu);
+    char *rest = zh == zc->zh && zc->state == ZOO_CONNECTED_STATE && zc->live && drop[0]
+                     ? strdup(zc->live)
+                     : NULL;
+    unsigned connects = zc->connects;
+    pthread_mutex_unlock(&zc->mu);
+    if (!rest)
+        return; /* moving already, or the session is gone */
+    size_t len = strlen(rest);
+    hosts_drop(rest, drop);
+    int fd = socket_to(&peer);
+    if (!rest[0] || fd < 0) {
+        free(rest);
+        return;
+    }
+    /* (a host name is not found by the address the client gives: the list
+     * stays, and the client takes the next member in it) */
+    if (strlen(rest) < len && zoo_set_servers(zh, rest) == ZOK) {
+        pthread_mutex_lock(&zc->mu);
+        free(zc->live);
+        zc->live = rest;
+        rest = NULL;
+        pthread_mutex_unlock(&zc->mu);
+    }
+    free(rest);
+    if (shutdown(fd, SHUT_RDWR) != 0)
+        return;
+    pthread_mutex_lock(&zc->mu);
+    if (zc->connects == connects && zc->zh == zh && zc->state == ZOO_CONNECTED_STATE) {
+        zc->state = ZOO_CONNECTING_STATE; /* (before the C client says so) */
+        if (!zc->disconnected_ns)
+            zc->disconnected_ns = dl_now_ns();
+    }
+    pthread_mutex_unlock(&zc->mu);
 }
 
 /* ---- node names --------------------------------------------------------------- */
@@ -912,12 +1039,27 @@ static void on_orphan_children(int rc, const struct String_vector *sv, const voi
     pthread_mutex_unlock(&zc->mu);
 }
 
-/* Look for every orphan's node (mu held, zh connected). */
+static void on_sync_ignore(int rc, const char *value, const void *data)
+{
+    (void)rc;
+    (void)value;
+    (void)data;
+}
+
+/* Look for every orphan's node (mu held, zh connected), on a member that
+ * has caught up with the leader (a sync first: the session may have just
+ * moved to a member that has not applied its create yet). */
 static void orphans_purge(zkclient *zc, zhandle_t *zh)
 {
+    if (zh == zc->closing)
+        return;
+    bool synced = false;
     for (zk_orphan *o = zc->orphans; o; o = o->next) {
         if (o->searching)
             continue;
+        if (!synced && zoo_async(zh, zc->base, on_sync_ignore, NULL) != ZOK)
+            return; /* the session is going: looked for when it is back */
+        synced = true;
         o->zh = zh;
         o->searching = zoo_aget_children(zh, o->parent, 0, on_orphan_children, o) == ZOK;
     }
@@ -952,6 +1094,7 @@ static int zk_code(int rc)
     case ZOPERATIONTIMEOUT:
     case ZCLOSING:
     case ZINVALIDSTATE:
+    case ZRUNTIMEINCONSISTENCY:
         return DLOCK_EUNREACHABLE;
     case ZSYSTEMERROR:
         return DLOCK_ENOMEM;
@@ -1116,28 +1259,36 @@ static const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
     return buf;
 }
 
+/* Create one directory of a name's path (the name's node: name_node): ZOK
+ * when it is there. The shared directories are open to every user; a
+ * name's node carries the client's ACL, so that other users cannot empty
+ * its queue. Containers vanish once their last child has gone. */
+static int create_dir(zk_op *op, const char *path, bool name_node, int64_t until_ns)
+{
+    zk_call *k = zk_send(op, CALL_CREATE, path, NULL, name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
+                         name_node ? &op->zc->acl : &ZOO_OPEN_ACL_UNSAFE);
+    int rc = zk_result(op, k, until_ns);
+    call_drop(k);
+    return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
 /* Create the persistent path components of base and the name's container
- * node, each if absent. */
+ * node, each if absent. The name's node alone first: the directories
+ * above it are there but on a new server, and a create that fails is a
+ * write too (an error transaction, flushed like any other). */
 static int ensure_parent(zk_op *op, const char *parent, int64_t until_ns)
 {
-    zkclient *zc = op->zc;
+    int rc = create_dir(op, parent, true, until_ns);
+    if (rc != ZNONODE)
+        return rc;
     char p[ZK_PATH_MAX];
-    size_t blen = strlen(zc->base), plen = strlen(parent);
+    size_t blen = strlen(op->zc->base), plen = strlen(parent);
     for (size_t i = 1; i <= plen; i++) {
         if (parent[i] != '/' && parent[i] != '\0')
             continue;
         memcpy(p, parent, i);
         p[i] = '\0';
-        bool name_node = i > blen;
-        /* The shared directories are open to every user; a name's node
-         * carries the client's ACL, so that other users cannot empty its
-         * queue. Containers vanish once their last child has gone. */
-        zk_call *k = zk_send(op, CALL_CREATE, p, NULL,
-                             name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
-                             name_node ? &zc->acl : &ZOO_OPEN_ACL_UNSAFE);
-        int rc = zk_result(op, k, until_ns);
-        call_drop(k);
-        if (rc != ZOK && rc != ZNODEEXISTS)
+        if ((rc = create_dir(op, p, i > blen, until_ns)) != ZOK)
             return rc;
     }
     return ZOK;
@@ -1182,15 +1333,26 @@ static void own_drop(dlock_lock *l)
 
 /* Our node, found by the owner id in its name after a create whose reply
  * was lost, if it belongs to this session (a node of an older session is
- * never ours to hold). ZOK with path and czxid, ZNONODE if none. */
+ * never ours to hold). ZOK with path and czxid, ZNONODE if none. The read
+ * follows a sync (pipelined: a session's requests are served in order):
+ * the member may be one the session just moved to, behind the leader, and
+ * a create the leader took must be seen; one it did not take never will
+ * be (see session_move). */
 static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size_t len,
                     int64_t *czxid)
 {
     zklock *zl = l->bstate;
-    zk_call *kids = NULL;
-    int rc = zk_do(op, CALL_CHILDREN, zl->parent, NULL, until_ns, &kids);
-    if (rc != ZOK)
+    zk_call *sync = zk_send(op, CALL_SYNC, op->zc->base, NULL, 0, NULL);
+    zk_call *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+    int rc = zk_result(op, kids, until_ns);
+    int synced = rc == ZOK ? zk_result(op, sync, until_ns) : rc; /* answered before kids */
+    call_drop(sync);
+    if (rc == ZOK && synced != ZOK)
+        rc = synced;
+    if (rc != ZOK) {
+        call_drop(kids);
         return rc;
+    }
     int found = -1;
     for (int i = 0; i < kids->nkids && found < 0; i++)
         if (strstr(kids->kids[i], l->owner))
@@ -1215,11 +1377,37 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
     return ZOK;
 }
 
+/* Lost replies an acquisition sends its requests again after (each after
+ * a reconnection): a bound for a connection that drops as soon as it is up. */
+#define ZK_LOST_MAX 32
+
+/*
+ * A request of an acquisition got no reply (rc, see reply_lost): true when
+ * it may be sent again — the session is connected again (moved off a member
+ * silent for op_timeout_ms, see session_move) before the deadline. A
+ * waiter with time left never gives up on a lost reply: the member it went
+ * to may be stopped or cut off while the others serve. A try (deadline 0)
+ * moves the session but does not wait for it.
+ */
+static bool acq_retry(zk_op *op, int64_t deadline, int rc, int *lost)
+{
+    if (!reply_lost(rc) || ++*lost > ZK_LOST_MAX)
+        return false;
+    if (rc == ZOPERATIONTIMEOUT)
+        session_move(op->zc, op->zh);
+    if (deadline == 0 || (deadline > 0 && dl_now_ns() >= deadline))
+        return false;
+    return wait_connected(op->zc, deadline);
+}
+
 /* Create our node and read the queue (pipelined: a session's requests are
  * served in order, so the read sees the create). ZOK with zl->path set and
- * *kids the queue's read in flight. */
-static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, bool *unknown,
-                   int64_t *created_sent)
+ * *kids the queue's read in flight. A create whose reply is lost (*unknown)
+ * is not sent again before our node is known not to be there (find_own):
+ * one left behind would block the queue — us included — until the session
+ * ends (Curator's "protected" mode, with the owner id as its GUID). */
+static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, zk_call **kids,
+                   bool *unknown, int64_t *created_sent)
 {
     zkclient *zc = op->zc;
     zklock *zl = l->bstate;
@@ -1229,43 +1417,46 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t *czxid, zk_call **kids, boo
     if (!pjoin(prefix, sizeof prefix, zl->parent, leaf))
         return ZBADARGUMENTS;
     snprintf(data, sizeof data, "%s\n", zc->self);
-    for (int tries = 0;; tries++) {
-        *created_sent = dl_now_ns();
-        zk_call *cr = zk_send(op, CALL_CREATE, prefix, data, ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
-        *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
-        int rc = zk_result(op, cr, req_until(l));
-        if (rc == ZOK) {
-            snprintf(zl->path, sizeof zl->path, "%s", cr->path);
-            *czxid = cr->stat.czxid;
-            call_drop(cr);
-            *unknown = false;
-            return ZOK;
-        }
-        call_drop(cr);
-        call_drop(*kids);
-        *kids = NULL;
-        if (rc == ZNONODE && tries < 3) {
-            rc = ensure_parent(op, zl->parent, req_until(l));
-            if (rc == ZOK)
+    int parents = 0, lost = 0;
+    for (;;) {
+        int rc;
+        if (*unknown) {
+            rc = find_own(op, l, req_until(l), zl->path, sizeof zl->path, czxid);
+            if (rc == ZOK) {
+                *unknown = false;
+                *created_sent = 0; /* found by reads: proves nothing of the session */
+                *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+                return ZOK;
+            }
+            if (rc == ZNONODE) {
+                *unknown = false; /* not there, and never will be: create again */
                 continue;
-            return rc;
-        }
-        if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSYSTEMERROR)
-            return rc;
-        /* Created or not: the reply is lost. */
-        *unknown = true;
-        if (rc != ZCONNECTIONLOSS || tries >= 3 || !wait_connected(zc, req_until(l)))
-            return rc;
-        rc = find_own(op, l, req_until(l), zl->path, sizeof zl->path, czxid);
-        if (rc == ZOK) {
-            *unknown = false;
-            *created_sent = 0; /* found by reads: proves nothing of the session */
+            }
+        } else {
+            *created_sent = dl_now_ns();
+            zk_call *cr =
+                zk_send(op, CALL_CREATE, prefix, data, ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
             *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
-            return ZOK;
+            rc = zk_result(op, cr, req_until(l));
+            if (rc == ZOK) {
+                snprintf(zl->path, sizeof zl->path, "%s", cr->path);
+                *czxid = cr->stat.czxid;
+                call_drop(cr);
+                return ZOK;
+            }
+            call_drop(cr);
+            call_drop(*kids);
+            *kids = NULL;
+            if (rc == ZNONODE && parents++ < 3) {
+                rc = ensure_parent(op, zl->parent, req_until(l));
+                if (rc == ZOK)
+                    continue;
+            } else if (reply_lost(rc) || rc == ZSYSTEMERROR) {
+                *unknown = true; /* created or not: the reply is lost */
+            }
         }
-        if (rc != ZNONODE)
+        if (!acq_retry(op, deadline, rc, &lost))
             return rc;
-        *unknown = false; /* not there: create again */
     }
 }
 
@@ -1306,13 +1497,84 @@ static int acq_fail(dlock_lock *l, int64_t deadline, int rc, const char *what)
 {
     zkclient *zc = zc_of(l->c);
     char err[300];
-    if (rc == ZOPERATIONTIMEOUT && deadline > 0 && dl_now_ns() >= deadline)
+    if (reply_lost(rc) && deadline > 0 && dl_now_ns() >= deadline)
         return dl_lock_err(l, DLOCK_ETIMEDOUT,
                            "lock \"%s\": not acquired in time (no reply from ZooKeeper %s "
                            "before the deadline)",
                            l->name, what);
     return dl_lock_err(l, zk_code(rc), "lock \"%s\": %s: %s (%s)", l->name, what,
                        zk_why(zc, rc, err, sizeof err), zc->redacted);
+}
+
+/*
+ * Wait for the watch w on our predecessor (*q)[*b] to fire (0), the
+ * deadline or a cancel; the view is *q (names in *snap), *n nodes, ours at
+ * *i. An exclusive waiter also watches the node before its
+ * predecessor: once that one goes the predecessor most likely holds, and
+ * the waiter reads the queue then, while it holds, so that the
+ * predecessor's going lets it in at once — no read on the hand-over's path,
+ * and no write either (the predecessor used to touch its node to say it
+ * held: a flush per hand-over on a durable ensemble, issue 24). The view
+ * is replaced by the fresher one when the predecessor is the same; a node
+ * is then watched by at most its owner and two successors.
+ */
+static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_node **q, int *n,
+                     int *i, int *b, int64_t deadline, int cancel_fd)
+{
+    zklock *zl = l->bstate;
+    const bool *lost = zl->own ? &zl->own->lost : NULL;
+    zk_call *w2 = NULL;
+    bool second = (*q)[*i].pos.kind == 'x' && *b == *i - 1;
+    int rc;
+    for (;;) {
+        bool refresh = false;
+        char path[ZK_PATH_MAX];
+        if (second && !w2 && *b >= 1 &&
+            pjoin(path, sizeof path, zl->parent, (*q)[*b - 1].name)) {
+            w2 = zk_watch(op, CALL_STAT, path);
+            int rc2 = zk_result(op, w2, req_until(l));
+            if (rc2 == ZNONODE) {
+                refresh = true; /* gone already */
+            } else if (rc2 != ZOK) {
+                call_drop(w2); /* (a lost reply: the predecessor's watch goes on) */
+                w2 = NULL;
+                second = false;
+            }
+        }
+        if (!refresh) {
+            rc = call_wait_for(w, &w->fired, lost, w2 ? &w2->fired : NULL, op->evfd, deadline,
+                               cancel_fd);
+            if (rc || w->fired || !w2 || !w2->fired)
+                break;
+        }
+        call_drop(w2);
+        w2 = NULL;
+        /* The node before the predecessor went: read the queue. */
+        zk_call *kids = NULL;
+        zk_node *q2 = NULL;
+        int n2 = -1, j = 0;
+        if (zk_do(op, CALL_CHILDREN, zl->parent, NULL, req_until(l), &kids) == ZOK)
+            n2 = queue_of(kids->kids, kids->nkids, &q2);
+        while (j < n2 && strcmp(q2[j].name, (*q)[*i].name) != 0)
+            j++;
+        if (j >= 1 && j < n2 && strcmp(q2[j - 1].name, (*q)[*b].name) == 0) {
+            free(*q);
+            call_drop(*snap);
+            *snap = kids;
+            *q = q2;
+            *n = n2;
+            *i = j;
+            *b = j - 1;
+        } else {
+            /* the predecessor went meanwhile (its watch says so), or no
+             * reply: wait on its watch alone */
+            free(q2);
+            call_drop(kids);
+            second = false;
+        }
+    }
+    call_drop(w2);
+    return rc;
 }
 
 /* One try; *again when the session expired while it waited (its node went
@@ -1328,6 +1590,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     int64_t czxid = 0;
+    int nlost = 0; /* replies lost after the create (acq_retry) */
     bool unknown = false, waited = false;
     zk_call *kids = NULL;
     zl->path[0] = '\0';
@@ -1337,7 +1600,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
      * than the validity itself. Reads and watches answered by our member
      * do not count (see zk_confirm). */
     int64_t asked = 0;
-    rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
+    rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
     if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
@@ -1349,7 +1612,8 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         if (rc)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
-        rc = enqueue(&op, l, &czxid, &kids, &unknown, &asked);
+        unknown = false; /* (the old session's nodes went with it) */
+        rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
     }
     if (rc != ZOK) {
         give_up(&op, l, unknown);
@@ -1363,7 +1627,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     zk_node *q = NULL;
     for (;;) {
         rc = zk_result(&op, kids, req_until(l));
-        if (rc == ZCONNECTIONLOSS && wait_connected(zc, req_until(l))) {
+        if (rc != ZOK && acq_retry(&op, deadline, rc, &nlost)) {
             call_drop(kids);
             kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
             continue;
@@ -1394,7 +1658,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             break;
         }
         int b;
-        bool in = false, pred_held = false;
+        bool in = false;
         while ((b = blocker(q, i)) != HOLDS) {
             if (deadline == 0) {
                 result =
@@ -1420,8 +1684,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                 free(q2);
             }
             if (rc == ZOK && !in) {
-                rc = call_wait_for(w, &w->fired, zl->own ? &zl->own->lost : NULL, op.evfd,
-                                   deadline, cancel_fd);
+                rc = wait_pred(&op, l, w, &snap, &q, &n, &i, &b, deadline, cancel_fd);
                 if (rc) {
                     call_drop(w);
                     result = rc == DLOCK_ECANCELED
@@ -1432,40 +1695,25 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                 rc = w->event == ZOO_DELETED_EVENT ? ZNONODE
                      : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
                                                       : ZOK;
-            } else if (rc != ZOK && rc != ZNONODE && rc != ZCONNECTIONLOSS) {
+            } else if (rc != ZOK && rc != ZNONODE && !acq_retry(&op, deadline, rc, &nlost)) {
                 call_drop(w);
                 result = acq_fail(l, deadline, rc, "watching its queue");
                 break;
             }
             call_drop(w);
-            /* An exclusive predecessor touches its node once it holds (see
-             * below): it was first then, so once it goes we are. Watch it
-             * again for its going (a re-watch that finds it gone already
-             * says the same). */
-            bool chain = b >= 0 && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
-            if (chain && rc == ZNODEEXISTS) {
-                pred_held = true;
-                continue;
-            }
-            if (chain && pred_held && rc == ZNONODE) {
-                memmove(q, &q[i], sizeof *q * (size_t)(n - i));
-                n -= i;
-                i = 0;
-                continue;
-            }
-            if (in || b == WATCH_CHILDREN || rc != ZNONODE) {
-                if (rc == ZCONNECTIONLOSS)
-                    (void)wait_connected(zc, deadline < 0 ? op_until(zc) : deadline);
-                break; /* read the queue again (unless in) */
-            }
+            if (in || b == WATCH_CHILDREN || rc != ZNONODE)
+                break; /* read the queue again (unless in; after a lost reply, connected again) */
             /* The node we waited for is gone. Nodes only ever leave the
              * part of the queue before ours (later ones get higher
              * sequence numbers): if what is left of the last read lets us
-             * in, it holds now — no need to read the queue again. */
+             * in, it holds now — no need to read the queue again. If not,
+             * what is left may be long gone too: one read of the queue
+             * rather than a watch on each. */
             memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
             n--;
             i--;
-            pred_held = false;
+            if (blocker(q, i) != HOLDS)
+                break;
         }
         if (result || in || b == HOLDS)
             break;
@@ -1496,12 +1744,13 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         op_end(&op);
         return result;
     }
-    if (waited && zl->kind[0] != 'r') {
+    if (waited && zl->kind[0] == 's') {
         /* Our successor watches us: a semaphore's next waiter becomes the
-         * first; an exclusive one learns that we hold, so that our going
-         * lets it in without reading the queue again (the handover's
-         * critical path keeps one server hop). The reply does not matter;
-         * the watch does. */
+         * first, which watches the children. The reply does not matter;
+         * the watch does. (Not for an exclusive lock: telling the next
+         * waiter that we hold would save it one read of the queue after
+         * we go, at the price of a write — a flush on a durable ensemble —
+         * per hand-over, issue 24.) */
         char data[sizeof zc->self + 2];
         snprintf(data, sizeof data, "%s\n", zc->self);
         call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
@@ -1552,7 +1801,9 @@ static int zk_release(dlock_lock *l)
                            zc->redacted);
     }
     rc = zk_do(&op, CALL_VOID, zl->path, NULL, req_until(l), NULL);
-    if (rc == ZCONNECTIONLOSS && wait_connected(zc, req_until(l))) /* the session resumed */
+    if (rc == ZOPERATIONTIMEOUT)
+        session_move(zc, op.zh);
+    if (reply_lost(rc) && wait_connected(zc, req_until(l))) /* the session resumed */
         rc = zk_do(&op, CALL_VOID, zl->path, NULL, req_until(l), NULL);
     pthread_mutex_lock(&zc->mu);
     if (rc != ZOK && zc->expired)
@@ -1896,6 +2147,7 @@ static void zkclient_free(zkclient *zc)
         free(zc->cred);
     }
     free(zc->hosts);
+    free(zc->live);
     free(zc->base);
     pthread_rwlock_destroy(&zc->rw);
     pthread_cond_destroy(&zc->cv);
@@ -2106,7 +2358,7 @@ static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
             nanosleep(&ms1, NULL);
             int64_t t0 = dl_now_ns();
             zk_call *d = zk_send(&op, CALL_VOID, path, NULL, 0, NULL);
-            rc = call_wait_for(w, &w->fired, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
+            rc = call_wait_for(w, &w->fired, NULL, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
                                                                                 : ZOK;
             pthread_mutex_lock(&z2->mu);
             int64_t t1 = w->fired_ns;

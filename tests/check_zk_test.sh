@@ -17,6 +17,22 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-zk.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
+# The member a client's session is on stops answering (SIGSTOP) while the
+# others serve: test_zk's case for it needs this ensemble (first: all three
+# members up). A waiter with time left moves to another member (it used to
+# fail after op_timeout_ms); a try fails and leaves no node, also once the
+# member runs again.
+tz=$(dirname "$DLOCK")/tests/test_zk
+if [ -x "$tz" ]; then
+    if "$tz" test_member_stops_answering >"$TMP/member.out" 2>&1; then
+        ok "zk3 a stopped member: the waiter moves on, the try leaves no node"
+    else
+        bad "zk3 a stopped member: $(grep -E '^#|ERROR' "$TMP/member.out" | head -4)"
+    fi
+else
+    echo "# skip: no test_zk beside $DLOCK (zk3 a stopped member)"
+fi
+
 # A killed or stopped holder's lock comes free when its session expires
 # (2 s here): those runs last long enough to see the takeover. (The stalls
 # of seconds once seen here were workers forked from a threaded harness,

@@ -4,7 +4,9 @@
  * the server's pid in DLOCK_TEST_SERVERS/zk.pid). The lock contract itself
  * is tests/test_conformance.c's; what is here needs ZooKeeper: sessions
  * that expire, nodes left behind (or not) by waiters that gave up, a
- * create whose reply is lost, one watch per waiter (no herd), znode names,
+ * create whose reply is lost, a member that stops answering (only with the
+ * ensemble of DLOCK_TEST_ZK3, from check_zk_test.sh), one watch per waiter
+ * (no herd), znode names,
  * digest ACLs, a server that is not ZooKeeper, break, election, chroot.
  * The test reads the server's own account through four-letter words on
  * the client port: `wchp` (watches by path) and `dump` (ephemeral nodes by
@@ -16,6 +18,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -58,14 +61,15 @@ static void url_with(char *buf, size_t len, const char *cred, const char *path)
 
 /* ---- the server's own account --------------------------------------------------- */
 
-/* A four-letter word's answer (malloc'd, NUL-terminated). */
-static char *zk_ask(const char *word)
+/* A four-letter word's answer from the server on port (malloc'd,
+ * NUL-terminated). */
+static char *zk_ask_port(int port, const char *word)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     struct timeval tv = {.tv_sec = 5};
     assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)zk_port),
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(send(fd, word, strlen(word), MSG_NOSIGNAL), (ssize_t)strlen(word));
@@ -89,6 +93,11 @@ static char *zk_ask(const char *word)
     buf[len] = '\0';
     close(fd);
     return buf;
+}
+
+static char *zk_ask(const char *word)
+{
+    return zk_ask_port(zk_port, word);
 }
 
 /* The paths of the ephemeral nodes (`dump`) that start with prefix. */
@@ -133,10 +142,43 @@ static pid_t server_pid(void)
 
 static pid_t stopped_server; /* SIGCONT'd by the teardown whatever happens */
 
+/* SIGSTOP pid and wait until every thread of it is stopped: kill returns
+ * before that, and a loaded machine has been seen to let a stopped JVM
+ * answer a request sent just after (the test then saw no stop at all). */
+static void stop_process(pid_t pid)
+{
+    stopped_server = pid;
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    for (int64_t end = now_ms() + 5000;; sleep_ms(2)) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        bool all = true;
+        for (struct dirent *e; all && (e = readdir(d));) {
+            if (e->d_name[0] == '.')
+                continue;
+            char path[sizeof dir + 300], buf[512];
+            snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[n] = '\0';
+            const char *st = strrchr(buf, ')'); /* "pid (comm) S ..." */
+            all = !st || st[1] != ' ' || st[2] == 'T' || st[2] == 't';
+        }
+        closedir(d);
+        if (all)
+            return;
+        if (now_ms() > end)
+            fail_msg("process %d not stopped 5 s after SIGSTOP", (int)pid);
+    }
+}
+
 static void server_stop(void)
 {
-    stopped_server = server_pid();
-    assert_int_equal(kill(stopped_server, SIGSTOP), 0);
+    stop_process(server_pid());
 }
 
 static void server_cont(void)
@@ -444,6 +486,186 @@ static void test_lost_create_reply_leaves_no_orphan(void **state)
     lost_create_round(700);
 }
 
+/* ---- 3b. a member that stops answering (three-member ensemble) ------------------------ */
+
+/* The ensemble of DLOCK_TEST_ZK3 (or ZK3P), as tests/servers.sh started it:
+ * members NAME-1..3, their client ports and pids, and which is the leader. */
+struct member {
+    int port;
+    pid_t pid;
+    bool leader;
+};
+
+static const char *ensemble_name(void)
+{
+    return getenv("DLOCK_TEST_ZK3") ? "zk3" : getenv("DLOCK_TEST_ZK3P") ? "zk3p" : NULL;
+}
+
+static long server_file(const char *name, int i, const char *ext)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%d.%s", getenv("DLOCK_TEST_SERVERS"), name, i, ext);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long v = 0;
+    int got = fscanf(f, "%ld", &v);
+    fclose(f);
+    assert_int_equal(got, 1);
+    return v;
+}
+
+static void ensemble(struct member m[3])
+{
+    const char *name = ensemble_name();
+    for (int i = 0; i < 3; i++) {
+        m[i].port = (int)server_file(name, i + 1, "port");
+        m[i].pid = (pid_t)server_file(name, i + 1, "pid");
+        char *st = zk_ask_port(m[i].port, "srvr");
+        m[i].leader = strstr(st, "Mode: leader") != NULL;
+        free(st);
+    }
+}
+
+/* The member this process's ZooKeeper connection goes to (its one TCP
+ * socket to a member's client port), -1 if none. */
+static int connected_member(const struct member m[3])
+{
+    int found = -1;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        struct sockaddr_in a;
+        socklen_t al = sizeof a;
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
+            a.sin_family != AF_INET)
+            continue;
+        for (int i = 0; i < 3; i++)
+            if (ntohs(a.sin_port) == m[i].port) {
+                assert_true(found < 0 || found == i); /* one client, one connection */
+                found = i;
+            }
+    }
+    closedir(d);
+    return found;
+}
+
+/* zk://the members but skip (-1: all); an op_timeout_ms of 1 s, a session of
+ * 6 s (the C client leaves a silent member after 4 s on its own). */
+static void ensemble_url(char *buf, size_t len, const struct member m[3], int skip,
+                         bool no_leader)
+{
+    int n = snprintf(buf, len, "zk://");
+    for (int i = 0; i < 3; i++)
+        if (i != skip && !(no_leader && m[i].leader))
+            n += snprintf(buf + n, len - (size_t)n, "%s127.0.0.1:%d", buf[n - 1] == '/' ? "" : ",",
+                          m[i].port);
+    n += snprintf(buf + n, len - (size_t)n, "?session=6000&op_timeout_ms=1000");
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+/* A client on the followers whose session is up: the member it is on. */
+static int follower_session(const struct member m[3], dlock_client **c, dlock_lock **l,
+                            const char *name)
+{
+    char url[512];
+    ensemble_url(url, sizeof url, m, -1, true);
+    *c = open_url(url);
+    *l = mk(*c, name, NULL, NULL);
+    acquire_ok(*l, 5000); /* the name's node exists; the session is up */
+    assert_int_equal(dlock_release(*l), 0);
+    int on = connected_member(m);
+    assert_true(on >= 0 && !m[on].leader);
+    return on;
+}
+
+/* Until name's queue is empty as seen by c (limit_ms): true if it is. */
+static bool queue_empty(dlock_client *c, const char *name, int limit_ms)
+{
+    int64_t end = now_ms() + limit_ms;
+    do {
+        dlock_info info;
+        if (dlock_inspect(c, name, &info) == 0 && info.holders == 0 && info.waiters == 0)
+            return true;
+        sleep_ms(50);
+    } while (now_ms() < end);
+    return false;
+}
+
+/*
+ * The member a client's session is on stops (SIGSTOP: it takes requests
+ * and never answers) while the rest of the ensemble serves. A waiter with
+ * time left must not give up when its create goes unanswered for
+ * op_timeout_ms: it moves to another member and queues there (it used to
+ * fail with "no reply from ZooKeeper in time", exit 69 for `dlock run -w`).
+ * A try fails at once and leaves no node, neither then nor once the member
+ * runs again with the create still in its queue — though the client's
+ * session lives on.
+ */
+static void test_member_stops_answering(void **state)
+{
+    (void)state;
+    if (!ensemble_name())
+        skip(); /* run by check_zk_test.sh, with the ensemble */
+    struct member m[3];
+    ensemble(m);
+    char name[64], url[512];
+
+    /* A try. */
+    unique(name, sizeof name, "frozentry");
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    int on = follower_session(m, &c, &l, name);
+    stop_process(m[on].pid);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    fprintf(stderr, "# a try on a stopped member: %s after %" PRId64 " ms (%s)\n",
+            dlock_err_name(rc), took, dlock_lock_errmsg(l));
+    assert_int_equal(rc, DLOCK_EUNREACHABLE);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    ensemble_url(url, sizeof url, m, on, false);
+    dlock_client *other = open_url(url);
+    if (!queue_empty(other, name, 5000))
+        fail_msg("a node of the failed try is in the queue");
+    server_cont(); /* it reads the create it had queued */
+    sleep_ms(1500);
+    if (!queue_empty(other, name, 5000))
+        fail_msg("a node of the failed try appeared once the member ran again");
+    acquire_ok(l, 5000); /* the client works, its session alive */
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    dlock_client_close(other); /* (connected_member wants one client) */
+
+    /* A waiter with time left. */
+    unique(name, sizeof name, "frozenwait");
+    on = follower_session(m, &c, &l, name);
+    stop_process(m[on].pid);
+    t0 = now_ms();
+    rc = dlock_acquire(l, 15000);
+    took = now_ms() - t0;
+    fprintf(stderr, "# a wait on a stopped member: %s after %" PRId64 " ms (%s)\n",
+            dlock_err_name(rc), took, rc ? dlock_lock_errmsg(l) : "");
+    if (rc)
+        fail_msg("the waiter gave up after %" PRId64 " ms of 15000: %s", took,
+                 dlock_lock_errmsg(l));
+    assert_true(connected_member(m) != on); /* it moved */
+    ensemble_url(url, sizeof url, m, on, false);
+    other = open_url(url);
+    dlock_info info = inspect(other, name);
+    assert_int_equal(info.holders, 1);
+    assert_int_equal(info.waiters, 0); /* one node: no orphan of the lost create */
+    assert_int_equal(dlock_release(l), 0);
+    server_cont();
+    sleep_ms(1500);
+    if (!queue_empty(other, name, 5000))
+        fail_msg("a node of the lost create appeared once the member ran again");
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
 /* ---- 4. no herd --------------------------------------------------------------------- */
 
 #define HERD 50
@@ -500,7 +722,7 @@ static void test_no_herd_and_fifo(void **state)
     fprintf(stderr, "# %d waiters: %d watched nodes, %d watches, at most %d on one node\n",
             HERD, paths, total, max);
     assert_true(total >= HERD); /* each waiter watches something: we read them */
-    assert_true(max <= 2);      /* its owner, and one successor */
+    assert_true(max <= 3);      /* its owner, its successor and the one after */
     assert_int_equal(ephemerals_under(prefix), HERD + 1);
 
     assert_int_equal(dlock_release(h), 0);
@@ -522,6 +744,73 @@ static void test_no_herd_and_fifo(void **state)
     for (int i = 0; i < HERD_CLIENTS; i++)
         dlock_client_close(cs[i]);
     dlock_client_close(obs);
+}
+
+/* ---- 4b. writes: each one a flush on a durable server ----------------------------- */
+
+/* The server's write count: the low half of its last zxid (`srvr`). */
+static long long server_writes(void)
+{
+    char *st = zk_ask("srvr");
+    char *z = strstr(st, "Zxid: ");
+    assert_non_null(z);
+    long long zxid = strtoll(z + 6, NULL, 16);
+    free(st);
+    return zxid & 0xffffffffLL;
+}
+
+/*
+ * What an acquisition writes (issue 24): a create and a delete, also when
+ * it waited — an exclusive holder used to touch its node for its successor
+ * (a setData per hand-over) — and on a name's first use the name's node
+ * without a failed create of the directory above it.
+ */
+static void test_writes_per_section(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "writes");
+    dlock_client *c1 = open_url(zk_url), *c2 = open_url(zk_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    /* Both sessions up (their creation is not counted), and the directory
+     * above the names there. */
+    dlock_lock *warm = mk(c1, "writes-warm", NULL, NULL);
+    acquire_ok(warm, 0);
+    assert_int_equal(dlock_release(warm), 0);
+    dlock_lock_free(warm);
+    (void)inspect(c2, "writes-warm");
+
+    /* A name's first use: the create that finds no name's node, the
+     * name's node, the create again; then the delete. */
+    long long w0 = server_writes();
+    acquire_ok(h, 0);
+    assert_int_equal(dlock_release(h), 0);
+    long long first = server_writes() - w0;
+
+    /* Uncontended. */
+    w0 = server_writes();
+    acquire_ok(h, 0);
+    assert_int_equal(dlock_release(h), 0);
+    long long cycle = server_writes() - w0;
+
+    /* A hand-over: the waiter's section, from the holder's release on. */
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, 10000, true);
+    wait_waiters(c1, name, 1, 5000);
+    w0 = server_writes();
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    long long handover = server_writes() - w0 - 1; /* less the holder's delete */
+    fprintf(stderr, "# server writes: first use %lld, a cycle %lld, a waiter's section %lld\n",
+            first, cycle, handover);
+    assert_int_equal(first, 4);
+    assert_int_equal(cycle, 2);
+    assert_int_equal(handover, 1); /* its delete (its create came before) */
+    dlock_lock_free(h);
+    dlock_lock_free(w);
+    dlock_client_close(c1);
+    dlock_client_close(c2);
 }
 
 /* A waiter that waited longer than the session's 2/3 (the lock's validity
@@ -986,7 +1275,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_acquire_timeout_is_a_timeout, teardown_processes),
         cmocka_unit_test(test_gave_up_waiters_leave_no_node),
         cmocka_unit_test_teardown(test_lost_create_reply_leaves_no_orphan, teardown_processes),
+        cmocka_unit_test_teardown(test_member_stops_answering, teardown_processes),
         cmocka_unit_test(test_no_herd_and_fifo),
+        cmocka_unit_test(test_writes_per_section),
         cmocka_unit_test(test_long_wait_keeps_its_place),
         cmocka_unit_test(test_odd_names),
         cmocka_unit_test(test_digest_auth),
