@@ -2136,6 +2136,7 @@ static void *trip_relay_main(void *p)
         }
         if (poll(pf, (nfds_t)(1 + 2 * nc), 50) <= 0)
             continue;
+        int polled = nc; /* (a pair accepted now was not in this poll) */
         if ((pf[0].revents & POLLIN) && nc < MAXC) {
             int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
             int s = c >= 0 ? raw_connect(port1) : -1;
@@ -2147,27 +2148,36 @@ static void *trip_relay_main(void *p)
                 close(c);
             }
         }
-        for (int i = 0; i < nc; i++) {
+        for (int i = 0; i < polled; i++) {
             for (int side = 0; side < 2; side++) {
                 if (!pf[1 + 2 * i + side].revents)
                     continue;
                 char buf[16384];
-                int from = side ? sfd[i] : cfd[i], to = side ? cfd[i] : sfd[i];
-                ssize_t got = read(from, buf, sizeof buf);
-                if (got <= 0) { /* closed: shut the pair (the client may reconnect) */
-                    shutdown(to, SHUT_RDWR);
+                int *from = side ? &sfd[i] : &cfd[i], to = side ? cfd[i] : sfd[i];
+                if (*from < 0)
+                    continue;
+                ssize_t got = read(*from, buf, sizeof buf);
+                if (got <= 0) { /* closed: shut the pair (the client may reconnect), and
+                                 * poll the closed side no more (poll skips fd -1) */
+                    if (to >= 0)
+                        shutdown(to, SHUT_RDWR);
+                    close(*from);
+                    *from = -1;
                     continue;
                 }
                 if (!side && !client_spoke[i])
                     atomic_fetch_add(&r->trips, 1);
                 client_spoke[i] = !side;
-                raw_send(to, buf, (size_t)got);
+                if (to >= 0)
+                    raw_send(to, buf, (size_t)got);
             }
         }
     }
     for (int i = 0; i < nc; i++) {
-        close(cfd[i]);
-        close(sfd[i]);
+        if (cfd[i] >= 0)
+            close(cfd[i]);
+        if (sfd[i] >= 0)
+            close(sfd[i]);
     }
     return NULL;
 }
