@@ -57,6 +57,7 @@
 
 #include "dlock.h"
 #include "testutil.h"
+#include "token_crash.h"
 
 /* ---- the URLs and the modes ---------------------------------------------------------- */
 
@@ -3518,104 +3519,16 @@ static void restart_server(void)
  * every commit (innodb_flush_log_at_trx_commit=2), so this shows the epoch
  * counted at each start; tests/check_mysql_test.sh crashes a durable
  * server (=1), whose log reaches the disk only when it is flushed. */
-enum { CRASH_BEFORE, CRASH_DURING, CRASH_AFTER };
-typedef struct {
-    pthread_t t;
-    const char *url;
-    char name[64];
-    atomic_int *phase;
-    _Atomic uint64_t *max_before, *min_after;
-    atomic_int grants;
-} drawer;
-
-static void *drawer_main(void *arg)
-{
-    drawer *d = arg;
-    dlock_client *c = NULL;
-    if (dlock_client_open(&c, d->url, NULL) != 0) {
-        fprintf(stderr, "# drawer: open %s: %s\n", d->url, dlock_client_errmsg(NULL));
-        return NULL;
-    }
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, d->name, NULL) != 0) {
-        fprintf(stderr, "# drawer: lock %s: %s\n", d->name, dlock_client_errmsg(c));
-        dlock_client_close(c);
-        return NULL;
-    }
-    int after = 0;
-    int64_t give_up = now_ms() + 60000; /* should the server not come back */
-    while (after < 20 && now_ms() < give_up) {
-        if (dlock_acquire(l, 0) != 0) { /* (during the crash: no server) */
-            sleep_ms(10);
-            continue;
-        }
-        /* the phase when the grant had come back */
-        int ph = atomic_load(d->phase);
-        uint64_t t = dlock_token(l);
-        if (ph == CRASH_BEFORE) {
-            uint64_t m = atomic_load(d->max_before);
-            while (t > m && !atomic_compare_exchange_weak(d->max_before, &m, t))
-                ;
-        } else if (ph == CRASH_AFTER) {
-            uint64_t m = atomic_load(d->min_after);
-            while (t < m && !atomic_compare_exchange_weak(d->min_after, &m, t))
-                ;
-            after++;
-        }
-        atomic_fetch_add(&d->grants, 1);
-        (void)dlock_release(l);
-    }
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    return NULL;
-}
-
 static void test_tokens_across_crash(void **state)
 {
     (void)state;
-    enum { W = 4 };
+    const char *const urls[CRASH_DRAWERS] = {my_url, mode_url[M_ROW], my_url, mode_url[M_ROW]};
     for (int round = 0; round < 2; round++) {
-        /* (static: a failed assertion leaves this frame while they still run) */
-        static drawer d[W];
-        static atomic_int phase;
-        static _Atomic uint64_t max_before, min_after;
-        atomic_store(&phase, CRASH_BEFORE);
-        atomic_store(&max_before, 0);
-        atomic_store(&min_after, UINT64_MAX);
-        for (int i = 0; i < W; i++) {
-            d[i] = (drawer){.url = i % 2 ? mode_url[M_ROW] : my_url, .phase = &phase,
-                            .max_before = &max_before, .min_after = &min_after};
-            unique(d[i].name, sizeof d[i].name, "crash");
-            assert_int_equal(pthread_create(&d[i].t, NULL, drawer_main, &d[i]), 0);
-        }
-        /* every drawer going (a slow start, under valgrind, can take
-         * seconds), then half a second of them all */
-        for (int64_t until = now_ms() + 30000; now_ms() < until;) {
-            int going = 0;
-            for (int i = 0; i < W; i++)
-                going += atomic_load(&d[i].grants) > 0;
-            if (going == W)
-                break;
-            sleep_ms(20);
-        }
-        sleep_ms(500);
-        atomic_store(&phase, CRASH_DURING);
-        restart_server();
-        atomic_store(&phase, CRASH_AFTER);
-        int grants = 0;
-        for (int i = 0; i < W; i++) {
-            assert_int_equal(pthread_join(d[i].t, NULL), 0);
-            grants += atomic_load(&d[i].grants);
-        }
-        uint64_t before = atomic_load(&max_before), after = atomic_load(&min_after);
+        crash_tokens t = tokens_across_crash(urls, restart_server);
         fprintf(stderr, "# round %d: %d grants; highest token before the crash %" PRIu64
                 " (epoch %" PRIu64 "), lowest after %" PRIu64 " (epoch %" PRIu64 ")\n",
-                round, grants, before, EPOCH_OF(before), after, EPOCH_OF(after));
-        assert_true(before > 0);
-        assert_true(after != UINT64_MAX);
-        if (after <= before)
-            fail_msg("token %" PRIu64 " granted after the crash, not above %" PRIu64
-                     " granted before it", after, before);
+                round, t.grants, t.max_before, EPOCH_OF(t.max_before), t.min_after,
+                EPOCH_OF(t.min_after));
     }
 }
 

@@ -44,6 +44,7 @@
 
 #include "dlock.h"
 #include "testutil.h"
+#include "token_crash.h"
 
 static const char *pg_url;    /* postgres://dlock:s3cret@127.0.0.1:P/dlock */
 static const char *ro_url;    /* postgres://dlock_ro:ro@127.0.0.1:P/dlock */
@@ -1307,106 +1308,6 @@ static void test_no_flush_per_grant(void **state)
  * batch's WAL record is flushed) until the server crashes under them and
  * after it is back: every token granted after the crash must be above
  * every token granted before it. */
-enum { CRASH_BEFORE, CRASH_DURING, CRASH_AFTER };
-typedef struct {
-    pthread_t t;
-    const char *url;
-    char name[64];
-    atomic_int *phase;
-    _Atomic uint64_t *max_before, *min_after;
-    atomic_int grants;
-} drawer;
-
-static void *drawer_main(void *arg)
-{
-    drawer *d = arg;
-    dlock_client *c = NULL;
-    if (dlock_client_open(&c, d->url, NULL) != 0) {
-        fprintf(stderr, "# drawer: open %s: %s\n", d->url, dlock_client_errmsg(NULL));
-        return NULL;
-    }
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, d->name, NULL) != 0) {
-        fprintf(stderr, "# drawer: lock %s: %s\n", d->name, dlock_client_errmsg(c));
-        dlock_client_close(c);
-        return NULL;
-    }
-    int after = 0;
-    int64_t give_up = now_ms() + 60000; /* should the server not come back */
-    while (after < 20 && now_ms() < give_up) { /* a few grants after the crash, then done */
-        if (dlock_acquire(l, 0) != 0) { /* (during the crash: refused, or no server) */
-            struct timespec pause = {0, 10 * 1000000};
-            nanosleep(&pause, NULL);
-            continue;
-        }
-        /* the phase when the grant had come back: before the server was
-         * frozen, or after it was back */
-        int ph = atomic_load(d->phase);
-        uint64_t t = dlock_token(l);
-        if (ph == CRASH_BEFORE) {
-            uint64_t m = atomic_load(d->max_before);
-            while (t > m && !atomic_compare_exchange_weak(d->max_before, &m, t))
-                ;
-        } else if (ph == CRASH_AFTER) {
-            uint64_t m = atomic_load(d->min_after);
-            while (t < m && !atomic_compare_exchange_weak(d->min_after, &m, t))
-                ;
-            after++;
-        }
-        atomic_fetch_add(&d->grants, 1);
-        (void)dlock_release(l);
-    }
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    return NULL;
-}
-
-static void tokens_across_crash(const char *url)
-{
-    enum { W = 4 };
-    /* (static: a failed assertion leaves this frame while they still run) */
-    static drawer d[W];
-    static atomic_int phase;
-    static _Atomic uint64_t max_before, min_after;
-    atomic_store(&phase, CRASH_BEFORE);
-    atomic_store(&max_before, 0);
-    atomic_store(&min_after, UINT64_MAX);
-    for (int i = 0; i < W; i++) {
-        d[i] = (drawer){.url = url, .phase = &phase, .max_before = &max_before,
-                        .min_after = &min_after};
-        unique(d[i].name, sizeof d[i].name, "crash");
-        assert_int_equal(pthread_create(&d[i].t, NULL, drawer_main, &d[i]), 0);
-    }
-    /* every drawer going (a slow start, under valgrind, can take seconds),
-     * then half a second of them all */
-    for (int64_t until = now_ms() + 30000; now_ms() < until;) {
-        int going = 0;
-        for (int i = 0; i < W; i++)
-            going += atomic_load(&d[i].grants) > 0;
-        if (going == W)
-            break;
-        struct timespec pause = {0, 20 * 1000000};
-        nanosleep(&pause, NULL);
-    }
-    struct timespec run = {0, 500 * 1000000};
-    nanosleep(&run, NULL);
-    atomic_store(&phase, CRASH_DURING);
-    restart_server();
-    atomic_store(&phase, CRASH_AFTER);
-    int grants = 0;
-    for (int i = 0; i < W; i++) {
-        assert_int_equal(pthread_join(d[i].t, NULL), 0);
-        grants += atomic_load(&d[i].grants);
-    }
-    uint64_t before = atomic_load(&max_before), after = atomic_load(&min_after);
-    fprintf(stderr, "# %s: %d grants; highest token before the crash %" PRIu64
-            ", lowest after %" PRIu64 "\n", url, grants, before, after);
-    assert_true(before > 0);
-    if (after <= before)
-        fail_msg("%s: token %" PRIu64 " granted after the crash, not above %" PRIu64
-                 " granted before it", url, after, before);
-}
-
 static void test_tokens_across_crash(void **state)
 {
     (void)state;
@@ -1414,10 +1315,15 @@ static void test_tokens_across_crash(void **state)
         skip();
     char row[600];
     url_with(row, sizeof row, pg_url, "mode=rowlock");
-    for (int round = 0; round < 2; round++) {
-        tokens_across_crash(pg_url);
-        tokens_across_crash(row);
-    }
+    const char *const urls[2][CRASH_DRAWERS] = {{pg_url, pg_url, pg_url, pg_url},
+                                                {row, row, row, row}};
+    for (int round = 0; round < 2; round++)
+        for (int m = 0; m < 2; m++) {
+            crash_tokens t = tokens_across_crash(urls[m], restart_server);
+            fprintf(stderr, "# %s: %d grants; highest token before the crash %" PRIu64
+                    ", lowest after %" PRIu64 "\n",
+                    urls[m][0], t.grants, t.max_before, t.min_after);
+        }
 }
 
 /* A client whose idle pooled sessions the server ended (`end` does it):
