@@ -22,6 +22,8 @@ import json, sys
 for s in json.load(open(sys.argv[1]))["scenarios"]:
     print("#   %s: %s: %s" % (s["name"], s["verdict"], s["note"]))' "$1" 2>/dev/null ||
             echo "# $(head -c 4000 "$1")"
+        # what the check said on stderr (check_json keeps it beside the JSON)
+        if [ -s "${1%.json}.err" ]; then sed -n '1,20s/^/#   stderr: /p' "${1%.json}.err"; fi
     fi
 }
 
