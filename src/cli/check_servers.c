@@ -825,21 +825,30 @@ static int op_restore(void *state, char *err, size_t errlen)
 {
     srvset *ss = ss_of(state);
     ad_req q = {.op = AD_SETTLE, .n = ss->n, .until_ns = ms_now_ns() + RESTORE_WAIT_NS};
+    /* Every server first continued and its links restored, whatever else
+     * fails: a server that cannot be started must not leave the others
+     * stopped or cut off for the tests that come next. */
     for (int i = 0; i < ss->n; i++) {
         srv *s = &ss->s[i];
         q.m[i] = s->m;
         if (s->stopped)
             (void)op_resume(ss, i);
         (void)op_partition(ss, i, 0); /* its links to the others flow again */
+    }
+    int failed = 0;
+    for (int i = 0; i < ss->n; i++) {
+        srv *s = &ss->s[i];
         if (s->dead || proc_gone(s->pid)) {
+            char st = chk_proc_state(s->pid);
             s->dead = true;
             int e = op_start(ss, i);
-            if (e) {
-                snprintf(err, errlen, "cannot start %s again: %s", s->name, strerror(-e));
-                return -1;
-            }
+            if (e && !failed++)
+                snprintf(err, errlen, "cannot start %s again (it was %s): %s", s->name,
+                         st ? "a zombie" : "gone", strerror(-e));
         }
     }
+    if (failed)
+        return -1;
     ad_rep r;
     int rc = ss->n > 0 ? ad_call(ss, &q, &r) : 0;
     if (rc == 0 || rc == DLOCK_ENOTSUP)
