@@ -149,6 +149,7 @@ struct zkclient {
     int64_t disconnected_ns;
     int64_t confirmed_ns; /* when a request the server answered was sent */
     zk_call *calls;
+    int in_flight; /* requests sent on zh whose completion has not run (session_drain) */
     zk_orphan *orphans;
     int busy; /* loss callbacks running (outside mu) */
     pthread_t busy_thread;
@@ -238,6 +239,13 @@ static bool call_unref(zk_call *k)
     return true;
 }
 
+/* mu held: a request's completion ran (session_drain waits for none left). */
+static void flight_end(zkclient *zc)
+{
+    if (--zc->in_flight == 0)
+        pthread_cond_broadcast(&zc->cv);
+}
+
 static zk_call *call_new(zkclient *zc, zhandle_t *zh, enum call_kind kind, int evfd)
 {
     zk_call *k = calloc(1, sizeof *k);
@@ -275,6 +283,7 @@ static void call_arm(zk_call *k, bool watch)
     pthread_mutex_lock(&k->zc->mu);
     k->refs += watch ? 2 : 1;
     k->armed = watch;
+    k->zc->in_flight++;
     pthread_mutex_unlock(&k->zc->mu);
 }
 
@@ -287,6 +296,7 @@ static void call_unsent(zk_call *k, int rc)
     k->armed = false;
     k->rc = rc;
     k->done = true;
+    flight_end(k->zc);
     pthread_mutex_unlock(&k->zc->mu);
 }
 
@@ -297,6 +307,7 @@ static bool call_reply(zk_call *k, int rc, bool watch_set)
 {
     k->rc = rc;
     k->done = true;
+    flight_end(k->zc);
     poke(k->evfd);
     if (k->armed && !watch_set) {
         k->armed = false;
@@ -367,10 +378,22 @@ static void on_children(int rc, const struct String_vector *sv, const void *data
     pthread_mutex_unlock(&zc->mu);
 }
 
+/* The completion of a request whose outcome nobody waits for (data: the
+ * client). */
 static void on_ignore(int rc, const void *data)
 {
     (void)rc;
-    (void)data;
+    zkclient *zc = (zkclient *)data;
+    pthread_mutex_lock(&zc->mu);
+    flight_end(zc);
+    pthread_mutex_unlock(&zc->mu);
+}
+
+/* mu held: delete a node nobody will use, its outcome unwatched. */
+static void delete_unused(zkclient *zc, zhandle_t *zh, const char *path)
+{
+    if (zoo_adelete(zh, path, -1, on_ignore, zc) == ZOK)
+        zc->in_flight++;
 }
 
 static void on_create(int rc, const char *path, const struct Stat *st, const void *data)
@@ -380,7 +403,7 @@ static void on_create(int rc, const char *path, const struct Stat *st, const voi
     pthread_mutex_lock(&zc->mu);
     if (rc == ZOK && k->abandoned && path) {
         /* Created after its waiter gave up: nobody will use it. */
-        (void)zoo_adelete(k->zh, path, -1, on_ignore, NULL);
+        delete_unused(zc, k->zh, path);
     } else if (rc == ZOK && path && st) {
         k->stat = *st;
         if (!(k->path = strdup(path)))
@@ -448,6 +471,7 @@ static void on_own(int rc, const struct Stat *st, const void *data)
     zk_call *k = (zk_call *)data;
     zkclient *zc = k->zc;
     pthread_mutex_lock(&zc->mu);
+    flight_end(zc);
     bool armed = rc == ZOK || rc == ZNONODE;
     if (k->armed && !armed) {
         k->armed = false;
@@ -481,6 +505,8 @@ static void own_rearm(zk_call *k)
         /* The session is going: its end is reported by the session watcher. */
         k->refs -= 2;
         k->armed = false;
+    } else {
+        k->zc->in_flight++;
     }
 }
 
@@ -754,6 +780,63 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
     return 0;
 }
 
+/* mu held: wait on cv until a change, the deadline (monotonic; -1 none) or
+ * 100 ms; false once the deadline has passed. (cv runs on the wall clock:
+ * a slice of 100 ms bounds what a clock step can do.) */
+static bool cv_wait_until(zkclient *zc, int64_t until_ns)
+{
+    if (until_ns >= 0 && dl_now_ns() >= until_ns)
+        return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait = until_ns < 0 ? ms_to_ns(100) : until_ns - dl_now_ns();
+    if (wait > ms_to_ns(100))
+        wait = ms_to_ns(100);
+    int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + wait;
+    ts.tv_sec = rt / 1000000000LL;
+    ts.tv_nsec = rt % 1000000000LL;
+    pthread_cond_timedwait(&zc->cv, &zc->mu, &ts);
+    return true;
+}
+
+static int socket_to(const struct sockaddr_storage *peer);
+
+/* mu held: until no request is in flight or the deadline: true when none is. */
+static bool wait_flights(zkclient *zc, int64_t until_ns)
+{
+    while (zc->in_flight > 0 && cv_wait_until(zc, until_ns))
+        ;
+    return zc->in_flight == 0;
+}
+
+/*
+ * Before zookeeper_close: the C client 3.8 fails the requests still in
+ * flight at close into the queue of its completion thread, which may have
+ * stopped reading it already; their memory is then lost (LeakSanitizer saw
+ * it). So let them finish first: their replies, for as long as a request
+ * may take; from a member that does not answer, a shutdown of the
+ * connection makes the C client fail them at once, through the thread still
+ * running. (The session's close request is not sent then: the member would
+ * not have answered it either.)
+ */
+static void session_drain(zkclient *zc, zhandle_t *zh)
+{
+    pthread_mutex_lock(&zc->mu);
+    bool done = wait_flights(zc, dl_now_ns() + ms_to_ns(zc->op_ms));
+    pthread_mutex_unlock(&zc->mu);
+    if (done)
+        return;
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    memset(&peer, 0, sizeof peer);
+    int fd = zookeeper_get_connected_host(zh, (struct sockaddr *)&peer, &plen) ? socket_to(&peer) : -1;
+    if (fd < 0 || shutdown(fd, SHUT_RDWR) != 0)
+        return; /* not connected: the C client fails them when its connection attempt ends */
+    pthread_mutex_lock(&zc->mu);
+    (void)wait_flights(zc, dl_now_ns() + ms_to_ns(zc->op_ms));
+    pthread_mutex_unlock(&zc->mu);
+}
+
 /* Close the handle (nothing else uses it: rw held for writing, or the
  * client closing) and free the calls only it could still have finished. */
 static void session_close(zkclient *zc)
@@ -761,6 +844,7 @@ static void session_close(zkclient *zc)
     zhandle_t *zh = zc->zh;
     if (!zh)
         return;
+    session_drain(zc, zh);
     /* Pending completions run (with ZCLOSING) inside zookeeper_close: mu
      * must be free. */
     pthread_mutex_lock(&zc->mu);
@@ -770,6 +854,7 @@ static void session_close(zkclient *zc)
     pthread_mutex_lock(&zc->mu);
     zc->closing = NULL;
     zc->zh = NULL;
+    zc->in_flight = 0; /* (any the C client lost: see session_drain) */
     for (zk_call **pp = &zc->calls; *pp;) {
         zk_call *k = *pp;
         if (k->zh != zh) {
@@ -831,19 +916,8 @@ static void session_leave(zkclient *zc)
 static bool wait_connected(zkclient *zc, int64_t until_ns)
 {
     pthread_mutex_lock(&zc->mu);
-    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired) {
-        if (until_ns >= 0 && dl_now_ns() >= until_ns)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t wait = until_ns < 0 ? ms_to_ns(100) : until_ns - dl_now_ns();
-        if (wait > ms_to_ns(100))
-            wait = ms_to_ns(100);
-        int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + wait;
-        ts.tv_sec = rt / 1000000000LL;
-        ts.tv_nsec = rt % 1000000000LL;
-        pthread_cond_timedwait(&zc->cv, &zc->mu, &ts);
-    }
+    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired && cv_wait_until(zc, until_ns))
+        ;
     bool up = zc->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zc->mu);
     return up;
@@ -1018,13 +1092,14 @@ static void on_orphan_children(int rc, const struct String_vector *sv, const voi
     zk_orphan *o = (zk_orphan *)data;
     zkclient *zc = o->zc;
     pthread_mutex_lock(&zc->mu);
+    flight_end(zc);
     o->searching = false;
     bool found = false;
     for (int i = 0; rc == ZOK && sv && i < sv->count; i++)
         if (strstr(sv->data[i], o->owner)) {
             char path[ZK_PATH_MAX];
             if (pjoin(path, sizeof path, o->parent, sv->data[i]))
-                (void)zoo_adelete(o->zh, path, -1, on_ignore, NULL);
+                delete_unused(zc, o->zh, path);
             found = true;
         }
     if ((rc == ZOK && !found) || rc == ZNONODE) {
@@ -1041,9 +1116,8 @@ static void on_orphan_children(int rc, const struct String_vector *sv, const voi
 
 static void on_sync_ignore(int rc, const char *value, const void *data)
 {
-    (void)rc;
     (void)value;
-    (void)data;
+    on_ignore(rc, data);
 }
 
 /* Look for every orphan's node (mu held, zh connected), on a member that
@@ -1057,11 +1131,15 @@ static void orphans_purge(zkclient *zc, zhandle_t *zh)
     for (zk_orphan *o = zc->orphans; o; o = o->next) {
         if (o->searching)
             continue;
-        if (!synced && zoo_async(zh, zc->base, on_sync_ignore, NULL) != ZOK)
+        if (!synced && zoo_async(zh, zc->base, on_sync_ignore, zc) != ZOK)
             return; /* the session is going: looked for when it is back */
+        if (!synced)
+            zc->in_flight++;
         synced = true;
         o->zh = zh;
         o->searching = zoo_aget_children(zh, o->parent, 0, on_orphan_children, o) == ZOK;
+        if (o->searching)
+            zc->in_flight++;
     }
 }
 
