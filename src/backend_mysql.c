@@ -238,6 +238,7 @@ typedef struct myclient {
     char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* getlock, rowlock: a token, the holder's row in TABLE_live */
+    char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
     char *sql_run_get, *sql_epoch_bump, *sql_run_set, *sql_evict; /* their epoch; a full table */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
@@ -1214,21 +1215,28 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
     return rc;
 }
 
+static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
+
 /* The token of a grant, on k, the connection holding the name's GET_LOCK
  * (see above), with the holder's row: 0 (*token set), 1 the key's row
- * belongs to another name (a hash collision), or a code. */
-static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, size_t wlen)
+ * belongs to another name (a hash collision), 2 (only with unleased) a
+ * lease-mode holder has the name (lease_holds, read in the same
+ * statement), or a code. */
+static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token, char *why,
+                      size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
-    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder)};
+    my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(l->name)};
     my_res r = {0};
     int rc = 0;
     *token = 0;
     bool evicted = false, ensured = false;
-    for (int attempt = 0; attempt < 4; attempt++) {
-        rc = q_exec(k, mc->sql_draw, a, 3, &r, until, -1, why, wlen);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        unleased = unleased && !atomic_load(&mc->lease_live_off);
+        rc = q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3, &r,
+                    until, -1, why, wlen);
         unsigned long long affected = r.affected, t = r.insert_id;
         res_free(&r);
         bool offset_ok = (t & (MY_OFFSET_RENEW * 2 - 1)) < MY_OFFSET_RENEW;
@@ -1241,12 +1249,18 @@ static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, siz
         if (rc == 0 && (affected > 0 || t != 0)) {
             /* an offset near the epoch's bits: a new epoch */
             rc = epoch_ensure(l, true, why, wlen);
+        } else if (rc == 0 && unleased && (rc = lease_holds(l, k, why, wlen)) != 0) {
+            return rc < 0 ? rc : 2; /* nothing drawn: a lease holder's */
         } else if (rc == 0) {
             /* no epoch in force (a new server run), or, found again once
              * one is, a base above UUID_SHORT() (a dlock_run row that is
              * not this run's): a new epoch */
             rc = epoch_ensure(l, ensured, why, wlen);
             ensured = true;
+        } else if (unleased && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
+            /* dlock_lease dropped, or not ours to read: as lease_holds */
+            atomic_store(&mc->lease_live_off, true);
+            rc = 0;
         } else if (!k->broken && k->last_errno == 1114 && !evicted) {
             /* TABLE_live is full: the rows of names nobody holds go */
             evicted = true;
@@ -1261,12 +1275,13 @@ static int draw_token(dlock_lock *l, my_conn *k, uint64_t *token, char *why, siz
         if (rc)
             return rc;
     }
-    snprintf(why, wlen, "no token after 4 tries (the token epoch changing all the time?)");
+    snprintf(why, wlen, "no token after 5 tries (the token epoch changing all the time?)");
     return DLOCK_EIO;
 }
 
 /* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
- * lease-mode holder has the name in the default lease table. Read after
+ * lease-mode holder has the name in the default lease table (getlock reads
+ * it in its draw, sql_draw_unleased, and here only when nothing was drawn). Read after
  * our GET_LOCK, while a lease taker commits its row before it looks for a
  * GET_LOCK (see build_sql): of two that race, at least one sees the
  * other. 1 yes, 0 no (or no lease table this client may read: none), or
@@ -1387,19 +1402,13 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
-    rc = lease_holds(l, k, why, sizeof why);
-    if (rc) {
-        if (rc < 0) {
-            k->failed = true;
-            conn_close(k); /* lets go of the GET_LOCK */
-            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-        }
+    uint64_t token;
+    rc = draw_token(l, k, true, &token, why, sizeof why);
+    if (rc == 2) {
         key_give_back(l, k);
         *lease_held = true;
         return 0;
     }
-    uint64_t token;
-    rc = draw_token(l, k, &token, why, sizeof why);
     if (rc < 0) {
         k->failed = true;
         conn_close(k); /* lets go of the GET_LOCK */
@@ -2299,7 +2308,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
      * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
-    rc = draw_token(l, k, &token, why, sizeof why);
+    rc = draw_token(l, k, false, &token, why, sizeof why);
     if (rc < 0) {
         k->failed = true;
         conn_close(k); /* its transaction ends, and the row is free */
@@ -2404,19 +2413,28 @@ static int build_sql(myclient *mc)
      * subtracted, whatever sql_mode says of unsigned subtraction), inserts
      * nothing. (No side effect in the WHERE: with dlock_run empty, the
      * optimizer evaluates it on a row of NULLs.) */
-    mc->sql_draw = fmt_alloc(
-        "INSERT INTO %s (k, name, token, conn, holder, since, value) "
-        "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "
-        "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "
-        "AND UUID_SHORT() >= m.base "
-        "ON DUPLICATE KEY UPDATE "
-        "conn = IF(name = VALUES(name), VALUES(conn), conn), "
-        "holder = IF(name = VALUES(name), VALUES(holder), holder), "
-        "since = IF(name = VALUES(name), VALUES(since), since), "
-        "value = IF(name = VALUES(name), NULL, value), "
-        "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "
-        "token + 0 * LAST_INSERT_ID(18446744073709551615))",
-        lv, MY_EPOCH_SHIFT);
+#define DRAW                                                                                 \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value) "                           \
+    "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "               \
+    "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "       \
+    "AND UUID_SHORT() >= m.base%s "                                                          \
+    "ON DUPLICATE KEY UPDATE "                                                               \
+    "conn = IF(name = VALUES(name), VALUES(conn), conn), "                                   \
+    "holder = IF(name = VALUES(name), VALUES(holder), holder), "                             \
+    "since = IF(name = VALUES(name), VALUES(since), since), "                                \
+    "value = IF(name = VALUES(name), NULL, value), "                                         \
+    "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "                        \
+    "token + 0 * LAST_INSERT_ID(18446744073709551615))"
+    mc->sql_draw = fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
+    /* getlock's grant: the lease table read (lease_holds) in the draw, one
+     * round trip fewer (an autocommit statement: its shared locks on
+     * dlock_lease end with it). Nothing drawn: a lease holder, or no epoch
+     * in force; draw_token tells which. */
+    mc->sql_draw_unleased =
+        fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT,
+                  " AND NOT EXISTS (SELECT 1 FROM `dlock_lease` AS x WHERE x.name = ? AND "
+                  "x.expires >= UTC_TIMESTAMP(6))");
+#undef DRAW
     mc->sql_run_get = fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
     /* committed (flushed, on a durable server) before any token of it */
     mc->sql_epoch_bump = fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
@@ -2525,7 +2543,7 @@ static int build_sql(myclient *mc)
                                    "expires >= UTC_TIMESTAMP(6)");
     mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
                                      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
-    return mc->sql_draw && mc->sql_run_get && mc->sql_epoch_bump && mc->sql_run_set &&
+    return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump && mc->sql_run_set &&
                    mc->sql_evict && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
                    mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
                    mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
@@ -2548,7 +2566,7 @@ static void mc_free(myclient *mc)
         conn_close(k);
     }
     char **s[] = {&mc->host, &mc->user, &mc->password, &mc->db, &mc->ssl_ca, &mc->ssl_cert,
-                  &mc->ssl_key, &mc->sql_draw, &mc->sql_run_get, &mc->sql_epoch_bump,
+                  &mc->ssl_key, &mc->sql_draw, &mc->sql_draw_unleased, &mc->sql_run_get, &mc->sql_epoch_bump,
                   &mc->sql_run_set, &mc->sql_evict, &mc->sql_release, &mc->sql_inspect,
                   &mc->sql_waiters, &mc->sql_list, &mc->sql_setvalue, &mc->sql_getvalue,
                   &mc->sql_name_of, &mc->sql_lease_take, &mc->sql_lease_renew,

@@ -3341,6 +3341,32 @@ static void test_one_name_one_lock_across_modes(void **state)
     }
 }
 
+/* A getlock grant reads the lease table in the statement that draws its
+ * token: with that table gone under a running client, grants go on (the
+ * draw without it), tokens still rising. */
+static void test_getlock_grants_without_lease_table(void **state)
+{
+    (void)state;
+    char name[64], out[256];
+    unique(name, sizeof name, "nolease");
+    dlock_client *c = open_url(mode_url[M_GET]);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    uint64_t before = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    root_str(out, sizeof out, "RENAME TABLE dlock_lease TO dlock_lease_away");
+    int rc = dlock_acquire(l, 0);
+    uint64_t after = dlock_token(l);
+    if (rc == 0)
+        (void)dlock_release(l);
+    root_str(out, sizeof out, "RENAME TABLE dlock_lease_away TO dlock_lease");
+    if (rc != 0)
+        fail_msg("a grant with dlock_lease gone: %s: %s", dlock_err_name(rc), dlock_lock_errmsg(l));
+    assert_true(after > before);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* Issue 23, item 14: a server refusing a connection for the user's limit
  * (max_user_connections) is a MySQL server that said why: the message is
  * the server's, without "(is it a MySQL server?)", and the code says the
@@ -3717,6 +3743,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_waiter_session_killed_waits_on),
         cmocka_unit_test(test_rowlock_waiter_behind_getlock_killed_waits_on),
         cmocka_unit_test(test_one_name_one_lock_across_modes),
+        cmocka_unit_test(test_getlock_grants_without_lease_table),
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),
