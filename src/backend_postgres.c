@@ -1112,8 +1112,11 @@ again:
         pq.clear(ir);
         if (rc) {
             conn_close(k); /* its transaction ends, and the row is free */
-            return dl_lock_err(l, rc, "lock \"%s\": recording the holder: %s (%s)", l->name, why,
-                               pc->redacted);
+            /* (on a second pooled session, which may have to connect: time
+             * running out there is a timeout, as for the lock's own) */
+            char what[sizeof why + 32];
+            snprintf(what, sizeof what, "recording the holder: %s", why);
+            return dl_connect_err(l, deadline_ns, rc, what, pc->redacted);
         }
     }
     pl->conn = k;
