@@ -799,7 +799,7 @@ static bool cv_wait_until(zkclient *zc, int64_t until_ns)
     return true;
 }
 
-static int socket_to(const struct sockaddr_storage *peer);
+static int connected_socket(zhandle_t *zh);
 
 /* mu held: until no request is in flight or the deadline: true when none is. */
 static bool wait_flights(zkclient *zc, int64_t until_ns)
@@ -826,10 +826,7 @@ static void session_drain(zkclient *zc, zhandle_t *zh)
     pthread_mutex_unlock(&zc->mu);
     if (done)
         return;
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    memset(&peer, 0, sizeof peer);
-    int fd = zookeeper_get_connected_host(zh, (struct sockaddr *)&peer, &plen) ? socket_to(&peer) : -1;
+    int fd = connected_socket(zh);
     if (fd < 0 || shutdown(fd, SHUT_RDWR) != 0)
         return; /* not connected: the C client fails them when its connection attempt ends */
     pthread_mutex_lock(&zc->mu);
@@ -963,6 +960,18 @@ static int socket_to(const struct sockaddr_storage *peer)
     return n == 1 ? found : -1;
 }
 
+/* zh's socket: -2 when not connected, -1 when not known for sure (see
+ * socket_to). */
+static int connected_socket(zhandle_t *zh)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    memset(&peer, 0, sizeof peer);
+    if (!zookeeper_get_connected_host(zh, (struct sockaddr *)&peer, &plen))
+        return -2;
+    return socket_to(&peer);
+}
+
 /*
  * A request on zh went unanswered for op_timeout_ms: the member it went to
  * is stopped, overloaded or cut off. The C client would stay there until
@@ -981,13 +990,11 @@ static int socket_to(const struct sockaddr_storage *peer)
  */
 static void session_move(zkclient *zc, zhandle_t *zh)
 {
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    memset(&peer, 0, sizeof peer);
     char drop[300];
     const char *cur = zoo_get_current_server(zh);
     snprintf(drop, sizeof drop, "%s", cur ? cur : "");
-    if (!zookeeper_get_connected_host(zh, (struct sockaddr *)&peer, &plen))
+    int fd = connected_socket(zh);
+    if (fd == -2)
         return; /* not connected: moving already */
     pthread_mutex_lock(&zc->mu);
     char *rest = zh == zc->zh && zc->state == ZOO_CONNECTED_STATE && zc->live && drop[0]
@@ -999,7 +1006,6 @@ static void session_move(zkclient *zc, zhandle_t *zh)
         return; /* moving already, or the session is gone */
     size_t len = strlen(rest);
     hosts_drop(rest, drop);
-    int fd = socket_to(&peer);
     if (!rest[0] || fd < 0) {
         free(rest);
         return;
