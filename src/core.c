@@ -822,6 +822,19 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
     return calls;
 }
 
+/* Tell l's loss from the renewal thread (slot 0) or the watchdog (1):
+ * outside c->mu, which is held on entry and on return (a loss callback may
+ * release), while dlock_lock_free of l waits (see telling). */
+static void tell_loss(dlock_client *c, int slot, dlock_lock *l)
+{
+    c->telling[slot] = l;
+    pthread_mutex_unlock(&c->mu);
+    lost_notify(l);
+    pthread_mutex_lock(&c->mu);
+    c->telling[slot] = NULL; /* (l itself may be freed by now: its callback's) */
+    pthread_cond_broadcast(&c->renewed_cv);
+}
+
 /*
  * The renewal thread renews held leases at about ttl/3, every lock that is
  * due (or nearly) in one call to the backend. It decides a loss only when
@@ -899,12 +912,8 @@ static void *renew_main(void *arg)
             l->renew_err = NULL;
         }
         pthread_cond_broadcast(&c->renewed_cv);
-        if (nlost) {
-            pthread_mutex_unlock(&c->mu);
-            for (size_t i = 0; i < nlost; i++)
-                lost_notify(batch[i]);
-            pthread_mutex_lock(&c->mu);
-        }
+        for (size_t i = 0; i < nlost; i++)
+            tell_loss(c, 0, batch[i]);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -940,11 +949,8 @@ static void *watch_main(void *arg)
                               "clock-drift allowance)"
                             : "the session was not confirmed alive in time: the server may "
                               "expire it now (no reply through the quorum for 2/3 of the "
-                              "session timeout, less the clock-drift allowance)")) {
-            pthread_mutex_unlock(&c->mu);
-            lost_notify(due);
-            pthread_mutex_lock(&c->mu);
-        }
+                              "session timeout, less the clock-drift allowance)"))
+            tell_loss(c, 1, due);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -1188,6 +1194,13 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
     if (!lock)
         return;
     dlock_client *c = lock->c;
+    /* Not while a lease thread tells its loss (it reads the handle and
+     * signals its descriptor), unless this is that thread's callback. */
+    pthread_mutex_lock(&c->mu);
+    while ((c->telling[0] == lock && !pthread_equal(c->renew_thread, pthread_self())) ||
+           (c->telling[1] == lock && !pthread_equal(c->watch_thread, pthread_self())))
+        pthread_cond_wait(&c->renewed_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     if (!lock->detached) { /* else dlock_client_close released it already */
         int st = atomic_load(&lock->state);
         if (st == DLOCK_STATE_HELD || st == DLOCK_STATE_LOST) {

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -109,6 +110,48 @@ static void test_stuck_renewal_does_not_delay_another_loss(void **state)
     dlock_client_close(c);
 }
 
+/* A loss callback that takes its time, then reads its handle. */
+static atomic_bool slow_cb_done;
+static void slow_on_lost(dlock_lock *l, void *arg)
+{
+    (void)arg;
+    sleep_ms(300);
+    volatile char first = dlock_lock_name(l)[0]; /* (freed under it: ASan says so) */
+    (void)first;
+    atomic_store(&slow_cb_done, true);
+}
+
+/* A handle freed as soon as its loss shows (the descriptor is signalled
+ * before the callback runs) while the watchdog still runs the callback:
+ * dlock_lock_free waits for the callback to end. Before, it freed the
+ * handle under the watchdog's feet (CI's ASan step, 2026-11-27: a
+ * heap-use-after-free in lost_notify after test_stuck_renewal_does_not_
+ * delay_another_loss freed a lock it had just seen lost). */
+static void test_free_waits_for_loss_callback(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, NULL), 0);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = 1000;
+    o.on_lost = slow_on_lost;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, "lease-free-while-told", &o), 0);
+    assert_true(dlock_lost_fd(l) >= 0);
+    atomic_store(&slow_cb_done, false);
+    if (dlock_acquire(l, 0) != 0)
+        fail_msg("acquire: %s", dlock_lock_errmsg(l));
+    server_signal("single", SIGSTOP);
+    (void)lost_seen_at(l, 10000);
+    server_signal("single", SIGCONT);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    if (!atomic_load(&slow_cb_done))
+        fail_msg("dlock_lock_free returned while the loss callback still ran");
+    dlock_client_close(c);
+}
+
 /* dlock_client_close gives the locks back on a server too (item 3). */
 static void test_close_releases_on_server(void **state)
 {
@@ -139,6 +182,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_before_server_expiry),
         cmocka_unit_test(test_stuck_renewal_does_not_delay_another_loss),
+        cmocka_unit_test(test_free_waits_for_loss_callback),
         cmocka_unit_test(test_close_releases_on_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
