@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
@@ -1772,79 +1773,75 @@ int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_
     memset(w, 0, sizeof *w);
     w->gone = gone;
     w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (w->wake_fd < 0)
+    w->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL}; /* NULL: the wake */
+    if (w->wake_fd < 0 || w->epoll_fd < 0 ||
+        epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) {
+        if (w->wake_fd >= 0)
+            close(w->wake_fd);
+        if (w->epoll_fd >= 0)
+            close(w->epoll_fd);
+        w->wake_fd = w->epoll_fd = -1;
         return DLOCK_EIO;
+    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     return 0;
 }
 
-static void swatch_wake(dl_session_watch *w)
+/* s's socket in the epoll set, for one report (EPOLLONESHOT: a report for
+ * a session let go meanwhile, whose socket may since have been closed and
+ * its number reused, comes once and is dropped, never again and again). */
+static int swatch_arm(dl_session_watch *w, dl_session *s, int op)
 {
-    uint64_t one = 1;
-    (void)!write(w->wake_fd, &one, sizeof one);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = s};
+    int rc = epoll_ctl(w->epoll_fd, op, s->fd, &ev);
+    if (rc != 0 && op == EPOLL_CTL_ADD && errno == EEXIST)
+        rc = epoll_ctl(w->epoll_fd, EPOLL_CTL_MOD, s->fd, &ev);
+    return rc;
+}
+
+/* s on the watched list, or NULL (its pointer only compared: it may be a
+ * session let go and freed since the report). Mutex held. */
+static dl_session **swatch_find(dl_session_watch *w, const dl_session *s)
+{
+    dl_session **pp = &w->list;
+    while (*pp && *pp != s)
+        pp = &(*pp)->next;
+    return *pp ? pp : NULL;
 }
 
 static void *swatch_main(void *arg)
 {
     dl_session_watch *w = arg;
-    struct pollfd *fds = NULL;
-    dl_session **who = NULL;
-    size_t cap = 0;
+    struct epoll_event ev[64];
     pthread_mutex_lock(&w->mu);
     while (!w->stopping) {
-        size_t n = 1;
-        for (dl_session *s = w->list; s; s = s->next)
-            n++;
-        if (n > cap) {
-            size_t nc = n * 2;
-            struct pollfd *nf = realloc(fds, nc * sizeof *nf);
-            if (nf)
-                fds = nf;
-            dl_session **nw = nf ? realloc(who, nc * sizeof *nw) : NULL;
-            if (nw)
-                who = nw;
-            if (!nf || !nw) { /* out of memory: look again in a while */
-                pthread_mutex_unlock(&w->mu);
-                usleep(100000);
-                pthread_mutex_lock(&w->mu);
-                continue;
-            }
-            cap = nc;
-        }
-        fds[0] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
-        n = 1;
-        for (dl_session *s = w->list; s; s = s->next, n++) {
-            fds[n] = (struct pollfd){.fd = s->fd, .events = POLLIN};
-            who[n] = s;
-        }
         pthread_mutex_unlock(&w->mu);
-        int got = poll(fds, n, -1);
+        int got = epoll_wait(w->epoll_fd, ev, (int)(sizeof ev / sizeof ev[0]), -1);
         pthread_mutex_lock(&w->mu);
-        if (got <= 0)
-            continue;
-        if (fds[0].revents) {
-            uint64_t v;
-            (void)!read(w->wake_fd, &v, sizeof v);
-        }
         dlock_lock **lost = NULL;
         dl_session **lost_s = NULL;
         size_t nlost = 0;
-        for (size_t i = 1; i < n; i++) {
-            if (!fds[i].revents)
+        for (int i = 0; i < got && !w->stopping; i++) {
+            if (!ev[i].data.ptr) {
+                uint64_t v;
+                (void)!read(w->wake_fd, &v, sizeof v);
                 continue;
+            }
             /* still watched? (a call may have taken it off meanwhile) */
-            dl_session **pp = &w->list;
-            while (*pp && *pp != who[i])
-                pp = &(*pp)->next;
-            if (!*pp)
+            dl_session **pp = swatch_find(w, ev[i].data.ptr);
+            if (!pp)
                 continue;
             dl_session *s = *pp;
-            if (!w->gone(s, s->why, sizeof s->why))
+            if (!w->gone(s, s->why, sizeof s->why)) {
+                (void)swatch_arm(w, s, EPOLL_CTL_MOD); /* read; watched on */
                 continue;
+            }
             *pp = s->next;
             s->next = NULL;
             s->lost = true;
+            (void)epoll_ctl(w->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
             dlock_lock **nl = realloc(lost, (nlost + 1) * sizeof *nl);
             if (nl)
                 lost = nl;
@@ -1874,8 +1871,6 @@ static void *swatch_main(void *arg)
         free(lost_s);
     }
     pthread_mutex_unlock(&w->mu);
-    free(fds);
-    free(who);
     return NULL;
 }
 
@@ -1890,18 +1885,22 @@ int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, cha
             snprintf(why, wlen, "cannot start the thread that watches held sessions");
         } else {
             w->started = true;
+            (void)pthread_setname_np(w->thread, DL_SWATCH_THREAD);
         }
     }
     if (!rc) {
         s->fd = fd;
         s->lock = l;
         s->lost = false;
-        s->next = w->list;
-        w->list = s;
+        if (swatch_arm(w, s, EPOLL_CTL_ADD) != 0) {
+            rc = DLOCK_EIO;
+            snprintf(why, wlen, "cannot watch the session's socket: %s", strerror(errno));
+        } else {
+            s->next = w->list;
+            w->list = s;
+        }
     }
     pthread_mutex_unlock(&w->mu);
-    if (!rc)
-        swatch_wake(w);
     return rc;
 }
 
@@ -1914,14 +1913,12 @@ bool dl_swatch_remove(dl_session_watch *w, dl_session *s)
     while (w->busy > 0 && !pthread_equal(w->busy_thread, pthread_self()))
         pthread_cond_wait(&w->cv, &w->mu);
     bool lost = s->lost;
-    if (!lost) {
-        dl_session **pp = &w->list;
-        while (*pp && *pp != s)
-            pp = &(*pp)->next;
-        if (*pp)
-            *pp = s->next;
-        s->next = NULL;
+    dl_session **pp = lost ? NULL : swatch_find(w, s);
+    if (pp) {
+        *pp = s->next;
+        (void)epoll_ctl(w->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
     }
+    s->next = NULL;
     pthread_mutex_unlock(&w->mu);
     return !lost;
 }
@@ -1934,7 +1931,8 @@ void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s))
     w->stopping = true;
     pthread_mutex_unlock(&w->mu);
     if (w->started) {
-        swatch_wake(w);
+        uint64_t one = 1;
+        (void)!write(w->wake_fd, &one, sizeof one);
         pthread_join(w->thread, NULL);
     }
     while (w->list) {
@@ -1943,7 +1941,8 @@ void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s))
         drop(s);
     }
     close(w->wake_fd);
-    w->wake_fd = -1;
+    close(w->epoll_fd);
+    w->wake_fd = w->epoll_fd = -1;
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
 }

@@ -364,10 +364,12 @@ const char *dl_qkind_parse(const char *s, dl_qpos *out);
 
 /* A backend whose lock lives exactly as long as one server session (a
  * connection it keeps for that lock) embeds a dl_session in the connection
- * and hands it to the client's dl_session_watch: a thread that polls the
- * sockets of watched sessions and reports one the server ended (a restart,
- * a kill, dlock break) as its lock's loss at once. A session is watched
- * only while no call runs on it: take it off for a call, put it back. */
+ * and hands it to the client's dl_session_watch: a thread that waits on the
+ * sockets of watched sessions (one epoll set, which the callers change
+ * themselves: taking a lock or letting it go wakes no thread) and reports
+ * one the server ended (a restart, a kill, dlock break) as its lock's loss
+ * at once. A session is watched only while no call runs on it: take it
+ * off for a call, put it back. */
 typedef struct dl_session {
     int fd;
     dlock_lock *lock;
@@ -375,6 +377,8 @@ typedef struct dl_session {
     bool lost;               /* the watcher found it ended (why says how) */
     char why[256];
 } dl_session;
+
+#define DL_SWATCH_THREAD "dlock-sessions" /* the watcher thread's name (ps -L, gdb) */
 
 typedef struct dl_session_watch {
     /* Called (watch mutex held) when s's socket is readable while idle:
@@ -387,10 +391,10 @@ typedef struct dl_session_watch {
     int busy; /* the thread is telling holders (mu released) */
     pthread_t busy_thread, thread;
     bool started, stopping;
-    int wake_fd;
+    int wake_fd, epoll_fd;
 } dl_session_watch;
 
-/* 0, or DLOCK_EIO when no eventfd can be made. */
+/* 0, or DLOCK_EIO when no eventfd or epoll set can be made. */
 int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));
 /* Stops the thread; hands each session still watched (its lock's loss
  * not reported) to drop, which closes it. */

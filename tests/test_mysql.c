@@ -3367,6 +3367,36 @@ static void test_getlock_grants_without_lease_table(void **state)
     dlock_client_close(c);
 }
 
+/* Issue 24: taking and letting go of a lock wake no background thread in
+ * the modes that hold a connection (see test_postgres's twin). */
+static void test_cycles_wake_no_thread(void **state)
+{
+    (void)state;
+    const int session_modes[] = {M_GET, M_ROW};
+    for (int i = 0; i < 2; i++) {
+        int m = session_modes[i];
+        char name[64];
+        unique(name, sizeof name, "nowake");
+        dlock_client *c = open_url(mode_url[m]);
+        dlock_lock *l = mk(c, name, NULL, NULL);
+        acquire_ok(l, 0); /* (the watcher starts with the first grant) */
+        assert_int_equal(dlock_release(l), 0);
+        long long before = thread_wakeups(DLOCK_SESSIONS_THREAD);
+        if (before < 0)
+            fail_msg("%s: no thread named %s", mode_name[m], DLOCK_SESSIONS_THREAD);
+        for (int j = 0; j < 100; j++) {
+            acquire_ok(l, 0);
+            assert_int_equal(dlock_release(l), 0);
+        }
+        long long woke = thread_wakeups(DLOCK_SESSIONS_THREAD) - before;
+        fprintf(stderr, "# %s: the session watcher woke %lld times in 100 cycles\n", mode_name[m], woke);
+        if (woke > 10)
+            fail_msg("%s: the session watcher woke %lld times in 100 cycles", mode_name[m], woke);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+    }
+}
+
 /* Issue 23, item 14: a server refusing a connection for the user's limit
  * (max_user_connections) is a MySQL server that said why: the message is
  * the server's, without "(is it a MySQL server?)", and the code says the
@@ -3744,6 +3774,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rowlock_waiter_behind_getlock_killed_waits_on),
         cmocka_unit_test(test_one_name_one_lock_across_modes),
         cmocka_unit_test(test_getlock_grants_without_lease_table),
+        cmocka_unit_test(test_cycles_wake_no_thread),
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),

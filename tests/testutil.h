@@ -20,6 +20,7 @@
 #include "dlock.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -57,6 +58,41 @@ static inline void server_signal(const char *name, int sig)
     assert_int_equal(fscanf(f, "%ld", &pid), 1);
     fclose(f);
     assert_int_equal(kill((pid_t)pid, sig), 0);
+}
+
+/* How often this process's threads named comm (dlock names its
+ * background threads) have gone to sleep and been woken: their voluntary
+ * context switches, from /proc/self/task/TID/{comm,status}; -1 when no
+ * thread has that name. For tests that say a call wakes no background
+ * thread. */
+#define DLOCK_SESSIONS_THREAD "dlock-sessions" /* (src/internal.h: DL_SWATCH_THREAD) */
+static inline long long thread_wakeups(const char *comm)
+{
+    long long sum = -1;
+    char path[300], line[256];
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* (a thread that ended meanwhile) */
+        bool named = fgets(line, sizeof line, f) && strcspn(line, "\n") == strlen(comm) &&
+                     strncmp(line, comm, strlen(comm)) == 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!named || !(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                sum = (sum < 0 ? 0 : sum) + atoll(line + 24);
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
 }
 
 /* A socket listening on a spare loopback port (*port), for the fake
