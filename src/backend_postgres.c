@@ -153,6 +153,7 @@ static void pq_load(void)
 }
 
 #define PG_IDENT_MAX 63      /* PostgreSQL's identifier limit (NAMEDATALEN - 1) */
+#define PG_EPOCH_SHIFT 44    /* tokens: (epoch << 44) + offset in the run (see token_ctes) */
 #define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
 #define PG_PREPARED_MAX 16       /* fixed statements a session keeps prepared */
@@ -177,14 +178,16 @@ typedef struct pgclient {
     char *strings;             /* storage for what keys/vals point at */
     char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
     char seq[2 * PG_IDENT_MAX + 8];    /* the tokens' sequence, TABLE_token */
-    char flushed[2 * PG_IDENT_MAX + 8]; /* dlock_token_flushed: see token_ctes */
+    char runs[2 * PG_IDENT_MAX + 8];   /* dlock_token_run (UNLOGGED): see token_ctes */
+    char epochs[2 * PG_IDENT_MAX + 8]; /* dlock_token_epoch: see token_ctes */
+    char *sql_run_get, *sql_epoch_bump, *sql_run_put; /* advisory, rowlock: see run_ensure */
     bool lease;                        /* mode=lease */
     bool rowlock;                      /* mode=rowlock (else advisory) */
     bool txpool;                       /* pooler=transaction: no session state at all */
     char *sql_row_ensure, *sql_row_value, *sql_row_info; /* rowlock */
     char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
     char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
-    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r; /* advisory */
+    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r, *sql_redraw; /* advisory */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     char *sql_renew_many;                                   /* lease: a batch */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
@@ -595,9 +598,9 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
      * plan serves every execution (a custom plan made the lease take
      * statement's every execution plan it again, 0.28 ms). From 14 on, a
      * waiting backend also checks now and then that we are still there.
-     * Read committed: the token's probe (token_ctes) relies on ON CONFLICT
-     * DO NOTHING seeing rows committed after the statement's snapshot,
-     * which repeatable read refuses as a serialization failure. */
+     * Read committed: the upserts of the holders' rows see rows committed
+     * after the statement's snapshot (a waiter's is from before its
+     * wait), which repeatable read refuses as a serialization failure. */
     char setup[700];
     snprintf(setup, sizeof setup,
              "SELECT set_config('statement_timeout', '0', false), "
@@ -897,6 +900,7 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
 }
 
 static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen);
+static int run_ensure(dlock_lock *l, char *why, size_t wlen);
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
 static int lease_release(dlock_lock *l);
@@ -905,6 +909,19 @@ static int lease_set_value(dlock_lock *l, const char *value);
 static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *touched);
 static int row_inspect(dlock_client *c, const char *name, dlock_info *info);
 static int row_set_value(dlock_lock *l, const char *value);
+
+/* A grant whose advisory key is another name's (the table's unique key
+ * said so): DLOCK_ENAME, naming it. */
+static int key_collision(dlock_lock *l)
+{
+    pgclient *pc = pc_of(l->c);
+    char other[DL_NAME_MAX + 8];
+    colliding_name(l, other, sizeof other);
+    return dl_lock_err(l, DLOCK_ENAME,
+                       "lock \"%s\": its advisory key collides with the one of %s in table %s "
+                       "(64-bit hash): use another name",
+                       l->name, other, pc->table);
+}
 
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
@@ -1060,14 +1077,8 @@ again:
                                "pg_cancel_backend, or a limit set where dlock's own do not "
                                "apply (a pooler's query_timeout)",
                                l->name, line);
-        if (strcmp(st, "23505") == 0) {
-            char other[DL_NAME_MAX + 8];
-            colliding_name(l, other, sizeof other);
-            return dl_lock_err(l, DLOCK_ENAME,
-                               "lock \"%s\": its advisory key collides with the one of %s in "
-                               "table %s (64-bit hash): use another name",
-                               l->name, other, pc->table);
-        }
+        if (strcmp(st, "23505") == 0)
+            return key_collision(l);
         return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
                            pc->redacted);
     }
@@ -1082,16 +1093,45 @@ again:
         return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": its row in %s vanished", l->name,
                            pc->table);
     }
-    if (pq.ntuples(r) != 1) { /* try: someone holds it */
-        pq.clear(r);
+    if (pq.ntuples(r) != 1 || (!pc->rowlock && strcmp(pq.getvalue(r, 0, 0), "t") != 0)) {
+        pq.clear(r); /* try: someone holds it */
         conn_put(pc, k);
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
-    if (!pc->rowlock)
-        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 0), NULL, 10));
+    /* advisory: the token, or none yet (no epoch in force: drawn below) */
+    bool drawn = pc->rowlock || !pq.getisnull(r, 0, 1);
+    if (!pc->rowlock && drawn)
+        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
     pq.clear(r);
     rc = names_check(l, names, 0, why, sizeof why);
     pq.clear(names);
+    for (int attempt = 0; !rc && !drawn; attempt++) {
+        /* the lock is ours and no epoch was in force: one put in force,
+         * and the token drawn on the session holding the lock */
+        if (attempt == 3) {
+            snprintf(why, sizeof why, "no token after 3 tries (the sequence %s more than 2^%d "
+                     "past its run's base?)", pc->seq, PG_EPOCH_SHIFT);
+            rc = DLOCK_EIO;
+            break;
+        }
+        rc = run_ensure(l, why, sizeof why);
+        if (!rc)
+            rc = run_fixed(k, pc->sql_redraw, 3, p, op_until(pc, l), -1, &r, why, sizeof why);
+        if (!rc && strcmp(sqlstate(r), "23505") == 0) {
+            pq.clear(r);
+            conn_close(k);
+            return key_collision(l);
+        }
+        if (!rc && *sqlstate(r)) {
+            rc = code_of_state(sqlstate(r));
+            snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+        } else if (!rc && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 1)) {
+            atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
+            drawn = true;
+        }
+        pq.clear(r);
+        r = NULL;
+    }
     if (rc) {
         conn_close(k); /* the session's end lets go */
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
@@ -1100,16 +1140,24 @@ again:
         /* the token, and who took the row for dlock_inspect and the
          * leader's value: the row itself stays locked until the release */
         const char *ip[] = {l->name, l->owner, holder};
-        PGresult *ir;
-        rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, ip, &ir, why,
-                            sizeof why);
-        if (!rc && pq.ntuples(ir) == 1)
-            atomic_store(&l->token, strtoull(pq.getvalue(ir, 0, 0), NULL, 10));
-        else if (!rc) {
-            rc = DLOCK_EPROTO;
-            snprintf(why, sizeof why, "no token came back");
+        PGresult *ir = NULL;
+        bool got = false;
+        for (int attempt = 0; !rc && !got; attempt++) {
+            /* no row back: no epoch in force (see token_ctes) */
+            if (attempt > 0)
+                rc = attempt < 4 ? run_ensure(l, why, sizeof why) : DLOCK_EPROTO;
+            if (!rc)
+                rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, ip, &ir, why,
+                                    sizeof why);
+            got = !rc && pq.ntuples(ir) == 1;
+            if (got)
+                atomic_store(&l->token, strtoull(pq.getvalue(ir, 0, 0), NULL, 10));
+            else if (rc == DLOCK_EPROTO && attempt == 4)
+                snprintf(why, sizeof why, "no token after 3 tries (the sequence %s more than "
+                         "2^%d past its run's base?)", pc->seq, PG_EPOCH_SHIFT);
+            pq.clear(ir);
+            ir = NULL;
         }
-        pq.clear(ir);
         if (rc) {
             conn_close(k); /* its transaction ends, and the row is free */
             /* (on a second pooled session, which may have to connect: time
@@ -1227,7 +1275,8 @@ static void pg_abandon(dlock_lock *l)
 
 static bool ident_ok(const char *s);
 static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *token_ctes(pgclient *pc, const char *from);
+static char *token_ctes(pgclient *pc, const char *rel, const char *cond);
+static int run_build_sql(pgclient *pc);
 /* ---- one name, one mode ------------------------------------------------------------- */
 /*
  * The same name in two modes would be two locks: advisory keys, lease rows
@@ -2214,7 +2263,7 @@ static int row_build_sql(pgclient *pc)
         "UPDATE %s SET value = $3 WHERE name = $1 AND owner = $2 RETURNING 1", pc->values);
     /* who took the row, with its token (drawn here, once the row is ours:
      * see token_ctes) */
-    char *tok = token_ctes(pc, "(SELECT 1) AS one");
+    char *tok = token_ctes(pc, "(SELECT 1) AS one", "true");
     pc->sql_row_info = tok ? fmt_alloc(
         "WITH %s INSERT INTO %s AS h (name, owner, token, holder, since) SELECT $1, $2, d.v, $3, "
         "clock_timestamp() FROM d, c ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
@@ -2223,7 +2272,8 @@ static int row_build_sql(pgclient *pc)
         tok, pc->values) : NULL;
     free(tok);
     return pc->sql_row_ensure && pc->sql_try_x && pc->sql_wait_x && pc->sql_try_r &&
-                   pc->sql_wait_r && pc->sql_row_value && pc->sql_row_info
+                   pc->sql_wait_r && pc->sql_row_value && pc->sql_row_info &&
+                   run_build_sql(pc) == 0
                ? 0
                : DLOCK_ENOMEM;
 }
@@ -2318,6 +2368,10 @@ static void pc_free(pgclient *pc)
     free(pc->sql_try_r);
     free(pc->sql_wait_x);
     free(pc->sql_wait_r);
+    free(pc->sql_redraw);
+    free(pc->sql_run_get);
+    free(pc->sql_epoch_bump);
+    free(pc->sql_run_put);
     free(pc->sql_take);
     free(pc->sql_expiry);
     free(pc->sql_free);
@@ -2341,87 +2395,140 @@ static void pc_free(pgclient *pc)
 
 /*
  * Tokens without a WAL flush per grant (advisory and rowlock; lease takes
- * a row, a committed write anyway). A token is nextval of the table's
- * sequence, drawn once the lock is ours. PostgreSQL logs a sequence 32
- * values ahead: one nextval in 32 writes a WAL record saying "up to v+32"
- * (so does the first after a checkpoint), and only that one gets a
- * transaction id, so only its commit flushes; the 31 after it write
- * nothing. After a crash the sequence goes on past the last of its records
- * that reached the disk. So a value is safe to hand out once the record of
- * its batch is flushed — and PostgreSQL does not wait for that: a nextval
- * in another session can return a value of a batch whose record is still
- * in memory (its logger has not committed yet, or was cancelled: an abort
- * does not flush), and after a crash that value is handed out again.
+ * a row, a committed write anyway): (epoch << PG_EPOCH_SHIFT) + (nextval of
+ * the table's sequence - base), drawn once the lock is ours.
  *
- * Hence the table dlock_token_flushed (seq, upto): a row says that the
- * batch ending at upto is flushed. After its nextval, a draw reads its
- * batch's end (the sequence's last_value + log_cnt) and inserts that row
- * with ON CONFLICT DO NOTHING. The conflict check is not bound to the
- * statement's snapshot (a waiter's is from before its wait): it sees the
- * row once its writer committed, and waits for a writer in progress. So:
- * - the row is there (31 draws in 32): its writer committed, and since it
- *   committed with synchronous_commit on, the batch's record is flushed.
- *   The draw wrote nothing that must last: it commits with
- *   synchronous_commit off (the holder's row it also writes says who holds
- *   the lock, which a crash ends anyway).
- * - it is not (the draw that logged the batch, or a draw after a logger
- *   that aborted, or the first after a crash): the draw inserts it and
- *   commits with synchronous_commit on (at least local, whatever the role
- *   says). Its commit record comes after the batch's record in the WAL, so
- *   the flush it waits for covers the batch.
- * The rows of older batches are deleted by the draw that adds one.
+ * nextval rises for as long as the server runs, but not across a crash:
+ * PostgreSQL logs a sequence 32 values ahead and does not wait for that
+ * record's flush before other sessions use the batch, so after a crash
+ * values already handed out can come again. So each server run draws
+ * under an epoch of its own:
+ * - dlock_token_epoch (seq, epoch), an ordinary table: the epochs counted,
+ *   each committed with a flush (synchronous_commit at least local) before
+ *   any token of it exists;
+ * - dlock_token_run (seq, epoch, base), an UNLOGGED table: the epoch in
+ *   force in this run, and the sequence's value when it was put in force.
+ *   PostgreSQL empties unlogged tables when it recovers from a crash (and
+ *   a promoted standby has them empty): exactly when the sequence may go
+ *   back. A clean shutdown keeps both the row and the sequence.
+ * A grant that finds no row in force (the first after a crash, or ever)
+ * draws nothing; run_ensure counts an epoch, puts it in force (the first
+ * client's row wins), and the grant draws again. Every token of a run is
+ * above every token of the runs before it, and within a run nextval
+ * rises. The draw commits with synchronous_commit off: it writes only the
+ * holder's row, which a crash ends anyway.
  *
- * The CTEs: n draws (from the rows of `from`: only when the lock is ours),
- * d reads the batch's end, m inserts its row, o deletes older ones, c sets
- * the commit's durability. The statement using them reads d and c.
+ * A run's row is written once and never changed: a waiter's statement,
+ * whose snapshot is from before its wait, may miss it (then it draws
+ * again) but cannot see a stale one (a crash ends the waiter's session
+ * too). For the same reason an offset of 2^PG_EPOCH_SHIFT in one run (17
+ * trillion grants without a crash) is an error, not a new epoch. The
+ * first epoch is above the sequence's value >> PG_EPOCH_SHIFT, so that the
+ * tokens of older dlock versions (the sequence's own values) are below
+ * every new one.
+ *
+ * The CTEs: n draws (from the rows of rel where cond: only when the lock is
+ * ours, and only with a run in force), d makes the token, c the commit's
+ * durability. The statement using them reads d and c.
  */
-static char *token_ctes(pgclient *pc, const char *from)
+static char *token_ctes(pgclient *pc, const char *rel, const char *cond)
 {
     return fmt_alloc(
-        "n AS (SELECT nextval('%s') AS v FROM %s), "
-        "d AS (SELECT n.v, (SELECT q.last_value + q.log_cnt FROM %s AS q WHERE n.v IS NOT NULL) "
-        "AS h FROM n), "
-        "m AS (INSERT INTO %s (seq, upto) SELECT '%s', d.h FROM d ON CONFLICT DO NOTHING "
-        "RETURNING upto), "
-        "o AS (DELETE FROM %s WHERE seq = '%s' AND upto < (SELECT max(upto) FROM m)), "
-        "c AS (SELECT set_config('synchronous_commit', CASE WHEN NOT EXISTS (SELECT 1 FROM m) "
-        "THEN 'off' WHEN current_setting('synchronous_commit') = 'off' THEN 'local' "
-        "ELSE current_setting('synchronous_commit') END, true) AS sc FROM d)",
-        pc->seq, from, pc->seq, pc->flushed, pc->seq, pc->flushed, pc->seq);
+        "n AS (SELECT r.epoch AS e, nextval('%s') - r.base AS off FROM %s AS r, %s WHERE %s "
+        "AND r.seq = '%s'), "
+        "d AS (SELECT (n.e << %d) + n.off AS v FROM n WHERE n.off > 0 AND n.off < %lld), "
+        "c AS (SELECT set_config('synchronous_commit', 'off', true) AS sc)",
+        pc->seq, pc->runs, rel, cond, pc->seq, PG_EPOCH_SHIFT, 1LL << PG_EPOCH_SHIFT);
+}
+
+/* The statements of run_ensure (see token_ctes). */
+static int run_build_sql(pgclient *pc)
+{
+    pc->sql_run_get = fmt_alloc("SELECT epoch FROM %s WHERE seq = $1", pc->runs);
+    /* committed with a flush before any token of it */
+    pc->sql_epoch_bump = fmt_alloc(
+        "WITH c AS (SELECT set_config('synchronous_commit', CASE WHEN "
+        "current_setting('synchronous_commit') = 'off' THEN 'local' ELSE "
+        "current_setting('synchronous_commit') END, true) AS sc) "
+        "INSERT INTO %s AS e (seq, epoch) SELECT $1, (SELECT (q.last_value >> %d) + 1 FROM %s "
+        "AS q) FROM c ON CONFLICT (seq) DO UPDATE SET epoch = GREATEST(e.epoch + 1, "
+        "excluded.epoch) RETURNING e.epoch",
+        pc->epochs, PG_EPOCH_SHIFT, pc->seq);
+    pc->sql_run_put = fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
+                                "nextval('%s') ON CONFLICT (seq) DO NOTHING",
+                                pc->runs, pc->seq);
+    return pc->sql_run_get && pc->sql_epoch_bump && pc->sql_run_put ? 0 : DLOCK_ENOMEM;
+}
+
+/* An epoch in force for the table's sequence in this server run (see
+ * token_ctes): 0, or a code (why says it). */
+static int run_ensure(dlock_lock *l, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    int64_t until = op_until(pc, l);
+    const char *p[] = {pc->seq, NULL};
+    PGresult *r;
+    int rc = pool_run_until(l->c, until, pc->sql_run_get, 1, p, &r, why, wlen);
+    bool in_force = !rc && pq.ntuples(r) == 1;
+    pq.clear(r);
+    if (rc || in_force)
+        return rc;
+    rc = pool_run_until(l->c, until, pc->sql_epoch_bump, 1, p, &r, why, wlen);
+    char epoch[24] = "";
+    if (!rc && pq.ntuples(r) == 1)
+        snprintf(epoch, sizeof epoch, "%s", pq.getvalue(r, 0, 0));
+    pq.clear(r);
+    if (rc)
+        return rc;
+    long long e = atoll(epoch);
+    if (e < 1 || e >= 1LL << (63 - PG_EPOCH_SHIFT)) {
+        snprintf(why, wlen, "the token epoch in %s is \"%s\" (1 to 2^%d - 1 expected)",
+                 pc->epochs, epoch, 63 - PG_EPOCH_SHIFT);
+        return DLOCK_EPROTO;
+    }
+    p[1] = epoch;
+    rc = pool_run_until(l->c, until, pc->sql_run_put, 2, p, &r, why, wlen);
+    pq.clear(r);
+    return rc;
 }
 
 /* The statements that take a lock, with the table's name in them. */
 static int build_sql(pgclient *pc)
 {
-#define UPSERT                                                                               \
-    "%s INSERT INTO %s AS t (name, key, token, holder, since) "                              \
+    /* (l: the lock's row, ok; the holder's row written only with a token;
+     * (ok, NULL): the lock is ours and no epoch is in force, see token_ctes) */
+#define GRANT_TAIL                                                                           \
+    "%s, u AS (INSERT INTO %s AS t (name, key, token, holder, since) "                       \
     "SELECT $2, $1::bigint, d.v, $3, clock_timestamp() FROM d, c "                           \
     "ON CONFLICT (name) DO UPDATE SET token = excluded.token, holder = excluded.holder, "     \
-    "since = excluded.since, value = NULL RETURNING t.token"
-    char *tok_try = token_ctes(pc, "l WHERE l.ok"), *tok_wait = token_ctes(pc, "l");
-    char *tail_try = tok_try ? fmt_alloc(UPSERT, tok_try, pc->table) : NULL;
-    char *tail_wait = tok_wait ? fmt_alloc(UPSERT, tok_wait, pc->table) : NULL;
-#undef UPSERT
-    free(tok_try);
-    free(tok_wait);
-    if (tail_try && tail_wait) {
-        pc->sql_try_x = fmt_alloc(
-            "WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok), %s", tail_try);
+    "since = excluded.since, value = NULL RETURNING t.token) "                               \
+    "SELECT l.ok, (SELECT u.token FROM u) FROM l"
+    char *tok = token_ctes(pc, "l", "l.ok");
+    char *tail = tok ? fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
+#undef GRANT_TAIL
+    free(tok);
+    if (tail) {
+        pc->sql_try_x =
+            fmt_alloc("WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok), %s", tail);
         pc->sql_try_r = fmt_alloc(
-            "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok), %s", tail_try);
+            "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok), %s", tail);
         /* set_config first (l reads s): lock_timeout bounds the wait that follows */
         pc->sql_wait_x =
             fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                      "l AS (SELECT pg_advisory_lock($1::bigint) FROM s), %s",
-                      tail_wait);
+                      "l AS (SELECT pg_advisory_lock($1::bigint), true AS ok FROM s), %s",
+                      tail);
         pc->sql_wait_r =
             fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                      "l AS (SELECT pg_advisory_lock_shared($1::bigint) FROM s), %s",
-                      tail_wait);
+                      "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s",
+                      tail);
+        /* the draw alone, on the session holding the lock (after run_ensure) */
+        pc->sql_redraw = fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
-    free(tail_try);
-    free(tail_wait);
-    return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r ? 0 : DLOCK_ENOMEM;
+    free(tail);
+    return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r &&
+                   pc->sql_redraw && run_build_sql(pc) == 0
+               ? 0
+               : DLOCK_ENOMEM;
 }
 
 /* libpq's connection parameters from the URL: hosts, ports, database,
@@ -2491,9 +2598,11 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     pgclient *pc = pc_of(c);
     const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
-    const char *np[] = {pc->names, pc->flushed};
-    int nrc = pool_run(c, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", 2,
-                       np, &r, why, wlen);
+    const char *np[] = {pc->names, pc->runs, pc->epochs};
+    int nrc = pool_run(c,
+                       "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND "
+                       "to_regclass($3) IS NOT NULL",
+                       3, np, &r, why, wlen);
     if (nrc)
         return nrc;
     bool names = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
@@ -2506,11 +2615,18 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  pc->names);
         nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
         pq.clear(r);
-        if (nrc == 0) { /* where each sequence's flushed batches end: see token_ctes */
+        if (nrc == 0) { /* the token epochs: see token_ctes */
             snprintf(ddl, sizeof ddl,
-                     "CREATE TABLE IF NOT EXISTS %s (seq text NOT NULL, upto bigint NOT NULL, "
-                     "PRIMARY KEY (seq, upto))",
-                     pc->flushed);
+                     "CREATE TABLE IF NOT EXISTS %s (seq text PRIMARY KEY, epoch bigint NOT NULL)",
+                     pc->epochs);
+            nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
+            pq.clear(r);
+        }
+        if (nrc == 0) { /* (emptied when the server recovers from a crash) */
+            snprintf(ddl, sizeof ddl,
+                     "CREATE UNLOGGED TABLE IF NOT EXISTS %s (seq text PRIMARY KEY, epoch bigint "
+                     "NOT NULL, base bigint NOT NULL)",
+                     pc->runs);
             nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
             pq.clear(r);
         }
@@ -2686,14 +2802,16 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
         snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
         snprintf(pc->names, sizeof pc->names, "\"%s\".\"dlock_names\"", schema);
-        snprintf(pc->flushed, sizeof pc->flushed, "\"%s\".\"dlock_token_flushed\"", schema);
+        snprintf(pc->runs, sizeof pc->runs, "\"%s\".\"dlock_token_run\"", schema);
+        snprintf(pc->epochs, sizeof pc->epochs, "\"%s\".\"dlock_token_epoch\"", schema);
     } else {
         snprintf(pc->table, sizeof pc->table, "\"%s\"", table);
         snprintf(pc->seq, sizeof pc->seq, "\"%s_token\"", table);
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
         snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
         snprintf(pc->names, sizeof pc->names, "\"dlock_names\"");
-        snprintf(pc->flushed, sizeof pc->flushed, "\"dlock_token_flushed\"");
+        snprintf(pc->runs, sizeof pc->runs, "\"dlock_token_run\"");
+        snprintf(pc->epochs, sizeof pc->epochs, "\"dlock_token_epoch\"");
     }
     char why[600];
     int rc = build_params(pc, u, why, sizeof why);
