@@ -1030,7 +1030,9 @@ again:
         rc = run_fixed_seq(k, pl->named ? 2 : 3, seq, ns, vals, until, cancel_fd, outs, why,
                            sizeof why);
     }
-    if (rc || *sqlstate(r) || pq.ntuples(r) != 1) { /* (only a grant needs it) */
+    /* (only a grant needs it: advisory's column ok says whether it was one) */
+    if (rc || *sqlstate(r) || pq.ntuples(r) != 1 ||
+        (!pc->rowlock && strcmp(pq.getvalue(r, 0, 0), "t") != 0)) {
         pq.clear(names);
         names = NULL;
     }
