@@ -3368,33 +3368,12 @@ static void test_getlock_grants_without_lease_table(void **state)
 }
 
 /* Issue 24: taking and letting go of a lock wake no background thread in
- * the modes that hold a connection (see test_postgres's twin). */
+ * the modes that hold a connection. */
 static void test_cycles_wake_no_thread(void **state)
 {
     (void)state;
-    const int session_modes[] = {M_GET, M_ROW};
-    for (int i = 0; i < 2; i++) {
-        int m = session_modes[i];
-        char name[64];
-        unique(name, sizeof name, "nowake");
-        dlock_client *c = open_url(mode_url[m]);
-        dlock_lock *l = mk(c, name, NULL, NULL);
-        acquire_ok(l, 0); /* (the watcher starts with the first grant) */
-        assert_int_equal(dlock_release(l), 0);
-        long long before = thread_wakeups(DLOCK_SESSIONS_THREAD);
-        if (before < 0)
-            fail_msg("%s: no thread named %s", mode_name[m], DLOCK_SESSIONS_THREAD);
-        for (int j = 0; j < 100; j++) {
-            acquire_ok(l, 0);
-            assert_int_equal(dlock_release(l), 0);
-        }
-        long long woke = thread_wakeups(DLOCK_SESSIONS_THREAD) - before;
-        fprintf(stderr, "# %s: the session watcher woke %lld times in 100 cycles\n", mode_name[m], woke);
-        if (woke > 10)
-            fail_msg("%s: the session watcher woke %lld times in 100 cycles", mode_name[m], woke);
-        dlock_lock_free(l);
-        dlock_client_close(c);
-    }
+    cycles_wake_no_thread(mode_url[M_GET], mode_name[M_GET]);
+    cycles_wake_no_thread(mode_url[M_ROW], mode_name[M_ROW]);
 }
 
 /* Issue 23, item 14: a server refusing a connection for the user's limit

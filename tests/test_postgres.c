@@ -1402,39 +1402,16 @@ static void test_pool_after_restart(void **state)
 static const char *const mode_query[] = {"mode=advisory", "mode=rowlock", "mode=lease"};
 
 /* Issue 24: taking and letting go of a lock wake no background thread in
- * the modes that hold a session (the session watcher's epoll set is
- * changed by the caller; before, every grant woke the watcher, and so did
- * the replies on a session just let go). A held session the server ends
- * is still told at once (the killed-holder tests). */
+ * the modes that hold a session. */
 static void test_cycles_wake_no_thread(void **state)
 {
     (void)state;
     for (int m = 0; m < 2; m++) { /* advisory, rowlock */
-        char url[512], name[64];
+        char url[512];
         url_with(url, sizeof url, pg_url, mode_query[m]);
-        unique(name, sizeof name, "nowake");
-        dlock_client *c = open_url(url);
-        dlock_lock *l = mk(c, name, NULL, NULL);
-        acquire_ok(l, 0); /* (the watcher starts with the first grant) */
-        assert_int_equal(dlock_release(l), 0);
-        long long before = thread_wakeups(DLOCK_SESSIONS_THREAD);
-        if (before < 0)
-            fail_msg("%s: no thread named %s", mode_query[m], DLOCK_SESSIONS_THREAD);
-        for (int i = 0; i < 100; i++) {
-            acquire_ok(l, 0);
-            assert_int_equal(dlock_release(l), 0);
-        }
-        long long woke = thread_wakeups(DLOCK_SESSIONS_THREAD) - before;
-        fprintf(stderr, "# %s: the session watcher woke %lld times in 100 cycles\n", mode_query[m], woke);
-        if (woke > 10)
-            fail_msg("%s: the session watcher woke %lld times in 100 cycles", mode_query[m], woke);
-        dlock_lock_free(l);
-        dlock_client_close(c);
+        cycles_wake_no_thread(url, mode_query[m]);
     }
 }
-
-/* ---- 9. a hostile server: stopped, limited, ending sessions ----------------------------- */
-
 
 /* Signal the whole server: the postmaster and every backend it forked (a
  * stopped postmaster alone leaves running backends answering). */

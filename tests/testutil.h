@@ -293,4 +293,31 @@ static inline int run_cmd(char *out, size_t len, const char *cmd)
     return rc;
 }
 
+/* Issue 24: 100 cycles of take and let go on url (a backend whose locks
+ * hold a server session: PostgreSQL, MySQL) wake the session watcher
+ * thread at most a few times (it waits on an epoll set the callers change
+ * themselves; before, every grant woke it). label names the case. */
+static inline void cycles_wake_no_thread(const char *url, const char *label)
+{
+    char name[64];
+    unique(name, sizeof name, "nowake");
+    dlock_client *c = open_url(url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0); /* (the watcher starts with the first grant) */
+    assert_int_equal(dlock_release(l), 0);
+    long long before = thread_wakeups(DLOCK_SESSIONS_THREAD);
+    if (before < 0)
+        fail_msg("%s: no thread named %s", label, DLOCK_SESSIONS_THREAD);
+    for (int i = 0; i < 100; i++) {
+        acquire_ok(l, 0);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    long long woke = thread_wakeups(DLOCK_SESSIONS_THREAD) - before;
+    fprintf(stderr, "# %s: the session watcher woke %lld times in 100 cycles\n", label, woke);
+    if (woke > 10)
+        fail_msg("%s: the session watcher woke %lld times in 100 cycles", label, woke);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 #endif
