@@ -198,7 +198,6 @@ typedef struct pgclient {
     char *sql_names_get, *sql_names_add, *sql_names_drop;
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
-    int server_version;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -582,7 +581,6 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         conn_close(k);
         return DLOCK_ENOTSUP;
     }
-    pc->server_version = v;
     k->unnamed = pc->txpool;
     if (pc->txpool) { /* settings would stay on a server session others get next */
         *out = k;
