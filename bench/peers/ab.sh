@@ -49,7 +49,7 @@ print("%-10s P=%s cycle_p50_us=%8s ops_per_s=%8s handover_p50_us=%8s violations=
 ' "$label" "$P" "$line" "$err"
 }
 IFS=';' read -ra clients <<<"$3"
-for rep in $(seq "$reps"); do
+for _ in $(seq "$reps"); do
     for P in 1 8; do
         one peer "$P" "$py" "$here/peer_bench.py" --peer "$peer" --url "$url"
         for c in "${clients[@]}"; do
