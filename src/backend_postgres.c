@@ -921,6 +921,72 @@ static int key_collision(dlock_lock *l)
                        l->name, other, pc->table);
 }
 
+/* The second try at a token (see token_ctes): 0 drawn (l->token set), 1
+ * nothing drawn, or a code (why). */
+typedef int (*draw_fn)(dlock_lock *l, void *arg, char *why, size_t wlen);
+
+/* A grant that drew no token (no epoch in force): an epoch put in force and
+ * the token drawn again with draw, up to 3 times. 0, or a code (why). */
+static int draw_under_epoch(dlock_lock *l, draw_fn draw, void *arg, char *why, size_t wlen)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int rc = run_ensure(l, why, wlen);
+        if (!rc)
+            rc = draw(l, arg, why, wlen);
+        if (rc != 1)
+            return rc;
+    }
+    snprintf(why, wlen, "no token after 3 tries (the sequence %s more than 2^%d past its run's "
+             "base?)", pc_of(l->c)->seq, PG_EPOCH_SHIFT);
+    return DLOCK_EIO;
+}
+
+/* advisory: the draw alone, on the session k holding the lock */
+struct advisory_draw {
+    pg_conn *k;
+    const char *const *params; /* key, name, holder */
+};
+
+static int advisory_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    struct advisory_draw *a = arg;
+    PGresult *r;
+    char line[200];
+    int rc = run_fixed(a->k, pc->sql_redraw, 3, a->params, op_until(pc, l), -1, &r, why, wlen);
+    if (rc)
+        return rc;
+    if (strcmp(sqlstate(r), "23505") == 0) {
+        rc = DLOCK_ENAME; /* (the caller names the other: key_collision) */
+        snprintf(why, wlen, "its advisory key collides with another name's");
+    } else if (*sqlstate(r)) {
+        rc = code_of_state(sqlstate(r));
+        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+    } else if (pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 1)) {
+        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
+    } else {
+        rc = 1;
+    }
+    pq.clear(r);
+    return rc;
+}
+
+/* rowlock: who took the row, with its token, on another pooled session
+ * (the row's own is in its transaction) */
+static int rowlock_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(l->c);
+    PGresult *r;
+    int rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, arg, &r, why, wlen);
+    if (rc)
+        return rc;
+    rc = pq.ntuples(r) == 1 ? 0 : 1;
+    if (!rc)
+        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 0), NULL, 10));
+    pq.clear(r);
+    return rc;
+}
+
 static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
 {
     pgclient *pc = pc_of(l->c);
@@ -1105,32 +1171,13 @@ again:
     pq.clear(r);
     rc = names_check(l, names, 0, why, sizeof why);
     pq.clear(names);
-    for (int attempt = 0; !rc && !drawn; attempt++) {
-        /* the lock is ours and no epoch was in force: one put in force,
-         * and the token drawn on the session holding the lock */
-        if (attempt == 3) {
-            snprintf(why, sizeof why, "no token after 3 tries (the sequence %s more than 2^%d "
-                     "past its run's base?)", pc->seq, PG_EPOCH_SHIFT);
-            rc = DLOCK_EIO;
-            break;
-        }
-        rc = run_ensure(l, why, sizeof why);
-        if (!rc)
-            rc = run_fixed(k, pc->sql_redraw, 3, p, op_until(pc, l), -1, &r, why, sizeof why);
-        if (!rc && strcmp(sqlstate(r), "23505") == 0) {
-            pq.clear(r);
+    if (!rc && !drawn) { /* the lock is ours, and no epoch was in force */
+        struct advisory_draw a = {k, p};
+        rc = draw_under_epoch(l, advisory_draw, &a, why, sizeof why);
+        if (rc == DLOCK_ENAME) {
             conn_close(k);
             return key_collision(l);
         }
-        if (!rc && *sqlstate(r)) {
-            rc = code_of_state(sqlstate(r));
-            snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
-        } else if (!rc && pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 1)) {
-            atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
-            drawn = true;
-        }
-        pq.clear(r);
-        r = NULL;
     }
     if (rc) {
         conn_close(k); /* the session's end lets go */
@@ -1140,24 +1187,9 @@ again:
         /* the token, and who took the row for dlock_inspect and the
          * leader's value: the row itself stays locked until the release */
         const char *ip[] = {l->name, l->owner, holder};
-        PGresult *ir = NULL;
-        bool got = false;
-        for (int attempt = 0; !rc && !got; attempt++) {
-            /* no row back: no epoch in force (see token_ctes) */
-            if (attempt > 0)
-                rc = attempt < 4 ? run_ensure(l, why, sizeof why) : DLOCK_EPROTO;
-            if (!rc)
-                rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, ip, &ir, why,
-                                    sizeof why);
-            got = !rc && pq.ntuples(ir) == 1;
-            if (got)
-                atomic_store(&l->token, strtoull(pq.getvalue(ir, 0, 0), NULL, 10));
-            else if (rc == DLOCK_EPROTO && attempt == 4)
-                snprintf(why, sizeof why, "no token after 3 tries (the sequence %s more than "
-                         "2^%d past its run's base?)", pc->seq, PG_EPOCH_SHIFT);
-            pq.clear(ir);
-            ir = NULL;
-        }
+        rc = rowlock_draw(l, (void *)ip, why, sizeof why);
+        if (rc == 1) /* no epoch in force */
+            rc = draw_under_epoch(l, rowlock_draw, (void *)ip, why, sizeof why);
         if (rc) {
             conn_close(k); /* its transaction ends, and the row is free */
             /* (on a second pooled session, which may have to connect: time
