@@ -2663,13 +2663,15 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
             pq.clear(r);
         }
         if (nrc == DLOCK_EPERM) {
-            char detail[200];
-            snprintf(detail, sizeof detail, "%.199s", why);
+            char detail[121];
+            snprintf(detail, sizeof detail, "%.120s", why);
             snprintf(why, wlen,
-                     "the table %s (which mode each lock name is used in) does not exist and "
-                     "this role may not create it (%s): create it as its owner (see "
+                     "the tables dlock_names (which mode each lock name is used in), "
+                     "dlock_token_epoch and dlock_token_run (the tokens' epochs, new in this "
+                     "version), in the lock table's schema, are not all there and this role "
+                     "may not create them (%s): create them as their owner (see "
                      "docs/postgres.md) or grant CREATE",
-                     pc->names, detail);
+                     detail);
         }
         if (nrc)
             return nrc;

@@ -723,6 +723,30 @@ static void test_cancel_leaves_no_waiter(void **state)
 
 /* ---- 8. a role without rights ---------------------------------------------------- */
 
+/* Upgrading: a role that may not create tables, on the tables of a version
+ * before token epochs (dlock_token_run missing): the open fails with
+ * DLOCK_EPERM naming the new tables, not only dlock_names (which is there);
+ * once their owner makes them, the role locks. */
+static void test_role_without_create_on_older_tables(void **state)
+{
+    (void)state;
+    char out[512];
+    dlock_client *c = open_url(pg_url); /* the tables exist */
+    assert_int_equal(psql(out, sizeof out, "ALTER TABLE dlock_token_run RENAME TO dlock_run_away"),
+                     0);
+    expect_open_fails(ro_url, DLOCK_EPERM, "a role without CREATE, the token epochs' tables missing");
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(NULL));
+    assert_int_equal(psql(out, sizeof out, "ALTER TABLE dlock_run_away RENAME TO dlock_token_run"),
+                     0);
+    if (!strstr(msg, "dlock_token_run") || !strstr(msg, "dlock_token_epoch") ||
+        !strstr(msg, "may not create"))
+        fail_msg("the message does not name the missing tables: %s", msg);
+    dlock_client *ro = open_url(ro_url);
+    dlock_client_close(ro);
+    dlock_client_close(c);
+}
+
 static void test_role_without_rights(void **state)
 {
     (void)state;
@@ -1857,6 +1881,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_session_terminated),
         cmocka_unit_test(test_cancel_leaves_no_waiter),
         cmocka_unit_test(test_role_without_rights),
+        cmocka_unit_test(test_role_without_create_on_older_tables),
         cmocka_unit_test(test_wrong_password),
         cmocka_unit_test(test_not_postgres),
         cmocka_unit_test(test_silent_server),
