@@ -223,7 +223,8 @@ DLOCK_EXTERN dlock_state_t dlock_state(const dlock_lock *lock);
 DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
 /*
  * How many more milliseconds the held lock is certain to be valid: for a
- * lease, the time until its deadline minus the clock-drift allowance — the
+ * lease, the time until its deadline minus the loss margin (ttl/100 + 2 ms
+ * for clock drift, plus ttl/10 but at most 100 ms for a late wake-up) — the
  * moment it is declared lost unless a renewal succeeds first; for a
  * ZooKeeper session, until 2/3 of the session timeout past the server's
  * last reply (when the lock is declared lost). -1 when the lock is held

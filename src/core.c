@@ -175,6 +175,18 @@ int64_t dl_drift_ns(int ttl_ms)
     return (int64_t)ttl_ms * 10000LL + 2000000LL;
 }
 
+/* The drift allowance is for clocks; a loaded machine also runs the
+ * watchdog thread late (40 ms was seen on 2 busy cores), and a holder told
+ * after its lease ran out on the servers overlaps the next one. So the loss
+ * is declared earlier by a wake-up allowance too: ttl/10, at most 100 ms. */
+static int64_t loss_margin_ns(int ttl_ms)
+{
+    int64_t wake_ns = (int64_t)ttl_ms * 100000LL;
+    if (wake_ns > 100000000LL)
+        wake_ns = 100000000LL;
+    return dl_drift_ns(ttl_ms) + wake_ns;
+}
+
 int dl_op_timeout_ms(const dlock_lock *l, int op_timeout_ms)
 {
     if (l->op_deadline_ns <= 0)
@@ -620,11 +632,11 @@ static void lost_notify(dlock_lock *l);
 #define RENEW_BATCH_MAX 1024
 
 /* The moment a lease is declared lost: its deadline on our clock minus the
- * drift allowance, so that the holder is told before the server can let
- * anyone else in even if our clock runs a little slow. */
+ * loss margin, so that the holder is told before the server can let anyone
+ * else in even if our clock runs a little slow or this thread wakes late. */
 static int64_t loss_at(const dlock_lock *l)
 {
-    return l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms);
+    return l->lease_deadline_ns - loss_margin_ns(l->opts.ttl_ms);
 }
 
 static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at_ns)
@@ -947,10 +959,10 @@ static void *watch_main(void *arg)
         if (unlist_lost(c, due,
                         c->caps & DLOCK_CAP_LEASE
                             ? "no renewal succeeded before the lease ran out (less the "
-                              "clock-drift allowance)"
+                              "clock-drift and wake-up allowances)"
                             : "the session was not confirmed alive in time: the server may "
                               "expire it now (no reply through the quorum for 2/3 of the "
-                              "session timeout, less the clock-drift allowance)"))
+                              "session timeout, less the clock-drift and wake-up allowances)"))
             tell_loss(c, 1, due);
     }
     pthread_mutex_unlock(&c->mu);
@@ -1309,12 +1321,12 @@ static int64_t deadline_from(int timeout_ms)
     return dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
 }
 
-/* A lease counted from `started` is useless if less than the drift
- * allowance (ttl/100 + 2 ms) is left of it. */
+/* A lease counted from `started` is useless if no more than the loss
+ * margin is left of it: it would be declared lost at once. */
 static bool granted_too_late(const dlock_lock *l, int64_t started)
 {
     int64_t ttl = (int64_t)l->opts.ttl_ms * 1000000LL;
-    return dl_now_ns() >= started + ttl - dl_drift_ns(l->opts.ttl_ms);
+    return dl_now_ns() >= started + ttl - loss_margin_ns(l->opts.ttl_ms);
 }
 
 static int acquire_until(dlock_lock *l, int64_t deadline_ns)
@@ -1539,7 +1551,7 @@ DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock)
     if (!uses_lease(l))
         return -1;
     pthread_mutex_lock(&l->c->mu);
-    int64_t until = tracked(l) ? l->lease_deadline_ns - dl_drift_ns(l->opts.ttl_ms) : 0;
+    int64_t until = tracked(l) ? loss_at(l) : 0;
     pthread_mutex_unlock(&l->c->mu);
     int64_t left = until - dl_now_ns();
     return left > 0 ? left / 1000000LL : 0;

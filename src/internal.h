@@ -312,8 +312,8 @@ int dl_connect_err(dlock_lock *l, int64_t deadline_ns, int rc, const char *why,
  * of a request already sent (documented in dlock.h and dlock(1)). */
 #define DL_DEADLINE_MARGIN_MS 100
 
-/* The clock-drift allowance of a lease of ttl_ms: ttl/100 + 2 ms. A lease
- * is declared lost this long before its deadline on our clock. */
+/* The clock-drift allowance of a lease of ttl_ms: ttl/100 + 2 ms (Redlock's
+ * validity; the core declares a lease lost earlier still, see loss_at). */
 int64_t dl_drift_ns(int ttl_ms);
 
 /* Milliseconds a request of l's current backend call may wait: op_timeout_ms

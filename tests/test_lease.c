@@ -1,7 +1,7 @@
 /*
  * test_lease.c — the core's lease bookkeeping against a real Redis server
  * that the test freezes (SIGSTOP): a held lease is declared lost at its
- * local deadline minus the drift allowance, before the server lets anyone
+ * local deadline minus the loss margin, before the server lets anyone
  * else in, whatever the renewal request is waiting for; a renewal stuck on
  * one lock does not delay the loss of another; closing a client gives its
  * locks back. Runs inside tests/servers.sh (a "redis" server of its own, named "single" there).
@@ -59,7 +59,7 @@ static int64_t lost_seen_at(dlock_lock *l, int limit_ms)
  * late. The defect this guards against was seconds late. */
 #define SLACK_MS 250
 
-/* A holder cut off by a frozen server is told at deadline - drift: before
+/* A holder cut off by a frozen server is told at deadline - margin: before
  * the server's own expiry (issue 16, item 2). */
 static void test_loss_before_server_expiry(void **state)
 {
