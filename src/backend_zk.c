@@ -1461,6 +1461,20 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
     return ZOK;
 }
 
+/* True when rc says the session is over (the handle is expired, or was
+ * when the request was made), and then notes it: a process stopped past
+ * its timeout hears of it from a request before the watcher does, and the
+ * next op_begin must start a new session. */
+static bool session_ended(zkclient *zc, int rc)
+{
+    if (rc != ZSESSIONEXPIRED && rc != ZINVALIDSTATE)
+        return false;
+    pthread_mutex_lock(&zc->mu);
+    zc->expired = true;
+    pthread_mutex_unlock(&zc->mu);
+    return true;
+}
+
 /* Lost replies an acquisition sends its requests again after (each after
  * a reconnection): a bound for a connection that drops as soon as it is up. */
 #define ZK_LOST_MAX 32
@@ -1685,12 +1699,9 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
      * do not count (see zk_confirm). */
     int64_t asked = 0;
     rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
-    if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
+    if (session_ended(zc, rc)) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
-        pthread_mutex_lock(&zc->mu);
-        zc->expired = true;
-        pthread_mutex_unlock(&zc->mu);
         op_end(&op);
         rc = op_begin(zc, true, &op, err, sizeof err);
         if (rc)
@@ -1717,6 +1728,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             continue;
         }
         if (rc != ZOK) {
+            (void)session_ended(zc, rc); /* then *again: queue in a new one */
             result = acq_fail(l, deadline, rc, "reading its queue");
             break;
         }
@@ -1781,6 +1793,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                                                       : ZOK;
             } else if (rc != ZOK && rc != ZNONODE && !acq_retry(&op, deadline, rc, &nlost)) {
                 call_drop(w);
+                (void)session_ended(zc, rc);
                 result = acq_fail(l, deadline, rc, "watching its queue");
                 break;
             }
