@@ -165,6 +165,7 @@ static void my_load(void)
 /* ---- connections and statements --------------------------------------------------- */
 
 #define MY_KEY_MAX 64       /* GET_LOCK's name limit (MySQL 5.7+) */
+#define MY_KEY_MAX_STR "64" /* (the same, in SQL text) */
 #define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
 /* Tokens of getlock and rowlock (see "Tokens" below): the server run's
  * epoch above MY_EPOCH_SHIFT bits of UUID_SHORT()'s count since the run's
@@ -207,6 +208,7 @@ typedef struct my_conn {
     unsigned last_errno;  /* the server's error number of the last failed statement */
     bool txn;             /* autocommit off (rowlock) */
     int lock_wait_s;      /* innodb_lock_wait_timeout set on it (-1: the server's) */
+    bool marks_seen; /* the run's lease marks found (or made) on it: see marks_check */
     struct {
         const char *sql; /* by address: our statements are fixed per client */
         MYSQL_STMT *st;
@@ -239,6 +241,11 @@ typedef struct myclient {
         *sql_row_getvalue;  /* rowlock */
     char *sql_draw;         /* getlock, rowlock: a token, the holder's row in TABLE_live */
     char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
+    char *sql_draw_fast;    /* getlock, rowlock: one table opened less, the lease mark read */
+    char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* see ensure_marks */
+    char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
+    atomic_bool marks_on; /* getlock: dlock_live's lease marks are kept by triggers: draws read them */
+    atomic_bool fast_off; /* TABLE_live has no lease_until (made by an older dlock): no sql_draw_fast */
     char *sql_run_get, *sql_epoch_bump, *sql_run_set, *sql_evict; /* their epoch; a full table */
     char *sql_queue;        /* lease: the waiters' GET_LOCK */
     char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
@@ -1153,6 +1160,54 @@ static int lease_release(dlock_lock *l);
  * (max_heap_table_size) the rows of names nobody holds are let go.
  */
 
+/* The live lease rows marked again (see ensure_marks), on e, then the
+ * run's mark (key ''): a restart emptied dlock_live, and no connection
+ * draws against the marks before it has seen the run's mark (marks_check). A
+ * full table lets go of the rows of names nobody holds first. 0, or a
+ * code (a refused statement turns the marks off). */
+static int marks_renew(myclient *mc, my_conn *e, int64_t until, char *why, size_t wlen)
+{
+    my_res r = {0};
+    int rc = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        rc = q_exec(e, mc->sql_mark_live, NULL, 0, &r, until, -1, why, wlen);
+        res_free(&r);
+        if (!rc) {
+            rc = q_exec(e, mc->sql_mark_run, NULL, 0, &r, until, -1, why, wlen);
+            res_free(&r);
+        }
+        if (!rc || e->broken)
+            break;
+        if (e->last_errno == 1114 && attempt == 0) {
+            rc = q_exec(e, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
+            res_free(&r);
+            if (!rc)
+                continue;
+        }
+        atomic_store(&mc->marks_on, false); /* not ours to write: dlock_lease is read */
+        rc = 0;
+        break;
+    }
+    return rc;
+}
+
+/* Once per connection, with marks on: the run's mark (key ''), or, missing
+ * (a restart emptied dlock_live, or the marks were made since), the live
+ * lease rows marked again first. 0, or a code. */
+static int marks_check(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
+{
+    if (k->marks_seen || !atomic_load(&mc->marks_on))
+        return 0;
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_mark_run_get, NULL, 0, &r, until, -1, why, wlen);
+    bool run_marked = rc == 0 && cell(&r, 0, 0) && atoi(cell(&r, 0, 0)) > 0;
+    res_free(&r);
+    if (rc == 0 && !run_marked)
+        rc = marks_renew(mc, k, until, why, wlen);
+    k->marks_seen = rc == 0;
+    return rc;
+}
+
 /* Put an epoch in force in dlock_run: when there is none (renew false), or
  * a new one after the current (renew true). An epoch is put in force only
  * by the client that counted it (its commit flushed first), only once
@@ -1220,8 +1275,11 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
 /* The token of a grant, on k, the connection holding the name's GET_LOCK
  * (see above), with the holder's row: 0 (*token set), 1 the key's row
  * belongs to another name (a hash collision), 2 (only with unleased) a
- * lease-mode holder has the name (lease_holds, read in the same
- * statement), or a code. */
+ * lease-mode holder has the name (lease_holds), or a code. Once k knows
+ * its run, one statement on one MEMORY table (sql_draw_fast), which also
+ * reads the name's lease mark; before, and for what the marks do not
+ * cover, the draw reads dlock_run and, unleased, dlock_lease (sql_draw,
+ * sql_draw_unleased). */
 static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token, char *why,
                       size_t wlen)
 {
@@ -1232,24 +1290,46 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token,
     my_res r = {0};
     int rc = 0;
     *token = 0;
-    bool evicted = false, ensured = false;
-    for (int attempt = 0; attempt < 5; attempt++) {
+    bool evicted = false, ensured = false, slow = false;
+    for (int attempt = 0; attempt < 6; attempt++) {
         unleased = unleased && !atomic_load(&mc->lease_live_off);
-        rc = q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3, &r,
-                    until, -1, why, wlen);
+        /* the marks stand for dlock_lease where triggers keep them */
+        bool marked = atomic_load(&mc->marks_on) && strlen(l->name) <= MY_KEY_MAX;
+        bool fast = !slow && !atomic_load(&mc->fast_off) && (!unleased || marked);
+        if (fast && unleased && (rc = marks_check(mc, k, until, why, wlen)) != 0)
+            return rc;
+        fast = fast && (!unleased || atomic_load(&mc->marks_on));
+        if (fast) {
+            rc = q_exec(k, mc->sql_draw_fast, a, 3, &r, until, -1, why, wlen);
+        } else {
+            rc = q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3,
+                        &r, until, -1, why, wlen);
+        }
         unsigned long long affected = r.affected, t = r.insert_id;
         res_free(&r);
         bool offset_ok = (t & (MY_OFFSET_RENEW * 2 - 1)) < MY_OFFSET_RENEW;
+        if (rc == 0 && fast && t == UINT64_MAX - 1) {
+            /* a live lease mark: dlock_lease decides, then a draw without
+             * the mark (a mark outlives its lease's release) */
+            if (unleased && (rc = lease_holds(l, k, why, wlen)) != 0)
+                return rc < 0 ? rc : 2;
+            unleased = false;
+            slow = true;
+            continue;
+        }
         if (rc == 0 && affected > 0 && t != 0 && offset_ok) {
             *token = t;
             return 0;
         }
         if (rc == 0 && affected == 0 && t == UINT64_MAX)
             return 1;
-        if (rc == 0 && (affected > 0 || t != 0)) {
+        if (rc == 0 && t != 0) {
             /* an offset near the epoch's bits: a new epoch */
             rc = epoch_ensure(l, true, why, wlen);
-        } else if (rc == 0 && unleased && (rc = lease_holds(l, k, why, wlen)) != 0) {
+        } else if (rc == 0 && !fast && affected > 0) {
+            /* (the slow draw: drawn, yet no insert id) */
+            rc = epoch_ensure(l, true, why, wlen);
+        } else if (rc == 0 && unleased && !fast && (rc = lease_holds(l, k, why, wlen)) != 0) {
             return rc < 0 ? rc : 2; /* nothing drawn: a lease holder's */
         } else if (rc == 0) {
             /* no epoch in force (a new server run), or, found again once
@@ -1257,6 +1337,10 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token,
              * not this run's): a new epoch */
             rc = epoch_ensure(l, ensured, why, wlen);
             ensured = true;
+        } else if (fast && !k->broken && k->last_errno == 1054) {
+            /* TABLE_live made by an older dlock, without lease_until */
+            atomic_store(&mc->fast_off, true);
+            rc = 0;
         } else if (unleased && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
             /* dlock_lease dropped, or not ours to read: as lease_holds */
             atomic_store(&mc->lease_live_off, true);
@@ -1275,13 +1359,14 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token,
         if (rc)
             return rc;
     }
-    snprintf(why, wlen, "no token after 5 tries (the token epoch changing all the time?)");
+    snprintf(why, wlen, "no token after 6 tries (the token epoch changing all the time?)");
     return DLOCK_EIO;
 }
 
 /* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
  * lease-mode holder has the name in the default lease table (getlock reads
- * it in its draw, sql_draw_unleased, and here only when nothing was drawn). Read after
+ * its marks, or the table, in its draw, and here only when nothing was
+ * drawn: see ensure_marks). Read after
  * our GET_LOCK, while a lease taker commits its row before it looks for a
  * GET_LOCK (see build_sql): of two that race, at least one sees the
  * other. 1 yes, 0 no (or no lease table this client may read: none), or
@@ -1830,6 +1915,15 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_
     *token = 0;
     for (int attempt = 0; attempt < 2 && !rc; attempt++) {
         rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+        if (rc && !k->broken && k->last_errno == 1114 && attempt == 0) {
+            /* dlock_live full (the trigger's mark, see ensure_marks): the
+             * rows of names nobody holds or marks go, and the take again */
+            res_free(&r);
+            rc = q_exec(k, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
+            res_free(&r);
+            if (!rc)
+                rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+        }
         if (rc && !k->broken && k->last_errno == 1213)
             rc = 0; /* a deadlock's victim (InnoDB rolled it back): not taken */
         bool took = rc == 0 && r.affected > 0;
@@ -2435,6 +2529,67 @@ static int build_sql(myclient *mc)
                   " AND NOT EXISTS (SELECT 1 FROM `dlock_lease` AS x WHERE x.name = ? AND "
                   "x.expires >= UTC_TIMESTAMP(6))");
 #undef DRAW
+    /* The same as an INSERT ... VALUES, the run read in a scalar
+     * subquery (each table a statement opens cost 10-25 us of every
+     * hand-over: INSERT ... SELECT opens both tables for the whole
+     * statement), and the name's lease mark read in its row: a live one
+     * (lease_until, see ensure_marks) leaves the row as it is and says so
+     * with an insert id of 2^64 - 2, and the grant then reads dlock_lease
+     * (lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
+    mc->sql_draw_fast = fmt_alloc(
+        "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, "
+        "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "
+        "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0)), CONNECTION_ID(), ?, "
+        "UTC_TIMESTAMP(6), NULL) ON DUPLICATE KEY UPDATE "
+        "conn = IF(name = VALUES(name), VALUES(conn), conn), "
+        "holder = IF(name = VALUES(name), VALUES(holder), holder), "
+        "since = IF(name = VALUES(name), VALUES(since), since), "
+        "value = IF(name = VALUES(name), NULL, value), "
+        "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "
+        "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "
+        "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))",
+        lv, MY_EPOCH_SHIFT);
+    /* Lease marks (see ensure_marks): a name's row in dlock_live, its
+     * lease_until raised to every expiry a take or renewal of the name's
+     * rows in dlock_lease writes (names of up to MY_KEY_MAX bytes: their
+     * key is the name). */
+#define MARK_UPSERT(NAME, EXPIRES)                                                            \
+    "INSERT INTO `dlock_live` (k, name, token, lease_until) VALUES (" NAME ", " NAME ", 0, "    \
+    EXPIRES ") ON DUPLICATE KEY UPDATE lease_until = IF(name = VALUES(name), "                 \
+    "GREATEST(IFNULL(lease_until, VALUES(lease_until)), VALUES(lease_until)), lease_until)"
+#define MARK_TRIGGER(WHAT, EVENT)                                                             \
+    "CREATE TRIGGER `dlock_lease_live_" WHAT "` AFTER " EVENT " ON `dlock_lease` FOR EACH "     \
+    "ROW IF LENGTH(NEW.name) <= " MY_KEY_MAX_STR " THEN " MARK_UPSERT("NEW.name",             \
+                                                                      "NEW.expires") "; END IF"
+    mc->sql_mark_ddl[0] = fmt_alloc(MARK_TRIGGER("ins", "INSERT"));
+    mc->sql_mark_ddl[1] = fmt_alloc(MARK_TRIGGER("upd", "UPDATE"));
+#undef MARK_TRIGGER
+#undef MARK_UPSERT
+    mc->sql_mark_count = fmt_alloc("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE "
+                                   "TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME IN "
+                                   "('dlock_lease_live_ins', 'dlock_lease_live_upd')");
+    mc->sql_mark_col = fmt_alloc("SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                                 "DATABASE() AND TABLE_NAME = 'dlock_live' AND COLUMN_NAME = "
+                                 "'lease_until'");
+    mc->sql_mark_col_add = fmt_alloc("ALTER TABLE `dlock_live` ADD COLUMN lease_until "
+                                     "DATETIME(6)");
+    mc->sql_mark_live = fmt_alloc(
+        "INSERT INTO `dlock_live` (k, name, token, lease_until) SELECT name, name, 0, "
+        "MAX(expires) FROM `dlock_lease` WHERE expires >= UTC_TIMESTAMP(6) AND LENGTH(name) <= "
+        MY_KEY_MAX_STR " GROUP BY name ON DUPLICATE KEY UPDATE lease_until = IF(name = "
+        "VALUES(name), GREATEST(IFNULL(lease_until, VALUES(lease_until)), "
+        "VALUES(lease_until)), lease_until)");
+    /* the key '' (no lock's: names are not empty): the live rows were
+     * marked in this server run */
+    mc->sql_mark_run = fmt_alloc("INSERT INTO `dlock_live` (k, name, token) VALUES ('', '', 0) "
+                                 "ON DUPLICATE KEY UPDATE token = 0");
+    mc->sql_mark_run_get = fmt_alloc("SELECT COUNT(*) FROM `dlock_live` WHERE k = ''");
+    /* a full TABLE_live (max_heap_table_size): the rows of names nobody
+     * holds and no lease marks (the IF: GET_LOCK's functions refuse '') */
+#define EVICT                                                                                 \
+    "DELETE FROM %s WHERE k <> '' AND (lease_until IS NULL OR lease_until < "                 \
+    "UTC_TIMESTAMP(6)) AND IS_USED_LOCK(IF(k = '', 'dlock:-', k)) IS NULL"
+    mc->sql_mark_evict = fmt_alloc(EVICT, "`dlock_live`");
     mc->sql_run_get = fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
     /* committed (flushed, on a durable server) before any token of it */
     mc->sql_epoch_bump = fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
@@ -2449,8 +2604,8 @@ static int build_sql(myclient *mc)
         "`dlock_epoch` AS e WHERE e.id = 1 AND e.epoch = ? ON DUPLICATE KEY UPDATE "
         "base = IF(? = 1 AND VALUES(epoch) > `dlock_run`.epoch, VALUES(base), `dlock_run`.base), "
         "epoch = IF(? = 1, GREATEST(`dlock_run`.epoch, VALUES(epoch)), `dlock_run`.epoch)");
-    /* a full TABLE_live (max_heap_table_size): the rows of names not held */
-    mc->sql_evict = fmt_alloc("DELETE FROM %s WHERE IS_USED_LOCK(k) IS NULL", lv);
+    mc->sql_evict = fmt_alloc(EVICT, lv);
+#undef EVICT
     mc->sql_release = fmt_alloc("SELECT RELEASE_LOCK(?)");
     /* the holder is the row's only while the connection that wrote it holds
      * the key: another program's GET_LOCK of the same name is not ours */
@@ -2470,7 +2625,7 @@ static int build_sql(myclient *mc)
     mc->sql_list = fmt_alloc(mc->mode == MODE_LEASE ? "SELECT DISTINCT name FROM %s WHERE name "
                                                       "LIKE ? ORDER BY name"
                                                     : "SELECT name FROM %s WHERE name LIKE ? "
-                                                      "ORDER BY name",
+                                                      "AND token > 0 ORDER BY name",
                              mc->mode == MODE_LEASE ? tk : lv);
     /* lease */
     /* The take and the token in one statement (both rows locked, one
@@ -2551,7 +2706,11 @@ static int build_sql(myclient *mc)
                    mc->sql_lease_info && mc->sql_lease_other && mc->sql_lease_make &&
                    mc->sql_lease_make_token && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
-                   mc->sql_lease_live && mc->sql_table_exists
+                   mc->sql_lease_live && mc->sql_table_exists && mc->sql_draw_fast &&
+                   mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
+                   mc->sql_mark_count && mc->sql_mark_live && mc->sql_mark_evict &&
+                   mc->sql_mark_run && mc->sql_mark_run_get && mc->sql_mark_col &&
+                   mc->sql_mark_col_add
                ? 0
                : -1;
 }
@@ -2577,7 +2736,10 @@ static void mc_free(myclient *mc)
                   &mc->sql_row_getvalue, &mc->sql_queue, &mc->sql_lease_live,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2], &mc->sql_ddl[3],
                   &mc->sql_ddl[4],
-                  &mc->sql_table_exists};
+                  &mc->sql_table_exists, &mc->sql_draw_fast,
+                  &mc->sql_mark_ddl[0], &mc->sql_mark_ddl[1], &mc->sql_mark_count,
+                  &mc->sql_mark_live, &mc->sql_mark_evict, &mc->sql_mark_run,
+                  &mc->sql_mark_run_get, &mc->sql_mark_col, &mc->sql_mark_col_add};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         if (*s[i] == mc->password && mc->password)
             explicit_bzero(mc->password, strlen(mc->password));
@@ -2585,6 +2747,65 @@ static void mc_free(myclient *mc)
     }
     pthread_mutex_destroy(&mc->mu);
     free(mc);
+}
+
+/*
+ * One name, one lock, at GET_LOCK's speed. A getlock grant must see a live
+ * lease-mode holder of the name in dlock_lease; reading that InnoDB table
+ * in the draw cost about 65 us of every hand-over (InnoDB joining the
+ * statement, not its rows). So lease holders are marked in the row the
+ * draw writes anyway: dlock_live.lease_until, kept by two triggers on
+ * dlock_lease (dlock_lease_live_ins, _upd): every take and renewal of a
+ * row raises it to the row's expiry, in the same statement, whoever writes
+ * it (older dlock versions too). A live mark sends the grant to the InnoDB
+ * read (lease_holds), which decides as before. A mark is never lowered:
+ * one left by a holder that let go costs that name's grants the InnoDB read
+ * until its lease would have ended; eviction keeps live marks. Names over
+ * MY_KEY_MAX bytes (their key a hash the triggers do not compute) are not
+ * marked: their grants read dlock_lease. A server restart empties
+ * dlock_live but not dlock_lease: the key '' marks the run, and a
+ * connection that does not find it marks the live rows again before it
+ * draws against the marks (marks_check). The triggers are made by a getlock
+ * client of the default table that may (TRIGGER; with a binary log, SUPER
+ * or log_bin_trust_function_creators); CREATE TRIGGER waits for takes in
+ * progress, and its maker marks the live rows after it. Without them, or
+ * without the column (a dlock_live an older dlock made, that this user may
+ * not alter), draws read dlock_lease itself, as before.
+ */
+static int ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
+{
+    my_res r = {0};
+    int rc = q_exec(k, mc->sql_mark_col, NULL, 0, &r, until, -1, why, wlen);
+    bool col = rc == 0 && r.nrows == 1;
+    res_free(&r);
+    if (!rc && !col) {
+        rc = q_exec(k, mc->sql_mark_col_add, NULL, 0, &r, until, -1, why, wlen);
+        res_free(&r);
+        if (rc && !k->broken && k->last_errno == 1060) /* (a racing maker's) */
+            rc = 0;
+    }
+    int have = 0;
+    if (!rc) {
+        rc = q_exec(k, mc->sql_mark_count, NULL, 0, &r, until, -1, why, wlen);
+        have = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
+        res_free(&r);
+    }
+    bool made = false;
+    for (int i = 0; i < 2 && !rc && have < 2; i++) {
+        rc = q_exec(k, mc->sql_mark_ddl[i], NULL, 0, &r, until, -1, why, wlen);
+        res_free(&r);
+        if (rc && !k->broken && k->last_errno == 1359) /* (a racing maker's) */
+            rc = 0;
+        made = true;
+    }
+    atomic_store(&mc->marks_on, rc == 0);
+    if (!rc && made)
+        rc = marks_renew(mc, k, until, why, wlen);
+    if (rc)
+        atomic_store(&mc->marks_on, false);
+    /* not ours to make (no ALTER, TRIGGER, or binary-log rights): the draw
+     * reads dlock_lease itself */
+    return k->broken ? rc : 0;
 }
 
 /* The tables of the client's mode, made if missing (a concurrent maker's
@@ -2607,7 +2828,7 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
         live = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
                          "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
                          "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
-                         "value VARBINARY(1000)) ENGINE=MEMORY",
+                         "value VARBINARY(1000), lease_until DATETIME(6)) ENGINE=MEMORY",
                          mc->live);
     if (mc->mode == MODE_GETLOCK) {
         ddl[0] = live;
@@ -2680,6 +2901,9 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     }
     if (rc == DLOCK_ENOMEM)
         snprintf(why, wlen, "out of memory");
+    if (!rc && !atomic_load(&mc->lease_live_off) && mc->mode == MODE_GETLOCK &&
+        strcmp(mc->live_bare, "dlock_live") == 0)
+        rc = ensure_marks(mc, k, until, why, wlen);
     return rc;
 }
 

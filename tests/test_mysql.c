@@ -3376,6 +3376,174 @@ static void test_cycles_wake_no_thread(void **state)
     cycles_wake_no_thread(mode_url[M_ROW], mode_name[M_ROW]);
 }
 
+/* The server's count of rows read from a table of ours (MariaDB's user
+ * statistics: userstat on). */
+static long long rows_read(const char *table)
+{
+    return root_num("SELECT IFNULL(SUM(ROWS_READ), 0) FROM information_schema.TABLE_STATISTICS "
+                    "WHERE TABLE_SCHEMA = 'dlock' AND TABLE_NAME = '%s'",
+                    table);
+}
+
+/* 20 take-and-release cycles of l: the rows of dlock_lease read meanwhile. */
+static long long lease_reads_over_cycles(dlock_lock *l)
+{
+    long long before = rows_read("dlock_lease");
+    for (int i = 0; i < 20; i++) {
+        acquire_ok(l, 0);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    return rows_read("dlock_lease") - before;
+}
+
+static long long mark_triggers(void)
+{
+    return root_num("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = "
+                    "'dlock' AND EVENT_OBJECT_TABLE = 'dlock_lease' AND TRIGGER_NAME LIKE "
+                    "'dlock_lease_live_%%'");
+}
+
+/* A name's live lease mark in dlock_live (see ensure_marks). */
+static long long live_marks(const char *lit)
+{
+    return root_num("SELECT COUNT(*) FROM dlock_live WHERE k = %s AND lease_until >= "
+                    "UTC_TIMESTAMP(6)",
+                    lit);
+}
+
+/* Issue 24: a getlock grant looks for lease-mode holders of its name in
+ * their marks in the row its draw writes (dlock_live.lease_until, kept by
+ * triggers on dlock_lease), not in the InnoDB table (that read was about
+ * 65 us of every hand-over): 20 cycles read no row of it. Without the
+ * triggers, for a user that may not make them (dlock_dml), grants read
+ * dlock_lease at every grant, as before; a user that may makes them
+ * again. A mark left by a lease holder that let go does not block the
+ * name. */
+static void test_getlock_reads_lease_marks(void **state)
+{
+    (void)state;
+    char name[64], lit[128], url[512], hp[64], out[256];
+    unique(name, sizeof name, "marks");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c = open_url(mode_url[M_GET]), *cl = open_url(mode_url[M_LEASE]);
+    assert_int_equal(mark_triggers(), 2);
+    /* a lease holder of the name lets go: its row stays (free), its mark
+     * too, until the end of the lease it had */
+    dlock_lock *hl = mk_opts(cl, name, DLOCK_EXCLUSIVE, 0, 1000, NULL);
+    acquire_ok(hl, 0);
+    assert_int_equal(live_marks(lit), 1);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY); /* marked and held */
+    assert_int_equal(dlock_release(hl), 0);
+    acquire_ok(l, 0); /* marked, not held: granted */
+    uint64_t token = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    int64_t end = now_ms() + 5000; /* the mark's end */
+    while (live_marks(lit) > 0 && now_ms() < end)
+        sleep_ms(100);
+    root_str(out, sizeof out, "SET GLOBAL userstat = 1");
+    long long marked = lease_reads_over_cycles(l);
+    acquire_ok(l, 0);
+    assert_true(dlock_token(l) > token);
+    assert_int_equal(dlock_release(l), 0);
+    snprintf(hp, sizeof hp, "127.0.0.1:%d", my_port);
+    url_as(url, sizeof url, "dlock_dml:dml-pw", hp, "dlock");
+    root_str(out, sizeof out, "DROP TRIGGER dlock_lease_live_ins");
+    root_str(out, sizeof out, "DROP TRIGGER dlock_lease_live_upd");
+    dlock_client *d = open_url(url);
+    dlock_lock *ld = mk(d, name, NULL, NULL);
+    long long unmarked = lease_reads_over_cycles(ld);
+    root_str(out, sizeof out, "SET GLOBAL userstat = 0");
+    fprintf(stderr, "# rows of dlock_lease read over 20 getlock cycles: %lld with the marks, "
+                    "%lld without (dlock_dml, the triggers dropped)\n",
+            marked, unmarked);
+    dlock_client *again = open_url(mode_url[M_GET]); /* makes them again */
+    assert_int_equal(mark_triggers(), 2);
+    dlock_client_close(again);
+    if (unmarked < 20)
+        fail_msg("without the marks, 20 cycles read %lld rows of dlock_lease (the name's row "
+                 "20 times expected)",
+                 unmarked);
+    if (marked != 0)
+        fail_msg("with the marks, 20 cycles read %lld rows of dlock_lease", marked);
+    dlock_lock_free(ld);
+    dlock_client_close(d);
+    dlock_lock_free(l);
+    dlock_lock_free(hl);
+    dlock_client_close(cl);
+    dlock_client_close(c);
+}
+
+/* Names over GET_LOCK's 64 bytes are not marked (their key is a hash the
+ * triggers do not compute): a getlock grant of one reads dlock_lease, and
+ * one name is one lock across modes all the same. */
+static void test_long_name_across_modes(void **state)
+{
+    (void)state;
+    char name[128];
+    unique(name, sizeof name, "long-name-across-modes-0123456789-0123456789-0123456789-");
+    assert_true(strlen(name) > 64);
+    dlock_client *cg = open_url(mode_url[M_GET]), *cl = open_url(mode_url[M_LEASE]);
+    dlock_lock *hl = mk_opts(cl, name, DLOCK_EXCLUSIVE, 0, 5000, NULL);
+    dlock_lock *hg = mk(cg, name, NULL, NULL);
+    acquire_ok(hl, 0);
+    assert_int_equal(dlock_acquire(hg, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(hl), 0);
+    acquire_ok(hg, 0);
+    assert_int_equal(dlock_acquire(hl, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(hg), 0);
+    dlock_lock_free(hg);
+    dlock_lock_free(hl);
+    dlock_client_close(cl);
+    dlock_client_close(cg);
+}
+
+/* A live table an older dlock made, without lease_until: the default one
+ * gets the column from the next getlock client (the marks need it); a
+ * table of the user's own name is used as it is (grants draw through
+ * dlock_run, as before). Tokens rise across both. */
+static void test_live_table_of_an_older_dlock(void **state)
+{
+    (void)state;
+    char name[64], url[512], out[256];
+    unique(name, sizeof name, "olderlive");
+    root_str(out, sizeof out, "ALTER TABLE dlock_live DROP COLUMN lease_until");
+    dlock_client *c = open_url(mode_url[M_GET]);
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
+                              "TABLE_SCHEMA = 'dlock' AND TABLE_NAME = 'dlock_live' AND "
+                              "COLUMN_NAME = 'lease_until'"),
+                     1);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    uint64_t t1 = dlock_token(l);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    /* table=olderlive: its olderlive_live made as an older dlock did */
+    root_str(out, sizeof out,
+             "CREATE TABLE IF NOT EXISTS olderlive_live (k VARBINARY(64) NOT NULL PRIMARY KEY, "
+             "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, conn BIGINT "
+             "UNSIGNED, holder VARBINARY(255), since DATETIME(6), value VARBINARY(1000)) "
+             "ENGINE=MEMORY");
+    snprintf(url, sizeof url, "%s?table=olderlive", my_url);
+    c = open_url(url);
+    l = mk(c, name, NULL, NULL);
+    uint64_t last = t1;
+    for (int i = 0; i < 3; i++) {
+        acquire_ok(l, 0);
+        assert_true(dlock_token(l) > last);
+        last = dlock_token(l);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
+                              "TABLE_SCHEMA = 'dlock' AND TABLE_NAME = 'olderlive_live' AND "
+                              "COLUMN_NAME = 'lease_until'"),
+                     0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    root_str(out, sizeof out, "DROP TABLE olderlive_live");
+}
+
 /* Issue 23, item 14: a server refusing a connection for the user's limit
  * (max_user_connections) is a MySQL server that said why: the message is
  * the server's, without "(is it a MySQL server?)", and the code says the
@@ -3610,6 +3778,12 @@ static void test_server_restart(void **state)
     acquire_ok(hg, 2000);
     assert_true(dlock_token(hg) > tg);
     assert_int_equal(table_token(M_GET, ng), (long long)dlock_token(hg));
+    /* the lease, still held, excludes a getlock grant of its name: the
+     * marks the restart emptied (MEMORY) came back with the new run */
+    dlock_lock *gl = mk(cg, nl, NULL, NULL);
+    assert_int_equal(dlock_acquire(gl, 0), DLOCK_EBUSY);
+    assert_int_equal(live_marks(lit), 1);
+    dlock_lock_free(gl);
     acquire_ok(hr, 2000);
     assert_true(dlock_token(hr) > tr);
     assert_int_equal(table_token(M_ROW, nr), (long long)dlock_token(hr));
@@ -3754,6 +3928,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_one_name_one_lock_across_modes),
         cmocka_unit_test(test_getlock_grants_without_lease_table),
         cmocka_unit_test(test_cycles_wake_no_thread),
+        cmocka_unit_test(test_long_name_across_modes),
+        cmocka_unit_test(test_live_table_of_an_older_dlock),
+        cmocka_unit_test_setup_teardown(test_getlock_reads_lease_marks, dml_user_setup,
+                                        dml_user_teardown),
         cmocka_unit_test_teardown(test_user_connection_limit_is_said, server_settings_reset),
         cmocka_unit_test_teardown(test_holders_outlive_server_wait_timeout,
                                   server_settings_reset),
