@@ -305,6 +305,8 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         int granted = 0, answered = 0;
         long long maxtok = 0, mintok = -1;
         bool got[rc->n];
+        char toks[160] = ""; /* the granting masters' tokens, for a message */
+        size_t tl = 0;
         for (int i = 0; i < rc->n; i++) {
             long long flag, tok;
             got[i] = false;
@@ -312,6 +314,9 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                 continue;
             answered++;
             if (flag == 1) {
+                if (tl < sizeof toks)
+                    tl += (size_t)snprintf(toks + tl, sizeof toks - tl, "%s%d:%lld",
+                                           tl ? " " : "", i, tok);
                 got[i] = true;
                 granted++;
                 if (tok > maxtok)
@@ -337,9 +342,22 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
             rcmd_add(&c, l->owner);
             rcmd_addll(&c, token, tb);
             on_all(rc, &c, r, bounded_node_timeout(rc, l), yes_decided, why, sizeof why);
+            /* Every node that stored it counts, not only those whose grant
+             * we heard: a node whose grant came after we stopped waiting
+             * holds our lock too (rtok checks the owner), and the token on
+             * any quorum is what makes later tokens higher. (Counting only
+             * the heard ones failed tries on a free lock under load: the
+             * quorum of yes came from a late node and a heard one had not
+             * answered yet.) */
             int stored = 0;
-            for (int i = 0; i < rc->n; i++)
-                stored += got[i] && int_is(r[i], 1);
+            for (int i = 0; i < rc->n; i++) {
+                stored += int_is(r[i], 1);
+                if (got[i] && !int_is(r[i], 1) && tl < sizeof toks)
+                    tl += (size_t)snprintf(toks + tl, sizeof toks - tl, "; %d: %s", i,
+                                           !r[i] ? "no reply"
+                                           : r[i]->type == REDIS_REPLY_INTEGER ? "not ours"
+                                                                               : "not stored");
+            }
             free_all(rc, r);
             validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - dl_drift_ns(ttl);
             if (stored >= rc->quorum && validity > 0) {
@@ -364,9 +382,10 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         if (deadline == 0 && !published)
             return dl_lock_err(l, DLOCK_EBUSY,
                                "lock \"%s\": granted by %d of %d masters, but their tokens "
-                               "differed and the highest did not reach a quorum within %d ms: "
-                               "given back",
-                               l->name, granted, rc->n, bounded_node_timeout(rc, l));
+                               "differed (%s) and the highest did not reach a quorum within %d "
+                               "ms: given back%s%s",
+                               l->name, granted, rc->n, toks, bounded_node_timeout(rc, l),
+                               why[0] ? "; last failure: " : "", why);
         if (deadline == 0 && granted >= rc->quorum && validity <= 0)
             return dl_lock_err(l, DLOCK_EBUSY,
                                "lock \"%s\": granted by %d of %d masters, but only after %lld "
@@ -600,6 +619,22 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     info->held = best_votes >= rc->quorum;
     info->holders = info->held ? 1 : 0;
     if (info->held) {
+        /* The holder's token is the one most of its masters show (the
+         * quorum it was granted or published on); a master that applied
+         * a grant of the same try late shows a higher one of its own.
+         * Ties go to the lower. */
+        int tok_votes = 0;
+        for (int i = 0; i < rc->n; i++) {
+            if (!r[i] || strcmp(f[i].owner, f[best].owner) != 0)
+                continue;
+            int v = 0;
+            for (int j = 0; j < rc->n; j++)
+                v += r[j] && strcmp(f[j].owner, f[best].owner) == 0 && f[j].token == f[i].token;
+            if (v > tok_votes || (v == tok_votes && (uint64_t)f[i].token < info->token)) {
+                tok_votes = v;
+                info->token = (uint64_t)f[i].token;
+            }
+        }
         snprintf(info->holder, sizeof info->holder, "%s", f[best].holder);
         info->held_ms = f[best].now - f[best].since;
         info->lease_ms = f[best].pttl;
