@@ -1799,6 +1799,7 @@ typedef struct wait_watch {
     int created;      /* watches created */
     int64_t at_rev;   /* the store's revision when they were */
     int64_t ev_rev;   /* the revision of the last event */
+    int64_t read_rev; /* the read that found us waiting: older events are in it */
     char why[200];
 } wait_watch;
 
@@ -1817,6 +1818,13 @@ static void wait_line(ec_conn *k, cJSON *j)
     cJSON_ArrayForEach(ev, jarr(r, "events"))
     {
         int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
+        /* A watch starts at its member's revision, which a member that is
+         * behind (just restarted) has below our read's: what it replays up
+         * to that read is in the read already. (Taken for news, the
+         * predecessor's creation read as "it holds", and its going then let
+         * a waiter in past the holder: an overlap after a member restart.) */
+        if (mod <= w->read_rev)
+            continue;
         if (mod > w->ev_rev)
             w->ev_rev = mod;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
@@ -1824,7 +1832,8 @@ static void wait_line(ec_conn *k, cJSON *j)
         bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
         bool on_pred = w->pred && kv_key(jobj(ev, "kv"), key, sizeof key) &&
                        strcmp(key, w->pred) == 0;
-        if (on_pred && !del && w->chain) {
+        if (on_pred && !del && w->chain &&
+            jint(jobj(ev, "kv"), "create_revision", 0) < mod) {
             w->pred_held = true; /* it holds, so it is first: wait on for its going */
             continue;
         }
@@ -1912,7 +1921,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
     }
-    wait_watch w = {.pred = pred, .own = own, .chain = chain};
+    wait_watch w = {.pred = pred, .own = own, .chain = chain, .read_rev = rev};
     k->on_line = wait_line;
     k->arg = &w;
     CURLcode res = CURLE_OK;
