@@ -1323,11 +1323,9 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token,
         }
         if (rc == 0 && affected == 0 && t == UINT64_MAX)
             return 1;
-        if (rc == 0 && t != 0) {
-            /* an offset near the epoch's bits: a new epoch */
-            rc = epoch_ensure(l, true, why, wlen);
-        } else if (rc == 0 && !fast && affected > 0) {
-            /* (the slow draw: drawn, yet no insert id) */
+        if (rc == 0 && (t != 0 || (!fast && affected > 0))) {
+            /* an offset near the epoch's bits: a new epoch (the fast draw
+             * writes its row also when no run is in force: insert id 0) */
             rc = epoch_ensure(l, true, why, wlen);
         } else if (rc == 0 && unleased && !fast && (rc = lease_holds(l, k, why, wlen)) != 0) {
             return rc < 0 ? rc : 2; /* nothing drawn: a lease holder's */
@@ -2507,16 +2505,18 @@ static int build_sql(myclient *mc)
      * subtracted, whatever sql_mode says of unsigned subtraction), inserts
      * nothing. (No side effect in the WHERE: with dlock_run empty, the
      * optimizer evaluates it on a row of NULLs.) */
-#define DRAW                                                                                 \
-    "INSERT INTO %s (k, name, token, conn, holder, since, value) "                           \
-    "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "               \
-    "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "       \
-    "AND UUID_SHORT() >= m.base%s "                                                          \
+    /* (the holder's columns, both draws: left alone on a collision) */
+#define DRAW_HOLDER                                                                          \
     "ON DUPLICATE KEY UPDATE "                                                               \
     "conn = IF(name = VALUES(name), VALUES(conn), conn), "                                   \
     "holder = IF(name = VALUES(name), VALUES(holder), holder), "                             \
     "since = IF(name = VALUES(name), VALUES(since), since), "                                \
-    "value = IF(name = VALUES(name), NULL, value), "                                         \
+    "value = IF(name = VALUES(name), NULL, value), "
+#define DRAW                                                                                 \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value) "                           \
+    "SELECT ?, ?, LAST_INSERT_ID((m.epoch << %d) + (UUID_SHORT() - m.base)), "               \
+    "CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL FROM `dlock_run` AS m WHERE m.id = 1 "       \
+    "AND UUID_SHORT() >= m.base%s " DRAW_HOLDER                                              \
     "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551615))"
     mc->sql_draw = fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
@@ -2540,15 +2540,12 @@ static int build_sql(myclient *mc)
         "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, "
         "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "
         "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0)), CONNECTION_ID(), ?, "
-        "UTC_TIMESTAMP(6), NULL) ON DUPLICATE KEY UPDATE "
-        "conn = IF(name = VALUES(name), VALUES(conn), conn), "
-        "holder = IF(name = VALUES(name), VALUES(holder), holder), "
-        "since = IF(name = VALUES(name), VALUES(since), since), "
-        "value = IF(name = VALUES(name), NULL, value), "
+        "UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER
         "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "
         "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "
         "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))",
         lv, MY_EPOCH_SHIFT);
+#undef DRAW_HOLDER
     /* Lease marks (see ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
      * rows in dlock_lease writes (names of up to MY_KEY_MAX bytes: their
