@@ -242,6 +242,7 @@ typedef struct myclient {
     char *sql_draw;         /* getlock, rowlock: a token, the holder's row in TABLE_live */
     char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
     char *sql_draw_fast;    /* getlock, rowlock: one table opened less, the lease mark read */
+    char *sql_try_draw;     /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
     char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* see ensure_marks */
     char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
     atomic_bool marks_on; /* getlock: dlock_live's lease marks are kept by triggers: draws read them */
@@ -268,6 +269,8 @@ typedef struct mylock {
     my_conn *conn;            /* getlock, rowlock: while held */
     int slot;                 /* lease: the row held */
     unsigned tries;           /* lease: tries at the slots, this acquisition */
+    unsigned asks_skipped;    /* getlock: acquisitions left that queue at once (see get_acquire) */
+    unsigned asks_skip;       /* getlock: how many the last busy ask skipped */
 } mylock;
 
 /* A statement's parameter. */
@@ -1272,6 +1275,10 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
 
 static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
 
+/* draw_token's answers to an ask (see there): nothing held on k */
+#define DRAW_BUSY 3    /* the name's GET_LOCK is another's */
+#define DRAW_UNASKED 4 /* not asked, or the ask failed and was undone (k->failed: close k) */
+
 /* The token of a grant, on k, the connection holding the name's GET_LOCK
  * (see above), with the holder's row: 0 (*token set), 1 the key's row
  * belongs to another name (a hash collision), 2 (only with unleased) a
@@ -1279,14 +1286,22 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
  * its run, one statement on one MEMORY table (sql_draw_fast), which also
  * reads the name's lease mark; before, and for what the marks do not
  * cover, the draw reads dlock_run and, unleased, dlock_lease (sql_draw,
- * sql_draw_unleased). */
-static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token, char *why,
-                      size_t wlen)
+ * sql_draw_unleased). With ask (getlock), k does not hold the GET_LOCK
+ * yet, and the first draw, if it is the one statement, asks for it
+ * (sql_try_draw): DRAW_BUSY or DRAW_UNASKED say it was not taken. */
+static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
+                      char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    /* an ask ends no later than a wait would be cut (wait_bound): a
+     * bounded acquisition keeps its KILL room */
+    int64_t ask_until = until, kill_room_ns = (int64_t)MY_KILL_ROOM_MS * 1000000;
+    if (ask && l->op_deadline_ns > 0 && l->op_deadline_ns - kill_room_ns < ask_until)
+        ask_until = l->op_deadline_ns - kill_room_ns;
     my_arg a[] = {A_S(ml->key), A_S(l->name), A_S(mc->holder), A_S(l->name)};
+    my_arg ta[] = {A_S(ml->key), A_S(l->name), A_S(ml->key), A_S(mc->holder)};
     my_res r = {0};
     int rc = 0;
     *token = 0;
@@ -1296,10 +1311,30 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, uint64_t *token,
         /* the marks stand for dlock_lease where triggers keep them */
         bool marked = atomic_load(&mc->marks_on) && strlen(l->name) <= MY_KEY_MAX;
         bool fast = !slow && !atomic_load(&mc->fast_off) && (!unleased || marked);
-        if (fast && unleased && (rc = marks_check(mc, k, until, why, wlen)) != 0)
-            return rc;
+        if (fast && unleased && (rc = marks_check(mc, k, ask ? ask_until : until, why, wlen))) {
+            if (!ask)
+                return rc;
+            k->failed = k->failed || k->broken;
+            return DRAW_UNASKED;
+        }
         fast = fast && (!unleased || atomic_load(&mc->marks_on));
-        if (fast) {
+        if (ask && !fast)
+            return DRAW_UNASKED;
+        if (ask) {
+            ask = false;
+            rc = q_exec(k, mc->sql_try_draw, ta, 4, &r, ask_until, -1, why, wlen);
+            if (rc && !k->broken && k->last_errno == 1048)
+                return DRAW_BUSY; /* the token NULL: GET_LOCK said 0 */
+            if (rc) {
+                /* an error after GET_LOCK said 1 (a full table, a column
+                 * missing…) leaves it held: let go, and ask as before */
+                my_arg ka[] = {A_S(ml->key)};
+                if (k->broken || q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, wlen))
+                    k->failed = true;
+                res_free(&r);
+                return DRAW_UNASKED;
+            }
+        } else if (fast) {
             rc = q_exec(k, mc->sql_draw_fast, a, 3, &r, until, -1, why, wlen);
         } else {
             rc = q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3,
@@ -1439,21 +1474,20 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     }
 }
 
-static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
+/* getlock: the name's GET_LOCK on *kp (a pooled connection when NULL),
+ * waiting until deadline_ns (0: a try): 0 held, or the error, set on l,
+ * with the connection given back. */
+static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
 {
     myclient *mc = mc_of(l->c);
-    if (l->opts.kind != DLOCK_EXCLUSIVE)
-        return dl_lock_err(l, DLOCK_ENOTSUP,
-                           "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
-                           "semaphores)",
-                           l->name);
     mylock *ml = l->bstate;
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k = NULL;
+    my_conn *k = *kp;
     my_res r = {0};
     int rc, early = 0;
     bool granted;
+    *kp = NULL;
     for (;;) {
         if (!k) {
             rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
@@ -1485,8 +1519,62 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
+    *kp = k;
+    return 0;
+}
+
+/* After an ask in the draw found the name's GET_LOCK another's, the next
+ * acquisitions of the handle queue at once, 4 of them, twice as many
+ * after each busy ask again, up to 64: under contention an ask is only a
+ * round trip more before each wait. A granted ask starts again. */
+#define MY_ASKS_SKIP_MIN 4
+#define MY_ASKS_SKIP_MAX 64
+
+static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
+{
+    myclient *mc = mc_of(l->c);
+    if (l->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
+                           "semaphores)",
+                           l->name);
+    mylock *ml = l->bstate;
+    char why[400];
+    my_conn *k = NULL;
     uint64_t token;
-    rc = draw_token(l, k, true, &token, why, sizeof why);
+    int rc = DRAW_UNASKED;
+    /* First the GET_LOCK with no wait, asked in the token's draw: a free
+     * lock in one round trip. */
+    if (ml->asks_skipped > 0) {
+        ml->asks_skipped--;
+    } else {
+        rc = conn_get(mc, false, hard_bound(l), deadline_ns == 0 ? -1 : dl_cancel_fd(l), &k,
+                      why, sizeof why);
+        if (rc)
+            return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
+        rc = draw_token(l, k, true, true, &token, why, sizeof why);
+        if (rc == DRAW_BUSY) {
+            ml->asks_skip = ml->asks_skip ? ml->asks_skip * 2 : MY_ASKS_SKIP_MIN;
+            if (ml->asks_skip > MY_ASKS_SKIP_MAX)
+                ml->asks_skip = MY_ASKS_SKIP_MAX;
+            ml->asks_skipped = ml->asks_skip;
+            if (deadline_ns == 0) {
+                conn_put(mc, k);
+                return not_taken(l, deadline_ns, 0);
+            }
+        } else if (rc == DRAW_UNASKED && k->failed) {
+            conn_close(k);
+            k = NULL;
+        } else if (rc != DRAW_UNASKED) {
+            ml->asks_skip = 0;
+        }
+    }
+    if (rc == DRAW_BUSY || rc == DRAW_UNASKED) {
+        rc = key_take(l, deadline_ns, &k);
+        if (rc)
+            return rc;
+        rc = draw_token(l, k, true, false, &token, why, sizeof why);
+    }
     if (rc == 2) {
         key_give_back(l, k);
         *lease_held = true;
@@ -2400,7 +2488,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
      * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
-    rc = draw_token(l, k, false, &token, why, sizeof why);
+    rc = draw_token(l, k, false, false, &token, why, sizeof why);
     if (rc < 0) {
         k->failed = true;
         conn_close(k); /* its transaction ends, and the row is free */
@@ -2536,15 +2624,27 @@ static int build_sql(myclient *mc)
      * (lease_until, see ensure_marks) leaves the row as it is and says so
      * with an insert id of 2^64 - 2, and the grant then reads dlock_lease
      * (lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
-    mc->sql_draw_fast = fmt_alloc(
-        "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, "
-        "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "
-        "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0)), CONNECTION_ID(), ?, "
-        "UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER
-        "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "
-        "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "
-        "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))",
-        lv, MY_EPOCH_SHIFT);
+#define DRAW_FAST(TOKEN)                                                                     \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, " TOKEN        \
+    ", CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER                               \
+    "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
+    "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
+    "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
+#define RUN_TOKEN                                                                            \
+    "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
+    "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
+    mc->sql_draw_fast = fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
+    /* getlock's first ask for a name: its GET_LOCK with no wait and the
+     * draw above in one statement, a round trip fewer for a lock nobody
+     * holds (bare GET_LOCK's two per cycle). A lock that is another's
+     * makes the token NULL, which the NOT NULL column refuses (error 1048
+     * for a one-row INSERT, whatever sql_mode says): nothing written. Never
+     * a GET_LOCK that waits: it would hold the MEMORY table's lock, and
+     * every other draw, for its length. */
+    mc->sql_try_draw =
+        fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
+#undef RUN_TOKEN
+#undef DRAW_FAST
 #undef DRAW_HOLDER
     /* Lease marks (see ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
@@ -2704,7 +2804,7 @@ static int build_sql(myclient *mc)
                    mc->sql_lease_make_token && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
                    mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
                    mc->sql_lease_live && mc->sql_table_exists && mc->sql_draw_fast &&
-                   mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
+                   mc->sql_try_draw && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
                    mc->sql_mark_count && mc->sql_mark_live && mc->sql_mark_evict &&
                    mc->sql_mark_run && mc->sql_mark_run_get && mc->sql_mark_col &&
                    mc->sql_mark_col_add
@@ -2733,7 +2833,7 @@ static void mc_free(myclient *mc)
                   &mc->sql_row_getvalue, &mc->sql_queue, &mc->sql_lease_live,
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2], &mc->sql_ddl[3],
                   &mc->sql_ddl[4],
-                  &mc->sql_table_exists, &mc->sql_draw_fast,
+                  &mc->sql_table_exists, &mc->sql_draw_fast, &mc->sql_try_draw,
                   &mc->sql_mark_ddl[0], &mc->sql_mark_ddl[1], &mc->sql_mark_count,
                   &mc->sql_mark_live, &mc->sql_mark_evict, &mc->sql_mark_run,
                   &mc->sql_mark_run_get, &mc->sql_mark_col, &mc->sql_mark_col_add};

@@ -3474,6 +3474,137 @@ static void test_getlock_reads_lease_marks(void **state)
     dlock_client_close(c);
 }
 
+static long long stmt_executions(void)
+{
+    return root_num("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE "
+                    "VARIABLE_NAME = 'COM_STMT_EXECUTE'");
+}
+
+/* Issue 24: a free getlock name is taken in one statement, its GET_LOCK
+ * asked with no wait inside the token's draw (sql_try_draw), so an
+ * uncontended cycle is two statements, the take and the release, as a
+ * bare GET_LOCK client's are (it was three: GET_LOCK, the draw, the
+ * release). An ask for a name someone else holds writes nothing: the
+ * holder's row keeps its token and connection, and a name held by a
+ * program's own GET_LOCK gets no row. Every release leaves the name's
+ * GET_LOCK free (asked once in the statement, not twice). */
+static void test_getlock_free_name_one_statement(void **state)
+{
+    (void)state;
+    char name[64], lit[128];
+    unique(name, sizeof name, "ask");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c = open_url(mode_url[M_GET]), *c2 = open_url(mode_url[M_GET]);
+    dlock_lock *l = mk(c, name, NULL, NULL), *l2 = mk(c2, name, NULL, NULL);
+    acquire_ok(l, 0); /* (a new connection first checks the marks) */
+    assert_int_equal(dlock_release(l), 0);
+    uint64_t last = 0;
+    long long before = stmt_executions();
+    for (int i = 0; i < 50; i++) {
+        acquire_ok(l, i % 2 ? 0 : 5000); /* a try, and a wait: both ask first */
+        assert_true(dlock_token(l) > last);
+        last = dlock_token(l);
+        assert_int_equal(dlock_release(l), 0);
+    }
+    long long execs = stmt_executions() - before;
+    fprintf(stderr, "# 50 uncontended getlock cycles: %lld statements\n", execs);
+    if (execs > 100)
+        fail_msg("50 uncontended cycles ran %lld statements (100 expected: the take with its "
+                 "draw, and the release)",
+                 execs);
+    assert_int_equal(getlock_holder(name), 0);
+
+    /* held: the other client's try and timed wait write nothing */
+    acquire_ok(l2, 0);
+    uint64_t held = dlock_token(l2);
+    long long holder = getlock_holder(name);
+    assert_true(holder > 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(l, 200), DLOCK_ETIMEDOUT);
+    assert_int_equal(root_num("SELECT token FROM dlock_live WHERE k = %s", lit), (long long)held);
+    assert_int_equal(root_num("SELECT conn FROM dlock_live WHERE k = %s", lit), holder);
+    assert_int_equal(inspect(c, name).token, held);
+    assert_int_equal(dlock_release(l2), 0);
+    acquire_ok(l, 0); /* after a busy ask (its next asks skipped): queued */
+    assert_true(dlock_token(l) > held);
+    assert_int_equal(dlock_release(l), 0);
+
+    /* a name whose GET_LOCK another table's holder has (as a program's
+     * own GET_LOCK would): busy, and no row of it in dlock_live */
+    char other[64], olit[128], url[512];
+    unique(other, sizeof other, "ask-other");
+    sql_lit(olit, sizeof olit, other);
+    snprintf(url, sizeof url, "%s?table=askother", my_url);
+    dlock_client *c3 = open_url(url);
+    dlock_lock *lo = mk(c3, other, NULL, NULL), *lf = mk(c, other, NULL, NULL);
+    acquire_ok(lo, 0);
+    assert_int_equal(dlock_acquire(lf, 0), DLOCK_EBUSY);
+    assert_int_equal(root_num("SELECT COUNT(*) FROM dlock_live WHERE k = %s", olit), 0);
+    assert_int_equal(dlock_release(lo), 0);
+    acquire_ok(lf, 0);
+    assert_int_equal(dlock_release(lf), 0);
+    dlock_lock_free(lf);
+    dlock_lock_free(lo);
+    dlock_client_close(c3);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
+/* A live table that fills (a MEMORY table: its MAX_ROWS, or the
+ * max_heap_table_size it was made with) is emptied of the names nobody
+ * holds, at the grant that finds it full. That grant's first statement
+ * asks for the name's GET_LOCK and fails after the ask said yes: the
+ * GET_LOCK is let go before the grant goes on, so every name is free for
+ * another client after its release, and the tokens rise. */
+static int live_rows_reset(void **state)
+{
+    (void)state;
+    char out[256];
+    root_str(out, sizeof out, "ALTER TABLE dlock_live MAX_ROWS = 0");
+    return 0;
+}
+
+static void test_getlock_live_table_full(void **state)
+{
+    (void)state;
+    char out[256], prefix[48], name[96];
+    dlock_client *c = open_url(mode_url[M_GET]), *c2 = open_url(mode_url[M_GET]);
+    long long rows = root_num("SELECT COUNT(*) FROM dlock_live");
+    root_str(out, sizeof out, "ALTER TABLE dlock_live MAX_ROWS = %lld", rows + 8);
+    unique(prefix, sizeof prefix, "full");
+    uint64_t last = 0;
+    for (int i = 0; i < 40; i++) { /* c alone: its grants fill the table */
+        snprintf(name, sizeof name, "%s-%d", prefix, i);
+        dlock_lock *l = mk(c, name, NULL, NULL);
+        acquire_ok(l, 0);
+        assert_true(dlock_token(l) > last);
+        last = dlock_token(l);
+        assert_int_equal(dlock_release(l), 0);
+        dlock_lock_free(l);
+    }
+    for (int i = 0; i < 40; i++) { /* none left held on c's connection */
+        snprintf(name, sizeof name, "%s-%d", prefix, i);
+        dlock_lock *l2 = mk(c2, name, NULL, NULL);
+        int rc = dlock_acquire(l2, 0);
+        if (rc != 0)
+            fail_msg("\"%s\", released by c: c2's try: %s: %s", name, dlock_err_name(rc),
+                     dlock_lock_errmsg(l2));
+        assert_true(dlock_token(l2) > last);
+        last = dlock_token(l2);
+        assert_int_equal(dlock_release(l2), 0);
+        dlock_lock_free(l2);
+    }
+    long long now = root_num("SELECT COUNT(*) FROM dlock_live");
+    fprintf(stderr, "# 40 names through dlock_live with room for about 8 more rows: %lld rows "
+                    "before, %lld after\n",
+            rows, now);
+    assert_true(now < rows + 40); /* it filled, and was emptied */
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
 /* Names over GET_LOCK's 64 bytes are not marked (their key is a hash the
  * triggers do not compute): a getlock grant of one reads dlock_lease, and
  * one name is one lock across modes all the same. */
@@ -3928,6 +4059,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_one_name_one_lock_across_modes),
         cmocka_unit_test(test_getlock_grants_without_lease_table),
         cmocka_unit_test(test_cycles_wake_no_thread),
+        cmocka_unit_test(test_getlock_free_name_one_statement),
+        cmocka_unit_test_teardown(test_getlock_live_table_full, live_rows_reset),
         cmocka_unit_test(test_long_name_across_modes),
         cmocka_unit_test(test_live_table_of_an_older_dlock),
         cmocka_unit_test_setup_teardown(test_getlock_reads_lease_marks, dml_user_setup,
