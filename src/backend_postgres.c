@@ -49,7 +49,7 @@ static const dl_scheme postgres_schemes[] = {
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SESSION |             \
      DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_LEASE                                                                        \
-    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE |              \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE |            \
      DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_ROWLOCK                                                                      \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
@@ -57,7 +57,7 @@ static const dl_scheme postgres_schemes[] = {
 #define PG_LIVENESS                                                                          \
     "mode=advisory: a session advisory lock, held while the holder's connection lives; the " \
     "holder is told at once when the server ends the session, and within ~5 s (TCP "         \
-    "keepalives) when the network goes silent — while the server, which does not see the "  \
+    "keepalives) when the network goes silent — while the server, which does not see the "   \
     "silence, keeps the lock for it; a paused holder keeps its lock. mode=rowlock: the "     \
     "same, a row locked by an open transaction. mode=lease: a row whose expiry is the "      \
     "server's clock, renewed every ttl/3; the holder is told on its own clock before the "   \
@@ -158,6 +158,33 @@ static void pq_load(void)
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
 #define PG_PREPARED_MAX 16       /* fixed statements a session keeps prepared */
 
+/*
+ * An advisory holder's session takes, with the lock, a lock of the two-key
+ * space (objsubid 2) whose keys are its token's halves: pg_locks shows it
+ * to every session at once, and it writes nothing. The holder's row in the
+ * table, a write (a third of a hand-over), is then needed only at a
+ * handle's first grant (see pg_acquire). Its session is found by its pid:
+ * application_name says who ("dlock pid N on HOST", unless the URL set
+ * it), state_change since when (its last statement: the grant). The first
+ * key is the token's high half minus 2^31, negative, where applications'
+ * two-key locks ((table oid, row), ...) seldom are; and it is only tried:
+ * one taken by someone else never holds a grant up (inspect then reads the
+ * name's row).
+ */
+#define TOKEN_LOCK(fn, v)                                                                    \
+    fn "(((" v " >> 32) - 2147483648)::int, substring(" v "::bit(64) from 33)::bit(32)::int)"
+/* The holders of key with a token lock, the highest token first: tok, who,
+ * held_ms (NULL when this role may not see it) (l is pg_locks). */
+#define TOKEN_HOLDERS(key)                                                                   \
+    "SELECT ((h.classid::bigint - 2147483648) << 32) | h.objid::bigint AS tok, "             \
+    "a.application_name AS who, "                                                            \
+    "floor(extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint "          \
+    "AS held_ms "                                                                            \
+    "FROM pg_locks l JOIN pg_locks h ON h.pid = l.pid AND h.locktype = 'advisory' AND "      \
+    "h.objsubid = 2 AND h.granted AND h.database = l.database, "                             \
+    "pg_stat_get_activity(l.pid) AS a "                                                      \
+    "WHERE " PG_LOCKS_OF(key) " AND l.granted ORDER BY 1 DESC"
+
 /* One server session; `sess` is its place on the client's watch list while
  * it holds a lock (advisory, rowlock). */
 typedef struct pg_conn {
@@ -188,6 +215,7 @@ typedef struct pgclient {
     char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
     char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r, *sql_redraw; /* advisory */
+    char *sql_bare[2][2]; /* advisory, [wait][shared]: the grant without the holder's row */
     char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
     char *sql_renew_many;                                   /* lease: a batch */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
@@ -212,6 +240,7 @@ typedef struct pglock {
     pg_conn *conn; /* advisory: while held */
     int slot;      /* lease: the row held */
     bool named;    /* its row in the names table was there at its last grant */
+    bool rowed;    /* advisory: a grant of this handle wrote its row in the table */
 } pglock;
 
 static pgclient *pc_of(dlock_client *c)
@@ -1026,16 +1055,22 @@ again:
     const char *p[4] = {key, l->name, holder, timeout};
     const char *mine[] = {l->name, pc->mode, pc->table}; /* the names table's row */
     int np = 3;
+    /* The holder's row is written by a handle's first grant: that write
+     * catches a name whose key another's has (see key_collision) and lists
+     * the name. Later grants leave it out (see TOKEN_LOCK). */
+    bool bare = pl->rowed && !pc->rowlock;
     if (deadline_ns == 0) {
-        sql = shared ? pc->sql_try_r : pc->sql_try_x;
+        sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
+        np = bare ? 1 : 3;
     } else {
         int ms = deadline_ns < 0 ? 0 : dl_ms_left(deadline_ns);
         if (deadline_ns > 0 && ms == 0)
             ms = 1;
         snprintf(timeout, sizeof timeout, "%d", ms);
-        sql = shared ? pc->sql_wait_r : pc->sql_wait_x;
-        np = 4;
+        sql = bare ? pc->sql_bare[1][shared] : shared ? pc->sql_wait_r : pc->sql_wait_x;
+        np = bare ? 2 : 4;
     }
+    const char *pb[] = {key, timeout}; /* (bare) */
     if (pc->rowlock) {
         /* the name's row (committed at once), then the transaction that
          * locks it: its statements take the name, the queue's key and the
@@ -1083,7 +1118,7 @@ again:
     } else if (!pc->rowlock) { /* (our row is added first unless it was there last time) */
         const char *seq[] = {sql, pc->sql_names_add, pc->sql_names_get};
         int ns[] = {np, 3, 1};
-        const char *const *vals[] = {p, mine, mine};
+        const char *const *vals[] = {bare ? pb : p, mine, mine};
         PGresult **outs[] = {&r, NULL, &names};
         if (pl->named) {
             seq[1] = seq[2];
@@ -1183,6 +1218,7 @@ again:
         conn_close(k); /* the session's end lets go */
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
+    pl->rowed = !pc->rowlock;
     if (pc->rowlock) {
         /* the token, and who took the row for dlock_inspect and the
          * leader's value: the row itself stays locked until the release */
@@ -1225,19 +1261,24 @@ static int pg_release(dlock_lock *l)
         conn_close(k);
         return rc;
     }
-    char key[24], why[300];
+    char key[24], tok[24], why[300];
     snprintf(key, sizeof key, "%" PRId64, pl->key);
-    const char *p[] = {key};
+    snprintf(tok, sizeof tok, "%" PRIu64, (uint64_t)atomic_load(&l->token));
+    const char *p[] = {key, tok};
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
     /* Waited for: once release returns, a rival's try finds the lock free,
      * and an unlock that held nothing says the lock was lost. (Sent and not
      * waited for, the cycle was 2.4 x SELECT 1 instead of 3.6, but a try
-     * right after the release could still find it held.) */
+     * right after the release could still find it held.) The token lock
+     * goes with it. */
+#define UNLOCK_TOKEN TOKEN_LOCK("pg_advisory_unlock", "$2::bigint")
     PGresult *r;
-    const char *sql = pc->rowlock                      ? "COMMIT"
-                      : l->opts.kind == DLOCK_SHARED ? "SELECT pg_advisory_unlock_shared($1::bigint)"
-                                                     : "SELECT pg_advisory_unlock($1::bigint)";
-    int rc = run_fixed(k, sql, pc->rowlock ? 0 : 1, p, until, -1, &r, why, sizeof why);
+    const char *sql = pc->rowlock ? "COMMIT"
+                      : l->opts.kind == DLOCK_SHARED
+                          ? "SELECT pg_advisory_unlock_shared($1::bigint), " UNLOCK_TOKEN
+                          : "SELECT pg_advisory_unlock($1::bigint), " UNLOCK_TOKEN;
+#undef UNLOCK_TOKEN
+    int rc = run_fixed(k, sql, pc->rowlock ? 0 : 2, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
@@ -1289,7 +1330,7 @@ static void pg_abandon(dlock_lock *l)
  * fresh and the session it queued from is still there (a waiter killed
  * with -9 ends its session at once; its stamp would hold the ones behind it
  * back for up to 3 s). pid is NULL in rows queued by older versions. */
-#define LEASE_WAITER_LIVE(w)                                                                  \
+#define LEASE_WAITER_LIVE(w)                                                                 \
     w ".alive >= clock_timestamp() AND (" w ".pid IS NULL OR EXISTS (SELECT 1 FROM "         \
     "pg_stat_get_activity(" w ".pid)))"
 /* rowlock: the session holding NAME's row: pg_locks of the transaction that locked it. */
@@ -1472,14 +1513,18 @@ static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
         return row_inspect(c, name, info);
     if (pc->lease)
         return lease_inspect(c, name, info);
-    char key[24], why[300], sql[1400];
+    char key[24], why[300], sql[2400];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    /* the holder by its token lock (g), else (a client of an older version)
+     * by the name's row, which the last grant that wrote it left */
     snprintf(sql, sizeof sql,
+             "WITH g AS (" TOKEN_HOLDERS("$1::bigint") " LIMIT 1) "
              "SELECT (SELECT count(*) FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
              " AND l.granted), (SELECT count(*) FROM pg_locks l WHERE " PG_LOCKS_OF("$1::bigint")
              " AND NOT l.granted), t.token, t.holder, "
-             "floor(extract(epoch FROM clock_timestamp() - t.since) * 1000)::bigint "
-             "FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = $2",
+             "floor(extract(epoch FROM clock_timestamp() - t.since) * 1000)::bigint, "
+             "g.tok, g.who, g.held_ms "
+             "FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = $2 LEFT JOIN g ON true",
              pc->table);
     const char *p[] = {key, name};
     PGresult *r;
@@ -1487,21 +1532,34 @@ static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
     int holders = atoi(pq.getvalue(r, 0, 0));
+    bool by_lock = !pq.getisnull(r, 0, 5); /* (its token lock: see TOKEN_LOCK) */
     info->held = holders > 0;
     info->holders = holders;
     info->waiters = atoi(pq.getvalue(r, 0, 1));
-    info->token = pq.getisnull(r, 0, 2) ? 0 : strtoull(pq.getvalue(r, 0, 2), NULL, 10);
     info->lease_ms = -1;
     info->held_ms = -1;
-    if (holders > 0 && !pq.getisnull(r, 0, 3)) {
-        /* "OWNER pid N on HOST": the last to take it, so the holder of an
-         * exclusive lock */
-        const char *h = pq.getvalue(r, 0, 3);
-        const char *sp = strchr(h, ' ');
-        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+    if (by_lock) {
+        info->token = strtoull(pq.getvalue(r, 0, 5), NULL, 10);
+        /* (its session's application_name: "dlock pid N on HOST") */
+        const char *who = pq.getvalue(r, 0, 6);
+        if (strncmp(who, "dlock ", 6) == 0)
+            who += 6;
+        snprintf(info->holder, sizeof info->holder, "%s", who);
+        if (!pq.getisnull(r, 0, 7)) /* (NULL: this role may not see it) */
+            info->held_ms = strtoll(pq.getvalue(r, 0, 7), NULL, 10);
+    } else if (holders > 0 && !pq.getisnull(r, 0, 2)) { /* a holder of an older version */
+        info->token = strtoull(pq.getvalue(r, 0, 2), NULL, 10);
+        if (!pq.getisnull(r, 0, 3)) {
+            /* "OWNER pid N on HOST": the last to write it */
+            const char *h = pq.getvalue(r, 0, 3);
+            const char *sp = strchr(h, ' ');
+            snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        }
         if (!pq.getisnull(r, 0, 4))
             info->held_ms = strtoll(pq.getvalue(r, 0, 4), NULL, 10);
     }
+    /* (free: no token; the row keeps what a handle's first grant wrote, so
+     * its token may be below the last one issued) */
     pq.clear(r);
     return 0;
 }
@@ -1548,11 +1606,14 @@ static int pg_set_value(dlock_lock *l, const char *value)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
                            l->name, k->sess.why);
     char sql[200], why[300];
-    snprintf(sql, sizeof sql, "UPDATE %s SET value = $2 WHERE name = $1", pc->table);
-    const char *p[] = {l->name, value};
+    char tok[24]; /* (whose value it is: see pg_get_value) */
+    snprintf(tok, sizeof tok, "%" PRIu64, (uint64_t)atomic_load(&l->token));
+    snprintf(sql, sizeof sql, "UPDATE %s SET value = $2, token = $3 WHERE name = $1",
+             pc->table);
+    const char *p[] = {l->name, value, tok};
     PGresult *r;
     int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
-    int rc = run(k, sql, 2, p, until, -1, &r, why, sizeof why);
+    int rc = run(k, sql, 3, p, until, -1, &r, why, sizeof why);
     if (!rc && *sqlstate(r)) {
         char line[200];
         rc = code_of_state(sqlstate(r));
@@ -1568,7 +1629,7 @@ static int pg_set_value(dlock_lock *l, const char *value)
 static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len)
 {
     pgclient *pc = pc_of(c);
-    char key[24], why[300], sql[900];
+    char key[24], why[300], sql[2400];
     snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
     const char *p[] = {name, key};
     if (pc->rowlock) /* beside the locked row, while its holder's transaction lives */
@@ -1582,10 +1643,14 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
                  " AND value IS NOT NULL ORDER BY since DESC LIMIT 1",
                  pc->table);
     else
+        /* (a value its holder published: the token its set_value wrote is
+         * the holder's, or the holder took no token lock, an older client) */
         snprintf(sql, sizeof sql,
+                 "WITH g AS (" TOKEN_HOLDERS("$2::bigint") ") "
                  "SELECT t.value FROM %s AS t WHERE t.name = $1 AND t.value IS NOT NULL AND "
                  "EXISTS (SELECT 1 FROM pg_locks l WHERE " PG_LOCKS_OF("$2::bigint")
-                 " AND l.granted AND l.mode = 'ExclusiveLock')",
+                 " AND l.granted AND l.mode = 'ExclusiveLock') AND (t.token IN (SELECT tok "
+                 "FROM g) OR NOT EXISTS (SELECT 1 FROM g))",
                  pc->table);
     PGresult *r;
     int rc = pool_run(c, sql, pc->rowlock || pc->lease ? 1 : 2, p, &r, why, sizeof why);
@@ -1694,7 +1759,7 @@ static char *fmt_alloc(const char *fmt, ...)
 #define PG_LEASE_RECHECK_MS 1000
 /* The first slot of a lock's kind (see above): the permits are slot >> 13. */
 #define PG_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
-#define PG_LEASE_SLOTS_OF(k) /* k's slot is not one of this taker's ($6, $5 of them) */    \
+#define PG_LEASE_SLOTS_OF(k) /* k's slot is not one of this taker's ($6, $5 of them) */      \
     "(" k ".slot < $6::int OR " k ".slot >= $6::int + $5::int)"
 
 static int lease_build_sql(pgclient *pc)
@@ -2401,6 +2466,8 @@ static void pc_free(pgclient *pc)
     free(pc->sql_wait_x);
     free(pc->sql_wait_r);
     free(pc->sql_redraw);
+    for (int i = 0; i < 4; i++)
+        free(pc->sql_bare[i / 2][i % 2]);
     free(pc->sql_run_get);
     free(pc->sql_epoch_bump);
     free(pc->sql_run_put);
@@ -2528,36 +2595,53 @@ static int run_ensure(dlock_lock *l, char *why, size_t wlen)
 static int build_sql(pgclient *pc)
 {
     /* (l: the lock's row, ok; the holder's row written only with a token;
-     * (ok, NULL): the lock is ours and no epoch is in force, see token_ctes) */
+     * (ok, NULL): the lock is ours and no epoch is in force, see token_ctes;
+     * f: the token lock, see TOKEN_LOCK) */
 #define GRANT_TAIL                                                                           \
     "%s, u AS (INSERT INTO %s AS t (name, key, token, holder, since) "                       \
     "SELECT $2, $1::bigint, d.v, $3, clock_timestamp() FROM d, c "                           \
-    "ON CONFLICT (name) DO UPDATE SET token = excluded.token, holder = excluded.holder, "     \
-    "since = excluded.since, value = NULL RETURNING t.token) "                               \
-    "SELECT l.ok, (SELECT u.token FROM u) FROM l"
+    "ON CONFLICT (name) DO UPDATE SET token = excluded.token, holder = excluded.holder, "    \
+    "since = excluded.since, value = NULL RETURNING t.token), "                              \
+    "f AS (SELECT " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d) "                    \
+    "SELECT l.ok, (SELECT u.token FROM u), (SELECT count(*) FROM f) FROM l"
+    /* the same without the holder's row (see pg_acquire) */
+#define BARE_TAIL                                                                            \
+    "%s, f AS (SELECT d.v, " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d, c) "        \
+    "SELECT l.ok, (SELECT f.v FROM f) FROM l"
     char *tok = token_ctes(pc, "l", "l.ok");
     char *tail = tok ? fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
+    char *bare = tok ? fmt_alloc(BARE_TAIL, tok) : NULL;
 #undef GRANT_TAIL
+#undef BARE_TAIL
     free(tok);
-    if (tail) {
-        pc->sql_try_x =
-            fmt_alloc("WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok), %s", tail);
-        pc->sql_try_r = fmt_alloc(
-            "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok), %s", tail);
-        /* set_config first (l reads s): lock_timeout bounds the wait that follows */
-        pc->sql_wait_x =
-            fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                      "l AS (SELECT pg_advisory_lock($1::bigint), true AS ok FROM s), %s",
-                      tail);
-        pc->sql_wait_r =
-            fmt_alloc("WITH s AS (SELECT set_config('lock_timeout', $4, false) AS v), "
-                      "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s",
-                      tail);
+    /* set_config first (l reads s): lock_timeout bounds the wait that follows */
+    static const char try_x[] = "WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok), %s";
+    static const char try_r[] =
+        "WITH l AS (SELECT pg_try_advisory_lock_shared($1::bigint) AS ok), %s";
+    static const char wait_x[] =
+        "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
+        "l AS (SELECT pg_advisory_lock($1::bigint), true AS ok FROM s), %s";
+    static const char wait_r[] =
+        "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
+        "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s";
+    if (tail && bare) {
+        pc->sql_try_x = fmt_alloc(try_x, tail);
+        pc->sql_try_r = fmt_alloc(try_r, tail);
+        pc->sql_wait_x = fmt_alloc(wait_x, 4, tail);
+        pc->sql_wait_r = fmt_alloc(wait_r, 4, tail);
+        pc->sql_bare[0][0] = fmt_alloc(try_x, bare);
+        pc->sql_bare[0][1] = fmt_alloc(try_r, bare);
+        pc->sql_bare[1][0] = fmt_alloc(wait_x, 2, bare);
+        pc->sql_bare[1][1] = fmt_alloc(wait_r, 2, bare);
         /* the draw alone, on the session holding the lock (after run_ensure) */
         pc->sql_redraw = fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
     free(tail);
-    return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r &&
+    free(bare);
+    bool bare_ok = true;
+    for (int i = 0; i < 4; i++)
+        bare_ok = bare_ok && pc->sql_bare[i / 2][i % 2];
+    return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r && bare_ok &&
                    pc->sql_redraw && run_build_sql(pc) == 0
                ? 0
                : DLOCK_ENOMEM;
@@ -3014,7 +3098,7 @@ static const struct dl_tools pg_tools = {
 #define PG_OPS                                                                               \
     .client_open = pg_client_open, .client_close = pg_client_close,                          \
     .lock_init = pg_lock_init, .lock_fini = pg_lock_fini, .acquire = pg_acquire,             \
-    .release = pg_release, .renew = pg_renew, .renew_batch = pg_renew_batch,                  \
+    .release = pg_release, .renew = pg_renew, .renew_batch = pg_renew_batch,                 \
     .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,                           \
     .set_value = pg_set_value, .get_value = pg_get_value, .break_lock = pg_break,            \
     .tools = &pg_tools
