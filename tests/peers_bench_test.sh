@@ -71,7 +71,7 @@ peer() { # PEER URL P: a short run, its JSON checked, the server's writes counte
 
 for k in $KINDS; do
     case $k in
-    redis) for p in redis-py redlock tooz; do peer $p "$DLOCK_TEST_REDIS" 3; done ;;
+    redis) for p in redis-py redlock tooz redis-c; do peer $p "$DLOCK_TEST_REDIS" 3; done ;;
     memcached) for p in pymemcache tooz; do peer $p "$DLOCK_TEST_MEMCACHED" 3; done ;;
     zk) for p in kazoo curator curator-threads tooz; do peer $p "$DLOCK_TEST_ZK" 2; done ;;
     postgres) for p in psycopg2 tooz; do peer $p "$DLOCK_TEST_POSTGRES" 3; done ;;

@@ -65,6 +65,11 @@ PEERS = {
     "redlock": dict(backend="redis", client="node-redlock 4 on ioredis (npm)", token=False,
                     owner_check=True, fair=False, needs="node, npm modules redlock@4 ioredis",
                     polls=True),
+    # not a client anyone would pick: dlock's own protocol with nothing else
+    # around it, the floor of dlock's Redis backend (issue 24)
+    "redis-c": dict(backend="redis", client="dlock's lock script from a bare hiredis loop",
+                    token=True, owner_check=True, fair=True,
+                    needs="a C compiler and libhiredis-dev"),
     "psycopg2": dict(backend="postgres", client="psycopg2 pg_advisory_lock(hashtext(name))",
                      token=False, owner_check=True, fair=True, needs="python3-psycopg2"),
     "pymysql": dict(backend="mysql", client="pymysql GET_LOCK", token=False, owner_check=True,
@@ -302,6 +307,9 @@ def available(peer):
         if not shutil.which("node") or not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "redlock")):
             return PEERS[peer]["needs"] + " (scripts/install-deps.sh peers)"
         return None
+    if peer == "redis-c":
+        ok = shutil.which("cc") and os.path.exists("/usr/include/hiredis/hiredis.h")
+        return None if ok else PEERS[peer]["needs"]
     if peer == "etcdctl":
         return None if shutil.which("etcdctl") else PEERS[peer]["needs"]
     if peer == "dlock-run":
@@ -334,6 +342,9 @@ def worker_cmd(a, tmp, name):
         return ["java", "-Xss512k", "-XX:+UseSerialGC", "-cp", cp, "CuratorPeer", hosts,
                 str(int(session_s * 1000)), "/dlock-peers/" + name, str(a.H),
                 str(a.P if a.peer == "curator-threads" else 1)]
+    if a.peer == "redis-c":
+        host, port = hostport(urllib.parse.urlsplit(a.url), 6379)
+        return [os.path.join(tmp, "redis_min"), host, str(port), name, str(a.H), REDIS_LUA]
     if a.peer == "redlock":
         return ["node", os.path.join(HERE, "redlock_peer.js"), a.url, name, str(a.H),
                 str(max(1, a.poll_us // 1000))]
@@ -341,7 +352,16 @@ def worker_cmd(a, tmp, name):
             "--name", name, "--hold-us", str(a.H), "--poll-us", str(a.poll_us)]
 
 
+REDIS_LUA = os.path.join(HERE, "..", "..", "src", "redis", "lock.lua")
+
+
 def prepare(a, tmp):
+    if a.peer == "redis-c":
+        r = subprocess.run(["cc", "-O2", "-o", os.path.join(tmp, "redis_min"),
+                            os.path.join(HERE, "redis_min.c"), "-lhiredis"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            die(1, "cc redis_min.c failed:\n" + r.stdout)
     if a.peer in ("curator", "curator-threads"):
         cp = ":".join(j for j in CURATOR_JARS if os.path.exists(j))
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", cp,

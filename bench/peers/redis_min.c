@@ -1,0 +1,156 @@
+/*
+ * redis_min.c — one worker of bench/peers/peer_bench.py ("redis-c"): the
+ * least a C program needs to run dlock's own Redis protocol, as the floor
+ * dlock's Redis backend is measured against (issue 24: its 8-waiter
+ * hand-over within 1.1 x of this). The same lock script (src/redis/lock.lua,
+ * loaded as a function library of its own name), the same calls: "acq" (a
+ * grant, or a place in the FIFO queue), BLPOP on the waiter's list (where
+ * the release hands it the lock and its token), "rel". Nothing else of a
+ * client: no renewal, loss telling, deadlines, cancel, retries, cluster
+ * routing or pools — hiredis's blocking calls on one connection.
+ *
+ * Worker protocol (as CuratorPeer.java): print "ready", read "START_NS
+ * END_NS", loop acquire / busy-wait HOLD_US / release until END_NS, print
+ * "a b c d" per section (CLOCK_MONOTONIC) and "done".
+ *
+ *   redis_min HOST PORT LOCK_NAME HOLD_US LOCK_LUA
+ */
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FN "dlock_peer_min"   /* the library's one function */
+#define TTL_MS "30000"        /* as redis-py's Lock(timeout=30) */
+#define WAIT_LEASE_MS "3000"  /* a queued waiter's registration, as dlock's */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void die(const char *what, redisContext *c, redisReply *r)
+{
+    fprintf(stderr, "error: %s: %s\n", what,
+            r && r->type == REDIS_REPLY_ERROR ? r->str : c && c->err ? c->errstr : "unexpected reply");
+    exit(1);
+}
+
+/* The file's text as a function library named FN. */
+static char *library(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    static const char head[] = "#!lua name=" FN "\n", tail[] = "\nredis.register_function('" FN "', main)\n";
+    size_t cap = 1 << 16, n = strlen(head);
+    char *s = malloc(cap);
+    if (!s)
+        exit(1);
+    memcpy(s, head, n);
+    size_t got;
+    while ((got = fread(s + n, 1, cap - n - sizeof tail, f)) > 0) {
+        n += got;
+        if (cap - n - sizeof tail < 4096) {
+            char *t = realloc(s, cap *= 2);
+            if (!t)
+                exit(1);
+            s = t;
+        }
+    }
+    fclose(f);
+    memcpy(s + n, tail, sizeof tail);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: redis_min HOST PORT LOCK_NAME HOLD_US LOCK_LUA\n");
+        return 64;
+    }
+    int64_t hold_ns = strtoll(argv[4], NULL, 10) * 1000;
+    char key[600], wlist[700], owner[64], holder[128], host[64];
+    snprintf(key, sizeof key, "dlock:{%s}:lock", argv[3]);
+    snprintf(owner, sizeof owner, "min%ld", (long)getpid());
+    snprintf(wlist, sizeof wlist, "dlock:{%s}:w:%s", argv[3], owner);
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "?");
+    snprintf(holder, sizeof holder, "pid %ld on %s", (long)getpid(), host);
+    redisContext *c = redisConnect(argv[1], atoi(argv[2]));
+    if (!c || c->err)
+        die("connect", c, NULL);
+    char *lib = library(argv[5]);
+    redisReply *r = redisCommand(c, "FUNCTION LOAD REPLACE %s", lib);
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        die("FUNCTION LOAD", c, r);
+    freeReplyObject(r);
+    free(lib);
+    printf("ready\n");
+    fflush(stdout);
+    long long start, end;
+    if (scanf("%lld %lld", &start, &end) != 2)
+        return 1;
+    while (now_ns() < start) {
+    }
+    size_t cap = 1 << 16, n = 0;
+    int64_t *rec = malloc(cap * sizeof *rec);
+    if (!rec)
+        return 1;
+    for (;;) {
+        int64_t a = now_ns();
+        if (a >= end)
+            break;
+        r = redisCommand(c, "FCALL " FN " 1 %s acq %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS, key,
+                         owner, holder);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+            die("acq", c, r);
+        int granted = r->element[0]->integer == 1;
+        freeReplyObject(r);
+        while (!granted) { /* queued: the release hands the lock over on wlist */
+            r = redisCommand(c, "BLPOP %s 1", wlist);
+            if (!r)
+                die("BLPOP", c, r);
+            granted = r->type == REDIS_REPLY_ARRAY;
+            freeReplyObject(r);
+            if (granted)
+                break;
+            r = redisCommand(c, "FCALL " FN " 1 %s wait %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS,
+                             key, owner, holder);
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+                die("wait", c, r);
+            granted = r->element[0]->integer == 1;
+            freeReplyObject(r);
+        }
+        int64_t b = now_ns();
+        while (hold_ns > 0 && now_ns() < b + hold_ns) {
+        }
+        int64_t cc = now_ns();
+        r = redisCommand(c, "FCALL " FN " 1 %s rel %s x", key, owner);
+        if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+            die("rel", c, r);
+        freeReplyObject(r);
+        int64_t d = now_ns();
+        if (n + 4 > cap) {
+            int64_t *t = realloc(rec, (cap *= 2) * sizeof *rec);
+            if (!t)
+                return 1;
+            rec = t;
+        }
+        rec[n++] = a, rec[n++] = b, rec[n++] = cc, rec[n++] = d;
+    }
+    for (size_t i = 0; i < n; i += 4)
+        printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", rec[i], rec[i + 1], rec[i + 2],
+               rec[i + 3]);
+    printf("done\n");
+    free(rec);
+    redisFree(c);
+    return 0;
+}
