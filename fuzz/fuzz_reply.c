@@ -19,7 +19,8 @@
 #include "redis/redis_cluster.h"
 
 
-/* What conn.c and cluster.c use of the core, and the embedded script. */
+/* What conn.c, cluster.c and support/wait.c use of the core, and the
+ * embedded script. */
 const char rd_lock_script[] = "return 0";
 const char rd_lock_script_sha[] = "0000000000000000000000000000000000000000";
 const char rd_lock_script_library[] = "#!lua name=dlock_fuzz\n";
@@ -34,6 +35,11 @@ int dl_ms_left(int64_t deadline_ns)
 {
     int64_t left = deadline_ns - dl_now_ns();
     return left <= 0 ? 0 : (int)(left / 1000000 + 1);
+}
+int dl_random(void *buf, size_t n)
+{
+    memset(buf, 0, n);
+    return 0;
 }
 int dl_op_timeout_ms(const dlock_lock *l, int op_timeout_ms)
 {

@@ -39,6 +39,7 @@
  * credentials, which cJSON escapes.
  */
 #include "internal.h"
+#include "support/support.h"
 #include "tools.h"
 
 static const dl_scheme etcd_schemes[] = {
@@ -370,11 +371,6 @@ static ecclient *ec_of(dlock_client *c)
     return c->bstate;
 }
 
-static int64_t ms_to_ns(int64_t ms)
-{
-    return ms * 1000000LL;
-}
-
 /* The end of the key range of every key starting with prefix p (p ends in
  * '/', which becomes '0'). */
 static void range_end(const char *p, char *out, size_t len)
@@ -584,10 +580,10 @@ static bool no_leader(ecclient *ec, const char *base, int64_t until_ns)
 {
     char err[200];
     cJSON *j = NULL;
-    int64_t until = dl_now_ns() + ms_to_ns(200);
+    int64_t until = dl_deadline_in(200);
     if (until > until_ns)
         until = until_ns;
-    if (until - dl_now_ns() < ms_to_ns(5) ||
+    if (until - dl_now_ns() < dl_ms_to_ns(5) ||
         ec_post_to(ec, base, "/v3/maintenance/status", "{}", until, -1, &j, NULL, err,
                    sizeof err) != 0)
         return false;
@@ -691,7 +687,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
     if (sent)
         *sent = false;
     if (until_ns < 0)
-        until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
+        until_ns = dl_deadline_in(ec->op_ms);
     if (cancel_fd < 0 && ec_thread_of == ec)
         cancel_fd = ec->stop_fd; /* the client's thread: closing the client ends it */
     ec_conn *k = conn_get(ec);
@@ -961,7 +957,7 @@ static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t
                         bool *make_ckey, char *err, size_t errlen)
 {
     if (until_ns < 0)
-        until_ns = dl_now_ns() + ms_to_ns(ec->op_ms);
+        until_ns = dl_deadline_in(ec->op_ms);
     pthread_mutex_lock(&ec->mu);
     /* Another thread's grant may be waiting on a stalled server: no
      * longer than our own bound. */
@@ -1008,7 +1004,7 @@ static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t
         ec->confirmed_ns = sent;
         /* Keep-alives at a quarter of what the server granted (it may
          * grant more than asked, never less). */
-        ec->next_ka_ns = sent + ms_to_ns(ttl * 1000) / 4;
+        ec->next_ka_ns = sent + dl_ms_to_ns(ttl * 1000) / 4;
         *lease = id;
         *gen = ec->gen;
         *make_ckey = true;
@@ -1417,15 +1413,15 @@ static void *client_thread(void *arg)
          * others), and one that lives on still hears of a revocation in
          * that time (the watch starts from the key's revision). */
         bool have_ckey = ec->ckey_made;
-        int64_t watch_from_ns = ec->ckey_ns + ms_to_ns(100);
+        int64_t watch_from_ns = ec->ckey_ns + dl_ms_to_ns(100);
         int64_t first_held_ns = INT64_MAX;
         for (eclock *el = ec->held; el; el = el->next_held)
             if (!el->lost && el->held_ns < first_held_ns)
                 first_held_ns = el->held_ns;
         if (first_held_ns == INT64_MAX)
             watch_from_ns = INT64_MAX;
-        else if (first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS) > watch_from_ns)
-            watch_from_ns = first_held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
+        else if (first_held_ns + dl_ms_to_ns(EC_WATCH_HELD_AFTER_MS) > watch_from_ns)
+            watch_from_ns = first_held_ns + dl_ms_to_ns(EC_WATCH_HELD_AFTER_MS);
         int64_t lease = ec->lease, from = ec->ckey_rev, next_ka = ec->next_ka_ns;
         bool orphans = ec->norphans > 0, verify = ec->verify;
         ec->verify = false;
@@ -1436,7 +1432,7 @@ static void *client_thread(void *arg)
         int64_t next_join = INT64_MAX;
         for (eclock *el = ec->held; el; el = el->next_held)
             if (!el->watched && !el->lost) {
-                int64_t due = el->held_ns + ms_to_ns(EC_WATCH_HELD_AFTER_MS);
+                int64_t due = el->held_ns + dl_ms_to_ns(EC_WATCH_HELD_AFTER_MS);
                 if (due <= now)
                     rebuild = rebuild || wk;
                 else if (due < next_join)
@@ -1450,8 +1446,8 @@ static void *client_thread(void *arg)
             int rc = keepalive(ec, -1, err, sizeof err);
             pthread_mutex_lock(&ec->mu);
             /* on failure try again soon: the core's watchdog keeps time */
-            ec->next_ka_ns = dl_now_ns() + (rc == 0 ? ms_to_ns(ec->ttl_s * 1000) / 4
-                                                    : ms_to_ns(100));
+            ec->next_ka_ns = dl_now_ns() + (rc == 0 ? dl_ms_to_ns(ec->ttl_s * 1000) / 4
+                                                    : dl_ms_to_ns(100));
             pthread_mutex_unlock(&ec->mu);
             if (rc == DLOCK_ELOST)
                 lose_gen(ec, gen, "the client's etcd lease expired or was revoked");
@@ -1519,7 +1515,7 @@ static void *client_thread(void *arg)
                 conn_put(ec, wk);
                 wk = NULL;
             }
-            retry_watch_ns = now + ms_to_ns(200);
+            retry_watch_ns = now + dl_ms_to_ns(200);
         }
         int running = 0;
         if (m)
@@ -1553,13 +1549,13 @@ static void *client_thread(void *arg)
         for (size_t i = 0; i < w.ngone; i++)
             lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
         w.ngone = 0;
-        int64_t wait_ns = live ? next_ka - dl_now_ns() : ms_to_ns(1000);
+        int64_t wait_ns = live ? next_ka - dl_now_ns() : dl_ms_to_ns(1000);
         if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
             wait_ns = next_touch - dl_now_ns();
         if (next_join != INT64_MAX && next_join - dl_now_ns() < wait_ns)
             wait_ns = next_join - dl_now_ns();
-        if (wait_ns > ms_to_ns(100) && (!wk && live))
-            wait_ns = ms_to_ns(100);
+        if (wait_ns > dl_ms_to_ns(100) && (!wk && live))
+            wait_ns = dl_ms_to_ns(100);
         if (wait_ns < 0)
             wait_ns = 0;
         if (m)
@@ -1930,7 +1926,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
         for (;;) {
             /* In slices: a watch on a member that stalled must not hold us
              * once the client moved on from it (its keep-alive found out). */
-            int64_t slice = dl_now_ns() + ms_to_ns(500);
+            int64_t slice = dl_deadline_in(500);
             x = conn_pump(k, deadline >= 0 && deadline < slice ? deadline : slice, cancel_fd,
                           &w.stop, &res);
             if (x == XFER_TIMEOUT && (deadline < 0 || dl_now_ns() < deadline)) {
@@ -1946,7 +1942,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
             if (x != XFER_STOP || w.fired)
                 break;
             w.stop = false;
-            int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms);
+            int64_t until = dl_deadline_in(ec->op_ms);
             if (op_deadline_ns > 0 && until > op_deadline_ns)
                 until = op_deadline_ns;
             if (w.at_rev > rev && changed_since(ec, pred, range, puts, own, rev, w.at_rev, until)) {
@@ -1987,7 +1983,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
 static int64_t req_until(dlock_lock *l)
 {
     ecclient *ec = ec_of(l->c);
-    return dl_now_ns() + ms_to_ns(dl_op_timeout_ms(l, ec->op_ms));
+    return dl_deadline_in(dl_op_timeout_ms(l, ec->op_ms));
 }
 
 /* A waiter gives up: delete its key now, or later when that fails. */
@@ -1997,7 +1993,7 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
     if (!el->key[0])
         return;
     char err[200];
-    int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms < 1000 ? ec->op_ms : 1000);
+    int64_t until = dl_deadline_in(ec->op_ms < 1000 ? ec->op_ms : 1000);
     /* Within the caller's bound: a server that does not answer by then
      * has the key deleted by the client's thread. */
     if (el->l->op_deadline_ns > 0 && until > el->l->op_deadline_ns)
@@ -2031,16 +2027,12 @@ static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int *attem
 {
     if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
         return false;
-    int64_t now = dl_now_ns(), pause = ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
+    int64_t now = dl_now_ns(), pause = dl_ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
     bool last = deadline > 0 && now + pause >= deadline;
     if (last) /* the rest of the wait: then it timed out (acquire_rc) */
         pause = deadline - now > 0 ? deadline - now : 0;
     (*attempt)++;
-    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
-    int n;
-    while ((n = poll(&p, cancel_fd >= 0 ? 1 : 0, (int)((pause + 999999) / 1000000))) < 0 && errno == EINTR) {
-    }
-    if (n > 0) {
+    if (dl_nap_ns(pause, cancel_fd) == DLOCK_ECANCELED) {
         *rc = DLOCK_ECANCELED;
         return false;
     }
@@ -2185,7 +2177,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             result = dl_lock_err(l, DLOCK_EUNREACHABLE,
                                  "lock \"%s\": the client's lease ended as it was granted (%s)",
                                  l->name, ec->redacted);
-        else if (dl_now_ns() - confirmed > ms_to_ns(l->opts.ttl_ms) / 3) {
+        else if (dl_now_ns() - confirmed > dl_ms_to_ns(l->opts.ttl_ms) / 3) {
             /* After a long wait the last keep-alive may be too old for the
              * grant to be worth anything: ask once more. */
             do
@@ -2231,7 +2223,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
          * never writes it. */
         int64_t after_ms = el->kind[0] == 's' ? 0 : EC_TOUCH_AFTER_MS;
         ec_touch t = {.key = strdup(el->key), .body = strdup(body),
-                      .due_ns = dl_now_ns() + ms_to_ns(after_ms)};
+                      .due_ns = dl_deadline_in(after_ms)};
         pthread_mutex_lock(&ec->mu);
         ec_touch *ts = t.key && t.body ? realloc(ec->touches, sizeof *ts * (ec->ntouches + 1))
                                        : NULL;
@@ -2328,7 +2320,7 @@ static int etcd_renew(dlock_lock *l)
         return dl_lock_err(l, DLOCK_ELOST,
                            "lock \"%s\": its key is gone (lease expired or revoked, or dlock "
                            "break)", l->name);
-    if (dl_now_ns() - confirmed < ms_to_ns(l->opts.ttl_ms) / 2) {
+    if (dl_now_ns() - confirmed < dl_ms_to_ns(l->opts.ttl_ms) / 2) {
         l->lease_start_ns = confirmed;
         return 0;
     }
@@ -2777,7 +2769,7 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     char err[400];
     /* connect_timeout_ms bounds the whole opening (dlock run -w sets it to
      * what the wait allows), logging in and the lease included. */
-    int64_t until = dl_now_ns() + ms_to_ns(ec->connect_ms);
+    int64_t until = dl_deadline_in(ec->connect_ms);
     if (ec->user)
         rc = authenticate(ec, until, err, sizeof err);
     if (rc == 0) {
@@ -2815,7 +2807,7 @@ static void etcd_client_close(dlock_client *c)
         pthread_mutex_lock(&ec->mu);
         int64_t since = dl_now_ns() - ec->timeout_ns;
         pthread_mutex_unlock(&ec->mu);
-        int64_t until = dl_now_ns() + ms_to_ns(ec->timeout_ns && since < ms_to_ns(10000)
+        int64_t until = dl_deadline_in(ec->timeout_ns && since < dl_ms_to_ns(10000)
                                                    ? EC_SUSPECT_MS : ec->op_ms);
         char body[64], err[200];
         snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
@@ -2854,7 +2846,7 @@ static void *relay_main(void *arg)
 {
     relay_watch *w = arg;
     CURLcode res;
-    enum xfer x = conn_run(w->k, dl_now_ns() + ms_to_ns(w->ec->op_ms), -1, &w->fired, &res);
+    enum xfer x = conn_run(w->k, dl_deadline_in(w->ec->op_ms), -1, &w->fired, &res);
     w->rc = w->fired ? 0 : x == XFER_TIMEOUT ? DLOCK_ETIMEDOUT : DLOCK_EUNREACHABLE;
     __atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
     return NULL;
@@ -2942,7 +2934,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
             snprintf(err, sizeof err, "out of memory");
             break;
         }
-        int64_t until = dl_now_ns() + ms_to_ns(ec->op_ms);
+        int64_t until = dl_deadline_in(ec->op_ms);
         while (!__atomic_load_n(&w.created, __ATOMIC_ACQUIRE) &&
                !__atomic_load_n(&w.stop, __ATOMIC_ACQUIRE) && dl_now_ns() < until) {
             struct timespec us100 = {0, 100000};

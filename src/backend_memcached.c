@@ -61,6 +61,7 @@
  * and fuzzed (fuzz/fuzz_memcached.c).
  */
 #include "internal.h"
+#include "support/support.h"
 #include "tools.h"
 
 static const dl_scheme memcached_schemes[] = {
@@ -294,8 +295,8 @@ static int mc_item_format(const mc_item *it, char *out, size_t len)
 /* ---- connections ------------------------------------------------------------------ */
 
 #define MC_POOL_IDLE_MAX 8
-#define MC_BACKOFF_MIN_US 1000
-#define MC_BACKOFF_MAX_US 32000
+#define MC_BACKOFF_MIN_NS 1000000LL
+#define MC_BACKOFF_MAX_NS 32000000LL
 #define MC_TTL_MAX_S (30 * 24 * 3600) /* beyond: memcached reads an absolute time */
 
 typedef struct mc_server {
@@ -332,26 +333,6 @@ static mcclient *mcc_of(dlock_client *c)
     return c->bstate;
 }
 
-/* Wait for fd to be ready for events until until_ns, or cancel_fd. */
-static int mc_wait(int fd, short events, int64_t until_ns, int cancel_fd)
-{
-    for (;;) {
-        int ms = dl_ms_left(until_ns);
-        if (ms == 0)
-            return DLOCK_ETIMEDOUT;
-        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cancel_fd, .events = POLLIN}};
-        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return DLOCK_EIO;
-        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
-            return DLOCK_ECANCELED;
-        if (n > 0 && p[0].revents)
-            return 0;
-    }
-}
-
 /* A new connection to s, made within until_ns. */
 static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, char *why,
                       size_t wlen)
@@ -374,7 +355,7 @@ static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, c
         if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
             err = errno;
             if (err == EINPROGRESS) {
-                rc = mc_wait(fd, POLLOUT, until_ns, cancel_fd);
+                rc = dl_wait_fd(fd, POLLOUT, until_ns, cancel_fd, NULL);
                 socklen_t el = sizeof err;
                 err = rc ? ETIMEDOUT : (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) ? errno : err);
                 if (rc == DLOCK_ECANCELED) {
@@ -436,7 +417,7 @@ static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_
         return 0;
     }
     *reused = false;
-    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns < bound)
         bound = until_ns;
     return mc_connect(s, bound, cancel_fd, fd, why, wlen);
@@ -473,7 +454,7 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
             if (n > 0)
                 off += (size_t)n;
             else if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                rc = mc_wait(fd, POLLOUT, until_ns, cancel_fd);
+                rc = dl_wait_fd(fd, POLLOUT, until_ns, cancel_fd, NULL);
             else
                 rc = DLOCK_EUNREACHABLE;
         }
@@ -484,7 +465,7 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
         /* the replies cannot be there yet: wait for them rather than pay
          * a recv that says EAGAIN first */
         if (!rc)
-            rc = mc_wait(fd, POLLIN, until_ns, cancel_fd);
+            rc = dl_wait_fd(fd, POLLIN, until_ns, cancel_fd, NULL);
         while (!rc && got < nrep) {
             long used = have ? mc_parse(buf, have, &rep[got]) : 0;
             if (used < 0) {
@@ -506,7 +487,7 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
                 have += (size_t)n;
                 sent_nothing_back = false;
             } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-                rc = mc_wait(fd, POLLIN, until_ns, cancel_fd);
+                rc = dl_wait_fd(fd, POLLIN, until_ns, cancel_fd, NULL);
             } else {
                 rc = DLOCK_EUNREACHABLE;
             }
@@ -642,7 +623,7 @@ static void item_value(dlock_lock *l, const char *value, char *out)
 
 static int64_t op_until(const dlock_lock *l, const mcclient *mc)
 {
-    return dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    return dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
 }
 
 /* The held slots among the first `permits` of the semaphore at key (one
@@ -857,7 +838,7 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
                            l->name);
     char why[400];
     int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    int backoff = MC_BACKOFF_MIN_US;
+    int64_t backoff_ns = MC_BACKOFF_MIN_NS;
     for (;;) {
         int64_t start = dl_now_ns();
         int rc = take_once(l, why, sizeof why);
@@ -876,23 +857,16 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
         if (deadline_ns == 0)
             return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-        /* full jitter: anywhere in [backoff/2, backoff] */
-        unsigned r = 0;
-        (void)dl_random(&r, sizeof r);
-        int us = backoff / 2 + (int)(r % (unsigned)(backoff / 2 + 1));
-        if (backoff < MC_BACKOFF_MAX_US)
-            backoff *= 2;
+        int64_t pause = dl_backoff_ns(&backoff_ns, MC_BACKOFF_MAX_NS);
         if (deadline_ns > 0) {
             int64_t left = deadline_ns - dl_now_ns();
             if (left <= 0)
                 return dl_lock_err(l, DLOCK_ETIMEDOUT,
                                    "lock \"%s\" not acquired within the timeout", l->name);
-            if ((int64_t)us * 1000 > left)
-                us = (int)(left / 1000) + 1;
+            if (pause > left)
+                pause = left;
         }
-        struct pollfd p = {.fd = cancel, .events = POLLIN};
-        int n = poll(&p, cancel >= 0 ? 1 : 0, (us + 999) / 1000);
-        if (n > 0)
+        if (dl_nap_ns(pause, cancel) == DLOCK_ECANCELED)
             return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
     }
 }
@@ -1058,7 +1032,7 @@ static int view_of(dlock_client *c, const char *name, mc_view *v, char *why, siz
     mc_server *s = server_of(mc, name);
     int n = snprintf(req, sizeof req, "mg %s v t c\r\nmg %s/p v\r\n", key, key);
     mc_reply r[2];
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc->op_timeout_ms);
     int rc = mc_call(mc, s, req, (size_t)n, r, 2, until, -1, why, wlen);
     if (rc)
         return rc;
@@ -1147,7 +1121,7 @@ static int mc_break(dlock_client *c, const char *name, dlock_info *broken)
     int n = snprintf(req, sizeof req, "mg %s/p v\r\n", key);
     mc_reply pr;
     mc_server *s = server_of(mc, name);
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc->op_timeout_ms);
     rc = mc_call(mc, s, req, (size_t)n, &pr, 1, until, -1, why, sizeof why);
     long permits = !rc && strcmp(pr.code, "VA") == 0 ? strtol(pr.value, NULL, 10) : 0;
     if (permits < 0 || permits > 4096)
@@ -1262,7 +1236,7 @@ static int mc_client_open(dlock_client *c, const dl_url *u)
     for (size_t i = 0; i < mc->nservers; i++) {
         char w[400];
         mc_reply r;
-        int64_t until = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+        int64_t until = dl_deadline_in(mc->connect_timeout_ms);
         int src = mc_call(mc, &mc->servers[i], "mn\r\n", 4, &r, 1, until, -1, w, sizeof w);
         if (!src && strcmp(r.code, "MN") != 0) {
             src = DLOCK_EPROTO;
@@ -1298,7 +1272,7 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 {
     struct baseline_arg *a = arg;
     mc_reply r;
-    int64_t until = dl_now_ns() + (int64_t)a->mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(a->mc->op_timeout_ms);
     int rc = mc_call(a->mc, a->s, "mn\r\n", 4, &r, 1, until, -1, why, wlen);
     if (!rc && strcmp(r.code, "MN") != 0) {
         snprintf(why, wlen, "mn answered %s", r.code);
@@ -1329,7 +1303,7 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
     char why[400];
     int fd;
     bool reused;
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc->op_timeout_ms);
     int rc = mc_get_conn(mc, s, until, -1, &fd, &reused, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "counters: %s", why);
@@ -1347,7 +1321,7 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
             have += (size_t)n;
             buf[have] = '\0';
         } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            rc = mc_wait(fd, POLLIN, until, -1);
+            rc = dl_wait_fd(fd, POLLIN, until, -1, NULL);
         } else {
             rc = DLOCK_EUNREACHABLE;
         }

@@ -42,6 +42,7 @@
  * strict pattern before they are quoted into the statement text.
  */
 #include "internal.h"
+#include "support/support.h"
 #include "tools.h"
 
 static const dl_scheme mysql_schemes[] = {
@@ -355,50 +356,34 @@ static int code_of_errno(unsigned e)
  * to its *_cont, or DLOCK_ETIMEDOUT / DLOCK_ECANCELED / DLOCK_EIO. */
 static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
 {
-    struct pollfd p[2] = {
-        {.fd = (int)my.get_socket(m),
-         .events = (short)((status & MYSQL_WAIT_READ ? POLLIN : 0) |
+    short events = (short)((status & MYSQL_WAIT_READ ? POLLIN : 0) |
                            (status & MYSQL_WAIT_WRITE ? POLLOUT : 0) |
-                           (status & MYSQL_WAIT_EXCEPT ? POLLPRI : 0))},
-        {.fd = cancel_fd, .events = POLLIN},
-    };
-    int64_t lib_until = -1;
+                           (status & MYSQL_WAIT_EXCEPT ? POLLPRI : 0));
+    int64_t bound = until_ns;
     if (status & MYSQL_WAIT_TIMEOUT) {
         /* at least a millisecond: with no socket (a connect that failed)
          * Connector/C has been seen to ask for zero-length timeouts over
          * and over, which would spin */
         unsigned t = my.timeout_ms(m);
-        lib_until = dl_now_ns() + (int64_t)(t ? t : 1) * 1000000;
-    }
-    for (;;) {
-        int64_t bound = until_ns;
-        if (lib_until >= 0 && (bound < 0 || lib_until < bound))
+        int64_t lib_until = dl_deadline_in(t ? t : 1);
+        if (bound < 0 || lib_until < bound)
             bound = lib_until;
-        int ms = bound < 0 ? -1 : dl_ms_left(bound);
-        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return DLOCK_EIO;
-        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
-            return DLOCK_ECANCELED;
-        if (n > 0 && p[0].revents) {
-            int r = 0;
-            if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
-                r |= MYSQL_WAIT_READ;
-            if (p[0].revents & (POLLOUT | POLLHUP | POLLERR))
-                r |= MYSQL_WAIT_WRITE;
-            if (p[0].revents & POLLPRI)
-                r |= MYSQL_WAIT_EXCEPT;
-            r &= status;
-            return r ? r : (status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT));
-        }
-        int64_t now = dl_now_ns();
-        if (until_ns >= 0 && now >= until_ns) /* ours first: the library's may recur */
-            return DLOCK_ETIMEDOUT;
-        if (lib_until >= 0 && now >= lib_until)
-            return MYSQL_WAIT_TIMEOUT;
     }
+    short rev = 0;
+    int rc = dl_wait_fd((int)my.get_socket(m), events, bound, cancel_fd, &rev);
+    if (rc == DLOCK_ETIMEDOUT) /* ours first: the library's may recur */
+        return until_ns >= 0 && dl_now_ns() >= until_ns ? DLOCK_ETIMEDOUT : MYSQL_WAIT_TIMEOUT;
+    if (rc)
+        return rc;
+    int r = 0;
+    if (rev & (POLLIN | POLLHUP | POLLERR))
+        r |= MYSQL_WAIT_READ;
+    if (rev & (POLLOUT | POLLHUP | POLLERR))
+        r |= MYSQL_WAIT_WRITE;
+    if (rev & POLLPRI)
+        r |= MYSQL_WAIT_EXCEPT;
+    r &= status;
+    return r ? r : (status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT));
 }
 
 /* Drive one non-blocking call: `start` gives the first status, `cont` (an
@@ -801,7 +786,7 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
         *out = k;
         return 0;
     }
-    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
     int rc = conn_open(mc, bound, cancel_fd, out, why, wlen);
@@ -847,7 +832,7 @@ static void conn_spare(myclient *mc, int64_t until_ns)
         return;
     char why[200];
     my_conn *k;
-    int64_t bound = dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000;
+    int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
     if (conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
@@ -870,7 +855,7 @@ static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
     unsigned long id = k->id;
     k->failed = k->broken = true;
     conn_close(k);
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc->op_timeout_ms);
     if (until_ns >= 0 && until_ns < until)
         until = until_ns;
     char why[200];
@@ -912,7 +897,7 @@ static int pool_exec_until(dlock_client *c, int64_t until, const char *sql, cons
 static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
                      my_res *res, char *why, size_t wlen)
 {
-    int64_t until = dl_now_ns() + (int64_t)mc_of(c)->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc_of(c)->op_timeout_ms);
     return pool_exec_until(c, until, sql, args, nargs, res, why, wlen);
 }
 
@@ -1046,14 +1031,6 @@ static bool interrupted(const my_conn *k)
                           k->last_errno == 3024);
 }
 
-/* Sleep ms, or until cancel_fd is readable (DLOCK_ECANCELED). */
-static int nap(int ms, int cancel_fd)
-{
-    struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
-    int n = poll(&p, cancel_fd >= 0 ? 1 : 0, ms);
-    return n > 0 ? DLOCK_ECANCELED : 0;
-}
-
 /* The pause before a waiter asks again after the server ended its wait or
  * its session early (so that a server that keeps doing it is not asked in
  * a tight loop), cut to the deadline: 0 or DLOCK_ECANCELED. */
@@ -1062,7 +1039,7 @@ static int retry_pause(int64_t deadline_ns, int cancel_fd)
     int ms = MY_RETRY_PAUSE_MS;
     if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
         ms = dl_ms_left(deadline_ns);
-    return nap(ms, cancel_fd);
+    return dl_nap_ns(dl_ms_to_ns(ms), cancel_fd);
 }
 
 /* A lock someone else holds: busy for a try, else the wait ran out; early:
@@ -1224,7 +1201,7 @@ static int marks_check(myclient *mc, my_conn *k, int64_t until, char *why, size_
 static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_conn *e;
     int rc = conn_get(mc, false, until, -1, &e, why, wlen);
     if (rc)
@@ -1245,7 +1222,7 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
             }
             if (rc || round == 0 || polls >= 20)
                 break;
-            rc = nap(10, -1);
+            rc = dl_nap_ns(dl_ms_to_ns(10), -1);
         }
         if (!rc && round == 8)
             break;
@@ -1294,7 +1271,7 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     /* an ask ends no later than a wait would be cut (wait_bound): a
      * bounded acquisition keeps its KILL room */
     int64_t ask_until = until, kill_room_ns = (int64_t)MY_KILL_ROOM_MS * 1000000;
@@ -1409,7 +1386,7 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     myclient *mc = mc_of(l->c);
     if (atomic_load(&mc->lease_live_off))
         return 0;
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_arg a[] = {A_S(l->name)};
     my_res r = {0};
     int rc = q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
@@ -1430,7 +1407,7 @@ static void key_give_back(dlock_lock *l, my_conn *k)
 {
     myclient *mc = mc_of(l->c);
     char why[200];
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_arg a[] = {A_S(((mylock *)l->bstate)->key)};
     my_res r = {0};
     if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why) != 0)
@@ -1451,7 +1428,7 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     myclient *mc = mc_of(l->c);
     if (mc->mode == MODE_LEASE)
         return lease_acquire(l, deadline_ns);
-    int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    int64_t backoff_ns = dl_ms_to_ns(MY_LEASE_BACKOFF_MIN_MS);
     for (;;) {
         bool lease_held = false;
         int rc = mc->mode == MODE_ROWLOCK ? row_acquire(l, deadline_ns, &lease_held)
@@ -1464,12 +1441,10 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
                                "lock \"%s\" is held in mode=lease (table dlock_lease): one name "
                                "is one lock across modes",
                                l->name);
-        int ms = backoff;
-        if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
-            ms = dl_ms_left(deadline_ns);
-        if (backoff < MY_LEASE_BACKOFF_MAX_MS)
-            backoff *= 2;
-        if (nap(ms, dl_cancel_fd(l)))
+        int64_t pause = dl_backoff_ns(&backoff_ns, dl_ms_to_ns(MY_LEASE_BACKOFF_MAX_MS));
+        if (deadline_ns > 0 && deadline_ns - dl_now_ns() < pause)
+            pause = deadline_ns - dl_now_ns();
+        if (dl_nap_ns(pause, dl_cancel_fd(l)))
             return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": canceled", l->name);
     }
 }
@@ -1638,7 +1613,7 @@ static int my_release(dlock_lock *l)
         return rc;
     }
     char why[300];
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     int rc;
     bool was_held;
     if (mc->mode == MODE_ROWLOCK) {
@@ -1812,7 +1787,7 @@ static int my_set_value(dlock_lock *l, const char *value)
             return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
                                l->name, k->sess.why);
         my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
-        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
         rc = q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
         rewatch_conn(l, k);
     }
@@ -1965,7 +1940,7 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
 static void lease_drop_mine(dlock_lock *l, int slot)
 {
     myclient *mc = mc_of(l->c);
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     char ignored[200];
     my_conn *k;
     if (dl_now_ns() >= until || conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
@@ -1991,7 +1966,7 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_
     int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
     if (l->op_deadline_ns > 0 && ms > MY_LEASE_DROP_MS)
         ms -= MY_LEASE_DROP_MS; /* (whatever is left, for lease_drop_mine) */
-    int64_t until = dl_now_ns() + (int64_t)ms * 1000000;
+    int64_t until = dl_deadline_in(ms);
     long long ttl_us = (long long)l->opts.ttl_ms * 1000;
     my_arg a[] = {A_S(l->owner),  A_I(ttl_us),   A_S(mc->holder),
                   A_S(mc->holder), A_S(l->name), A_I(slot)};
@@ -2048,7 +2023,7 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     char key[MY_KEY_MAX + 1];
     key_of("", l->name, key, sizeof key);
     my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n), A_S(key)};
@@ -2125,7 +2100,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int64_t start = 0;
     int rc = 0, took = 0, early = 0;
     bool queued = false, try_now = true, other_mode = false;
-    int backoff = MY_LEASE_BACKOFF_MIN_MS;
+    int64_t backoff_ns = dl_ms_to_ns(MY_LEASE_BACKOFF_MIN_MS);
     ml->tries = 0;
     atomic_store(&l->token, 0);
     my_res r = {0};
@@ -2191,21 +2166,17 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             try_now = true; /* the lease may have ended while we queued */
             continue;
         }
-        int ms = 0;
-        (void)dl_random(&ms, sizeof ms);
-        ms = backoff / 2 + (int)((unsigned)ms % (unsigned)(backoff / 2 + 1)); /* jitter */
-        if (backoff < MY_LEASE_BACKOFF_MAX_MS)
-            backoff *= 2;
+        int64_t pause = dl_backoff_ns(&backoff_ns, dl_ms_to_ns(MY_LEASE_BACKOFF_MAX_MS));
         if (deadline_ns > 0) {
-            int left = dl_ms_left(deadline_ns);
-            if (left == 0) {
+            int64_t left = deadline_ns - dl_now_ns();
+            if (left <= 0) {
                 rc = DLOCK_ETIMEDOUT;
                 break;
             }
-            if (ms > left)
-                ms = left;
+            if (pause > left)
+                pause = left;
         }
-        rc = nap(ms, cancel);
+        rc = dl_nap_ns(pause, cancel);
         if (rc)
             break;
         try_now = true;
@@ -2226,7 +2197,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         l->lease_start_ns = start;
     if (queued && k && !k->failed) {
         my_arg a[] = {A_S(ml->key)};
-        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
         if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
             k->failed = true; /* closing it lets the next waiter in */
         res_free(&r);
@@ -2265,7 +2236,7 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
     my_res r = {0};
     /* cut to the caller's bound: an acquisition's deadline, a renewal's
      * loss */
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     int rc = pool_exec_until(l->c, until, sql, a, n, &r, why, sizeof why);
     *affected = r.affected;
     res_free(&r);
@@ -2372,7 +2343,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         if (k->lock_wait_s != wait_s) {
             my_arg a[] = {A_I(wait_s)};
             int64_t until =
-                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
             rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
                         why, sizeof why);
             res_free(&r);
@@ -2415,7 +2386,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     }
     if (rc == DLOCK_ETIMEDOUT && !k->broken) {
         /* the server's lock wait ran out: the statement was undone */
-        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
             k->failed = true;
         conn_put(mc, k);
@@ -2451,7 +2422,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         }
         if (rc == 0) { /* GET_LOCK's 0: the wait ran out */
             int64_t until =
-                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
             if (q_simple(k, 'r', until, why, sizeof why) != 0)
                 k->failed = true;
             conn_put(mc, k);
@@ -2471,7 +2442,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     if (rc) {
         if (rc > 0) { /* give the name's GET_LOCK and the row back */
             int64_t until =
-                dl_now_ns() + (int64_t)dl_op_timeout_ms(l, mc->op_timeout_ms) * 1000000;
+                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
             my_arg ka[] = {A_S(ml->key)};
             if (q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
                 q_simple(k, 'r', until, why, sizeof why) != 0)
@@ -2957,7 +2928,7 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
                      (mc->mode == MODE_LEASE || (ddl[2] && ddl[3] && ddl[4]))
                  ? 0
                  : DLOCK_ENOMEM;
-    int64_t until = dl_now_ns() + (int64_t)mc->op_timeout_ms * 1000000;
+    int64_t until = dl_deadline_in(mc->op_timeout_ms);
     for (int i = 0; i < 5 && !rc; i++) {
         if (!ddl[i])
             continue;
@@ -3096,7 +3067,7 @@ static int my_client_open(dlock_client *c, const dl_url *u)
     /* The first connection: the server is there, the user may log in, and
      * the tables exist. */
     my_conn *k;
-    rc = conn_open(mc, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &k, why,
+    rc = conn_open(mc, dl_deadline_in(mc->connect_timeout_ms), -1, &k, why,
                    sizeof why);
     if (!rc) {
         const char *info = my.server_info(k->m);
@@ -3146,7 +3117,7 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 {
     struct baseline_arg *a = arg;
     my_res r = {0};
-    int rc = q_exec(a->k, "SELECT 1", NULL, 0, &r, dl_now_ns() + (int64_t)a->op_timeout_ms * 1000000,
+    int rc = q_exec(a->k, "SELECT 1", NULL, 0, &r, dl_deadline_in(a->op_timeout_ms),
                     -1, why, wlen);
     res_free(&r);
     return rc;
@@ -3161,7 +3132,7 @@ static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_
     struct baseline_arg a = {NULL, mc->op_timeout_ms};
     int64_t *v = NULL;
     size_t n = 0;
-    int rc = conn_get(mc, false, dl_now_ns() + (int64_t)mc->connect_timeout_ms * 1000000, -1, &a.k,
+    int rc = conn_get(mc, false, dl_deadline_in(mc->connect_timeout_ms), -1, &a.k,
                       why, sizeof why);
     if (!rc) /* the first twenty warm up */
         rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);

@@ -36,6 +36,7 @@
  * cancel descriptor: its synchronous ones cannot be.
  */
 #include "internal.h"
+#include "support/support.h"
 #include "tools.h"
 
 static const dl_scheme postgres_schemes[] = {
@@ -280,26 +281,6 @@ static const char *one_line(const char *msg, char *buf, size_t len)
     return buf;
 }
 
-/* Wait until fd is ready for `events`, the deadline passes (0 returned) or
- * cancel_fd is readable (DLOCK_ECANCELED). until_ns -1: no deadline. */
-static int wait_fd(int fd, short events, int64_t until_ns, int cancel_fd)
-{
-    for (;;) {
-        int ms = until_ns < 0 ? -1 : dl_ms_left(until_ns);
-        if (until_ns >= 0 && ms == 0)
-            return DLOCK_ETIMEDOUT;
-        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cancel_fd, .events = POLLIN}};
-        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return DLOCK_EIO;
-        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
-            return DLOCK_ECANCELED;
-        if (n > 0 && p[0].revents)
-            return 0;
-    }
-}
 
 /*
  * Sessions run in libpq's pipeline mode, each statement followed by a sync
@@ -315,7 +296,7 @@ static int stmt_flush(pg_conn *k, int64_t until_ns, int cancel_fd, char *why, si
     char line[200];
     int f;
     while ((f = pq.flush(k->pg)) == 1) {
-        int rc = wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd);
+        int rc = dl_wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd, NULL);
         if (rc) {
             snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
             return rc;
@@ -431,7 +412,7 @@ static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
                 pq.clear(r);
             }
         }
-        int rc = wait_fd(pq.socket(k->pg), POLLIN, until_ns, cancel_fd);
+        int rc = dl_wait_fd(pq.socket(k->pg), POLLIN, until_ns, cancel_fd, NULL);
         if (rc == 0 && !pq.consumeInput(k->pg))
             rc = DLOCK_EUNREACHABLE;
         if (rc) {
@@ -560,8 +541,8 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
     } else {
         PostgresPollingStatusType st = PGRES_POLLING_WRITING;
         while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
-            rc = wait_fd(pq.socket(k->pg), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
-                         until_ns, cancel_fd);
+            rc = dl_wait_fd(pq.socket(k->pg), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                            until_ns, cancel_fd, NULL);
             if (rc)
                 break;
             st = pq.connectPoll(k->pg);
@@ -682,7 +663,7 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
         *out = k;
         return 0;
     }
-    int64_t bound = dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000;
+    int64_t bound = dl_deadline_in(pc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
     return conn_open(pc, bound, cancel_fd, out, why, wlen);
@@ -698,7 +679,7 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
 
 static int64_t retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns)
 {
-    return deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
+    return deadline_ns < 0 ? dl_deadline_in(pc->connect_timeout_ms)
                            : l->op_deadline_ns;
 }
 
@@ -709,7 +690,7 @@ static int conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_c
         int rc = conn_get(pc, retry_until, cancel_fd, out, why, wlen);
         if (rc != DLOCK_EUNREACHABLE || dl_ms_left(retry_until) == 0)
             return rc;
-        int64_t pause = dl_now_ns() + (int64_t)PG_RETRY_PAUSE_MS * 1000000;
+        int64_t pause = dl_deadline_in(PG_RETRY_PAUSE_MS);
         struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
         int ms = dl_ms_left(pause < retry_until ? pause : retry_until);
         if (poll(&p, cancel_fd >= 0 ? 1 : 0, ms) > 0 && (p.revents & POLLIN)) {
@@ -779,7 +760,7 @@ static void conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns)
 static int64_t op_until(const pgclient *pc, const dlock_lock *l)
 {
     return l && l->op_deadline_ns > 0 ? l->op_deadline_ns
-                                      : dl_now_ns() + (int64_t)pc->op_timeout_ms * 1000000;
+                                      : dl_deadline_in(pc->op_timeout_ms);
 }
 
 /* One statement on a pooled session, for the calls that hold no lock. */
@@ -1027,7 +1008,7 @@ static int pg_acquire(dlock_lock *l, int64_t deadline_ns)
     int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
     /* A timed wait is bounded by the server (lock_timeout at the deadline)
      * and, should the server not answer, by op_deadline_ns here. */
-    int64_t until = deadline_ns == 0 ? dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000
+    int64_t until = deadline_ns == 0 ? dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms))
                     : deadline_ns < 0 ? -1
                                       : l->op_deadline_ns;
     pg_conn *k;
@@ -1040,7 +1021,7 @@ again:
         rc = conn_get_retry(pc, retry_until, cancel_fd, &k, why, sizeof why);
     else
         rc = conn_get(pc,
-                      deadline_ns < 0 ? dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000
+                      deadline_ns < 0 ? dl_deadline_in(pc->connect_timeout_ms)
                                       : until,
                       cancel_fd, &k, why, sizeof why);
     if (rc)
@@ -1265,7 +1246,7 @@ static int pg_release(dlock_lock *l)
     snprintf(key, sizeof key, "%" PRId64, pl->key);
     snprintf(tok, sizeof tok, "%" PRIu64, (uint64_t)atomic_load(&l->token));
     const char *p[] = {key, tok};
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     /* Waited for: once release returns, a rival's try finds the lock free,
      * and an unlock that held nothing says the lock was lost. (Sent and not
      * waited for, the cycle was 2.4 x SELECT 1 instead of 3.6, but a try
@@ -1612,7 +1593,7 @@ static int pg_set_value(dlock_lock *l, const char *value)
              pc->table);
     const char *p[] = {l->name, value, tok};
     PGresult *r;
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     int rc = run(k, sql, 3, p, until, -1, &r, why, sizeof why);
     if (!rc && *sqlstate(r)) {
         char line[200];
@@ -1967,7 +1948,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     char why[300], listen[64];
     int cancel_fd = deadline_ns != 0 ? dl_cancel_fd(l) : -1;
     pg_conn *k;
-    int64_t bound = dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000;
+    int64_t bound = dl_deadline_in(pc->connect_timeout_ms);
     if (deadline_ns > 0 && l->op_deadline_ns < bound)
         bound = l->op_deadline_ns;
     int rc = conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
@@ -1985,7 +1966,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     long expires_in = 0;
     int64_t refreshed = 0; /* when our queue row's liveness stamp was last renewed */
     for (;;) {
-        int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
         bool last = deadline_ns == 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) == 0);
         const char *const *pre = NULL;
         const int *npar = NULL;
@@ -2076,9 +2057,9 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         /* Wait for our NOTIFY, the holder's expiry, a second (our queue row
          * is refreshed, and a NOTIFY to a waiter that died is made up
          * for), the deadline or a cancel, whichever first. */
-        int64_t wake = dl_now_ns() + (int64_t)(expires_in >= 0 && expires_in < PG_LEASE_RECHECK_MS
+        int64_t wake = dl_deadline_in(expires_in >= 0 && expires_in < PG_LEASE_RECHECK_MS
                                                    ? expires_in + 1
-                                                   : PG_LEASE_RECHECK_MS) * 1000000;
+                                                   : PG_LEASE_RECHECK_MS);
         if (deadline_ns > 0 && deadline_ns < wake)
             wake = deadline_ns;
         for (;;) {
@@ -2088,7 +2069,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 drop_notices(k);
                 break;
             }
-            rc = wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd);
+            rc = dl_wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd, NULL);
             if (rc == DLOCK_ETIMEDOUT)
                 break;
             if (rc == 0 && (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK))
@@ -2126,7 +2107,7 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
     char slot[16], why[300], line[200];
     snprintf(slot, sizeof slot, "%d", pl->slot);
     const char *p[] = {l->name, slot, l->owner, extra};
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(l, pc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     pg_conn *k;
     int rc = conn_get(pc, until, -1, &k, why, sizeof why);
     if (rc)
@@ -2234,7 +2215,7 @@ static void pg_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, siz
         for (int k = 0; k < 4; k++)
             memcpy(a[k], "}", 2);
     }
-    int64_t until = dl_now_ns() + (int64_t)dl_op_timeout_ms(ls[0], pc->op_timeout_ms) * 1000000;
+    int64_t until = dl_deadline_in(dl_op_timeout_ms(ls[0], pc->op_timeout_ms));
     pg_conn *k = NULL;
     if (!rc)
         rc = conn_get(pc, until, -1, &k, why, sizeof why);
@@ -2986,7 +2967,7 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 {
     struct baseline_arg *a = arg;
     PGresult *r;
-    int rc = run_fixed(a->k, "SELECT 1", 0, NULL, dl_now_ns() + (int64_t)a->op_timeout_ms * 1000000,
+    int rc = run_fixed(a->k, "SELECT 1", 0, NULL, dl_deadline_in(a->op_timeout_ms),
                        -1, &r, why, wlen);
     pq.clear(r);
     return rc;
@@ -3001,7 +2982,7 @@ static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_
     struct baseline_arg a = {NULL, pc->op_timeout_ms};
     int64_t *v = NULL;
     size_t n = 0;
-    int rc = conn_get(pc, dl_now_ns() + (int64_t)pc->connect_timeout_ms * 1000000, -1, &a.k, why,
+    int rc = conn_get(pc, dl_deadline_in(pc->connect_timeout_ms), -1, &a.k, why,
                       sizeof why);
     if (!rc) /* the first twenty warm up */
         rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);

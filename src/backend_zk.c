@@ -36,6 +36,7 @@
  * created too late).
  */
 #include "internal.h"
+#include "support/support.h"
 #include "tools.h"
 
 static const dl_scheme zk_schemes[] = {
@@ -168,11 +169,6 @@ typedef struct zklock {
 static zkclient *zc_of(dlock_client *c)
 {
     return c->bstate;
-}
-
-static int64_t ms_to_ns(int64_t ms)
-{
-    return ms * 1000000LL;
 }
 
 /* dir/name into buf: false if it does not fit. */
@@ -511,8 +507,8 @@ static void own_rearm(zk_call *k)
 }
 
 /* Wait until *flag (a field of k) or *flag2 or *flag3 (NULL: none) is set,
- * the deadline (monotonic ns; -1 none) passes or the cancel descriptor fires: 0, DLOCK_ETIMEDOUT or
- * DLOCK_ECANCELED. */
+ * the deadline (monotonic ns; -1 none) passes or the cancel descriptor
+ * fires: 0, DLOCK_ETIMEDOUT or DLOCK_ECANCELED (DLOCK_EIO if poll fails). */
 static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
                          int evfd, int64_t until_ns, int cancel_fd)
 {
@@ -523,19 +519,11 @@ static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const 
         pthread_mutex_unlock(&zc->mu);
         if (set)
             return 0;
-        int ms = until_ns < 0 ? -1 : dl_ms_left(until_ns);
-        if (until_ns >= 0 && ms == 0)
-            return DLOCK_ETIMEDOUT;
-        struct pollfd p[2] = {{.fd = evfd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
-        int n = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
-        if (n < 0 && errno != EINTR)
-            return DLOCK_ETIMEDOUT;
-        if (n > 0 && (p[0].revents & POLLIN)) {
-            uint64_t v;
-            (void)!read(evfd, &v, sizeof v);
-        }
-        if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN))
-            return DLOCK_ECANCELED;
+        int rc = dl_wait_fd(evfd, POLLIN, until_ns, cancel_fd, NULL);
+        if (rc)
+            return rc;
+        uint64_t v;
+        (void)!read(evfd, &v, sizeof v);
     }
 }
 
@@ -699,7 +687,7 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
     }
-    int64_t until = dl_now_ns() + ms_to_ns(zc->connect_ms);
+    int64_t until = dl_deadline_in(zc->connect_ms);
     zhandle_t *zh;
     bool up, refused;
     for (;;) {
@@ -768,7 +756,7 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
         int rc = zoo_add_auth(zh, "digest", zc->cred, (int)strlen(zc->cred), on_void, k);
         if (rc != ZOK)
             call_unsent(k, rc);
-        int w = call_wait(k, evfd, dl_now_ns() + ms_to_ns(zc->op_ms), -1);
+        int w = call_wait(k, evfd, dl_deadline_in(zc->op_ms), -1);
         rc = w ? ZOPERATIONTIMEOUT : k->rc;
         call_drop(k);
         close(evfd);
@@ -789,9 +777,9 @@ static bool cv_wait_until(zkclient *zc, int64_t until_ns)
         return false;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t wait = until_ns < 0 ? ms_to_ns(100) : until_ns - dl_now_ns();
-    if (wait > ms_to_ns(100))
-        wait = ms_to_ns(100);
+    int64_t wait = until_ns < 0 ? dl_ms_to_ns(100) : until_ns - dl_now_ns();
+    if (wait > dl_ms_to_ns(100))
+        wait = dl_ms_to_ns(100);
     int64_t rt = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + wait;
     ts.tv_sec = rt / 1000000000LL;
     ts.tv_nsec = rt % 1000000000LL;
@@ -822,7 +810,7 @@ static bool wait_flights(zkclient *zc, int64_t until_ns)
 static void session_drain(zkclient *zc, zhandle_t *zh)
 {
     pthread_mutex_lock(&zc->mu);
-    bool done = wait_flights(zc, dl_now_ns() + ms_to_ns(zc->op_ms));
+    bool done = wait_flights(zc, dl_deadline_in(zc->op_ms));
     pthread_mutex_unlock(&zc->mu);
     if (done)
         return;
@@ -830,7 +818,7 @@ static void session_drain(zkclient *zc, zhandle_t *zh)
     if (fd < 0 || shutdown(fd, SHUT_RDWR) != 0)
         return; /* not connected: the C client fails them when its connection attempt ends */
     pthread_mutex_lock(&zc->mu);
-    (void)wait_flights(zc, dl_now_ns() + ms_to_ns(zc->op_ms));
+    (void)wait_flights(zc, dl_deadline_in(zc->op_ms));
     pthread_mutex_unlock(&zc->mu);
 }
 
@@ -1323,13 +1311,13 @@ static zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
 
 static int64_t op_until(zkclient *zc)
 {
-    return dl_now_ns() + ms_to_ns(zc->op_ms);
+    return dl_deadline_in(zc->op_ms);
 }
 
 /* The bound of one request of l: op_timeout_ms cut to l's op deadline. */
 static int64_t req_until(dlock_lock *l)
 {
-    return dl_now_ns() + ms_to_ns(dl_op_timeout_ms(l, zc_of(l->c)->op_ms));
+    return dl_deadline_in(dl_op_timeout_ms(l, zc_of(l->c)->op_ms));
 }
 
 static const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
@@ -1859,7 +1847,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     if (zc->confirmed_ns > asked)
         asked = zc->confirmed_ns;
     pthread_mutex_unlock(&zc->mu);
-    if (dl_now_ns() - asked > ms_to_ns(l->opts.ttl_ms) / 3)
+    if (dl_now_ns() - asked > dl_ms_to_ns(l->opts.ttl_ms) / 3)
         (void)zk_confirm(&op, req_until(l), &asked);
     l->lease_start_ns = asked;
     op_end(&op);
@@ -1945,7 +1933,7 @@ static int zk_renew(dlock_lock *l)
     if (gone)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its node is gone (session expired, or "
                                            "dlock break)", l->name);
-    if (confirmed && now - confirmed < ms_to_ns(l->opts.ttl_ms) / 6) {
+    if (confirmed && now - confirmed < dl_ms_to_ns(l->opts.ttl_ms) / 6) {
         l->lease_start_ns = confirmed;
         return 0;
     }

@@ -1318,7 +1318,7 @@ static int64_t deadline_from(int timeout_ms)
         return -1;
     if (timeout_ms == 0)
         return 0;
-    return dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    return dl_deadline_in(timeout_ms);
 }
 
 /* A lease counted from `started` is useless if no more than the loss

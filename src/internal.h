@@ -325,6 +325,15 @@ int64_t dl_now_ns(void);
 int64_t dl_realtime_ms(void);
 /* Milliseconds left until deadline (-1 forever, 0 expired/try). */
 int dl_ms_left(int64_t deadline_ns);
+static inline int64_t dl_ms_to_ns(int64_t ms)
+{
+    return ms * 1000000;
+}
+/* The deadline ms milliseconds from now (monotonic ns). */
+static inline int64_t dl_deadline_in(int64_t ms)
+{
+    return dl_now_ns() + ms * 1000000;
+}
 /* Fill buf with n random bytes from getrandom(2). */
 int dl_random(void *buf, size_t n);
 /* "pid 123 on host" style description of this process. */

@@ -361,7 +361,7 @@ rconn *rconn_get(rnode *n, const rconf *cf, int timeout_ms, int *fail, char *err
         snprintf(err, errlen, "redis %s:%d: no time left to connect", host, port);
         return NULL;
     }
-    int64_t until = timeout_ms < 0 ? -1 : dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    int64_t until = timeout_ms < 0 ? -1 : dl_deadline_in(timeout_ms);
     redisContext *ctx =
         redisConnectWithTimeout(host, port, tv_ms(timeout_ms < 0 ? cf->connect_timeout_ms : timeout_ms));
     if (!ctx) {
@@ -551,7 +551,7 @@ static int send_all(rconn *c, const char *buf, size_t len, int64_t until_ns, cha
                     size_t errlen)
 {
     if (until_ns < 0)
-        until_ns = dl_now_ns() + (int64_t)SEND_WAIT_MS * 1000000LL;
+        until_ns = dl_deadline_in(SEND_WAIT_MS);
     while (len > 0) {
         ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -659,21 +659,16 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
             out[got++] = reply;
             continue;
         }
-        struct pollfd p[2] = {{.fd = c->ctx->fd, .events = POLLIN},
-                              {.fd = cancel_fd, .events = POLLIN}};
-        int ms = deadline < 0 ? -1 : dl_ms_left(deadline);
-        if (deadline >= 0 && ms == 0) {
+        int w = dl_wait_fd(c->ctx->fd, POLLIN, deadline, cancel_fd, NULL);
+        if (w == DLOCK_ETIMEDOUT) {
             snprintf(err, errlen, "no reply within %d ms", timeout_ms);
             goto fail;
         }
-        int pr = poll(p, cancel_fd >= 0 ? 2 : 1, ms);
-        if (pr < 0) {
-            if (errno == EINTR)
-                continue;
+        if (w == DLOCK_EIO) {
             snprintf(err, errlen, "poll: %s", strerror(errno));
             goto fail;
         }
-        if (cancel_fd >= 0 && p[1].revents) {
+        if (w == DLOCK_ECANCELED) {
             for (int i = 0; i < got; i++)
                 freeReplyObject(out[i]);
             for (int i = 0; i < n; i++)
@@ -681,7 +676,7 @@ int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_
             snprintf(err, errlen, "canceled");
             return RD_CANCELED;
         }
-        if (p[0].revents && redisBufferRead(c->ctx) != REDIS_OK) {
+        if (redisBufferRead(c->ctx) != REDIS_OK) {
             snprintf(err, errlen, "read: %.120s", c->ctx->errstr);
             goto fail;
         }
@@ -725,7 +720,7 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
     bool pending[nc];
     int got[nc];
     struct pollfd p[nc];
-    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    int64_t deadline = dl_deadline_in(timeout_ms);
     for (int i = 0; i < nc; i++) {
         for (int j = 0; j < ncmd; j++)
             out[i * ncmd + j] = NULL;
@@ -808,7 +803,7 @@ int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen
 {
     redisReply *r;
     int rc;
-    int64_t until = dl_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000LL;
+    int64_t until = dl_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
     if (!atomic_load(&cf->scripts)) {
         rc = load_call(c, "FUNCTION", rd_lock_script_library, until, &r, err, errlen);
         if (rc != RD_OK)

@@ -1107,7 +1107,7 @@ static int open_ms_left(int64_t until, int op_ms)
 
 static int redis_client_open(dlock_client *cl, const dl_url *u)
 {
-    int64_t open_until = dl_now_ns() + (int64_t)cl->opts.connect_timeout_ms * 1000000LL;
+    int64_t open_until = dl_deadline_in(cl->opts.connect_timeout_ms);
     rclient *rc = calloc(1, sizeof *rc);
     if (!rc)
         return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");

@@ -8,6 +8,7 @@
 #define DLOCK_REDIS_INT_H
 
 #include "internal.h"
+#include "support/support.h"
 
 #include <stdatomic.h>
 

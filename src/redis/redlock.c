@@ -147,7 +147,7 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
     rconn *cs[rc->n];
     int st[rc->n];
     char err[256] = "";
-    int64_t until = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    int64_t until = dl_deadline_in(timeout_ms);
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n, timeout_ms, err, sizeof err);
     if (why && err[0])
         snprintf(why, whylen, "%s", err);
@@ -260,21 +260,15 @@ static int release_all(dlock_lock *l, int timeout_ms)
     return had;
 }
 
-/* Sleep a random 5..50 ms (less if the deadline is near); 1 if canceled. */
-static int backoff(dlock_lock *l, int64_t deadline, int attempt)
+/* Redlock's random retry delay, so that competing clients do not split the
+ * masters again and again: jittered from 5-10 ms doubling up to 25-50 ms
+ * (less if the deadline is near); 1 if canceled. */
+static int backoff(dlock_lock *l, int64_t deadline, int64_t *step_ns)
 {
-    unsigned rnd;
-    if (dl_random(&rnd, sizeof rnd))
-        rnd = (unsigned)attempt * 7919u;
-    int cap = 5 << (attempt < 4 ? attempt : 4); /* 5, 10, 20, 40, 80 */
-    if (cap > 50)
-        cap = 50;
-    int ms = 5 + (int)(rnd % (unsigned)cap);
-    int left = dl_ms_left(deadline);
-    if (deadline > 0 && left < ms)
-        ms = left;
-    struct pollfd p = {.fd = dl_cancel_fd(l), .events = POLLIN};
-    return poll(&p, 1, ms) > 0;
+    int64_t pause = dl_backoff_ns(step_ns, dl_ms_to_ns(50));
+    if (deadline > 0 && deadline - dl_now_ns() < pause)
+        pause = deadline - dl_now_ns();
+    return dl_nap_ns(pause, dl_cancel_fd(l)) == DLOCK_ECANCELED;
 }
 
 static int rl_acquire(dlock_lock *l, int64_t deadline)
@@ -285,7 +279,8 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
     char nb[24];
     char why[300] = "";
     int answered_last = rc->n;
-    for (int attempt = 0;; attempt++) {
+    int64_t step_ns = dl_ms_to_ns(10); /* (see backoff) */
+    for (;;) {
         rcmd c;
         rd_script_cmd(&c, &rc->cf, ll->key, "racq");
         rcmd_add(&c, l->owner);
@@ -405,7 +400,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                                    why[0] ? "; last failure: " : "", why);
             return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
         }
-        if (backoff(l, deadline, attempt))
+        if (backoff(l, deadline, &step_ns))
             return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
         /* A new owner id for the next try: a slow node may apply this try's
          * release after the next try's grant (on another connection), and
