@@ -387,12 +387,9 @@ static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, c
     freeaddrinfo(ai);
     if (fd < 0)
         return rc ? rc : DLOCK_EUNREACHABLE;
-    int one = 1, idle = 2, intvl = 1, cnt = 3;
+    int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    dl_socket_keepalive(fd);
     *out = fd;
     return 0;
 }
@@ -406,9 +403,7 @@ static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_
         pthread_mutex_unlock(&s->mu);
         if (k < 0)
             break;
-        /* nothing is due on an idle connection: readable is closed */
-        struct pollfd p = {.fd = k, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) {
+        if (dl_idle_socket_ended(k)) {
             close(k);
             continue;
         }

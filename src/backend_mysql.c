@@ -201,7 +201,7 @@ static void my_load(void)
  * while it holds a lock (getlock, rowlock). */
 typedef struct my_conn {
     MYSQL *m;
-    struct my_conn *next; /* in the pool */
+    dl_pooled pooled;     /* its place among the idle ones */
     unsigned long id;     /* the server's connection id (KILL) */
     bool reused;          /* taken from the pool: it may have died idle (one retry) */
     bool failed;          /* not to be pooled again */
@@ -258,10 +258,7 @@ typedef struct myclient {
     char live[MY_IDENT_MAX + 8], live_bare[MY_IDENT_MAX + 6]; /* TABLE_live (getlock, rowlock) */
     char *sql_table_exists;
 
-    pthread_mutex_t mu;
-    my_conn *idle; /* the pool */
-    int nidle;
-    bool stopping;
+    dl_pool pool;           /* idle connections, at most MY_POOL_IDLE_MAX */
     dl_session_watch watch; /* connections that hold locks */
 } myclient;
 
@@ -734,15 +731,16 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
         conn_close(k);
         return rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
     }
-    int fd = (int)my.get_socket(k->m);
-    int idle = 2, intvl = 1, cnt = 3, on = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    dl_socket_keepalive((int)my.get_socket(k->m));
     k->id = my.thread_id(k->m);
     *out = k;
     return 0;
+}
+
+/* Whether a pooled connection is in the transaction state *arg says. */
+static bool txn_is(const dl_pooled *it, const void *arg)
+{
+    return dl_container_of(it, const my_conn, pooled)->txn == *(const bool *)arg;
 }
 
 /* An idle connection from the pool (one in the autocommit state asked
@@ -751,25 +749,13 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
                     char *why, size_t wlen)
 {
     for (;;) {
-        pthread_mutex_lock(&mc->mu);
-        my_conn **pp = &mc->idle;
-        while (*pp && (*pp)->txn != txn)
-            pp = &(*pp)->next;
-        if (!*pp)
-            pp = &mc->idle;
-        my_conn *k = *pp;
-        if (k) {
-            *pp = k->next;
-            mc->nidle--;
-            k->next = NULL;
-        }
-        pthread_mutex_unlock(&mc->mu);
-        if (!k)
+        dl_pooled *it = dl_pool_take(&mc->pool, txn_is, &txn);
+        if (!it)
             break;
+        my_conn *k = dl_container_of(it, my_conn, pooled);
         /* Nothing is due on an idle connection: a readable socket is the
          * server ending it (an error packet, or the close itself). */
-        struct pollfd p = {.fd = (int)my.get_socket(k->m), .events = POLLIN};
-        if (p.fd < 0 || poll(&p, 1, 0) > 0) {
+        if (dl_idle_socket_ended((int)my.get_socket(k->m))) {
             k->failed = true;
             conn_close(k);
             continue;
@@ -803,17 +789,8 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
 /* Give a connection back to the pool (or close it). */
 static void conn_put(myclient *mc, my_conn *k)
 {
-    if (!k)
-        return;
-    pthread_mutex_lock(&mc->mu);
-    if (mc->nidle < MY_POOL_IDLE_MAX && !mc->stopping && !k->failed) {
-        k->next = mc->idle;
-        mc->idle = k;
-        mc->nidle++;
-        k = NULL;
-    }
-    pthread_mutex_unlock(&mc->mu);
-    conn_close(k);
+    if (k && (k->failed || !dl_pool_put(&mc->pool, &k->pooled)))
+        conn_close(k);
 }
 
 /* Make sure an idle autocommit connection is in the pool (made within
@@ -823,12 +800,8 @@ static void conn_put(myclient *mc, my_conn *k)
  * KILL connects (see conn_abandon). */
 static void conn_spare(myclient *mc, int64_t until_ns)
 {
-    pthread_mutex_lock(&mc->mu);
-    bool have = false;
-    for (my_conn *k = mc->idle; k && !have; k = k->next)
-        have = !k->txn;
-    pthread_mutex_unlock(&mc->mu);
-    if (have)
+    bool txn = false;
+    if (dl_pool_has(&mc->pool, txn_is, &txn))
         return;
     char why[200];
     my_conn *k;
@@ -922,7 +895,7 @@ static bool session_gone(dl_session *s, char *why, size_t wlen)
 /* A connection still held when the client closes: closed with it. */
 static void session_drop(dl_session *s)
 {
-    my_conn *k = (my_conn *)((char *)s - offsetof(my_conn, sess));
+    my_conn *k = dl_container_of(s, my_conn, sess);
     ((mylock *)s->lock->bstate)->conn = NULL;
     k->failed = true;
     conn_close(k);
@@ -2783,15 +2756,17 @@ static int build_sql(myclient *mc)
                : -1;
 }
 
+/* An idle one's close (see dl_pool_stop). */
+static void pooled_close(dl_pooled *it)
+{
+    conn_close(dl_container_of(it, my_conn, pooled));
+}
+
 static void mc_free(myclient *mc)
 {
     if (!mc)
         return;
-    while (mc->idle) {
-        my_conn *k = mc->idle;
-        mc->idle = k->next;
-        conn_close(k);
-    }
+    dl_pool_stop(&mc->pool, pooled_close);
     char **s[] = {&mc->host, &mc->user, &mc->password, &mc->db, &mc->ssl_ca, &mc->ssl_cert,
                   &mc->ssl_key, &mc->sql_draw, &mc->sql_draw_unleased, &mc->sql_run_get, &mc->sql_epoch_bump,
                   &mc->sql_run_set, &mc->sql_evict, &mc->sql_release, &mc->sql_inspect,
@@ -2813,7 +2788,7 @@ static void mc_free(myclient *mc)
             explicit_bzero(mc->password, strlen(mc->password));
         free(*s[i]);
     }
-    pthread_mutex_destroy(&mc->mu);
+    dl_pool_fini(&mc->pool);
     free(mc);
 }
 
@@ -3027,7 +3002,7 @@ static int my_client_open(dlock_client *c, const dl_url *u)
     myclient *mc = calloc(1, sizeof *mc);
     if (!mc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
-    pthread_mutex_init(&mc->mu, NULL);
+    dl_pool_init(&mc->pool, MY_POOL_IDLE_MAX);
     c->bstate = mc;
     mc->mode = m;
     mc->ps_ok = -1;
@@ -3095,9 +3070,7 @@ static void my_client_close(dlock_client *c)
     myclient *mc = mc_of(c);
     if (!mc)
         return;
-    pthread_mutex_lock(&mc->mu);
-    mc->stopping = true;
-    pthread_mutex_unlock(&mc->mu);
+    dl_pool_stop(&mc->pool, pooled_close);
     /* Connections still holding locks (the core released what it could)
      * end with the client: the server lets go of their locks. */
     dl_swatch_fini(&mc->watch, session_drop);

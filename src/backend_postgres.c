@@ -190,7 +190,7 @@ static void pq_load(void)
  * it holds a lock (advisory, rowlock). */
 typedef struct pg_conn {
     PGconn *pg;
-    struct pg_conn *next;
+    dl_pooled pooled; /* its place among the idle ones */
     int pending; /* statements sent whose replies are unread (pipeline mode) */
     bool reused; /* taken from the pool: it may have died idle (one retry) */
     bool failed; /* a statement failed on it: not pooled again (see stmt_send_fixed) */
@@ -228,12 +228,8 @@ typedef struct pgclient {
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
 
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pg_conn *idle; /* the pool */
-    int nidle;
+    dl_pool pool;           /* idle sessions, at most PG_POOL_IDLE_MAX */
     dl_session_watch watch; /* the sessions that hold locks */
-    bool stopping;
 } pgclient;
 
 typedef struct pglock {
@@ -640,21 +636,15 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
                     size_t wlen)
 {
     for (;;) {
-        pthread_mutex_lock(&pc->mu);
-        pg_conn *k = pc->idle;
-        if (k) {
-            pc->idle = k->next;
-            pc->nidle--;
-            k->next = NULL;
-        }
-        pthread_mutex_unlock(&pc->mu);
-        if (!k)
+        dl_pooled *it = dl_pool_take(&pc->pool, NULL, NULL);
+        if (!it)
             break;
+        pg_conn *k = dl_container_of(it, pg_conn, pooled);
         /* A pooled session the server ended while it idled shows as a
          * readable socket with nothing due on it: a server about to end a
-         * session says why first. Such a session is dropped. */
-        struct pollfd p = {.fd = pq.socket(k->pg), .events = POLLIN};
-        if (poll(&p, 1, 0) > 0 &&
+         * session says why first. Such a session is dropped. (Replies may
+         * be due: a rowlock release's value update, sent unwaited.) */
+        if (dl_idle_socket_ended(pq.socket(k->pg)) &&
             (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK || k->pending == 0)) {
             conn_close(k);
             continue;
@@ -709,18 +699,9 @@ static bool time_left(int64_t deadline_ns)
 /* Give a session back to the pool (or close it when the pool is full). */
 static void conn_put(pgclient *pc, pg_conn *k)
 {
-    if (!k)
-        return;
-    pthread_mutex_lock(&pc->mu);
-    if (pc->nidle < PG_POOL_IDLE_MAX && !pc->stopping && !k->failed &&
-        pq.status(k->pg) == CONNECTION_OK) {
-        k->next = pc->idle;
-        pc->idle = k;
-        pc->nidle++;
-        k = NULL;
-    }
-    pthread_mutex_unlock(&pc->mu);
-    conn_close(k);
+    if (k && (k->failed || pq.status(k->pg) != CONNECTION_OK ||
+              !dl_pool_put(&pc->pool, &k->pooled)))
+        conn_close(k);
 }
 
 /* A statement that may still wait on the server (a lock wait we gave up
@@ -808,7 +789,7 @@ static int pool_run(dlock_client *c, const char *sql, int n, const char *const *
  * error that ends it. */
 static bool session_gone(dl_session *s, char *why, size_t wlen)
 {
-    pg_conn *k = (pg_conn *)((char *)s - offsetof(pg_conn, sess));
+    pg_conn *k = dl_container_of(s, pg_conn, sess);
     char line[200];
     if (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK) {
         snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
@@ -823,7 +804,7 @@ static bool session_gone(dl_session *s, char *why, size_t wlen)
 /* A session still held when the client closes: closed with it. */
 static void session_drop(dl_session *s)
 {
-    pg_conn *k = (pg_conn *)((char *)s - offsetof(pg_conn, sess));
+    pg_conn *k = dl_container_of(s, pg_conn, sess);
     ((pglock *)s->lock->bstate)->conn = NULL;
     conn_close(k);
 }
@@ -2430,15 +2411,17 @@ static bool ident_ok(const char *s)
     return true;
 }
 
+/* An idle one's close (see dl_pool_stop). */
+static void pooled_close(dl_pooled *it)
+{
+    conn_close(dl_container_of(it, pg_conn, pooled));
+}
+
 static void pc_free(pgclient *pc)
 {
     if (!pc)
         return;
-    while (pc->idle) {
-        pg_conn *k = pc->idle;
-        pc->idle = k->next;
-        conn_close(k);
-    }
+    dl_pool_stop(&pc->pool, pooled_close);
     free(pc->keys);
     free(pc->vals);
     free(pc->strings);
@@ -2467,8 +2450,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_names_get);
     free(pc->sql_names_add);
     free(pc->sql_names_drop);
-    pthread_mutex_destroy(&pc->mu);
-    pthread_cond_destroy(&pc->cv);
+    dl_pool_fini(&pc->pool);
     free(pc);
 }
 
@@ -2885,8 +2867,7 @@ static int pg_client_open(dlock_client *c, const dl_url *u)
     pgclient *pc = calloc(1, sizeof *pc);
     if (!pc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
-    pthread_mutex_init(&pc->mu, NULL);
-    pthread_cond_init(&pc->cv, NULL);
+    dl_pool_init(&pc->pool, PG_POOL_IDLE_MAX);
     c->bstate = pc;
     pc->redacted = u->redacted;
     pc->op_timeout_ms = c->opts.op_timeout_ms;
@@ -2945,9 +2926,7 @@ static void pg_client_close(dlock_client *c)
     pgclient *pc = pc_of(c);
     if (!pc)
         return;
-    pthread_mutex_lock(&pc->mu);
-    pc->stopping = true;
-    pthread_mutex_unlock(&pc->mu);
+    dl_pool_stop(&pc->pool, pooled_close);
     /* Sessions still holding locks (the core released what it could) end
      * with the client: the server lets go of their locks. */
     dl_swatch_fini(&pc->watch, session_drop);
