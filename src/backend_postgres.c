@@ -680,10 +680,8 @@ static int conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_c
         int rc = conn_get(pc, retry_until, cancel_fd, out, why, wlen);
         if (rc != DLOCK_EUNREACHABLE || dl_ms_left(retry_until) == 0)
             return rc;
-        int64_t pause = dl_deadline_in(PG_RETRY_PAUSE_MS);
-        struct pollfd p = {.fd = cancel_fd, .events = POLLIN};
-        int ms = dl_ms_left(pause < retry_until ? pause : retry_until);
-        if (poll(&p, cancel_fd >= 0 ? 1 : 0, ms) > 0 && (p.revents & POLLIN)) {
+        int64_t pause_ns = dl_ms_to_ns(PG_RETRY_PAUSE_MS), left_ns = retry_until - dl_now_ns();
+        if (dl_nap_ns(pause_ns < left_ns ? pause_ns : left_ns, cancel_fd) == DLOCK_ECANCELED) {
             snprintf(why, wlen, "canceled");
             return DLOCK_ECANCELED;
         }
