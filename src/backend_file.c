@@ -39,9 +39,12 @@
  * helper, which removes the blocked request from the kernel's queue. Linux
  * (since 5.0) wakes only the first blocked waiter of a released lock and
  * queues conflicting waiters behind each other, so release wakes one waiter,
- * in arrival order.
+ * in arrival order. A fair waiter behind another ticket first waits a short
+ * while for its predecessor's call instead, without a helper: see "the next
+ * in line's call".
  */
 #include "internal.h"
+#include "support/support.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,14 +54,17 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,11 +103,18 @@ typedef struct file_client {
     mode_t filemode; /* lock files get the directory's rw bits */
     bool shared;     /* the directory is writable by all (sticky) */
     char self[300];  /* "pid N on host" */
+    atomic_int call_sock; /* unbound datagram socket releases call from; -1 until needed */
 } file_client;
 
 typedef struct file_lock {
     int fd;   /* open while held */
     int slot; /* semaphore permit held, -1 otherwise */
+    /* A fair exclusive holder's ticket and the lock file's identity: the
+     * address of the next in line's call (see "the next in line's call"). */
+    bool ticketed;
+    uint64_t ticket;
+    dev_t dev;
+    ino_t ino;
 } file_lock;
 
 static file_client *fc_of(dlock_client *c)
@@ -502,6 +515,73 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
     return rc;
 }
 
+/* ---- the next in line's call ------------------------------------------ */
+
+/*
+ * A fair waiter whose predecessor is another ticket does not start a helper
+ * (a task made and reaped per wait, whose wake-up then wakes the waiter: two
+ * wake-ups in a row and the CPU of a clone and an exit on every hand-over,
+ * which on a busy machine is most of the hand-over). It listens on an
+ * abstract datagram socket named after the lock file and its ticket, and
+ * the predecessor calls there once it has let go (released, or given up
+ * waiting): the waiter wakes and takes its ranges itself with non-blocking
+ * tries. The call is a hint, never the lock: the ranges are. A call that
+ * finds a range busy (a reader came in between), a name someone else took,
+ * or a predecessor that cannot call (it died; another network namespace; an
+ * older dlock) leave the waiter to its helper as before: it starts one at
+ * once when the call finds a range busy or the name is taken, and after
+ * CALL_WAIT_MS without a call. So a dead predecessor costs its successor
+ * at most that much more, and a long wait (a long queue) is a helper's, as
+ * before: the call is for hand-overs in quick succession, where the helper
+ * was most of the cost.
+ */
+#define CALL_WAIT_MS 20
+
+static socklen_t call_addr(struct sockaddr_un *sa, dev_t dev, ino_t ino, uint64_t ticket)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    /* sun_path[0] = 0: the abstract namespace, nothing on disk to clean up */
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "dlock-call/%jx/%jx/%" PRIu64,
+                     (uintmax_t)dev, (uintmax_t)ino, ticket);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* The waiter's end, bound for `ticket`; -1 if it cannot be had. */
+static int call_listen(dev_t dev, ino_t ino, uint64_t ticket)
+{
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t len = call_addr(&sa, dev, ino, ticket);
+    if (bind(s, (struct sockaddr *)&sa, len) != 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+/* Call the holder of `ticket`, if it listens (nobody may: fine). */
+static void call_next(file_client *fc, dev_t dev, ino_t ino, uint64_t ticket)
+{
+    int s = atomic_load(&fc->call_sock);
+    if (s < 0) {
+        s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0)
+            return;
+        int none = -1;
+        if (!atomic_compare_exchange_strong(&fc->call_sock, &none, s)) {
+            close(s);
+            s = none;
+        }
+    }
+    struct sockaddr_un sa;
+    socklen_t len = call_addr(&sa, dev, ino, ticket);
+    /* ECONNREFUSED (nobody listens) and EAGAIN (called already) are fine */
+    (void)sendto(s, "c", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
+}
+
 /* ---- byte-range helpers ------------------------------------------------ */
 
 /* Try once: 0 taken, 1 busy, <0 error. */
@@ -739,19 +819,20 @@ static int open_lock_file(dlock_lock *l, int *out)
 
 /* The file we locked must still be the one the name points to (nobody may
  * have removed or replaced it while we waited). */
-static bool still_linked(dlock_lock *l, int fd)
+/* Whether fd is still the file the lock's name links to; *st is fd's. */
+static bool still_linked(dlock_lock *l, int fd, struct stat *st)
 {
     file_client *fc = fc_of(l->c);
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", l->name);
-    struct stat a, b;
+    struct stat b;
     char err[PATH_MAX + 200];
     int dirfd;
     if (dir_get(fc, false, err, sizeof err, &dirfd) != 0)
         return false; /* cannot happen: the lock file was opened in it */
-    if (fstat(fd, &a) != 0 || fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstat(fd, st) != 0 || fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
         return false;
-    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return st->st_dev == b.st_dev && st->st_ino == b.st_ino;
 }
 
 static bool parse_digits(const char *p, uint64_t *v)
@@ -922,6 +1003,7 @@ static int file_client_open(dlock_client *c, const dl_url *url)
         return dl_client_err(c, rc, "%s", err);
     }
     dl_self_desc(fc->self, sizeof fc->self);
+    atomic_init(&fc->call_sock, -1);
     c->bstate = fc;
     return 0;
 }
@@ -931,9 +1013,21 @@ static void file_client_close(dlock_client *c)
     file_client *fc = fc_of(c);
     if (fc->dirfd >= 0)
         close(fc->dirfd);
+    int cs = atomic_load(&fc->call_sock);
+    if (cs >= 0)
+        close(cs);
     pthread_mutex_destroy(&fc->mu);
     free(fc->dir);
     free(fc);
+}
+
+/* Once a fair holder's ranges are given back. */
+static void call_after_letting_go(dlock_lock *l)
+{
+    file_lock *fl = l->bstate;
+    if (fl->ticketed)
+        call_next(fc_of(l->c), fl->dev, fl->ino, fl->ticket + 1);
+    fl->ticketed = false;
 }
 
 static int file_lock_init(dlock_lock *l)
@@ -952,6 +1046,7 @@ static void file_lock_fini(dlock_lock *l)
     file_lock *fl = l->bstate;
     if (fl->fd >= 0) {
         close(fl->fd);
+        call_after_letting_go(l);
         atomic_fetch_sub(&held_files, 1);
     }
     free(fl);
@@ -973,6 +1068,48 @@ static int wait_steps(dlock_lock *l, int fd, int n, const short *type, const off
     }
     int w;
     return wait_jobs(l, &job, 1, deadline, &w);
+}
+
+/* Each step at once, without waiting: whether all are held now (those
+ * taken before a busy one stay held). */
+static bool try_steps(int fd, int n, const short *type, const off_t *start)
+{
+    for (int i = 0; i < n; i++) {
+        struct flock fl = {.l_type = type[i], .l_whence = SEEK_SET, .l_start = start[i],
+                           .l_len = 1};
+        if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Wait up to CALL_WAIT_MS for the predecessor's call on listener (see "the
+ * next in line's call"), then take the steps with tries: 0 when all are
+ * held, 1 when the wait must go on with a helper (no call; or a step was
+ * busy: those taken stay held, the helper takes them again as the same
+ * owner), <0 timed out or canceled.
+ */
+static int wait_call(dlock_lock *l, int fd, int listener, int n, const short *type,
+                     const off_t *start, int64_t deadline)
+{
+    int cancel_fd = dl_cancel_fd(l);
+    if (listener < 0 || cancel_fd < 0) /* (wait_jobs says why without cancel_fd) */
+        return 1;
+    int64_t until = dl_deadline_in(CALL_WAIT_MS);
+    if (deadline > 0 && deadline < until)
+        until = deadline;
+    int rc = dl_wait_fd(listener, POLLIN, until, cancel_fd, NULL);
+    if (rc == DLOCK_ECANCELED)
+        return dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name);
+    if (rc == DLOCK_ETIMEDOUT && until == deadline)
+        return dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
+    if (rc != 0)
+        return 1;
+    char b[8];
+    while (recv(listener, b, sizeof b, MSG_DONTWAIT) > 0) {
+    }
+    return try_steps(fd, n, type, start) ? 0 : 1;
 }
 
 /* Non-fair exclusive: take MAIN however the kernel hands it out. */
@@ -1041,6 +1178,7 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
         unlock_range(fd, OFF_QUEUE(t - 1));
     int turn = pred == 0 ? try_range(l, fd, F_WRLCK, OFF_TURN) : 1;
     int main_ = turn == 0 ? try_range(l, fd, F_WRLCK, OFF_MAIN) : 1;
+    file_lock *fl = l->bstate;
     if (pred < 0 || turn < 0 || main_ < 0) {
         rc = pred < 0 ? pred : turn < 0 ? turn : main_;
     } else if (main_ == 0) {
@@ -1052,26 +1190,46 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
         if (rc == 0) {
             atomic_store(&l->token, token + 1);
             *token_issued = true;
+            fl->ticketed = true;
+            fl->ticket = t;
         }
     } else if (deadline == 0) {
         rc = busy(l);
     } else {
         rc = write_header(l, fd, token, t + 1);
         if (rc == 0) {
+            /* Listening before META is let go: only ticket t-1 calls t,
+             * and it cannot let go before it sees ticket t taken. */
+            struct stat st;
+            bool named = fstat(fd, &st) == 0;
+            int listener = pred == 1 && named ? call_listen(st.st_dev, st.st_ino, t) : -1;
             unlock_range(fd, OFF_META);
-            if (pred == 1)
-                rc = wait_steps(l, fd, 3, (short[]){F_RDLCK, F_WRLCK, F_WRLCK},
-                                (off_t[]){OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN}, deadline);
-            else if (turn == 1)
+            if (pred == 1) {
+                const short type[3] = {F_RDLCK, F_WRLCK, F_WRLCK};
+                const off_t start[3] = {OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN};
+                rc = wait_call(l, fd, listener, 3, type, start, deadline);
+                if (rc == 1)
+                    rc = wait_steps(l, fd, 3, type, start, deadline);
+            } else if (turn == 1) {
                 rc = wait_steps(l, fd, 2, (short[]){F_WRLCK, F_WRLCK},
                                 (off_t[]){OFF_TURN, OFF_MAIN}, deadline);
-            else
+            } else {
                 rc = wait_steps(l, fd, 1, (short[]){F_WRLCK}, (off_t[]){OFF_MAIN}, deadline);
+            }
+            if (listener >= 0)
+                close(listener);
             if (t > 0)
                 unlock_range(fd, OFF_QUEUE(t - 1));
             unlock_range(fd, OFF_TURN);
-            if (rc)
-                unlock_range(fd, OFF_QUEUE(t)); /* let the next in line move up */
+            if (rc) {
+                /* let the next in line move up, now */
+                unlock_range(fd, OFF_QUEUE(t));
+                if (named)
+                    call_next(fc_of(l->c), st.st_dev, st.st_ino, t + 1);
+            } else {
+                fl->ticketed = true;
+                fl->ticket = t;
+            }
             return rc;
         }
     }
@@ -1188,6 +1346,7 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
 {
     file_lock *fl = l->bstate;
     for (;;) {
+        fl->ticketed = false;
         int fd = -1;
         int rc = open_lock_file(l, &fd);
         if (rc)
@@ -1207,8 +1366,13 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
             drop_fd(fd);
             return rc;
         }
-        if (!still_linked(l, fd)) {
+        struct stat st = {0};
+        bool linked = still_linked(l, fd, &st);
+        fl->dev = st.st_dev; /* where a fair holder's successor listens */
+        fl->ino = st.st_ino;
+        if (!linked) {
             drop_fd(fd);
+            call_after_letting_go(l);
             continue;
         }
         if (!token_issued)
@@ -1217,6 +1381,7 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
             rc = write_record(l, fd, slot < 0 ? 0 : 1 + slot, NULL);
         if (rc) {
             drop_fd(fd);
+            call_after_letting_go(l);
             return rc;
         }
         fl->fd = fd;
@@ -1241,6 +1406,7 @@ static int file_release(dlock_lock *l)
         }
     }
     unlock_all(fl->fd);
+    call_after_letting_go(l);
     atomic_fetch_sub(&held_files, 1);
     int rc = close(fl->fd) == 0 || errno == EINTR
                  ? 0
@@ -1255,6 +1421,7 @@ static void file_abandon(dlock_lock *l)
     file_lock *fl = l->bstate;
     if (fl->fd >= 0) {
         drop_fd(fl->fd);
+        call_after_letting_go(l);
         atomic_fetch_sub(&held_files, 1);
     }
     fl->fd = -1;

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -391,6 +393,75 @@ static void test_close_releases_held_locks(void **state)
     dlock_lock_free(idle);
 }
 
+/* A fair waiter behind another ticket wakes on its predecessor's call (an
+ * abstract datagram socket named after the lock file and its ticket), but
+ * the call is only a hint: anyone can send one, and a call while the lock
+ * is held takes nothing. A predecessor that dies calls nobody: the waiter
+ * still gets the lock (its helper, started when no call came, sees the
+ * kernel give the ranges back). */
+static void test_call_is_only_a_hint(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        char ok = dlock_client_open(&c, url, NULL) == 0 &&
+                  dlock_lock_new(&l, c, "hint", NULL) == 0 && dlock_acquire(l, 0) == 0;
+        if (write(p[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause(); /* killed holding it */
+    }
+    close(p[1]);
+    char ok = 0;
+    assert_int_equal(read(p[0], &ok, 1), 1);
+    close(p[0]);
+    assert_true(ok);
+    long base = next_ticket("hint");
+
+    dlock_client *c = open_client();
+    struct wake_arg a = {.l = new_lock(c, "hint", DLOCK_EXCLUSIVE, 1)};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wake_waiter, &a), 0);
+    for (int k = 0; k < 10000 && next_ticket("hint") != base + 1; k++)
+        usleep(1000);
+    assert_int_equal(next_ticket("hint"), base + 1);
+
+    /* Forged calls to the waiter's ticket, while the holder holds. */
+    char path[400];
+    snprintf(path, sizeof path, "%s/locks/hint.lock", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "dlock-call/%jx/%jx/%ld",
+                     (uintmax_t)st.st_dev, (uintmax_t)st.st_ino, base);
+    int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+    assert_true(s >= 0);
+    for (int i = 0; i < 3; i++) {
+        (void)sendto(s, "c", 1, MSG_DONTWAIT, (struct sockaddr *)&sa,
+                     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n));
+        usleep(5000);
+    }
+    close(s);
+    usleep(200000);
+    assert_false(atomic_load(&a.done));
+
+    /* The holder dies without a word. */
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int wst;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(dlock_release(a.l), 0);
+    dlock_lock_free(a.l);
+    dlock_client_close(c);
+}
+
 /* NULL where a pointer is wanted is DLOCK_EINVAL (or nothing), never a
  * crash (issue 16, item 6). */
 static void test_null_arguments(void **state)
@@ -746,6 +817,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_corrupt_token_refused),
         cmocka_unit_test(test_close_releases_held_locks),
+        cmocka_unit_test(test_call_is_only_a_hint),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_empty_url_refused),
         cmocka_unit_test(test_client_errmsg_per_thread),
