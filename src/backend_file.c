@@ -1070,28 +1070,15 @@ static int wait_steps(dlock_lock *l, int fd, int n, const short *type, const off
     return wait_jobs(l, &job, 1, deadline, &w);
 }
 
-/* Each step at once, without waiting: whether all are held now (those
- * taken before a busy one stay held). */
-static bool try_steps(int fd, int n, const short *type, const off_t *start)
-{
-    for (int i = 0; i < n; i++) {
-        struct flock fl = {.l_type = type[i], .l_whence = SEEK_SET, .l_start = start[i],
-                           .l_len = 1};
-        if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
-            return false;
-    }
-    return true;
-}
-
 /*
- * Wait up to CALL_WAIT_MS for the predecessor's call on listener (see "the
- * next in line's call"), then take the steps with tries: 0 when all are
- * held, 1 when the wait must go on with a helper (no call; or a step was
- * busy: those taken stay held, the helper takes them again as the same
- * owner), <0 timed out or canceled.
+ * Wait up to CALL_WAIT_MS for the call of ticket t's predecessor on
+ * listener (see "the next in line's call"), then take MAIN at once if the
+ * predecessor's ticket is free: 0 when MAIN is held, 1 when the wait must
+ * go on with a helper (no call, or MAIN or the ticket still held), <0
+ * timed out or canceled. (TURN, which a waiting writer holds to keep
+ * later readers out, is not needed: MAIN is taken or it is not.)
  */
-static int wait_call(dlock_lock *l, int fd, int listener, int n, const short *type,
-                     const off_t *start, int64_t deadline)
+static int wait_call(dlock_lock *l, int fd, int listener, uint64_t t, int64_t deadline)
 {
     int cancel_fd = dl_cancel_fd(l);
     if (listener < 0 || cancel_fd < 0) /* (wait_jobs says why without cancel_fd) */
@@ -1106,10 +1093,13 @@ static int wait_call(dlock_lock *l, int fd, int listener, int n, const short *ty
         return dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
     if (rc != 0)
         return 1;
-    char b[8];
-    while (recv(listener, b, sizeof b, MSG_DONTWAIT) > 0) {
-    }
-    return try_steps(fd, n, type, start) ? 0 : 1;
+    /* Anyone may call: the ticket's being free is what counts (a call
+     * while the predecessor still waits would otherwise let us pass it). */
+    struct flock pred = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = OFF_QUEUE(t - 1),
+                         .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &pred) != 0 || pred.l_type != F_UNLCK)
+        return 1;
+    return try_range(l, fd, F_WRLCK, OFF_MAIN) == 0 ? 0 : 1;
 }
 
 /* Non-fair exclusive: take MAIN however the kernel hands it out. */
@@ -1204,12 +1194,13 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
             bool named = fstat(fd, &st) == 0;
             int listener = pred == 1 && named ? call_listen(st.st_dev, st.st_ino, t) : -1;
             unlock_range(fd, OFF_META);
+            bool called = false;
             if (pred == 1) {
-                const short type[3] = {F_RDLCK, F_WRLCK, F_WRLCK};
-                const off_t start[3] = {OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN};
-                rc = wait_call(l, fd, listener, 3, type, start, deadline);
+                rc = wait_call(l, fd, listener, t, deadline);
+                called = rc == 0;
                 if (rc == 1)
-                    rc = wait_steps(l, fd, 3, type, start, deadline);
+                    rc = wait_steps(l, fd, 3, (short[]){F_RDLCK, F_WRLCK, F_WRLCK},
+                                    (off_t[]){OFF_QUEUE(t - 1), OFF_TURN, OFF_MAIN}, deadline);
             } else if (turn == 1) {
                 rc = wait_steps(l, fd, 2, (short[]){F_WRLCK, F_WRLCK},
                                 (off_t[]){OFF_TURN, OFF_MAIN}, deadline);
@@ -1218,9 +1209,11 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
             }
             if (listener >= 0)
                 close(listener);
-            if (t > 0)
-                unlock_range(fd, OFF_QUEUE(t - 1));
-            unlock_range(fd, OFF_TURN);
+            if (!called) { /* (a call took neither) */
+                if (t > 0)
+                    unlock_range(fd, OFF_QUEUE(t - 1));
+                unlock_range(fd, OFF_TURN);
+            }
             if (rc) {
                 /* let the next in line move up, now */
                 unlock_range(fd, OFF_QUEUE(t));
