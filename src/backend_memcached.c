@@ -302,10 +302,14 @@ static int mc_item_format(const mc_item *it, char *out, size_t len)
 typedef struct mc_server {
     char *host;
     int port;
-    pthread_mutex_t mu;
-    int idle[MC_POOL_IDLE_MAX]; /* idle connections' sockets */
-    int nidle;
+    dl_pool idle; /* of mc_conn */
 } mc_server;
+
+/* A connection: its socket, and its link in its server's pool. */
+typedef struct mc_conn {
+    dl_pooled pooled;
+    int fd;
+} mc_conn;
 
 typedef struct mcclient {
     mc_server *servers;
@@ -394,40 +398,53 @@ static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, c
     return 0;
 }
 
-static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd, int *fd,
-                       bool *reused, char *why, size_t wlen)
+static void mc_conn_close(mc_conn *k)
 {
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int k = s->nidle > 0 ? s->idle[--s->nidle] : -1;
-        pthread_mutex_unlock(&s->mu);
-        if (k < 0)
-            break;
-        if (dl_idle_socket_ended(k)) {
-            close(k);
+    close(k->fd);
+    free(k);
+}
+
+static void mc_pooled_close(dl_pooled *it)
+{
+    mc_conn_close(dl_container_of(it, mc_conn, pooled));
+}
+
+/* An idle connection to s the server has not ended, else a new one. */
+static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd,
+                       mc_conn **out, bool *reused, char *why, size_t wlen)
+{
+    for (dl_pooled *it; (it = dl_pool_take(&s->idle, NULL, NULL)) != NULL;) {
+        mc_conn *k = dl_container_of(it, mc_conn, pooled);
+        if (dl_idle_socket_ended(k->fd)) {
+            mc_conn_close(k);
             continue;
         }
-        *fd = k;
+        *out = k;
         *reused = true;
         return 0;
     }
     *reused = false;
+    mc_conn *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(why, wlen, "out of memory");
+        return DLOCK_ENOMEM;
+    }
     int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns < bound)
         bound = until_ns;
-    return mc_connect(s, bound, cancel_fd, fd, why, wlen);
+    int rc = mc_connect(s, bound, cancel_fd, &k->fd, why, wlen);
+    if (rc) {
+        free(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
 }
 
-static void mc_put_conn(mc_server *s, int fd)
+static void mc_put_conn(mc_server *s, mc_conn *k)
 {
-    pthread_mutex_lock(&s->mu);
-    if (s->nidle < MC_POOL_IDLE_MAX) {
-        s->idle[s->nidle++] = fd;
-        fd = -1;
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (fd >= 0)
-        close(fd);
+    if (!dl_pool_put(&s->idle, &k->pooled))
+        mc_conn_close(k);
 }
 
 /* Send req (nrep requests pipelined) to server s and read their nrep
@@ -438,11 +455,12 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
                    int nrep, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     for (int attempt = 0;; attempt++) {
-        int fd;
+        mc_conn *k;
         bool reused;
-        int rc = mc_get_conn(mc, s, until_ns, cancel_fd, &fd, &reused, why, wlen);
+        int rc = mc_get_conn(mc, s, until_ns, cancel_fd, &k, &reused, why, wlen);
         if (rc)
             return rc;
+        int fd = k->fd;
         size_t off = 0;
         while (!rc && off < len) {
             ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
@@ -488,10 +506,10 @@ static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_r
             }
         }
         if (!rc && have == 0) {
-            mc_put_conn(s, fd);
+            mc_put_conn(s, k);
             return 0;
         }
-        close(fd);
+        mc_conn_close(k);
         /* a pooled connection the server closed while it idled: once more
          * on a new one (nothing came back, so nothing was done twice that
          * a lock item would mind: an add is refused the second time) */
@@ -1161,9 +1179,8 @@ static void mc_client_close(dlock_client *c)
         return;
     for (size_t i = 0; i < mc->nservers; i++) {
         mc_server *s = &mc->servers[i];
-        while (s->nidle > 0)
-            close(s->idle[--s->nidle]);
-        pthread_mutex_destroy(&s->mu);
+        dl_pool_stop(&s->idle, mc_pooled_close);
+        dl_pool_fini(&s->idle);
         free(s->host);
     }
     free(mc->servers);
@@ -1211,7 +1228,7 @@ static int mc_client_open(dlock_client *c, const dl_url *u)
     for (size_t i = 0; i < u->nhosts; i++) {
         mc->servers[i].host = strdup(u->hosts[i].host);
         mc->servers[i].port = u->hosts[i].port;
-        pthread_mutex_init(&mc->servers[i].mu, NULL);
+        dl_pool_init(&mc->servers[i].idle, MC_POOL_IDLE_MAX);
         mc->nservers++;
         if (!mc->servers[i].host) {
             mc_client_close(c);
@@ -1296,12 +1313,13 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
     mcclient *mc = mcc_of(c);
     mc_server *s = server_of(mc, name);
     char why[400];
-    int fd;
+    mc_conn *k;
     bool reused;
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
-    int rc = mc_get_conn(mc, s, until, -1, &fd, &reused, why, sizeof why);
+    int rc = mc_get_conn(mc, s, until, -1, &k, &reused, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "counters: %s", why);
+    int fd = k->fd;
     /* "stats" answers lines of STAT NAME VALUE and END: read to the END */
     char buf[16384];
     size_t have = 0;
@@ -1322,10 +1340,10 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
         }
     }
     if (rc) {
-        close(fd);
+        mc_conn_close(k);
         return dl_client_err(c, rc, "counters: memcached %s:%d: no stats", s->host, s->port);
     }
-    mc_put_conn(s, fd);
+    mc_put_conn(s, k);
     static const char *const names[] = {"cmd_get", "cmd_set", "cmd_touch", "delete_hits",
                                         "delete_misses", "incr_hits", "incr_misses"};
     for (size_t i = 0; i < sizeof names / sizeof names[0] && out->n < DLOCK_TOOL_COUNTERS_MAX;
