@@ -54,22 +54,24 @@ void rnode_init(rnode *n, const char *host, int port)
     snprintf(n->host, sizeof n->host, "%s", host);
     n->port = port;
     pthread_mutex_init(&n->mu, NULL);
+    dl_pool_init(&n->idle, POOL_MAX_IDLE);
 }
 
-static void free_idle(rconn *c)
+static void free_conn(rconn *c)
 {
-    while (c) {
-        rconn *next = c->next;
-        redisFree(c->ctx);
-        free(c);
-        c = next;
-    }
+    redisFree(c->ctx);
+    free(c);
+}
+
+static void free_pooled(dl_pooled *it)
+{
+    free_conn(dl_container_of(it, rconn, pooled));
 }
 
 void rnode_destroy(rnode *n)
 {
-    free_idle(n->idle);
-    n->idle = NULL;
+    dl_pool_stop(&n->idle, free_pooled);
+    dl_pool_fini(&n->idle);
     if (n->connecting)
         redisFree(n->connecting);
     n->connecting = NULL;
@@ -79,10 +81,10 @@ void rnode_destroy(rnode *n)
 void rnode_reset(rnode *n, const char *host, int port)
 {
     pthread_mutex_lock(&n->mu);
-    rconn *old = n->idle;
+    dl_pooled *old = NULL; /* the old epoch's idle connections, closed below */
+    for (dl_pooled *it; (it = dl_pool_take(&n->idle, NULL, NULL)) != NULL; old = it)
+        it->next = old;
     redisContext *connecting = n->connecting;
-    n->idle = NULL;
-    n->nidle = 0;
     n->connecting = NULL;
     if (host) {
         snprintf(n->host, sizeof n->host, "%s", host);
@@ -90,7 +92,11 @@ void rnode_reset(rnode *n, const char *host, int port)
     }
     n->epoch++;
     pthread_mutex_unlock(&n->mu);
-    free_idle(old);
+    while (old) {
+        dl_pooled *next = old->next;
+        free_pooled(old);
+        old = next;
+    }
     if (connecting)
         redisFree(connecting);
 }
@@ -229,12 +235,8 @@ void rd_bound_reader(redisReader *r)
 static rconn *take_idle(rnode *n, unsigned *epoch, char *host, size_t hostlen, int *port)
 {
     pthread_mutex_lock(&n->mu);
-    rconn *c = n->idle;
-    if (c) {
-        n->idle = c->next;
-        n->nidle--;
-        c->next = NULL;
-    }
+    dl_pooled *it = dl_pool_take(&n->idle, NULL, NULL);
+    rconn *c = it ? dl_container_of(it, rconn, pooled) : NULL;
     *epoch = n->epoch;
     snprintf(host, hostlen, "%s", n->host);
     *port = n->port;
@@ -508,26 +510,18 @@ void rconn_put(rconn *c)
         return;
     rnode *n = c->node;
     pthread_mutex_lock(&n->mu);
-    if (c->epoch == n->epoch && n->nidle < POOL_MAX_IDLE && !c->ctx->err &&
-        c->owed <= POOL_MAX_OWED) {
-        c->next = n->idle;
-        n->idle = c;
-        n->nidle++;
-        c = NULL;
-    }
+    bool pooled = c->epoch == n->epoch && !c->ctx->err && c->owed <= POOL_MAX_OWED &&
+                  dl_pool_put(&n->idle, &c->pooled);
     pthread_mutex_unlock(&n->mu);
-    if (c) {
-        redisFree(c->ctx);
-        free(c);
-    }
+    if (!pooled)
+        free_conn(c);
 }
 
 void rconn_drop(rconn *c)
 {
     if (!c)
         return;
-    redisFree(c->ctx);
-    free(c);
+    free_conn(c);
 }
 
 /* cmd in the wire format (free with redisFreeCommand); length or -1. */

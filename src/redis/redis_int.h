@@ -20,7 +20,7 @@ typedef struct rconn {
     struct rnode *node; /* the server it belongs to */
     unsigned epoch;     /* node->epoch when connected (stale after failover) */
     int owed;           /* replies still to come for calls that stopped waiting */
-    struct rconn *next; /* in the node's idle list */
+    dl_pooled pooled;   /* in the node's pool while idle */
 } rconn;
 
 /* One server and its pool of idle connections. */
@@ -28,9 +28,9 @@ typedef struct rnode {
     char host[256];
     int port;
     unsigned epoch; /* bumped when the address changes (sentinel failover) */
-    pthread_mutex_t mu;
-    rconn *idle;
-    int nidle;
+    pthread_mutex_t mu; /* the address and epoch; held around the pool's use,
+                         * so that no connection of an old epoch goes in */
+    dl_pool idle;       /* of rconn */
     /* A non-blocking connect in progress (rconn_get_many), its deadline and
      * the epoch it was started in. */
     redisContext *connecting;
