@@ -1913,10 +1913,22 @@ static int zk_release(dlock_lock *l)
 static void zk_abandon(dlock_lock *l)
 {
     zklock *zl = l->bstate;
-    if (zl->path[0])
+    /* A node seen deleted, or gone with its session, has nothing left to
+     * delete; and the loss was told on the C client's completion thread,
+     * where a loss callback that releases would otherwise wait for a
+     * completion only that thread can deliver (and the session would
+     * expire behind it, every lock of the client with it). */
+    bool gone = false;
+    if (zl->own) {
+        pthread_mutex_lock(&zc_of(l->c)->mu);
+        gone = zl->own->lost;
+        pthread_mutex_unlock(&zc_of(l->c)->mu);
+    }
+    if (zl->path[0] && !gone)
         (void)zk_release(l);
     else
         own_drop(l);
+    zl->path[0] = '\0';
 }
 
 /* Liveness: one sync answered through the leader within ttl/6 (shared by

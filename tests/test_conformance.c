@@ -1280,6 +1280,85 @@ static void case_loss_notification(void **state)
     close_client(c2);
 }
 
+/* What the callback of a broken holding saw and did. */
+struct broken_told {
+    atomic_int calls;
+    atomic_int release_rc;  /* of the release the callback made */
+    atomic_int state_after; /* dlock_state after that release */
+};
+
+static void release_when_lost(dlock_lock *l, void *arg)
+{
+    struct broken_told *t = arg;
+    /* A loss callback may release its own lock: the thread telling the
+     * loss must not wait for itself to finish telling (issue 25). */
+    atomic_store(&t->release_rc, dlock_release(l));
+    atomic_store(&t->state_after, (int)dlock_state(l));
+    atomic_fetch_add(&t->calls, 1);
+}
+
+/* §2.5 with a real loss: an operator's break (dlock_break from another
+ * client) takes a held lock away; its holder is told once, by the backend's
+ * own loss path (a session ending, a watch, a renewal refused), and its
+ * callback may release the lock right there: the release says ELOST and
+ * leaves the handle idle, and nothing waits on the telling thread. A second
+ * holding of the client, not broken, is untouched. */
+static void case_broken_holder_told(void **state)
+{
+    (void)state;
+    char n[128], keep_name[128];
+    nm(n, sizeof n, "broken");
+    nm(keep_name, sizeof keep_name, "unbroken");
+    int ttl = has(DLOCK_CAP_LEASE) ? 2000 : 0;
+    dlock_client *c = open_client(), *c2 = open_client();
+    struct broken_told told = {.release_rc = 1, .state_after = -1};
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = ttl;
+    o.on_lost = release_when_lost;
+    o.on_lost_arg = &told;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
+    dlock_lock *keep = mk(c, keep_name, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    acquire_ok(l, 5000);
+    acquire_ok(keep, 5000);
+    uint64_t tl = dlock_token(l);
+    dlock_info info;
+    int rc = dlock_break(c2, n, &info);
+    if (rc == DLOCK_ENOTSUP) {
+        release_ok(l);
+        release_ok(keep);
+        dlock_lock_free(l);
+        dlock_lock_free(keep);
+        close_client(c);
+        close_client(c2);
+        skip_because("%s cannot take a lock from its holder (dlock_break)", T.backend);
+    }
+    if (rc != 0)
+        fail_msg("break \"%s\": %s: %s", n, dlock_err_name(rc), dlock_client_errmsg(c2));
+    int64_t bound = death_bound_ms(ttl);
+    for (int64_t t0 = now_ms(); now_ms() - t0 < bound && atomic_load(&told.calls) == 0;)
+        usleep(10 * 1000);
+    usleep(100 * 1000); /* a second call would come now */
+    assert_int_equal(atomic_load(&told.calls), 1);
+    assert_int_equal(atomic_load(&told.release_rc), DLOCK_ELOST);
+    assert_int_equal(atomic_load(&told.state_after), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    /* the broken name is free for others, with a higher token */
+    dlock_lock *other = ex(c2, n);
+    acquire_ok(other, (int)bound);
+    assert_true(dlock_token(other) > tl);
+    release_ok(other);
+    /* the client's other holding is still held and releases cleanly */
+    assert_int_equal(dlock_state(keep), DLOCK_STATE_HELD);
+    release_ok(keep);
+    dlock_lock_free(other);
+    dlock_lock_free(keep);
+    dlock_lock_free(l);
+    close_client(c);
+    close_client(c2);
+}
+
 /* §2.2: a holder that is killed loses the lock — at once for a session
  * (kernel lock, connection), within its lease for a lease — and a waiter
  * gets it without anyone releasing. */
@@ -1711,6 +1790,7 @@ static const struct kase {
     {"inspect", case_inspect, 0, 60},
     {"list", case_list, 0, 60},
     {"loss_notification", case_loss_notification, 0, 60},
+    {"broken_holder_told", case_broken_holder_told, 0, 60},
     {"killed_holder", case_killed_holder, 0, 60},
     {"counter", case_counter, DLOCK_CAP_FENCING, 180},
     {"counter_fair", case_counter_fair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
