@@ -1699,6 +1699,13 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
     }
     if (rc != ZOK) {
+        /* The session expired while the create's reply was lost (a stall
+         * longer than the session: the node, if made, went with it): a
+         * wait may go on in a new session, as one that expired while it
+         * waited does. */
+        pthread_mutex_lock(&zc->mu);
+        *again = zc->expired && deadline != 0 && reply_lost(rc);
+        pthread_mutex_unlock(&zc->mu);
         give_up(&op, l, unknown);
         op_end(&op);
         return acq_fail(l, deadline, rc, "creating its node");
