@@ -306,7 +306,7 @@ typedef struct ec_touch {
 
 typedef struct ecclient {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* a grant finishing; loss callbacks finishing */
+    pthread_cond_t cv; /* a grant finishing */
     char **endpoints;  /* "http://h:p" */
     int nendpoints;
     int cur; /* the endpoint that answered last */
@@ -337,8 +337,7 @@ typedef struct ecclient {
     CURLM *bgm;
     eclock *held;
     bool verify; /* a break touched the client key: look at the held keys */
-    int busy;    /* loss callbacks running outside mu */
-    pthread_t busy_thread;
+    dl_teller teller; /* of losses (lease gone, key deleted) */
     int stop_fd;  /* readable once the client closes: ends the thread's requests */
     int64_t timeout_ns; /* when a request last went unanswered (0: never) */
     char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
@@ -1026,14 +1025,11 @@ static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t
 
 /* ---- losses ------------------------------------------------------------------------ */
 
-/* Tell the holders in lost[] (marked lost under mu, busy counted). */
+/* Tell the holders in lost[] (marked lost under mu, held on entry),
+ * then let go of mu and lost. */
 static void tell_lost(ecclient *ec, dlock_lock **lost, int n, const char *why)
 {
-    for (int i = 0; i < n; i++)
-        dl_mark_lost(lost[i], why);
-    pthread_mutex_lock(&ec->mu);
-    ec->busy--;
-    pthread_cond_broadcast(&ec->cv);
+    dl_teller_tell_locks(&ec->teller, &ec->mu, lost, n, why);
     pthread_mutex_unlock(&ec->mu);
     free(lost);
 }
@@ -1054,9 +1050,6 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
             el->lost = true;
             lost[n++] = el->l;
         }
-    ec->busy++;
-    ec->busy_thread = pthread_self();
-    pthread_mutex_unlock(&ec->mu);
     tell_lost(ec, lost, n, why);
 }
 
@@ -1091,9 +1084,6 @@ static void lose_key(ecclient *ec, const char *key, int64_t rev, const char *why
             lost[m++] = el->l;
             break;
         }
-    ec->busy++;
-    ec->busy_thread = pthread_self();
-    pthread_mutex_unlock(&ec->mu);
     tell_lost(ec, lost, m, why);
 }
 
@@ -1161,8 +1151,7 @@ static void held_drop(ecclient *ec, eclock *el)
             }
         el->listed = false;
     }
-    while (ec->busy && !pthread_equal(ec->busy_thread, pthread_self()))
-        pthread_cond_wait(&ec->cv, &ec->mu);
+    dl_teller_wait(&ec->teller, &ec->mu);
     pthread_mutex_unlock(&ec->mu);
 }
 
@@ -2666,6 +2655,7 @@ static void ecclient_free(ecclient *ec)
         free(ec->auth);
     }
     pthread_cond_destroy(&ec->cv);
+    dl_teller_fini(&ec->teller);
     pthread_mutex_destroy(&ec->mu);
     free(ec);
 }
@@ -2725,6 +2715,7 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ec->cv, &ca);
+    dl_teller_init(&ec->teller);
     pthread_condattr_destroy(&ca);
     ec->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (ec->stop_fd < 0) {

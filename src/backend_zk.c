@@ -130,7 +130,7 @@ typedef struct zk_orphan {
 
 struct zkclient {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* session state changes; loss callbacks finishing */
+    pthread_cond_t cv; /* session state changes */
     /* Held for reading by every operation, for writing to replace an
      * expired session's handle. Never taken by the C client's threads. */
     pthread_rwlock_t rw;
@@ -152,8 +152,7 @@ struct zkclient {
     zk_call *calls;
     int in_flight; /* requests sent on zh whose completion has not run (session_drain) */
     zk_orphan *orphans;
-    int busy; /* loss callbacks running (outside mu) */
-    pthread_t busy_thread;
+    dl_teller teller; /* of losses (node deleted, session expired) */
     struct ACL_vector acl; /* of names and lock nodes */
     struct ACL acl_entries[2];
     char self[200];
@@ -534,20 +533,11 @@ static int call_wait(zk_call *k, int evfd, int64_t until_ns, int cancel_fd)
 
 /* ---- sessions --------------------------------------------------------------- */
 
-/* Tell the holders whose calls are in `lost` (collected under mu, busy
- * counted) that their lock is gone; mu held on entry and exit. */
+/* Tell the holders whose calls are in `lost` (collected under mu) that
+ * their lock is gone; mu held on entry and exit (released meanwhile). */
 static void tell_lost(zkclient *zc, dlock_lock **lost, int n, const char *why)
 {
-    if (n == 0)
-        return;
-    zc->busy++;
-    zc->busy_thread = pthread_self();
-    pthread_mutex_unlock(&zc->mu);
-    for (int i = 0; i < n; i++)
-        dl_mark_lost(lost[i], why);
-    pthread_mutex_lock(&zc->mu);
-    zc->busy--;
-    pthread_cond_broadcast(&zc->cv);
+    dl_teller_tell_locks(&zc->teller, &zc->mu, lost, n, why);
 }
 
 /* Every held lock of the client is gone (session expired): mu held. */
@@ -1392,8 +1382,7 @@ static void own_drop(dlock_lock *l)
     zl->own = NULL;
     zkclient *zc = k->zc;
     pthread_mutex_lock(&zc->mu);
-    while (zc->busy && !pthread_equal(zc->busy_thread, pthread_self()))
-        pthread_cond_wait(&zc->cv, &zc->mu);
+    dl_teller_wait(&zc->teller, &zc->mu);
     k->abandoned = true;
     k->evfd = -1;
     k->refs++;
@@ -2255,6 +2244,7 @@ static void zkclient_free(zkclient *zc)
     free(zc->base);
     pthread_rwlock_destroy(&zc->rw);
     pthread_cond_destroy(&zc->cv);
+    dl_teller_fini(&zc->teller);
     pthread_mutex_destroy(&zc->mu);
     free(zc);
 }
@@ -2278,6 +2268,7 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&zc->mu, NULL);
     pthread_cond_init(&zc->cv, NULL);
+    dl_teller_init(&zc->teller);
     pthread_rwlock_init(&zc->rw, NULL);
     zc->session_ms = (int)session;
     zc->connect_ms = c->opts.connect_timeout_ms;

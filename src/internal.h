@@ -369,53 +369,6 @@ void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
 /* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */
 const char *dl_qkind_parse(const char *s, dl_qpos *out);
 
-/* ---- sessions that hold locks (PostgreSQL, MySQL) ----------------------- */
-
-/* A backend whose lock lives exactly as long as one server session (a
- * connection it keeps for that lock) embeds a dl_session in the connection
- * and hands it to the client's dl_session_watch: a thread that waits on the
- * sockets of watched sessions (one epoll set, which the callers change
- * themselves: taking a lock or letting it go wakes no thread) and reports
- * one the server ended (a restart, a kill, dlock break) as its lock's loss
- * at once. A session is watched only while no call runs on it: take it
- * off for a call, put it back. */
-typedef struct dl_session {
-    int fd;
-    dlock_lock *lock;
-    struct dl_session *next; /* on the watch list */
-    bool lost;               /* the watcher found it ended (why says how) */
-    char why[256];
-} dl_session;
-
-#define DL_SWATCH_THREAD "dlock-sessions" /* the watcher thread's name (ps -L, gdb) */
-
-typedef struct dl_session_watch {
-    /* Called (watch mutex held) when s's socket is readable while idle:
-     * whether the session has ended, with a one-line reason in why; it may
-     * read what the server sent. */
-    bool (*gone)(dl_session *s, char *why, size_t len);
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    dl_session *list;
-    int busy; /* the thread is telling holders (mu released) */
-    pthread_t busy_thread, thread;
-    bool started, stopping;
-    int wake_fd, epoll_fd;
-} dl_session_watch;
-
-/* 0, or DLOCK_EIO when no eventfd or epoll set can be made. */
-int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));
-/* Stops the thread; hands each session still watched (its lock's loss
- * not reported) to drop, which closes it. */
-void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s));
-/* Watch s (socket fd) for lock l from now on; DLOCK_EIO (why) when the
- * thread cannot start. */
-int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, char *why,
-                  size_t wlen);
-/* Stop watching s (for a call on it, or for good): false when the watcher
- * found it ended (s->why says how; its loss is reported). */
-bool dl_swatch_remove(dl_session_watch *w, dl_session *s);
-
 /* ---- client libraries loaded at run time ------------------------------ */
 
 /* A backend may load its client library with dlopen instead of linking it

@@ -73,4 +73,77 @@ bool dl_idle_socket_ended(int fd);
  * 3 probes 1 s apart), where the system's default waits two hours. */
 void dl_socket_keepalive(int fd);
 
+/* ---- telling holders of a loss ------------------------------------------ */
+
+/*
+ * A backend that finds locks lost under its own mutex tells their holders
+ * with the mutex released (a loss callback may release its lock, and that
+ * release takes the mutex), and a thread that stops watching a lock waits,
+ * mutex held, until no other thread is telling, so that a loss is told
+ * before its lock is let go or freed; the telling thread itself (a
+ * callback's release) does not wait for itself.
+ */
+typedef struct dl_teller {
+    int busy; /* threads telling now (under the owner's mutex) */
+    pthread_cond_t done;
+} dl_teller;
+
+void dl_teller_init(dl_teller *t);
+void dl_teller_fini(dl_teller *t);
+/* mu held on entry and on return, released meanwhile: tell(arg, i) for i
+ * in 0..n-1 (each marks a lock lost: dl_mark_lost). */
+void dl_teller_tell(dl_teller *t, pthread_mutex_t *mu, int n, void (*tell)(void *arg, int i),
+                    void *arg);
+/* The same for locks lost[0..n-1], all for one reason. */
+void dl_teller_tell_locks(dl_teller *t, pthread_mutex_t *mu, dlock_lock *const *lost, int n,
+                          const char *why);
+/* mu held: until no thread but this one is telling. */
+void dl_teller_wait(dl_teller *t, pthread_mutex_t *mu);
+
+/* ---- sessions that hold locks (PostgreSQL, MySQL) ----------------------- */
+
+/* A backend whose lock lives exactly as long as one server session (a
+ * connection it keeps for that lock) embeds a dl_session in the connection
+ * and hands it to the client's dl_session_watch: a thread that waits on the
+ * sockets of watched sessions (one epoll set, which the callers change
+ * themselves: taking a lock or letting it go wakes no thread) and reports
+ * one the server ended (a restart, a kill, dlock break) as its lock's loss
+ * at once. A session is watched only while no call runs on it: take it
+ * off for a call, put it back. */
+typedef struct dl_session {
+    int fd;
+    dlock_lock *lock;
+    struct dl_session *next; /* on the watch list */
+    bool lost;               /* the watcher found it ended (why says how) */
+    char why[256];
+} dl_session;
+
+#define DL_SWATCH_THREAD "dlock-sessions" /* the watcher thread's name (ps -L, gdb) */
+
+typedef struct dl_session_watch {
+    /* Called (watch mutex held) when s's socket is readable while idle:
+     * whether the session has ended, with a one-line reason in why; it may
+     * read what the server sent. */
+    bool (*gone)(dl_session *s, char *why, size_t len);
+    pthread_mutex_t mu;
+    dl_teller teller; /* of losses found */
+    dl_session *list;
+    pthread_t thread;
+    bool started, stopping;
+    int wake_fd, epoll_fd;
+} dl_session_watch;
+
+/* 0, or DLOCK_EIO when no eventfd or epoll set can be made. */
+int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));
+/* Stops the thread; hands each session still watched (its lock's loss
+ * not reported) to drop, which closes it. */
+void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s));
+/* Watch s (socket fd) for lock l from now on; DLOCK_EIO (why) when the
+ * thread cannot start. */
+int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, char *why,
+                  size_t wlen);
+/* Stop watching s (for a call on it, or for good): false when the watcher
+ * found it ended (s->why says how; its loss is reported). */
+bool dl_swatch_remove(dl_session_watch *w, dl_session *s);
+
 #endif
