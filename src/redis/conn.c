@@ -81,9 +81,6 @@ void rnode_destroy(rnode *n)
 void rnode_reset(rnode *n, const char *host, int port)
 {
     pthread_mutex_lock(&n->mu);
-    dl_pooled *old = NULL; /* the old epoch's idle connections, closed below */
-    for (dl_pooled *it; (it = dl_pool_take(&n->idle, NULL, NULL)) != NULL; old = it)
-        it->next = old;
     redisContext *connecting = n->connecting;
     n->connecting = NULL;
     if (host) {
@@ -92,11 +89,9 @@ void rnode_reset(rnode *n, const char *host, int port)
     }
     n->epoch++;
     pthread_mutex_unlock(&n->mu);
-    while (old) {
-        dl_pooled *next = old->next;
-        free_pooled(old);
-        old = next;
-    }
+    /* No connection of the old epoch goes in from now on (rconn_put looks
+     * at the epoch under mu): the ones idle now are let go. */
+    dl_pool_drain(&n->idle, free_pooled);
     if (connecting)
         redisFree(connecting);
 }

@@ -56,10 +56,10 @@ bool dl_pool_put(dl_pool *p, dl_pooled *it)
     return pooled;
 }
 
-void dl_pool_stop(dl_pool *p, void (*close)(dl_pooled *))
+static void drain(dl_pool *p, bool stop, void (*close)(dl_pooled *))
 {
     pthread_mutex_lock(&p->mu);
-    p->stopping = true;
+    p->stopping = p->stopping || stop;
     dl_pooled *it = p->idle;
     p->idle = NULL;
     p->nidle = 0;
@@ -69,6 +69,16 @@ void dl_pool_stop(dl_pool *p, void (*close)(dl_pooled *))
         close(it);
         it = next;
     }
+}
+
+void dl_pool_drain(dl_pool *p, void (*close)(dl_pooled *))
+{
+    drain(p, false, close);
+}
+
+void dl_pool_stop(dl_pool *p, void (*close)(dl_pooled *))
+{
+    drain(p, true, close);
 }
 
 void dl_pool_fini(dl_pool *p)

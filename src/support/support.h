@@ -59,6 +59,9 @@ dl_pooled *dl_pool_take(dl_pool *p, bool (*want)(const dl_pooled *, const void *
 bool dl_pool_has(dl_pool *p, bool (*want)(const dl_pooled *, const void *), const void *arg);
 /* Pool it; false when the pool is full or stopping: the caller closes it. */
 bool dl_pool_put(dl_pool *p, dl_pooled *it);
+/* Every idle connection taken out and handed to close (outside the pool's
+ * mutex); the pool stays open. */
+void dl_pool_drain(dl_pool *p, void (*close)(dl_pooled *));
 /* From now on put refuses; every idle connection is handed to close. */
 void dl_pool_stop(dl_pool *p, void (*close)(dl_pooled *));
 /* After dl_pool_stop, with no caller left. */
