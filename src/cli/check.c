@@ -329,14 +329,16 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
         } else if (o->fenced.sections_after_fault == 0) {
             o->verdict = "fail";
             snprintf(o->note, sizeof o->note,
-                     "unavailable: no acquisition after %d servers were killed", o->fenced_faults);
+                     "unavailable: no acquisition after %d servers were killed%s%s",
+                     o->fenced_faults, r->note[0] ? ": " : "", r->note);
         } else {
             o->verdict = "pass";
             snprintf(o->note, sizeof o->note,
                      "%d servers killed while a holder was inside its section; nobody else "
                      "took the lock meanwhile; %" PRIu64 " acquisitions after the kill, with "
-                     "the servers left",
-                     o->fenced_faults, o->fenced.sections_after_fault);
+                     "the servers left%s%s",
+                     o->fenced_faults, o->fenced.sections_after_fault, r->note[0] ? "; " : "",
+                     r->note);
         }
         return;
     case CHK_VALID_PARTITION: {
