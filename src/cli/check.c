@@ -93,7 +93,7 @@ typedef struct sc_out {
     int fenced_effective;
     int ttl_ms;        /* of its runs */
     int run_ms;        /* how long each of its runs lasted */
-    int acq_granted, acq_failed, acq_held, acq_stopped;
+    int acq_granted, acq_failed, acq_held, acq_stopped, acq_kept;
 } sc_out;
 
 /* ---- the probe ----------------------------------------------------------- */
@@ -207,6 +207,13 @@ static void stopacq_summary(char *buf, size_t len, const sc_out *o)
              "lease: %d failed, %d returned success (%d of those with dlock_state() still "
              "HELD)",
              o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held);
+    if (o->acq_kept > 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used,
+                 "; %d more not judged: nobody took the lock while they were stopped (the "
+                 "servers kept their session)",
+                 o->acq_kept);
+    }
 }
 
 /* Holders cut off from the servers, both runs: how long before their lease
@@ -509,8 +516,9 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
         if (o->sc && o->sc->validity == CHK_VALID_STOPACQ)
             fprintf(f,
                     ",\"acquisitions_stopped\":%d,\"acquisitions_failed\":%d,"
-                    "\"acquisitions_granted_late\":%d,\"granted_late_still_held\":%d",
-                    o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held);
+                    "\"acquisitions_granted_late\":%d,\"granted_late_still_held\":%d,"
+                    "\"acquisitions_kept\":%d",
+                    o->acq_stopped, o->acq_failed, o->acq_granted, o->acq_held, o->acq_kept);
         fprintf(f, ",\"fenced\":");
         if (o->have_fenced)
             json_counts(f, &o->fenced);
@@ -922,6 +930,7 @@ int cli_check(int argc, char **argv, const char *url)
                 o->acq_granted = r.acq_granted;
                 o->acq_failed = r.acq_failed;
                 o->acq_held = r.acq_held;
+                o->acq_kept = r.acq_kept;
             } else {
                 o->have_canary = true;
                 cm = h.meta;

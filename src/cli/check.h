@@ -275,6 +275,7 @@ struct chk_run {
     int faults_injected;
     int faults_effective;
     int acq_granted, acq_failed, acq_held; /* stopped acquisitions: outcomes */
+    int acq_kept; /* ... whose session the servers kept (H_KEPT): not judged */
 };
 
 /* Run scenario `inject` once; fills the history. Returns 0, or -1 when the

@@ -35,6 +35,7 @@ static const char *const type_names[H_NTYPES] = {
     [H_PARTITIONED] = "partitioned",
     [H_HEALED] = "healed",
     [H_VALID] = "valid",
+    [H_KEPT] = "kept",
 };
 
 const char *hist_type_name(int type)
@@ -342,6 +343,7 @@ typedef struct wstate {
     int64_t paused;   /* last SIGSTOP by the harness, INT64_MIN */
     int64_t resumed;  /* last SIGCONT, INT64_MIN */
     int stopped_past; /* the latest SIGSTOP..SIGCONT of its window lasted a ttl */
+    int kept;         /* H_KEPT since its latest acquire call */
     int64_t cut_expiry; /* cut off while holding: when its lease ran out on the
                            servers (0: not cut off in this window) */
     int cut_pending;    /* ... and it has not been told of the loss yet */
@@ -634,6 +636,11 @@ int hist_check(hist_run *r, hist_result *res)
         switch (e->type) {
         case H_ACQUIRE:
             w->invoked = e->t;
+            w->kept = 0;
+            break;
+        case H_KEPT:
+            if (w)
+                w->kept = 1;
             break;
         case H_ACQUIRED: {
             res->sections++;
@@ -653,7 +660,7 @@ int hist_check(hist_run *r, hist_result *res)
                 capwin = cap;
             }
             int64_t dl = deadline_of(&c, w, e->t);
-            bool late = ttl_ns > 0 && e->t >= dl;
+            bool late = ttl_ns > 0 && e->t >= dl && !w->kept;
             /* The library's own promise, where sooner: a lease that predates
              * the call (one per client) ends before call + ttl. */
             if (e->value > 0 && e->value < dl)

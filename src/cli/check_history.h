@@ -60,6 +60,12 @@ typedef enum hist_type {
     /* added with session leases older than the acquisition (etcd) */
     H_VALID,          /* worker, about to write: value = the end of its holding as the
                          library promises it now (renewals move it on) */
+    /* added with the servers that keep a stopped acquisition's session */
+    H_KEPT,           /* harness: the worker, stopped in its acquisition past the span
+                         its holding lives on the servers, was not succeeded by anyone:
+                         the servers kept its session (an etcd leader elected after
+                         the servers went on renews every lease). Its grant is not
+                         judged late. */
     H_NTYPES
 } hist_type;
 

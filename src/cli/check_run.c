@@ -1105,7 +1105,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     if (sc->split && split_urls(r, cfg) != 0)
         return -1;
     r->servers_touched = false;
-    r->acq_granted = r->acq_failed = r->acq_held = 0;
+    r->acq_granted = r->acq_failed = r->acq_held = r->acq_kept = 0;
     r->resource_pid = 0;
     r->next_id = 0;
     r->error[0] = r->note[0] = '\0';

@@ -437,7 +437,9 @@ static int resume_all(chk_run *r, const int *idx, int n)
  * A is continued min(ttl/2, 0.5 s) after the lease ran out on the servers
  * (a session the client vouches for: 1.5 ttl), or once B has the lock if
  * that comes later (up to a ttl more): its acquisition must fail. If it
- * reports success instead, A makes its write with that token.
+ * reports success instead, A makes its write with that token. If nobody
+ * took the lock by then, the servers kept A's session (H_KEPT): that
+ * acquisition proves nothing either way and is counted apart.
  *
  * The request must lie unread at every server it goes to: each of a
  * quorum's independent servers (Redlock), but only one member of a
@@ -538,6 +540,11 @@ static int inject_pause_acquire(chk_run *r)
          * A stays stopped until another worker took the lock, up to a ttl
          * more. */
         int b = chk_wait_claim(r, wake + MS(r->ttl_ms));
+        /* Nobody took the lock while A was stopped, for the span and a ttl
+         * more: the servers kept A's session (an etcd leader elected after
+         * the servers went on renews every lease), so the fault did not
+         * take effect, and A's grant, if it comes, is not a late one. */
+        bool kept = b < 0 && !r->error[0] && !r->interrupted;
         if (b >= 0 && ms_now_ns() < t_stop + MS(r->ttl_ms / 2)) {
             /* taken while A's request was out: it did not get the lock (on
              * a quorum); do not keep B past its own lease */
@@ -545,6 +552,10 @@ static int inject_pause_acquire(chk_run *r)
             b = -1;
             snprintf(r->note, sizeof r->note,
                      "another worker took the lock while a stopped acquisition was in flight");
+        }
+        if (kept) {
+            chk_log(sh, H_KEPT, atomic_load(&sh->slot[a].id), 0, 0, 0);
+            r->acq_kept++;
         }
         if (chk_sleep(r, wake - ms_now_ns()))
             return -1;
@@ -557,7 +568,9 @@ static int inject_pause_acquire(chk_run *r)
             if (chk_sleep(r, MS(1)))
                 return -1;
         int outcome = atomic_load(&sh->slot[a].acq_outcome);
-        if (outcome == 1) {
+        if (kept) {
+            /* counted above, judged by nothing but overlaps and fencing */
+        } else if (outcome == 1) {
             r->acq_granted++;
             if (atomic_load(&sh->slot[a].acq_state) == DLOCK_STATE_HELD)
                 r->acq_held++;
@@ -573,7 +586,7 @@ static int inject_pause_acquire(chk_run *r)
         }
         if (b >= 0)
             chk_let_go(r, b);
-        if (outcome != 0)
+        if (outcome != 0 && !kept)
             r->faults_effective++;
         if (r->error[0] || r->interrupted)
             return -1;
