@@ -48,6 +48,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -608,6 +609,30 @@ static int take_range(dlock_lock *l, int fd, short type, off_t start, int64_t de
     return wait_jobs(l, &job, 1, deadline, &w);
 }
 
+/* META is held only for a few system calls (a header read and write, a
+ * ticket byte): one found busy comes free within microseconds unless its
+ * holder was preempted. So it is tried again, yielding the processor
+ * between tries, for up to META_SPIN_NS before a helper waits in the
+ * kernel (a clone and two wake-ups: tens of microseconds, most of a
+ * contended hand-over when the new holder's token met a ticket taker).
+ * A try (deadline 0) waits for META too, up to a second. */
+#define META_SPIN_NS 100000LL
+static int take_meta(dlock_lock *l, int fd, short type, int64_t deadline)
+{
+    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
+    int rc = try_range(l, fd, type, OFF_META);
+    for (int64_t spin_until = 0; rc == 1;) {
+        int64_t now = dl_now_ns();
+        if (spin_until == 0)
+            spin_until = now + META_SPIN_NS;
+        else if (now >= spin_until || (meta_deadline > 0 && now >= meta_deadline))
+            return take_range(l, fd, type, OFF_META, meta_deadline);
+        (void)sched_yield();
+        rc = try_range(l, fd, type, OFF_META);
+    }
+    return rc;
+}
+
 /* ---- the lock directory ------------------------------------------------ */
 
 static int errno_code(int e)
@@ -890,10 +915,8 @@ static int write_header(dlock_lock *l, int fd, uint64_t token, uint64_t next)
  * writer of the header, and no other reader exists while MAIN is ours. */
 static int bump_token(dlock_lock *l, int fd, int64_t deadline)
 {
-    /* META is held only for a read and a write; even a try waits briefly. */
-    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
     short meta = l->opts.kind == DLOCK_EXCLUSIVE ? F_RDLCK : F_WRLCK;
-    int rc = take_range(l, fd, meta, OFF_META, meta_deadline);
+    int rc = take_meta(l, fd, meta, deadline);
     if (rc)
         return rc;
     uint64_t token = 0, next = 0;
@@ -1142,8 +1165,7 @@ static int take_shared(dlock_lock *l, int fd, int64_t deadline)
  */
 static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_issued)
 {
-    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
-    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    int rc = take_meta(l, fd, F_WRLCK, deadline);
     if (rc)
         return rc;
     uint64_t token, t;
@@ -1259,8 +1281,7 @@ static off_t kind_held(int fd, off_t from, off_t len)
 static int claim_kind(dlock_lock *l, int fd, int64_t deadline)
 {
     off_t k = l->opts.kind == DLOCK_SEMAPHORE ? (off_t)l->opts.permits : 0;
-    int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
-    int rc = take_range(l, fd, F_WRLCK, OFF_META, meta_deadline);
+    int rc = take_meta(l, fd, F_WRLCK, deadline);
     if (rc)
         return rc;
     off_t other = k > 0 ? kind_held(fd, OFF_KIND(0), k) : -1;
