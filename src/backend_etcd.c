@@ -3008,7 +3008,6 @@ static const struct dl_tools etcd_tools = {
 };
 
 const dl_backend dl_backend_etcd = {
-    .version = DL_BACKEND_V1,
     .name = "etcd",
     .schemes = etcd_schemes,
     .params = ETCD_PARAMS,
@@ -3034,7 +3033,6 @@ const dl_backend dl_backend_etcd = {
 #else /* no libcurl or cJSON */
 
 const dl_backend dl_backend_etcd = {
-    .version = DL_BACKEND_V1,
     .name = "etcd",
     .schemes = etcd_schemes,
     .params = ETCD_PARAMS,

@@ -1618,7 +1618,6 @@ static const dl_scheme file_schemes[] = {
 };
 
 const dl_backend dl_backend_file = {
-    .version = DL_BACKEND_V1,
     .name = "file",
     .schemes = file_schemes,
     .params = "sync",

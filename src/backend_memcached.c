@@ -1410,7 +1410,6 @@ static const struct dl_tools mc_tools = {
 #endif /* DLOCK_MEMCACHED_PARSER_ONLY */
 
 const dl_backend dl_backend_memcached = {
-    .version = DL_BACKEND_V2,
     .name = "memcached",
     .schemes = memcached_schemes,
     .caps = MC_CAPS,

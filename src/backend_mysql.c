@@ -3239,7 +3239,6 @@ static const struct dl_tools my_tools = {
 #endif
 
 const dl_backend dl_backend_mysql = {
-    .version = DL_BACKEND_V1,
     .name = "mysql",
     .schemes = mysql_schemes,
     .caps = MY_CAPS,

@@ -3065,7 +3065,6 @@ static const struct dl_tools pg_tools = {
 #endif
 
 const dl_backend dl_backend_postgres = {
-    .version = DL_BACKEND_V2,
     .name = "postgres",
     .schemes = postgres_schemes,
     .caps = PG_CAPS,

@@ -2566,7 +2566,6 @@ static const struct dl_tools zk_tools = {
 };
 
 const dl_backend dl_backend_zk = {
-    .version = DL_BACKEND_V1,
     .name = "zk",
     .schemes = zk_schemes,
     .params = "session",
@@ -2592,7 +2591,6 @@ const dl_backend dl_backend_zk = {
 #else /* no ZooKeeper C client */
 
 const dl_backend dl_backend_zk = {
-    .version = DL_BACKEND_V1,
     .name = "zk",
     .schemes = zk_schemes,
     .params = "session",

@@ -803,7 +803,7 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
     for (size_t i = m; i < n; i++)
         rcs[i] = atomic_load(&batch[i]->state) == DLOCK_STATE_HELD ? DLOCK_ETIMEDOUT
                                                                    : DLOCK_ENOTHELD;
-    if (c->be->version >= DL_BACKEND_V2 && c->be->renew_batch && m > 1) {
+    if (c->be->renew_batch && m > 1) {
         /* Every request of the batch within the earliest loss among them. */
         int64_t bound = INT64_MAX;
         for (size_t i = 0; i < m; i++)

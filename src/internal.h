@@ -1,9 +1,10 @@
 /*
  * internal.h — what the core shares with backends. Not installed.
  *
- * A backend is a dl_backend descriptor: a version, its URL schemes, capability
- * flags and a table of operations (the shape of SQLite's VFS). The table only
- * grows by appending; `version` says how much of it a backend fills in.
+ * A backend is a dl_backend descriptor: its URL schemes, capability flags
+ * and a table of operations (the shape of SQLite's VFS). Every descriptor is
+ * compiled in this tree, so the table has no version: an operation a
+ * backend does not fill is NULL.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -98,11 +99,9 @@ const char *dl_known_schemes(void);
 
 /* ---- backends --------------------------------------------------------- */
 
-#define DL_BACKEND_V1 1
-#define DL_BACKEND_V2 2 /* adds renew_batch */
-
+/* Every descriptor is compiled in the tree: no layout version (an
+ * operation a backend does not fill is NULL). */
 typedef struct dl_backend {
-    int version; /* DL_BACKEND_V1 */
     const char *name;
     const dl_scheme *schemes; /* its URL schemes, ended by {NULL} */
     unsigned caps;            /* DLOCK_CAP_* */
@@ -152,7 +151,7 @@ typedef struct dl_backend {
      * DLOCK_ENOTSUP. */
     const struct dl_tools *tools;
 
-    /* Version 2. Renew locks[0..n) (held leases of client c, every one
+    /* Renew locks[0..n) (held leases of client c, every one
      * due) in as few round trips as the backend can: rcs[i] gets what
      * renew would have returned for locks[i] (messages with dl_lock_err,
      * lease_start_ns as renew sets it). Every request within each lock's

@@ -1211,7 +1211,6 @@ static const dl_scheme redis_schemes[] = {
 extern const struct dl_tools dl_tools_redis; /* src/redis/tools.c */
 #endif
 const dl_backend dl_backend_redis = {
-    .version = DL_BACKEND_V2,
     .name = "redis",
     .schemes = redis_schemes,
     .params = "wait wait_timeout",

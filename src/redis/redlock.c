@@ -757,7 +757,6 @@ static const dl_scheme redlock_schemes[] = {
 extern const struct dl_tools dl_tools_redlock; /* src/redis/tools.c */
 #endif
 const dl_backend dl_backend_redlock = {
-    .version = DL_BACKEND_V2,
     .name = "redlock",
     .schemes = redlock_schemes,
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
