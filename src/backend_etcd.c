@@ -2007,20 +2007,25 @@ static int acquire_rc(int rc, int64_t deadline)
 /*
  * A waiter carries on through what passes (an election: "leader changed",
  * no leader for a while, a member that went): after a request failed with
- * *rc DLOCK_EUNREACHABLE, pause (50 ms doubling to 800 ms) and say to try
- * again, while its deadline allows (else wait it out: false). A try-once
- * acquisition does not. *rc becomes DLOCK_ECANCELED when dlock_cancel
- * comes during the pause.
+ * *rc DLOCK_EUNREACHABLE, pause (the shared jittered backoff from 50 ms,
+ * doubling to 800 ms: the waiters of many clients cut by one election do
+ * not come back in step) and say to try again, while its deadline allows
+ * (else wait it out: false). A try-once acquisition does not. *rc becomes
+ * DLOCK_ECANCELED when dlock_cancel comes during the pause. *step_ns
+ * starts at 0.
  */
-static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int *attempt)
+#define EC_RETRY_FIRST_MS 50
+#define EC_RETRY_MAX_MS 800
+static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int64_t *step_ns)
 {
     if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
         return false;
-    int64_t now = dl_now_ns(), pause = dl_ms_to_ns(50) << (*attempt < 4 ? *attempt : 4);
+    if (*step_ns == 0)
+        *step_ns = dl_ms_to_ns(EC_RETRY_FIRST_MS);
+    int64_t now = dl_now_ns(), pause = dl_backoff_ns(step_ns, dl_ms_to_ns(EC_RETRY_MAX_MS));
     bool last = deadline > 0 && now + pause >= deadline;
     if (last) /* the rest of the wait: then it timed out (acquire_rc) */
         pause = deadline - now > 0 ? deadline - now : 0;
-    (*attempt)++;
     if (dl_nap_ns(pause, cancel_fd) == DLOCK_ECANCELED) {
         *rc = DLOCK_ECANCELED;
         return false;
@@ -2040,7 +2045,8 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     el->lost = false;
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     ec_entry *q = NULL;
-    int n = 0, attempt = 0, rc;
+    int n = 0, rc;
+    int64_t retry_step_ns = 0;
     int64_t rev = 0;
     bool unknown = false, waited = false, regranted = false;
     const char *stage;
@@ -2074,7 +2080,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             pthread_mutex_unlock(&ec->mu);
             continue;
         }
-        if (rc == 0 || !retry_transient(&rc, deadline, cancel_fd, &attempt))
+        if (rc == 0 || !retry_transient(&rc, deadline, cancel_fd, &retry_step_ns))
             break;
     }
     if (rc) {
@@ -2138,7 +2144,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         q = NULL;
         do
             rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
-        while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
+        while (rc && retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
         if (rc) {
             result = dl_lock_err(l, acquire_rc(rc, deadline),
                                  "lock \"%s\": reading its queue: %s (%s)", l->name, err,
@@ -2171,7 +2177,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
              * grant to be worth anything: ask once more. */
             do
                 rc = keepalive(ec, req_until(l), err, sizeof err);
-            while (rc && retry_transient(&rc, deadline, cancel_fd, &attempt));
+            while (rc && retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
             if (rc)
                 result = dl_lock_err(l, acquire_rc(rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
