@@ -3013,14 +3013,7 @@ static const struct dl_tools etcd_tools = {
     .leader = etcd_tool_leader,
 };
 
-const dl_backend dl_backend_etcd = {
-    .name = "etcd",
-    .schemes = etcd_schemes,
-    .params = ETCD_PARAMS,
-    .caps = ETCD_CAPS,
-    .liveness = ETCD_LIVENESS,
-    .fencing = ETCD_FENCING,
-    .tools = &etcd_tools,
+static const dl_backend_ops etcd_ops = {
     .client_open = etcd_client_open,
     .client_close = etcd_client_close,
     .lock_init = etcd_lock_init,
@@ -3035,8 +3028,15 @@ const dl_backend dl_backend_etcd = {
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
 };
+#define ETCD_OPS .ops = &etcd_ops, .tools = &etcd_tools
 
 #else /* no libcurl or cJSON */
+
+#define ETCD_OPS                                                                             \
+    .missing = "this build has no libcurl or cJSON (install libcurl4-openssl-dev and "        \
+               "libcjson-dev and rebuild)"
+
+#endif
 
 const dl_backend dl_backend_etcd = {
     .name = "etcd",
@@ -3045,8 +3045,5 @@ const dl_backend dl_backend_etcd = {
     .caps = ETCD_CAPS,
     .liveness = ETCD_LIVENESS,
     .fencing = ETCD_FENCING,
-    .missing = "this build has no libcurl or cJSON (install libcurl4-openssl-dev and "
-               "libcjson-dev and rebuild)",
+    ETCD_OPS,
 };
-
-#endif

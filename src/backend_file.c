@@ -1617,15 +1617,7 @@ static const dl_scheme file_schemes[] = {
     {NULL, NULL, 0, false, DL_PATH_NONE},
 };
 
-const dl_backend dl_backend_file = {
-    .name = "file",
-    .schemes = file_schemes,
-    .params = "sync",
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
-    .liveness = "kernel releases the lock when the holder's process dies",
-    .fencing = "counter in the lock file; survives crashes of processes, and of the host "
-               "only with ?sync=1",
+static const dl_backend_ops file_ops = {
     .client_open = file_client_open,
     .client_close = file_client_close,
     .lock_init = file_lock_init,
@@ -1638,4 +1630,16 @@ const dl_backend dl_backend_file = {
     .list = file_list,
     .set_value = file_set_value,
     .get_value = file_get_value,
+};
+
+const dl_backend dl_backend_file = {
+    .name = "file",
+    .schemes = file_schemes,
+    .params = "sync",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
+    .liveness = "kernel releases the lock when the holder's process dies",
+    .fencing = "counter in the lock file; survives crashes of processes, and of the host "
+               "only with ?sync=1",
+    .ops = &file_ops,
 };

@@ -1407,16 +1407,7 @@ static const struct dl_tools mc_tools = {
     .server_ready = mc_tool_server_ready,
 };
 
-#endif /* DLOCK_MEMCACHED_PARSER_ONLY */
-
-const dl_backend dl_backend_memcached = {
-    .name = "memcached",
-    .schemes = memcached_schemes,
-    .caps = MC_CAPS,
-    .liveness = MC_LIVENESS,
-    .fencing = MC_FENCING,
-    .params = MC_PARAMS,
-#ifndef DLOCK_MEMCACHED_PARSER_ONLY
+static const dl_backend_ops mc_ops = {
     .client_open = mc_client_open,
     .client_close = mc_client_close,
     .lock_init = mc_lock_init,
@@ -1431,6 +1422,18 @@ const dl_backend dl_backend_memcached = {
     .set_value = mc_set_value,
     .get_value = mc_get_value,
     .break_lock = mc_break,
-    .tools = &mc_tools,
-#endif
+};
+#define MC_OPS .ops = &mc_ops, .tools = &mc_tools
+#else /* the fuzzer's build: the parser alone */
+#define MC_OPS .missing = "a build of the memcached reply parser alone (fuzz_memcached)"
+#endif /* DLOCK_MEMCACHED_PARSER_ONLY */
+
+const dl_backend dl_backend_memcached = {
+    .name = "memcached",
+    .schemes = memcached_schemes,
+    .caps = MC_CAPS,
+    .liveness = MC_LIVENESS,
+    .fencing = MC_FENCING,
+    .params = MC_PARAMS,
+    MC_OPS,
 };

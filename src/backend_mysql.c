@@ -3228,12 +3228,22 @@ static const struct dl_tools my_tools = {
     .server_ready = my_tool_server_ready,
 };
 
-#define MY_OPS                                                                               \
-    .client_open = my_client_open, .client_close = my_client_close,                          \
-    .lock_init = my_lock_init, .lock_fini = my_lock_fini, .acquire = my_acquire,             \
-    .release = my_release, .renew = my_renew, .abandon = my_abandon, .inspect = my_inspect,  \
-    .list = my_list, .set_value = my_set_value, .get_value = my_get_value,                   \
-    .break_lock = my_break, .tools = &my_tools
+static const dl_backend_ops my_ops = {
+    .client_open = my_client_open,
+    .client_close = my_client_close,
+    .lock_init = my_lock_init,
+    .lock_fini = my_lock_fini,
+    .acquire = my_acquire,
+    .release = my_release,
+    .renew = my_renew,
+    .abandon = my_abandon,
+    .inspect = my_inspect,
+    .list = my_list,
+    .set_value = my_set_value,
+    .get_value = my_get_value,
+    .break_lock = my_break,
+};
+#define MY_OPS .ops = &my_ops, .tools = &my_tools
 #else
 #define MY_OPS .missing = "built without MariaDB Connector/C (Debian: libmariadb-dev)"
 #endif

@@ -3053,13 +3053,23 @@ static const struct dl_tools pg_tools = {
     .server_ready = pg_tool_server_ready,
 };
 
-#define PG_OPS                                                                               \
-    .client_open = pg_client_open, .client_close = pg_client_close,                          \
-    .lock_init = pg_lock_init, .lock_fini = pg_lock_fini, .acquire = pg_acquire,             \
-    .release = pg_release, .renew = pg_renew, .renew_batch = pg_renew_batch,                 \
-    .abandon = pg_abandon, .inspect = pg_inspect, .list = pg_list,                           \
-    .set_value = pg_set_value, .get_value = pg_get_value, .break_lock = pg_break,            \
-    .tools = &pg_tools
+static const dl_backend_ops pg_ops = {
+    .client_open = pg_client_open,
+    .client_close = pg_client_close,
+    .lock_init = pg_lock_init,
+    .lock_fini = pg_lock_fini,
+    .acquire = pg_acquire,
+    .release = pg_release,
+    .renew = pg_renew,
+    .renew_batch = pg_renew_batch,
+    .abandon = pg_abandon,
+    .inspect = pg_inspect,
+    .list = pg_list,
+    .set_value = pg_set_value,
+    .get_value = pg_get_value,
+    .break_lock = pg_break,
+};
+#define PG_OPS .ops = &pg_ops, .tools = &pg_tools
 #else
 #define PG_OPS .missing = "built without libpq (Debian: libpq-dev)"
 #endif

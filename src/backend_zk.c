@@ -2565,14 +2565,7 @@ static const struct dl_tools zk_tools = {
     .leader = zk_tool_leader,
 };
 
-const dl_backend dl_backend_zk = {
-    .name = "zk",
-    .schemes = zk_schemes,
-    .params = "session",
-    .caps = ZK_CAPS,
-    .liveness = ZK_LIVENESS,
-    .fencing = ZK_FENCING,
-    .tools = &zk_tools,
+static const dl_backend_ops zk_ops = {
     .client_open = zk_client_open,
     .client_close = zk_client_close,
     .lock_init = zk_lock_init,
@@ -2587,8 +2580,14 @@ const dl_backend dl_backend_zk = {
     .get_value = zk_get_value,
     .break_lock = zk_break,
 };
+#define ZK_OPS .ops = &zk_ops, .tools = &zk_tools
 
 #else /* no ZooKeeper C client */
+
+#define ZK_OPS                                                                               \
+    .missing = "this build has no ZooKeeper C client (install libzookeeper-mt-dev and rebuild)"
+
+#endif
 
 const dl_backend dl_backend_zk = {
     .name = "zk",
@@ -2597,7 +2596,5 @@ const dl_backend dl_backend_zk = {
     .caps = ZK_CAPS,
     .liveness = ZK_LIVENESS,
     .fencing = ZK_FENCING,
-    .missing = "this build has no ZooKeeper C client (install libzookeeper-mt-dev and rebuild)",
+    ZK_OPS,
 };
-
-#endif

@@ -99,22 +99,10 @@ const char *dl_known_schemes(void);
 
 /* ---- backends --------------------------------------------------------- */
 
-/* Every descriptor is compiled in the tree: no layout version (an
- * operation a backend does not fill is NULL). */
-typedef struct dl_backend {
-    const char *name;
-    const dl_scheme *schemes; /* its URL schemes, ended by {NULL} */
-    unsigned caps;            /* DLOCK_CAP_* */
-    const char *liveness;
-    const char *fencing;
-    /* NULL when built; else what is missing, and the operations are NULL.
-     * The facts above are the same either way: a descriptor is compiled
-     * whether its client library is there or not. */
-    const char *missing;
-
-    /* Version 1 operations. Any may be NULL except in a built backend
-     * client_open/acquire/release. Each returns 0 or a DLOCK_E* code and sets
-     * a message with dl_lock_err / dl_client_err. */
+/* What a backend does: its operations. Any may be NULL except
+ * client_open, acquire and release. Each returns 0 or a DLOCK_E* code and
+ * sets a message with dl_lock_err / dl_client_err. */
+typedef struct dl_backend_ops {
     int (*client_open)(dlock_client *c, const dl_url *url);
     void (*client_close)(dlock_client *c);
     int (*lock_init)(dlock_lock *l);
@@ -130,6 +118,13 @@ typedef struct dl_backend {
      * l->lease_start_ns when set), and its lock_init sets l->opts.ttl_ms
      * to the span the session allows (ZooKeeper: 2/3 of its timeout). */
     int (*renew)(dlock_lock *l);
+    /* Renew locks[0..n) (held leases of client c, every one
+     * due) in as few round trips as the backend can: rcs[i] gets what
+     * renew would have returned for locks[i] (messages with dl_lock_err,
+     * lease_start_ns as renew sets it). Every request within each lock's
+     * op_deadline_ns, which the core sets alike for the whole batch. NULL:
+     * the core calls renew once per lock. */
+    void (*renew_batch)(dlock_client *c, dlock_lock *const *locks, int *rcs, size_t n);
     /* Drop a lock that is lost without touching anyone else's state. */
     void (*abandon)(dlock_lock *l);
     int (*inspect)(dlock_client *c, const char *name, dlock_info *info);
@@ -139,25 +134,41 @@ typedef struct dl_backend {
     int (*get_value)(dlock_client *c, const char *name, char *buf, size_t len);
     /* Take NAME from whoever holds it (see dlock_break); fills broken. */
     int (*break_lock)(dlock_client *c, const char *name, dlock_info *broken);
+} dl_backend_ops;
 
+/*
+ * A backend: the facts, which every build has (dlock_backends() lists them
+ * whether or not the client library was there), and a pointer to its
+ * operations, NULL when the build has no client library for it (`missing`
+ * says which, and how to get it). One pattern in every backend file:
+ *
+ *     #ifdef DLOCK_HAVE_X
+ *     static const dl_backend_ops x_ops = {...};
+ *     #define X_OPS .ops = &x_ops, .tools = &x_tools
+ *     #else
+ *     #define X_OPS .missing = "this build has no libx (Debian: libx-dev)"
+ *     #endif
+ *     const dl_backend dl_backend_x = {.name = "x", ..., X_OPS};
+ *
+ * Every descriptor is compiled in this tree, so there is no layout version.
+ */
+typedef struct dl_backend {
+    const char *name;
+    const dl_scheme *schemes; /* its URL schemes, ended by {NULL} */
+    unsigned caps;            /* DLOCK_CAP_* */
+    const char *liveness;
+    const char *fencing;
     /* URL query parameters the backend reads, space separated (besides the
      * core's own, DL_CORE_PARAMS). Any other is a malformed URL: a typo
      * must not be silently ignored. */
     const char *params;
-
+    const dl_backend_ops *ops; /* NULL: not built (missing says why) */
+    const char *missing;       /* NULL when built */
     /* What dlock's own tools ask beside the lock (src/tools.h: baseline
      * round trip, bare hand-over relay, server command counters, which
      * servers hold a lock); NULL, or any of its operations NULL, answers
      * DLOCK_ENOTSUP. */
     const struct dl_tools *tools;
-
-    /* Renew locks[0..n) (held leases of client c, every one
-     * due) in as few round trips as the backend can: rcs[i] gets what
-     * renew would have returned for locks[i] (messages with dl_lock_err,
-     * lease_start_ns as renew sets it). Every request within each lock's
-     * op_deadline_ns, which the core sets alike for the whole batch. NULL:
-     * the core calls renew once per lock. */
-    void (*renew_batch)(dlock_client *c, dlock_lock *const *locks, int *rcs, size_t n);
 } dl_backend;
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields

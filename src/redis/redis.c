@@ -1209,20 +1209,7 @@ static const dl_scheme redis_schemes[] = {
 
 #ifdef DLOCK_HAVE_REDIS
 extern const struct dl_tools dl_tools_redis; /* src/redis/tools.c */
-#endif
-const dl_backend dl_backend_redis = {
-    .name = "redis",
-    .schemes = redis_schemes,
-    .params = "wait wait_timeout",
-#ifdef DLOCK_HAVE_REDIS
-    .tools = &dl_tools_redis,
-#endif
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
-    .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
-               "writes can repeat tokens",
-#ifdef DLOCK_HAVE_REDIS
+static const dl_backend_ops redis_ops = {
     .client_open = redis_client_open,
     .client_close = redis_client_close,
     .lock_init = rd_lock_init,
@@ -1237,7 +1224,20 @@ const dl_backend dl_backend_redis = {
     .list = redis_list,
     .set_value = redis_set_value,
     .get_value = redis_get_value,
+};
+#define REDIS_OPS .ops = &redis_ops, .tools = &dl_tools_redis
 #else
-    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)",
+#define REDIS_OPS .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"
 #endif
+
+const dl_backend dl_backend_redis = {
+    .name = "redis",
+    .schemes = redis_schemes,
+    .params = "wait wait_timeout",
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
+    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
+    .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
+               "writes can repeat tokens",
+    REDIS_OPS,
 };

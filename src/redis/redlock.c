@@ -755,19 +755,7 @@ static const dl_scheme redlock_schemes[] = {
 
 #ifdef DLOCK_HAVE_REDIS
 extern const struct dl_tools dl_tools_redlock; /* src/redis/tools.c */
-#endif
-const dl_backend dl_backend_redlock = {
-    .name = "redlock",
-    .schemes = redlock_schemes,
-    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease on a quorum of independent masters, renewed with a quorum",
-    .fencing = "max of the quorum's counters, written back when they differ; a master that "
-               "restarts without its data within a ttl can break exclusion and repeat tokens "
-               "(use persistence or delayed restarts)",
-#ifdef DLOCK_HAVE_REDIS
-    .tools = &dl_tools_redlock,
-#endif
-#ifdef DLOCK_HAVE_REDIS
+static const dl_backend_ops rl_ops = {
     .client_open = rl_client_open,
     .client_close = rl_client_close,
     .lock_init = rl_lock_init,
@@ -779,7 +767,19 @@ const dl_backend dl_backend_redlock = {
     .abandon = rl_abandon,
     .inspect = rl_inspect,
     .break_lock = rl_break,
+};
+#define RL_OPS .ops = &rl_ops, .tools = &dl_tools_redlock
 #else
-    .missing = "this build has no hiredis (install libhiredis-dev and rebuild)",
+#define RL_OPS .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"
 #endif
+
+const dl_backend dl_backend_redlock = {
+    .name = "redlock",
+    .schemes = redlock_schemes,
+    .caps = DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK,
+    .liveness = "lease on a quorum of independent masters, renewed with a quorum",
+    .fencing = "max of the quorum's counters, written back when they differ; a master that "
+               "restarts without its data within a ttl can break exclusion and repeat tokens "
+               "(use persistence or delayed restarts)",
+    RL_OPS,
 };
