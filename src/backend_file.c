@@ -48,7 +48,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -621,16 +620,16 @@ static int take_meta(dlock_lock *l, int fd, short type, int64_t deadline)
 {
     int64_t meta_deadline = deadline == 0 ? dl_now_ns() + 1000000000LL : deadline;
     int rc = try_range(l, fd, type, OFF_META);
-    for (int64_t spin_until = 0; rc == 1;) {
-        int64_t now = dl_now_ns();
-        if (spin_until == 0)
-            spin_until = now + META_SPIN_NS;
-        else if (now >= spin_until || (meta_deadline > 0 && now >= meta_deadline))
-            return take_range(l, fd, type, OFF_META, meta_deadline);
+    if (rc != 1)
+        return rc;
+    int64_t spin_until = dl_now_ns() + META_SPIN_NS;
+    if (meta_deadline > 0 && meta_deadline < spin_until)
+        spin_until = meta_deadline;
+    while (rc == 1 && dl_now_ns() < spin_until) {
         (void)sched_yield();
         rc = try_range(l, fd, type, OFF_META);
     }
-    return rc;
+    return rc == 1 ? take_range(l, fd, type, OFF_META, meta_deadline) : rc;
 }
 
 /* ---- the lock directory ------------------------------------------------ */

@@ -73,18 +73,27 @@ typedef struct srvset {
 
 /* ---- files and processes -------------------------------------------------- */
 
-static int read_file(const char *dir, const char *name, const char *ext, char *buf, size_t len)
+/* A small file's contents (at most len-1 bytes, NUL-terminated): their
+ * length, or -1. */
+static ssize_t read_path(const char *path, char *buf, size_t len)
 {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     ssize_t n = read(fd, buf, len - 1);
     close(fd);
+    if (n >= 0)
+        buf[n] = '\0';
+    return n;
+}
+
+static int read_file(const char *dir, const char *name, const char *ext, char *buf, size_t len)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
+    ssize_t n = read_path(path, buf, len);
     if (n < 0)
         return -1;
-    buf[n] = '\0';
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     return 0;
@@ -108,23 +117,22 @@ static int write_pid(const char *dir, const char *name, pid_t pid)
     return 0;
 }
 
-/* /proc/PID/stat after the process's name ("S PPID ..."; the name may
- * contain anything, so after the last ')'), in buf; NULL when there is no
- * such process. */
+/* A /proc stat file after the process's or thread's name ("S PPID ...";
+ * the name may contain anything, so after the last ')'), in buf; NULL when
+ * there is no such process. */
+static const char *stat_fields(const char *path, char *buf, size_t len)
+{
+    if (read_path(path, buf, len) <= 0)
+        return NULL;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
+}
+
 static const char *proc_stat_fields(pid_t pid, char *buf, size_t len)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    ssize_t n = read(fd, buf, len - 1);
-    close(fd);
-    if (n <= 0)
-        return NULL;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] ? p + 2 : NULL;
+    return stat_fields(path, buf, len);
 }
 
 char chk_proc_state(pid_t pid)
@@ -545,37 +553,22 @@ static void threads_not_stopped(pid_t pid, char *why, size_t len)
     int total = 0, moving = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        pid_t tid = (pid_t)atol(e->d_name);
+        long tid = atol(e->d_name);
         if (tid <= 0)
             continue;
         total++;
-        char buf[512], comm[64] = "?", wchan[64] = "?";
-        snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", (long)pid, (long)tid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (n <= 0)
+        char buf[512], comm[64] = "", wchan[64] = "";
+        snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", (long)pid, tid);
+        const char *f = stat_fields(path, buf, sizeof buf);
+        if (!f || f[0] == 'T' || f[0] == 't' || moving++ > 0)
             continue;
-        buf[n] = '\0';
-        char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
-        if (!open_paren || !close_paren || close_paren < open_paren || !close_paren[1])
-            continue;
-        char st = close_paren[2];
-        if (st == 'T' || st == 't')
-            continue;
-        if (moving++ == 0) {
-            snprintf(comm, sizeof comm, "%.*s", (int)(close_paren - open_paren - 1),
-                     open_paren + 1);
-            snprintf(path, sizeof path, "/proc/%ld/task/%ld/wchan", (long)pid, (long)tid);
-            fd = open(path, O_RDONLY | O_CLOEXEC);
-            n = fd >= 0 ? read(fd, wchan, sizeof wchan - 1) : -1;
-            if (fd >= 0)
-                close(fd);
-            wchan[n > 0 ? n : 0] = '\0';
-            snprintf(why, len, " (thread %ld \"%s\" in state '%c', waiting in %s", (long)tid,
-                     comm, st, wchan[0] ? wchan : "-");
-        }
+        snprintf(path, sizeof path, "/proc/%ld/task/%ld/comm", (long)pid, tid);
+        (void)read_path(path, comm, sizeof comm);
+        comm[strcspn(comm, "\n")] = '\0';
+        snprintf(path, sizeof path, "/proc/%ld/task/%ld/wchan", (long)pid, tid);
+        (void)read_path(path, wchan, sizeof wchan);
+        snprintf(why, len, " (thread %ld \"%s\" in state '%c', waiting in %s", tid, comm, f[0],
+                 wchan[0] ? wchan : "-");
     }
     closedir(d);
     if (moving) {
