@@ -15,7 +15,7 @@
 /* The backend's file, its descriptor renamed: the library linked beside it
  * has its own. */
 #define dl_backend_etcd dl_backend_etcd_under_fuzz
-#include "backend_etcd.c"
+#include "backends/etcd/etcd.c"
 
 static void check_queue(const char *dir, const cJSON *reply)
 {

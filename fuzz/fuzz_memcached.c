@@ -30,7 +30,7 @@
 /* its descriptor renamed, as the other targets do (nothing is linked
  * beside it here, but a name of our own costs nothing) */
 #define dl_backend_memcached dl_backend_memcached_under_fuzz
-#include "backend_memcached.c"
+#include "backends/memcached/memcached.c"
 
 #define MAX_REPLIES 64
 

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "fuzz.h"
-#include "redis/redis_cluster.h"
+#include "backends/redis/redis_cluster.h"
 
 
 /* What conn.c, cluster.c and support/wait.c use of the core, and the

@@ -17,7 +17,7 @@
 /* The backend's file, its descriptor renamed: the library linked beside it
  * has its own. */
 #define dl_backend_zk dl_backend_zk_under_fuzz
-#include "backend_zk.c"
+#include "backends/zk/zk.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1300,7 +1300,7 @@ static void test_hashed_key_collision(void **state)
     dlock_client_close(c1);
     if (rc != 0)
         fail_msg("the names \"%s\" and \"%s\" are one lock (both key %s): a name of \"#\" and 32 "
-                 "hex digits is kept as a key that hashed names use (src/backend_memcached.c "
+                 "hex digits is kept as a key that hashed names use (src/backends/memcached/memcached.c "
                  "key_of)",
                  spaced, forged, key);
 }

@@ -1128,7 +1128,7 @@ static void test_redlock_blackholed_master(void **state)
 
 /* ---- issue 16: names with '}', bounds on stalled servers, messages ------ */
 
-/* The library's own slot computation (src/redis/cluster.c), to compare with
+/* The library's own slot computation (src/backends/redis/cluster.c), to compare with
  * the server's CLUSTER KEYSLOT. */
 unsigned rd_key_slot(const char *key, size_t len);
 

@@ -2,7 +2,7 @@
  * redis_min.c — one worker of bench/peers/peer_bench.py ("redis-c"): the
  * least a C program needs to run dlock's own Redis protocol, as the floor
  * dlock's Redis backend is measured against (issue 24: its 8-waiter
- * hand-over within 1.1 x of this). The same lock script (src/redis/lock.lua,
+ * hand-over within 1.1 x of this). The same lock script (src/backends/redis/lock.lua,
  * loaded as a function library of its own name), the same calls: "acq" (a
  * grant, or a place in the FIFO queue), BLPOP on the waiter's list (where
  * the release hands it the lock and its token), "rel". Nothing else of a

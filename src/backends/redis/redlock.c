@@ -754,7 +754,7 @@ static const dl_scheme redlock_schemes[] = {
 };
 
 #ifdef DLOCK_HAVE_REDIS
-extern const struct dl_tools dl_tools_redlock; /* src/redis/tools.c */
+extern const struct dl_tools dl_tools_redlock; /* src/backends/redis/tools.c */
 static const dl_backend_ops rl_ops = {
     .client_open = rl_client_open,
     .client_close = rl_client_close,

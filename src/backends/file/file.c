@@ -1,5 +1,5 @@
 /*
- * backend_file.c — the embedded backend, `file:///DIR`: open file description
+ * file.c — the embedded backend, `file:///DIR`: open file description
  * (F_OFD_*) locks on one file per lock name.
  *
  * Why OFD locks: they belong to an open file description, not to a process,

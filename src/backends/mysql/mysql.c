@@ -1,5 +1,5 @@
 /*
- * backend_mysql.c — MySQL / MariaDB: user locks (mode=getlock), the seeds'
+ * mysql.c — MySQL / MariaDB: user locks (mode=getlock), the seeds'
  * unique-index lease table (mode=lease), a row locked by an open
  * transaction (mode=rowlock). Each mode's own part is below its heading.
  *

@@ -1,5 +1,5 @@
 /*
- * backend_zk.c — ZooKeeper: ephemeral sequential znodes, a watch on the
+ * zk.c — ZooKeeper: ephemeral sequential znodes, a watch on the
  * predecessor only.
  *
  * Layout: every lock name is a container znode CHROOT/dlock/NAME (names are

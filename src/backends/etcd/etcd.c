@@ -1,5 +1,5 @@
 /*
- * backend_etcd.c — etcd v3: a lease per client, a key per waiter, a watch on
+ * etcd.c — etcd v3: a lease per client, a key per waiter, a watch on
  * the predecessor.
  *
  * Layout: every acquisition creates one key bound to the client's lease

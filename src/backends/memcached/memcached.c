@@ -1,5 +1,5 @@
 /*
- * backend_memcached.c — memcached: an item per held lock, taken with "add",
+ * memcached.c — memcached: an item per held lock, taken with "add",
  * renewed and released only by its owner with compare-and-swap, over
  * memcached's meta protocol (1.6+), which does each in one round trip.
  *

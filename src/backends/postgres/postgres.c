@@ -1,5 +1,5 @@
 /*
- * backend_postgres.c — PostgreSQL: session advisory locks (mode=advisory), the
+ * postgres.c — PostgreSQL: session advisory locks (mode=advisory), the
  * seeds' lock table with leases (mode=lease), row locks held by an open
  * transaction (mode=rowlock). Each mode's own part is below its heading.
  *

@@ -1208,7 +1208,7 @@ static const dl_scheme redis_schemes[] = {
 };
 
 #ifdef DLOCK_HAVE_REDIS
-extern const struct dl_tools dl_tools_redis; /* src/redis/tools.c */
+extern const struct dl_tools dl_tools_redis; /* src/backends/redis/tools.c */
 static const dl_backend_ops redis_ops = {
     .client_open = redis_client_open,
     .client_close = redis_client_close,
