@@ -18,19 +18,16 @@
  * holder and value terminated and bounded, and written back the way the
  * backend writes items it reads the same.
  *
- * Only the parsers are compiled (DLOCK_MEMCACHED_PARSER_ONLY): they need no
- * library and nothing of the core.
+ * The parsers' file (src/backends/memcached/proto.c) is linked as it is:
+ * it needs no library and nothing of the core.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <string.h>
 
 #include "fuzz.h"
 
-#define DLOCK_MEMCACHED_PARSER_ONLY 1
-/* its descriptor renamed, as the other targets do (nothing is linked
- * beside it here, but a name of our own costs nothing) */
-#define dl_backend_memcached dl_backend_memcached_under_fuzz
-#include "backends/memcached/memcached.c"
+#include "backends/memcached/mc_proto.h"
 
 #define MAX_REPLIES 64
 

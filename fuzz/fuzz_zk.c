@@ -14,10 +14,7 @@
 
 #include "fuzz.h"
 
-/* The backend's file, its descriptor renamed: the library linked beside it
- * has its own. */
-#define dl_backend_zk dl_backend_zk_under_fuzz
-#include "backends/zk/zk.c"
+#include "backends/zk/zk_nodes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -37,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s = nl + 1;
     }
     zk_node *q = NULL;
-    int len = queue_of(kids, n, &q);
+    int len = zk_queue_of(kids, n, &q);
     CHECK(len >= 0 && len <= n);
     int holders = 0;
     char held_kind = 0;
@@ -47,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(strlen(q[i].owner) == DL_OWNER_HEX);
         if (i > 0)
             CHECK(q[i - 1].seq <= q[i].seq);
-        int b = blocker(q, i);
+        int b = zk_blocker(q, i);
         CHECK(b == HOLDS || b == WATCH_CHILDREN || (b >= 0 && b < i));
         if (b == WATCH_CHILDREN)
             CHECK(q[i].pos.kind == 's');
@@ -67,11 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data, size);
     buf[size] = '\0';
     char holder[256];
-    const char *value = split_data(buf, holder, sizeof holder);
+    const char *value = zk_split_data(buf, holder, sizeof holder);
     CHECK(strlen(holder) < sizeof holder);
     if (value)
         CHECK(value > buf && value <= buf + size && *value);
-    CHECK(split_data(NULL, holder, sizeof holder) == NULL && holder[0] == '\0');
+    CHECK(zk_split_data(NULL, holder, sizeof holder) == NULL && holder[0] == '\0');
     free(buf);
     return 0;
 }

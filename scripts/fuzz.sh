@@ -19,13 +19,10 @@ esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-fuzz
-targets=(fuzz_url fuzz_name)
-# The memcached target needs no library: its meta protocol parser is ours.
-targets+=(fuzz_memcached)
+# The memcached and ZooKeeper targets need no library: the parsers are ours.
+targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
-# The ZooKeeper target needs its C client (as the backend does).
-if [ -e /usr/include/zookeeper/zookeeper.h ]; then targets+=(fuzz_zk); fi
 # The etcd target needs libcurl and cJSON (as the backend does).
 if pkg-config --exists libcurl libcjson 2>/dev/null; then targets+=(fuzz_etcd); fi
 

@@ -149,4 +149,31 @@ int dl_swatch_add(dl_session_watch *w, dl_session *s, dlock_lock *l, int fd, cha
  * found it ended (s->why says how; its loss is reported). */
 bool dl_swatch_remove(dl_session_watch *w, dl_session *s);
 
+/* ---- queues of waiters (ZooKeeper's sequential nodes, etcd's keys) ----- */
+
+/* The kind of one entry of a queue ordered by arrival: 'x' exclusive, 'r'
+ * shared, 's' semaphore of `permits`. Entries of a backend's queue array
+ * start with a dl_qpos, so that one rule serves every queue backend. */
+typedef struct dl_qpos {
+    char kind;
+    unsigned permits;
+} dl_qpos;
+
+enum { DL_Q_HOLDS = -1, DL_Q_ANY = -2 };
+
+/* Whether entry i of queue (entries `stride` bytes apart) holds
+ * (DL_Q_HOLDS), else the index of the entry whose going can let it in, or
+ * DL_Q_ANY for the first semaphore waiter (any holder's going lets it in).
+ * Semaphore waiters past the first watch their predecessor, which must
+ * touch its entry when it takes a permit. */
+int dl_queue_blocker(const void *queue, size_t stride, int i);
+/* The entry before i whose kind entry i cannot join, or -1: one name is
+ * one lock, and the first semaphore entry of a queue sets the permits in
+ * force (a semaphore entry asking others is refused, DLOCK_ECONFLICT). */
+int dl_queue_conflict(const void *queue, size_t stride, int i);
+/* "x", "r" or "sN" for l's kind into buf. */
+void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
+/* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */
+const char *dl_qkind_parse(const char *s, dl_qpos *out);
+
 #endif

@@ -38,6 +38,7 @@
 #include "internal.h"
 #include "support/support.h"
 #include "tools.h"
+#include "zk_nodes.h"
 
 static const dl_scheme zk_schemes[] = {
     {"zk", "zk", 2181, true, DL_PATH_CHROOT},
@@ -1009,65 +1010,6 @@ static void session_move(zkclient *zc, zhandle_t *zh)
     pthread_mutex_unlock(&zc->mu);
 }
 
-/* ---- node names --------------------------------------------------------------- */
-
-typedef struct zk_node {
-    dl_qpos pos; /* first: the queue rule reads it (dl_queue_blocker) */
-    const char *name;
-    char owner[DL_OWNER_HEX + 1];
-    long long seq;
-} zk_node;
-
-/* "KIND-OWNER-SEQUENCE" → n; false for a name of another shape. */
-static bool node_parse(const char *name, zk_node *n)
-{
-    memset(n, 0, sizeof *n);
-    n->name = name;
-    const char *p = dl_qkind_parse(name, &n->pos);
-    if (!p)
-        return false;
-    if (*p++ != '-' || strlen(p) != DL_OWNER_HEX + 1 + 10 || p[DL_OWNER_HEX] != '-')
-        return false;
-    memcpy(n->owner, p, DL_OWNER_HEX);
-    n->owner[DL_OWNER_HEX] = '\0';
-    p += DL_OWNER_HEX + 1;
-    n->seq = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        n->seq = n->seq * 10 + (p[i] - '0');
-    }
-    return true;
-}
-
-static int by_seq(const void *a, const void *b)
-{
-    const zk_node *x = a, *y = b;
-    return (x->seq > y->seq) - (x->seq < y->seq);
-}
-
-/* The queue of a name from its children, in sequence order (*out malloc'd;
- * names point into kids). */
-static int queue_of(char **kids, int nkids, zk_node **out)
-{
-    zk_node *q = malloc(sizeof *q * (size_t)(nkids ? nkids : 1));
-    if (!q)
-        return -1;
-    int n = 0;
-    for (int i = 0; i < nkids; i++)
-        if (node_parse(kids[i], &q[n]))
-            n++;
-    qsort(q, (size_t)n, sizeof *q, by_seq);
-    *out = q;
-    return n;
-}
-
-enum { HOLDS = DL_Q_HOLDS, WATCH_CHILDREN = DL_Q_ANY };
-
-static int blocker(const zk_node *q, int i)
-{
-    return dl_queue_blocker(q, sizeof *q, i);
-}
 
 /* ---- orphans ------------------------------------------------------------------ */
 
@@ -1629,7 +1571,7 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
         zk_node *q2 = NULL;
         int n2 = -1, j = 0;
         if (zk_do(op, CALL_CHILDREN, zl->parent, NULL, req_until(l), &kids) == ZOK)
-            n2 = queue_of(kids->kids, kids->nkids, &q2);
+            n2 = zk_queue_of(kids->kids, kids->nkids, &q2);
         while (j < n2 && strcmp(q2[j].name, (*q)[*i].name) != 0)
             j++;
         if (j >= 1 && j < n2 && strcmp(q2[j - 1].name, (*q)[*b].name) == 0) {
@@ -1720,7 +1662,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         call_drop(snap);
         snap = kids;
         kids = NULL;
-        int n = queue_of(snap->kids, snap->nkids, &q);
+        int n = zk_queue_of(snap->kids, snap->nkids, &q);
         int i = 0;
         while (i < n && strcmp(q[i].name, mine) != 0)
             i++;
@@ -1739,7 +1681,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         }
         int b;
         bool in = false;
-        while ((b = blocker(q, i)) != HOLDS) {
+        while ((b = zk_blocker(q, i)) != HOLDS) {
             if (deadline == 0) {
                 result =
                     dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
@@ -1756,11 +1698,11 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             if (rc == ZOK && b == WATCH_CHILDREN) {
                 /* The reply is the queue as the watch began: it may let us in. */
                 zk_node *q2 = NULL;
-                int n2 = queue_of(w->kids, w->nkids, &q2);
+                int n2 = zk_queue_of(w->kids, w->nkids, &q2);
                 int j = 0;
                 while (j < n2 && strcmp(q2[j].name, mine) != 0)
                     j++;
-                in = n2 > 0 && j < n2 && blocker(q2, j) == HOLDS;
+                in = n2 > 0 && j < n2 && zk_blocker(q2, j) == HOLDS;
                 free(q2);
             }
             if (rc == ZOK && !in) {
@@ -1793,7 +1735,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
             n--;
             i--;
-            if (blocker(q, i) != HOLDS)
+            if (zk_blocker(q, i) != HOLDS)
                 break;
         }
         if (result || in || b == HOLDS)
@@ -1981,25 +1923,13 @@ static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q
         return 0;
     if (rc != ZOK)
         return rc;
-    int n = queue_of((*kids)->kids, (*kids)->nkids, q);
+    int n = zk_queue_of((*kids)->kids, (*kids)->nkids, q);
     return n < 0 ? ZSYSTEMERROR : n;
 }
 
 static int parent_of(zkclient *zc, const char *name, char *buf, size_t len)
 {
     return pjoin(buf, len, zc->base, name) ? 0 : -1;
-}
-
-/* Holder data "HOLDER\nVALUE": the holder part into holder, the value (or
- * NULL when none was published) returned. */
-static const char *split_data(char *data, char *holder, size_t len)
-{
-    char *nl = data ? strchr(data, '\n') : NULL;
-    if (nl)
-        *nl = '\0';
-    if (holder)
-        snprintf(holder, len, "%s", data ? data : "");
-    return nl && nl[1] ? nl + 1 : NULL;
 }
 
 /* The first holder of name and its node's data/stat (*k, given up by the
@@ -2018,7 +1948,7 @@ static int first_holder(zk_op *op, const char *name, int *holders, int *waiters,
             return n;
         int first = -1, h = 0;
         for (int i = 0; i < n; i++)
-            if (blocker(q, i) == HOLDS) {
+            if (zk_blocker(q, i) == HOLDS) {
                 h++;
                 if (first < 0)
                     first = i;
@@ -2065,7 +1995,7 @@ static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
     /* The server's clock stamped the node when it queued. */
     long long ms = (long long)(dl_realtime_ms() - k->stat.ctime);
     info->held_ms = ms < 0 ? 0 : ms;
-    split_data(k->data, info->holder, sizeof info->holder);
+    zk_split_data(k->data, info->holder, sizeof info->holder);
     call_drop(k);
     return 0;
 }
@@ -2085,7 +2015,7 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
     int n = read_queue(&op, parent, &kids, &q);
     int broken = 0, result = 0;
     for (int i = 0; i < n && result == 0; i++) {
-        if (blocker(q, i) != HOLDS)
+        if (zk_blocker(q, i) != HOLDS)
             continue;
         char path[ZK_PATH_MAX];
         if (!pjoin(path, sizeof path, parent, q[i].name))
@@ -2093,7 +2023,7 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
         zk_call *d = NULL;
         if (broken == 0 && zk_do(&op, CALL_DATA, path, NULL, op_until(zc), &d) == ZOK) {
             info->token = (uint64_t)d->stat.czxid;
-            split_data(d->data, info->holder, sizeof info->holder);
+            zk_split_data(d->data, info->holder, sizeof info->holder);
             call_drop(d);
         }
         /* The holder learns at once: it watches its own node. */
@@ -2158,7 +2088,7 @@ static int zk_get_value(dlock_client *c, const char *name, char *buf, size_t len
     if (rc != ZOK)
         return dl_client_err(c, zk_code(rc), "leader of \"%s\": %s (%s)", name,
                              zk_why(zc, rc, err, sizeof err), zc->redacted);
-    const char *value = split_data(k->data, NULL, 0);
+    const char *value = zk_split_data(k->data, NULL, 0);
     if (value)
         snprintf(buf, len, "%s", value);
     call_drop(k);
