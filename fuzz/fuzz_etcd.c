@@ -12,15 +12,12 @@
 
 #include "fuzz.h"
 
-/* The backend's file, its descriptor renamed: the library linked beside it
- * has its own. */
-#define dl_backend_etcd dl_backend_etcd_under_fuzz
-#include "backends/etcd/etcd.c"
+#include "backends/etcd/ec_json.h"
 
 static void check_queue(const char *dir, const cJSON *reply)
 {
     ec_entry *q = NULL;
-    int n = queue_of(reply, dir, false, &q);
+    int n = ec_queue_of(reply, dir, false, &q);
     CHECK(n >= 0);
     int holders = 0;
     char held_kind = 0;
@@ -40,7 +37,7 @@ static void check_queue(const char *dir, const cJSON *reply)
         holders++;
         if (q[i].pos.kind == 's')
             CHECK((unsigned)holders <= q[i].pos.permits);
-        (void)entry_lease(dir, q[i].key);
+        (void)ec_entry_lease(dir, q[i].key);
     }
     free(q);
 }
@@ -48,13 +45,13 @@ static void check_queue(const char *dir, const cJSON *reply)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* A watch stream, in pieces of up to 7 bytes. */
-    ec_conn k = {0};
+    ec_body k = {0};
     wait_watch w = {.pred = "a/k2", .own = "a/k1", .chain = size % 2};
-    k.on_line = wait_line;
+    k.on_line = ec_wait_line;
     k.arg = &w;
     for (size_t at = 0; at < size;) {
         size_t piece = size - at < 7 ? size - at : 7;
-        CHECK(write_cb((char *)data + at, 1, piece, &k) == piece);
+        CHECK(ec_body_feed(&k, (const char *)data + at, piece) == piece);
         at += piece;
     }
     CHECK(k.len <= size);
@@ -65,18 +62,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (j) {
         check_queue("dlock/a/", j);
         char err[300];
-        (void)gateway_error("http://127.0.0.1:2379", 500, j, err, sizeof err);
+        (void)ec_gateway_error("http://127.0.0.1:2379", 500, j, err, sizeof err);
         CHECK(strlen(err) < sizeof err);
-        (void)header_rev(j);
+        (void)ec_header_rev(j);
         const cJSON *kv;
-        cJSON_ArrayForEach(kv, jarr(j, "kvs"))
+        cJSON_ArrayForEach(kv, ec_jarr(j, "kvs"))
         {
             char key[EC_KEY_MAX], value[320], holder[256];
-            (void)kv_key(kv, key, sizeof key);
-            kv_value(kv, value, sizeof value);
+            (void)ec_kv_key(kv, key, sizeof key);
+            ec_kv_value(kv, value, sizeof value);
             CHECK(strlen(value) < sizeof value);
             int64_t since;
-            const char *leader = split_value(value, holder, sizeof holder, &since);
+            const char *leader = ec_split_value(value, holder, sizeof holder, &since);
             CHECK(strlen(holder) < sizeof holder);
             if (leader)
                 CHECK(leader > value && leader < value + sizeof value && *leader);
@@ -87,13 +84,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* base64 there and back, and decoding the raw bytes. */
     if (size <= 3000) {
         char enc[4004], dec[3001], raw[3001];
-        b64_encode(data, size, enc);
+        ec_b64_encode(data, size, enc);
         CHECK(strlen(enc) == (size + 2) / 3 * 4);
-        long n = b64_decode(enc, dec, sizeof dec);
+        long n = ec_b64_decode(enc, dec, sizeof dec);
         CHECK(n == (long)size && memcmp(dec, data, size) == 0);
         memcpy(raw, data, size);
         raw[size] = '\0';
-        n = b64_decode(raw, dec, sizeof dec);
+        n = ec_b64_decode(raw, dec, sizeof dec);
         CHECK(n >= -1 && n <= (long)(strlen(raw) / 4 * 3));
     }
     return 0;

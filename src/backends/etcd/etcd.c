@@ -67,6 +67,8 @@ static const dl_scheme etcd_schemes[] = {
 #define CURL_DISABLE_TYPECHECK
 #include <curl/curl.h>
 
+#include "ec_json.h"
+
 #include <stddef.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -150,132 +152,10 @@ static void lc_load(void)
 }
 
 #define EC_DEFAULT_TTL_S 10
-#define EC_KEY_MAX 512
-#define EC_REPLY_MAX (64u << 20) /* a reply larger than this is not etcd's */
 #define EC_SUSPECT_MS 100 /* closing: the revoke's wait after a request went unanswered */
 /* A holder that waited writes its grant time into its key this long after
  * the grant (semaphores at once), unless it released first. */
 #define EC_TOUCH_AFTER_MS 100
-
-/* ---- base64 (the gateway's keys and values) ---------------------------------------- */
-/* By hand: neither libcurl nor cJSON exports a codec, and 30 lines spare a
- * dependency on OpenSSL's. */
-
-static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* n bytes of s into out (4*ceil(n/3)+1 bytes). */
-static void b64_encode(const void *s, size_t n, char *out)
-{
-    const unsigned char *p = s;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)p[i] << 16;
-        if (i + 1 < n)
-            v |= (unsigned)p[i + 1] << 8;
-        if (i + 2 < n)
-            v |= p[i + 2];
-        out[o++] = b64c[(v >> 18) & 63];
-        out[o++] = b64c[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? b64c[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? b64c[v & 63] : '=';
-    }
-    out[o] = '\0';
-}
-
-static int b64_val(char ch)
-{
-    const char *at = ch ? strchr(b64c, ch) : NULL;
-    return at ? (int)(at - b64c) : -1;
-}
-
-/* Decode s into out (at most cap-1 bytes, NUL-terminated): the length, or
- * -1 for input that is not base64 or does not fit. */
-static long b64_decode(const char *s, char *out, size_t cap)
-{
-    size_t n = strlen(s), o = 0;
-    if (n % 4)
-        return -1;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4];
-        for (int j = 0; j < 4; j++) {
-            v[j] = s[i + j] == '=' && i + 4 == n && j >= 2 ? 0 : b64_val(s[i + j]);
-            if (v[j] < 0)
-                return -1;
-        }
-        if (s[i + 2] == '=' && s[i + 3] != '=')
-            return -1;
-        unsigned w = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 |
-                     (unsigned)v[3];
-        int take = s[i + 2] == '=' ? 1 : s[i + 3] == '=' ? 2 : 3;
-        if (o + (size_t)take >= cap)
-            return -1;
-        out[o++] = (char)(w >> 16);
-        if (take > 1)
-            out[o++] = (char)(w >> 8);
-        if (take > 2)
-            out[o++] = (char)w;
-    }
-    out[o] = '\0';
-    return (long)o;
-}
-
-/* ---- replies --------------------------------------------------------------------- */
-
-/* An int64 the gateway writes as a string ("12") or a number; def if absent. */
-static int64_t jint(const cJSON *o, const char *name, int64_t def)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (cJSON_IsString(v) && v->valuestring[0]) {
-        char *end;
-        errno = 0;
-        long long x = strtoll(v->valuestring, &end, 10);
-        return errno || *end ? def : (int64_t)x;
-    }
-    /* (the range test keeps a huge or NaN number from being undefined) */
-    if (cJSON_IsNumber(v) && v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18)
-        return (int64_t)v->valuedouble;
-    return def;
-}
-
-/* A uint64 the gateway writes as a string (member ids use all 64 bits); 0
- * if absent or malformed. */
-static uint64_t juint(const cJSON *o, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsString(v) || v->valuestring[0] < '0' || v->valuestring[0] > '9')
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v->valuestring, &end, 10);
-    return errno || *end ? 0 : (uint64_t)x;
-}
-
-static const cJSON *jobj(const cJSON *o, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsObject(v) ? v : NULL;
-}
-
-static const cJSON *jarr(const cJSON *o, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsArray(v) ? v : NULL;
-}
-
-/* A kv's key, decoded into buf: false when absent or malformed. */
-static bool kv_key(const cJSON *kv, char *buf, size_t len)
-{
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(kv, "key");
-    return cJSON_IsString(k) && b64_decode(k->valuestring, buf, len) >= 0;
-}
-
-/* A kv's value, decoded into buf ("" when absent). */
-static void kv_value(const cJSON *kv, char *buf, size_t len)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
-    if (!cJSON_IsString(v) || b64_decode(v->valuestring, buf, len) < 0)
-        buf[0] = '\0';
-}
 
 /* ---- the client -------------------------------------------------------------------- */
 
@@ -286,14 +166,16 @@ typedef struct ec_conn {
     struct ec_conn *next;
     CURL *easy;
     CURLM *multi;
-    /* reply body (unary) or unparsed rest of a stream */
-    char *buf;
-    size_t len, cap;
-    bool toolarge;
-    /* stream: called for each complete line */
-    void (*on_line)(struct ec_conn *, cJSON *);
-    void *arg;
+    ec_body body; /* reply body (unary) or unparsed rest of a stream */
 } ec_conn;
+
+/* curl's write callback: into the connection's body. */
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
+{
+    ec_conn *k = arg;
+    return ec_body_feed(&k->body, data, size * nmemb);
+}
+
 
 typedef struct eclock eclock;
 
@@ -380,43 +262,6 @@ static void range_end(const char *p, char *out, size_t len)
         out[n - 1] = (char)(out[n - 1] + 1);
 }
 
-static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
-{
-    ec_conn *k = arg;
-    size_t n = size * nmemb;
-    if (k->len + n + 1 > k->cap) {
-        if (k->len + n + 1 > EC_REPLY_MAX) {
-            k->toolarge = true;
-            return 0; /* aborts the transfer */
-        }
-        size_t cap = k->cap ? k->cap : 4096;
-        while (cap < k->len + n + 1)
-            cap *= 2;
-        char *b = realloc(k->buf, cap);
-        if (!b)
-            return 0;
-        k->buf = b;
-        k->cap = cap;
-    }
-    memcpy(k->buf + k->len, data, n);
-    k->len += n;
-    k->buf[k->len] = '\0';
-    if (k->on_line) {
-        char *nl, *start = k->buf;
-        while ((nl = memchr(start, '\n', k->len - (size_t)(start - k->buf)))) {
-            *nl = '\0';
-            cJSON *j = cJSON_Parse(start);
-            k->on_line(k, j); /* NULL for a line that is not JSON */
-            cJSON_Delete(j);
-            start = nl + 1;
-        }
-        k->len -= (size_t)(start - k->buf);
-        memmove(k->buf, start, k->len);
-        k->buf[k->len] = '\0';
-    }
-    return n;
-}
-
 static void conn_free(ec_conn *k)
 {
     if (!k)
@@ -425,7 +270,7 @@ static void conn_free(ec_conn *k)
         curl_multi_cleanup(k->multi);
     if (k->easy)
         curl_easy_cleanup(k->easy);
-    free(k->buf);
+    free(k->body.buf);
     free(k);
 }
 
@@ -447,10 +292,10 @@ static ec_conn *conn_get(ecclient *ec)
             return NULL;
         }
     }
-    k->len = 0;
-    k->toolarge = false;
-    k->on_line = NULL;
-    k->arg = NULL;
+    k->body.len = 0;
+    k->body.toolarge = false;
+    k->body.on_line = NULL;
+    k->body.arg = NULL;
     return k;
 }
 
@@ -586,64 +431,9 @@ static bool no_leader(ecclient *ec, const char *base, int64_t until_ns)
         ec_post_to(ec, base, "/v3/maintenance/status", "{}", until, -1, &j, NULL, err,
                    sizeof err) != 0)
         return false;
-    bool none = juint(j, "leader") == 0;
+    bool none = ec_juint(j, "leader") == 0;
     cJSON_Delete(j);
     return none;
-}
-
-/* An error reply of the gateway ({"error": ..., "code": N, "message": ...})
- * as a DLOCK_E* code and a message. */
-static const char *gateway_message(const cJSON *j)
-{
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
-    if (!cJSON_IsString(m))
-        m = cJSON_GetObjectItemCaseSensitive(j, "error");
-    return cJSON_IsString(m) && jint(j, "code", -1) >= 0 ? m->valuestring : NULL;
-}
-
-/* Is a reply with HTTP status and body j (NULL: not JSON) etcd's at all?
- * Its replies are JSON objects; a success carries a header (a stream's
- * line, inside its result), an error a message and a code (a stream's
- * line, an error object with a message). */
-static bool from_etcd(long status, const cJSON *j)
-{
-    if (!cJSON_IsObject(j))
-        return false;
-    if (status != 200)
-        return gateway_message(j) != NULL;
-    return jobj(j, "header") || jobj(jobj(j, "result"), "header") ||
-           cJSON_IsString(cJSON_GetObjectItemCaseSensitive(jobj(j, "error"), "message"));
-}
-
-static int gateway_error(const char *base, long status, const cJSON *j, char *err, size_t errlen)
-{
-    const char *msg = gateway_message(j);
-    int code = (int)jint(j, "code", -1);
-    if (!msg) {
-        snprintf(err, errlen, "%s answers HTTP %ld without an etcd error: not an etcd v3 gateway?",
-                 base, status);
-        return DLOCK_EPROTO;
-    }
-    if (strstr(msg, "no leader") || strstr(msg, "request timed out") ||
-        strstr(msg, "leader changed") || strstr(msg, "too many requests")) {
-        snprintf(err, errlen, "etcd has no leader, or lost its quorum (%.200s)", msg);
-        return DLOCK_EUNREACHABLE;
-    }
-    if (strstr(msg, "user name is empty")) {
-        snprintf(err, errlen, "etcd has authentication on: give user:password@ in the URL (%.200s)",
-                 msg);
-        return DLOCK_EPERM;
-    }
-    if (strstr(msg, "lease not found")) {
-        snprintf(err, errlen, "the client's lease is gone (%.200s)", msg);
-        return DLOCK_ELOST;
-    }
-    snprintf(err, errlen, "etcd: %.300s", msg);
-    if (code == 16 || code == 7 || strstr(msg, "auth") || strstr(msg, "permission denied"))
-        return DLOCK_EPERM;
-    if (code == 14 || code == 4)
-        return DLOCK_EUNREACHABLE;
-    return DLOCK_EPROTO;
 }
 
 static bool auth_retryable(const char *err)
@@ -735,7 +525,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             snprintf(err, errlen, "out of memory");
             break;
         }
-        k->len = 0;
+        k->body.len = 0;
         CURLcode res = CURLE_OK;
         enum xfer x = conn_run(k, try_until, cancel_fd, NULL, &res);
         curl_slist_free_all(hdrs);
@@ -763,7 +553,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
                          "leader)", base);
             if (x == XFER_TIMEOUT)
                 snprintf(err, errlen, "%s did not answer in time", base);
-            else if (k->toolarge)
+            else if (k->body.toolarge)
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
                          base, EC_REPLY_MAX >> 20);
             else
@@ -782,8 +572,8 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             *sent = true;
         long status = 0;
         curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
-        cJSON *j = k->len ? cJSON_ParseWithLength(k->buf, k->len) : NULL;
-        if (!from_etcd(status, j)) {
+        cJSON *j = k->body.len ? cJSON_ParseWithLength(k->body.buf, k->body.len) : NULL;
+        if (!ec_from_etcd(status, j)) {
             /* Not etcd at all: another endpoint may be. */
             cJSON_Delete(j);
             snprintf(impostor, sizeof impostor, "%s answers HTTP %ld but not as etcd's v3 "
@@ -795,7 +585,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
             e = endpoint_failed(ec, e);
             continue;
         }
-        int rc = status != 200 ? gateway_error(base, status, j, err, errlen) : 0;
+        int rc = status != 200 ? ec_gateway_error(base, status, j, err, errlen) : 0;
         if (!only) {
             pthread_mutex_lock(&ec->mu);
             ec->cur = e;
@@ -881,12 +671,6 @@ static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen
     return 0;
 }
 
-/* The header revision of a reply (0 if absent). */
-static int64_t header_rev(const cJSON *j)
-{
-    return jint(jobj(j, "header"), "revision", 0);
-}
-
 /* A key's value: "SINCE HOLDER\nVALUE", SINCE the wall-clock ms at which
  * the holder got it (as its own clock says), VALUE a leader's value. */
 static void value_format(const ecclient *ec, int64_t since_ms, const char *leader, char *buf,
@@ -924,9 +708,9 @@ static int keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
     int rc = ec_post(ec, "/v3/lease/keepalive", body, until_ns, -1, &j, NULL, err, errlen);
     if (rc)
         return rc;
-    const cJSON *r = jobj(j, "result");
-    int64_t ttl = jint(r, "TTL", 0);
-    const cJSON *er = jobj(j, "error");
+    const cJSON *r = ec_jobj(j, "result");
+    int64_t ttl = ec_jint(r, "TTL", 0);
+    const cJSON *er = ec_jobj(j, "error");
     cJSON_Delete(j);
     if (!r || er) {
         snprintf(err, errlen, "etcd's keep-alive reply has no result");
@@ -984,7 +768,7 @@ static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t
     int64_t sent = dl_now_ns();
     cJSON *j = NULL;
     int rc = ec_post(ec, "/v3/lease/grant", body, until_ns, -1, &j, NULL, err, errlen);
-    int64_t id = rc ? 0 : jint(j, "ID", 0), ttl = rc ? 0 : jint(j, "TTL", 0);
+    int64_t id = rc ? 0 : ec_jint(j, "ID", 0), ttl = rc ? 0 : ec_jint(j, "TTL", 0);
     if (!rc && (id <= 0 || ttl <= 0)) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
         snprintf(err, errlen, "etcd granted no lease%s%.200s", cJSON_IsString(e) ? ": " : "",
@@ -1053,8 +837,6 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
     tell_lost(ec, lost, n, why);
 }
 
-static int64_t entry_lease(const char *dir, const char *key);
-static const char *split_value(char *v, char *holder, size_t len, int64_t *since_ms);
 
 /* Is kv (from a read or a watch event) still the key a holder got: made at
  * rev (not deleted and made anew), bound to its lease, with our value (an
@@ -1062,12 +844,12 @@ static const char *split_value(char *v, char *holder, size_t len, int64_t *since
 static bool kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
                           const cJSON *kv)
 {
-    if (!kv || jint(kv, "create_revision", 0) != rev ||
-        jint(kv, "lease", 0) != entry_lease(dir, key))
+    if (!kv || ec_jint(kv, "create_revision", 0) != rev ||
+        ec_jint(kv, "lease", 0) != ec_entry_lease(dir, key))
         return false;
     char value[1024], holder[sizeof ec->self];
-    kv_value(kv, value, sizeof value);
-    split_value(value, holder, sizeof holder, NULL);
+    ec_kv_value(kv, value, sizeof value);
+    ec_split_value(value, holder, sizeof holder, NULL);
     return strcmp(holder, ec->self) == 0;
 }
 
@@ -1115,14 +897,14 @@ static void verify_held(ecclient *ec)
         return;
     for (int i = 0; i < n; i++) {
         char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[200];
-        b64_encode(refs[i].key, strlen(refs[i].key), b64);
+        ec_b64_encode(refs[i].key, strlen(refs[i].key), b64);
         snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
         cJSON *j = NULL;
         if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) != 0)
             continue; /* the keep-alive decides then */
-        const cJSON *kv = cJSON_GetArrayItem(jarr(j, "kvs"), 0);
+        const cJSON *kv = cJSON_GetArrayItem(ec_jarr(j, "kvs"), 0);
         bool ours = kv_still_ours(ec, refs[i].dir, refs[i].key, refs[i].rev, kv);
-        int64_t at = header_rev(j);
+        int64_t at = ec_header_rev(j);
         cJSON_Delete(j);
         if (!ours) {
             lose_key(ec, refs[i].key, refs[i].rev, EC_KEY_LOST);
@@ -1178,7 +960,7 @@ static int delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
                       int64_t until_ns, int64_t *deleted, char *err, size_t errlen)
 {
     char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 6 + 300];
-    b64_encode(key, strlen(key), b64);
+    ec_b64_encode(key, strlen(key), b64);
     if (rev > 0)
         snprintf(body, sizeof body,
                  "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
@@ -1195,9 +977,9 @@ static int delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
         const cJSON *r = j;
         if (rev > 0)
             r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"))
-                    ? jobj(cJSON_GetArrayItem(jarr(j, "responses"), 0), "response_delete_range")
+                    ? ec_jobj(cJSON_GetArrayItem(ec_jarr(j, "responses"), 0), "response_delete_range")
                     : NULL;
-        *deleted = jint(r, "deleted", 0);
+        *deleted = ec_jint(r, "deleted", 0);
     }
     cJSON_Delete(j);
     return rc;
@@ -1265,10 +1047,10 @@ static void ck_held_event(ck_watch *w, const char *key, bool del, const cJSON *k
     g[w->ngone++].rev = rev;
 }
 
-static void ck_line(ec_conn *k, cJSON *j)
+static void ck_line(void *arg, cJSON *j)
 {
-    ck_watch *w = k->arg;
-    const cJSON *r = jobj(j, "result");
+    ck_watch *w = arg;
+    const cJSON *r = ec_jobj(j, "result");
     if (!r) {
         w->failed = true; /* an error line, or not JSON */
         return;
@@ -1276,18 +1058,18 @@ static void ck_line(ec_conn *k, cJSON *j)
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
         w->failed = true; /* (compacted past a watch's start: verify_held) */
     const cJSON *ev;
-    cJSON_ArrayForEach(ev, jarr(r, "events"))
+    cJSON_ArrayForEach(ev, ec_jarr(r, "events"))
     {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type"), *kv = jobj(ev, "kv");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type"), *kv = ec_jobj(ev, "kv");
         bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
         char key[EC_KEY_MAX];
-        if (!kv_key(kv, key, sizeof key))
+        if (!ec_kv_key(kv, key, sizeof key))
             continue;
         if (strcmp(key, w->ckey) != 0) {
             ck_held_event(w, key, del, kv);
             continue;
         }
-        int64_t mod = jint(kv, "mod_revision", 0);
+        int64_t mod = ec_jint(kv, "mod_revision", 0);
         if (mod > w->rev)
             w->rev = mod;
         if (del)
@@ -1310,7 +1092,7 @@ static char *ck_watch_body(ecclient *ec, int64_t lease, int64_t from)
     if (!body)
         return NULL;
     ckey_of(ec, lease, key, sizeof key);
-    b64_encode(key, strlen(key), b64);
+    ec_b64_encode(key, strlen(key), b64);
     size_t at = (size_t)snprintf(body, cap,
                                  "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
                                  "\"}}",
@@ -1319,7 +1101,7 @@ static char *ck_watch_body(ecclient *ec, int64_t lease, int64_t from)
         el->watched = true;
         if (el->lost)
             continue;
-        b64_encode(el->key, strlen(el->key), b64);
+        ec_b64_encode(el->key, strlen(el->key), b64);
         at += (size_t)snprintf(body + at, cap - at,
                                "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
                                "\"}}",
@@ -1341,12 +1123,12 @@ static void ckey_verify(ecclient *ec, uint64_t gen)
     if (!current)
         return;
     ckey_of(ec, lease, key, sizeof key);
-    b64_encode(key, strlen(key), b64);
+    ec_b64_encode(key, strlen(key), b64);
     snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", b64);
     cJSON *j = NULL;
     if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
-        bool there = cJSON_GetArraySize(jarr(j, "kvs")) > 0;
-        int64_t at = header_rev(j);
+        bool there = cJSON_GetArraySize(ec_jarr(j, "kvs")) > 0;
+        int64_t at = ec_header_rev(j);
         if (there) {
             pthread_mutex_lock(&ec->mu);
             if (gen == ec->gen && ec->ckey_rev < at)
@@ -1494,8 +1276,8 @@ static void *client_thread(void *arg)
             w.ngone = 0;
             if (wk && hdrs && body &&
                 conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
-                wk->on_line = ck_line;
-                wk->arg = &w;
+                wk->body.on_line = ck_line;
+                wk->body.arg = &w;
                 if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
                     conn_put(ec, wk);
                     wk = NULL;
@@ -1569,59 +1351,6 @@ static void *client_thread(void *arg)
 
 /* ---- the queue ------------------------------------------------------------------------ */
 
-typedef struct ec_entry {
-    dl_qpos pos; /* first: dl_queue_blocker reads it */
-    char key[EC_KEY_MAX];
-    int64_t rev;
-} ec_entry;
-
-/* "PREFIX/NAME/KIND-LEASE-OWNER" → the entry's kind (false for another shape). */
-static bool entry_parse(const char *dir, const char *key, ec_entry *e)
-{
-    size_t dl = strlen(dir);
-    if (strncmp(key, dir, dl) != 0)
-        return false;
-    const char *p = dl_qkind_parse(key + dl, &e->pos);
-    if (!p || *p != '-' || strlen(p + 1) != 16 + 1 + DL_OWNER_HEX || p[17] != '-')
-        return false;
-    snprintf(e->key, sizeof e->key, "%s", key);
-    return true;
-}
-
-/* The lease id in an entry's key. */
-static int64_t entry_lease(const char *dir, const char *key)
-{
-    const char *p = strchr(key + strlen(dir), '-');
-    return p ? (int64_t)strtoull(p + 1, NULL, 16) : 0;
-}
-
-/* The queue in a range reply's kvs, ascending by create revision. */
-static int queue_of(const cJSON *range, const char *dir, bool descending, ec_entry **out)
-{
-    const cJSON *kvs = jarr(range, "kvs");
-    int n = cJSON_GetArraySize(kvs), m = 0;
-    ec_entry *q = calloc((size_t)(n ? n : 1), sizeof *q);
-    if (!q)
-        return -1;
-    const cJSON *kv;
-    cJSON_ArrayForEach(kv, kvs)
-    {
-        char key[EC_KEY_MAX];
-        if (kv_key(kv, key, sizeof key) && entry_parse(dir, key, &q[m])) {
-            q[m].rev = jint(kv, "create_revision", 0);
-            m++;
-        }
-    }
-    if (descending)
-        for (int i = 0; i < m / 2; i++) {
-            ec_entry t = q[i];
-            q[i] = q[m - 1 - i];
-            q[m - 1 - i] = t;
-        }
-    *out = q;
-    return m;
-}
-
 /*
  * Read the queue of el's name up to its own key: the last three keys for an
  * exclusive lock (it, its predecessor, and whether that one is first),
@@ -1639,8 +1368,8 @@ static int read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, 
 {
     char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], end[EC_KEY_MAX], body[EC_KEY_MAX * 4 + 200];
     range_end(el->dir, end, sizeof end);
-    b64_encode(el->dir, strlen(el->dir), b64k);
-    b64_encode(end, strlen(end), b64e);
+    ec_b64_encode(el->dir, strlen(el->dir), b64k);
+    ec_b64_encode(end, strlen(end), b64e);
     bool x = el->kind[0] == 'x';
     cJSON *j = NULL;
     for (int serializable = seen > 0; serializable >= 0; serializable--) {
@@ -1653,16 +1382,16 @@ static int read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, 
         int rc = ec_post(ec, "/v3/kv/range", body, until_ns, -1, &j, NULL, err, errlen);
         if (rc)
             return rc;
-        if (!serializable || header_rev(j) >= seen)
+        if (!serializable || ec_header_rev(j) >= seen)
             break;
         cJSON_Delete(j); /* that member is behind the event: ask the leader */
         j = NULL;
     }
-    *rev = header_rev(j);
-    *n = queue_of(j, el->dir, x, q);
+    *rev = ec_header_rev(j);
+    *n = ec_queue_of(j, el->dir, x, q);
     /* Counted over every key returned, ours or not: two of at most three
      * means nothing at all is before the predecessor. */
-    el->pred_first = x && *n == 2 && cJSON_GetArraySize(jarr(j, "kvs")) == 2;
+    el->pred_first = x && *n == 2 && cJSON_GetArraySize(ec_jarr(j, "kvs")) == 2;
     cJSON_Delete(j);
     if (*n < 0) {
         snprintf(err, errlen, "out of memory");
@@ -1685,14 +1414,14 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
     value_format(ec, el->since_ms, NULL, value, sizeof value);
     char b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2], b64d[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2];
     char end[EC_KEY_MAX], ckey[EC_KEY_MAX], b64ck[EC_KEY_MAX * 2], b64s[sizeof ec->self * 2];
-    b64_encode(el->key, strlen(el->key), b64k);
-    b64_encode(value, strlen(value), b64v);
-    b64_encode(el->dir, strlen(el->dir), b64d);
+    ec_b64_encode(el->key, strlen(el->key), b64k);
+    ec_b64_encode(value, strlen(value), b64v);
+    ec_b64_encode(el->dir, strlen(el->dir), b64d);
     range_end(el->dir, end, sizeof end);
-    b64_encode(end, strlen(end), b64e);
+    ec_b64_encode(end, strlen(end), b64e);
     ckey_of(ec, lease, ckey, sizeof ckey);
-    b64_encode(ckey, strlen(ckey), b64ck);
-    b64_encode(ec->self, strlen(ec->self), b64s);
+    ec_b64_encode(ckey, strlen(ckey), b64ck);
+    ec_b64_encode(ec->self, strlen(ec->self), b64s);
     char cput[EC_KEY_MAX * 6];
     cput[0] = '\0';
     if (make_ckey)
@@ -1709,7 +1438,7 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
      * when absent: a nested transaction costs no write when it exists. */
     char marker[EC_KEY_MAX], b64m[EC_KEY_MAX * 2];
     snprintf(marker, sizeof marker, "%s/.names/%s", ec->prefix, l->name);
-    b64_encode(marker, strlen(marker), b64m);
+    ec_b64_encode(marker, strlen(marker), b64m);
     char body[EC_KEY_MAX * 24];
     snprintf(body, sizeof body,
              "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
@@ -1727,13 +1456,13 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
     if (rc)
         return rc;
     bool ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
-    const cJSON *resp = jarr(j, "responses");
-    int64_t hrev = header_rev(j);
+    const cJSON *resp = ec_jarr(j, "responses");
+    int64_t hrev = ec_header_rev(j);
     if (!ok) {
         /* Our key exists already (a retried request): read on from it. */
-        const cJSON *r = jobj(cJSON_GetArrayItem(resp, 0), "response_range");
-        const cJSON *kv = cJSON_GetArrayItem(jarr(r, "kvs"), 0);
-        el->rev = jint(kv, "create_revision", 0);
+        const cJSON *r = ec_jobj(cJSON_GetArrayItem(resp, 0), "response_range");
+        const cJSON *kv = cJSON_GetArrayItem(ec_jarr(r, "kvs"), 0);
+        el->rev = ec_jint(kv, "create_revision", 0);
         cJSON_Delete(j);
         if (el->rev <= 0) {
             snprintf(err, errlen, "etcd's transaction reply makes no sense");
@@ -1742,10 +1471,10 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
         return read_queue(ec, el, 0, until_ns, q, n, rev, err, errlen);
     }
     el->rev = hrev;
-    const cJSON *r = jobj(cJSON_GetArrayItem(resp, 1), "response_range");
+    const cJSON *r = ec_jobj(cJSON_GetArrayItem(resp, 1), "response_range");
     *rev = hrev;
-    *n = r ? queue_of(r, el->dir, x, q) : -2;
-    el->pred_first = x && *n == 2 && cJSON_GetArraySize(jarr(r, "kvs")) == 2;
+    *n = r ? ec_queue_of(r, el->dir, x, q) : -2;
+    el->pred_first = x && *n == 2 && cJSON_GetArraySize(ec_jarr(r, "kvs")) == 2;
     cJSON_Delete(j);
     if (*n == -1) {
         snprintf(err, errlen, "out of memory");
@@ -1770,75 +1499,6 @@ static int enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool 
     return 0;
 }
 
-/* A waiter's watch: the deletion of `pred` (or of any key under `pred`
- * when range), any change of it when puts, or the deletion of our own key,
- * after revision rev (the read that found us waiting). */
-typedef struct wait_watch {
-    const char *pred, *own; /* the keys watched */
-    bool chain;       /* exclusive behind exclusive: pred's write says it holds */
-    bool pred_held;   /* ... and it came */
-    bool pred_gone;   /* an event: pred deleted */
-    bool other;       /* an event of another kind or key, or the watch canceled */
-    bool fired, failed;
-    bool stop;        /* fired, or both watches created: look */
-    int created;      /* watches created */
-    int64_t at_rev;   /* the store's revision when they were */
-    int64_t ev_rev;   /* the revision of the last event */
-    int64_t read_rev; /* the read that found us waiting: older events are in it */
-    char why[200];
-} wait_watch;
-
-static void wait_line(ec_conn *k, cJSON *j)
-{
-    wait_watch *w = k->arg;
-    const cJSON *r = jobj(j, "result");
-    if (!r) {
-        const cJSON *e = jobj(j, "error");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e ? e : j, "message");
-        snprintf(w->why, sizeof w->why, "%s", cJSON_IsString(m) ? m->valuestring : "not JSON");
-        w->failed = true;
-        return;
-    }
-    const cJSON *ev;
-    cJSON_ArrayForEach(ev, jarr(r, "events"))
-    {
-        int64_t mod = jint(jobj(ev, "kv"), "mod_revision", 0);
-        /* A watch starts at its member's revision, which a member that is
-         * behind (just restarted) has below our read's: what it replays up
-         * to that read is in the read already. (Taken for news, the
-         * predecessor's creation read as "it holds", and its going then let
-         * a waiter in past the holder: an overlap after a member restart.) */
-        if (mod <= w->read_rev)
-            continue;
-        if (mod > w->ev_rev)
-            w->ev_rev = mod;
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
-        char key[EC_KEY_MAX];
-        bool del = cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
-        bool on_pred = w->pred && kv_key(jobj(ev, "kv"), key, sizeof key) &&
-                       strcmp(key, w->pred) == 0;
-        if (on_pred && !del && w->chain &&
-            jint(jobj(ev, "kv"), "create_revision", 0) < mod) {
-            w->pred_held = true; /* it holds, so it is first: wait on for its going */
-            continue;
-        }
-        if (on_pred && del)
-            w->pred_gone = true;
-        else
-            w->other = true;
-        w->fired = w->stop = true;
-    }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
-        w->fired = w->stop = w->other = true; /* the watch is gone; read again */
-    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
-        int64_t rev = header_rev(r);
-        if (rev > w->at_rev)
-            w->at_rev = rev;
-        if (++w->created == 2)
-            w->stop = true;
-    }
-}
-
 /* Did the keys a waiter watches change between revision rev (its read) and
  * at_rev (its watches' start): pred gone (or, with puts, written), own key
  * gone? A range watch (any key of the name) is taken as changed. The read
@@ -1850,8 +1510,8 @@ static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts,
     if (range)
         return true;
     char b64p[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200], err[200];
-    b64_encode(pred, strlen(pred), b64p);
-    b64_encode(own, strlen(own), b64o);
+    ec_b64_encode(pred, strlen(pred), b64p);
+    ec_b64_encode(own, strlen(own), b64o);
     snprintf(body, sizeof body,
              "{\"success\":[{\"request_range\":{\"key\":\"%s\",\"keys_only\":true,"
              "\"serializable\":true}},{\"request_range\":{\"key\":\"%s\",\"keys_only\":true,"
@@ -1859,14 +1519,14 @@ static bool changed_since(ecclient *ec, const char *pred, bool range, bool puts,
              b64p, b64o);
     cJSON *j = NULL;
     if (ec_post(ec, "/v3/kv/txn", body, until_ns, -1, &j, NULL, err, sizeof err) != 0 ||
-        header_rev(j) < at_rev) {
+        ec_header_rev(j) < at_rev) {
         cJSON_Delete(j);
         return true; /* the caller's read says what is wrong, or is up to date */
     }
-    const cJSON *resp = jarr(j, "responses");
-    const cJSON *p = cJSON_GetArrayItem(jarr(jobj(cJSON_GetArrayItem(resp, 0), "response_range"), "kvs"), 0);
-    const cJSON *o = cJSON_GetArrayItem(jarr(jobj(cJSON_GetArrayItem(resp, 1), "response_range"), "kvs"), 0);
-    bool changed = !p || !o || (puts && jint(p, "mod_revision", 0) > rev);
+    const cJSON *resp = ec_jarr(j, "responses");
+    const cJSON *p = cJSON_GetArrayItem(ec_jarr(ec_jobj(cJSON_GetArrayItem(resp, 0), "response_range"), "kvs"), 0);
+    const cJSON *o = cJSON_GetArrayItem(ec_jarr(ec_jobj(cJSON_GetArrayItem(resp, 1), "response_range"), "kvs"), 0);
+    bool changed = !p || !o || (puts && ec_jint(p, "mod_revision", 0) > rev);
     cJSON_Delete(j);
     return changed;
 }
@@ -1877,11 +1537,11 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
-    b64_encode(pred, strlen(pred), b64p);
-    b64_encode(own, strlen(own), b64o);
+    ec_b64_encode(pred, strlen(pred), b64p);
+    ec_b64_encode(own, strlen(own), b64o);
     if (range) {
         range_end(pred, end, sizeof end);
-        b64_encode(end, strlen(end), b64e);
+        ec_b64_encode(end, strlen(end), b64e);
         snprintf(rend, sizeof rend, ",\"range_end\":\"%s\"", b64e);
     }
     /* The watches start at the store's current revision, not at our
@@ -1907,8 +1567,8 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
         return DLOCK_ENOMEM;
     }
     wait_watch w = {.pred = pred, .own = own, .chain = chain, .read_rev = rev};
-    k->on_line = wait_line;
-    k->arg = &w;
+    k->body.on_line = ec_wait_line;
+    k->body.arg = &w;
     CURLcode res = CURLE_OK;
     enum xfer x = XFER_DONE;
     if (conn_start(k)) {
@@ -2203,8 +1863,8 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         char value[sizeof ec->self + 32], b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2];
         char body[EC_KEY_MAX * 4 + sizeof b64v + 200];
         value_format(ec, el->since_ms, NULL, value, sizeof value);
-        b64_encode(el->key, strlen(el->key), b64k);
-        b64_encode(value, strlen(value), b64v);
+        ec_b64_encode(el->key, strlen(el->key), b64k);
+        ec_b64_encode(value, strlen(value), b64v);
         snprintf(body, sizeof body,
                  "{\"compare\":[{\"key\":\"%s\",\"target\":\"VERSION\",\"result\":\"EQUAL\","
                  "\"version\":\"1\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":"
@@ -2261,18 +1921,18 @@ static int etcd_release(dlock_lock *l)
          * key: the revocation is the release (one write, not two). Only
          * check, with a read, that the key was ours to the end. */
         char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64];
-        b64_encode(el->key, strlen(el->key), b64);
+        ec_b64_encode(el->key, strlen(el->key), b64);
         snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
         cJSON *j = NULL;
         rc = ec_post(ec, "/v3/kv/range", body, req_until(l), -1, &j, NULL, err, sizeof err);
         if (rc == 0)
             deleted = kv_still_ours(ec, el->dir, el->key, el->rev,
-                                    cJSON_GetArrayItem(jarr(j, "kvs"), 0))
+                                    cJSON_GetArrayItem(ec_jarr(j, "kvs"), 0))
                           ? 1 /* (as good as deleted: the revocation takes it) */
                           : 0;
         cJSON_Delete(j);
     } else {
-        rc = delete_key(ec, el->key, el->rev, entry_lease(el->dir, el->key), req_until(l),
+        rc = delete_key(ec, el->key, el->rev, ec_entry_lease(el->dir, el->key), req_until(l),
                         &deleted, err, sizeof err);
     }
     int result = 0;
@@ -2344,8 +2004,8 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
 {
     char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], end[EC_KEY_MAX], body[EC_KEY_MAX * 4 + 200];
     range_end(dir, end, sizeof end);
-    b64_encode(dir, strlen(dir), b64k);
-    b64_encode(end, strlen(end), b64e);
+    ec_b64_encode(dir, strlen(dir), b64k);
+    ec_b64_encode(end, strlen(end), b64e);
     snprintf(body, sizeof body,
              "{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_target\":\"CREATE\","
              "\"sort_order\":\"ASCEND\"}",
@@ -2354,17 +2014,17 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
     int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, errlen);
     if (rc)
         return rc;
-    *n = queue_of(j, dir, false, q);
+    *n = ec_queue_of(j, dir, false, q);
     *values = NULL;
     if (*n >= 0) {
         *values = calloc((size_t)(*n ? *n : 1), sizeof **values);
         const cJSON *kv;
         int i = 0;
-        cJSON_ArrayForEach(kv, jarr(j, "kvs"))
+        cJSON_ArrayForEach(kv, ec_jarr(j, "kvs"))
         {
             char key[EC_KEY_MAX];
-            if (*values && i < *n && kv_key(kv, key, sizeof key) && strcmp(key, (*q)[i].key) == 0)
-                kv_value(kv, (*values)[i++], sizeof **values);
+            if (*values && i < *n && ec_kv_key(kv, key, sizeof key) && strcmp(key, (*q)[i].key) == 0)
+                ec_kv_value(kv, (*values)[i++], sizeof **values);
         }
     }
     cJSON_Delete(j);
@@ -2375,24 +2035,6 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
         return DLOCK_ENOMEM;
     }
     return 0;
-}
-
-/* A value as value_format wrote it: the holder into holder, when it got
- * the lock into *since_ms (-1 unknown), the leader value returned (NULL
- * if none). */
-static const char *split_value(char *v, char *holder, size_t len, int64_t *since_ms)
-{
-    char *nl = strchr(v, '\n');
-    if (nl)
-        *nl = '\0';
-    char *end;
-    long long since = strtoll(v, &end, 10);
-    bool stamped = end != v && *end == ' ';
-    if (since_ms)
-        *since_ms = stamped ? since : -1;
-    if (holder)
-        snprintf(holder, len, "%s", stamped ? end + 1 : v);
-    return nl && nl[1] ? nl + 1 : NULL;
 }
 
 static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
@@ -2421,16 +2063,16 @@ static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
     if (first >= 0) {
         info->token = (uint64_t)q[first].rev;
         int64_t since;
-        split_value(values[first], info->holder, sizeof info->holder, &since);
+        ec_split_value(values[first], info->holder, sizeof info->holder, &since);
         if (since >= 0) {
             int64_t ms = dl_realtime_ms() - since;
             info->held_ms = ms < 0 ? 0 : ms; /* (another host's clock may be ahead) */
         }
         char body[64];
-        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", entry_lease(dir, q[first].key));
+        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", ec_entry_lease(dir, q[first].key));
         cJSON *j = NULL;
         if (ec_post(ec, "/v3/lease/timetolive", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
-            int64_t ttl = jint(j, "TTL", -1);
+            int64_t ttl = ec_jint(j, "TTL", -1);
             info->lease_ms = ttl >= 0 ? ttl * 1000 : -1;
         }
         cJSON_Delete(j);
@@ -2465,15 +2107,15 @@ static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
             continue;
         if (broken++ == 0) {
             info->token = (uint64_t)q[i].rev;
-            split_value(values[i], info->holder, sizeof info->holder, NULL);
+            ec_split_value(values[i], info->holder, sizeof info->holder, NULL);
         }
         /* Tell the holder at once: it watches its client key. A put bound
          * to its lease goes with it (and fails if the lease is gone). */
         char ckey[EC_KEY_MAX], b64[EC_KEY_MAX * 2], b64v[64], body[EC_KEY_MAX * 2 + 200];
-        int64_t lease = entry_lease(dir, q[i].key);
+        int64_t lease = ec_entry_lease(dir, q[i].key);
         ckey_of(ec, lease, ckey, sizeof ckey);
-        b64_encode(ckey, strlen(ckey), b64);
-        b64_encode("broken", 6, b64v);
+        ec_b64_encode(ckey, strlen(ckey), b64);
+        ec_b64_encode("broken", 6, b64v);
         snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}",
                  b64, b64v, lease);
         (void)ec_post(ec, "/v3/kv/put", body, -1, -1, NULL, NULL, err, sizeof err);
@@ -2497,8 +2139,8 @@ static int etcd_set_value(dlock_lock *l, const char *value)
     char data[sizeof ec->self + 300], b64k[EC_KEY_MAX * 2], b64v[sizeof data * 2];
     char body[sizeof b64k * 2 + sizeof b64v + 300], err[300];
     value_format(ec, el->since_ms, value, data, sizeof data);
-    b64_encode(el->key, strlen(el->key), b64k);
-    b64_encode(data, strlen(data), b64v);
+    ec_b64_encode(el->key, strlen(el->key), b64k);
+    ec_b64_encode(data, strlen(data), b64v);
     /* Only while our key exists: a put would make it anew. */
     snprintf(body, sizeof body,
              "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
@@ -2532,7 +2174,7 @@ static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t l
     for (int i = 0; i < n && first < 0; i++)
         if (dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS)
             first = i;
-    const char *value = first >= 0 ? split_value(values[first], NULL, 0, NULL) : NULL;
+    const char *value = first >= 0 ? ec_split_value(values[first], NULL, 0, NULL) : NULL;
     if (value)
         snprintf(buf, len, "%s", value);
     free(q);
@@ -2554,8 +2196,8 @@ static int etcd_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void
     int stop = 0;
     for (;;) {
         char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200];
-        b64_encode(from, (size_t)fl, b64k);
-        b64_encode(end, strlen(end), b64e);
+        ec_b64_encode(from, (size_t)fl, b64k);
+        ec_b64_encode(end, strlen(end), b64e);
         snprintf(body, sizeof body,
                  "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,\"limit\":\"1000\"}",
                  b64k, b64e);
@@ -2566,10 +2208,10 @@ static int etcd_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void
         const cJSON *kv;
         bool past = false;
         int seen = 0;
-        cJSON_ArrayForEach(kv, jarr(j, "kvs"))
+        cJSON_ArrayForEach(kv, ec_jarr(j, "kvs"))
         {
             char key[EC_KEY_MAX];
-            if (!kv_key(kv, key, sizeof key) || strncmp(key, base, (size_t)bl) != 0)
+            if (!ec_kv_key(kv, key, sizeof key) || strncmp(key, base, (size_t)bl) != 0)
                 continue;
             seen++;
             const char *name = key + bl;
@@ -2827,11 +2469,11 @@ typedef struct relay_watch {
     bool stop;
 } relay_watch;
 
-static void relay_line(ec_conn *k, cJSON *j)
+static void relay_line(void *arg, cJSON *j)
 {
-    relay_watch *w = k->arg;
-    const cJSON *r = jobj(j, "result");
-    if (cJSON_GetArraySize(jarr(r, "events")) > 0 && !w->fired) {
+    relay_watch *w = arg;
+    const cJSON *r = ec_jobj(j, "result");
+    if (cJSON_GetArraySize(ec_jarr(r, "events")) > 0 && !w->fired) {
         w->fired_ns = dl_now_ns();
         w->fired = true;
     } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
@@ -2868,7 +2510,7 @@ static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int6
     bool make_ckey;
     int rc = lease_ensure(ec, -1, &lease, &gen, &make_ckey, err, sizeof err);
     tool_key(ec, name, "baseline", key, sizeof key);
-    b64_encode(key, strlen(key), b64k);
+    ec_b64_encode(key, strlen(key), b64k);
     snprintf(put, sizeof put, "{\"key\":\"%s\",\"lease\":\"%" PRId64 "\"}", b64k, lease);
     snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
     int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
@@ -2898,7 +2540,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
     char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 32];
     char del[EC_KEY_MAX * 2 + 32], watch[EC_KEY_MAX * 2 + 100];
     tool_key(ec, name, "relay", key, sizeof key);
-    b64_encode(key, strlen(key), b64k);
+    ec_b64_encode(key, strlen(key), b64k);
     snprintf(put, sizeof put, "{\"key\":\"%s\"}", b64k);
     snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
     int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
@@ -2907,7 +2549,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
     for (int i = -5; rc == 0 && i < iters; i++) {
         cJSON *j = NULL;
         rc = ec_post(ec, "/v3/kv/put", put, -1, -1, &j, NULL, err, sizeof err);
-        int64_t rev = header_rev(j);
+        int64_t rev = ec_header_rev(j);
         cJSON_Delete(j);
         if (rc)
             break;
@@ -2924,7 +2566,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
         pthread_mutex_unlock(&ec->mu);
         pthread_t t;
         if (!w.k || !hdrs || conn_setup(ec, w.k, base, "/v3/watch", watch, hdrs, ec->connect_ms) ||
-            (w.k->on_line = relay_line, w.k->arg = &w, pthread_create(&t, NULL, relay_main, &w))) {
+            (w.k->body.on_line = relay_line, w.k->body.arg = &w, pthread_create(&t, NULL, relay_main, &w))) {
             curl_slist_free_all(hdrs);
             conn_put(ec, w.k);
             rc = DLOCK_ENOMEM;
@@ -2968,8 +2610,8 @@ static int member_status(dlock_client *c, const char *host, int port, uint64_t *
                         sizeof err);
     if (rc)
         return dl_client_err(c, rc, "etcd %s:%d: %s", host, port, err);
-    *id = juint(jobj(j, "header"), "member_id");
-    *leader = juint(j, "leader");
+    *id = ec_juint(ec_jobj(j, "header"), "member_id");
+    *leader = ec_juint(j, "leader");
     cJSON_Delete(j);
     return 0;
 }

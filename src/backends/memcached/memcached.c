@@ -57,8 +57,8 @@
  *
  * The meta protocol is written by hand: Debian's libmemcached speaks only
  * the classic commands, which need two round trips for an owner-checked
- * release (gets, then cas or delete). Its reply parser (mc_parse) is small
- * and fuzzed (fuzz/fuzz_memcached.c).
+ * release (gets, then cas or delete). Its reply parser (mc_parse, proto.c)
+ * is small and fuzzed (fuzz/fuzz_memcached.c).
  */
 #include "internal.h"
 #include "support/support.h"
