@@ -3,11 +3,30 @@
  *
  * One API over every backend (file, redis, redlock, zk, etcd, postgres,
  * mysql, memcached), chosen by URL scheme. All functions return 0 on success
- * or a negative DLOCK_E* code; detail lives in the handle's last-error message
- * (dlock_client_errmsg / dlock_lock_errmsg). Handles are opaque and created and
- * destroyed in pairs. A client may be shared between threads; one lock handle
- * belongs to one thread at a time, except dlock_cancel, dlock_state,
- * dlock_token and dlock_lost_fd, which may be called from any thread.
+ * or a negative DLOCK_E* code; detail lives in a last-error message. Handles
+ * are opaque and created and destroyed in pairs. A client may be shared
+ * between threads; one lock handle belongs to one thread at a time, except
+ * dlock_cancel, dlock_state, dlock_token and dlock_lost_fd, which may be
+ * called from any thread.
+ *
+ * Where a failure's message is (a one-line English reason, never a
+ * password):
+ *   - dlock_client_open: dlock_client_errmsg(NULL), for the calling thread.
+ *   - calls on a lock handle (dlock_acquire, dlock_release,
+ *     dlock_release_and_close, dlock_campaign, dlock_resign): that handle's
+ *     dlock_lock_errmsg; dlock_acquire_all puts the failing handle's reason
+ *     on every handle of the set, dlock_release_all leaves each on its own.
+ *   - dlock_lock_new and calls on a client (dlock_leader, dlock_inspect,
+ *     dlock_break, dlock_list): dlock_client_errmsg(client), for the
+ *     calling thread (with client NULL: dlock_client_errmsg(NULL)).
+ * A NULL handle where one is needed is DLOCK_EINVAL.
+ *
+ * How long a returned string lives: dlock_strerror, dlock_err_name,
+ * dlock_version, dlock_client_backend and every string of a
+ * dlock_backend_info are static. dlock_client_url lives as long as the
+ * client's memory (dlock_client_close, and dlock_lock_free of its last
+ * handle). dlock_lock_name lives until dlock_lock_free. An error message
+ * lives until the next call that can set it (see each); copy it to keep it.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -73,6 +92,12 @@ DLOCK_EXTERN const char *dlock_err_name(int code);
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
 
+/* Limits, in bytes (names) or counts. */
+#define DLOCK_NAME_MAX 200     /* a lock name's length (dlock_name_valid) */
+#define DLOCK_VALUE_MAX 255    /* a leader's published value (dlock_campaign) */
+#define DLOCK_PERMITS_MAX 4096 /* a semaphore's permits */
+#define DLOCK_HOLDER_MAX 256   /* dlock_info.holder, its terminating NUL included */
+
 /*
  * One name is one lock, whatever kind each taker asks for, on every
  * backend. EXCLUSIVE and SHARED are the two sides of a read-write lock. An
@@ -117,19 +142,25 @@ enum {
 typedef struct dlock_client_opts {
     int connect_timeout_ms;
     int op_timeout_ms; /* per request */
+    /* Room for options of later versions: zeroed by dlock_client_opts_init
+     * (always start from it), so that a program built now keeps its
+     * meaning when the library grows. */
+    uint64_t reserved_[6];
 } dlock_client_opts;
 
 typedef void (*dlock_lost_cb)(dlock_lock *lock, void *arg);
 
 typedef struct dlock_lock_opts {
     dlock_kind kind;
-    unsigned permits; /* semaphore size, >= 1 */
+    unsigned permits; /* semaphore size, 1..DLOCK_PERMITS_MAX */
     int ttl_ms;       /* lease length for lease backends; 0: default (30000) */
     int fair;         /* 1 FIFO, 0 any order, -1 backend default; else EINVAL */
     /* Called once, from the client's background thread, when a held lock is
      * lost. Must not block; dlock_lost_fd is the poll-friendly alternative. */
     dlock_lost_cb on_lost;
     void *on_lost_arg;
+    /* Room for options of later versions (see dlock_client_opts). */
+    uint64_t reserved_[6];
 } dlock_lock_opts;
 
 DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);
@@ -154,14 +185,15 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
 DLOCK_EXTERN void dlock_client_close(dlock_client *client);
 /* The message of the calling thread's last failed call on this client (""
  * if none): each thread has its own, as with errno, so threads sharing a
- * client never read each other's. The string stays valid, in this thread,
- * until its next call into the library with this client; copy it to keep
- * it. NULL: the calling thread's last dlock_client_open failure (or last
- * client error). */
+ * client never read each other's, and it may be read while other threads
+ * use the client. The string stays valid, in this thread, until its next
+ * call into the library with this client; copy it to keep it. NULL: the
+ * calling thread's last dlock_client_open failure (or last client error). */
 DLOCK_EXTERN const char *dlock_client_errmsg(const dlock_client *client);
-/* The client's URL with any password replaced by "***". */
+/* The client's URL with any password replaced by "***"; lives as long as
+ * the client's memory (see dlock_client_close). */
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *client);
-/* Name of the client's backend ("file", "redis", ...). */
+/* Name of the client's backend ("file", "redis", ...); static. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
 /* What this client offers (DLOCK_CAP_*): its backend's capabilities, or
  * fewer where the URL chose a mode that lacks some (postgres mode=advisory
@@ -169,7 +201,7 @@ DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
 DLOCK_EXTERN unsigned dlock_client_caps(const dlock_client *client);
 
 /*
- * Lock names: 1..200 bytes of printable ASCII other than '/' and '\\'; they
+ * Lock names: 1..DLOCK_NAME_MAX (200) bytes of printable ASCII other than '/' and '\\'; they
  * may not be "." or "..", nor start with '.', nor start or end with a space. Backends map names to keys,
  * paths and identifiers safely.
  */
@@ -183,7 +215,11 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
                                 const dlock_lock_opts *opts);
 /* Releases the lock if held, then frees the handle. */
 DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock);
+/* The message of the last failed call on this handle ("" if none), or,
+ * once the lock is lost, why it was lost. Valid until the next call on the
+ * handle that can fail, or dlock_lock_free. */
 DLOCK_EXTERN const char *dlock_lock_errmsg(const dlock_lock *lock);
+/* The handle's lock name; valid until dlock_lock_free. */
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
 
 /*
@@ -247,7 +283,7 @@ DLOCK_EXTERN int dlock_release_all(dlock_lock **locks, size_t n);
 
 /*
  * Leader election on the lock's name. campaign waits (as dlock_acquire) to
- * become leader and publishes `value` (<= 255 bytes) for observers; resign
+ * become leader and publishes `value` (<= DLOCK_VALUE_MAX bytes) for observers; resign
  * gives leadership up. dlock_leader copies the current leader's value into
  * buf (DLOCK_ENOENT when there is none); a buf too short for it (256
  * bytes always suffice) is DLOCK_EINVAL, with the size needed in the
@@ -265,7 +301,10 @@ typedef struct dlock_info {
     uint64_t token;       /* last token issued, 0 unknown */
     long long held_ms;    /* how long the current holder has held it, -1 unknown */
     long long lease_ms;   /* remaining lease, -1 none/unknown */
-    char holder[256];     /* holder description ("pid 123 on host"), "" unknown */
+    char holder[DLOCK_HOLDER_MAX]; /* holder description ("pid 123 on host"), "" unknown */
+    /* Room for facts of later versions: the library zeroes what it does
+     * not fill. */
+    uint64_t reserved_[8];
 } dlock_info;
 
 DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_info *info);
@@ -300,15 +339,6 @@ typedef struct dlock_backend_info {
 /* Number of registered backends; dlock_backend_at returns NULL past the end. */
 DLOCK_EXTERN size_t dlock_backend_count(void);
 DLOCK_EXTERN const dlock_backend_info *dlock_backend_at(size_t i);
-
-/*
- * Test hook: make a held lock behave as if its lease or session were lost
- * (the file backend cannot lose a lock by itself). Returns DLOCK_ENOTHELD if
- * not held. The loss is told as a real one is (on_lost from a library
- * thread, not the caller's; the lost descriptor), before the hook returns.
- * Intended for tests of loss handling; never needed in production.
- */
-DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
 
 #ifdef __cplusplus
 }

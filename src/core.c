@@ -6,6 +6,7 @@
  * and notification lives here.
  */
 #include "internal.h"
+#include "dlock_debug.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -1124,9 +1125,9 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
         o = *opts;
     else
         dlock_lock_opts_init(&o);
-    if (o.kind == DLOCK_SEMAPHORE && (o.permits < 1 || o.permits > 4096))
-        return dl_client_err(client, DLOCK_EINVAL,
-                             "semaphore permits must be between 1 and 4096, not %u", o.permits);
+    if (o.kind == DLOCK_SEMAPHORE && (o.permits < 1 || o.permits > DLOCK_PERMITS_MAX))
+        return dl_client_err(client, DLOCK_EINVAL, "semaphore permits must be between 1 and %d, not %u",
+                             DLOCK_PERMITS_MAX, o.permits);
     if (o.kind != DLOCK_EXCLUSIVE && o.kind != DLOCK_SHARED && o.kind != DLOCK_SEMAPHORE)
         return dl_client_err(client, DLOCK_EINVAL, "unknown lock kind %d", (int)o.kind);
     if (o.kind != DLOCK_SEMAPHORE)

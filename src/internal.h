@@ -17,11 +17,11 @@
 #include <stdint.h>
 
 #define DL_ERRMSG_MAX 512
-#define DL_NAME_MAX 200
+#define DL_NAME_MAX DLOCK_NAME_MAX
 #define DL_OWNER_HEX 32 /* 128-bit owner id as lowercase hex */
 #define DL_DEFAULT_TTL_MS 30000
 #define DL_DEFAULT_TIMEOUT_MS 2000
-#define DL_LEADER_MAX 255 /* bytes of a published leader value */
+#define DL_LEADER_MAX DLOCK_VALUE_MAX /* bytes of a published leader value */
 /* Default directory of the embedded backend: shared by every user of the host
  * (sticky and world-writable, like /tmp) and kept across reboots, so that
  * fencing tokens survive them. */

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "dlock_debug.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
  * scratch directory. */

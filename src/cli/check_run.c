@@ -20,6 +20,7 @@
  */
 #include "check.h"
 #include "cli.h"
+#include "dlock_debug.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -19,6 +19,7 @@
  * loss. If the guardian itself dies, dlock starts a new one at once.
  */
 #include "cli.h"
+#include "dlock_debug.h"
 
 #include <dirent.h>
 #include <errno.h>

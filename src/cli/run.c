@@ -3,6 +3,7 @@
  * giving it back. The command itself is supervised in child.c; signals
  * arrive through the self-pipe of signals.c. */
 #include "cli.h"
+#include "dlock_debug.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -63,9 +63,9 @@ const char *dl_qkind_parse(const char *s, dl_qpos *out)
         return NULL;
     unsigned long v = 0;
     const char *p = s + 1;
-    while (*p >= '0' && *p <= '9' && v <= 4096)
+    while (*p >= '0' && *p <= '9' && v <= DLOCK_PERMITS_MAX)
         v = v * 10 + (unsigned long)(*p++ - '0');
-    if (v < 1 || v > 4096)
+    if (v < 1 || v > DLOCK_PERMITS_MAX)
         return NULL;
     out->kind = 's';
     out->permits = (unsigned)v;

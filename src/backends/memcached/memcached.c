@@ -487,7 +487,7 @@ static void give_item(dlock_lock *l, int slot, uint64_t cas)
 static long permits_in(const mc_reply *r)
 {
     long v = strcmp(r->code, "VA") == 0 ? strtol(r->value, NULL, 10) : 0;
-    return v > 0 && v <= 4096 ? v : 0;
+    return v > 0 && v <= DLOCK_PERMITS_MAX ? v : 0;
 }
 
 /* One add of slot (-1: the lock's own item): 1 ours (ml->slot, ml->cas and
@@ -856,7 +856,7 @@ static int view_of(dlock_client *c, const char *name, mc_view *v, char *why, siz
         return rc;
     view_add(v, &r[0]);
     long permits = strcmp(r[1].code, "VA") == 0 ? strtol(r[1].value, NULL, 10) : 0;
-    if (permits <= 0 || permits > 4096)
+    if (permits <= 0 || permits > DLOCK_PERMITS_MAX)
         return 0;
     /* a semaphore: its slots, in one write */
     size_t cap = (size_t)permits * (MC_KEY_MAX + 24);
@@ -942,7 +942,7 @@ static int mc_break(dlock_client *c, const char *name, dlock_info *broken)
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
     rc = mc_call(mc, s, req, (size_t)n, &pr, 1, until, -1, why, sizeof why);
     long permits = !rc && strcmp(pr.code, "VA") == 0 ? strtol(pr.value, NULL, 10) : 0;
-    if (permits < 0 || permits > 4096)
+    if (permits < 0 || permits > DLOCK_PERMITS_MAX)
         permits = 0;
     size_t cap = (size_t)(permits + 1) * (MC_KEY_MAX + 24);
     char *dreq = rc ? NULL : malloc(cap);

@@ -1,0 +1,27 @@
+/*
+ * dlock_debug.h — what the library exports for dlock's own tests and
+ * harness, beside the public API: not installed, no promise kept across
+ * versions.
+ */
+#ifndef DLOCK_DEBUG_H
+#define DLOCK_DEBUG_H
+
+#include "dlock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Test hook: make a held lock behave as if its lease or session were lost
+ * (the file backend cannot lose a lock by itself). Returns DLOCK_ENOTHELD if
+ * not held. The loss is told as a real one is (on_lost from a library
+ * thread, not the caller's; the lost descriptor), before the hook returns.
+ * Intended for tests of loss handling; never needed in production.
+ */
+DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_DEBUG_H */
