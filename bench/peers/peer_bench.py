@@ -352,7 +352,7 @@ def worker_cmd(a, tmp, name):
             "--name", name, "--hold-us", str(a.H), "--poll-us", str(a.poll_us)]
 
 
-REDIS_LUA = os.path.join(HERE, "..", "..", "src", "redis", "lock.lua")
+REDIS_LUA = os.path.join(HERE, "..", "..", "src", "backends", "redis", "lock.lua")
 
 
 def prepare(a, tmp):
