@@ -62,7 +62,7 @@ int dl_url_parse(const char *s, dl_url **out, char *err, size_t errlen);
 void dl_url_free(dl_url *url);
 /* Overwrite the password and secret query values of s with '*' in place. */
 void dl_url_scrub(char *s);
-/* The default URL from the environment (see dlock_tool_env_url): $DLOCK_URL
+/* The default URL from the environment (see dh_env_url): $DLOCK_URL
  * or the whole URL read from $DLOCK_URL_FD into buf; NULL if none. */
 const char *dl_env_url(char *buf, size_t len);
 /* Longest URL read from $DLOCK_URL_FD. */
@@ -168,7 +168,7 @@ typedef struct dl_backend {
      * round trip, bare hand-over relay, server command counters, which
      * servers hold a lock); NULL, or any of its operations NULL, answers
      * DLOCK_ENOTSUP. */
-    const struct dl_tools *tools;
+    const struct dh_tools *tools;
 } dl_backend;
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields

@@ -13,7 +13,7 @@
 
 /* The backend's table (NULL when it has none), or NULL with *rc set (and
  * the client's error) when the arguments are wrong. */
-static const struct dl_tools *ops_of(dlock_client *c, const void *out, int *rc)
+static const struct dh_tools *ops_of(dlock_client *c, const void *out, int *rc)
 {
     if (!c || c->closed || !out) {
         *rc = DLOCK_EINVAL;
@@ -26,9 +26,9 @@ static const struct dl_tools *ops_of(dlock_client *c, const void *out, int *rc)
 }
 
 /* The same, for an operation on lock `name`. */
-static const struct dl_tools *ops(dlock_client *c, const char *name, const void *out, int *rc)
+static const struct dh_tools *ops(dlock_client *c, const char *name, const void *out, int *rc)
 {
-    const struct dl_tools *t = ops_of(c, out, rc);
+    const struct dh_tools *t = ops_of(c, out, rc);
     if (*rc)
         return NULL;
     char why[128];
@@ -44,11 +44,11 @@ static int notsup(dlock_client *c, const char *what)
     return dl_client_err(c, DLOCK_ENOTSUP, "the %s backend has no %s", c->be->name, what);
 }
 
-int dlock_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                        dlock_tool_timing *out)
+int dh_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                dh_timing *out)
 {
     int rc;
-    const struct dl_tools *t = ops(c, name, out, &rc);
+    const struct dh_tools *t = ops(c, name, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->baseline)
@@ -59,10 +59,10 @@ int dlock_tool_baseline(dlock_client *c, const char *name, int iters, int64_t ma
     return t->baseline(c, name, iters, max_ns, out);
 }
 
-int dlock_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+int dh_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     int rc;
-    const struct dl_tools *t = ops(c, name, out, &rc);
+    const struct dh_tools *t = ops(c, name, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->relay)
@@ -73,10 +73,10 @@ int dlock_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_ti
     return t->relay(c, name, iters, out);
 }
 
-int dlock_tool_read_counters(dlock_client *c, const char *name, dlock_tool_counters *out)
+int dh_read_counters(dlock_client *c, const char *name, dh_counters *out)
 {
     int rc;
-    const struct dl_tools *t = ops(c, name, out, &rc);
+    const struct dh_tools *t = ops(c, name, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->counters)
@@ -85,10 +85,10 @@ int dlock_tool_read_counters(dlock_client *c, const char *name, dlock_tool_count
     return t->counters(c, name, out);
 }
 
-int dlock_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max)
+int dh_lock_servers(dlock_client *c, const char *name, dh_server *out, int max)
 {
     int rc;
-    const struct dl_tools *t = ops(c, name, out, &rc);
+    const struct dh_tools *t = ops(c, name, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->lock_servers)
@@ -101,10 +101,10 @@ int dlock_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server
 
 /* ---- dlock check ------------------------------------------------------------ */
 
-int dlock_tool_topology(dlock_client *c, dlock_tool_topo *out)
+int dh_topology(dlock_client *c, dh_topo *out)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, out, &rc);
+    const struct dh_tools *t = ops_of(c, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->topology)
@@ -117,10 +117,10 @@ int dlock_tool_topology(dlock_client *c, dlock_tool_topo *out)
     return rc;
 }
 
-int dlock_tool_members(dlock_client *c, dlock_tool_member *out, int max)
+int dh_members(dlock_client *c, dh_member *out, int max)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, out, &rc);
+    const struct dh_tools *t = ops_of(c, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->members)
@@ -131,10 +131,10 @@ int dlock_tool_members(dlock_client *c, dlock_tool_member *out, int max)
     return t->members(c, out, max);
 }
 
-int dlock_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+int dh_server_ready(dlock_client *c, const dh_member *m)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, m, &rc);
+    const struct dh_tools *t = ops_of(c, m, &rc);
     if (rc)
         return rc;
     if (!t || !t->server_ready)
@@ -142,10 +142,10 @@ int dlock_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
     return t->server_ready(c, m);
 }
 
-int dlock_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary)
+int dh_cut_replication(dlock_client *c, const dh_server *primary)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, primary, &rc);
+    const struct dh_tools *t = ops_of(c, primary, &rc);
     if (rc)
         return rc;
     if (!t || !t->cut_replication)
@@ -153,11 +153,11 @@ int dlock_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary
     return t->cut_replication(c, primary);
 }
 
-int dlock_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool_server *old,
-                             const dlock_tool_wait *w, dlock_tool_server *out)
+int dh_wait_failover(dlock_client *c, const char *name, const dh_server *old,
+                     const dh_wait *w, dh_server *out)
 {
     int rc;
-    const struct dl_tools *t = ops(c, name, out, &rc);
+    const struct dh_tools *t = ops(c, name, out, &rc);
     if (rc)
         return rc;
     if (!old || !w)
@@ -168,11 +168,11 @@ int dlock_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool
     return t->wait_failover(c, name, old, w, out);
 }
 
-int dlock_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
-                      const dlock_tool_wait *w)
+int dh_settle(dlock_client *c, const dh_member *m, int n,
+              const dh_wait *w)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, m, &rc);
+    const struct dh_tools *t = ops_of(c, m, &rc);
     if (rc)
         return rc;
     if (n < 1 || !w)
@@ -182,10 +182,10 @@ int dlock_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
     return t->settle(c, m, n, w);
 }
 
-int dlock_tool_leader(dlock_client *c, dlock_tool_server *out)
+int dh_leader(dlock_client *c, dh_server *out)
 {
     int rc;
-    const struct dl_tools *t = ops_of(c, out, &rc);
+    const struct dh_tools *t = ops_of(c, out, &rc);
     if (rc)
         return rc;
     if (!t || !t->leader)
@@ -207,26 +207,26 @@ static int part(char *buf, size_t len, const char *s, const char *what, char *er
     return 0;
 }
 
-const char *dlock_tool_env_url(char *buf, size_t len)
+const char *dh_env_url(char *buf, size_t len)
 {
     return dl_env_url(buf, len);
 }
 
-void dlock_tool_url_scrub(char *url)
+void dh_url_scrub(char *url)
 {
     dl_url_scrub(url);
 }
 
-int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t errlen)
+int dh_parse_url(const char *url, dh_url *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     dl_url *u = NULL;
     int rc = dl_url_parse(url ? url : "", &u, err, errlen);
     if (rc)
         return rc;
-    if (u->nhosts > DLOCK_TOOL_URL_HOSTS) {
+    if (u->nhosts > DH_URL_HOSTS) {
         snprintf(err, errlen, "%s: %zu hosts (at most %d here)", u->redacted, u->nhosts,
-                 DLOCK_TOOL_URL_HOSTS);
+                 DH_URL_HOSTS);
         rc = DLOCK_EURL;
     }
     if (!rc)
@@ -268,7 +268,7 @@ static int64_t pct(const int64_t *sorted, size_t n, unsigned permille)
     return sorted[rank - 1];
 }
 
-void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
+void dh_summarize(int64_t *v, size_t n, dh_rtt *out)
 {
     qsort(v, n, sizeof *v, cmp_i64);
     out->p50 = pct(v, n, 500);
@@ -276,7 +276,7 @@ void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out)
     out->samples = n;
 }
 
-int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max)
+int dh_url_servers(dlock_client *c, const char *name, dh_server *out, int max)
 {
     (void)name;
     int n = 0;
@@ -287,33 +287,33 @@ int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *ou
     return n;
 }
 
-int dl_tool_url_members(dlock_client *c, dlock_tool_member *out, int max)
+int dh_url_members(dlock_client *c, dh_member *out, int max)
 {
-    dlock_tool_server s[DLOCK_TOOL_URL_HOSTS];
-    int n = dl_tool_url_servers(c, NULL, s, max < DLOCK_TOOL_URL_HOSTS ? max : DLOCK_TOOL_URL_HOSTS);
+    dh_server s[DH_URL_HOSTS];
+    int n = dh_url_servers(c, NULL, s, max < DH_URL_HOSTS ? max : DH_URL_HOSTS);
     for (int i = 0; i < n; i++)
-        out[i] = (dlock_tool_member){.addr = s[i], .role = DLOCK_TOOL_DATA};
+        out[i] = (dh_member){.addr = s[i], .role = DH_DATA};
     return n;
 }
 
-int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out)
+int dh_url_topology(dlock_client *c, dh_topo *out)
 {
     bool ensemble = c->url->nhosts > 1;
-    out->trait = ensemble ? DLOCK_TOOL_TOPO_CONSENSUS : DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->trait = ensemble ? DH_TOPO_CONSENSUS : DH_TOPO_ONE_SERVER;
     out->quorum = ensemble ? (int)c->url->nhosts / 2 + 1 : 1;
     out->direct = 1;
     return 0;
 }
 
-int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
-                            const dlock_tool_wait *w)
+int dh_settle_ensemble(dlock_client *c, const dh_member *m, int n,
+                       const dh_wait *w)
 {
-    const struct dl_tools *t = c->be->tools;
+    const struct dh_tools *t = c->be->tools;
     for (;;) {
         int rc = 0;
         for (int i = 0; i < n && rc == 0; i++)
             rc = t->server_ready(c, &m[i]);
-        dlock_tool_server lead;
+        dh_server lead;
         if (rc == 0 && (rc = t->leader(c, &lead)) == 0)
             return 0;
         if (w->stop && w->stop(w->arg))
@@ -326,8 +326,8 @@ int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
     }
 }
 
-int dl_tool_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
-                   int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen)
+int dh_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
+              int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen)
 {
     *n = 0;
     *v = malloc(sizeof **v * (size_t)(iters > 0 ? iters : 1));
@@ -346,14 +346,14 @@ int dl_tool_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, in
     return rc;
 }
 
-int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
-                 size_t n, dlock_tool_timing *out, const char *what)
+int dh_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
+            size_t n, dh_timing *out, const char *what)
 {
     if (rc) {
         free(v);
         return dl_client_err(c, rc, "%s: %s (%s)", tool, why, c->url->redacted);
     }
-    dl_tool_summarize(v, n, &out->all);
+    dh_summarize(v, n, &out->all);
     free(v);
     out->one = out->all;
     out->servers = 1;
@@ -361,13 +361,13 @@ int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int
     return 0;
 }
 
-void dlock_tool_timeouts(dlock_client *c, int *connect_ms, int *op_ms)
+void dh_timeouts(dlock_client *c, int *connect_ms, int *op_ms)
 {
     *connect_ms = c->opts.connect_timeout_ms;
     *op_ms = c->opts.op_timeout_ms;
 }
 
-void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out)
+void dh_renewal_stats(dlock_client *c, dh_renewals *out)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&c->mu);

@@ -28,17 +28,17 @@
 #include <stdint.h>
 
 /* Percentiles of a timed loop, in nanoseconds. */
-typedef struct dlock_tool_rtt {
+typedef struct dh_rtt {
     int64_t p50, p99;
     size_t samples;
-} dlock_tool_rtt;
+} dh_rtt;
 
-typedef struct dlock_tool_timing {
-    dlock_tool_rtt all; /* every server involved at once: time to the last reply */
-    dlock_tool_rtt one; /* the first of them alone (the same as all with one) */
+typedef struct dh_timing {
+    dh_rtt all; /* every server involved at once: time to the last reply */
+    dh_rtt one; /* the first of them alone (the same as all with one) */
     int servers;        /* how many were involved */
     char what[300];     /* what was measured, in words, for reports */
-} dlock_tool_timing;
+} dh_timing;
 
 /*
  * The backend's cheapest round trip to the servers that hold lock `name`
@@ -47,8 +47,8 @@ typedef struct dlock_tool_timing {
  * library's own connection code after a warm-up: iters samples, or as many
  * as fit in max_ns.
  */
-int dlock_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                        dlock_tool_timing *out);
+int dh_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
+                dh_timing *out);
 
 /*
  * What the client's lease renewal has done since it opened: renewals that
@@ -57,16 +57,16 @@ int dlock_tool_baseline(dlock_client *c, const char *name, int iters, int64_t ma
  * `dlock bench -L`. Always 0 (nothing to count) on a backend without
  * leases.
  */
-typedef struct dlock_tool_renewals {
+typedef struct dh_renewals {
     uint64_t renewed, calls;
     int64_t cpu_ns;
-} dlock_tool_renewals;
-void dlock_tool_renewal_stats(dlock_client *c, dlock_tool_renewals *out);
+} dh_renewals;
+void dh_renewal_stats(dlock_client *c, dh_renewals *out);
 
 /* The client's connect and per-request timeouts in force (its options, the
  * URL's parameters, else the defaults), for a tool that must wait as long
  * as a client may legitimately take. */
-void dlock_tool_timeouts(dlock_client *c, int *connect_ms, int *op_ms);
+void dh_timeouts(dlock_client *c, int *connect_ms, int *op_ms);
 
 /*
  * The bare hand-over chain of the server that holds `name` (Redis: one
@@ -75,31 +75,31 @@ void dlock_tool_timeouts(dlock_client *c, int *connect_ms, int *op_ms);
  * the wake-up: iters rounds, each about 1 ms apart. DLOCK_ENOTSUP where a
  * hand-over is not one server's chain (Redlock).
  */
-int dlock_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out);
+int dh_relay(dlock_client *c, const char *name, int iters, dh_timing *out);
 
 /* The servers' command counters, summed over those holding `name` (every
  * master of a Redis Cluster, since names spread over every slot). */
-#define DLOCK_TOOL_COUNTERS_MAX 24
-typedef struct dlock_tool_counters {
+#define DH_COUNTERS_MAX 24
+typedef struct dh_counters {
     uint64_t client;   /* requests clients sent (Redis: FCALL, BLPOP, ...) */
     uint64_t internal; /* commands run inside the server on their behalf (the lock script's) */
     int n;             /* the client requests one by one */
-    char name[DLOCK_TOOL_COUNTERS_MAX][32];
-    uint64_t calls[DLOCK_TOOL_COUNTERS_MAX];
+    char name[DH_COUNTERS_MAX][32];
+    uint64_t calls[DH_COUNTERS_MAX];
     int servers; /* servers counted */
-} dlock_tool_counters;
+} dh_counters;
 
-int dlock_tool_read_counters(dlock_client *c, const char *name, dlock_tool_counters *out);
+int dh_read_counters(dlock_client *c, const char *name, dh_counters *out);
 
 /* Which servers hold lock `name`'s state now: the master (found through
  * Sentinel), the node of the name's cluster slot, or every Redlock master.
  * Returns how many were written to out (at most max), or a DLOCK_E* code. */
-typedef struct dlock_tool_server {
+typedef struct dh_server {
     char host[256];
     int port;
-} dlock_tool_server;
+} dh_server;
 
-int dlock_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max);
+int dh_lock_servers(dlock_client *c, const char *name, dh_server *out, int max);
 
 /*
  * A URL taken apart, for a tool that controls the servers themselves
@@ -108,28 +108,28 @@ int dlock_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server
  * (database, master name, ...). The password is copied: wipe it
  * (explicit_bzero) when done. 0, or DLOCK_EURL / DLOCK_ENOMEM with a
  * message in err that never contains the password; more than
- * DLOCK_TOOL_URL_HOSTS hosts is DLOCK_EURL.
+ * DH_URL_HOSTS hosts is DLOCK_EURL.
  */
-#define DLOCK_TOOL_URL_HOSTS 16
-typedef struct dlock_tool_url {
+#define DH_URL_HOSTS 16
+typedef struct dh_url {
     char scheme[32];
-    dlock_tool_server host[DLOCK_TOOL_URL_HOSTS];
+    dh_server host[DH_URL_HOSTS];
     int nhosts;
     char user[128], password[256];
     char path[256];
-} dlock_tool_url;
+} dh_url;
 
-int dlock_tool_parse_url(const char *url, dlock_tool_url *out, char *err, size_t errlen);
+int dh_parse_url(const char *url, dh_url *out, char *err, size_t errlen);
 
 /* The default backend URL from the environment, as dlock_client_open(NULL)
  * reads it: $DLOCK_URL, or the whole URL that a `dlock run` above passed
  * down through the descriptor $DLOCK_URL_FD (when $DLOCK_URL is its
  * password-free form). In buf when read from the descriptor; NULL when
  * $DLOCK_URL is unset or empty. */
-const char *dlock_tool_env_url(char *buf, size_t len);
+const char *dh_env_url(char *buf, size_t len);
 /* Overwrite, in place and at the same length, the password and secret query
  * values of url with '*' (for a URL in argv, which ps shows). */
-void dlock_tool_url_scrub(char *url);
+void dh_url_scrub(char *url);
 
 /* ---- for `dlock check`: the deployment and its faults ------------------ */
 
@@ -139,19 +139,19 @@ void dlock_tool_url_scrub(char *url);
  * backend's deployment gets every scenario its trait allows. One bit each.
  */
 enum {
-    DLOCK_TOOL_TOPO_ONE_SERVER = 1, /* one server holds every lock (redis://) */
+    DH_TOPO_ONE_SERVER = 1, /* one server holds every lock (redis://) */
     /* a primary with replicas, replication asynchronous, a promotion when
      * the primary dies (Redis Sentinel) */
-    DLOCK_TOOL_TOPO_REPLICAS_FAILOVER = 2,
-    DLOCK_TOOL_TOPO_QUORUM = 4, /* independent servers, a lock needs a majority of them (Redlock) */
+    DH_TOPO_REPLICAS_FAILOVER = 2,
+    DH_TOPO_QUORUM = 4, /* independent servers, a lock needs a majority of them (Redlock) */
     /* a consensus ensemble: it works while a majority lives, and its leader
      * may be killed (ZooKeeper, etcd) */
-    DLOCK_TOOL_TOPO_CONSENSUS = 8,
-    DLOCK_TOOL_TOPO_SHARDS = 16 /* names spread over shards, each its own server (Redis Cluster) */
+    DH_TOPO_CONSENSUS = 8,
+    DH_TOPO_SHARDS = 16 /* names spread over shards, each its own server (Redis Cluster) */
 };
 
-typedef struct dlock_tool_topo {
-    unsigned trait; /* one DLOCK_TOOL_TOPO_* */
+typedef struct dh_topo {
+    unsigned trait; /* one DH_TOPO_* */
     int quorum;     /* data servers a lock needs: a majority for QUORUM and CONSENSUS, else 1 */
     /* 1: clients connect straight to the servers listed in the URL and to no
      * other (so a TCP relay in front of each host can cut a client off);
@@ -164,60 +164,60 @@ typedef struct dlock_tool_topo {
      * on a clock that ticks once a second: up to 3 s more); 0 when the
      * servers keep it no longer than the ttl. */
     int lease_slack_ms;
-} dlock_tool_topo;
+} dh_topo;
 
 /* The topology of the client's URL, from the URL alone (no request). */
-int dlock_tool_topology(dlock_client *c, dlock_tool_topo *out);
+int dh_topology(dlock_client *c, dh_topo *out);
 
 /* A server of the deployment and what it does there. */
 enum {
-    DLOCK_TOOL_DATA = 0,       /* holds lock state: master, replica, node, ensemble member */
-    DLOCK_TOOL_COORDINATOR = 1 /* holds none, watches or names the others (a sentinel) */
+    DH_DATA = 0,       /* holds lock state: master, replica, node, ensemble member */
+    DH_COORDINATOR = 1 /* holds none, watches or names the others (a sentinel) */
 };
-typedef struct dlock_tool_member {
-    dlock_tool_server addr; /* as the deployment names it */
-    int role;               /* DLOCK_TOOL_DATA or DLOCK_TOOL_COORDINATOR */
-} dlock_tool_member;
+typedef struct dh_member {
+    dh_server addr; /* as the deployment names it */
+    int role;               /* DH_DATA or DH_COORDINATOR */
+} dh_member;
 
 /* Every server of the deployment now: the URL's hosts and those they name
  * (Sentinel: the sentinels, the master and its replicas; Cluster: every
  * node). Returns how many were written to out (at most max), or a DLOCK_E*
  * code. */
-int dlock_tool_members(dlock_client *c, dlock_tool_member *out, int max);
+int dh_members(dlock_client *c, dh_member *out, int max);
 
 /* Does member m answer as ready to serve (Redis: any reply to PING but
  * LOADING)? 0 when it does; DLOCK_EUNREACHABLE, or DLOCK_EBUSY when it
  * answers but is not ready yet. One try, bounded by the client's timeouts. */
-int dlock_tool_server_ready(dlock_client *c, const dlock_tool_member *m);
+int dh_server_ready(dlock_client *c, const dh_member *m);
 
 /* Cut replication from `primary` to its replicas, which keep what they have
  * and fall behind (Redis: each made to replicate from a port where nothing
  * listens). Returns how many replicas were cut, or a DLOCK_E* code. */
-int dlock_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary);
+int dh_cut_replication(dlock_client *c, const dh_server *primary);
 
 /* How long a waiting tool operation may wait, and who may stop it. */
-typedef struct dlock_tool_wait {
+typedef struct dh_wait {
     int64_t until_ns;         /* CLOCK_MONOTONIC: then DLOCK_ETIMEDOUT */
     bool (*stop)(void *arg);  /* asked between tries: true gives up (DLOCK_ECANCELED); or NULL */
     void *arg;
-} dlock_tool_wait;
+} dh_wait;
 
 /* Wait until a data server other than `old` serves lock `name` as its
  * primary (a failover): 0 with its address in out, or a DLOCK_E* code. */
-int dlock_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool_server *old,
-                             const dlock_tool_wait *w, dlock_tool_server *out);
+int dh_wait_failover(dlock_client *c, const char *name, const dh_server *old,
+                     const dh_wait *w, dh_server *out);
 
 /* Wait until the deployment of members m[0..n) (every one running again)
  * is as it was: one primary every coordinator agrees on, replicas in sync,
  * a cluster whole, every server ready. Never changes lock state; may point
  * replicas back at their primary. 0, or a DLOCK_E* code with what is still
  * missing in the message. */
-int dlock_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
-                      const dlock_tool_wait *w);
+int dh_settle(dlock_client *c, const dh_member *m, int n,
+              const dh_wait *w);
 
-/* The member that leads the consensus ensemble now (DLOCK_TOOL_TOPO_CONSENSUS):
+/* The member that leads the consensus ensemble now (DH_TOPO_CONSENSUS):
  * 0 with its address in out, or a DLOCK_E* code. */
-int dlock_tool_leader(dlock_client *c, dlock_tool_server *out);
+int dh_leader(dlock_client *c, dh_server *out);
 
 /* ---- for backends: the operations behind the functions above ---------- */
 
@@ -226,44 +226,44 @@ int dlock_tool_leader(dlock_client *c, dlock_tool_server *out);
  * it only by pointer). Any may be NULL. Called with a valid name and a
  * zeroed result; they return 0 or a DLOCK_E* code set with dl_client_err.
  */
-struct dl_tools {
+struct dh_tools {
     int (*baseline)(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                    dlock_tool_timing *out);
-    int (*relay)(dlock_client *c, const char *name, int iters, dlock_tool_timing *out);
-    int (*counters)(dlock_client *c, const char *name, dlock_tool_counters *out);
-    int (*lock_servers)(dlock_client *c, const char *name, dlock_tool_server *out, int max);
+                    dh_timing *out);
+    int (*relay)(dlock_client *c, const char *name, int iters, dh_timing *out);
+    int (*counters)(dlock_client *c, const char *name, dh_counters *out);
+    int (*lock_servers)(dlock_client *c, const char *name, dh_server *out, int max);
     /* for dlock check (appended) */
-    int (*topology)(dlock_client *c, dlock_tool_topo *out);
-    int (*members)(dlock_client *c, dlock_tool_member *out, int max);
-    int (*server_ready)(dlock_client *c, const dlock_tool_member *m);
-    int (*cut_replication)(dlock_client *c, const dlock_tool_server *primary);
-    int (*wait_failover)(dlock_client *c, const char *name, const dlock_tool_server *old,
-                         const dlock_tool_wait *w, dlock_tool_server *out);
-    int (*settle)(dlock_client *c, const dlock_tool_member *m, int n, const dlock_tool_wait *w);
-    int (*leader)(dlock_client *c, dlock_tool_server *out);
+    int (*topology)(dlock_client *c, dh_topo *out);
+    int (*members)(dlock_client *c, dh_member *out, int max);
+    int (*server_ready)(dlock_client *c, const dh_member *m);
+    int (*cut_replication)(dlock_client *c, const dh_server *primary);
+    int (*wait_failover)(dlock_client *c, const char *name, const dh_server *old,
+                         const dh_wait *w, dh_server *out);
+    int (*settle)(dlock_client *c, const dh_member *m, int n, const dh_wait *w);
+    int (*leader)(dlock_client *c, dh_server *out);
 };
 
 /* Shared by the adapters: p50/p99 of v[0..n) by nearest rank (sorts v). */
-void dl_tool_summarize(int64_t *v, size_t n, dlock_tool_rtt *out);
+void dh_summarize(int64_t *v, size_t n, dh_rtt *out);
 /* A one-server timing tool's end: rc 0 summarises v[0..n) into out with
  * `what`; else the error "TOOL: WHY (URL)" is set on c and returned. v is
  * freed either way. */
-int dl_tool_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
-                 size_t n, dlock_tool_timing *out, const char *what);
+int dh_done(dlock_client *c, int rc, const char *tool, const char *why, int64_t *v,
+            size_t n, dh_timing *out, const char *what);
 /* Time `step` (0, or a code with a reason in why) `iters` times after
  * `warmup` untimed calls, stopping early after max_ns: *v (malloc'd) and
- * *n for dl_tool_done; the first failure's code. */
-int dl_tool_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
-                   int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen);
+ * *n for dh_done; the first failure's code. */
+int dh_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int iters,
+              int warmup, int64_t max_ns, int64_t **v, size_t *n, char *why, size_t wlen);
 /* For deployments whose servers are exactly the URL's hosts, each holding
  * every lock (a consensus ensemble, or one server): the hosts as lock
  * servers and data members, and the topology (consensus when several). */
-int dl_tool_url_servers(dlock_client *c, const char *name, dlock_tool_server *out, int max);
-int dl_tool_url_members(dlock_client *c, dlock_tool_member *out, int max);
-int dl_tool_url_topology(dlock_client *c, dlock_tool_topo *out);
+int dh_url_servers(dlock_client *c, const char *name, dh_server *out, int max);
+int dh_url_members(dlock_client *c, dh_member *out, int max);
+int dh_url_topology(dlock_client *c, dh_topo *out);
 /* A consensus ensemble's settle: every member ready (server_ready) and one
  * of them leading (leader), asked every 100 ms until w says stop. */
-int dl_tool_settle_ensemble(dlock_client *c, const dlock_tool_member *m, int n,
-                            const dlock_tool_wait *w);
+int dh_settle_ensemble(dlock_client *c, const dh_member *m, int n,
+                       const dh_wait *w);
 
 #endif

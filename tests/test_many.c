@@ -117,8 +117,8 @@ static void none_lost(target *t)
     held *hs = hold_many(c, "many-kept", NLOCKS);
     sleep_ms(3 * TTL_MS);
     int kept = count_held(hs, NLOCKS);
-    dlock_tool_renewals rs;
-    dlock_tool_renewal_stats(c, &rs);
+    dh_renewals rs;
+    dh_renewal_stats(c, &rs);
     fprintf(stderr, "# %s: %d of %d held after %d ms; %" PRIu64 " renewals in %" PRIu64
                     " calls\n",
             t->label, kept, NLOCKS, 3 * TTL_MS, rs.renewed, rs.calls);

@@ -388,8 +388,8 @@ static void held_report(bctx *x, dlock_client *client, held_locks *hl)
         else
             lost++;
     }
-    dlock_tool_renewals rs;
-    dlock_tool_renewal_stats(client, &rs);
+    dh_renewals rs;
+    dh_renewal_stats(client, &rs);
     if (hl->n == x->c.L) {
         atomic_fetch_add(&sh->held_end, held);
         atomic_fetch_add(&sh->lost_end, lost);
@@ -739,7 +739,7 @@ typedef struct extras {
     int64_t relay50, relay99;
     char rtt_what[300], relay_what[300];
     bool have_cmds;
-    dlock_tool_counters cmds; /* after minus before */
+    dh_counters cmds; /* after minus before */
     bool have_rss;
     double rss_per_lock;
     long rss_held;
@@ -1297,7 +1297,7 @@ int cli_bench(int argc, char **argv, const char *url)
     }
     if (c->baseline) {
         char err[BENCH_ERR];
-        dlock_tool_timing t;
+        dh_timing t;
         memset(&t, 0, sizeof t);
         int r = x.ad->baseline(&x.site, name0, BASELINE_ITERS, BASELINE_MAX_NS, &t, err,
                                sizeof err);
@@ -1328,7 +1328,7 @@ int cli_bench(int argc, char **argv, const char *url)
             cli_err("bench: relay baseline: %s", err);
         }
     }
-    dlock_tool_counters cmds_before;
+    dh_counters cmds_before;
     bool have_before = false;
     if (c->cmdstats) {
         char err[BENCH_ERR];
@@ -1441,7 +1441,7 @@ int cli_bench(int argc, char **argv, const char *url)
     }
     if (have_before && exit_code == 0) {
         char err[BENCH_ERR];
-        dlock_tool_counters after;
+        dh_counters after;
         if (dlock_client_open(&x.site.client, url, NULL) != 0) {
             cli_err("bench: commandstats: %s", dlock_client_errmsg(NULL));
             x.site.client = NULL;

@@ -26,7 +26,7 @@ static void file_open(bench_site *s)
  * directory: what every acquisition and release of the backend does at
  * least. */
 static int file_baseline(bench_site *s, const char *name, int iters, int64_t max_ns,
-                         dlock_tool_timing *out, char *err, size_t errlen)
+                         dh_timing *out, char *err, size_t errlen)
 {
     (void)name;
     if (!s->dir[0])
@@ -73,14 +73,14 @@ static int file_baseline(bench_site *s, const char *name, int iters, int64_t max
     return rc;
 }
 
-static int none_timing(bench_site *s, const char *name, int iters, dlock_tool_timing *out,
+static int none_timing(bench_site *s, const char *name, int iters, dh_timing *out,
                        char *err, size_t errlen)
 {
     (void)s, (void)name, (void)iters, (void)out, (void)err, (void)errlen;
     return DLOCK_ENOTSUP;
 }
 
-static int none_counters(bench_site *s, const char *name, dlock_tool_counters *out, char *err,
+static int none_counters(bench_site *s, const char *name, dh_counters *out, char *err,
                          size_t errlen)
 {
     (void)s, (void)name, (void)out, (void)err, (void)errlen;
@@ -109,27 +109,27 @@ static int tool_result(bench_site *s, int rc, char *err, size_t errlen)
 }
 
 static int lib_baseline(bench_site *s, const char *name, int iters, int64_t max_ns,
-                        dlock_tool_timing *out, char *err, size_t errlen)
+                        dh_timing *out, char *err, size_t errlen)
 {
     if (!s->client)
         return DLOCK_ENOTSUP;
-    return tool_result(s, dlock_tool_baseline(s->client, name, iters, max_ns, out), err, errlen);
+    return tool_result(s, dh_baseline(s->client, name, iters, max_ns, out), err, errlen);
 }
 
-static int lib_relay(bench_site *s, const char *name, int iters, dlock_tool_timing *out,
+static int lib_relay(bench_site *s, const char *name, int iters, dh_timing *out,
                      char *err, size_t errlen)
 {
     if (!s->client)
         return DLOCK_ENOTSUP;
-    return tool_result(s, dlock_tool_relay(s->client, name, iters, out), err, errlen);
+    return tool_result(s, dh_relay(s->client, name, iters, out), err, errlen);
 }
 
-static int lib_counters(bench_site *s, const char *name, dlock_tool_counters *out, char *err,
+static int lib_counters(bench_site *s, const char *name, dh_counters *out, char *err,
                         size_t errlen)
 {
     if (!s->client)
         return DLOCK_ENOTSUP;
-    return tool_result(s, dlock_tool_read_counters(s->client, name, out), err, errlen);
+    return tool_result(s, dh_read_counters(s->client, name, out), err, errlen);
 }
 
 static const bench_adapter adapters[] = {

@@ -32,10 +32,10 @@ typedef struct bench_adapter {
     /* Each returns 0, DLOCK_ENOTSUP (the backend has no such figure: none
      * is reported), or another DLOCK_E* code with the reason in err. */
     int (*baseline)(bench_site *s, const char *name, int iters, int64_t max_ns,
-                    dlock_tool_timing *out, char *err, size_t errlen);
-    int (*relay)(bench_site *s, const char *name, int iters, dlock_tool_timing *out, char *err,
+                    dh_timing *out, char *err, size_t errlen);
+    int (*relay)(bench_site *s, const char *name, int iters, dh_timing *out, char *err,
                  size_t errlen);
-    int (*counters)(bench_site *s, const char *name, dlock_tool_counters *out, char *err,
+    int (*counters)(bench_site *s, const char *name, dh_counters *out, char *err,
                     size_t errlen);
     /* Remove the state that lock `name`, free now, left behind (may be
      * NULL: nothing worth removing). */

@@ -103,7 +103,7 @@ typedef struct probe_res {
     int rc; /* cli_open's exit code (0: it opened) */
     bool probed;
     char backend[32], url_shown[512];
-    dlock_tool_topo topo;
+    dh_topo topo;
     unsigned caps;
     int connect_timeout_ms, op_timeout_ms, session_ttl_ms;
 } probe_res;
@@ -119,13 +119,13 @@ static void probe_run(const char *url, int ttl_ms, probe_res *out)
     snprintf(out->url_shown, sizeof out->url_shown, "%s", dlock_client_url(c));
     /* What the deployment is, from the backend's check adapter (the URL
      * alone; nothing asked of the servers). */
-    if (dlock_tool_topology(c, &out->topo) != 0) {
+    if (dh_topology(c, &out->topo) != 0) {
         memset(&out->topo, 0, sizeof out->topo);
         snprintf(out->topo.indirect, sizeof out->topo.indirect, "%s", dlock_client_errmsg(c));
     }
     /* what this URL's client offers (a mode may offer less than its backend) */
     out->caps = dlock_client_caps(c);
-    dlock_tool_timeouts(c, &out->connect_timeout_ms, &out->op_timeout_ms);
+    dh_timeouts(c, &out->connect_timeout_ms, &out->op_timeout_ms);
     /* A session backend may still give held locks a deadline (ZooKeeper),
      * and a lease backend may keep a span of its own whatever ttl a lock
      * asks for (etcd: the client's lease): a probe lock says how long; the

@@ -114,11 +114,11 @@ typedef struct chk_ctl {
  * servers), never a backend. */
 enum {
     CHK_TOPO_ANY = 0,
-    CHK_TOPO_ONE_SERVER = DLOCK_TOOL_TOPO_ONE_SERVER,               /* redis:// */
-    CHK_TOPO_REPLICAS_FAILOVER = DLOCK_TOOL_TOPO_REPLICAS_FAILOVER, /* Sentinel */
-    CHK_TOPO_QUORUM = DLOCK_TOOL_TOPO_QUORUM,                       /* Redlock */
-    CHK_TOPO_CONSENSUS = DLOCK_TOOL_TOPO_CONSENSUS,                 /* ZooKeeper, etcd */
-    CHK_TOPO_SHARDS = DLOCK_TOOL_TOPO_SHARDS                        /* Redis Cluster */
+    CHK_TOPO_ONE_SERVER = DH_TOPO_ONE_SERVER,               /* redis:// */
+    CHK_TOPO_REPLICAS_FAILOVER = DH_TOPO_REPLICAS_FAILOVER, /* Sentinel */
+    CHK_TOPO_QUORUM = DH_TOPO_QUORUM,                       /* Redlock */
+    CHK_TOPO_CONSENSUS = DH_TOPO_CONSENSUS,                 /* ZooKeeper, etcd */
+    CHK_TOPO_SHARDS = DH_TOPO_SHARDS                        /* Redis Cluster */
 };
 
 /* Servers of one lock a scenario may fault at once. */
@@ -201,7 +201,7 @@ typedef struct chk_config {
     char servers_note[512];     /* why there are none */
     /* The deployment's topology (trait 0 when the backend states none, and
      * why in topo.indirect). */
-    dlock_tool_topo topo;
+    dh_topo topo;
 } chk_config;
 
 struct chk_scenario;
@@ -234,7 +234,7 @@ typedef struct chk_relay {
 /* Can `url`, of a deployment of topology `topo`, be relayed? 0 with *u
  * filled, or -1 with the reason in why (a deployment whose servers name
  * other servers to their clients). */
-int chk_upstreams_parse(const char *url, const dlock_tool_topo *topo, chk_upstreams *u,
+int chk_upstreams_parse(const char *url, const dh_topo *topo, chk_upstreams *u,
                         char *why, size_t whylen);
 /* Start worker slot's relay (r->relay[slot]), replacing any. 0 or -errno. */
 int chk_relay_start(chk_run *r, int slot);

@@ -18,7 +18,7 @@
  * Deployments whose servers name other servers to their clients (a
  * primary's address given out by a coordinator, a shard's redirections)
  * would lead the worker around its relay, so they are not relayed: the
- * backend's check adapter says which (dlock_tool_topo.direct).
+ * backend's check adapter says which (dh_topo.direct).
  */
 #include "check.h"
 
@@ -42,7 +42,7 @@
 
 /* ---- the URL ---------------------------------------------------------------- */
 
-int chk_upstreams_parse(const char *url, const dlock_tool_topo *topo, chk_upstreams *u,
+int chk_upstreams_parse(const char *url, const dh_topo *topo, chk_upstreams *u,
                         char *why, size_t whylen)
 {
     memset(u, 0, sizeof *u);
@@ -59,8 +59,8 @@ int chk_upstreams_parse(const char *url, const dlock_tool_topo *topo, chk_upstre
         return -1;
     }
     /* The hosts, with the scheme's default ports, as the library reads them. */
-    dlock_tool_url parsed;
-    if (dlock_tool_parse_url(url, &parsed, why, whylen) != 0)
+    dh_url parsed;
+    if (dh_parse_url(url, &parsed, why, whylen) != 0)
         return -1;
     int nhosts = parsed.nhosts;
     if (nhosts > CHK_RELAY_HOSTS) {

@@ -53,7 +53,7 @@ typedef struct srv {
     char host[64]; /* NAME.host, else 127.0.0.1 */
     int port;
     pid_t pid;
-    dlock_tool_member m; /* as the deployment names it, and its role there */
+    dh_member m; /* as the deployment names it, and its role there */
     bool dead;    /* killed or stopped by us, not started again */
     bool stopped; /* SIGSTOP */
 } srv;
@@ -172,7 +172,7 @@ static bool loopback(const char *host)
 }
 
 /* The directory's server at a member's address, or -1. */
-static int by_addr(const srvset *ss, const dlock_tool_server *a)
+static int by_addr(const srvset *ss, const dh_server *a)
 {
     for (int i = 0; i < ss->n; i++)
         if (ss->s[i].port == a->port &&
@@ -220,15 +220,15 @@ typedef struct ad_req {
     int n; /* members in m (settle), or room for results */
     int64_t until_ns;
     char name[512];
-    dlock_tool_server addr;
-    dlock_tool_member m[SRV_MAX];
+    dh_server addr;
+    dh_member m[SRV_MAX];
 } ad_req;
 
 typedef struct ad_rep {
     int rc; /* 0, a count, or a DLOCK_E* code */
-    dlock_tool_topo topo;
-    dlock_tool_server sv[CHK_LOCK_SERVERS];
-    dlock_tool_member m[SRV_MAX];
+    dh_topo topo;
+    dh_server sv[CHK_LOCK_SERVERS];
+    dh_member m[SRV_MAX];
     char err[512];
 } ad_rep;
 
@@ -256,31 +256,31 @@ static bool ad_stop(void *arg)
 
 static void ad_serve(dlock_client *c, const ad_req *q, ad_rep *r, int cancel_fd)
 {
-    dlock_tool_wait w = {.until_ns = q->until_ns, .stop = ad_stop, .arg = &cancel_fd};
+    dh_wait w = {.until_ns = q->until_ns, .stop = ad_stop, .arg = &cancel_fd};
     switch (q->op) {
     case AD_TOPOLOGY:
-        r->rc = dlock_tool_topology(c, &r->topo);
+        r->rc = dh_topology(c, &r->topo);
         break;
     case AD_MEMBERS:
-        r->rc = dlock_tool_members(c, r->m, q->n);
+        r->rc = dh_members(c, r->m, q->n);
         break;
     case AD_READY:
-        r->rc = dlock_tool_server_ready(c, &q->m[0]);
+        r->rc = dh_server_ready(c, &q->m[0]);
         break;
     case AD_LOCK_SERVERS:
-        r->rc = dlock_tool_lock_servers(c, q->name, r->sv, q->n);
+        r->rc = dh_lock_servers(c, q->name, r->sv, q->n);
         break;
     case AD_CUT:
-        r->rc = dlock_tool_cut_replication(c, &q->addr);
+        r->rc = dh_cut_replication(c, &q->addr);
         break;
     case AD_FAILOVER:
-        r->rc = dlock_tool_wait_failover(c, q->name, &q->addr, &w, &r->sv[0]);
+        r->rc = dh_wait_failover(c, q->name, &q->addr, &w, &r->sv[0]);
         break;
     case AD_LEADER:
-        r->rc = dlock_tool_leader(c, &r->sv[0]);
+        r->rc = dh_leader(c, &r->sv[0]);
         break;
     case AD_SETTLE:
-        r->rc = dlock_tool_settle(c, q->m, q->n, &w);
+        r->rc = dh_settle(c, q->m, q->n, &w);
         break;
     default:
         r->rc = DLOCK_EINVAL;
@@ -438,7 +438,7 @@ static int op_port(void *state, int idx)
 static bool op_holds_data(void *state, int idx)
 {
     srvset *ss = ss_of(state);
-    return idx >= 0 && idx < ss->n && ss->s[idx].m.role == DLOCK_TOOL_DATA;
+    return idx >= 0 && idx < ss->n && ss->s[idx].m.role == DH_DATA;
 }
 
 static int signal_tree(pid_t root, int sig);
@@ -965,8 +965,8 @@ static void keep_only(srvset *ss, const bool *keep)
 /* The URL's hosts must all be servers of the directory; 0, or -1 with why. */
 static int match_url(srvset *ss, const char *url, bool *keep, char *why, size_t whylen)
 {
-    dlock_tool_url u;
-    if (dlock_tool_parse_url(url, &u, why, whylen) != 0)
+    dh_url u;
+    if (dh_parse_url(url, &u, why, whylen) != 0)
         return -1;
     int matched = 0;
     for (int h = 0; h < u.nhosts; h++) {
@@ -992,8 +992,8 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
                      char *why, size_t whylen)
 {
     *out = NULL;
-    dlock_tool_url u;
-    if (dlock_tool_parse_url(url, &u, why, whylen) != 0)
+    dh_url u;
+    if (dh_parse_url(url, &u, why, whylen) != 0)
         return -1;
     int nhosts = u.nhosts;
     explicit_bzero(&u, sizeof u);
@@ -1030,7 +1030,7 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
         op_close(ss);
         return rc == DLOCK_ENOTSUP ? 1 : -1;
     }
-    dlock_tool_topo topo = r.topo;
+    dh_topo topo = r.topo;
     bool keep[SRV_MAX] = {false};
     if (load_dir(ss, why, whylen) != 0 || match_url(ss, url, keep, why, whylen) != 0) {
         op_close(ss);
@@ -1043,7 +1043,7 @@ int chk_servers_open(const char *dir, const char *url, const char *backend, chk_
         op_close(ss);
         return -1;
     }
-    const dlock_tool_member *m = r.m;
+    const dh_member *m = r.m;
     /* the members the directory has (a server named but not started there
      * is not faulted) */
     for (int i = 0; i < nm; i++) {

@@ -762,7 +762,7 @@ int main(int argc, char **argv)
     cli_global g = {.url = NULL, .verbose = 0, .help = NULL};
     /* $DLOCK_URL, or under a `dlock run` the whole URL it passed down */
     static char env_url[CLI_URL_MAX];
-    g.url = dlock_tool_env_url(env_url, sizeof env_url);
+    g.url = dh_env_url(env_url, sizeof env_url);
 
     cli_parser p;
     cli_parser_init(&p, argc, argv, NULL);

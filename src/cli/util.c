@@ -279,7 +279,7 @@ const char *cli_url_arg(const char *cmd, const char *val)
     /* Our own argv (kept for the process's life): the secret leaves the
      * command line that ps and /proc/PID/cmdline show, for dlock and for
      * its guardian, forked later. */
-    dlock_tool_url_scrub((char *)val);
+    dh_url_scrub((char *)val);
     return take_url(copy);
 }
 

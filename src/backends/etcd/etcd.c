@@ -2500,7 +2500,7 @@ static void tool_key(ecclient *ec, const char *name, const char *what, char *buf
 /* The least a lock costs: one put bound to the client's lease and one
  * delete, one after the other, over the same kept-alive connections. */
 static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                              dlock_tool_timing *out)
+                              dh_timing *out)
 {
     ecclient *ec = ec_of(c);
     char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 100];
@@ -2528,13 +2528,13 @@ static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int6
         if (rc == 0 && i >= 0) /* the first twenty warm up */
             v[n++] = dl_now_ns() - t0;
     }
-    return dl_tool_done(c, rc, "baseline", err, v, n, out,
+    return dh_done(c, rc, "baseline", err, v, n, out,
                      "one put bound to the client's lease then its delete (HTTP keep-alive)");
 }
 
 /* The bare hand-over chain: one connection's delete reaching another
  * connection's watch, from just before the delete to the event. */
-static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     ecclient *ec = ec_of(c);
     char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 32];
@@ -2593,7 +2593,7 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dlock_t
         if (rc == 0 && i >= 0)
             v[n++] = w.fired_ns - t0;
     }
-    return dl_tool_done(c, rc, "relay", err, v, n, out,
+    return dh_done(c, rc, "relay", err, v, n, out,
                      "one connection's delete reaching another connection's watch (to its event)");
 }
 
@@ -2617,7 +2617,7 @@ static int member_status(dlock_client *c, const char *host, int port, uint64_t *
 }
 
 /* A member that knows a leader serves. */
-static int etcd_tool_ready(dlock_client *c, const dlock_tool_member *m)
+static int etcd_tool_ready(dlock_client *c, const dh_member *m)
 {
     uint64_t id, leader;
     int rc = member_status(c, m->addr.host, m->addr.port, &id, &leader);
@@ -2629,7 +2629,7 @@ static int etcd_tool_ready(dlock_client *c, const dlock_tool_member *m)
     return 0;
 }
 
-static int etcd_tool_leader(dlock_client *c, dlock_tool_server *out)
+static int etcd_tool_leader(dlock_client *c, dh_server *out)
 {
     for (size_t i = 0; i < c->url->nhosts; i++) {
         const dl_host *h = &c->url->hosts[i];
@@ -2644,14 +2644,14 @@ static int etcd_tool_leader(dlock_client *c, dlock_tool_server *out)
                          ec_of(c)->redacted);
 }
 
-static const struct dl_tools etcd_tools = {
+static const struct dh_tools etcd_tools = {
     .baseline = etcd_tool_baseline,
     .relay = etcd_tool_relay,
-    .lock_servers = dl_tool_url_servers,
-    .topology = dl_tool_url_topology,
-    .members = dl_tool_url_members,
+    .lock_servers = dh_url_servers,
+    .topology = dh_url_topology,
+    .members = dh_url_members,
     .server_ready = etcd_tool_ready,
-    .settle = dl_tool_settle_ensemble,
+    .settle = dh_settle_ensemble,
     .leader = etcd_tool_leader,
 };
 

@@ -1101,19 +1101,19 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 /* The cheapest request: the meta no-op, on a kept connection to the
  * name's server. */
 static int mc_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dlock_tool_timing *out)
+                            dh_timing *out)
 {
     mcclient *mc = mcc_of(c);
     struct baseline_arg a = {mc, server_of(mc, name)};
     char why[400] = "";
     int64_t *v = NULL;
     size_t n = 0;
-    int rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
-    return dl_tool_done(c, rc, "baseline", why, v, n, out, "meta no-op (mn) on a kept connection");
+    int rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
+    return dh_done(c, rc, "baseline", why, v, n, out, "meta no-op (mn) on a kept connection");
 }
 
 /* The requests the name's server has served, from its stats. */
-static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counters *out)
+static int mc_tool_counters(dlock_client *c, const char *name, dh_counters *out)
 {
     mcclient *mc = mcc_of(c);
     mc_server *s = server_of(mc, name);
@@ -1151,7 +1151,7 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
     mc_put_conn(s, k);
     static const char *const names[] = {"cmd_get", "cmd_set", "cmd_touch", "delete_hits",
                                         "delete_misses", "incr_hits", "incr_misses"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && out->n < DLOCK_TOOL_COUNTERS_MAX;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && out->n < DH_COUNTERS_MAX;
          i++) {
         char pat[64];
         snprintf(pat, sizeof pat, "STAT %s ", names[i]);
@@ -1165,7 +1165,7 @@ static int mc_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
     return 0;
 }
 
-static int mc_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out,
+static int mc_tool_lock_servers(dlock_client *c, const char *name, dh_server *out,
                                 int max)
 {
     if (max < 1)
@@ -1176,9 +1176,9 @@ static int mc_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_se
     return 1;
 }
 
-static int mc_tool_topology(dlock_client *c, dlock_tool_topo *out)
+static int mc_tool_topology(dlock_client *c, dh_topo *out)
 {
-    out->trait = mcc_of(c)->nservers > 1 ? DLOCK_TOOL_TOPO_SHARDS : DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->trait = mcc_of(c)->nservers > 1 ? DH_TOPO_SHARDS : DH_TOPO_ONE_SERVER;
     out->quorum = 1;
     out->direct = 1;
     /* ttl_seconds: rounded up (< 1 s) and one more, on a clock of whole
@@ -1187,7 +1187,7 @@ static int mc_tool_topology(dlock_client *c, dlock_tool_topo *out)
     return 0;
 }
 
-static int mc_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+static int mc_tool_server_ready(dlock_client *c, const dh_member *m)
 {
     mcclient *mc = mcc_of(c);
     for (size_t i = 0; i < mc->nservers; i++) {
@@ -1203,12 +1203,12 @@ static int mc_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
                          m->addr.port);
 }
 
-static const struct dl_tools mc_tools = {
+static const struct dh_tools mc_tools = {
     .baseline = mc_tool_baseline,
     .counters = mc_tool_counters,
     .lock_servers = mc_tool_lock_servers,
     .topology = mc_tool_topology,
-    .members = dl_tool_url_members,
+    .members = dh_url_members,
     .server_ready = mc_tool_server_ready,
 };
 

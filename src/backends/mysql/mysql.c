@@ -3097,7 +3097,7 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 }
 
 static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dlock_tool_timing *out)
+                            dh_timing *out)
 {
     (void)name;
     myclient *mc = mc_of(c);
@@ -3108,15 +3108,15 @@ static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_
     int rc = conn_get(mc, false, dl_deadline_in(mc->connect_timeout_ms), -1, &a.k,
                       why, sizeof why);
     if (!rc) /* the first twenty warm up */
-        rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
+        rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
     conn_put(mc, a.k);
-    return dl_tool_done(c, rc, "baseline", why, v, n, out, "prepared SELECT 1 on a kept connection");
+    return dh_done(c, rc, "baseline", why, v, n, out, "prepared SELECT 1 on a kept connection");
 }
 
 /* The bare hand-over chain: one connection's RELEASE_LOCK waking another
  * blocked in GET_LOCK on the same name, from just before the release is
  * sent to the waiter's reply. */
-static int my_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+static int my_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     myclient *mc = mc_of(c);
     char why[300] = "", key[MY_KEY_MAX + 1];
@@ -3196,20 +3196,20 @@ static int my_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
         b->failed = true;
     conn_close(a); /* the connections' end lets go of the name */
     conn_close(b);
-    return dl_tool_done(c, rc, "relay", why, v, n, out,
-                        "RELEASE_LOCK waking a connection blocked in GET_LOCK");
+    return dh_done(c, rc, "relay", why, v, n, out,
+                   "RELEASE_LOCK waking a connection blocked in GET_LOCK");
 }
 
-static int my_tool_topology(dlock_client *c, dlock_tool_topo *out)
+static int my_tool_topology(dlock_client *c, dh_topo *out)
 {
     (void)c;
-    out->trait = DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->trait = DH_TOPO_ONE_SERVER;
     out->quorum = 1;
     out->direct = 1;
     return 0;
 }
 
-static int my_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+static int my_tool_server_ready(dlock_client *c, const dh_member *m)
 {
     (void)m; /* one server: the URL's */
     my_res r = {0};
@@ -3219,12 +3219,12 @@ static int my_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
     return rc ? dl_client_err(c, rc, "%s", why) : 0;
 }
 
-static const struct dl_tools my_tools = {
+static const struct dh_tools my_tools = {
     .baseline = my_tool_baseline,
     .relay = my_tool_relay,
-    .lock_servers = dl_tool_url_servers,
+    .lock_servers = dh_url_servers,
     .topology = my_tool_topology,
-    .members = dl_tool_url_members,
+    .members = dh_url_members,
     .server_ready = my_tool_server_ready,
 };
 

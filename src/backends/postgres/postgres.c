@@ -2951,7 +2951,7 @@ static int baseline_step(void *arg, char *why, size_t wlen)
 }
 
 static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dlock_tool_timing *out)
+                            dh_timing *out)
 {
     (void)name;
     pgclient *pc = pc_of(c);
@@ -2962,18 +2962,18 @@ static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_
     int rc = conn_get(pc, dl_deadline_in(pc->connect_timeout_ms), -1, &a.k, why,
                       sizeof why);
     if (!rc) /* the first twenty warm up */
-        rc = dl_tool_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
+        rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
     if (rc)
         conn_close(a.k);
     else
         conn_put(pc, a.k);
-    return dl_tool_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
+    return dh_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
 }
 
 /* The bare hand-over chain: one session's pg_advisory_unlock waking another
  * session blocked in pg_advisory_lock on the same key, from just before the
  * unlock is sent to the waiter's reply. */
-static int pg_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+static int pg_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     pgclient *pc = pc_of(c);
     char why[300] = "", key[24], relay[DL_NAME_MAX + 16];
@@ -3020,21 +3020,21 @@ static int pg_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
     }
     conn_close(a); /* the sessions' end lets go of the key */
     conn_close(b);
-    return dl_tool_done(c, rc, "relay", why, v, n, out,
+    return dh_done(c, rc, "relay", why, v, n, out,
                      "pg_advisory_unlock waking a session blocked in pg_advisory_lock");
 }
 
 /* libpq's host list is failover, in order: the deployment is one server. */
-static int pg_tool_topology(dlock_client *c, dlock_tool_topo *out)
+static int pg_tool_topology(dlock_client *c, dh_topo *out)
 {
     (void)c;
-    out->trait = DLOCK_TOOL_TOPO_ONE_SERVER;
+    out->trait = DH_TOPO_ONE_SERVER;
     out->quorum = 1;
     out->direct = 1;
     return 0;
 }
 
-static int pg_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+static int pg_tool_server_ready(dlock_client *c, const dh_member *m)
 {
     (void)m; /* one server: the URL's */
     PGresult *r;
@@ -3044,12 +3044,12 @@ static int pg_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
     return rc ? dl_client_err(c, rc, "%s", why) : 0;
 }
 
-static const struct dl_tools pg_tools = {
+static const struct dh_tools pg_tools = {
     .baseline = pg_tool_baseline,
     .relay = pg_tool_relay,
-    .lock_servers = dl_tool_url_servers,
+    .lock_servers = dh_url_servers,
     .topology = pg_tool_topology,
-    .members = dl_tool_url_members,
+    .members = dh_url_members,
     .server_ready = pg_tool_server_ready,
 };
 

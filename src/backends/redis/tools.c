@@ -246,7 +246,7 @@ static int rt_connect(dlock_client *c, rtarget *t, rconn **cs, const char *what)
  * what the lock adds. RD_OK, or RD_EIO with err.
  */
 static int ping_samples(const rtarget *t, rconn **cs, int n, int iters, int64_t max_ns,
-                        dlock_tool_rtt *out, char *err, size_t errlen)
+                        dh_rtt *out, char *err, size_t errlen)
 {
     int64_t *v = malloc((size_t)iters * sizeof *v);
     if (!v) {
@@ -290,13 +290,13 @@ static int ping_samples(const rtarget *t, rconn **cs, int n, int iters, int64_t 
             v[k++] = t1 - t0;
     }
     if (rc == RD_OK)
-        dl_tool_summarize(v, (size_t)k, out);
+        dh_summarize(v, (size_t)k, out);
     free(v);
     return rc;
 }
 
 static int rd_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dlock_tool_timing *out)
+                            dh_timing *out)
 {
     rtarget t;
     int rc = rt_open(c, name, &t, "baseline", false);
@@ -309,7 +309,7 @@ static int rd_tool_baseline(dlock_client *c, const char *name, int iters, int64_
         return rc;
     }
     char err[1024] = "";
-    dlock_tool_rtt warm;
+    dh_rtt warm;
     /* warm up the connections and the server's path */
     int x = ping_samples(&t, cs, t.n, WARMUP_PINGS, max_ns, &warm, err, sizeof err);
     if (x == RD_OK)
@@ -403,7 +403,7 @@ static void sleep_ns(int64_t ns)
     }
 }
 
-static int rd_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+static int rd_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     rtarget t;
     int rc = rt_open(c, name, &t, "relay", false);
@@ -477,7 +477,7 @@ static int rd_tool_relay(dlock_client *c, const char *name, int iters, dlock_too
     if (x == RD_OK) {
         for (int i = 0; i < iters; i++)
             sent_at[i] = woke[i] - sent_at[i];
-        dl_tool_summarize(sent_at, (size_t)iters, &out->all);
+        dh_summarize(sent_at, (size_t)iters, &out->all);
         out->one = out->all;
         out->servers = 1;
         snprintf(out->what, sizeof out->what, "RPUSH waking a BLPOP");
@@ -519,7 +519,7 @@ static bool is_client_cmd(const char *name, size_t len)
     return false;
 }
 
-static void stats_add(dlock_tool_counters *s, const char *name, size_t len, uint64_t calls)
+static void stats_add(dh_counters *s, const char *name, size_t len, uint64_t calls)
 {
     if (len >= sizeof s->name[0])
         len = sizeof s->name[0] - 1;
@@ -528,7 +528,7 @@ static void stats_add(dlock_tool_counters *s, const char *name, size_t len, uint
             s->calls[i] += calls;
             return;
         }
-    if (s->n < DLOCK_TOOL_COUNTERS_MAX) {
+    if (s->n < DH_COUNTERS_MAX) {
         memcpy(s->name[s->n], name, len);
         s->name[s->n][len] = '\0';
         s->calls[s->n++] = calls;
@@ -537,7 +537,7 @@ static void stats_add(dlock_tool_counters *s, const char *name, size_t len, uint
 
 typedef struct count_ctx {
     const rtarget *t;
-    dlock_tool_counters *out;
+    dh_counters *out;
     int fail;
     char err[1024];
 } count_ctx;
@@ -583,7 +583,7 @@ static int count_node(rnode *node, void *arg)
     memcpy(copy, r->str, r->len);
     copy[r->len] = '\0';
     freeReplyObject(r);
-    dlock_tool_counters *out = cc->out;
+    dh_counters *out = cc->out;
     char *save = NULL;
     for (char *line = strtok_r(copy, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
         if (strncmp(line, "cmdstat_", 8) != 0)
@@ -608,7 +608,7 @@ static int count_node(rnode *node, void *arg)
     return 0;
 }
 
-static int rd_tool_counters(dlock_client *c, const char *name, dlock_tool_counters *out)
+static int rd_tool_counters(dlock_client *c, const char *name, dh_counters *out)
 {
     rtarget t;
     /* A cluster's names spread over every slot: every node of the URL
@@ -629,7 +629,7 @@ static int rd_tool_counters(dlock_client *c, const char *name, dlock_tool_counte
 
 /* ---- the servers of a lock --------------------------------------------------- */
 
-static int rd_tool_lock_servers(dlock_client *c, const char *name, dlock_tool_server *out,
+static int rd_tool_lock_servers(dlock_client *c, const char *name, dh_server *out,
                                 int max)
 {
     rtarget t;
@@ -769,33 +769,33 @@ static void ctl_role(const rconf *cf, const char *host, int port, char *role, si
 
 static const char *role_words(int role)
 {
-    return role == DLOCK_TOOL_COORDINATOR ? "sentinel" : "redis";
+    return role == DH_COORDINATOR ? "sentinel" : "redis";
 }
 
-static int rd_tool_topology(dlock_client *c, dlock_tool_topo *out)
+static int rd_tool_topology(dlock_client *c, dh_topo *out)
 {
     out->quorum = 1;
     switch (kind_of(c->url)) {
     case RT_SENTINEL:
-        out->trait = DLOCK_TOOL_TOPO_REPLICAS_FAILOVER;
+        out->trait = DH_TOPO_REPLICAS_FAILOVER;
         snprintf(out->indirect, sizeof out->indirect,
                  "Sentinel tells its clients the master's own address, which would lead the "
                  "workers around their relays (use redis:// or redlock://)");
         break;
     case RT_CLUSTER:
-        out->trait = DLOCK_TOOL_TOPO_SHARDS;
+        out->trait = DH_TOPO_SHARDS;
         snprintf(out->indirect, sizeof out->indirect,
                  "a cluster's redirections (MOVED, CLUSTER SLOTS) name its nodes' own ports, "
                  "which would lead the workers around their relays (use redis:// or "
                  "redlock://)");
         break;
     case RT_REDLOCK:
-        out->trait = DLOCK_TOOL_TOPO_QUORUM;
+        out->trait = DH_TOPO_QUORUM;
         out->quorum = (int)c->url->nhosts / 2 + 1;
         out->direct = 1;
         break;
     default:
-        out->trait = DLOCK_TOOL_TOPO_ONE_SERVER;
+        out->trait = DH_TOPO_ONE_SERVER;
         out->direct = 1;
         break;
     }
@@ -804,7 +804,7 @@ static int rd_tool_topology(dlock_client *c, dlock_tool_topo *out)
 
 /* Add host:port to out[0..*n) unless it is there (or out is full: the
  * caller's room is its limit). */
-static void add_member(dlock_tool_member *out, int *n, int max, const char *host, int port,
+static void add_member(dh_member *out, int *n, int max, const char *host, int port,
                        int role)
 {
     for (int i = 0; i < *n; i++)
@@ -819,7 +819,7 @@ static void add_member(dlock_tool_member *out, int *n, int max, const char *host
 }
 
 /* The master a sentinel names and the replicas it knows. */
-static int sentinel_members(dlock_client *c, const rconf *cf, dlock_tool_member *out, int *n,
+static int sentinel_members(dlock_client *c, const rconf *cf, dh_member *out, int *n,
                             int max)
 {
     const dl_url *u = c->url;
@@ -831,12 +831,12 @@ static int sentinel_members(dlock_client *c, const rconf *cf, dlock_tool_member 
         if (ask_sentinel(&scf, u->hosts[i].host, u->hosts[i].port, u->path, host, sizeof host,
                          &port, err, sizeof err) != RD_OK)
             continue;
-        add_member(out, n, max, host, port, DLOCK_TOOL_DATA);
+        add_member(out, n, max, host, port, DH_DATA);
         redisReply *r =
             ctl_cmd(&scf, u->hosts[i].host, u->hosts[i].port, "SENTINEL", "replicas", u->path);
         for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
             const redisReply *kv = r->element[k];
-            add_member(out, n, max, field(kv, "ip"), atoi(field(kv, "port")), DLOCK_TOOL_DATA);
+            add_member(out, n, max, field(kv, "ip"), atoi(field(kv, "port")), DH_DATA);
         }
         if (r)
             freeReplyObject(r);
@@ -849,7 +849,7 @@ static int sentinel_members(dlock_client *c, const rconf *cf, dlock_tool_member 
 
 /* Every node CLUSTER NODES lists: "<id> <ip>:<port>@<cport>[,<hostname>]
  * <flags> ..." a line, from the first seed that answers. */
-static int cluster_members(dlock_client *c, const rconf *cf, dlock_tool_member *out, int *n,
+static int cluster_members(dlock_client *c, const rconf *cf, dh_member *out, int *n,
                            int max)
 {
     const dl_url *u = c->url;
@@ -873,7 +873,7 @@ static int cluster_members(dlock_client *c, const rconf *cf, dlock_tool_member *
                 if (colon && (size_t)(colon - addr) < sizeof host) {
                     memcpy(host, addr, (size_t)(colon - addr));
                     host[colon - addr] = '\0';
-                    add_member(out, n, max, host, atoi(colon + 1), DLOCK_TOOL_DATA);
+                    add_member(out, n, max, host, atoi(colon + 1), DH_DATA);
                 }
             }
             p = eol ? eol + 1 : NULL;
@@ -887,7 +887,7 @@ static int cluster_members(dlock_client *c, const rconf *cf, dlock_tool_member *
                          u->redacted);
 }
 
-static int rd_tool_members(dlock_client *c, dlock_tool_member *out, int max)
+static int rd_tool_members(dlock_client *c, dh_member *out, int max)
 {
     const dl_url *u = c->url;
     int kind = kind_of(u), n = 0;
@@ -895,7 +895,7 @@ static int rd_tool_members(dlock_client *c, dlock_tool_member *out, int max)
     size_t nurl = kind == RT_SINGLE ? 1 : u->nhosts;
     for (size_t i = 0; i < nurl; i++)
         add_member(out, &n, max, u->hosts[i].host, u->hosts[i].port,
-                   kind == RT_SENTINEL ? DLOCK_TOOL_COORDINATOR : DLOCK_TOOL_DATA);
+                   kind == RT_SENTINEL ? DH_COORDINATOR : DH_DATA);
     if (kind != RT_SENTINEL && kind != RT_CLUSTER)
         return n;
     rconf cf;
@@ -909,10 +909,10 @@ static int rd_tool_members(dlock_client *c, dlock_tool_member *out, int max)
 }
 
 /* Any reply to PING but LOADING: an error like NOAUTH still answers. */
-static int ready(const rconf *cf, const dlock_tool_member *m, char *why, size_t whylen)
+static int ready(const rconf *cf, const dh_member *m, char *why, size_t whylen)
 {
     rconf scf = sentinel_conf(cf);
-    redisReply *r = ctl_cmd(m->role == DLOCK_TOOL_COORDINATOR ? &scf : cf, m->addr.host,
+    redisReply *r = ctl_cmd(m->role == DH_COORDINATOR ? &scf : cf, m->addr.host,
                             m->addr.port, "PING", NULL, NULL);
     int rc = r ? 0 : DLOCK_EUNREACHABLE;
     if (r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "LOADING", 7) == 0)
@@ -925,7 +925,7 @@ static int ready(const rconf *cf, const dlock_tool_member *m, char *why, size_t 
     return rc;
 }
 
-static int rd_tool_server_ready(dlock_client *c, const dlock_tool_member *m)
+static int rd_tool_server_ready(dlock_client *c, const dh_member *m)
 {
     rconf cf;
     int rc = ctl_conf(c, &cf);
@@ -977,7 +977,7 @@ static int dead_port(void)
  * data is sent before the link is closed, or resent by partial
  * resynchronisation a second later.
  */
-static int rd_tool_cut_replication(dlock_client *c, const dlock_tool_server *primary)
+static int rd_tool_cut_replication(dlock_client *c, const dh_server *primary)
 {
     if (kind_of(c->url) != RT_SENTINEL)
         return dl_client_err(c, DLOCK_ENOTSUP, "%s has no replicas to cut off",
@@ -1024,7 +1024,7 @@ static int rd_tool_cut_replication(dlock_client *c, const dlock_tool_server *pri
 
 /* Between two tries: 0 to try again after pause_ns, or the code to give up
  * with (set on c, why saying what was still missing). */
-static int next_try(dlock_client *c, const dlock_tool_wait *w, int64_t pause_ns,
+static int next_try(dlock_client *c, const dh_wait *w, int64_t pause_ns,
                     const char *why)
 {
     if (dl_now_ns() >= w->until_ns)
@@ -1037,8 +1037,8 @@ static int next_try(dlock_client *c, const dlock_tool_wait *w, int64_t pause_ns,
 
 /* The failover is seen when any sentinel names a master other than old
  * that answers ROLE as one (the sentinels learn of it one after another). */
-static int rd_tool_wait_failover(dlock_client *c, const char *name, const dlock_tool_server *old,
-                                 const dlock_tool_wait *w, dlock_tool_server *out)
+static int rd_tool_wait_failover(dlock_client *c, const char *name, const dh_server *old,
+                                 const dh_wait *w, dh_server *out)
 {
     (void)name; /* one master holds every name */
     const dl_url *u = c->url;
@@ -1077,7 +1077,7 @@ typedef struct deploy {
     const rconf *cf;
     rconf scf;
     const char *master_name;
-    const dlock_tool_member *m;
+    const dh_member *m;
     int n;
 } deploy;
 
@@ -1116,7 +1116,7 @@ static int named_master(const deploy *d, int i)
 static bool sentinel_settled(const deploy *d, int i, int m, char *why, size_t whylen)
 {
     char a[300], b[300];
-    const dlock_tool_member *s = &d->m[i];
+    const dh_member *s = &d->m[i];
     redisReply *r =
         ctl_cmd(&d->scf, s->addr.host, s->addr.port, "SENTINEL", "master", d->master_name);
     bool ok = pairs_reply(r) && strcmp(field(r, "flags"), "master") == 0;
@@ -1129,7 +1129,7 @@ static bool sentinel_settled(const deploy *d, int i, int m, char *why, size_t wh
         return false;
     r = ctl_cmd(&d->scf, s->addr.host, s->addr.port, "SENTINEL", "replicas", d->master_name);
     for (int j = 0; ok && j < d->n; j++) {
-        if (j == m || d->m[j].role != DLOCK_TOOL_DATA)
+        if (j == m || d->m[j].role != DH_DATA)
             continue;
         const char *flags = NULL;
         for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++)
@@ -1154,7 +1154,7 @@ static int agreed_master(const deploy *d, char *why, size_t whylen)
     char a[300], b[300];
     snprintf(why, whylen, "no sentinel names a master");
     for (int i = 0; i < d->n; i++) {
-        if (d->m[i].role != DLOCK_TOOL_COORDINATOR)
+        if (d->m[i].role != DH_COORDINATOR)
             continue;
         int named = named_master(d, i);
         if (named < 0)
@@ -1188,7 +1188,7 @@ static int replicas_in_sync(const deploy *d, int m, char *what, size_t whatlen)
     size_t used = 0;
     what[0] = '\0';
     for (int i = 0; i < d->n; i++) {
-        if (i == m || d->m[i].role != DLOCK_TOOL_DATA)
+        if (i == m || d->m[i].role != DH_DATA)
             continue;
         char needle[32], a[300];
         snprintf(needle, sizeof needle, ",port=%d,state=", d->m[i].addr.port);
@@ -1213,7 +1213,7 @@ static int replicas_in_sync(const deploy *d, int m, char *what, size_t whatlen)
  * only points a server at the master the sentinels agree on (again, if it
  * is still not in sync REPOINT_NS later).
  */
-static int settle_sentinel(dlock_client *c, const deploy *d, const dlock_tool_wait *w)
+static int settle_sentinel(dlock_client *c, const deploy *d, const dh_wait *w)
 {
     int64_t *pointed = calloc((size_t)d->n, sizeof *pointed);
     if (!pointed)
@@ -1231,7 +1231,7 @@ static int settle_sentinel(dlock_client *c, const deploy *d, const dlock_tool_wa
             char pb[16];
             snprintf(pb, sizeof pb, "%d", d->m[m].addr.port);
             for (int i = 0; i < d->n; i++) {
-                if (i == m || d->m[i].role != DLOCK_TOOL_DATA)
+                if (i == m || d->m[i].role != DH_DATA)
                     continue;
                 want++;
                 char role[16];
@@ -1257,7 +1257,7 @@ static int settle_sentinel(dlock_client *c, const deploy *d, const dlock_tool_wa
             } else {
                 bool settled = true;
                 for (int i = 0; i < d->n && settled; i++)
-                    if (d->m[i].role == DLOCK_TOOL_COORDINATOR &&
+                    if (d->m[i].role == DH_COORDINATOR &&
                         ready(d->cf, &d->m[i], a, sizeof a) == 0)
                         settled = sentinel_settled(d, i, m, why, sizeof why);
                 if (settled)
@@ -1272,7 +1272,7 @@ static int settle_sentinel(dlock_client *c, const deploy *d, const dlock_tool_wa
 }
 
 /* Every node says cluster_state:ok. */
-static int settle_cluster(dlock_client *c, const deploy *d, const dlock_tool_wait *w)
+static int settle_cluster(dlock_client *c, const deploy *d, const dh_wait *w)
 {
     for (int i = 0; i < d->n; i++) {
         for (;;) {
@@ -1295,7 +1295,7 @@ static int settle_cluster(dlock_client *c, const deploy *d, const dlock_tool_wai
 }
 
 /* Every server answers. */
-static int settle_ready(dlock_client *c, const deploy *d, const dlock_tool_wait *w)
+static int settle_ready(dlock_client *c, const deploy *d, const dh_wait *w)
 {
     for (int i = 0; i < d->n; i++) {
         char why[400];
@@ -1308,8 +1308,8 @@ static int settle_ready(dlock_client *c, const deploy *d, const dlock_tool_wait 
     return 0;
 }
 
-static int rd_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
-                          const dlock_tool_wait *w)
+static int rd_tool_settle(dlock_client *c, const dh_member *m, int n,
+                          const dh_wait *w)
 {
     rconf cf;
     int rc = ctl_conf(c, &cf);
@@ -1332,7 +1332,7 @@ static int rd_tool_settle(dlock_client *c, const dlock_tool_member *m, int n,
     return rc;
 }
 
-const struct dl_tools dl_tools_redis = {
+const struct dh_tools dh_tools_redis = {
     .baseline = rd_tool_baseline,
     .relay = rd_tool_relay,
     .counters = rd_tool_counters,
@@ -1346,7 +1346,7 @@ const struct dl_tools dl_tools_redis = {
 };
 
 /* Redlock: no relay, a hand-over is not one server's chain. */
-const struct dl_tools dl_tools_redlock = {
+const struct dh_tools dh_tools_redlock = {
     .baseline = rd_tool_baseline,
     .counters = rd_tool_counters,
     .lock_servers = rd_tool_lock_servers,

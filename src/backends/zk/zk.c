@@ -2293,14 +2293,14 @@ static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
 }
 
 
-/* A timing tool's end (dl_tool_done, with ZooKeeper's error words). */
+/* A timing tool's end (dh_done, with ZooKeeper's error words). */
 static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size_t n,
-                     dlock_tool_timing *out, const char *what)
+                     dh_timing *out, const char *what)
 {
     char err[300] = "";
     if (rc != ZOK)
         zk_why(zc_of(c), rc, err, sizeof err);
-    return dl_tool_done(c, rc == ZOK ? 0 : zk_code(rc), tool, err, v, n, out, what);
+    return dh_done(c, rc == ZOK ? 0 : zk_code(rc), tool, err, v, n, out, what);
 }
 
 /* The scratch node prefix of a tool under the name's node (ignored by the
@@ -2316,7 +2316,7 @@ static int tool_prefix(zk_op *op, const char *name, const char *what, char *buf,
 /* The least a lock recipe costs: one ephemeral sequential create and one
  * delete, one after the other, through the same client code. */
 static int zk_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dlock_tool_timing *out)
+                            dh_timing *out)
 {
     zkclient *zc = zc_of(c);
     zk_op op;
@@ -2345,7 +2345,7 @@ static int zk_tool_baseline(dlock_client *c, const char *name, int iters, int64_
 
 /* The bare hand-over chain: one session's delete firing another session's
  * exists watch, from just before the delete to the watch's callback. */
-static int zk_tool_relay(dlock_client *c, const char *name, int iters, dlock_tool_timing *out)
+static int zk_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
 {
     zkclient *zc = zc_of(c);
     zk_op op, op2;
@@ -2454,7 +2454,7 @@ static int zk_ask(int timeout_ms, const char *host, int port, const char *word, 
 
 
 /* A member that says its mode (standalone, leader, follower) serves. */
-static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
+static int zk_tool_ready(dlock_client *c, const dh_member *m)
 {
     char buf[1024], why[128];
     if (zk_ask(zc_of(c)->op_ms, m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why,
@@ -2467,7 +2467,7 @@ static int zk_tool_ready(dlock_client *c, const dlock_tool_member *m)
     return 0;
 }
 
-static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
+static int zk_tool_leader(dlock_client *c, dh_server *out)
 {
     char buf[1024], why[128];
     for (size_t i = 0; i < c->url->nhosts; i++) {
@@ -2484,14 +2484,14 @@ static int zk_tool_leader(dlock_client *c, dlock_tool_server *out)
                          zc_of(c)->redacted);
 }
 
-static const struct dl_tools zk_tools = {
+static const struct dh_tools zk_tools = {
     .baseline = zk_tool_baseline,
     .relay = zk_tool_relay,
-    .lock_servers = dl_tool_url_servers,
-    .topology = dl_tool_url_topology,
-    .members = dl_tool_url_members,
+    .lock_servers = dh_url_servers,
+    .topology = dh_url_topology,
+    .members = dh_url_members,
     .server_ready = zk_tool_ready,
-    .settle = dl_tool_settle_ensemble,
+    .settle = dh_settle_ensemble,
     .leader = zk_tool_leader,
 };
 
