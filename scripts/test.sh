@@ -19,6 +19,13 @@ suite() { # build-dir label-args cmake-args...
 
 step "gcc, -Werror, full suite"
 suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The installed library is the public API alone: it exports dlock_* only,
+# and carries no harness code (dlock bench and dlock check's operations
+# live in the static library dlock_harness).
+if nm -D --defined-only build/libdlock.so | awk '{print $3}' | grep -v '^dlock_' >&2 ||
+   nm build/libdlock.so | grep -E ' dh_' >&2; then
+  echo "libdlock.so exports more than dlock_*, or carries harness code" >&2; exit 1
+fi
 # -O3 warns about things -O2 does not (format truncation): it must build too.
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-release -j"$jobs" >/dev/null

@@ -144,13 +144,15 @@ typedef struct dl_backend_ops {
  *
  *     #ifdef DLOCK_HAVE_X
  *     static const dl_backend_ops x_ops = {...};
- *     #define X_OPS .ops = &x_ops, .tools = &x_tools
+ *     #define X_OPS .ops = &x_ops
  *     #else
  *     #define X_OPS .missing = "this build has no libx (Debian: libx-dev)"
  *     #endif
  *     const dl_backend dl_backend_x = {.name = "x", ..., X_OPS};
  *
  * Every descriptor is compiled in this tree, so there is no layout version.
+ * What dlock bench and dlock check ask of the backend's servers is not here:
+ * it is the harness's (src/harness/tools.h), outside libdlock.so.
  */
 typedef struct dl_backend {
     const char *name;
@@ -164,11 +166,6 @@ typedef struct dl_backend {
     const char *params;
     const dl_backend_ops *ops; /* NULL: not built (missing says why) */
     const char *missing;       /* NULL when built */
-    /* What dlock's own tools ask beside the lock (src/tools.h: baseline
-     * round trip, bare hand-over relay, server command counters, which
-     * servers hold a lock); NULL, or any of its operations NULL, answers
-     * DLOCK_ENOTSUP. */
-    const struct dh_tools *tools;
 } dl_backend;
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields

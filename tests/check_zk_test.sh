@@ -46,7 +46,7 @@ check_json zk-one "$DLOCK_TEST_ZK&op_timeout_ms=5000" -P 3 -D 4 --scenario kill 
 # for the first holder with the servers left: an election under load has
 # taken seconds. (A CI run once failed 'unavailable' there: a member the
 # harness had restarted in a session of its own was starved for seconds by
-# the scheduler's autogroups; see spawn_cmd in src/cli/check_servers.c.)
+# the scheduler's autogroups; see spawn_cmd in src/harness/check_servers.c.)
 # pause-acquire: a client stopped with its request unread at the one member
 # it went to (every member stopped), past its session's end on the servers;
 # it was 'invalid' when the scenario wanted the request at all three.

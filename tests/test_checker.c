@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/cli/check_history.c"
+#include "../src/harness/check_history.c"
 
 /* One overlap (w=3 acquires while w=2 holds) and one stale write (w=3 writes
  * after it lost the lock and w=1 took it), which also loses an increment. */

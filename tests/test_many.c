@@ -26,7 +26,7 @@
 
 #include "dlock.h"
 #include "testutil.h"
-#include "../src/tools.h"
+#include "harness/tools.h"
 
 /* Enough locks that one renewal per round trip could not keep them (2 000
  * round trips within ttl/3 = 500 ms under valgrind), few enough to take

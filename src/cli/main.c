@@ -2,7 +2,7 @@
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
-#include "tools.h"
+#include "harness/tools.h"
 
 #include <errno.h>
 #include <stdlib.h>

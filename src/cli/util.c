@@ -1,6 +1,6 @@
 /* util.c — messages, argument parsing and small conversions for dlock(1). */
 #include "cli.h"
-#include "tools.h"
+#include "harness/tools.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -40,7 +40,6 @@
  */
 #include "internal.h"
 #include "support/support.h"
-#include "tools.h"
 
 static const dl_scheme etcd_schemes[] = {
     {"etcd", "etcd", 2379, true, DL_PATH_NONE},
@@ -62,12 +61,7 @@ static const dl_scheme etcd_schemes[] = {
 #define ETCD_PARAMS "ttl prefix cacert cert key"
 
 #ifdef DLOCK_HAVE_ETCD
-#include <cjson/cJSON.h>
-/* libcurl's calls go through pointers (below): no type-checking macros. */
-#define CURL_DISABLE_TYPECHECK
-#include <curl/curl.h>
-
-#include "ec_json.h"
+#include "ec_int.h"
 
 #include <stddef.h>
 #include <errno.h>
@@ -86,51 +80,14 @@ static const dl_scheme etcd_schemes[] = {
  * ms per run). The calls below go through this table.
  */
 #define EC_LIBCURL "libcurl.so.4"
-static struct {
-    CURLcode (*global_init)(long);
-    CURL *(*easy_init)(void);
-    void (*easy_cleanup)(CURL *);
-    void (*easy_reset)(CURL *);
-    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
-    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
-    const char *(*easy_strerror)(CURLcode);
-    CURLM *(*multi_init)(void);
-    CURLMcode (*multi_cleanup)(CURLM *);
-    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
-    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
-    CURLMcode (*multi_perform)(CURLM *, int *);
-    CURLMsg *(*multi_info_read)(CURLM *, int *);
-    CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned, int, int *);
-    CURLMcode (*multi_wakeup)(CURLM *);
-    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
-    void (*slist_free_all)(struct curl_slist *);
-} lc;
-#define curl_global_init lc.global_init
-#define curl_easy_init lc.easy_init
-#define curl_easy_cleanup lc.easy_cleanup
-#define curl_easy_reset lc.easy_reset
-#undef curl_easy_setopt /* curl.h's pass-through macros */
-#undef curl_easy_getinfo
-#define curl_easy_setopt lc.easy_setopt
-#define curl_easy_getinfo lc.easy_getinfo
-#define curl_easy_strerror lc.easy_strerror
-#define curl_multi_init lc.multi_init
-#define curl_multi_cleanup lc.multi_cleanup
-#define curl_multi_add_handle lc.multi_add_handle
-#define curl_multi_remove_handle lc.multi_remove_handle
-#define curl_multi_perform lc.multi_perform
-#define curl_multi_info_read lc.multi_info_read
-#define curl_multi_poll lc.multi_poll
-#define curl_multi_wakeup lc.multi_wakeup
-#define curl_slist_append lc.slist_append
-#define curl_slist_free_all lc.slist_free_all
+ec_curl_api ec_curl;
 
 static char lc_error[300]; /* why loading failed, "" when it did not */
 
 static void lc_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"curl_" #f, offsetof(__typeof__(lc), m)}
+#define SYM(f, m) {"curl_" #f, offsetof(ec_curl_api, m)}
         SYM(global_init, global_init),     SYM(easy_init, easy_init),
         SYM(easy_cleanup, easy_cleanup),   SYM(easy_reset, easy_reset),
         SYM(easy_setopt, easy_setopt),     SYM(easy_getinfo, easy_getinfo),
@@ -142,7 +99,7 @@ static void lc_load(void)
         SYM(slist_append, slist_append),   SYM(slist_free_all, slist_free_all),
 #undef SYM
     };
-    if (dl_load_library(EC_LIBCURL, "libcurl4", syms, sizeof syms / sizeof syms[0], &lc,
+    if (dl_load_library(EC_LIBCURL, "libcurl4", syms, sizeof syms / sizeof syms[0], &ec_curl,
                         lc_error, sizeof lc_error) != 0)
         return;
     CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -159,75 +116,12 @@ static void lc_load(void)
 
 /* ---- the client -------------------------------------------------------------------- */
 
-/* One HTTP connection: an easy handle in a multi handle of its own, so that
- * every transfer can be bounded by a deadline and a cancel descriptor
- * (curl_multi_poll's extra descriptors) and keeps its connection alive. */
-typedef struct ec_conn {
-    struct ec_conn *next;
-    CURL *easy;
-    CURLM *multi;
-    ec_body body; /* reply body (unary) or unparsed rest of a stream */
-} ec_conn;
-
 /* curl's write callback: into the connection's body. */
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
 {
     ec_conn *k = arg;
     return ec_body_feed(&k->body, data, size * nmemb);
 }
-
-
-typedef struct eclock eclock;
-
-/* A write the client's thread sends at `due` unless the lock is released
- * first: the /v3/kv/txn body that stamps key's value with its grant time. */
-typedef struct ec_touch {
-    char *key, *body;
-    int64_t due_ns;
-} ec_touch;
-
-typedef struct ecclient {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* a grant finishing */
-    char **endpoints;  /* "http://h:p" */
-    int nendpoints;
-    int cur; /* the endpoint that answered last */
-    bool tls;
-    char *cacert, *cert, *key;
-    char *user, *password;
-    char *auth; /* "Authorization: TOKEN" header, or NULL */
-    const char *redacted;
-    int connect_ms, op_ms;
-    int ttl_s;
-    char prefix[128]; /* "dlock" */
-    ec_conn *idle;
-
-    /* the lease */
-    int64_t lease;     /* 0: none yet */
-    uint64_t gen;      /* bumped with every new lease */
-    bool lease_gone;   /* revoked or expired: the next acquisition grants anew */
-    bool granting;
-    bool ckey_made;    /* PREFIX/.clients/LEASE exists */
-    int64_t ckey_ns;   /* since when */
-    int64_t confirmed_ns; /* when the last keep-alive the server answered was sent */
-    int64_t next_ka_ns;
-    int64_t ckey_rev;  /* the client key's last revision seen */
-
-    /* the client's thread: keep-alive, the watch on the client key, orphans */
-    pthread_t thread;
-    bool thread_started, stopping;
-    CURLM *bgm;
-    eclock *held;
-    bool verify; /* a break touched the client key: look at the held keys */
-    dl_teller teller; /* of losses (lease gone, key deleted) */
-    int stop_fd;  /* readable once the client closes: ends the thread's requests */
-    int64_t timeout_ns; /* when a request last went unanswered (0: never) */
-    char **orphans; /* keys to delete (a waiter gave up while its fate was unknown) */
-    size_t norphans;
-    ec_touch *touches; /* a holder that waited says when it got the lock */
-    size_t ntouches;
-    char self[200];
-} ecclient;
 
 struct eclock {
     eclock *next_held;
@@ -247,7 +141,7 @@ struct eclock {
     bool watched;       /* in the current watch stream */
 };
 
-static ecclient *ec_of(dlock_client *c)
+ecclient *ec_of(dlock_client *c)
 {
     return c->bstate;
 }
@@ -274,7 +168,7 @@ static void conn_free(ec_conn *k)
     free(k);
 }
 
-static ec_conn *conn_get(ecclient *ec)
+ec_conn *ec_conn_get(ecclient *ec)
 {
     pthread_mutex_lock(&ec->mu);
     ec_conn *k = ec->idle;
@@ -299,7 +193,7 @@ static ec_conn *conn_get(ecclient *ec)
     return k;
 }
 
-static void conn_put(ecclient *ec, ec_conn *k)
+void ec_conn_put(ecclient *ec, ec_conn *k)
 {
     if (!k)
         return;
@@ -310,7 +204,7 @@ static void conn_put(ecclient *ec, ec_conn *k)
 }
 
 /* Set up k's easy handle for POST path on the endpoint at base ("http://h:p"). */
-static int conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
+int ec_conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
                       struct curl_slist *hdrs, int connect_ms)
 {
     char url[600];
@@ -337,8 +231,6 @@ static int conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *pa
         ok = curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key) == CURLE_OK;
     return ok ? 0 : DLOCK_ENOMEM;
 }
-
-enum xfer { XFER_DONE, XFER_TIMEOUT, XFER_CANCELED, XFER_STOP };
 
 /* A transfer is started, pumped (perhaps several times: a stream), and
  * stopped. */
@@ -391,7 +283,7 @@ static enum xfer conn_pump(ec_conn *k, int64_t until_ns, int cancel_fd, const bo
     }
 }
 
-static enum xfer conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
+enum xfer ec_conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
                           CURLcode *res)
 {
     if (!conn_start(k)) {
@@ -412,9 +304,6 @@ static bool curl_failed_before_send(CURLcode rc)
 }
 
 static int authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
-static int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body,
-                      int64_t until_ns, int cancel_fd, cJSON **out, bool *sent, char *err,
-                      size_t errlen);
 
 /* After a request timed out: does that member answer, but know no leader?
  * (A write waits for a quorum; a member's status does not.) Asked within
@@ -467,7 +356,7 @@ static int endpoint_failed(ecclient *ec, int e)
  * *sent (may be NULL) tells whether the request may have reached a server.
  * only: that endpoint ("http://h:p") and no other, or NULL.
  */
-static int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body,
+int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body,
                       int64_t until_ns, int cancel_fd, cJSON **out, bool *sent, char *err,
                       size_t errlen)
 {
@@ -479,7 +368,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         until_ns = dl_deadline_in(ec->op_ms);
     if (cancel_fd < 0 && ec_thread_of == ec)
         cancel_fd = ec->stop_fd; /* the client's thread: closing the client ends it */
-    ec_conn *k = conn_get(ec);
+    ec_conn *k = ec_conn_get(ec);
     if (!k) {
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
@@ -519,7 +408,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         int64_t try_ms = (try_until - now) / 1000000;
         int cms = ec->connect_ms < try_ms ? ec->connect_ms : (int)try_ms;
         const char *base = only ? only : ec->endpoints[e];
-        if (conn_setup(ec, k, base, path, body, hdrs, cms)) {
+        if (ec_conn_setup(ec, k, base, path, body, hdrs, cms)) {
             curl_slist_free_all(hdrs);
             result = DLOCK_ENOMEM;
             snprintf(err, errlen, "out of memory");
@@ -527,7 +416,7 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         }
         k->body.len = 0;
         CURLcode res = CURLE_OK;
-        enum xfer x = conn_run(k, try_until, cancel_fd, NULL, &res);
+        enum xfer x = ec_conn_run(k, try_until, cancel_fd, NULL, &res);
         curl_slist_free_all(hdrs);
         if (x == XFER_CANCELED) {
             if (sent)
@@ -622,11 +511,11 @@ static int ec_post_to(ecclient *ec, const char *only, const char *path, const ch
         snprintf(err, errlen, "%s", impostor);
         result = DLOCK_EPROTO;
     }
-    conn_put(ec, k);
+    ec_conn_put(ec, k);
     return result;
 }
 
-static int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns,
+int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns,
                    int cancel_fd, cJSON **out, bool *sent, char *err, size_t errlen)
 {
     return ec_post_to(ec, NULL, path, body, until_ns, cancel_fd, out, sent, err, errlen);
@@ -736,7 +625,7 @@ static int keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
  * was lost): *lease, *gen and whether the client key still has to be made
  * (the caller puts it in its first transaction).
  */
-static int lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen,
+int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen,
                         bool *make_ckey, char *err, size_t errlen)
 {
     if (until_ns < 0)
@@ -836,7 +725,6 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
         }
     tell_lost(ec, lost, n, why);
 }
-
 
 /* Is kv (from a read or a watch event) still the key a holder got: made at
  * rev (not deleted and made anew), bound to its lease, with our value (an
@@ -1251,13 +1139,13 @@ static void *client_thread(void *arg)
         /* The watch of the current lease. */
         if (wk && (w.gen != gen || !live || rebuild)) {
             curl_multi_remove_handle(m, wk->easy);
-            conn_put(ec, wk);
+            ec_conn_put(ec, wk);
             wk = NULL;
             if (rebuild)
                 retry_watch_ns = 0;
         }
         if (!wk && live && have_ckey && m && now >= retry_watch_ns && now >= watch_from_ns) {
-            wk = conn_get(ec);
+            wk = ec_conn_get(ec);
             ckey_of(ec, lease, ckey, sizeof ckey);
             curl_slist_free_all(hdrs);
             hdrs = curl_slist_append(NULL, "Content-Type: application/json");
@@ -1275,15 +1163,15 @@ static void *client_thread(void *arg)
             w.deleted = w.touched = w.failed = false;
             w.ngone = 0;
             if (wk && hdrs && body &&
-                conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+                ec_conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
                 wk->body.on_line = ck_line;
                 wk->body.arg = &w;
                 if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
-                    conn_put(ec, wk);
+                    ec_conn_put(ec, wk);
                     wk = NULL;
                 }
             } else {
-                conn_put(ec, wk);
+                ec_conn_put(ec, wk);
                 wk = NULL;
             }
             retry_watch_ns = now + dl_ms_to_ns(200);
@@ -1309,7 +1197,7 @@ static void *client_thread(void *arg)
             w.touched = false;
             if (w.deleted || w.failed) {
                 curl_multi_remove_handle(m, wk->easy);
-                conn_put(ec, wk);
+                ec_conn_put(ec, wk);
                 wk = NULL;
                 if (w.failed && !w.deleted)
                     ckey_verify(ec, w.gen); /* events may have been missed */
@@ -1336,7 +1224,7 @@ static void *client_thread(void *arg)
     }
     if (wk) {
         curl_multi_remove_handle(m, wk->easy);
-        conn_put(ec, wk);
+        ec_conn_put(ec, wk);
     }
     free(w.gone);
     free(body);
@@ -1553,16 +1441,16 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
              "{\"create_request\":{\"key\":\"%s\"%s%s}}"
              "{\"create_request\":{\"key\":\"%s\",\"filters\":[\"NOPUT\"]}}",
              b64p, rend, puts || chain ? "" : ",\"filters\":[\"NOPUT\"]", b64o);
-    ec_conn *k = conn_get(ec);
+    ec_conn *k = ec_conn_get(ec);
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&ec->mu);
     if (hdrs && ec->auth)
         hdrs = curl_slist_append(hdrs, ec->auth);
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
-    if (!k || !hdrs || conn_setup(ec, k, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms)) {
+    if (!k || !hdrs || ec_conn_setup(ec, k, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms)) {
         curl_slist_free_all(hdrs);
-        conn_put(ec, k);
+        ec_conn_put(ec, k);
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
     }
@@ -1602,7 +1490,7 @@ static int wait_change(ecclient *ec, const char *pred, bool range, bool puts, bo
         conn_stop(k);
     }
     curl_slist_free_all(hdrs);
-    conn_put(ec, k);
+    ec_conn_put(ec, k);
     *out = w;
     if (x == XFER_CANCELED) {
         snprintf(err, errlen, "canceled");
@@ -1713,7 +1601,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     /* Queue our key, on the client's lease. */
     for (;;) {
         stage = "no lease";
-        rc = lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
+        rc = ec_lease_ensure(ec, req_until(l), &lease, &gen, &make_ckey, err, sizeof err);
         if (rc == 0) {
             stage = "queueing";
             char key[EC_KEY_MAX];
@@ -2417,7 +2305,7 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
         int64_t lease;
         uint64_t gen;
         bool make_ckey;
-        rc = lease_ensure(ec, until, &lease, &gen, &make_ckey, err, sizeof err);
+        rc = ec_lease_ensure(ec, until, &lease, &gen, &make_ckey, err, sizeof err);
     }
     if (rc) {
         c->bstate = NULL;
@@ -2456,205 +2344,6 @@ static void etcd_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
-/* ---- what dlock's tools ask (src/tools.h) ---------------------------------------------- */
-
-/* A second connection's watch on key, from revision from, that records when
- * its first event came (the relay's far end). */
-typedef struct relay_watch {
-    ecclient *ec;
-    ec_conn *k;
-    int64_t fired_ns;
-    bool created, fired;
-    int rc;
-    bool stop;
-} relay_watch;
-
-static void relay_line(void *arg, cJSON *j)
-{
-    relay_watch *w = arg;
-    const cJSON *r = ec_jobj(j, "result");
-    if (cJSON_GetArraySize(ec_jarr(r, "events")) > 0 && !w->fired) {
-        w->fired_ns = dl_now_ns();
-        w->fired = true;
-    } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
-        __atomic_store_n(&w->created, true, __ATOMIC_RELEASE);
-    }
-}
-
-static void *relay_main(void *arg)
-{
-    relay_watch *w = arg;
-    CURLcode res;
-    enum xfer x = conn_run(w->k, dl_deadline_in(w->ec->op_ms), -1, &w->fired, &res);
-    w->rc = w->fired ? 0 : x == XFER_TIMEOUT ? DLOCK_ETIMEDOUT : DLOCK_EUNREACHABLE;
-    __atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* The scratch key of a tool, beside the name's queue, not in it. */
-static void tool_key(ecclient *ec, const char *name, const char *what, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s/.tools/%s/%s", ec->prefix, name, what);
-}
-
-/* The least a lock costs: one put bound to the client's lease and one
- * delete, one after the other, over the same kept-alive connections. */
-static int etcd_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                              dh_timing *out)
-{
-    ecclient *ec = ec_of(c);
-    char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 100];
-    char del[EC_KEY_MAX * 2 + 32];
-    int64_t lease;
-    uint64_t gen;
-    bool make_ckey;
-    int rc = lease_ensure(ec, -1, &lease, &gen, &make_ckey, err, sizeof err);
-    tool_key(ec, name, "baseline", key, sizeof key);
-    ec_b64_encode(key, strlen(key), b64k);
-    snprintf(put, sizeof put, "{\"key\":\"%s\",\"lease\":\"%" PRId64 "\"}", b64k, lease);
-    snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    if (!v && !rc) {
-        rc = DLOCK_ENOMEM;
-        snprintf(err, sizeof err, "out of memory");
-    }
-    size_t n = 0;
-    int64_t stop = dl_now_ns() + max_ns;
-    for (int i = -20; rc == 0 && i < iters && dl_now_ns() < stop; i++) {
-        int64_t t0 = dl_now_ns();
-        rc = ec_post(ec, "/v3/kv/put", put, -1, -1, NULL, NULL, err, sizeof err);
-        if (rc == 0)
-            rc = ec_post(ec, "/v3/kv/deleterange", del, -1, -1, NULL, NULL, err, sizeof err);
-        if (rc == 0 && i >= 0) /* the first twenty warm up */
-            v[n++] = dl_now_ns() - t0;
-    }
-    return dh_done(c, rc, "baseline", err, v, n, out,
-                     "one put bound to the client's lease then its delete (HTTP keep-alive)");
-}
-
-/* The bare hand-over chain: one connection's delete reaching another
- * connection's watch, from just before the delete to the event. */
-static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
-{
-    ecclient *ec = ec_of(c);
-    char err[300] = "", key[EC_KEY_MAX], b64k[EC_KEY_MAX * 2], put[EC_KEY_MAX * 2 + 32];
-    char del[EC_KEY_MAX * 2 + 32], watch[EC_KEY_MAX * 2 + 100];
-    tool_key(ec, name, "relay", key, sizeof key);
-    ec_b64_encode(key, strlen(key), b64k);
-    snprintf(put, sizeof put, "{\"key\":\"%s\"}", b64k);
-    snprintf(del, sizeof del, "{\"key\":\"%s\"}", b64k);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    int rc = v ? 0 : DLOCK_ENOMEM;
-    size_t n = 0;
-    for (int i = -5; rc == 0 && i < iters; i++) {
-        cJSON *j = NULL;
-        rc = ec_post(ec, "/v3/kv/put", put, -1, -1, &j, NULL, err, sizeof err);
-        int64_t rev = ec_header_rev(j);
-        cJSON_Delete(j);
-        if (rc)
-            break;
-        snprintf(watch, sizeof watch,
-                 "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
-                 "\",\"filters\":[\"NOPUT\"]}}",
-                 b64k, rev + 1);
-        relay_watch w = {.ec = ec, .k = conn_get(ec)};
-        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-        pthread_mutex_lock(&ec->mu);
-        if (hdrs && ec->auth)
-            hdrs = curl_slist_append(hdrs, ec->auth);
-        const char *base = ec->endpoints[ec->cur];
-        pthread_mutex_unlock(&ec->mu);
-        pthread_t t;
-        if (!w.k || !hdrs || conn_setup(ec, w.k, base, "/v3/watch", watch, hdrs, ec->connect_ms) ||
-            (w.k->body.on_line = relay_line, w.k->body.arg = &w, pthread_create(&t, NULL, relay_main, &w))) {
-            curl_slist_free_all(hdrs);
-            conn_put(ec, w.k);
-            rc = DLOCK_ENOMEM;
-            snprintf(err, sizeof err, "out of memory");
-            break;
-        }
-        int64_t until = dl_deadline_in(ec->op_ms);
-        while (!__atomic_load_n(&w.created, __ATOMIC_ACQUIRE) &&
-               !__atomic_load_n(&w.stop, __ATOMIC_ACQUIRE) && dl_now_ns() < until) {
-            struct timespec us100 = {0, 100000};
-            nanosleep(&us100, NULL);
-        }
-        struct timespec ms1 = {0, 1000000};
-        nanosleep(&ms1, NULL);
-        int64_t t0 = dl_now_ns();
-        rc = ec_post(ec, "/v3/kv/deleterange", del, -1, -1, NULL, NULL, err, sizeof err);
-        pthread_join(t, NULL);
-        curl_slist_free_all(hdrs);
-        conn_put(ec, w.k);
-        if (rc == 0 && w.rc) {
-            rc = w.rc;
-            snprintf(err, sizeof err, "the watch saw no delete");
-        }
-        if (rc == 0 && i >= 0)
-            v[n++] = w.fired_ns - t0;
-    }
-    return dh_done(c, rc, "relay", err, v, n, out,
-                     "one connection's delete reaching another connection's watch (to its event)");
-}
-
-/* A member's own status: its id, the leader it knows (0: none). */
-static int member_status(dlock_client *c, const char *host, int port, uint64_t *id,
-                         uint64_t *leader)
-{
-    ecclient *ec = ec_of(c);
-    char base[400], err[300];
-    snprintf(base, sizeof base, strchr(host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
-             ec->tls ? "https" : "http", host, port);
-    cJSON *j = NULL;
-    int rc = ec_post_to(ec, base, "/v3/maintenance/status", "{}", -1, -1, &j, NULL, err,
-                        sizeof err);
-    if (rc)
-        return dl_client_err(c, rc, "etcd %s:%d: %s", host, port, err);
-    *id = ec_juint(ec_jobj(j, "header"), "member_id");
-    *leader = ec_juint(j, "leader");
-    cJSON_Delete(j);
-    return 0;
-}
-
-/* A member that knows a leader serves. */
-static int etcd_tool_ready(dlock_client *c, const dh_member *m)
-{
-    uint64_t id, leader;
-    int rc = member_status(c, m->addr.host, m->addr.port, &id, &leader);
-    if (rc)
-        return rc;
-    if (!leader)
-        return dl_client_err(c, DLOCK_EBUSY, "etcd %s:%d knows no leader yet (no quorum?)",
-                             m->addr.host, m->addr.port);
-    return 0;
-}
-
-static int etcd_tool_leader(dlock_client *c, dh_server *out)
-{
-    for (size_t i = 0; i < c->url->nhosts; i++) {
-        const dl_host *h = &c->url->hosts[i];
-        uint64_t id, leader;
-        if (member_status(c, h->host, h->port, &id, &leader) == 0 && leader && id == leader) {
-            snprintf(out->host, sizeof out->host, "%s", h->host);
-            out->port = h->port;
-            return 0;
-        }
-    }
-    return dl_client_err(c, DLOCK_EUNREACHABLE, "no member of %s says it leads",
-                         ec_of(c)->redacted);
-}
-
-static const struct dh_tools etcd_tools = {
-    .baseline = etcd_tool_baseline,
-    .relay = etcd_tool_relay,
-    .lock_servers = dh_url_servers,
-    .topology = dh_url_topology,
-    .members = dh_url_members,
-    .server_ready = etcd_tool_ready,
-    .settle = dh_settle_ensemble,
-    .leader = etcd_tool_leader,
-};
-
 static const dl_backend_ops etcd_ops = {
     .client_open = etcd_client_open,
     .client_close = etcd_client_close,
@@ -2670,7 +2359,7 @@ static const dl_backend_ops etcd_ops = {
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
 };
-#define ETCD_OPS .ops = &etcd_ops, .tools = &etcd_tools
+#define ETCD_OPS .ops = &etcd_ops
 
 #else /* no libcurl or cJSON */
 

@@ -43,7 +43,7 @@
  * while for its predecessor's call instead, without a helper: see "the next
  * in line's call".
  */
-#include "internal.h"
+#include "file_int.h"
 #include "support/support.h"
 
 #include <dirent.h>
@@ -92,20 +92,6 @@
 #define RECORD_OFF(i) (64 + (off_t)(i) * RECORD_LEN) /* 0: exclusive holder, 1+i: permit i */
 #define HELPER_STACK (64 * 1024)
 
-typedef struct file_client {
-    /* The directory is created with the first lock taken, not at open: a
-     * read-only command (status, list) leaves no trace. mu guards dirfd
-     * (-1 until the directory is open) and filemode, set together once. */
-    pthread_mutex_t mu;
-    int dirfd;
-    char *dir;
-    bool sync;       /* fdatasync the token on every acquisition */
-    mode_t filemode; /* lock files get the directory's rw bits */
-    bool shared;     /* the directory is writable by all (sticky) */
-    char self[300];  /* "pid N on host" */
-    atomic_int call_sock; /* unbound datagram socket releases call from; -1 until needed */
-} file_client;
-
 typedef struct file_lock {
     int fd;   /* open while held */
     int slot; /* semaphore permit held, -1 otherwise */
@@ -117,7 +103,7 @@ typedef struct file_lock {
     ino_t ino;
 } file_lock;
 
-static file_client *fc_of(dlock_client *c)
+file_client *fc_of(dlock_client *c)
 {
     return c->bstate;
 }

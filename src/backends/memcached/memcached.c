@@ -60,10 +60,10 @@
  * release (gets, then cas or delete). Its reply parser (mc_parse, proto.c)
  * is small and fuzzed (fuzz/fuzz_memcached.c).
  */
+#include "mc_int.h"
 #include "internal.h"
 #include "support/support.h"
 #include "mc_proto.h"
-#include "tools.h"
 
 static const dl_scheme memcached_schemes[] = {
     {"memcached", "memcached", 11211, true, DL_PATH_NONE},
@@ -96,34 +96,12 @@ static const dl_scheme memcached_schemes[] = {
 #include <sys/socket.h>
 #include <unistd.h>
 
-
 /* ---- connections ------------------------------------------------------------------ */
 
 #define MC_POOL_IDLE_MAX 8
 #define MC_BACKOFF_MIN_NS 1000000LL
 #define MC_BACKOFF_MAX_NS 32000000LL
 #define MC_TTL_MAX_S (30 * 24 * 3600) /* beyond: memcached reads an absolute time */
-
-typedef struct mc_server {
-    char *host;
-    int port;
-    dl_pool idle; /* of mc_conn */
-} mc_server;
-
-/* A connection: its socket, and its link in its server's pool. */
-typedef struct mc_conn {
-    dl_pooled pooled;
-    int fd;
-} mc_conn;
-
-typedef struct mcclient {
-    mc_server *servers;
-    size_t nservers;
-    char prefix[64];
-    char holder[200];
-    const char *redacted;
-    int op_timeout_ms, connect_timeout_ms;
-} mcclient;
 
 /* As small as the name allows (a client may hold many locks): the item's
  * value is built again for every write from what it is made of. */
@@ -137,7 +115,7 @@ typedef struct mclock {
     char key[];     /* the base key (see the top) */
 } mclock;
 
-static mcclient *mcc_of(dlock_client *c)
+mcclient *mcc_of(dlock_client *c)
 {
     return c->bstate;
 }
@@ -203,7 +181,7 @@ static int mc_connect(mc_server *s, int64_t until_ns, int cancel_fd, int *out, c
     return 0;
 }
 
-static void mc_conn_close(mc_conn *k)
+void mc_conn_close(mc_conn *k)
 {
     close(k->fd);
     free(k);
@@ -215,7 +193,7 @@ static void mc_pooled_close(dl_pooled *it)
 }
 
 /* An idle connection to s the server has not ended, else a new one. */
-static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd,
+int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd,
                        mc_conn **out, bool *reused, char *why, size_t wlen)
 {
     for (dl_pooled *it; (it = dl_pool_take(&s->idle, NULL, NULL)) != NULL;) {
@@ -246,7 +224,7 @@ static int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_
     return 0;
 }
 
-static void mc_put_conn(mc_server *s, mc_conn *k)
+void mc_put_conn(mc_server *s, mc_conn *k)
 {
     if (!dl_pool_put(&s->idle, &k->pooled))
         mc_conn_close(k);
@@ -256,7 +234,7 @@ static void mc_put_conn(mc_server *s, mc_conn *k)
  * replies into rep, within until_ns (and cancel_fd): 0, or a code with the
  * reason in why. A reply that is not memcached's is DLOCK_EPROTO; an
  * error reply is left in rep for the caller (code "ER"). */
-static int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_reply *rep,
+int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_reply *rep,
                    int nrep, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     for (int attempt = 0;; attempt++) {
@@ -364,7 +342,7 @@ static void key_of(const mcclient *mc, const char *name, char *out, size_t len)
 
 /* Rendezvous hashing: the server with the highest hash of (name, server)
  * holds the name; a server that leaves moves only its own names. */
-static mc_server *server_of(const mcclient *mc, const char *name)
+mc_server *mc_server_of(const mcclient *mc, const char *name)
 {
     mc_server *best = &mc->servers[0];
     uint64_t top = 0;
@@ -408,7 +386,7 @@ static int mc_lock_init(dlock_lock *l)
     if (!ml)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
     memcpy(ml->key, key, strlen(key) + 1);
-    ml->srv = server_of(mc, l->name);
+    ml->srv = mc_server_of(mc, l->name);
     ml->slot = -1;
     l->bstate = ml;
     return 0;
@@ -847,7 +825,7 @@ static int view_of(dlock_client *c, const char *name, mc_view *v, char *why, siz
     v->ttl = -1;
     char key[MC_KEY_MAX + 1], req[3 * MC_KEY_MAX + 64];
     key_of(mc, name, key, sizeof key);
-    mc_server *s = server_of(mc, name);
+    mc_server *s = mc_server_of(mc, name);
     int n = snprintf(req, sizeof req, "mg %s v t c\r\nmg %s/p v\r\n", key, key);
     mc_reply r[2];
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
@@ -938,7 +916,7 @@ static int mc_break(dlock_client *c, const char *name, dlock_info *broken)
     char req[8 * MC_KEY_MAX];
     int n = snprintf(req, sizeof req, "mg %s/p v\r\n", key);
     mc_reply pr;
-    mc_server *s = server_of(mc, name);
+    mc_server *s = mc_server_of(mc, name);
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
     rc = mc_call(mc, s, req, (size_t)n, &pr, 1, until, -1, why, sizeof why);
     long permits = !rc && strcmp(pr.code, "VA") == 0 ? strtol(pr.value, NULL, 10) : 0;
@@ -1078,140 +1056,6 @@ static int mc_client_open(dlock_client *c, const dl_url *u)
     return 0;
 }
 
-/* ---- tools ----------------------------------------------------------------------- */
-
-struct baseline_arg {
-    mcclient *mc;
-    mc_server *s;
-};
-
-static int baseline_step(void *arg, char *why, size_t wlen)
-{
-    struct baseline_arg *a = arg;
-    mc_reply r;
-    int64_t until = dl_deadline_in(a->mc->op_timeout_ms);
-    int rc = mc_call(a->mc, a->s, "mn\r\n", 4, &r, 1, until, -1, why, wlen);
-    if (!rc && strcmp(r.code, "MN") != 0) {
-        snprintf(why, wlen, "mn answered %s", r.code);
-        rc = DLOCK_EPROTO;
-    }
-    return rc;
-}
-
-/* The cheapest request: the meta no-op, on a kept connection to the
- * name's server. */
-static int mc_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dh_timing *out)
-{
-    mcclient *mc = mcc_of(c);
-    struct baseline_arg a = {mc, server_of(mc, name)};
-    char why[400] = "";
-    int64_t *v = NULL;
-    size_t n = 0;
-    int rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
-    return dh_done(c, rc, "baseline", why, v, n, out, "meta no-op (mn) on a kept connection");
-}
-
-/* The requests the name's server has served, from its stats. */
-static int mc_tool_counters(dlock_client *c, const char *name, dh_counters *out)
-{
-    mcclient *mc = mcc_of(c);
-    mc_server *s = server_of(mc, name);
-    char why[400];
-    mc_conn *k;
-    bool reused;
-    int64_t until = dl_deadline_in(mc->op_timeout_ms);
-    int rc = mc_get_conn(mc, s, until, -1, &k, &reused, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "counters: %s", why);
-    int fd = k->fd;
-    /* "stats" answers lines of STAT NAME VALUE and END: read to the END */
-    char buf[16384];
-    size_t have = 0;
-    rc = send(fd, "stats\r\n", 7, MSG_NOSIGNAL) == 7 ? 0 : DLOCK_EUNREACHABLE;
-    while (!rc && (have < 5 || !strstr(buf, "END\r\n"))) {
-        if (have + 1 >= sizeof buf) {
-            rc = DLOCK_EPROTO;
-            break;
-        }
-        ssize_t n = recv(fd, buf + have, sizeof buf - 1 - have, 0);
-        if (n > 0) {
-            have += (size_t)n;
-            buf[have] = '\0';
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            rc = dl_wait_fd(fd, POLLIN, until, -1, NULL);
-        } else {
-            rc = DLOCK_EUNREACHABLE;
-        }
-    }
-    if (rc) {
-        mc_conn_close(k);
-        return dl_client_err(c, rc, "counters: memcached %s:%d: no stats", s->host, s->port);
-    }
-    mc_put_conn(s, k);
-    static const char *const names[] = {"cmd_get", "cmd_set", "cmd_touch", "delete_hits",
-                                        "delete_misses", "incr_hits", "incr_misses"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && out->n < DH_COUNTERS_MAX;
-         i++) {
-        char pat[64];
-        snprintf(pat, sizeof pat, "STAT %s ", names[i]);
-        const char *p = strstr(buf, pat);
-        uint64_t v = p ? strtoull(p + strlen(pat), NULL, 10) : 0;
-        snprintf(out->name[out->n], sizeof out->name[0], "%s", names[i]);
-        out->calls[out->n++] = v;
-        out->client += v;
-    }
-    out->servers = 1;
-    return 0;
-}
-
-static int mc_tool_lock_servers(dlock_client *c, const char *name, dh_server *out,
-                                int max)
-{
-    if (max < 1)
-        return 0;
-    mc_server *s = server_of(mcc_of(c), name);
-    snprintf(out[0].host, sizeof out[0].host, "%s", s->host);
-    out[0].port = s->port;
-    return 1;
-}
-
-static int mc_tool_topology(dlock_client *c, dh_topo *out)
-{
-    out->trait = mcc_of(c)->nservers > 1 ? DH_TOPO_SHARDS : DH_TOPO_ONE_SERVER;
-    out->quorum = 1;
-    out->direct = 1;
-    /* ttl_seconds: rounded up (< 1 s) and one more, on a clock of whole
-     * seconds (< 1 s) */
-    out->lease_slack_ms = 3000;
-    return 0;
-}
-
-static int mc_tool_server_ready(dlock_client *c, const dh_member *m)
-{
-    mcclient *mc = mcc_of(c);
-    for (size_t i = 0; i < mc->nservers; i++) {
-        mc_server *s = &mc->servers[i];
-        if (s->port != m->addr.port || strcmp(s->host, m->addr.host) != 0)
-            continue;
-        struct baseline_arg a = {mc, s};
-        char why[400];
-        int rc = baseline_step(&a, why, sizeof why);
-        return rc ? dl_client_err(c, rc, "%s", why) : 0;
-    }
-    return dl_client_err(c, DLOCK_ENOENT, "%s:%d is not one of the URL's servers", m->addr.host,
-                         m->addr.port);
-}
-
-static const struct dh_tools mc_tools = {
-    .baseline = mc_tool_baseline,
-    .counters = mc_tool_counters,
-    .lock_servers = mc_tool_lock_servers,
-    .topology = mc_tool_topology,
-    .members = dh_url_members,
-    .server_ready = mc_tool_server_ready,
-};
-
 static const dl_backend_ops mc_ops = {
     .client_open = mc_client_open,
     .client_close = mc_client_close,
@@ -1228,7 +1072,7 @@ static const dl_backend_ops mc_ops = {
     .get_value = mc_get_value,
     .break_lock = mc_break,
 };
-#define MC_OPS .ops = &mc_ops, .tools = &mc_tools
+#define MC_OPS .ops = &mc_ops
 
 const dl_backend dl_backend_memcached = {
     .name = "memcached",

@@ -114,7 +114,6 @@ long mc_parse(const char *buf, size_t len, mc_reply *r)
     return (long)used;
 }
 
-
 /* A decimal number at v[*p..n) followed by a space, at most `digits` long. */
 static bool item_number(const char *v, size_t n, size_t *p, int digits, uint64_t *out)
 {

@@ -43,7 +43,6 @@
  */
 #include "internal.h"
 #include "support/support.h"
-#include "tools.h"
 
 static const dl_scheme mysql_schemes[] = {
     {"mysql", "mysql", 3306, false, DL_PATH_DBNAME},
@@ -72,6 +71,8 @@ static const dl_scheme mysql_schemes[] = {
 #define MY_PARAMS "mode table ssl-mode ssl-ca ssl-cert ssl-key"
 
 #ifdef DLOCK_HAVE_MYSQL
+#include "my_int.h"
+
 #include <mysql.h>
 
 #include <errno.h>
@@ -91,52 +92,14 @@ static const dl_scheme mysql_schemes[] = {
 /* ---- Connector/C, loaded when the first client opens ------------------------------ */
 
 #define MY_LIB "libmariadb.so.3"
-static struct {
-    __typeof__(mysql_server_init) *server_init;
-    __typeof__(mysql_init) *init;
-    __typeof__(mysql_options) *options;
-    __typeof__(mysql_optionsv) *optionsv;
-    __typeof__(mysql_real_connect_start) *connect_start;
-    __typeof__(mysql_real_connect_cont) *connect_cont;
-    __typeof__(mysql_close_start) *close_start;
-    __typeof__(mysql_close_cont) *close_cont;
-    __typeof__(mysql_get_socket) *get_socket;
-    __typeof__(mysql_get_timeout_value_ms) *timeout_ms;
-    __typeof__(mysql_errno) *err_no;
-    __typeof__(mysql_error) *error;
-    __typeof__(mysql_thread_id) *thread_id;
-    __typeof__(mysql_get_server_info) *server_info;
-    __typeof__(mysql_autocommit_start) *autocommit_start;
-    __typeof__(mysql_autocommit_cont) *autocommit_cont;
-    __typeof__(mysql_commit_start) *commit_start;
-    __typeof__(mysql_commit_cont) *commit_cont;
-    __typeof__(mysql_rollback_start) *rollback_start;
-    __typeof__(mysql_rollback_cont) *rollback_cont;
-    __typeof__(mysql_stmt_init) *stmt_init;
-    __typeof__(mysql_stmt_prepare_start) *prepare_start;
-    __typeof__(mysql_stmt_prepare_cont) *prepare_cont;
-    __typeof__(mysql_stmt_bind_param) *bind_param;
-    __typeof__(mysql_stmt_execute_start) *execute_start;
-    __typeof__(mysql_stmt_execute_cont) *execute_cont;
-    __typeof__(mysql_stmt_store_result_start) *store_start;
-    __typeof__(mysql_stmt_store_result_cont) *store_cont;
-    __typeof__(mysql_stmt_field_count) *field_count;
-    __typeof__(mysql_stmt_bind_result) *bind_result;
-    __typeof__(mysql_stmt_fetch) *fetch;
-    __typeof__(mysql_stmt_free_result) *free_result;
-    __typeof__(mysql_stmt_close) *stmt_close;
-    __typeof__(mysql_stmt_affected_rows) *affected_rows;
-    __typeof__(mysql_stmt_insert_id) *insert_id;
-    __typeof__(mysql_stmt_errno) *stmt_errno;
-    __typeof__(mysql_stmt_error) *stmt_error;
-} my;
+my_api my_lib;
 static char my_error[300];
 static pthread_once_t my_once = PTHREAD_ONCE_INIT;
 
 static void my_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"mysql_" #f, offsetof(__typeof__(my), m)}
+#define SYM(f, m) {"mysql_" #f, offsetof(my_api, m)}
         SYM(server_init, server_init), SYM(init, init), SYM(options, options),
         SYM(optionsv, optionsv), SYM(real_connect_start, connect_start),
         SYM(real_connect_cont, connect_cont), SYM(close_start, close_start),
@@ -157,17 +120,14 @@ static void my_load(void)
         SYM(stmt_error, stmt_error),
 #undef SYM
     };
-    if (dl_load_library(MY_LIB, "libmariadb3", syms, sizeof syms / sizeof syms[0], &my,
+    if (dl_load_library(MY_LIB, "libmariadb3", syms, sizeof syms / sizeof syms[0], &my_lib,
                         my_error, sizeof my_error) == 0 &&
-        my.server_init(0, NULL, NULL) != 0) /* not thread-safe: once, here */
+        my_lib.server_init(0, NULL, NULL) != 0) /* not thread-safe: once, here */
         snprintf(my_error, sizeof my_error, "%s could not initialise", MY_LIB);
 }
 
 /* ---- connections and statements --------------------------------------------------- */
 
-#define MY_KEY_MAX 64       /* GET_LOCK's name limit (MySQL 5.7+) */
-#define MY_KEY_MAX_STR "64" /* (the same, in SQL text) */
-#define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
 /* Tokens of getlock and rowlock (see "Tokens" below): the server run's
  * epoch above MY_EPOCH_SHIFT bits of UUID_SHORT()'s count since the run's
  * base. An offset at MY_OFFSET_RENEW starts a new epoch, long before it
@@ -175,8 +135,6 @@ static void my_load(void)
 #define MY_EPOCH_SHIFT 44
 #define MY_OFFSET_RENEW (1ULL << 43)
 #define MY_EPOCH_MAX ((1ULL << (64 - MY_EPOCH_SHIFT)) - 1)
-#define MY_POOL_IDLE_MAX 8  /* idle connections a client keeps */
-#define MY_PREPARED_MAX 32  /* statements a connection keeps prepared */
 #define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
 #define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
 /* Our sessions' own limits (see conn_open): no statement time limit
@@ -197,71 +155,6 @@ static void my_load(void)
 #define MY_LEASE_BACKOFF_MIN_MS 2
 #define MY_LEASE_BACKOFF_MAX_MS 50
 
-/* One server connection; `sess` is its place on the client's watch list
- * while it holds a lock (getlock, rowlock). */
-typedef struct my_conn {
-    MYSQL *m;
-    dl_pooled pooled;     /* its place among the idle ones */
-    unsigned long id;     /* the server's connection id (KILL) */
-    bool reused;          /* taken from the pool: it may have died idle (one retry) */
-    bool failed;          /* not to be pooled again */
-    bool broken;          /* cut mid-protocol (our bound, a lost connection): close it hard */
-    unsigned last_errno;  /* the server's error number of the last failed statement */
-    bool txn;             /* autocommit off (rowlock) */
-    int lock_wait_s;      /* innodb_lock_wait_timeout set on it (-1: the server's) */
-    bool marks_seen; /* the run's lease marks found (or made) on it: see marks_check */
-    struct {
-        const char *sql; /* by address: our statements are fixed per client */
-        MYSQL_STMT *st;
-    } prep[MY_PREPARED_MAX];
-    int nprep;
-    dl_session sess;
-} my_conn;
-
-enum my_mode { MODE_GETLOCK, MODE_LEASE, MODE_ROWLOCK };
-
-typedef struct myclient {
-    enum my_mode mode;
-    char *host, *user, *password, *db;
-    int port;
-    char *ssl_ca, *ssl_cert, *ssl_key;
-    int ssl_mode; /* 0 none asked, 1 required, 2 verify the server */
-    char holder[200];
-    const char *redacted;
-    int op_timeout_ms, connect_timeout_ms;
-    bool mariadb;
-    _Atomic int ps_ok; /* performance_schema.metadata_locks tells waiters: -1 unknown, 0 no, 1 yes */
-    atomic_bool no_queue; /* lease: the server refuses GET_LOCK (Galera): every waiter polls */
-    /* statements, with the table names in them */
-    char *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue,
-        *sql_getvalue, *sql_name_of;                          /* getlock */
-    char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all,
-        *sql_lease_value, *sql_lease_getvalue, *sql_lease_info, *sql_lease_other,
-        *sql_lease_make, *sql_lease_make_token; /* lease */
-    char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
-        *sql_row_getvalue;  /* rowlock */
-    char *sql_draw;         /* getlock, rowlock: a token, the holder's row in TABLE_live */
-    char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
-    char *sql_draw_fast;    /* getlock, rowlock: one table opened less, the lease mark read */
-    char *sql_try_draw;     /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
-    char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* see ensure_marks */
-    char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
-    atomic_bool marks_on; /* getlock: dlock_live's lease marks are kept by triggers: draws read them */
-    atomic_bool fast_off; /* TABLE_live has no lease_until (made by an older dlock): no sql_draw_fast */
-    char *sql_run_get, *sql_epoch_bump, *sql_run_set, *sql_evict; /* their epoch; a full table */
-    char *sql_queue;        /* lease: the waiters' GET_LOCK */
-    char *sql_lease_live;   /* getlock, rowlock: lease holders of the name */
-    char *sql_ddl[5];       /* the tables (kept: prepared statements are known by address) */
-    atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
-    char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
-    char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
-    char live[MY_IDENT_MAX + 8], live_bare[MY_IDENT_MAX + 6]; /* TABLE_live (getlock, rowlock) */
-    char *sql_table_exists;
-
-    dl_pool pool;           /* idle connections, at most MY_POOL_IDLE_MAX */
-    dl_session_watch watch; /* connections that hold locks */
-} myclient;
-
 typedef struct mylock {
     char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
     my_conn *conn;            /* getlock, rowlock: while held */
@@ -271,26 +164,7 @@ typedef struct mylock {
     unsigned asks_skip;       /* getlock: how many the last busy ask skipped */
 } mylock;
 
-/* A statement's parameter. */
-typedef struct my_arg {
-    char t; /* 's' string, 'i' integer, 'd' double, 'n' NULL */
-    const char *s;
-    long long i;
-    double d;
-} my_arg;
-#define A_S(x) ((my_arg){'s', (x), 0, 0})
-#define A_I(x) ((my_arg){'i', NULL, (long long)(x), 0})
-#define A_D(x) ((my_arg){'d', NULL, 0, (x)})
-#define A_NULL ((my_arg){'n', NULL, 0, 0})
-
-/* A statement's outcome: the OK packet's counts, and any rows as text. */
-typedef struct my_res {
-    unsigned long long affected, insert_id;
-    int nrows, ncols;
-    char **cell; /* row-major; NULL for SQL NULL */
-} my_res;
-
-static myclient *mc_of(dlock_client *c)
+myclient *mc_of(dlock_client *c)
 {
     return c->bstate;
 }
@@ -302,7 +176,7 @@ static const char *cell(const my_res *r, int row, int col)
     return r->cell[row * r->ncols + col];
 }
 
-static void res_free(my_res *r)
+void my_res_free(my_res *r)
 {
     if (r->cell)
         for (int i = 0; i < r->nrows * r->ncols; i++)
@@ -351,7 +225,7 @@ static int code_of_errno(unsigned e)
 /* Wait for what a non-blocking call asked for (status: MYSQL_WAIT_* bits),
  * bounded by until_ns (-1: none) and cancel_fd: the ready bits to hand back
  * to its *_cont, or DLOCK_ETIMEDOUT / DLOCK_ECANCELED / DLOCK_EIO. */
-static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
+int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
 {
     short events = (short)((status & MYSQL_WAIT_READ ? POLLIN : 0) |
                            (status & MYSQL_WAIT_WRITE ? POLLOUT : 0) |
@@ -361,13 +235,13 @@ static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
         /* at least a millisecond: with no socket (a connect that failed)
          * Connector/C has been seen to ask for zero-length timeouts over
          * and over, which would spin */
-        unsigned t = my.timeout_ms(m);
+        unsigned t = my_lib.timeout_ms(m);
         int64_t lib_until = dl_deadline_in(t ? t : 1);
         if (bound < 0 || lib_until < bound)
             bound = lib_until;
     }
     short rev = 0;
-    int rc = dl_wait_fd((int)my.get_socket(m), events, bound, cancel_fd, &rev);
+    int rc = dl_wait_fd((int)my_lib.get_socket(m), events, bound, cancel_fd, &rev);
     if (rc == DLOCK_ETIMEDOUT) /* ours first: the library's may recur */
         return until_ns >= 0 && dl_now_ns() >= until_ns ? DLOCK_ETIMEDOUT : MYSQL_WAIT_TIMEOUT;
     if (rc)
@@ -383,24 +257,7 @@ static int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd)
     return r ? r : (status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT));
 }
 
-/* Drive one non-blocking call: `start` gives the first status, `cont` (an
- * expression using ev_) the next; rc gets our own bound's error, if any.
- * A call cut short leaves the connection mid-protocol: the caller must
- * not use it again (k->broken). */
-#define MY_DRIVE(rc, m, until, cfd, start, cont)                                              \
-    do {                                                                                     \
-        int st_ = (start);                                                                   \
-        while (st_) {                                                                        \
-            int ev_ = my_wait((m), st_, (until), (cfd));                                     \
-            if (ev_ < 0) {                                                                   \
-                (rc) = ev_;                                                                  \
-                break;                                                                       \
-            }                                                                                \
-            st_ = (cont);                                                                    \
-        }                                                                                    \
-    } while (0)
-
-static void cut_why(int rc, char *why, size_t wlen)
+void my_cut_why(int rc, char *why, size_t wlen)
 {
     snprintf(why, wlen, "%s",
              rc == DLOCK_ECANCELED ? "canceled" : rc == DLOCK_EIO ? "poll failed"
@@ -411,28 +268,28 @@ static void cut_why(int rc, char *why, size_t wlen)
  * connection) when it is healthy, else by shutting the socket first, so
  * that nothing can block. Its statements are freed after it (they are
  * only memory once the connection is gone). */
-static void conn_close(my_conn *k)
+void my_conn_close(my_conn *k)
 {
     if (!k)
         return;
     if (k->m) {
-        int fd = (int)my.get_socket(k->m);
+        int fd = (int)my_lib.get_socket(k->m);
         if (k->broken && fd >= 0)
             shutdown(fd, SHUT_RDWR);
-        int st = my.close_start(k->m);
+        int st = my_lib.close_start(k->m);
         for (int i = 0; st && i < 100; i++) {
             if (i == 0 && fd >= 0)
                 shutdown(fd, SHUT_RDWR); /* it would wait: stop waiting */
-            st = my.close_cont(k->m, st & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE));
+            st = my_lib.close_cont(k->m, st & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE));
         }
     }
     for (int i = 0; i < k->nprep; i++)
-        my.stmt_close(k->prep[i].st);
+        my_lib.stmt_close(k->prep[i].st);
     free(k);
 }
 
 /* The prepared form of sql on k (prepared on first use). */
-static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
+int my_stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
                    MYSQL_STMT **out, char *why, size_t wlen)
 {
     for (int i = 0; i < k->nprep; i++)
@@ -440,23 +297,23 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             *out = k->prep[i].st;
             return 0;
         }
-    MYSQL_STMT *st = my.stmt_init(k->m);
+    MYSQL_STMT *st = my_lib.stmt_init(k->m);
     if (!st) {
         snprintf(why, wlen, "out of memory");
         return DLOCK_ENOMEM;
     }
     int ret = 0, rc = 0;
-    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.prepare_start(&ret, st, sql, strlen(sql)),
-             my.prepare_cont(&ret, st, ev_));
+    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my_lib.prepare_start(&ret, st, sql, strlen(sql)),
+             my_lib.prepare_cont(&ret, st, ev_));
     if (rc || ret) {
         unsigned e = 0;
         if (rc) {
-            cut_why(rc, why, wlen);
+            my_cut_why(rc, why, wlen);
         } else {
-            e = my.stmt_errno(st);
+            e = my_lib.stmt_errno(st);
             k->last_errno = e;
             rc = code_of_errno(e);
-            snprintf(why, wlen, "%s", my.stmt_error(st));
+            snprintf(why, wlen, "%s", my_lib.stmt_error(st));
         }
         /* cut mid-prepare, or the connection failed (client errors are
          * 2000 and up); a statement the server refused leaves k fine */
@@ -468,7 +325,7 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
             k->prep[k->nprep].sql = NULL;
             k->prep[k->nprep++].st = st;
         } else {
-            my.stmt_close(st);
+            my_lib.stmt_close(st);
         }
         return rc;
     }
@@ -486,12 +343,12 @@ static int stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd,
 /* Run sql with args on k, within until_ns (-1: no bound) and cancel_fd.
  * 0 with *res filled; or a server error's code (k still usable unless it
  * was a connection error); or our bound's (k->failed: abandon it). */
-static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res *res,
+int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res *res,
                   int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     memset(res, 0, sizeof *res);
     MYSQL_STMT *st;
-    int rc = stmt_of(k, sql, until_ns, cancel_fd, &st, why, wlen);
+    int rc = my_stmt_of(k, sql, until_ns, cancel_fd, &st, why, wlen);
     if (rc)
         return rc;
     MYSQL_BIND b[8];
@@ -523,36 +380,36 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         }
     }
     int ret = 0;
-    if (nargs && my.bind_param(st, b)) {
-        snprintf(why, wlen, "%s", my.stmt_error(st));
+    if (nargs && my_lib.bind_param(st, b)) {
+        snprintf(why, wlen, "%s", my_lib.stmt_error(st));
         return DLOCK_EIO;
     }
-    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.execute_start(&ret, st),
-             my.execute_cont(&ret, st, ev_));
-    if (!rc && !ret && my.field_count(st) > 0)
-        MY_DRIVE(rc, k->m, until_ns, cancel_fd, my.store_start(&ret, st),
-                 my.store_cont(&ret, st, ev_));
+    MY_DRIVE(rc, k->m, until_ns, cancel_fd, my_lib.execute_start(&ret, st),
+             my_lib.execute_cont(&ret, st, ev_));
+    if (!rc && !ret && my_lib.field_count(st) > 0)
+        MY_DRIVE(rc, k->m, until_ns, cancel_fd, my_lib.store_start(&ret, st),
+                 my_lib.store_cont(&ret, st, ev_));
     if (rc) {
         k->failed = k->broken = true;
-        cut_why(rc, why, wlen);
+        my_cut_why(rc, why, wlen);
         return rc;
     }
     if (ret) {
-        unsigned e = my.stmt_errno(st);
+        unsigned e = my_lib.stmt_errno(st);
         k->last_errno = e;
         rc = code_of_errno(e);
-        snprintf(why, wlen, "%s", my.stmt_error(st));
+        snprintf(why, wlen, "%s", my_lib.stmt_error(st));
         if (e >= 2000 || e == 0 || rc == DLOCK_EUNREACHABLE) /* killed, shutting down */
             k->failed = k->broken = true;
         return rc;
     }
-    res->affected = my.affected_rows(st);
-    res->insert_id = my.insert_id(st);
-    unsigned nf = my.field_count(st);
+    res->affected = my_lib.affected_rows(st);
+    res->insert_id = my_lib.insert_id(st);
+    unsigned nf = my_lib.field_count(st);
     if (nf == 0)
         return 0;
     if (nf > 8) {
-        (void)my.free_result(st);
+        (void)my_lib.free_result(st);
         snprintf(why, wlen, "too many columns");
         return DLOCK_EIO;
     }
@@ -568,15 +425,15 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         rb[i].length = &blen[i];
         rb[i].is_null = &isnull[i];
     }
-    if (my.bind_result(st, rb)) {
-        snprintf(why, wlen, "%s", my.stmt_error(st));
-        (void)my.free_result(st);
+    if (my_lib.bind_result(st, rb)) {
+        snprintf(why, wlen, "%s", my_lib.stmt_error(st));
+        (void)my_lib.free_result(st);
         return DLOCK_EIO;
     }
     res->ncols = (int)nf;
     size_t cap = 0;
     int f;
-    while ((f = my.fetch(st)) == 0) {
+    while ((f = my_lib.fetch(st)) == 0) {
         if ((size_t)(res->nrows + 1) * nf > cap) {
             size_t nc = cap ? cap * 2 : nf * 4;
             char **ncell = realloc(res->cell, nc * sizeof *ncell);
@@ -603,16 +460,16 @@ static int q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my
         }
         res->nrows++;
     }
-    (void)my.free_result(st);
+    (void)my_lib.free_result(st);
     if (!rc && f != MYSQL_NO_DATA) {
         rc = f == MYSQL_DATA_TRUNCATED ? DLOCK_EPROTO : DLOCK_EIO;
         snprintf(why, wlen, "%s", f == MYSQL_DATA_TRUNCATED ? "a value was longer than expected"
-                                                           : my.stmt_error(st));
+                                                           : my_lib.stmt_error(st));
     } else if (rc) {
         snprintf(why, wlen, "out of memory");
     }
     if (rc)
-        res_free(res);
+        my_res_free(res);
     return rc;
 }
 
@@ -624,27 +481,27 @@ static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wl
     switch (what) {
     case 'a': /* autocommit on */
     case 't': /* autocommit off: a transaction from the next statement on */
-        MY_DRIVE(rc, k->m, until_ns, -1, my.autocommit_start(&ret, k->m, what == 'a'),
-                 my.autocommit_cont(&ret, k->m, ev_));
+        MY_DRIVE(rc, k->m, until_ns, -1, my_lib.autocommit_start(&ret, k->m, what == 'a'),
+                 my_lib.autocommit_cont(&ret, k->m, ev_));
         if (!rc && !ret)
             k->txn = what == 't';
         break;
     case 'c':
-        MY_DRIVE(rc, k->m, until_ns, -1, my.commit_start(&ret, k->m),
-                 my.commit_cont(&ret, k->m, ev_));
+        MY_DRIVE(rc, k->m, until_ns, -1, my_lib.commit_start(&ret, k->m),
+                 my_lib.commit_cont(&ret, k->m, ev_));
         break;
     default:
-        MY_DRIVE(rc, k->m, until_ns, -1, my.rollback_start(&ret, k->m),
-                 my.rollback_cont(&ret, k->m, ev_));
+        MY_DRIVE(rc, k->m, until_ns, -1, my_lib.rollback_start(&ret, k->m),
+                 my_lib.rollback_cont(&ret, k->m, ev_));
     }
     if (rc) {
         k->failed = k->broken = true;
-        cut_why(rc, why, wlen);
+        my_cut_why(rc, why, wlen);
         return rc;
     }
     if (ret) {
-        unsigned e = my.err_no(k->m);
-        snprintf(why, wlen, "%s", my.error(k->m));
+        unsigned e = my_lib.err_no(k->m);
+        snprintf(why, wlen, "%s", my_lib.error(k->m));
         if (e >= 2000)
             k->failed = k->broken = true;
         return code_of_errno(e);
@@ -654,12 +511,12 @@ static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wl
 
 /* A new connection, made within until_ns: TLS as the URL asks, keepalives
  * on its socket, the holder's description in its connection attributes. */
-static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **out, char *why,
+int my_conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **out, char *why,
                      size_t wlen)
 {
     *out = NULL;
     my_conn *k = calloc(1, sizeof *k);
-    if (!k || !(k->m = my.init(NULL))) {
+    if (!k || !(k->m = my_lib.init(NULL))) {
         free(k);
         snprintf(why, wlen, "out of memory");
         return DLOCK_ENOMEM;
@@ -667,33 +524,33 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
     k->lock_wait_s = -1;
     unsigned ct = (unsigned)((mc->connect_timeout_ms + 999) / 1000);
     my_bool yes = 1;
-    int bad = my.options(k->m, MYSQL_OPT_NONBLOCK, 0) ||
-              my.options(k->m, MYSQL_OPT_CONNECT_TIMEOUT, &ct) ||
-              my.options(k->m, MYSQL_SET_CHARSET_NAME, "utf8mb4") ||
-              my.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "dlock") ||
-              my.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "dlock_holder", mc->holder);
+    int bad = my_lib.options(k->m, MYSQL_OPT_NONBLOCK, 0) ||
+              my_lib.options(k->m, MYSQL_OPT_CONNECT_TIMEOUT, &ct) ||
+              my_lib.options(k->m, MYSQL_SET_CHARSET_NAME, "utf8mb4") ||
+              my_lib.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "dlock") ||
+              my_lib.optionsv(k->m, MYSQL_OPT_CONNECT_ATTR_ADD, "dlock_holder", mc->holder);
     if (!bad && mc->ssl_ca)
-        bad = my.options(k->m, MYSQL_OPT_SSL_CA, mc->ssl_ca);
+        bad = my_lib.options(k->m, MYSQL_OPT_SSL_CA, mc->ssl_ca);
     if (!bad && mc->ssl_cert)
-        bad = my.options(k->m, MYSQL_OPT_SSL_CERT, mc->ssl_cert);
+        bad = my_lib.options(k->m, MYSQL_OPT_SSL_CERT, mc->ssl_cert);
     if (!bad && mc->ssl_key)
-        bad = my.options(k->m, MYSQL_OPT_SSL_KEY, mc->ssl_key);
+        bad = my_lib.options(k->m, MYSQL_OPT_SSL_KEY, mc->ssl_key);
     if (!bad && mc->ssl_mode >= 1)
-        bad = my.options(k->m, MYSQL_OPT_SSL_ENFORCE, &yes);
+        bad = my_lib.options(k->m, MYSQL_OPT_SSL_ENFORCE, &yes);
     if (!bad && mc->ssl_mode >= 2)
-        bad = my.options(k->m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes);
+        bad = my_lib.options(k->m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes);
     if (bad) {
-        snprintf(why, wlen, "Connector/C refused an option: %s", my.error(k->m));
+        snprintf(why, wlen, "Connector/C refused an option: %s", my_lib.error(k->m));
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return DLOCK_EIO;
     }
     MYSQL *ret = NULL;
     int rc = 0;
     MY_DRIVE(rc, k->m, until_ns, cancel_fd,
-             my.connect_start(&ret, k->m, mc->host, mc->user, mc->password, mc->db,
+             my_lib.connect_start(&ret, k->m, mc->host, mc->user, mc->password, mc->db,
                               (unsigned)mc->port, NULL, 0),
-             my.connect_cont(&ret, k->m, ev_));
+             my_lib.connect_cont(&ret, k->m, ev_));
     if (rc || !ret) {
         if (rc) {
             snprintf(why, wlen, "%s",
@@ -701,18 +558,18 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
                                            : "no answer from the server in time while connecting");
             rc = rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
         } else {
-            unsigned e = my.err_no(k->m);
+            unsigned e = my_lib.err_no(k->m);
             rc = code_of_errno(e);
             /* an answer that is not MySQL's handshake, or TLS that failed;
              * a server's own error (below 2000) is MySQL's answer */
             if (e == 2026)
                 rc = DLOCK_EPROTO;
-            snprintf(why, wlen, "%s%s", my.error(k->m),
+            snprintf(why, wlen, "%s%s", my_lib.error(k->m),
                      rc == DLOCK_EPROTO && e >= 2000 && e != 2026 ? " (is it a MySQL server?)"
                                                                   : "");
         }
         k->failed = k->broken = true;
-        conn_close(k);
+        my_conn_close(k);
         return rc;
     }
     /* The server's limits are for other programs' statements: a lock wait
@@ -720,19 +577,19 @@ static int conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **ou
      * rowlock) may sit idle as long as its holder runs. A server that
      * refuses a setting (an older one, without the variable) keeps its
      * own, and the waits then say how the server ended them. */
-    const char *info = my.server_info(k->m);
+    const char *info = my_lib.server_info(k->m);
     my_res r = {0};
     char swhy[200];
-    rc = q_exec(k, info && strstr(info, "MariaDB") ? MY_SESSION_MARIADB : MY_SESSION_MYSQL, NULL,
+    rc = my_q_exec(k, info && strstr(info, "MariaDB") ? MY_SESSION_MARIADB : MY_SESSION_MYSQL, NULL,
                 0, &r, until_ns, cancel_fd, swhy, sizeof swhy);
-    res_free(&r);
+    my_res_free(&r);
     if (rc && k->broken) {
         snprintf(why, wlen, "setting the session's limits: %s", swhy);
-        conn_close(k);
+        my_conn_close(k);
         return rc == DLOCK_ECANCELED ? rc : DLOCK_EUNREACHABLE;
     }
-    dl_socket_keepalive((int)my.get_socket(k->m));
-    k->id = my.thread_id(k->m);
+    dl_socket_keepalive((int)my_lib.get_socket(k->m));
+    k->id = my_lib.thread_id(k->m);
     *out = k;
     return 0;
 }
@@ -745,7 +602,7 @@ static bool txn_is(const dl_pooled *it, const void *arg)
 
 /* An idle connection from the pool (one in the autocommit state asked
  * for, if any), or a new one. */
-static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn **out,
+int my_conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn **out,
                     char *why, size_t wlen)
 {
     for (;;) {
@@ -755,9 +612,9 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
         my_conn *k = dl_container_of(it, my_conn, pooled);
         /* Nothing is due on an idle connection: a readable socket is the
          * server ending it (an error packet, or the close itself). */
-        if (dl_idle_socket_ended((int)my.get_socket(k->m))) {
+        if (dl_idle_socket_ended((int)my_lib.get_socket(k->m))) {
             k->failed = true;
-            conn_close(k);
+            my_conn_close(k);
             continue;
         }
         k->reused = true;
@@ -766,7 +623,7 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
             rc = q_simple(k, txn ? 't' : 'a', until_ns, why, wlen);
         if (rc) {
             k->failed = true;
-            conn_close(k);
+            my_conn_close(k);
             continue;
         }
         *out = k;
@@ -775,11 +632,11 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
     int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
-    int rc = conn_open(mc, bound, cancel_fd, out, why, wlen);
+    int rc = my_conn_open(mc, bound, cancel_fd, out, why, wlen);
     if (!rc && txn) {
         rc = q_simple(*out, 't', until_ns, why, wlen);
         if (rc) {
-            conn_close(*out);
+            my_conn_close(*out);
             *out = NULL;
         }
     }
@@ -787,10 +644,10 @@ static int conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_
 }
 
 /* Give a connection back to the pool (or close it). */
-static void conn_put(myclient *mc, my_conn *k)
+void my_conn_put(myclient *mc, my_conn *k)
 {
     if (k && (k->failed || !dl_pool_put(&mc->pool, &k->pooled)))
-        conn_close(k);
+        my_conn_close(k);
 }
 
 /* Make sure an idle autocommit connection is in the pool (made within
@@ -808,8 +665,8 @@ static void conn_spare(myclient *mc, int64_t until_ns)
     int64_t bound = dl_deadline_in(mc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
-    if (conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
-        conn_put(mc, k);
+    if (my_conn_open(mc, bound, -1, &k, why, sizeof why) == 0)
+        my_conn_put(mc, k);
 }
 
 /* A statement that may still run on the server (a lock wait we gave up
@@ -827,21 +684,21 @@ static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
         return false;
     unsigned long id = k->id;
     k->failed = k->broken = true;
-    conn_close(k);
+    my_conn_close(k);
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
     if (until_ns >= 0 && until_ns < until)
         until = until_ns;
     char why[200];
     my_conn *o;
-    if (conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
+    if (my_conn_get(mc, false, until, -1, &o, why, sizeof why) != 0)
         return false;
     my_arg a[] = {A_I(id)};
     my_res r = {0};
-    int rc = q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
-    res_free(&r);
+    int rc = my_q_exec(o, "KILL ?", a, 1, &r, until, -1, why, sizeof why);
+    my_res_free(&r);
     /* 1094 unknown thread: it had ended already */
     bool told = rc == 0 || (!o->broken && o->last_errno == 1094);
-    conn_put(mc, o);
+    my_conn_put(mc, o);
     return told;
 }
 
@@ -855,19 +712,19 @@ static int pool_exec_until(dlock_client *c, int64_t until, const char *sql, cons
     memset(res, 0, sizeof *res);
     for (;;) {
         my_conn *k;
-        int rc = conn_get(mc, false, until, -1, &k, why, wlen);
+        int rc = my_conn_get(mc, false, until, -1, &k, why, wlen);
         if (rc)
             return rc;
         bool reused = k->reused;
-        rc = q_exec(k, sql, args, nargs, res, until, -1, why, wlen);
-        conn_put(mc, k);
+        rc = my_q_exec(k, sql, args, nargs, res, until, -1, why, wlen);
+        my_conn_put(mc, k);
         if (rc == DLOCK_EUNREACHABLE && reused)
             continue;
         return rc;
     }
 }
 
-static int pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
+int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs,
                      my_res *res, char *why, size_t wlen)
 {
     int64_t until = dl_deadline_in(mc_of(c)->op_timeout_ms);
@@ -898,12 +755,12 @@ static void session_drop(dl_session *s)
     my_conn *k = dl_container_of(s, my_conn, sess);
     ((mylock *)s->lock->bstate)->conn = NULL;
     k->failed = true;
-    conn_close(k);
+    my_conn_close(k);
 }
 
 static int watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
-    return dl_swatch_add(&mc_of(l->c)->watch, &k->sess, l, (int)my.get_socket(k->m), why, wlen);
+    return dl_swatch_add(&mc_of(l->c)->watch, &k->sess, l, (int)my_lib.get_socket(k->m), why, wlen);
 }
 
 /* Take l's connection off the watch list for a call on it (or for good):
@@ -927,7 +784,7 @@ static void rewatch_conn(dlock_lock *l, my_conn *k)
 /* GET_LOCK's name for a lock name: the name itself up to 64 characters,
  * else "dlock:" and 128 bits of two FNV-1a hashes (the table catches a
  * collision). prefix distinguishes the lease waiters' names. */
-static void key_of(const char *prefix, const char *name, char *out, size_t len)
+void my_key_of(const char *prefix, const char *name, char *out, size_t len)
 {
     if (!*prefix && strlen(name) <= MY_KEY_MAX) {
         snprintf(out, len, "%s", name);
@@ -947,7 +804,7 @@ static int my_lock_init(dlock_lock *l)
     mylock *ml = calloc(1, sizeof *ml);
     if (!ml)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    key_of(mc_of(l->c)->mode == MODE_LEASE ? "-w" : "", l->name, ml->key, sizeof ml->key);
+    my_key_of(mc_of(l->c)->mode == MODE_LEASE ? "-w" : "", l->name, ml->key, sizeof ml->key);
     l->bstate = ml;
     return 0;
 }
@@ -1058,7 +915,7 @@ static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, c
     if (k->broken && rc != DLOCK_EUNREACHABLE)
         return wait_cut(l, deadline_ns, k, rc, early);
     k->failed = true;
-    conn_close(k);
+    my_conn_close(k);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
 }
 
@@ -1072,7 +929,7 @@ static bool session_ended(my_conn **kp, int rc, int64_t deadline_ns)
     if (rc != DLOCK_EUNREACHABLE || !(time_left(deadline_ns) || k->reused))
         return false;
     k->failed = true;
-    conn_close(k);
+    my_conn_close(k);
     *kp = NULL;
     return true;
 }
@@ -1123,17 +980,17 @@ static int marks_renew(myclient *mc, my_conn *e, int64_t until, char *why, size_
     my_res r = {0};
     int rc = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
-        rc = q_exec(e, mc->sql_mark_live, NULL, 0, &r, until, -1, why, wlen);
-        res_free(&r);
+        rc = my_q_exec(e, mc->sql_mark_live, NULL, 0, &r, until, -1, why, wlen);
+        my_res_free(&r);
         if (!rc) {
-            rc = q_exec(e, mc->sql_mark_run, NULL, 0, &r, until, -1, why, wlen);
-            res_free(&r);
+            rc = my_q_exec(e, mc->sql_mark_run, NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
         }
         if (!rc || e->broken)
             break;
         if (e->last_errno == 1114 && attempt == 0) {
-            rc = q_exec(e, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
-            res_free(&r);
+            rc = my_q_exec(e, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
             if (!rc)
                 continue;
         }
@@ -1152,9 +1009,9 @@ static int marks_check(myclient *mc, my_conn *k, int64_t until, char *why, size_
     if (k->marks_seen || !atomic_load(&mc->marks_on))
         return 0;
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_mark_run_get, NULL, 0, &r, until, -1, why, wlen);
+    int rc = my_q_exec(k, mc->sql_mark_run_get, NULL, 0, &r, until, -1, why, wlen);
     bool run_marked = rc == 0 && cell(&r, 0, 0) && atoi(cell(&r, 0, 0)) > 0;
-    res_free(&r);
+    my_res_free(&r);
     if (rc == 0 && !run_marked)
         rc = marks_renew(mc, k, until, why, wlen);
     k->marks_seen = rc == 0;
@@ -1176,7 +1033,7 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
     myclient *mc = mc_of(l->c);
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_conn *e;
-    int rc = conn_get(mc, false, until, -1, &e, why, wlen);
+    int rc = my_conn_get(mc, false, until, -1, &e, why, wlen);
     if (rc)
         return rc;
     my_res r = {0};
@@ -1185,12 +1042,12 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
         /* the first round of a renewal counts at once; later rounds give
          * a client that counted after us up to 200 ms to put its epoch */
         for (int polls = 0; (!renew || round > 0) && !rc; polls++) {
-            rc = q_exec(e, mc->sql_run_get, NULL, 0, &r, until, -1, why, wlen);
+            rc = my_q_exec(e, mc->sql_run_get, NULL, 0, &r, until, -1, why, wlen);
             bool in_force = rc == 0 && cell(&r, 0, 0) &&
                             (!renew || strtoull(cell(&r, 0, 0), NULL, 10) >= want);
-            res_free(&r);
+            my_res_free(&r);
             if (!rc && in_force) {
-                conn_put(mc, e);
+                my_conn_put(mc, e);
                 return 0;
             }
             if (rc || round == 0 || polls >= 20)
@@ -1200,9 +1057,9 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
         if (!rc && round == 8)
             break;
         if (!rc) {
-            rc = q_exec(e, mc->sql_epoch_bump, NULL, 0, &r, until, -1, why, wlen);
+            rc = my_q_exec(e, mc->sql_epoch_bump, NULL, 0, &r, until, -1, why, wlen);
             want = r.insert_id;
-            res_free(&r);
+            my_res_free(&r);
         }
         if (!rc && (want == 0 || want > MY_EPOCH_MAX)) {
             snprintf(why, wlen, "the token epoch in `dlock_epoch` is %llu (1 to %llu expected)",
@@ -1211,15 +1068,15 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
         }
         if (!rc) {
             my_arg a[] = {A_I(want), A_I(renew), A_I(renew)};
-            rc = q_exec(e, mc->sql_run_set, a, 3, &r, until, -1, why, wlen);
-            res_free(&r);
+            rc = my_q_exec(e, mc->sql_run_set, a, 3, &r, until, -1, why, wlen);
+            my_res_free(&r);
         }
     }
     if (!rc) {
         snprintf(why, wlen, "no token epoch could be put in force in `dlock_run` (8 rounds)");
         rc = DLOCK_EIO;
     }
-    conn_put(mc, e);
+    my_conn_put(mc, e);
     return rc;
 }
 
@@ -1272,26 +1129,26 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
             return DRAW_UNASKED;
         if (ask) {
             ask = false;
-            rc = q_exec(k, mc->sql_try_draw, ta, 4, &r, ask_until, -1, why, wlen);
+            rc = my_q_exec(k, mc->sql_try_draw, ta, 4, &r, ask_until, -1, why, wlen);
             if (rc && !k->broken && k->last_errno == 1048)
                 return DRAW_BUSY; /* the token NULL: GET_LOCK said 0 */
             if (rc) {
                 /* an error after GET_LOCK said 1 (a full table, a column
                  * missing…) leaves it held: let go, and ask as before */
                 my_arg ka[] = {A_S(ml->key)};
-                if (k->broken || q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, wlen))
+                if (k->broken || my_q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, wlen))
                     k->failed = true;
-                res_free(&r);
+                my_res_free(&r);
                 return DRAW_UNASKED;
             }
         } else if (fast) {
-            rc = q_exec(k, mc->sql_draw_fast, a, 3, &r, until, -1, why, wlen);
+            rc = my_q_exec(k, mc->sql_draw_fast, a, 3, &r, until, -1, why, wlen);
         } else {
-            rc = q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3,
+            rc = my_q_exec(k, unleased ? mc->sql_draw_unleased : mc->sql_draw, a, unleased ? 4 : 3,
                         &r, until, -1, why, wlen);
         }
         unsigned long long affected = r.affected, t = r.insert_id;
-        res_free(&r);
+        my_res_free(&r);
         bool offset_ok = (t & (MY_OFFSET_RENEW * 2 - 1)) < MY_OFFSET_RENEW;
         if (rc == 0 && fast && t == UINT64_MAX - 1) {
             /* a live lease mark: dlock_lease decides, then a draw without
@@ -1331,8 +1188,8 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
         } else if (!k->broken && k->last_errno == 1114 && !evicted) {
             /* TABLE_live is full: the rows of names nobody holds go */
             evicted = true;
-            rc = q_exec(k, mc->sql_evict, NULL, 0, &r, until, -1, why, wlen);
-            res_free(&r);
+            rc = my_q_exec(k, mc->sql_evict, NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
         } else {
             if (!k->broken && k->last_errno == 1114)
                 snprintf(why, wlen, "the table %s is full of held names (the server's "
@@ -1362,9 +1219,9 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_arg a[] = {A_S(l->name)};
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
+    int rc = my_q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
     int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
-    res_free(&r);
+    my_res_free(&r);
     if (rc && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
         /* dropped since, or not ours to read: no lease holder to see; not
          * asked again (a refused statement stays on its connection) */
@@ -1383,10 +1240,10 @@ static void key_give_back(dlock_lock *l, my_conn *k)
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     my_arg a[] = {A_S(((mylock *)l->bstate)->key)};
     my_res r = {0};
-    if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why) != 0)
+    if (my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why) != 0)
         k->failed = true;
-    res_free(&r);
-    conn_put(mc, k);
+    my_res_free(&r);
+    my_conn_put(mc, k);
 }
 
 static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
@@ -1438,15 +1295,15 @@ static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
     *kp = NULL;
     for (;;) {
         if (!k) {
-            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            rc = my_conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
         }
         my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-        rc = q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+        rc = my_q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
         granted = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        res_free(&r);
+        my_res_free(&r);
         /* The server ended the session (KILL, a restart) or the wait
          * (GET_LOCK's NULL, a statement limit) before its time: ask again
          * until the deadline — a waiter is only told when time is up. */
@@ -1457,14 +1314,14 @@ static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
         early += cut_short;
         rc = retry_pause(deadline_ns, cancel);
         if (rc) {
-            conn_put(mc, k);
+            my_conn_put(mc, k);
             return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
         }
     }
     if (rc)
         return take_failed(l, deadline_ns, k, rc, why, early);
     if (!granted) {
-        conn_put(mc, k);
+        my_conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
     *kp = k;
@@ -1496,7 +1353,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     if (ml->asks_skipped > 0) {
         ml->asks_skipped--;
     } else {
-        rc = conn_get(mc, false, hard_bound(l), deadline_ns == 0 ? -1 : dl_cancel_fd(l), &k,
+        rc = my_conn_get(mc, false, hard_bound(l), deadline_ns == 0 ? -1 : dl_cancel_fd(l), &k,
                       why, sizeof why);
         if (rc)
             return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
@@ -1507,11 +1364,11 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
                 ml->asks_skip = MY_ASKS_SKIP_MAX;
             ml->asks_skipped = ml->asks_skip;
             if (deadline_ns == 0) {
-                conn_put(mc, k);
+                my_conn_put(mc, k);
                 return not_taken(l, deadline_ns, 0);
             }
         } else if (rc == DRAW_UNASKED && k->failed) {
-            conn_close(k);
+            my_conn_close(k);
             k = NULL;
         } else if (rc != DRAW_UNASKED) {
             ml->asks_skip = 0;
@@ -1530,7 +1387,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     }
     if (rc < 0) {
         k->failed = true;
-        conn_close(k); /* lets go of the GET_LOCK */
+        my_conn_close(k); /* lets go of the GET_LOCK */
         return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
                            mc->redacted);
     }
@@ -1542,7 +1399,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
     if (rc) {
         ml->conn = NULL;
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     return 0;
@@ -1559,9 +1416,9 @@ static int key_collision(dlock_lock *l, my_conn *k)
     (void)conn_abandon(mc, k, hard_bound(l));
     char other[DL_NAME_MAX + 8] = "another name";
     my_arg na[] = {A_S(ml->key)};
-    if (pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
+    if (my_pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
         snprintf(other, sizeof other, "\"%s\"", cell(&r, 0, 0));
-    res_free(&r);
+    my_res_free(&r);
     return dl_lock_err(l, DLOCK_ENAME,
                        "lock \"%s\": its GET_LOCK name \"%s\" is taken by %s in the same "
                        "table (a hash collision): rename one",
@@ -1582,7 +1439,7 @@ static int my_release(dlock_lock *l)
         int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
                              l->name, k->sess.why);
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return rc;
     }
     char why[300];
@@ -1594,23 +1451,23 @@ static int my_release(dlock_lock *l)
          * row is still ours), then the row */
         my_arg a[] = {A_S(ml->key)};
         my_res r = {0};
-        rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
-        res_free(&r);
+        rc = my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
+        my_res_free(&r);
         if (!rc)
             rc = q_simple(k, 'c', until, why, sizeof why);
         was_held = rc == 0;
     } else {
         my_arg a[] = {A_S(ml->key)};
         my_res r = {0};
-        rc = q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
+        rc = my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
         was_held = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        res_free(&r);
+        my_res_free(&r);
     }
     if (rc) {
         /* Closing the connection lets go of the lock as soon as the server
          * sees it closed. */
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
                            "lock \"%s\": releasing: %s; its connection was closed, which lets "
                            "go of it (%s)",
@@ -1618,11 +1475,11 @@ static int my_release(dlock_lock *l)
     }
     if (!was_held) {
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its connection no longer held it",
                            l->name);
     }
-    conn_put(mc, k);
+    my_conn_put(mc, k);
     return 0;
 }
 
@@ -1640,7 +1497,7 @@ static void my_abandon(dlock_lock *l)
     ml->conn = NULL;
     if (k)
         k->failed = true;
-    conn_close(k); /* the connection's end lets go of its locks */
+    my_conn_close(k); /* the connection's end lets go of its locks */
 }
 
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
@@ -1656,21 +1513,21 @@ static int key_waiters(dlock_client *c, const char *key)
     my_res r = {0};
     char why[300];
     if (mc->ps_ok < 0) {
-        int rc = pool_exec(c,
+        int rc = my_pool_exec(c,
                            "SELECT @@performance_schema, (SELECT COUNT(*) FROM "
                            "performance_schema.setup_instruments WHERE NAME = "
                            "'wait/lock/metadata/sql/mdl' AND ENABLED = 'YES')",
                            NULL, 0, &r, why, sizeof why);
         mc->ps_ok = rc == 0 && cell(&r, 0, 0) && cell(&r, 0, 1) &&
                     strcmp(cell(&r, 0, 0), "1") == 0 && strcmp(cell(&r, 0, 1), "1") == 0;
-        res_free(&r);
+        my_res_free(&r);
     }
     if (mc->ps_ok == 0)
         return -1;
     my_arg a[] = {A_S(key)};
-    int rc = pool_exec(c, mc->sql_waiters, a, 1, &r, why, sizeof why);
+    int rc = my_pool_exec(c, mc->sql_waiters, a, 1, &r, why, sizeof why);
     int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : -1;
-    res_free(&r);
+    my_res_free(&r);
     return n;
 }
 
@@ -1683,10 +1540,10 @@ static int my_inspect(dlock_client *c, const char *name, dlock_info *info)
     if (mc->mode == MODE_ROWLOCK)
         return row_inspect(c, name, info, NULL, 0);
     char key[MY_KEY_MAX + 1], why[300];
-    key_of("", name, key, sizeof key);
+    my_key_of("", name, key, sizeof key);
     my_arg a[] = {A_S(key), A_S(key), A_S(name)};
     my_res r = {0};
-    int rc = pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
+    int rc = my_pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
     bool held = cell(&r, 0, 0) != NULL;
@@ -1700,7 +1557,7 @@ static int my_inspect(dlock_client *c, const char *name, dlock_info *info)
         if (cell(&r, 0, 3))
             info->held_ms = strtoll(cell(&r, 0, 3), NULL, 10);
     }
-    res_free(&r);
+    my_res_free(&r);
     info->waiters = key_waiters(c, key);
     if (info->waiters < 0 && !held)
         info->waiters = 0; /* nobody queues for a free lock */
@@ -1722,14 +1579,14 @@ static int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
     pat[j] = '\0';
     my_arg a[] = {A_S(pat)};
     my_res r = {0};
-    int rc = pool_exec(c, mc->sql_list, a, 1, &r, why, sizeof why);
+    int rc = my_pool_exec(c, mc->sql_list, a, 1, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "list: %s (%s)", why, mc->redacted);
     int stop = 0;
     for (int i = 0; i < r.nrows && !stop; i++)
         if (cell(&r, i, 0) && dlock_name_valid(cell(&r, i, 0), NULL, 0) == 0)
             stop = fn(cell(&r, i, 0), arg);
-    res_free(&r);
+    my_res_free(&r);
     return stop;
 }
 
@@ -1743,15 +1600,15 @@ static int my_set_value(dlock_lock *l, const char *value)
     int rc;
     if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(value), A_S(l->name), A_I(ml->slot), A_S(l->owner)};
-        rc = pool_exec(l->c, mc->sql_lease_value, a, 4, &r, why, sizeof why);
+        rc = my_pool_exec(l->c, mc->sql_lease_value, a, 4, &r, why, sizeof why);
         if (!rc && r.affected == 0) {
-            res_free(&r);
+            my_res_free(&r);
             return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease is gone", l->name);
         }
     } else if (mc->mode == MODE_ROWLOCK) {
         /* beside the row, in the token table: the holder's token guards it */
         my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name), A_S(tok)};
-        rc = pool_exec(l->c, mc->sql_row_value, a, 4, &r, why, sizeof why);
+        rc = my_pool_exec(l->c, mc->sql_row_value, a, 4, &r, why, sizeof why);
     } else {
         my_conn *k = unwatch_conn(l);
         if (!k)
@@ -1761,10 +1618,10 @@ static int my_set_value(dlock_lock *l, const char *value)
                                l->name, k->sess.why);
         my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
         int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-        rc = q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
+        rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
         rewatch_conn(l, k);
     }
-    res_free(&r);
+    my_res_free(&r);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
     return 0;
@@ -1783,25 +1640,25 @@ static int my_get_value(dlock_client *c, const char *name, char *buf, size_t len
             return rc;
         if (info.held != 1)
             return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
-        key_of("", name, key, sizeof key);
+        my_key_of("", name, key, sizeof key);
         my_arg a[] = {A_S(key), A_S(name)};
-        rc = pool_exec(c, mc->sql_row_getvalue, a, 2, &r, why, sizeof why);
+        rc = my_pool_exec(c, mc->sql_row_getvalue, a, 2, &r, why, sizeof why);
     } else if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(name)};
-        rc = pool_exec(c, mc->sql_lease_getvalue, a, 1, &r, why, sizeof why);
+        rc = my_pool_exec(c, mc->sql_lease_getvalue, a, 1, &r, why, sizeof why);
     } else {
-        key_of("", name, key, sizeof key);
+        my_key_of("", name, key, sizeof key);
         my_arg a[] = {A_S(key), A_S(name)};
-        rc = pool_exec(c, mc->sql_getvalue, a, 2, &r, why, sizeof why);
+        rc = my_pool_exec(c, mc->sql_getvalue, a, 2, &r, why, sizeof why);
     }
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, mc->redacted);
     if (r.nrows != 1 || !cell(&r, 0, 0)) {
-        res_free(&r);
+        my_res_free(&r);
         return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
     }
     snprintf(buf, len, "%s", cell(&r, 0, 0));
-    res_free(&r);
+    my_res_free(&r);
     return 0;
 }
 
@@ -1828,28 +1685,28 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
     my_res r = {0};
     if (mc->mode == MODE_LEASE) {
         my_arg a[] = {A_S(name)};
-        rc = pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
-        res_free(&r);
+        rc = my_pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
+        my_res_free(&r);
         if (rc)
             return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
         return 0;
     }
     if (mc->mode == MODE_GETLOCK) {
         char key[MY_KEY_MAX + 1];
-        key_of("", name, key, sizeof key);
+        my_key_of("", name, key, sizeof key);
         my_arg a[] = {A_S(key), A_S(key), A_S(name)};
-        rc = pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
+        rc = my_pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
         if (!rc && cell(&r, 0, 0))
             snprintf(id, sizeof id, "%s", cell(&r, 0, 0));
-        res_free(&r);
+        my_res_free(&r);
         if (rc)
             return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
     }
     if (!*id)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
     my_arg a[] = {A_I(strtoll(id, NULL, 10))};
-    rc = pool_exec(c, "KILL ?", a, 1, &r, why, sizeof why);
-    res_free(&r);
+    rc = my_pool_exec(c, "KILL ?", a, 1, &r, why, sizeof why);
+    my_res_free(&r);
     if (rc == DLOCK_EPERM)
         return dl_client_err(c, rc,
                              "break \"%s\": the server refused to end connection %s holding it "
@@ -1916,15 +1773,15 @@ static void lease_drop_mine(dlock_lock *l, int slot)
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     char ignored[200];
     my_conn *k;
-    if (dl_now_ns() >= until || conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
+    if (dl_now_ns() >= until || my_conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
         return;
     my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
     my_res r = {0};
-    (void)q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, ignored, sizeof ignored);
-    res_free(&r);
+    (void)my_q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, ignored, sizeof ignored);
+    my_res_free(&r);
     if (k->broken)
         k->failed = true; /* closed, not pooled (no KILL: its bound is spent) */
-    conn_put(mc, k);
+    my_conn_put(mc, k);
 }
 
 /* One statement that takes the row at slot, if free or expired, and draws
@@ -1948,21 +1805,21 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_
     int rc = 0;
     *token = 0;
     for (int attempt = 0; attempt < 2 && !rc; attempt++) {
-        rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+        rc = my_q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
         if (rc && !k->broken && k->last_errno == 1114 && attempt == 0) {
             /* dlock_live full (the trigger's mark, see ensure_marks): the
              * rows of names nobody holds or marks go, and the take again */
-            res_free(&r);
-            rc = q_exec(k, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
-            res_free(&r);
+            my_res_free(&r);
+            rc = my_q_exec(k, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
             if (!rc)
-                rc = q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
+                rc = my_q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
         }
         if (rc && !k->broken && k->last_errno == 1213)
             rc = 0; /* a deadlock's victim (InnoDB rolled it back): not taken */
         bool took = rc == 0 && r.affected > 0;
         *token = took ? r.insert_id : 0;
-        res_free(&r);
+        my_res_free(&r);
         if (took && *token == 0) {
             snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
             lease_drop_mine(l, slot);
@@ -1970,13 +1827,13 @@ static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_
         }
         if (rc || took || !make || attempt > 0)
             break;
-        rc = q_exec(k, mc->sql_lease_make, m, 2, &r, until, -1, why, wlen);
+        rc = my_q_exec(k, mc->sql_lease_make, m, 2, &r, until, -1, why, wlen);
         unsigned long long made = r.affected;
-        res_free(&r);
+        my_res_free(&r);
         if (!rc && make_token) {
-            rc = q_exec(k, mc->sql_lease_make_token, m, 1, &r, until, -1, why, wlen);
+            rc = my_q_exec(k, mc->sql_lease_make_token, m, 1, &r, until, -1, why, wlen);
             made += r.affected;
-            res_free(&r);
+            my_res_free(&r);
         }
         if (!made)
             break; /* the rows were there: held */
@@ -1998,15 +1855,15 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
     mylock *ml = l->bstate;
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     char key[MY_KEY_MAX + 1];
-    key_of("", l->name, key, sizeof key);
+    my_key_of("", l->name, key, sizeof key);
     my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n), A_S(key)};
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_lease_other, a, 4, &r, until, -1, why, wlen);
+    int rc = my_q_exec(k, mc->sql_lease_other, a, 4, &r, until, -1, why, wlen);
     const char *v = rc ? NULL : cell(&r, 0, 0);
     const char *is_free = rc ? NULL : cell(&r, 0, 1);
     long other = v ? atol(v) : -1;
     bool session_mode = is_free && strcmp(is_free, "1") != 0;
-    res_free(&r);
+    my_res_free(&r);
     if (rc == 0 && is_free && other < 0 && !session_mode)
         return 0;
     if (rc == 0 && !is_free) {
@@ -2019,8 +1876,8 @@ static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *wh
         lease_drop_mine(l, ml->slot);
         return rc;
     }
-    rc = q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
-    res_free(&r);
+    rc = my_q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
+    my_res_free(&r);
     unsigned in_force = other < 0 ? 0 : (unsigned)(other >> 13);
     if (!rc && in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && n > 1)
         return dl_conflict_err(l, 's', in_force);
@@ -2079,7 +1936,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     my_res r = {0};
     for (;;) {
         if (!k) {
-            rc = conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
+            rc = my_conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
             queued = false;
@@ -2106,10 +1963,10 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             /* behind the other waiters: the first of us polls, the rest
              * sleep in GET_LOCK's queue */
             my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-            rc = q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+            rc = my_q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
                         sizeof why);
             bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-            res_free(&r);
+            my_res_free(&r);
             if (rc && k->broken && rc != DLOCK_EUNREACHABLE) {
                 return wait_cut(l, deadline_ns, k, rc, early);
             }
@@ -2171,11 +2028,11 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     if (queued && k && !k->failed) {
         my_arg a[] = {A_S(ml->key)};
         int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-        if (q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
+        if (my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
             k->failed = true; /* closing it lets the next waiter in */
-        res_free(&r);
+        my_res_free(&r);
     }
-    conn_put(mc, k);
+    my_conn_put(mc, k);
     if (took == 1 && !rc)
         return 0;
     if ((rc == 0 || rc == DLOCK_ETIMEDOUT) && other_mode)
@@ -2212,7 +2069,7 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     int rc = pool_exec_until(l->c, until, sql, a, n, &r, why, sizeof why);
     *affected = r.affected;
-    res_free(&r);
+    my_res_free(&r);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     return 0;
@@ -2240,10 +2097,10 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     myclient *mc = mc_of(c);
     char why[300], key[MY_KEY_MAX + 1];
-    key_of("-w", name, key, sizeof key);
+    my_key_of("-w", name, key, sizeof key);
     my_arg a[] = {A_S(key), A_S(name), A_S(name)};
     my_res r = {0};
-    int rc = pool_exec(c, mc->sql_lease_info, a, 3, &r, why, sizeof why);
+    int rc = my_pool_exec(c, mc->sql_lease_info, a, 3, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
     /* one row per holder, or one with NULL holder columns */
@@ -2264,7 +2121,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->holders = holders;
     info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
     bool head = cell(&r, 0, 0) != NULL; /* the first waiter holds the companion lock */
-    res_free(&r);
+    my_res_free(&r);
     /* the polling waiter, and those queued behind it where the server
      * counts them; elsewhere unknown while the lock is held */
     int queued = key_waiters(c, key);
@@ -2307,7 +2164,7 @@ static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
 again: /* (the session ended while we waited for the name's GET_LOCK) */
     for (int attempt = 0;; attempt++) {
         if (!k) {
-            rc = conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
+            rc = my_conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
             if (rc)
                 return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
             if (deadline_ns > 0) /* at most half the wait's time */
@@ -2317,12 +2174,12 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
             my_arg a[] = {A_I(wait_s)};
             int64_t until =
                 dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-            rc = q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
+            rc = my_q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
                         why, sizeof why);
-            res_free(&r);
+            my_res_free(&r);
             if (rc) {
                 k->failed = true;
-                conn_close(k);
+                my_conn_close(k);
                 return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
             }
             k->lock_wait_s = wait_s;
@@ -2330,10 +2187,10 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         /* the server's wait is whole seconds, rounded up: a timed wait is
          * cut at its deadline here (the connection then killed) */
         my_arg a[] = {A_S(l->name)};
-        rc = q_exec(k, mc->sql_row_lock, a, 1, &r,
+        rc = my_q_exec(k, mc->sql_row_lock, a, 1, &r,
                     deadline_ns > 0 ? deadline_ns : wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
-        res_free(&r);
+        my_res_free(&r);
         if (!rc)
             break;
         /* A name's first holder inserts its row in its own transaction; if
@@ -2352,7 +2209,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         if (!victim) {
             rc = retry_pause(deadline_ns, cancel);
             if (rc) {
-                conn_put(mc, k);
+                my_conn_put(mc, k);
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             }
         }
@@ -2362,7 +2219,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
         int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
         if (q_simple(k, 'r', until, why, sizeof why) != 0)
             k->failed = true;
-        conn_put(mc, k);
+        my_conn_put(mc, k);
         return not_taken(l, deadline_ns, early);
     }
     if (rc)
@@ -2373,10 +2230,10 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
      * getlock holder, or a program's own GET_LOCK of the name. */
     for (;;) {
         my_arg ka[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-        rc = q_exec(k, mc->sql_queue, ka, 2, &r, wait_bound(l, deadline_ns), cancel, why,
+        rc = my_q_exec(k, mc->sql_queue, ka, 2, &r, wait_bound(l, deadline_ns), cancel, why,
                     sizeof why);
         bool got = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        res_free(&r);
+        my_res_free(&r);
         if (got)
             break;
         if (rc && k->broken && rc != DLOCK_EUNREACHABLE)
@@ -2398,7 +2255,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
                 dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
             if (q_simple(k, 'r', until, why, sizeof why) != 0)
                 k->failed = true;
-            conn_put(mc, k);
+            my_conn_put(mc, k);
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                                "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
                                "mode=rowlock on another table, or a program's own GET_LOCK): "
@@ -2406,7 +2263,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
                                l->name);
         }
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         if (rc == DLOCK_ECANCELED)
             return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
@@ -2417,16 +2274,16 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
             int64_t until =
                 dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
             my_arg ka[] = {A_S(ml->key)};
-            if (q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
+            if (my_q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
                 q_simple(k, 'r', until, why, sizeof why) != 0)
                 k->failed = true;
-            res_free(&r);
-            conn_put(mc, k);
+            my_res_free(&r);
+            my_conn_put(mc, k);
             *lease_held = true;
             return 0;
         }
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
     }
     /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
@@ -2435,7 +2292,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     rc = draw_token(l, k, false, false, &token, why, sizeof why);
     if (rc < 0) {
         k->failed = true;
-        conn_close(k); /* its transaction ends, and the row is free */
+        my_conn_close(k); /* its transaction ends, and the row is free */
         return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
                            mc->redacted);
     }
@@ -2447,7 +2304,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     if (rc) {
         ml->conn = NULL;
         k->failed = true;
-        conn_close(k);
+        my_conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     return 0;
@@ -2466,10 +2323,10 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
     info->lease_ms = -1;
     info->waiters = -1; /* InnoDB's lock waits are PROCESS-privileged */
     char key[MY_KEY_MAX + 1];
-    key_of("", name, key, sizeof key);
+    my_key_of("", name, key, sizeof key);
     my_arg a[] = {A_S(name)}, ka[] = {A_S(key), A_S(name)};
     my_res r = {0};
-    int rc = pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
+    int rc = my_pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
     bool held;
     if (rc == DLOCK_ETIMEDOUT) {
         held = true; /* NOWAIT met the holder's lock */
@@ -2478,8 +2335,8 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
     } else {
         held = false;
     }
-    res_free(&r);
-    rc = pool_exec(c, mc->sql_row_info, ka, 2, &r, why, sizeof why);
+    my_res_free(&r);
+    rc = my_pool_exec(c, mc->sql_row_info, ka, 2, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
     info->held = held;
@@ -2493,7 +2350,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char
     }
     if (conn_id && idlen)
         snprintf(conn_id, idlen, "%s", held && cell(&r, 0, 3) ? cell(&r, 0, 3) : "");
-    res_free(&r);
+    my_res_free(&r);
     return 0;
 }
 
@@ -2759,7 +2616,7 @@ static int build_sql(myclient *mc)
 /* An idle one's close (see dl_pool_stop). */
 static void pooled_close(dl_pooled *it)
 {
-    conn_close(dl_container_of(it, my_conn, pooled));
+    my_conn_close(dl_container_of(it, my_conn, pooled));
 }
 
 static void mc_free(myclient *mc)
@@ -2818,25 +2675,25 @@ static void mc_free(myclient *mc)
 static int ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
 {
     my_res r = {0};
-    int rc = q_exec(k, mc->sql_mark_col, NULL, 0, &r, until, -1, why, wlen);
+    int rc = my_q_exec(k, mc->sql_mark_col, NULL, 0, &r, until, -1, why, wlen);
     bool col = rc == 0 && r.nrows == 1;
-    res_free(&r);
+    my_res_free(&r);
     if (!rc && !col) {
-        rc = q_exec(k, mc->sql_mark_col_add, NULL, 0, &r, until, -1, why, wlen);
-        res_free(&r);
+        rc = my_q_exec(k, mc->sql_mark_col_add, NULL, 0, &r, until, -1, why, wlen);
+        my_res_free(&r);
         if (rc && !k->broken && k->last_errno == 1060) /* (a racing maker's) */
             rc = 0;
     }
     int have = 0;
     if (!rc) {
-        rc = q_exec(k, mc->sql_mark_count, NULL, 0, &r, until, -1, why, wlen);
+        rc = my_q_exec(k, mc->sql_mark_count, NULL, 0, &r, until, -1, why, wlen);
         have = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
-        res_free(&r);
+        my_res_free(&r);
     }
     bool made = false;
     for (int i = 0; i < 2 && !rc && have < 2; i++) {
-        rc = q_exec(k, mc->sql_mark_ddl[i], NULL, 0, &r, until, -1, why, wlen);
-        res_free(&r);
+        rc = my_q_exec(k, mc->sql_mark_ddl[i], NULL, 0, &r, until, -1, why, wlen);
+        my_res_free(&r);
         if (rc && !k->broken && k->last_errno == 1359) /* (a racing maker's) */
             rc = 0;
         made = true;
@@ -2916,14 +2773,14 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
         my_arg t[] = {A_S(bare)};
-        rc = q_exec(k, mc->sql_table_exists, t, 1, &r, until, -1, why, wlen);
+        rc = my_q_exec(k, mc->sql_table_exists, t, 1, &r, until, -1, why, wlen);
         bool exists = rc == 0 && r.nrows == 1;
-        res_free(&r);
+        my_res_free(&r);
         if (rc || exists)
             continue;
         for (int attempt = 0; attempt < 2; attempt++) {
-            rc = q_exec(k, ddl[i], NULL, 0, &r, until, -1, why, wlen);
-            res_free(&r);
+            rc = my_q_exec(k, ddl[i], NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
             if (rc != DLOCK_EPROTO || k->broken)
                 break;
         }
@@ -3042,10 +2899,10 @@ static int my_client_open(dlock_client *c, const dl_url *u)
     /* The first connection: the server is there, the user may log in, and
      * the tables exist. */
     my_conn *k;
-    rc = conn_open(mc, dl_deadline_in(mc->connect_timeout_ms), -1, &k, why,
+    rc = my_conn_open(mc, dl_deadline_in(mc->connect_timeout_ms), -1, &k, why,
                    sizeof why);
     if (!rc) {
-        const char *info = my.server_info(k->m);
+        const char *info = my_lib.server_info(k->m);
         mc->mariadb = info && strstr(info, "MariaDB");
         rc = build_sql(mc) ? DLOCK_ENOMEM : 0;
         if (rc)
@@ -3053,7 +2910,7 @@ static int my_client_open(dlock_client *c, const dl_url *u)
         if (!rc)
             rc = ensure_tables(mc, k, why, sizeof why);
         k->failed = k->failed || rc != 0;
-        conn_put(mc, k);
+        my_conn_put(mc, k);
     }
     if (rc) {
         my_client_close(c);
@@ -3078,156 +2935,6 @@ static void my_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
-/* ---- tools ----------------------------------------------------------------------- */
-
-/* The least a statement costs: a prepared SELECT 1 on a kept connection. */
-struct baseline_arg {
-    my_conn *k;
-    int op_timeout_ms;
-};
-
-static int baseline_step(void *arg, char *why, size_t wlen)
-{
-    struct baseline_arg *a = arg;
-    my_res r = {0};
-    int rc = q_exec(a->k, "SELECT 1", NULL, 0, &r, dl_deadline_in(a->op_timeout_ms),
-                    -1, why, wlen);
-    res_free(&r);
-    return rc;
-}
-
-static int my_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dh_timing *out)
-{
-    (void)name;
-    myclient *mc = mc_of(c);
-    char why[300] = "";
-    struct baseline_arg a = {NULL, mc->op_timeout_ms};
-    int64_t *v = NULL;
-    size_t n = 0;
-    int rc = conn_get(mc, false, dl_deadline_in(mc->connect_timeout_ms), -1, &a.k,
-                      why, sizeof why);
-    if (!rc) /* the first twenty warm up */
-        rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
-    conn_put(mc, a.k);
-    return dh_done(c, rc, "baseline", why, v, n, out, "prepared SELECT 1 on a kept connection");
-}
-
-/* The bare hand-over chain: one connection's RELEASE_LOCK waking another
- * blocked in GET_LOCK on the same name, from just before the release is
- * sent to the waiter's reply. */
-static int my_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
-{
-    myclient *mc = mc_of(c);
-    char why[300] = "", key[MY_KEY_MAX + 1];
-    key_of("-relay", name, key, sizeof key);
-    int64_t bound = (int64_t)mc->op_timeout_ms * 1000000;
-    my_conn *a = NULL, *b = NULL;
-    int rc = conn_open(mc, dl_now_ns() + bound, -1, &a, why, sizeof why);
-    if (!rc)
-        rc = conn_open(mc, dl_now_ns() + bound, -1, &b, why, sizeof why);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    if (!v && !rc) {
-        rc = DLOCK_ENOMEM;
-        snprintf(why, sizeof why, "out of memory");
-    }
-    my_arg lk[] = {A_S(key), A_D(60.0)}, rel[] = {A_S(key)};
-    my_res r = {0};
-    if (!rc)
-        rc = q_exec(a, mc->sql_queue, lk, 2, &r, dl_now_ns() + bound, -1, why, sizeof why);
-    res_free(&r);
-    size_t n = 0;
-    for (int i = -5; rc == 0 && i < iters; i++) {
-        /* b waits in GET_LOCK: sent by a thread-free trick, the start of
-         * the non-blocking execute, which returns once the request is out */
-        MYSQL_STMT *st;
-        rc = stmt_of(b, mc->sql_queue, dl_now_ns() + bound, -1, &st, why, sizeof why);
-        if (rc)
-            break;
-        MYSQL_BIND bb[2];
-        unsigned long klen = strlen(key);
-        double secs = 60.0;
-        memset(bb, 0, sizeof bb);
-        bb[0].buffer_type = MYSQL_TYPE_STRING;
-        bb[0].buffer = key;
-        bb[0].buffer_length = klen;
-        bb[0].length = &klen;
-        bb[1].buffer_type = MYSQL_TYPE_DOUBLE;
-        bb[1].buffer = &secs;
-        int ret = 0;
-        if (my.bind_param(st, bb)) {
-            rc = DLOCK_EIO;
-            break;
-        }
-        int status = my.execute_start(&ret, st);
-        struct timespec gap = {0, 1000000}; /* let b queue on the server */
-        nanosleep(&gap, NULL);
-        int64_t t0 = dl_now_ns();
-        rc = q_exec(a, mc->sql_release, rel, 1, &r, t0 + bound, -1, why, sizeof why);
-        res_free(&r);
-        while (!rc && status) {
-            int ev = my_wait(b->m, status, t0 + bound, -1);
-            if (ev < 0) {
-                rc = ev;
-                cut_why(rc, why, sizeof why);
-                break;
-            }
-            status = my.execute_cont(&ret, st, ev);
-        }
-        if (!rc && my.field_count(st) > 0) {
-            MY_DRIVE(rc, b->m, t0 + bound, -1, my.store_start(&ret, st),
-                     my.store_cont(&ret, st, ev_));
-            (void)my.free_result(st);
-        }
-        int64_t t1 = dl_now_ns();
-        if (!rc && ret) {
-            rc = DLOCK_EPROTO;
-            snprintf(why, sizeof why, "%s", my.stmt_error(st));
-        }
-        if (rc == 0 && i >= 0)
-            v[n++] = t1 - t0;
-        my_conn *t = a; /* b holds now */
-        a = b;
-        b = t;
-    }
-    if (a)
-        a->failed = true;
-    if (b)
-        b->failed = true;
-    conn_close(a); /* the connections' end lets go of the name */
-    conn_close(b);
-    return dh_done(c, rc, "relay", why, v, n, out,
-                   "RELEASE_LOCK waking a connection blocked in GET_LOCK");
-}
-
-static int my_tool_topology(dlock_client *c, dh_topo *out)
-{
-    (void)c;
-    out->trait = DH_TOPO_ONE_SERVER;
-    out->quorum = 1;
-    out->direct = 1;
-    return 0;
-}
-
-static int my_tool_server_ready(dlock_client *c, const dh_member *m)
-{
-    (void)m; /* one server: the URL's */
-    my_res r = {0};
-    char why[300];
-    int rc = pool_exec(c, "SELECT 1", NULL, 0, &r, why, sizeof why);
-    res_free(&r);
-    return rc ? dl_client_err(c, rc, "%s", why) : 0;
-}
-
-static const struct dh_tools my_tools = {
-    .baseline = my_tool_baseline,
-    .relay = my_tool_relay,
-    .lock_servers = dh_url_servers,
-    .topology = my_tool_topology,
-    .members = dh_url_members,
-    .server_ready = my_tool_server_ready,
-};
-
 static const dl_backend_ops my_ops = {
     .client_open = my_client_open,
     .client_close = my_client_close,
@@ -3243,7 +2950,7 @@ static const dl_backend_ops my_ops = {
     .get_value = my_get_value,
     .break_lock = my_break,
 };
-#define MY_OPS .ops = &my_ops, .tools = &my_tools
+#define MY_OPS .ops = &my_ops
 #else
 #define MY_OPS .missing = "built without MariaDB Connector/C (Debian: libmariadb-dev)"
 #endif

@@ -37,7 +37,6 @@
  */
 #include "internal.h"
 #include "support/support.h"
-#include "tools.h"
 
 static const dl_scheme postgres_schemes[] = {
     {"postgres", "postgres", 5432, true, DL_PATH_DBNAME},
@@ -79,6 +78,8 @@ static const dl_scheme postgres_schemes[] = {
     "ssl_max_protocol_version"
 
 #ifdef DLOCK_HAVE_POSTGRES
+#include "pg_int.h"
+
 #include <libpq-fe.h>
 
 #include <errno.h>
@@ -95,45 +96,14 @@ static const dl_scheme postgres_schemes[] = {
 /* ---- libpq, loaded when the first client opens ------------------------------------ */
 
 #define PG_LIBPQ "libpq.so.5"
-static struct {
-    __typeof__(PQconnectStartParams) *connectStartParams;
-    __typeof__(PQconnectPoll) *connectPoll;
-    __typeof__(PQstatus) *status;
-    __typeof__(PQsocket) *socket;
-    __typeof__(PQfinish) *finish;
-    __typeof__(PQerrorMessage) *errorMessage;
-    __typeof__(PQsetnonblocking) *setnonblocking;
-    __typeof__(PQsetNoticeProcessor) *setNoticeProcessor;
-    __typeof__(PQserverVersion) *serverVersion;
-    __typeof__(PQbackendPID) *backendPID;
-    __typeof__(PQsendQueryParams) *sendQueryParams;
-    __typeof__(PQflush) *flush;
-    __typeof__(PQconsumeInput) *consumeInput;
-    __typeof__(PQisBusy) *isBusy;
-    __typeof__(PQgetResult) *getResult;
-    __typeof__(PQresultStatus) *resultStatus;
-    __typeof__(PQresultErrorField) *resultErrorField;
-    __typeof__(PQresultErrorMessage) *resultErrorMessage;
-    __typeof__(PQntuples) *ntuples;
-    __typeof__(PQgetvalue) *getvalue;
-    __typeof__(PQgetisnull) *getisnull;
-    __typeof__(PQclear) *clear;
-    __typeof__(PQconninfoParse) *conninfoParse;
-    __typeof__(PQconninfoFree) *conninfoFree;
-    __typeof__(PQnotifies) *notifies;
-    __typeof__(PQfreemem) *freemem;
-    __typeof__(PQenterPipelineMode) *enterPipelineMode;
-    __typeof__(PQpipelineSync) *pipelineSync;
-    __typeof__(PQsendPrepare) *sendPrepare;
-    __typeof__(PQsendQueryPrepared) *sendQueryPrepared;
-} pq;
+pg_api pg_lib;
 static char pq_error[300];
 static pthread_once_t pq_once = PTHREAD_ONCE_INIT;
 
 static void pq_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"PQ" #f, offsetof(__typeof__(pq), m)}
+#define SYM(f, m) {"PQ" #f, offsetof(pg_api, m)}
         SYM(connectStartParams, connectStartParams), SYM(connectPoll, connectPoll),
         SYM(status, status), SYM(socket, socket), SYM(finish, finish),
         SYM(errorMessage, errorMessage), SYM(setnonblocking, setnonblocking),
@@ -149,15 +119,13 @@ static void pq_load(void)
         SYM(sendPrepare, sendPrepare), SYM(sendQueryPrepared, sendQueryPrepared),
 #undef SYM
     };
-    (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pq,
+    (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pg_lib,
                           pq_error, sizeof pq_error);
 }
 
-#define PG_IDENT_MAX 63      /* PostgreSQL's identifier limit (NAMEDATALEN - 1) */
 #define PG_EPOCH_SHIFT 44    /* tokens: (epoch << 44) + offset in the run (see token_ctes) */
 #define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
-#define PG_PREPARED_MAX 16       /* fixed statements a session keeps prepared */
 
 /*
  * An advisory holder's session takes, with the lock, a lock of the two-key
@@ -186,52 +154,6 @@ static void pq_load(void)
     "pg_stat_get_activity(l.pid) AS a "                                                      \
     "WHERE " PG_LOCKS_OF(key) " AND l.granted ORDER BY 1 DESC"
 
-/* One server session; `sess` is its place on the client's watch list while
- * it holds a lock (advisory, rowlock). */
-typedef struct pg_conn {
-    PGconn *pg;
-    dl_pooled pooled; /* its place among the idle ones */
-    int pending; /* statements sent whose replies are unread (pipeline mode) */
-    bool reused; /* taken from the pool: it may have died idle (one retry) */
-    bool failed; /* a statement failed on it: not pooled again (see stmt_send_fixed) */
-    bool unnamed; /* behind a transaction pooler: no prepared statements (stmt_send_fixed) */
-    const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
-    int nprepared;
-    dl_session sess;
-} pg_conn;
-
-typedef struct pgclient {
-    const char **keys, **vals; /* libpq's connection parameters, NULL-ended */
-    size_t nkv;
-    char *strings;             /* storage for what keys/vals point at */
-    char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
-    char seq[2 * PG_IDENT_MAX + 8];    /* the tokens' sequence, TABLE_token */
-    char runs[2 * PG_IDENT_MAX + 8];   /* dlock_token_run (UNLOGGED): see token_ctes */
-    char epochs[2 * PG_IDENT_MAX + 8]; /* dlock_token_epoch: see token_ctes */
-    char *sql_run_get, *sql_epoch_bump, *sql_run_put; /* advisory, rowlock: see run_ensure */
-    bool lease;                        /* mode=lease */
-    bool rowlock;                      /* mode=rowlock (else advisory) */
-    bool txpool;                       /* pooler=transaction: no session state at all */
-    char *sql_row_ensure, *sql_row_value, *sql_row_info; /* rowlock */
-    char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
-    char appname[128];                    /* "dlock pid N on HOST": holders in pg_stat_activity */
-    char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r, *sql_redraw; /* advisory */
-    char *sql_bare[2][2]; /* advisory, [wait][shared]: the grant without the holder's row */
-    char *sql_take, *sql_expiry, *sql_free, *sql_renew;     /* lease */
-    char *sql_renew_many;                                   /* lease: a batch */
-    char *sql_enqueue, *sql_refresh, *sql_dequeue;         /* lease: its waiters */
-    char *sql_setvalue;                                    /* lease: a leader's value */
-    char waiters[2 * PG_IDENT_MAX + 8];                    /* lease: TABLE_wait */
-    char names[2 * PG_IDENT_MAX + 8]; /* dlock_names: the mode and table each name is used in */
-    const char *mode;                 /* "advisory", "lease" or "rowlock" */
-    char *sql_names_get, *sql_names_add, *sql_names_drop;
-    const char *redacted;
-    int op_timeout_ms, connect_timeout_ms;
-
-    dl_pool pool;           /* idle sessions, at most PG_POOL_IDLE_MAX */
-    dl_session_watch watch; /* the sessions that hold locks */
-} pgclient;
-
 typedef struct pglock {
     int64_t key;
     pg_conn *conn; /* advisory: while held */
@@ -240,7 +162,7 @@ typedef struct pglock {
     bool rowed;    /* advisory: a grant of this handle wrote its row in the table */
 } pglock;
 
-static pgclient *pc_of(dlock_client *c)
+pgclient *pc_of(dlock_client *c)
 {
     return c->bstate;
 }
@@ -253,12 +175,12 @@ static void pq_quiet(void *arg, const char *msg)
     (void)msg;
 }
 
-static void conn_close(pg_conn *k)
+void pg_conn_close(pg_conn *k)
 {
     if (!k)
         return;
     if (k->pg)
-        pq.finish(k->pg);
+        pg_lib.finish(k->pg);
     free(k);
 }
 
@@ -277,7 +199,6 @@ static const char *one_line(const char *msg, char *buf, size_t len)
     return buf;
 }
 
-
 /*
  * Sessions run in libpq's pipeline mode, each statement followed by a sync
  * point: a statement can be sent before the reply to the previous one has
@@ -291,28 +212,28 @@ static int stmt_flush(pg_conn *k, int64_t until_ns, int cancel_fd, char *why, si
 {
     char line[200];
     int f;
-    while ((f = pq.flush(k->pg)) == 1) {
-        int rc = dl_wait_fd(pq.socket(k->pg), POLLOUT, until_ns, cancel_fd, NULL);
+    while ((f = pg_lib.flush(k->pg)) == 1) {
+        int rc = dl_wait_fd(pg_lib.socket(k->pg), POLLOUT, until_ns, cancel_fd, NULL);
         if (rc) {
             snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
             return rc;
         }
     }
     if (f < 0) {
-        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
         return DLOCK_EUNREACHABLE;
     }
     return 0;
 }
 
 /* Send one statement with text parameters on k (see run). */
-static int stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
+int pg_stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
                      int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
     char line[200];
-    if (!pq.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0) ||
-        !pq.pipelineSync(k->pg)) {
-        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+    if (!pg_lib.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0) ||
+        !pg_lib.pipelineSync(k->pg)) {
+        snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
         return DLOCK_EUNREACHABLE;
     }
     k->pending++;
@@ -333,24 +254,24 @@ static int stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const
      * server session is free: one prepared on one is missing (or already
      * there, another client's) on the next. */
     if (k->unnamed)
-        return stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+        return pg_stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
     int i = 0;
     while (i < k->nprepared && k->prepared[i] != sql)
         i++;
     if (i == PG_PREPARED_MAX)
-        return stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+        return pg_stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
     char name[16], line[200];
     snprintf(name, sizeof name, "dlock%d", i);
     if (i == k->nprepared) {
         /* (one segment with the execution: one reply, read as one) */
-        if (!pq.sendPrepare(k->pg, name, sql, n, NULL)) {
-            snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+        if (!pg_lib.sendPrepare(k->pg, name, sql, n, NULL)) {
+            snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
             return DLOCK_EUNREACHABLE;
         }
         k->prepared[k->nprepared++] = sql;
     }
-    if (!pq.sendQueryPrepared(k->pg, name, n, vals, NULL, NULL, 0) || !pq.pipelineSync(k->pg)) {
-        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+    if (!pg_lib.sendQueryPrepared(k->pg, name, n, vals, NULL, NULL, 0) || !pg_lib.pipelineSync(k->pg)) {
+        snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
         return DLOCK_EUNREACHABLE;
     }
     k->pending++;
@@ -372,18 +293,18 @@ static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
         return DLOCK_EPROTO;
     }
     for (;;) {
-        while (!pq.isBusy(k->pg)) {
-            PGresult *r = pq.getResult(k->pg);
+        while (!pg_lib.isBusy(k->pg)) {
+            PGresult *r = pg_lib.getResult(k->pg);
             if (!r) {
-                if (pq.status(k->pg) != CONNECTION_OK) {
-                    snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
-                    pq.clear(first);
+                if (pg_lib.status(k->pg) != CONNECTION_OK) {
+                    snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
+                    pg_lib.clear(first);
                     return DLOCK_EUNREACHABLE;
                 }
                 continue; /* the end of one statement's results */
             }
-            if (pq.resultStatus(r) == PGRES_PIPELINE_SYNC) {
-                pq.clear(r);
+            if (pg_lib.resultStatus(r) == PGRES_PIPELINE_SYNC) {
+                pg_lib.clear(r);
                 k->pending--;
                 if (!first) {
                     snprintf(why, wlen, "the server sent no result");
@@ -392,31 +313,31 @@ static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
                 if (out)
                     *out = first;
                 else
-                    pq.clear(first);
+                    pg_lib.clear(first);
                 return 0;
             }
-            ExecStatusType st = pq.resultStatus(r);
+            ExecStatusType st = pg_lib.resultStatus(r);
             if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
                 k->failed = true;
             /* A segment's last result is its statement's (a Prepare's comes
              * first), unless an earlier one failed. */
-            ExecStatusType fs = first ? pq.resultStatus(first) : PGRES_COMMAND_OK;
+            ExecStatusType fs = first ? pg_lib.resultStatus(first) : PGRES_COMMAND_OK;
             if (fs == PGRES_TUPLES_OK || fs == PGRES_COMMAND_OK) {
-                pq.clear(first);
+                pg_lib.clear(first);
                 first = r;
             } else {
-                pq.clear(r);
+                pg_lib.clear(r);
             }
         }
-        int rc = dl_wait_fd(pq.socket(k->pg), POLLIN, until_ns, cancel_fd, NULL);
-        if (rc == 0 && !pq.consumeInput(k->pg))
+        int rc = dl_wait_fd(pg_lib.socket(k->pg), POLLIN, until_ns, cancel_fd, NULL);
+        if (rc == 0 && !pg_lib.consumeInput(k->pg))
             rc = DLOCK_EUNREACHABLE;
         if (rc) {
             if (rc == DLOCK_EUNREACHABLE)
-                snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+                snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
             else
                 snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
-            pq.clear(first);
+            pg_lib.clear(first);
             return rc;
         }
     }
@@ -425,7 +346,7 @@ static int stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
 /* The reply to the statement sent last on k; the replies still unread
  * before it (a release's unlock) are read and dropped: the session's end
  * would have let go of anything they failed to. */
-static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+int pg_stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
                      size_t wlen)
 {
     *out = NULL;
@@ -445,21 +366,21 @@ static int stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out
  * DLOCK_ETIMEDOUT or DLOCK_ECANCELED — after which the statement may still
  * run on the server: the caller must not reuse k. why gets one line.
  */
-static int run(pg_conn *k, const char *sql, int n, const char *const *vals, int64_t until_ns,
+int pg_run(pg_conn *k, const char *sql, int n, const char *const *vals, int64_t until_ns,
                int cancel_fd, PGresult **out, char *why, size_t wlen)
 {
     *out = NULL;
-    int rc = stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
-    return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
+    int rc = pg_stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
+    return rc ? rc : pg_stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
 }
 
 /* run for a statement of fixed text (see stmt_send_fixed). */
-static int run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+int pg_run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
                      int64_t until_ns, int cancel_fd, PGresult **out, char *why, size_t wlen)
 {
     *out = NULL;
     int rc = stmt_send_fixed(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
-    return rc ? rc : stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
+    return rc ? rc : pg_stmt_wait(k, until_ns, cancel_fd, out, why, wlen);
 }
 
 /* Fixed statements sent in one flight, each run once the one before it is
@@ -481,7 +402,7 @@ static int run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const i
         rc = stmt_read(k, until_ns, cancel_fd, outs[i], why, wlen);
     for (int i = 0; i < count && rc; i++) {
         if (outs[i]) {
-            pq.clear(*outs[i]);
+            pg_lib.clear(*outs[i]);
             *outs[i] = NULL;
         }
     }
@@ -491,10 +412,10 @@ static int run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const i
 /* The SQLSTATE of a failed result ("" for success). */
 static const char *sqlstate(const PGresult *r)
 {
-    ExecStatusType s = pq.resultStatus(r);
+    ExecStatusType s = pg_lib.resultStatus(r);
     if (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK)
         return "";
-    const char *st = pq.resultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *st = pg_lib.resultErrorField(r, PG_DIAG_SQLSTATE);
     return st ? st : "XX000";
 }
 
@@ -515,7 +436,7 @@ static int code_of_state(const char *st)
 /* A new session, connected within until_ns and set up: non-blocking,
  * notices swallowed, and on servers from 14 on a check of the client's
  * socket while a statement waits. */
-static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
+int pg_conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
                      size_t wlen)
 {
     *out = NULL;
@@ -525,30 +446,30 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
         snprintf(why, wlen, "out of memory");
         return DLOCK_ENOMEM;
     }
-    k->pg = pq.connectStartParams(pc->keys, pc->vals, 0);
+    k->pg = pg_lib.connectStartParams(pc->keys, pc->vals, 0);
     if (!k->pg) {
         free(k);
         snprintf(why, wlen, "out of memory");
         return DLOCK_ENOMEM;
     }
     int rc = 0;
-    if (pq.status(k->pg) == CONNECTION_BAD) {
+    if (pg_lib.status(k->pg) == CONNECTION_BAD) {
         rc = DLOCK_EUNREACHABLE;
     } else {
         PostgresPollingStatusType st = PGRES_POLLING_WRITING;
         while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
-            rc = dl_wait_fd(pq.socket(k->pg), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+            rc = dl_wait_fd(pg_lib.socket(k->pg), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
                             until_ns, cancel_fd, NULL);
             if (rc)
                 break;
-            st = pq.connectPoll(k->pg);
+            st = pg_lib.connectPoll(k->pg);
         }
         if (!rc && st == PGRES_POLLING_FAILED)
             rc = DLOCK_EUNREACHABLE;
     }
     if (rc) {
         if (rc == DLOCK_EUNREACHABLE) {
-            const char *m = pq.errorMessage(k->pg);
+            const char *m = pg_lib.errorMessage(k->pg);
             one_line(m, line, sizeof line);
             /* libpq says why in words only: a refused password or role is
              * not a network problem. */
@@ -571,20 +492,20 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
             if (rc == DLOCK_ETIMEDOUT)
                 rc = DLOCK_EUNREACHABLE;
         }
-        conn_close(k);
+        pg_conn_close(k);
         return rc;
     }
-    pq.setNoticeProcessor(k->pg, pq_quiet, NULL);
-    if (pq.setnonblocking(k->pg, 1) != 0 || !pq.enterPipelineMode(k->pg)) {
+    pg_lib.setNoticeProcessor(k->pg, pq_quiet, NULL);
+    if (pg_lib.setnonblocking(k->pg, 1) != 0 || !pg_lib.enterPipelineMode(k->pg)) {
         snprintf(why, wlen, "cannot make the connection non-blocking and pipelined");
-        conn_close(k);
+        pg_conn_close(k);
         return DLOCK_EIO;
     }
-    int v = pq.serverVersion(k->pg);
+    int v = pg_lib.serverVersion(k->pg);
     if (v > 0 && v < 90500) {
         snprintf(why, wlen, "PostgreSQL %d.%d is too old (9.5 or later: INSERT ... ON CONFLICT)",
                  v / 10000, v / 100 % 100);
-        conn_close(k);
+        pg_conn_close(k);
         return DLOCK_ENOTSUP;
     }
     k->unnamed = pc->txpool;
@@ -617,14 +538,14 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
                            "', false)"
                          : "");
     PGresult *r;
-    rc = run(k, setup, 0, NULL, until_ns, cancel_fd, &r, why, wlen);
+    rc = pg_run(k, setup, 0, NULL, until_ns, cancel_fd, &r, why, wlen);
     if (!rc && *sqlstate(r)) {
         rc = code_of_state(sqlstate(r));
-        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+        snprintf(why, wlen, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     if (rc) {
-        conn_close(k);
+        pg_conn_close(k);
         return rc;
     }
     *out = k;
@@ -632,7 +553,7 @@ static int conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **ou
 }
 
 /* An idle session from the pool, or a new one. */
-static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
+int pg_conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, char *why,
                     size_t wlen)
 {
     for (;;) {
@@ -644,9 +565,9 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
          * readable socket with nothing due on it: a server about to end a
          * session says why first. Such a session is dropped. (Replies may
          * be due: a rowlock release's value update, sent unwaited.) */
-        if (dl_idle_socket_ended(pq.socket(k->pg)) &&
-            (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK || k->pending == 0)) {
-            conn_close(k);
+        if (dl_idle_socket_ended(pg_lib.socket(k->pg)) &&
+            (!pg_lib.consumeInput(k->pg) || pg_lib.status(k->pg) != CONNECTION_OK || k->pending == 0)) {
+            pg_conn_close(k);
             continue;
         }
         k->reused = true;
@@ -656,7 +577,7 @@ static int conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out
     int64_t bound = dl_deadline_in(pc->connect_timeout_ms);
     if (until_ns >= 0 && until_ns < bound)
         bound = until_ns;
-    return conn_open(pc, bound, cancel_fd, out, why, wlen);
+    return pg_conn_open(pc, bound, cancel_fd, out, why, wlen);
 }
 
 /*
@@ -677,7 +598,7 @@ static int conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_c
                           char *why, size_t wlen)
 {
     for (;;) {
-        int rc = conn_get(pc, retry_until, cancel_fd, out, why, wlen);
+        int rc = pg_conn_get(pc, retry_until, cancel_fd, out, why, wlen);
         if (rc != DLOCK_EUNREACHABLE || dl_ms_left(retry_until) == 0)
             return rc;
         int64_t pause_ns = dl_ms_to_ns(PG_RETRY_PAUSE_MS), left_ns = retry_until - dl_now_ns();
@@ -695,11 +616,11 @@ static bool time_left(int64_t deadline_ns)
 }
 
 /* Give a session back to the pool (or close it when the pool is full). */
-static void conn_put(pgclient *pc, pg_conn *k)
+void pg_conn_put(pgclient *pc, pg_conn *k)
 {
-    if (k && (k->failed || pq.status(k->pg) != CONNECTION_OK ||
+    if (k && (k->failed || pg_lib.status(k->pg) != CONNECTION_OK ||
               !dl_pool_put(&pc->pool, &k->pooled)))
-        conn_close(k);
+        pg_conn_close(k);
 }
 
 /* A statement that may still wait on the server (a lock wait we gave up
@@ -715,23 +636,23 @@ static void conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns)
     if (!k)
         return;
     char pid[24], why[128];
-    snprintf(pid, sizeof pid, "%d", pq.backendPID(k->pg));
+    snprintf(pid, sizeof pid, "%d", pg_lib.backendPID(k->pg));
     pg_conn *o;
-    if (dl_ms_left(until_ns) > 0 && conn_get(pc, until_ns, -1, &o, why, sizeof why) == 0) {
+    if (dl_ms_left(until_ns) > 0 && pg_conn_get(pc, until_ns, -1, &o, why, sizeof why) == 0) {
         const char *p[] = {pid};
         PGresult *r;
-        int rc = run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why,
+        int rc = pg_run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why,
                      sizeof why);
-        pq.clear(r);
+        pg_lib.clear(r);
         if (rc)
-            conn_close(o);
+            pg_conn_close(o);
         else
-            conn_put(pc, o);
+            pg_conn_put(pc, o);
         while (!rc && k->pending > 0 &&
                stmt_read(k, until_ns, -1, NULL, why, sizeof why) == 0) {
         }
     }
-    conn_close(k);
+    pg_conn_close(k);
 }
 
 /* The bound of a call made while acquiring l: its op_deadline_ns when it
@@ -751,13 +672,13 @@ static int pool_run_until(dlock_client *c, int64_t until, const char *sql, int n
     *out = NULL;
     int rc;
     do {
-        rc = conn_get(pc, until, -1, &k, why, wlen);
+        rc = pg_conn_get(pc, until, -1, &k, why, wlen);
         if (rc)
             return rc;
         bool reused = k->reused;
-        rc = run(k, sql, n, vals, until, -1, out, why, wlen);
+        rc = pg_run(k, sql, n, vals, until, -1, out, why, wlen);
         if (rc)
-            conn_close(k);
+            pg_conn_close(k);
         if (rc != DLOCK_EUNREACHABLE || !reused)
             break;
     } while (1); /* a pooled session that died idle: again on another */
@@ -766,15 +687,15 @@ static int pool_run_until(dlock_client *c, int64_t until, const char *sql, int n
     if (*sqlstate(*out)) {
         char line[200];
         rc = code_of_state(sqlstate(*out));
-        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(*out), line, sizeof line));
-        pq.clear(*out);
+        snprintf(why, wlen, "%s", one_line(pg_lib.resultErrorMessage(*out), line, sizeof line));
+        pg_lib.clear(*out);
         *out = NULL;
     }
-    conn_put(pc, k);
+    pg_conn_put(pc, k);
     return rc;
 }
 
-static int pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
+int pg_pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
                     PGresult **out, char *why, size_t wlen)
 {
     return pool_run_until(c, op_until(pc_of(c), NULL), sql, n, vals, out, why, wlen);
@@ -789,13 +710,13 @@ static bool session_gone(dl_session *s, char *why, size_t wlen)
 {
     pg_conn *k = dl_container_of(s, pg_conn, sess);
     char line[200];
-    if (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK) {
-        snprintf(why, wlen, "%s", one_line(pq.errorMessage(k->pg), line, sizeof line));
+    if (!pg_lib.consumeInput(k->pg) || pg_lib.status(k->pg) != CONNECTION_OK) {
+        snprintf(why, wlen, "%s", one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
         return true;
     }
     PGnotify *nf;
-    while ((nf = pq.notifies(k->pg)) != NULL)
-        pq.freemem(nf);
+    while ((nf = pg_lib.notifies(k->pg)) != NULL)
+        pg_lib.freemem(nf);
     return false;
 }
 
@@ -804,13 +725,13 @@ static void session_drop(dl_session *s)
 {
     pg_conn *k = dl_container_of(s, pg_conn, sess);
     ((pglock *)s->lock->bstate)->conn = NULL;
-    conn_close(k);
+    pg_conn_close(k);
 }
 
 /* k now holds l: watched from here on. */
 static int watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen)
 {
-    return dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pq.socket(k->pg), why, wlen);
+    return dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pg_lib.socket(k->pg), why, wlen);
 }
 
 /* Take l's session off the watched list for a call on it (or for good);
@@ -827,7 +748,7 @@ static pg_conn *unwatch_conn(dlock_lock *l)
 static void rewatch_conn(dlock_lock *l, pg_conn *k)
 {
     char why[100]; /* cannot fail: the thread runs since the lock was taken */
-    (void)dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pq.socket(k->pg), why, sizeof why);
+    (void)dl_swatch_add(&pc_of(l->c)->watch, &k->sess, l, pg_lib.socket(k->pg), why, sizeof why);
 }
 
 /* ---- locks ----------------------------------------------------------------------- */
@@ -848,7 +769,7 @@ static int64_t key_of_table(const char *table, const char *name)
     return k;
 }
 
-static int64_t key_of(const pgclient *pc, const char *name)
+int64_t pg_key_of(const pgclient *pc, const char *name)
 {
     return key_of_table(pc->table, name);
 }
@@ -858,7 +779,7 @@ static int pg_lock_init(dlock_lock *l)
     pglock *pl = calloc(1, sizeof *pl);
     if (!pl)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    pl->key = key_of(pc_of(l->c), l->name);
+    pl->key = pg_key_of(pc_of(l->c), l->name);
     l->bstate = pl;
     return 0;
 }
@@ -881,9 +802,9 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
     PGresult *r = NULL;
     snprintf(buf, len, "another name");
     if (pool_run_until(l->c, op_until(pc, l), sql, 1, p, &r, why, sizeof why) == 0 &&
-        pq.ntuples(r) == 1)
-        snprintf(buf, len, "\"%s\"", pq.getvalue(r, 0, 0));
-    pq.clear(r);
+        pg_lib.ntuples(r) == 1)
+        snprintf(buf, len, "\"%s\"", pg_lib.getvalue(r, 0, 0));
+    pg_lib.clear(r);
 }
 
 static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen);
@@ -942,7 +863,7 @@ static int advisory_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
     struct advisory_draw *a = arg;
     PGresult *r;
     char line[200];
-    int rc = run_fixed(a->k, pc->sql_redraw, 3, a->params, op_until(pc, l), -1, &r, why, wlen);
+    int rc = pg_run_fixed(a->k, pc->sql_redraw, 3, a->params, op_until(pc, l), -1, &r, why, wlen);
     if (rc)
         return rc;
     if (strcmp(sqlstate(r), "23505") == 0) {
@@ -950,13 +871,13 @@ static int advisory_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
         snprintf(why, wlen, "its advisory key collides with another name's");
     } else if (*sqlstate(r)) {
         rc = code_of_state(sqlstate(r));
-        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
-    } else if (pq.ntuples(r) == 1 && !pq.getisnull(r, 0, 1)) {
-        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
+        snprintf(why, wlen, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
+    } else if (pg_lib.ntuples(r) == 1 && !pg_lib.getisnull(r, 0, 1)) {
+        atomic_store(&l->token, strtoull(pg_lib.getvalue(r, 0, 1), NULL, 10));
     } else {
         rc = 1;
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     return rc;
 }
 
@@ -969,10 +890,10 @@ static int rowlock_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
     int rc = pool_run_until(l->c, op_until(pc, l), pc->sql_row_info, 3, arg, &r, why, wlen);
     if (rc)
         return rc;
-    rc = pq.ntuples(r) == 1 ? 0 : 1;
+    rc = pg_lib.ntuples(r) == 1 ? 0 : 1;
     if (!rc)
-        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 0), NULL, 10));
-    pq.clear(r);
+        atomic_store(&l->token, strtoull(pg_lib.getvalue(r, 0, 0), NULL, 10));
+    pg_lib.clear(r);
     return rc;
 }
 
@@ -999,7 +920,7 @@ again:
     if (retry_until)
         rc = conn_get_retry(pc, retry_until, cancel_fd, &k, why, sizeof why);
     else
-        rc = conn_get(pc,
+        rc = pg_conn_get(pc,
                       deadline_ns < 0 ? dl_deadline_in(pc->connect_timeout_ms)
                                       : until,
                       cancel_fd, &k, why, sizeof why);
@@ -1054,14 +975,14 @@ again:
             rc = stmt_read(k, until, cancel_fd, &r, why, sizeof why);
             if (!rc && *sqlstate(r)) {
                 rc = code_of_state(sqlstate(r));
-                snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+                snprintf(why, sizeof why, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
             }
-            pq.clear(r);
+            pg_lib.clear(r);
             r = NULL;
         }
         if (rc && rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED &&
             !(rc == DLOCK_EUNREACHABLE && reused)) {
-            conn_close(k);
+            pg_conn_close(k);
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
         }
     }
@@ -1090,21 +1011,21 @@ again:
                            sizeof why);
     }
     /* (only a grant needs it: advisory's column ok says whether it was one) */
-    if (rc || *sqlstate(r) || pq.ntuples(r) != 1 ||
-        (!pc->rowlock && strcmp(pq.getvalue(r, 0, 0), "t") != 0)) {
-        pq.clear(names);
+    if (rc || *sqlstate(r) || pg_lib.ntuples(r) != 1 ||
+        (!pc->rowlock && strcmp(pg_lib.getvalue(r, 0, 0), "t") != 0)) {
+        pg_lib.clear(names);
         names = NULL;
     }
     if (rc == DLOCK_EUNREACHABLE && reused) {
-        conn_close(k); /* a pooled session that died idle: again on another */
+        pg_conn_close(k); /* a pooled session that died idle: again on another */
         goto again;
     }
     /* The session ended under a waiter: it waits on, on a new one. */
     bool ended = rc == DLOCK_EUNREACHABLE ||
                  (!rc && (strncmp(sqlstate(r), "57P", 3) == 0 || strncmp(sqlstate(r), "08", 2) == 0));
     if (ended && deadline_ns != 0 && time_left(deadline_ns)) {
-        pq.clear(r);
-        conn_close(k);
+        pg_lib.clear(r);
+        pg_conn_close(k);
         retry_until = retry_until_of(pc, l, deadline_ns);
         goto again;
     }
@@ -1117,17 +1038,17 @@ again:
                            pc->redacted);
     }
     if (rc) {
-        conn_close(k);
+        pg_conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     }
     char st[8]; /* the result is cleared before the code is looked at */
     snprintf(st, sizeof st, "%s", sqlstate(r));
     if (*st) {
-        one_line(pq.resultErrorMessage(r), line, sizeof line);
-        pq.clear(r);
+        one_line(pg_lib.resultErrorMessage(r), line, sizeof line);
+        pg_lib.clear(r);
         /* The session may hold the advisory lock whatever failed after it:
          * only closing it lets go for sure. */
-        conn_close(k);
+        pg_conn_close(k);
         if (strcmp(st, "55P03") == 0 && deadline_ns == 0) /* rowlock's NOWAIT */
             return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
         if (strcmp(st, "55P03") == 0)
@@ -1143,39 +1064,39 @@ again:
         return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
                            pc->redacted);
     }
-    if (pq.ntuples(r) != 1 && pc->rowlock && deadline_ns == 0) { /* the queue's lock is taken */
-        pq.clear(r);
-        conn_close(k); /* (its transaction is open) */
+    if (pg_lib.ntuples(r) != 1 && pc->rowlock && deadline_ns == 0) { /* the queue's lock is taken */
+        pg_lib.clear(r);
+        pg_conn_close(k); /* (its transaction is open) */
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
-    if (pq.ntuples(r) != 1 && pc->rowlock) { /* its row is gone: dropped by hand? */
-        pq.clear(r);
-        conn_close(k);
+    if (pg_lib.ntuples(r) != 1 && pc->rowlock) { /* its row is gone: dropped by hand? */
+        pg_lib.clear(r);
+        pg_conn_close(k);
         return dl_lock_err(l, DLOCK_EPROTO, "lock \"%s\": its row in %s vanished", l->name,
                            pc->table);
     }
-    if (pq.ntuples(r) != 1 || (!pc->rowlock && strcmp(pq.getvalue(r, 0, 0), "t") != 0)) {
-        pq.clear(r); /* try: someone holds it */
-        conn_put(pc, k);
+    if (pg_lib.ntuples(r) != 1 || (!pc->rowlock && strcmp(pg_lib.getvalue(r, 0, 0), "t") != 0)) {
+        pg_lib.clear(r); /* try: someone holds it */
+        pg_conn_put(pc, k);
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
     /* advisory: the token, or none yet (no epoch in force: drawn below) */
-    bool drawn = pc->rowlock || !pq.getisnull(r, 0, 1);
+    bool drawn = pc->rowlock || !pg_lib.getisnull(r, 0, 1);
     if (!pc->rowlock && drawn)
-        atomic_store(&l->token, strtoull(pq.getvalue(r, 0, 1), NULL, 10));
-    pq.clear(r);
+        atomic_store(&l->token, strtoull(pg_lib.getvalue(r, 0, 1), NULL, 10));
+    pg_lib.clear(r);
     rc = names_check(l, names, 0, why, sizeof why);
-    pq.clear(names);
+    pg_lib.clear(names);
     if (!rc && !drawn) { /* the lock is ours, and no epoch was in force */
         struct advisory_draw a = {k, p};
         rc = draw_under_epoch(l, advisory_draw, &a, why, sizeof why);
         if (rc == DLOCK_ENAME) {
-            conn_close(k);
+            pg_conn_close(k);
             return key_collision(l);
         }
     }
     if (rc) {
-        conn_close(k); /* the session's end lets go */
+        pg_conn_close(k); /* the session's end lets go */
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     pl->rowed = !pc->rowlock;
@@ -1187,7 +1108,7 @@ again:
         if (rc == 1) /* no epoch in force */
             rc = draw_under_epoch(l, rowlock_draw, (void *)ip, why, sizeof why);
         if (rc) {
-            conn_close(k); /* its transaction ends, and the row is free */
+            pg_conn_close(k); /* its transaction ends, and the row is free */
             /* (on a second pooled session, which may have to connect: time
              * running out there is a timeout, as for the lock's own) */
             char what[sizeof why + 32];
@@ -1199,7 +1120,7 @@ again:
     rc = watch_conn(l, k, why, sizeof why);
     if (rc) {
         pl->conn = NULL;
-        conn_close(k);
+        pg_conn_close(k);
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
     }
     return 0;
@@ -1218,7 +1139,7 @@ static int pg_release(dlock_lock *l)
     if (k->sess.lost) {
         int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
                              l->name, k->sess.why);
-        conn_close(k);
+        pg_conn_close(k);
         return rc;
     }
     char key[24], tok[24], why[300];
@@ -1238,19 +1159,19 @@ static int pg_release(dlock_lock *l)
                           ? "SELECT pg_advisory_unlock_shared($1::bigint), " UNLOCK_TOKEN
                           : "SELECT pg_advisory_unlock($1::bigint), " UNLOCK_TOKEN;
 #undef UNLOCK_TOKEN
-    int rc = run_fixed(k, sql, pc->rowlock ? 0 : 2, p, until, -1, &r, why, sizeof why);
+    int rc = pg_run_fixed(k, sql, pc->rowlock ? 0 : 2, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
-        conn_close(k);
+        pg_conn_close(k);
         return dl_lock_err(l, rc == DLOCK_EUNREACHABLE ? DLOCK_ELOST : DLOCK_EUNREACHABLE,
                            "lock \"%s\": releasing: %s; its session was closed, which lets "
                            "go of it (%s)",
                            l->name, why, pc->redacted);
     }
-    bool was_held = !*sqlstate(r) && (pc->rowlock || (pq.ntuples(r) == 1 &&
-                                                       strcmp(pq.getvalue(r, 0, 0), "t") == 0));
-    pq.clear(r);
+    bool was_held = !*sqlstate(r) && (pc->rowlock || (pg_lib.ntuples(r) == 1 &&
+                                                       strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0));
+    pg_lib.clear(r);
     if (was_held && pc->rowlock) { /* its leader value goes with it (sent, not waited for) */
         char del[300];
         /* (only when there is one: a write per release made its commit a flush) */
@@ -1258,14 +1179,14 @@ static int pg_release(dlock_lock *l)
                  "UPDATE %s SET value = NULL WHERE name = $1 AND owner = $2 AND value IS NOT NULL",
                  pc->values);
         const char *dp[] = {l->name, l->owner};
-        (void)stmt_send(k, del, 2, dp, until, -1, why, sizeof why);
+        (void)pg_stmt_send(k, del, 2, dp, until, -1, why, sizeof why);
     }
     if (!was_held) {
-        conn_close(k);
+        pg_conn_close(k);
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its session no longer held it",
                            l->name);
     }
-    conn_put(pc, k);
+    pg_conn_put(pc, k);
     return 0;
 }
 
@@ -1281,7 +1202,7 @@ static void pg_abandon(dlock_lock *l)
     }
     pg_conn *k = unwatch_conn(l);
     pl->conn = NULL;
-    conn_close(k); /* the session's end lets go of its locks */
+    pg_conn_close(k); /* the session's end lets go of its locks */
 }
 
 /* lease: a row held now */
@@ -1390,8 +1311,8 @@ static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, 
     int rc = pool_run_until(l->c, op_until(pc, l), sql, 1, p, &r, why, wlen);
     if (rc)
         return rc;
-    int held = atol(pq.getvalue(r, 0, 0)) > 0;
-    pq.clear(r);
+    int held = atol(pg_lib.getvalue(r, 0, 0)) > 0;
+    pg_lib.clear(r);
     return held;
 }
 
@@ -1414,22 +1335,22 @@ static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t 
         col = 0;
     }
     bool have = false, others = false;
-    for (int i = 0; i < pq.ntuples(r); i++) {
-        if (pq.getisnull(r, i, col))
+    for (int i = 0; i < pg_lib.ntuples(r); i++) {
+        if (pg_lib.getisnull(r, i, col))
             continue;
-        bool same_mode = strcmp(pq.getvalue(r, i, col), pc->mode) == 0;
-        have |= same_mode && strcmp(pq.getvalue(r, i, col + 1), pc->table) == 0;
+        bool same_mode = strcmp(pg_lib.getvalue(r, i, col), pc->mode) == 0;
+        have |= same_mode && strcmp(pg_lib.getvalue(r, i, col + 1), pc->table) == 0;
         others |= !same_mode;
     }
     if (r != got)
-        pq.clear(r);
+        pg_lib.clear(r);
     if (!have) {
         /* Our row was not there when we read (the first time in this mode
          * and table, or another mode's client removed it): added, and the
          * rows read again after it, as a client of another mode may have
          * added its own meanwhile. */
         rc = pool_run_until(l->c, until, pc->sql_names_add, 3, mine, &w, why, wlen);
-        pq.clear(w);
+        pg_lib.clear(w);
         if (rc)
             return rc;
         others = true;
@@ -1442,8 +1363,8 @@ static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t 
     if ((rc = pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
         return rc;
     rc = 0;
-    for (int i = 0; i < pq.ntuples(r) && rc == 0; i++) {
-        const char *mode = pq.getvalue(r, i, 0), *tbl = pq.getvalue(r, i, 1);
+    for (int i = 0; i < pg_lib.ntuples(r) && rc == 0; i++) {
+        const char *mode = pg_lib.getvalue(r, i, 0), *tbl = pg_lib.getvalue(r, i, 1);
         if (strcmp(mode, pc->mode) == 0)
             continue;
         int held = held_in(l, mode, tbl, why, wlen);
@@ -1456,12 +1377,12 @@ static int names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t 
         } else if (held == 0) { /* a mode it is no longer used in */
             const char *drop[] = {l->name, mode, tbl};
             rc = pool_run_until(l->c, until, pc->sql_names_drop, 3, drop, &w, why, wlen);
-            pq.clear(w);
+            pg_lib.clear(w);
         } else {
             rc = held;
         }
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     pl->named = rc == 0;
     return rc;
 }
@@ -1474,7 +1395,7 @@ static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
     if (pc->lease)
         return lease_inspect(c, name, info);
     char key[24], why[300], sql[2400];
-    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(key, sizeof key, "%" PRId64, pg_key_of(pc, name));
     /* the holder by its token lock (g), else (a client of an older version)
      * by the name's row, which the last grant that wrote it left */
     snprintf(sql, sizeof sql,
@@ -1488,39 +1409,39 @@ static int pg_inspect(dlock_client *c, const char *name, dlock_info *info)
              pc->table);
     const char *p[] = {key, name};
     PGresult *r;
-    int rc = pool_run(c, sql, 2, p, &r, why, sizeof why);
+    int rc = pg_pool_run(c, sql, 2, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
-    int holders = atoi(pq.getvalue(r, 0, 0));
-    bool by_lock = !pq.getisnull(r, 0, 5); /* (its token lock: see TOKEN_LOCK) */
+    int holders = atoi(pg_lib.getvalue(r, 0, 0));
+    bool by_lock = !pg_lib.getisnull(r, 0, 5); /* (its token lock: see TOKEN_LOCK) */
     info->held = holders > 0;
     info->holders = holders;
-    info->waiters = atoi(pq.getvalue(r, 0, 1));
+    info->waiters = atoi(pg_lib.getvalue(r, 0, 1));
     info->lease_ms = -1;
     info->held_ms = -1;
     if (by_lock) {
-        info->token = strtoull(pq.getvalue(r, 0, 5), NULL, 10);
+        info->token = strtoull(pg_lib.getvalue(r, 0, 5), NULL, 10);
         /* (its session's application_name: "dlock pid N on HOST") */
-        const char *who = pq.getvalue(r, 0, 6);
+        const char *who = pg_lib.getvalue(r, 0, 6);
         if (strncmp(who, "dlock ", 6) == 0)
             who += 6;
         snprintf(info->holder, sizeof info->holder, "%s", who);
-        if (!pq.getisnull(r, 0, 7)) /* (NULL: this role may not see it) */
-            info->held_ms = strtoll(pq.getvalue(r, 0, 7), NULL, 10);
-    } else if (holders > 0 && !pq.getisnull(r, 0, 2)) { /* a holder of an older version */
-        info->token = strtoull(pq.getvalue(r, 0, 2), NULL, 10);
-        if (!pq.getisnull(r, 0, 3)) {
+        if (!pg_lib.getisnull(r, 0, 7)) /* (NULL: this role may not see it) */
+            info->held_ms = strtoll(pg_lib.getvalue(r, 0, 7), NULL, 10);
+    } else if (holders > 0 && !pg_lib.getisnull(r, 0, 2)) { /* a holder of an older version */
+        info->token = strtoull(pg_lib.getvalue(r, 0, 2), NULL, 10);
+        if (!pg_lib.getisnull(r, 0, 3)) {
             /* "OWNER pid N on HOST": the last to write it */
-            const char *h = pq.getvalue(r, 0, 3);
+            const char *h = pg_lib.getvalue(r, 0, 3);
             const char *sp = strchr(h, ' ');
             snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
         }
-        if (!pq.getisnull(r, 0, 4))
-            info->held_ms = strtoll(pq.getvalue(r, 0, 4), NULL, 10);
+        if (!pg_lib.getisnull(r, 0, 4))
+            info->held_ms = strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }
     /* (free: no token; the row keeps what a handle's first grant wrote, so
      * its token may be below the last one issued) */
-    pq.clear(r);
+    pg_lib.clear(r);
     return 0;
 }
 
@@ -1541,14 +1462,14 @@ static int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
              pc->table);
     const char *p[] = {pat};
     PGresult *r;
-    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    int rc = pg_pool_run(c, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "list: %s (%s)", why, pc->redacted);
     int stop = 0;
-    for (int i = 0; i < pq.ntuples(r) && !stop; i++)
-        if (dlock_name_valid(pq.getvalue(r, i, 0), NULL, 0) == 0)
-            stop = fn(pq.getvalue(r, i, 0), arg);
-    pq.clear(r);
+    for (int i = 0; i < pg_lib.ntuples(r) && !stop; i++)
+        if (dlock_name_valid(pg_lib.getvalue(r, i, 0), NULL, 0) == 0)
+            stop = fn(pg_lib.getvalue(r, i, 0), arg);
+    pg_lib.clear(r);
     return stop;
 }
 
@@ -1573,13 +1494,13 @@ static int pg_set_value(dlock_lock *l, const char *value)
     const char *p[] = {l->name, value, tok};
     PGresult *r;
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
-    int rc = run(k, sql, 3, p, until, -1, &r, why, sizeof why);
+    int rc = pg_run(k, sql, 3, p, until, -1, &r, why, sizeof why);
     if (!rc && *sqlstate(r)) {
         char line[200];
         rc = code_of_state(sqlstate(r));
-        snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+        snprintf(why, sizeof why, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     rewatch_conn(l, k);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
@@ -1590,7 +1511,7 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
 {
     pgclient *pc = pc_of(c);
     char key[24], why[300], sql[2400];
-    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(key, sizeof key, "%" PRId64, pg_key_of(pc, name));
     const char *p[] = {name, key};
     if (pc->rowlock) /* beside the locked row, while its holder's transaction lives */
         snprintf(sql, sizeof sql,
@@ -1613,15 +1534,15 @@ static int pg_get_value(dlock_client *c, const char *name, char *buf, size_t len
                  "FROM g) OR NOT EXISTS (SELECT 1 FROM g))",
                  pc->table);
     PGresult *r;
-    int rc = pool_run(c, sql, pc->rowlock || pc->lease ? 1 : 2, p, &r, why, sizeof why);
+    int rc = pg_pool_run(c, sql, pc->rowlock || pc->lease ? 1 : 2, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, pc->redacted);
-    if (pq.ntuples(r) != 1) {
-        pq.clear(r);
+    if (pg_lib.ntuples(r) != 1) {
+        pg_lib.clear(r);
         return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
     }
-    snprintf(buf, len, "%s", pq.getvalue(r, 0, 0));
-    pq.clear(r);
+    snprintf(buf, len, "%s", pg_lib.getvalue(r, 0, 0));
+    pg_lib.clear(r);
     return 0;
 }
 
@@ -1637,7 +1558,7 @@ static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
     if (broken->held != 1)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
     char key[24], why[300], sql[900];
-    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(key, sizeof key, "%" PRId64, pg_key_of(pc, name));
     const char *p[] = {name};
     static const char ended[] = "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "
                                 "pg_terminate_backend(l.pid) AS ended FROM ";
@@ -1659,11 +1580,11 @@ static int pg_break(dlock_client *c, const char *name, dlock_info *broken)
     if (!pc->lease && !pc->rowlock)
         p[0] = key; /* advisory: the sessions are found by the key */
     PGresult *r;
-    rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    rc = pg_pool_run(c, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, pc->redacted);
-    long done = atol(pq.getvalue(r, 0, 0)), all = atol(pq.getvalue(r, 0, 1));
-    pq.clear(r);
+    long done = atol(pg_lib.getvalue(r, 0, 0)), all = atol(pg_lib.getvalue(r, 0, 1));
+    pg_lib.clear(r);
     if (all > 0 && done < all)
         return dl_client_err(c, DLOCK_EPERM,
                              "break \"%s\": the server refused to end %ld of the %ld sessions "
@@ -1816,9 +1737,9 @@ static int lease_build_sql(pgclient *pc)
 static void drop_notices(pg_conn *k)
 {
     PGnotify *nf;
-    (void)pq.consumeInput(k->pg);
-    while ((nf = pq.notifies(k->pg)) != NULL)
-        pq.freemem(nf);
+    (void)pg_lib.consumeInput(k->pg);
+    while ((nf = pg_lib.notifies(k->pg)) != NULL)
+        pg_lib.freemem(nf);
 }
 
 /* One round of a lease acquisition on k: the statements in `pre` (LISTEN,
@@ -1843,7 +1764,7 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     int rc = 0;
     for (int i = 0; i < npre && !rc; i++)
         rc = strncmp(pre[i], "LISTEN", 6) == 0 /* (its channel is the waiter's own) */
-                 ? stmt_send(k, pre[i], npar[i], p, until, cancel_fd, why, wlen)
+                 ? pg_stmt_send(k, pre[i], npar[i], p, until, cancel_fd, why, wlen)
                  : stmt_send_fixed(k, pre[i], npar[i], p, until, cancel_fd, why, wlen);
     int64_t sent = dl_now_ns();
     if (!rc)
@@ -1862,9 +1783,9 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
         if (!rc && *sqlstate(r)) {
             char line[200];
             rc = code_of_state(sqlstate(r));
-            snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
+            snprintf(why, wlen, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
         }
-        pq.clear(r);
+        pg_lib.clear(r);
         r = NULL;
     }
     if (!rc)
@@ -1872,7 +1793,7 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     if (!rc && !pl->named) { /* our row is there from now on */
         rc = stmt_read(k, until, cancel_fd, &r, why, wlen);
         pl->named = !rc && !*sqlstate(r);
-        pq.clear(r);
+        pg_lib.clear(r);
         r = NULL;
     }
     if (!rc)
@@ -1880,27 +1801,27 @@ static int lease_try(dlock_lock *l, pg_conn *k, const char *const *pre, const in
     if (!rc && *sqlstate(took)) {
         char line[200];
         rc = code_of_state(sqlstate(took));
-        snprintf(why, wlen, "%s", one_line(pq.resultErrorMessage(took), line, sizeof line));
+        snprintf(why, wlen, "%s", one_line(pg_lib.resultErrorMessage(took), line, sizeof line));
     }
-    if (!rc && !*sqlstate(r) && pq.ntuples(r) >= 1 && !pq.getisnull(r, 0, 3))
-        *other = atoi(pq.getvalue(r, 0, 3));
+    if (!rc && !*sqlstate(r) && pg_lib.ntuples(r) >= 1 && !pg_lib.getisnull(r, 0, 3))
+        *other = atoi(pg_lib.getvalue(r, 0, 3));
     int taken = 0;
-    if (!rc && pq.ntuples(took) == 1) {
-        pl->slot = atoi(pq.getvalue(took, 0, 0));
-        atomic_store(&l->token, strtoull(pq.getvalue(took, 0, 1), NULL, 10));
+    if (!rc && pg_lib.ntuples(took) == 1) {
+        pl->slot = atoi(pg_lib.getvalue(took, 0, 0));
+        atomic_store(&l->token, strtoull(pg_lib.getvalue(took, 0, 1), NULL, 10));
         l->lease_start_ns = sent; /* counted from before the statement that took it */
         taken = 1;
     } else if (!rc) {
         /* -1: no row is held (a live waiter ahead of us is due to take it) */
-        *expires_in = !*sqlstate(r) && pq.ntuples(r) >= 1 && !pq.getisnull(r, 0, 0)
-                          ? atol(pq.getvalue(r, 0, 0))
+        *expires_in = !*sqlstate(r) && pg_lib.ntuples(r) >= 1 && !pg_lib.getisnull(r, 0, 0)
+                          ? atol(pg_lib.getvalue(r, 0, 0))
                           : -1;
     }
-    pq.clear(took);
+    pg_lib.clear(took);
     if (taken && !*sqlstate(r)) /* the name's rows: columns 1 and 2 */
         *names = r;
     else
-        pq.clear(r);
+        pg_lib.clear(r);
     return rc ? rc : taken;
 }
 
@@ -1918,7 +1839,7 @@ static void lease_dequeue(dlock_lock *l, bool queued)
     PGresult *r;
     char why[300];
     (void)pool_run_until(l->c, until, pc->sql_dequeue, 2, p, &r, why, sizeof why);
-    pq.clear(r);
+    pg_lib.clear(r);
 }
 
 static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
@@ -1930,7 +1851,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     int64_t bound = dl_deadline_in(pc->connect_timeout_ms);
     if (deadline_ns > 0 && l->op_deadline_ns < bound)
         bound = l->op_deadline_ns;
-    int rc = conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
+    int rc = pg_conn_get(pc, bound, cancel_fd, &k, why, sizeof why);
     if (rc)
         return dl_connect_err(l, deadline_ns, rc, why, pc->redacted);
     /* A waiter listens on a channel of its own and queues in the waiters'
@@ -1971,7 +1892,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (rc == DLOCK_EUNREACHABLE && deadline_ns != 0 && time_left(deadline_ns)) {
             /* the session ended under a waiter: on a new one, it listens
              * and queues again (its queue row keeps its place) */
-            conn_close(k);
+            pg_conn_close(k);
             rc = conn_get_retry(pc, retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
                                 sizeof why);
             if (!rc) {
@@ -1982,7 +1903,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             k = NULL;
         }
         if (rc < 0) {
-            conn_close(k); /* a statement may be left on it */
+            pg_conn_close(k); /* a statement may be left on it */
             lease_dequeue(l, queued || requeue);
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
@@ -2000,7 +1921,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (rc == 1 && other >= 0) {
             int touched;
             (void)lease_row(l, pc->sql_free, NULL, &touched);
-            pq.clear(names);
+            pg_lib.clear(names);
             names = NULL;
             rc = 0;
             expires_in = -1;
@@ -2010,13 +1931,13 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 const char *p[] = {l->name, l->owner};
                 (void)stmt_send_fixed(k, pc->sql_dequeue, 2, p, until, -1, why, sizeof why);
                 if (!pc->txpool)
-                    (void)stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
+                    (void)pg_stmt_send(k, "UNLISTEN *", 0, NULL, until, -1, why, sizeof why);
             }
             drop_notices(k);
-            conn_put(pc, k);
+            pg_conn_put(pc, k);
             if (rc == 1) {
                 rc = names_check(l, names, 1, why, sizeof why);
-                pq.clear(names);
+                pg_lib.clear(names);
                 if (rc) {
                     int touched; /* given back: the other mode's holder keeps the name */
                     (void)lease_row(l, pc->sql_free, NULL, &touched);
@@ -2042,19 +1963,19 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
         if (deadline_ns > 0 && deadline_ns < wake)
             wake = deadline_ns;
         for (;;) {
-            PGnotify *nf = pq.notifies(k->pg);
+            PGnotify *nf = pg_lib.notifies(k->pg);
             if (nf) {
-                pq.freemem(nf);
+                pg_lib.freemem(nf);
                 drop_notices(k);
                 break;
             }
-            rc = dl_wait_fd(pq.socket(k->pg), POLLIN, wake, cancel_fd, NULL);
+            rc = dl_wait_fd(pg_lib.socket(k->pg), POLLIN, wake, cancel_fd, NULL);
             if (rc == DLOCK_ETIMEDOUT)
                 break;
-            if (rc == 0 && (!pq.consumeInput(k->pg) || pq.status(k->pg) != CONNECTION_OK))
+            if (rc == 0 && (!pg_lib.consumeInput(k->pg) || pg_lib.status(k->pg) != CONNECTION_OK))
                 rc = DLOCK_EUNREACHABLE;
             if (rc == DLOCK_EUNREACHABLE && time_left(deadline_ns)) {
-                conn_close(k); /* as above: listen and queue again on a new session */
+                pg_conn_close(k); /* as above: listen and queue again on a new session */
                 rc = conn_get_retry(pc, retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
                                     sizeof why);
                 if (!rc) {
@@ -2065,7 +1986,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 k = NULL;
             }
             if (rc) {
-                conn_close(k);
+                pg_conn_close(k);
                 lease_dequeue(l, queued || requeue);
                 if (rc == DLOCK_ECANCELED)
                     return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
@@ -2088,29 +2009,29 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
     const char *p[] = {l->name, slot, l->owner, extra};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     pg_conn *k;
-    int rc = conn_get(pc, until, -1, &k, why, sizeof why);
+    int rc = pg_conn_get(pc, until, -1, &k, why, sizeof why);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     PGresult *r;
-    rc = run_fixed(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
+    rc = pg_run_fixed(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
     if (rc) {
-        conn_close(k);
+        pg_conn_close(k);
         return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
                            "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     }
     char st[8]; /* the result is cleared before the code is looked at */
     snprintf(st, sizeof st, "%s", sqlstate(r));
     if (*st) {
-        one_line(pq.resultErrorMessage(r), line, sizeof line);
-        pq.clear(r);
-        conn_put(pc, k);
+        one_line(pg_lib.resultErrorMessage(r), line, sizeof line);
+        pg_lib.clear(r);
+        pg_conn_put(pc, k);
         return dl_lock_err(l, code_of_state(st), "lock \"%s\": %s (%s)", l->name, line,
                            pc->redacted);
     }
-    *touched = pq.ntuples(r) > 0;
-    pq.clear(r);
+    *touched = pg_lib.ntuples(r) > 0;
+    pg_lib.clear(r);
     drop_notices(k);
-    conn_put(pc, k);
+    pg_conn_put(pc, k);
     return 0;
 }
 
@@ -2197,28 +2118,28 @@ static void pg_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, siz
     int64_t until = dl_deadline_in(dl_op_timeout_ms(ls[0], pc->op_timeout_ms));
     pg_conn *k = NULL;
     if (!rc)
-        rc = conn_get(pc, until, -1, &k, why, sizeof why);
+        rc = pg_conn_get(pc, until, -1, &k, why, sizeof why);
     PGresult *r = NULL;
     if (!rc) {
-        rc = run_fixed(k, pc->sql_renew_many, 4, p, until, -1, &r, why, sizeof why);
+        rc = pg_run_fixed(k, pc->sql_renew_many, 4, p, until, -1, &r, why, sizeof why);
         if (rc) {
-            conn_close(k);
+            pg_conn_close(k);
             rc = rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc;
         } else if (*sqlstate(r)) {
             rc = code_of_state(sqlstate(r));
-            snprintf(why, sizeof why, "%s", one_line(pq.resultErrorMessage(r), line, sizeof line));
-            conn_put(pc, k);
+            snprintf(why, sizeof why, "%s", one_line(pg_lib.resultErrorMessage(r), line, sizeof line));
+            pg_conn_put(pc, k);
         } else {
-            for (int t = 0; t < pq.ntuples(r); t++) {
-                long long i = strtoll(pq.getvalue(r, t, 0), NULL, 10);
+            for (int t = 0; t < pg_lib.ntuples(r); t++) {
+                long long i = strtoll(pg_lib.getvalue(r, t, 0), NULL, 10);
                 if (i >= 1 && (size_t)i <= n)
                     kept[i - 1] = true;
             }
             drop_notices(k);
-            conn_put(pc, k);
+            pg_conn_put(pc, k);
         }
         if (r)
-            pq.clear(r);
+            pg_lib.clear(r);
     }
     for (size_t i = 0; i < n; i++)
         rcs[i] = rc ? dl_lock_err(ls[i], rc, "lock \"%s\": %s (%s)", ls[i]->name, why,
@@ -2240,7 +2161,6 @@ static int lease_set_value(dlock_lock *l, const char *value)
     return touched ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": no longer ours", l->name);
 }
 
-
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     pgclient *pc = pc_of(c);
@@ -2255,24 +2175,24 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
              pc->table);
     const char *p[] = {name};
     PGresult *r;
-    int rc = pool_run(c, sql, 1, p, &r, why, sizeof why);
+    int rc = pg_pool_run(c, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
-    int holders = atoi(pq.getvalue(r, 0, 0));
+    int holders = atoi(pg_lib.getvalue(r, 0, 0));
     info->held = holders > 0;
     info->holders = holders;
     info->waiters = -1; /* listeners are not visible to other sessions */
-    info->token = pq.getisnull(r, 0, 1) ? 0 : strtoull(pq.getvalue(r, 0, 1), NULL, 10);
+    info->token = pg_lib.getisnull(r, 0, 1) ? 0 : strtoull(pg_lib.getvalue(r, 0, 1), NULL, 10);
     info->held_ms = -1;
     info->lease_ms = -1;
     if (holders > 0) {
-        const char *h = pq.getvalue(r, 0, 2);
+        const char *h = pg_lib.getvalue(r, 0, 2);
         const char *sp = strchr(h, ' ');
         snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
-        info->held_ms = pq.getisnull(r, 0, 3) ? -1 : strtoll(pq.getvalue(r, 0, 3), NULL, 10);
-        info->lease_ms = pq.getisnull(r, 0, 4) ? -1 : strtoll(pq.getvalue(r, 0, 4), NULL, 10);
+        info->held_ms = pg_lib.getisnull(r, 0, 3) ? -1 : strtoll(pg_lib.getvalue(r, 0, 3), NULL, 10);
+        info->lease_ms = pg_lib.getisnull(r, 0, 4) ? -1 : strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     return 0;
 }
 
@@ -2288,7 +2208,6 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
  * read from pg_locks: the holder's transaction holds its own transaction
  * id, which is the locked row's xmax.
  */
-
 
 static int row_build_sql(pgclient *pc)
 {
@@ -2354,28 +2273,28 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info)
              "LEFT JOIN %s AS h ON h.name = $1",
              pc->table, pc->values);
     char key[24];
-    snprintf(key, sizeof key, "%" PRId64, key_of(pc, name));
+    snprintf(key, sizeof key, "%" PRId64, pg_key_of(pc, name));
     const char *p[] = {name, pc->table, key};
     PGresult *r;
-    int rc = pool_run(c, sql, 3, p, &r, why, sizeof why);
+    int rc = pg_pool_run(c, sql, 3, p, &r, why, sizeof why);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, pc->redacted);
-    bool held = !pq.getisnull(r, 0, 0);
+    bool held = !pg_lib.getisnull(r, 0, 0);
     info->held = held;
     info->holders = held ? 1 : 0;
-    info->waiters = pq.getisnull(r, 0, 3) ? 0 : atoi(pq.getvalue(r, 0, 3));
-    info->token = pq.getisnull(r, 0, 4) ? 0 : strtoull(pq.getvalue(r, 0, 4), NULL, 10);
+    info->waiters = pg_lib.getisnull(r, 0, 3) ? 0 : atoi(pg_lib.getvalue(r, 0, 3));
+    info->token = pg_lib.getisnull(r, 0, 4) ? 0 : strtoull(pg_lib.getvalue(r, 0, 4), NULL, 10);
     info->lease_ms = -1;
     info->held_ms = -1;
-    if (held && !pq.getisnull(r, 0, 1)) {
+    if (held && !pg_lib.getisnull(r, 0, 1)) {
         /* "OWNER pid N on HOST", written by the holder once it had the row */
-        const char *h = pq.getvalue(r, 0, 1);
+        const char *h = pg_lib.getvalue(r, 0, 1);
         const char *sp = strchr(h, ' ');
         snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
-        if (!pq.getisnull(r, 0, 2))
-            info->held_ms = strtoll(pq.getvalue(r, 0, 2), NULL, 10);
+        if (!pg_lib.getisnull(r, 0, 2))
+            info->held_ms = strtoll(pg_lib.getvalue(r, 0, 2), NULL, 10);
     }
-    pq.clear(r);
+    pg_lib.clear(r);
     return 0;
 }
 
@@ -2386,9 +2305,9 @@ static int row_set_value(dlock_lock *l, const char *value)
     const char *p[] = {l->name, l->owner, value};
     PGresult *r;
     char why[300];
-    int rc = pool_run(l->c, pc->sql_row_value, 3, p, &r, why, sizeof why);
-    bool ours = !rc && pq.ntuples(r) == 1;
-    pq.clear(r);
+    int rc = pg_pool_run(l->c, pc->sql_row_value, 3, p, &r, why, sizeof why);
+    bool ours = !rc && pg_lib.ntuples(r) == 1;
+    pg_lib.clear(r);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
     if (!ours)
@@ -2412,7 +2331,7 @@ static bool ident_ok(const char *s)
 /* An idle one's close (see dl_pool_stop). */
 static void pooled_close(dl_pooled *it)
 {
-    conn_close(dl_container_of(it, pg_conn, pooled));
+    pg_conn_close(dl_container_of(it, pg_conn, pooled));
 }
 
 static void pc_free(pgclient *pc)
@@ -2451,7 +2370,6 @@ static void pc_free(pgclient *pc)
     dl_pool_fini(&pc->pool);
     free(pc);
 }
-
 
 /*
  * Tokens without a WAL flush per grant (advisory and rowlock; lease takes
@@ -2529,15 +2447,15 @@ static int run_ensure(dlock_lock *l, char *why, size_t wlen)
     const char *p[] = {pc->seq, NULL};
     PGresult *r;
     int rc = pool_run_until(l->c, until, pc->sql_run_get, 1, p, &r, why, wlen);
-    bool in_force = !rc && pq.ntuples(r) == 1;
-    pq.clear(r);
+    bool in_force = !rc && pg_lib.ntuples(r) == 1;
+    pg_lib.clear(r);
     if (rc || in_force)
         return rc;
     rc = pool_run_until(l->c, until, pc->sql_epoch_bump, 1, p, &r, why, wlen);
     char epoch[24] = "";
-    if (!rc && pq.ntuples(r) == 1)
-        snprintf(epoch, sizeof epoch, "%s", pq.getvalue(r, 0, 0));
-    pq.clear(r);
+    if (!rc && pg_lib.ntuples(r) == 1)
+        snprintf(epoch, sizeof epoch, "%s", pg_lib.getvalue(r, 0, 0));
+    pg_lib.clear(r);
     if (rc)
         return rc;
     long long e = atoll(epoch);
@@ -2548,7 +2466,7 @@ static int run_ensure(dlock_lock *l, char *why, size_t wlen)
     }
     p[1] = epoch;
     rc = pool_run_until(l->c, until, pc->sql_run_put, 2, p, &r, why, wlen);
-    pq.clear(r);
+    pg_lib.clear(r);
     return rc;
 }
 
@@ -2676,36 +2594,36 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     const char *p[] = {pc->table, pc->seq, pc->waiters};
     PGresult *r;
     const char *np[] = {pc->names, pc->runs, pc->epochs};
-    int nrc = pool_run(c,
+    int nrc = pg_pool_run(c,
                        "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND "
                        "to_regclass($3) IS NOT NULL",
                        3, np, &r, why, wlen);
     if (nrc)
         return nrc;
-    bool names = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
-    pq.clear(r);
+    bool names = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
+    pg_lib.clear(r);
     if (!names) {
         char ddl[300];
         snprintf(ddl, sizeof ddl,
                  "CREATE TABLE IF NOT EXISTS %s (name text NOT NULL, mode text NOT NULL, "
                  "tbl text NOT NULL, PRIMARY KEY (name, mode, tbl))",
                  pc->names);
-        nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
-        pq.clear(r);
+        nrc = pg_pool_run(c, ddl, 0, NULL, &r, why, wlen);
+        pg_lib.clear(r);
         if (nrc == 0) { /* the token epochs: see token_ctes */
             snprintf(ddl, sizeof ddl,
                      "CREATE TABLE IF NOT EXISTS %s (seq text PRIMARY KEY, epoch bigint NOT NULL)",
                      pc->epochs);
-            nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
-            pq.clear(r);
+            nrc = pg_pool_run(c, ddl, 0, NULL, &r, why, wlen);
+            pg_lib.clear(r);
         }
         if (nrc == 0) { /* (emptied when the server recovers from a crash) */
             snprintf(ddl, sizeof ddl,
                      "CREATE UNLOGGED TABLE IF NOT EXISTS %s (seq text PRIMARY KEY, epoch bigint "
                      "NOT NULL, base bigint NOT NULL)",
                      pc->runs);
-            nrc = pool_run(c, ddl, 0, NULL, &r, why, wlen);
-            pq.clear(r);
+            nrc = pg_pool_run(c, ddl, 0, NULL, &r, why, wlen);
+            pg_lib.clear(r);
         }
         if (nrc == DLOCK_EPERM) {
             char detail[121];
@@ -2724,7 +2642,7 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     if (pc->rowlock)
         p[2] = pc->values;
     bool three = pc->lease || pc->rowlock;
-    int rc = pool_run(c,
+    int rc = pg_pool_run(c,
                       pc->lease ? "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
                                   "NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
                                   "attrelid = to_regclass($3) AND attname = 'pid' AND NOT "
@@ -2735,8 +2653,8 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                       three ? 3 : 2, p, &r, why, wlen);
     if (rc)
         return rc;
-    bool exists = strcmp(pq.getvalue(r, 0, 0), "t") == 0;
-    pq.clear(r);
+    bool exists = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
+    pg_lib.clear(r);
     if (exists)
         return 0;
     char sql[1000];
@@ -2755,8 +2673,8 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  "UNIQUE, token bigint NOT NULL, holder text NOT NULL DEFAULT '', "
                  "since timestamptz, value text)",
                  pc->table);
-    rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-    pq.clear(r);
+    rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+    pg_lib.clear(r);
     if (rc == 0 && !pc->lease && !pc->rowlock) {
         /* The tokens' sequence, new in this version for an advisory table:
          * it starts above the counters the table's rows kept, in the
@@ -2766,13 +2684,13 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  "PERFORM setval('%s', (SELECT coalesce(max(token), 0) + 1 FROM %s), false); "
                  "END IF; END$$",
                  pc->seq, pc->seq, pc->seq, pc->table);
-        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-        pq.clear(r);
+        rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pg_lib.clear(r);
     }
     if (rc == 0 && (pc->lease || pc->rowlock)) {
         snprintf(sql, sizeof sql, "CREATE SEQUENCE IF NOT EXISTS %s", pc->seq);
-        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-        pq.clear(r);
+        rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pg_lib.clear(r);
     }
     if (rc == 0 && pc->lease) {
         snprintf(sql, sizeof sql,
@@ -2780,13 +2698,13 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  "since timestamptz NOT NULL, alive timestamptz NOT NULL, pid int, "
                  "PRIMARY KEY (name, owner))",
                  pc->waiters);
-        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-        pq.clear(r);
+        rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pg_lib.clear(r);
         if (rc == 0) { /* a table of an older version: the waiter's session pid */
             snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN IF NOT EXISTS pid int",
                      pc->waiters);
-            rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-            pq.clear(r);
+            rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+            pg_lib.clear(r);
         }
     }
     if (rc == 0 && pc->rowlock) {
@@ -2794,8 +2712,8 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
                  "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, owner text NOT NULL, "
                  "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
                  pc->values);
-        rc = pool_run(c, sql, 0, NULL, &r, why, wlen);
-        pq.clear(r);
+        rc = pg_pool_run(c, sql, 0, NULL, &r, why, wlen);
+        pg_lib.clear(r);
     }
     if (rc == 0)
         return 0;
@@ -2932,127 +2850,6 @@ static void pg_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
-/* ---- tools ----------------------------------------------------------------------- */
-
-/* The least a statement costs: SELECT 1 on a pooled session. */
-struct baseline_arg {
-    pg_conn *k;
-    int op_timeout_ms;
-};
-
-static int baseline_step(void *arg, char *why, size_t wlen)
-{
-    struct baseline_arg *a = arg;
-    PGresult *r;
-    int rc = run_fixed(a->k, "SELECT 1", 0, NULL, dl_deadline_in(a->op_timeout_ms),
-                       -1, &r, why, wlen);
-    pq.clear(r);
-    return rc;
-}
-
-static int pg_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dh_timing *out)
-{
-    (void)name;
-    pgclient *pc = pc_of(c);
-    char why[300] = "";
-    struct baseline_arg a = {NULL, pc->op_timeout_ms};
-    int64_t *v = NULL;
-    size_t n = 0;
-    int rc = conn_get(pc, dl_deadline_in(pc->connect_timeout_ms), -1, &a.k, why,
-                      sizeof why);
-    if (!rc) /* the first twenty warm up */
-        rc = dh_repeat(baseline_step, &a, iters, 20, max_ns, &v, &n, why, sizeof why);
-    if (rc)
-        conn_close(a.k);
-    else
-        conn_put(pc, a.k);
-    return dh_done(c, rc, "baseline", why, v, n, out, "SELECT 1 on a kept session");
-}
-
-/* The bare hand-over chain: one session's pg_advisory_unlock waking another
- * session blocked in pg_advisory_lock on the same key, from just before the
- * unlock is sent to the waiter's reply. */
-static int pg_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
-{
-    pgclient *pc = pc_of(c);
-    char why[300] = "", key[24], relay[DL_NAME_MAX + 16];
-    snprintf(relay, sizeof relay, "%s\x01relay", name);
-    snprintf(key, sizeof key, "%" PRId64, key_of(pc, relay));
-    const char *p[] = {key};
-    int64_t bound = (int64_t)pc->op_timeout_ms * 1000000;
-    pg_conn *a = NULL, *b = NULL;
-    int rc = conn_open(pc, dl_now_ns() + bound, -1, &a, why, sizeof why);
-    if (!rc)
-        rc = conn_open(pc, dl_now_ns() + bound, -1, &b, why, sizeof why);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    if (!v && !rc) {
-        rc = DLOCK_ENOMEM;
-        snprintf(why, sizeof why, "out of memory");
-    }
-    PGresult *r = NULL;
-    if (!rc)
-        rc = run(a, "SELECT pg_advisory_lock($1::bigint)", 1, p, dl_now_ns() + bound, -1, &r,
-                 why, sizeof why);
-    pq.clear(r);
-    size_t n = 0;
-    for (int i = -5; rc == 0 && i < iters; i++) {
-        rc = stmt_send(b, "SELECT pg_advisory_lock($1::bigint)", 1, p, dl_now_ns() + bound, -1,
-                       why, sizeof why);
-        struct timespec gap = {0, 1000000}; /* let b queue on the server */
-        nanosleep(&gap, NULL);
-        int64_t t0 = dl_now_ns();
-        if (!rc)
-            rc = stmt_send(a, "SELECT pg_advisory_unlock($1::bigint)", 1, p, t0 + bound, -1, why,
-                           sizeof why);
-        if (!rc)
-            rc = stmt_wait(b, t0 + bound, -1, &r, why, sizeof why);
-        int64_t t1 = dl_now_ns();
-        pq.clear(r);
-        if (!rc)
-            rc = stmt_wait(a, t0 + bound, -1, &r, why, sizeof why);
-        pq.clear(r);
-        if (rc == 0 && i >= 0)
-            v[n++] = t1 - t0;
-        pg_conn *t = a; /* b holds now */
-        a = b;
-        b = t;
-    }
-    conn_close(a); /* the sessions' end lets go of the key */
-    conn_close(b);
-    return dh_done(c, rc, "relay", why, v, n, out,
-                     "pg_advisory_unlock waking a session blocked in pg_advisory_lock");
-}
-
-/* libpq's host list is failover, in order: the deployment is one server. */
-static int pg_tool_topology(dlock_client *c, dh_topo *out)
-{
-    (void)c;
-    out->trait = DH_TOPO_ONE_SERVER;
-    out->quorum = 1;
-    out->direct = 1;
-    return 0;
-}
-
-static int pg_tool_server_ready(dlock_client *c, const dh_member *m)
-{
-    (void)m; /* one server: the URL's */
-    PGresult *r;
-    char why[300];
-    int rc = pool_run(c, "SELECT 1", 0, NULL, &r, why, sizeof why);
-    pq.clear(r);
-    return rc ? dl_client_err(c, rc, "%s", why) : 0;
-}
-
-static const struct dh_tools pg_tools = {
-    .baseline = pg_tool_baseline,
-    .relay = pg_tool_relay,
-    .lock_servers = dh_url_servers,
-    .topology = pg_tool_topology,
-    .members = dh_url_members,
-    .server_ready = pg_tool_server_ready,
-};
-
 static const dl_backend_ops pg_ops = {
     .client_open = pg_client_open,
     .client_close = pg_client_close,
@@ -3069,7 +2866,7 @@ static const dl_backend_ops pg_ops = {
     .get_value = pg_get_value,
     .break_lock = pg_break,
 };
-#define PG_OPS .ops = &pg_ops, .tools = &pg_tools
+#define PG_OPS .ops = &pg_ops
 #else
 #define PG_OPS .missing = "built without libpq (Debian: libpq-dev)"
 #endif

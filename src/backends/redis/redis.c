@@ -1208,7 +1208,6 @@ static const dl_scheme redis_schemes[] = {
 };
 
 #ifdef DLOCK_HAVE_REDIS
-extern const struct dh_tools dh_tools_redis; /* src/backends/redis/tools.c */
 static const dl_backend_ops redis_ops = {
     .client_open = redis_client_open,
     .client_close = redis_client_close,
@@ -1225,7 +1224,7 @@ static const dl_backend_ops redis_ops = {
     .set_value = redis_set_value,
     .get_value = redis_get_value,
 };
-#define REDIS_OPS .ops = &redis_ops, .tools = &dh_tools_redis
+#define REDIS_OPS .ops = &redis_ops
 #else
 #define REDIS_OPS .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"
 #endif

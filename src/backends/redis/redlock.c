@@ -754,7 +754,6 @@ static const dl_scheme redlock_schemes[] = {
 };
 
 #ifdef DLOCK_HAVE_REDIS
-extern const struct dh_tools dh_tools_redlock; /* src/backends/redis/tools.c */
 static const dl_backend_ops rl_ops = {
     .client_open = rl_client_open,
     .client_close = rl_client_close,
@@ -768,7 +767,7 @@ static const dl_backend_ops rl_ops = {
     .inspect = rl_inspect,
     .break_lock = rl_break,
 };
-#define RL_OPS .ops = &rl_ops, .tools = &dh_tools_redlock
+#define RL_OPS .ops = &rl_ops
 #else
 #define RL_OPS .missing = "this build has no hiredis (install libhiredis-dev and rebuild)"
 #endif

@@ -1,5 +1,5 @@
 /*
- * tools.c — the Redis family's tool operations (src/tools.h), for
+ * tools.c — the Redis family's harness operations (src/harness/tools.h), for
  * `dlock bench` and `dlock check`: the PING round trip, the bare RPUSH ->
  * BLPOP hand-over, INFO commandstats, the servers that hold a lock, and
  * `dlock check`'s adapter: the deployment's topology and members (the
@@ -17,7 +17,7 @@
  */
 #include "redis_cluster.h"
 #include "redis_int.h"
-#include "tools.h"
+#include "harness/tools.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -234,7 +234,6 @@ static int rt_connect(dlock_client *c, rtarget *t, rconn **cs, const char *what)
     }
     return 0;
 }
-
 
 /* ---- the round trip ------------------------------------------------------ */
 

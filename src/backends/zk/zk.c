@@ -37,7 +37,6 @@
  */
 #include "internal.h"
 #include "support/support.h"
-#include "tools.h"
 #include "zk_nodes.h"
 
 static const dl_scheme zk_schemes[] = {
@@ -59,6 +58,8 @@ static const dl_scheme zk_schemes[] = {
     "leader changes, while a quorum lives"
 
 #ifdef DLOCK_HAVE_ZK
+#include "zk_int.h"
+
 #include <zookeeper/zookeeper.h>
 
 #include <dirent.h>
@@ -75,89 +76,6 @@ static const dl_scheme zk_schemes[] = {
 #include <unistd.h>
 
 #define ZK_DEFAULT_SESSION_MS 10000
-#define ZK_PATH_MAX 1024
-
-enum call_kind {
-    CALL_CREATE,   /* created path and stat */
-    CALL_CHILDREN, /* children names */
-    CALL_STAT,     /* stat (exists) */
-    CALL_DATA,     /* data and stat (get) */
-    CALL_VOID,     /* delete, add_auth */
-    CALL_SET,      /* set data: stat */
-    CALL_SYNC,     /* sync: answered through the leader */
-    CALL_WATCH,    /* a waiter's watch: done when it fires */
-    CALL_OWN       /* a holder's watch on its own node: fires a loss */
-};
-
-typedef struct zkclient zkclient;
-
-/* One request (or watch) in flight. Guarded by the client's mu. */
-typedef struct zk_call {
-    struct zk_call *next;
-    zkclient *zc;
-    zhandle_t *zh; /* the handle it was sent on */
-    enum call_kind kind;
-    int evfd;       /* the waiter's eventfd, -1 once it gave up */
-    int refs;       /* replies and armed watches outstanding */
-    bool armed;     /* a watch of ours may still fire */
-    bool done;      /* the reply came */
-    bool fired;     /* WATCH: the node event (or the session's end) came */
-    bool lost;      /* OWN: the node is gone (told to the holder if held) */
-    bool held;      /* OWN: the acquisition succeeded: a deletion is a loss */
-    bool abandoned; /* the waiter gave up: the last reference frees it */
-    int rc;         /* ZOK or a ZooKeeper error */
-    int event;      /* WATCH: the event type */
-    int64_t fired_ns; /* WATCH: when the event came (for the tools) */
-    char *path;     /* CREATE: the node created; OWN: the node watched */
-    struct Stat stat;
-    char **kids; /* CHILDREN */
-    int nkids;
-    char *data; /* DATA */
-    int datalen;
-    dlock_lock *lock; /* OWN: the holder to tell */
-} zk_call;
-
-/* A node whose waiter gave up while its fate was unknown (the create's or
- * the delete's reply lost): deleted, found by its owner id, once the
- * connection is back. */
-typedef struct zk_orphan {
-    struct zk_orphan *next;
-    zkclient *zc;
-    zhandle_t *zh; /* the handle of the search in flight */
-    char parent[ZK_PATH_MAX];
-    char owner[DL_OWNER_HEX + 1];
-    bool searching;
-} zk_orphan;
-
-struct zkclient {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* session state changes */
-    /* Held for reading by every operation, for writing to replace an
-     * expired session's handle. Never taken by the C client's threads. */
-    pthread_rwlock_t rw;
-    zhandle_t *zh;
-    zhandle_t *closing; /* being closed: no request from callbacks (under mu) */
-    char *hosts; /* "h1:p1,h2:p2" */
-    char *live;  /* the hosts the session may use: hosts less the silent ones (under mu) */
-    char *base;  /* CHROOT/dlock */
-    char *cred;  /* "user:password" for digest auth, or NULL */
-    const char *redacted;
-    int session_ms; /* asked for */
-    int negotiated_ms;
-    int connect_ms, op_ms;
-    int state; /* last session state seen */
-    unsigned connects; /* CONNECTED events seen (session_move) */
-    bool expired;
-    int64_t disconnected_ns;
-    int64_t confirmed_ns; /* when a request the server answered was sent */
-    zk_call *calls;
-    int in_flight; /* requests sent on zh whose completion has not run (session_drain) */
-    zk_orphan *orphans;
-    dl_teller teller; /* of losses (node deleted, session expired) */
-    struct ACL_vector acl; /* of names and lock nodes */
-    struct ACL acl_entries[2];
-    char self[200];
-};
 
 typedef struct zklock {
     char parent[ZK_PATH_MAX];
@@ -166,13 +84,13 @@ typedef struct zklock {
     zk_call *own;           /* the watch on our node while held */
 } zklock;
 
-static zkclient *zc_of(dlock_client *c)
+zkclient *zc_of(dlock_client *c)
 {
     return c->bstate;
 }
 
 /* dir/name into buf: false if it does not fit. */
-static bool pjoin(char *buf, size_t len, const char *dir, const char *name)
+bool zk_pjoin(char *buf, size_t len, const char *dir, const char *name)
 {
     int n = snprintf(buf, len, "%s/%s", dir, name);
     return n >= 0 && (size_t)n < len;
@@ -259,7 +177,7 @@ static zk_call *call_new(zkclient *zc, zhandle_t *zh, enum call_kind kind, int e
 }
 
 /* The waiter is done with k. */
-static void call_drop(zk_call *k)
+void zk_call_drop(zk_call *k)
 {
     if (!k)
         return;
@@ -509,7 +427,7 @@ static void own_rearm(zk_call *k)
 /* Wait until *flag (a field of k) or *flag2 or *flag3 (NULL: none) is set,
  * the deadline (monotonic ns; -1 none) passes or the cancel descriptor
  * fires: 0, DLOCK_ETIMEDOUT or DLOCK_ECANCELED (DLOCK_EIO if poll fails). */
-static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
+int zk_call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
                          int evfd, int64_t until_ns, int cancel_fd)
 {
     zkclient *zc = k->zc;
@@ -529,7 +447,7 @@ static int call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const 
 
 static int call_wait(zk_call *k, int evfd, int64_t until_ns, int cancel_fd)
 {
-    return call_wait_for(k, &k->done, NULL, NULL, evfd, until_ns, cancel_fd);
+    return zk_call_wait_for(k, &k->done, NULL, NULL, evfd, until_ns, cancel_fd);
 }
 
 /* ---- sessions --------------------------------------------------------------- */
@@ -606,8 +524,50 @@ static void log_discard(const char *message)
 
 static bool wait_connected(zkclient *zc, int64_t until_ns);
 static void session_close(zkclient *zc);
-static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
-                  size_t len, char *why, size_t whylen);
+
+/*
+ * A four-letter word's answer from one server (at most len-1 bytes), over a
+ * plain TCP connection bounded by the client's timeouts. Written by hand
+ * because the C client has no call for a server's mode: four-letter words
+ * are ZooKeeper's own admin interface, on the client port. 0, or -1 with
+ * errno's reason in why.
+ */
+int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
+                  size_t len, char *why, size_t whylen)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int e = getaddrinfo(host, ps, &hints, &ai);
+    if (e) {
+        snprintf(why, whylen, "%s", gai_strerror(e));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+              setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
+              connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+              write(fd, word, strlen(word)) == (ssize_t)strlen(word);
+    if (!ok)
+        snprintf(why, whylen, "%s", strerror(errno));
+    freeaddrinfo(ai);
+    size_t n = 0;
+    while (ok && n + 1 < len) {
+        ssize_t r = read(fd, buf + n, len - 1 - n);
+        if (r < 0)
+            snprintf(why, whylen, "%s", strerror(errno));
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    if (fd >= 0)
+        close(fd);
+    if (ok && n == 0)
+        snprintf(why, whylen, "no answer to \"%s\"", word);
+    return ok && n > 0 ? 0 : -1;
+}
 
 /* After no server took the session: does one of them answer, but say it
  * serves no requests (a member without a quorum, hence without a leader)?
@@ -658,7 +618,7 @@ static void hosts_drop(char *hosts, const char *drop)
 
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
-static int session_open(zkclient *zc, char *err, size_t errlen)
+int zk_session_open(zkclient *zc, char *err, size_t errlen)
 {
     pthread_mutex_lock(&zc->mu);
     zc->expired = false;
@@ -749,7 +709,7 @@ static int session_open(zkclient *zc, char *err, size_t errlen)
             call_unsent(k, rc);
         int w = call_wait(k, evfd, dl_deadline_in(zc->op_ms), -1);
         rc = w ? ZOPERATIONTIMEOUT : k->rc;
-        call_drop(k);
+        zk_call_drop(k);
         close(evfd);
         if (rc != ZOK) {
             snprintf(err, errlen, "ZooKeeper at %s: authentication: %s", zc->hosts, zerror(rc));
@@ -873,7 +833,7 @@ static int session_enter(zkclient *zc, bool reopen, char *err, size_t errlen)
     pthread_mutex_unlock(&zc->mu);
     if (expired) {
         session_close(zc);
-        rc = session_open(zc, err, errlen);
+        rc = zk_session_open(zc, err, errlen);
     }
     pthread_rwlock_unlock(&zc->rw);
     if (rc)
@@ -1010,7 +970,6 @@ static void session_move(zkclient *zc, zhandle_t *zh)
     pthread_mutex_unlock(&zc->mu);
 }
 
-
 /* ---- orphans ------------------------------------------------------------------ */
 
 static void on_orphan_children(int rc, const struct String_vector *sv, const void *data)
@@ -1024,7 +983,7 @@ static void on_orphan_children(int rc, const struct String_vector *sv, const voi
     for (int i = 0; rc == ZOK && sv && i < sv->count; i++)
         if (strstr(sv->data[i], o->owner)) {
             char path[ZK_PATH_MAX];
-            if (pjoin(path, sizeof path, o->parent, sv->data[i]))
+            if (zk_pjoin(path, sizeof path, o->parent, sv->data[i]))
                 delete_unused(zc, o->zh, path);
             found = true;
         }
@@ -1087,7 +1046,7 @@ static void orphan_add(zkclient *zc, const char *parent, const char *owner)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-static int zk_code(int rc)
+int zk_code(int rc)
 {
     switch (rc) {
     case ZNOAUTH:
@@ -1107,15 +1066,7 @@ static int zk_code(int rc)
     }
 }
 
-/* One operation's context: the session (rw held for reading) and an
- * eventfd for its replies. */
-typedef struct zk_op {
-    zkclient *zc;
-    zhandle_t *zh;
-    int evfd;
-} zk_op;
-
-static int op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen)
+int zk_op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen)
 {
     op->zc = zc;
     int rc = session_enter(zc, reopen, err, errlen);
@@ -1133,7 +1084,7 @@ static int op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errl
     return 0;
 }
 
-static void op_end(zk_op *op)
+void zk_op_end(zk_op *op)
 {
     close(op->evfd);
     session_leave(op->zc);
@@ -1141,7 +1092,7 @@ static void op_end(zk_op *op)
 
 /* Send one request (data for CREATE and SET; flags and acl for CREATE):
  * the call, done at once if it could not be sent; NULL when out of memory. */
-static zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *data,
+zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *data,
                         int flags, const struct ACL_vector *acl)
 {
     zk_call *k = call_new(op->zc, op->zh, kind, op->evfd);
@@ -1182,7 +1133,7 @@ static zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const 
 
 /* Wait for k's reply until until_ns: its result (ZOPERATIONTIMEOUT when the
  * bound came first). The call stays the caller's. */
-static int zk_result(zk_op *op, zk_call *k, int64_t until_ns)
+int zk_result(zk_op *op, zk_call *k, int64_t until_ns)
 {
     if (!k)
         return ZSYSTEMERROR;
@@ -1190,7 +1141,7 @@ static int zk_result(zk_op *op, zk_call *k, int64_t until_ns)
 }
 
 /* Send, wait, and give the call up unless *out takes it (only on ZOK). */
-static int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *data,
+int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *data,
                  int64_t until_ns, zk_call **out)
 {
     zk_call *k = zk_send(op, kind, path, data, 0, NULL);
@@ -1198,7 +1149,7 @@ static int zk_do(zk_op *op, enum call_kind kind, const char *path, const char *d
     if (out && rc == ZOK)
         *out = k;
     else
-        call_drop(k);
+        zk_call_drop(k);
     return rc;
 }
 
@@ -1227,7 +1178,7 @@ static int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent)
 
 /* A watch on path: its existence (kind CALL_STAT) or its children
  * (CALL_CHILDREN); the reply as for zk_send, the event in k->fired. */
-static zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
+zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
 {
     zk_call *k = call_new(op->zc, op->zh, CALL_WATCH, op->evfd);
     if (!k)
@@ -1241,7 +1192,7 @@ static zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
     return k;
 }
 
-static int64_t op_until(zkclient *zc)
+int64_t zk_op_until(zkclient *zc)
 {
     return dl_deadline_in(zc->op_ms);
 }
@@ -1252,7 +1203,7 @@ static int64_t req_until(dlock_lock *l)
     return dl_deadline_in(dl_op_timeout_ms(l, zc_of(l->c)->op_ms));
 }
 
-static const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
+const char *zk_why(zkclient *zc, int rc, char *buf, size_t len)
 {
     if (rc == ZOPERATIONTIMEOUT)
         snprintf(buf, len, "no reply from ZooKeeper in time (op_timeout_ms %d)", zc->op_ms);
@@ -1272,7 +1223,7 @@ static int create_dir(zk_op *op, const char *path, bool name_node, int64_t until
     zk_call *k = zk_send(op, CALL_CREATE, path, NULL, name_node ? ZOO_CONTAINER : ZOO_PERSISTENT,
                          name_node ? &op->zc->acl : &ZOO_OPEN_ACL_UNSAFE);
     int rc = zk_result(op, k, until_ns);
-    call_drop(k);
+    zk_call_drop(k);
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
 
@@ -1280,7 +1231,7 @@ static int create_dir(zk_op *op, const char *path, bool name_node, int64_t until
  * node, each if absent. The name's node alone first: the directories
  * above it are there but on a new server, and a create that fails is a
  * write too (an error transaction, flushed like any other). */
-static int ensure_parent(zk_op *op, const char *parent, int64_t until_ns)
+int zk_ensure_parent(zk_op *op, const char *parent, int64_t until_ns)
 {
     int rc = create_dir(op, parent, true, until_ns);
     if (rc != ZNONODE)
@@ -1349,20 +1300,20 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
     zk_call *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     int rc = zk_result(op, kids, until_ns);
     int synced = rc == ZOK ? zk_result(op, sync, until_ns) : rc; /* answered before kids */
-    call_drop(sync);
+    zk_call_drop(sync);
     if (rc == ZOK && synced != ZOK)
         rc = synced;
     if (rc != ZOK) {
-        call_drop(kids);
+        zk_call_drop(kids);
         return rc;
     }
     int found = -1;
     for (int i = 0; i < kids->nkids && found < 0; i++)
         if (strstr(kids->kids[i], l->owner))
             found = i;
-    if (found >= 0 && !pjoin(path, len, zl->parent, kids->kids[found]))
+    if (found >= 0 && !zk_pjoin(path, len, zl->parent, kids->kids[found]))
         found = -1;
-    call_drop(kids);
+    zk_call_drop(kids);
     if (found < 0)
         return ZNONODE;
     zk_call *st = NULL;
@@ -1372,7 +1323,7 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
     const clientid_t *me = zoo_client_id(op->zh);
     bool mine = me && st->stat.ephemeralOwner == me->client_id;
     *czxid = st->stat.czxid;
-    call_drop(st);
+    zk_call_drop(st);
     if (!mine) {
         (void)zk_do(op, CALL_VOID, path, NULL, until_ns, NULL);
         return ZNONODE;
@@ -1431,7 +1382,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, z
     char prefix[ZK_PATH_MAX], data[sizeof zc->self + 2];
     char leaf[64];
     snprintf(leaf, sizeof leaf, "%s-%s-", zl->kind, l->owner);
-    if (!pjoin(prefix, sizeof prefix, zl->parent, leaf))
+    if (!zk_pjoin(prefix, sizeof prefix, zl->parent, leaf))
         return ZBADARGUMENTS;
     snprintf(data, sizeof data, "%s\n", zc->self);
     int parents = 0, lost = 0;
@@ -1458,14 +1409,14 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, z
             if (rc == ZOK) {
                 snprintf(zl->path, sizeof zl->path, "%s", cr->path);
                 *czxid = cr->stat.czxid;
-                call_drop(cr);
+                zk_call_drop(cr);
                 return ZOK;
             }
-            call_drop(cr);
-            call_drop(*kids);
+            zk_call_drop(cr);
+            zk_call_drop(*kids);
             *kids = NULL;
             if (rc == ZNONODE && parents++ < 3) {
-                rc = ensure_parent(op, zl->parent, req_until(l));
+                rc = zk_ensure_parent(op, zl->parent, req_until(l));
                 if (rc == ZOK)
                     continue;
             } else if (reply_lost(rc) || rc == ZSYSTEMERROR) {
@@ -1489,7 +1440,7 @@ static void give_up(zk_op *op, dlock_lock *l, bool unknown)
          * the caller's bound (deadline + margin) and no longer: one that
          * has not come by then makes an orphan, deleted in the background
          * (waiting 20 ms more overran the bound, issue 23). */
-        int64_t until = l->op_deadline_ns ? l->op_deadline_ns : op_until(op->zc);
+        int64_t until = l->op_deadline_ns ? l->op_deadline_ns : zk_op_until(op->zc);
         int rc = zk_do(op, CALL_VOID, zl->path, NULL, until, NULL);
         if (rc != ZOK && rc != ZNONODE)
             unknown = true;
@@ -1547,24 +1498,24 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
         bool refresh = false;
         char path[ZK_PATH_MAX];
         if (second && !w2 && *b >= 1 &&
-            pjoin(path, sizeof path, zl->parent, (*q)[*b - 1].name)) {
+            zk_pjoin(path, sizeof path, zl->parent, (*q)[*b - 1].name)) {
             w2 = zk_watch(op, CALL_STAT, path);
             int rc2 = zk_result(op, w2, req_until(l));
             if (rc2 == ZNONODE) {
                 refresh = true; /* gone already */
             } else if (rc2 != ZOK) {
-                call_drop(w2); /* (a lost reply: the predecessor's watch goes on) */
+                zk_call_drop(w2); /* (a lost reply: the predecessor's watch goes on) */
                 w2 = NULL;
                 second = false;
             }
         }
         if (!refresh) {
-            rc = call_wait_for(w, &w->fired, lost, w2 ? &w2->fired : NULL, op->evfd, deadline,
+            rc = zk_call_wait_for(w, &w->fired, lost, w2 ? &w2->fired : NULL, op->evfd, deadline,
                                cancel_fd);
             if (rc || w->fired || !w2 || !w2->fired)
                 break;
         }
-        call_drop(w2);
+        zk_call_drop(w2);
         w2 = NULL;
         /* The node before the predecessor went: read the queue. */
         zk_call *kids = NULL;
@@ -1576,7 +1527,7 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
             j++;
         if (j >= 1 && j < n2 && strcmp(q2[j - 1].name, (*q)[*b].name) == 0) {
             free(*q);
-            call_drop(*snap);
+            zk_call_drop(*snap);
             *snap = kids;
             *q = q2;
             *n = n2;
@@ -1586,11 +1537,11 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
             /* the predecessor went meanwhile (its watch says so), or no
              * reply: wait on its watch alone */
             free(q2);
-            call_drop(kids);
+            zk_call_drop(kids);
             second = false;
         }
     }
-    call_drop(w2);
+    zk_call_drop(w2);
     return rc;
 }
 
@@ -1602,7 +1553,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     zklock *zl = l->bstate;
     zk_op op;
     char err[300];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
@@ -1621,8 +1572,8 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     if (session_ended(zc, rc)) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
-        op_end(&op);
-        rc = op_begin(zc, true, &op, err, sizeof err);
+        zk_op_end(&op);
+        rc = zk_op_begin(zc, true, &op, err, sizeof err);
         if (rc)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
@@ -1638,7 +1589,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         *again = zc->expired && deadline != 0 && reply_lost(rc);
         pthread_mutex_unlock(&zc->mu);
         give_up(&op, l, unknown);
-        op_end(&op);
+        zk_op_end(&op);
         return acq_fail(l, deadline, rc, "creating its node");
     }
     zl->own = own_arm(l, &op, zl->path);
@@ -1649,7 +1600,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     for (;;) {
         rc = zk_result(&op, kids, req_until(l));
         if (rc != ZOK && acq_retry(&op, deadline, rc, &nlost)) {
-            call_drop(kids);
+            zk_call_drop(kids);
             kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
             continue;
         }
@@ -1659,7 +1610,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             break;
         }
         free(q);
-        call_drop(snap);
+        zk_call_drop(snap);
         snap = kids;
         kids = NULL;
         int n = zk_queue_of(snap->kids, snap->nkids, &q);
@@ -1689,7 +1640,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             }
             /* Watch the one node whose going can let us in. */
             char watched[ZK_PATH_MAX];
-            if (b >= 0 && !pjoin(watched, sizeof watched, zl->parent, q[b].name))
+            if (b >= 0 && !zk_pjoin(watched, sizeof watched, zl->parent, q[b].name))
                 b = WATCH_CHILDREN; /* (names of ours always fit) */
             waited = true;
             zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
@@ -1708,7 +1659,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             if (rc == ZOK && !in) {
                 rc = wait_pred(&op, l, w, &snap, &q, &n, &i, &b, deadline, cancel_fd);
                 if (rc) {
-                    call_drop(w);
+                    zk_call_drop(w);
                     result = rc == DLOCK_ECANCELED
                                  ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
                                  : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
@@ -1718,12 +1669,12 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                      : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
                                                       : ZOK;
             } else if (rc != ZOK && rc != ZNONODE && !acq_retry(&op, deadline, rc, &nlost)) {
-                call_drop(w);
+                zk_call_drop(w);
                 (void)session_ended(zc, rc);
                 result = acq_fail(l, deadline, rc, "watching its queue");
                 break;
             }
-            call_drop(w);
+            zk_call_drop(w);
             if (in || b == WATCH_CHILDREN || rc != ZNONODE)
                 break; /* read the queue again (unless in; after a lost reply, connected again) */
             /* The node we waited for is gone. Nodes only ever leave the
@@ -1743,8 +1694,8 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     }
     free(q);
-    call_drop(snap);
-    call_drop(kids);
+    zk_call_drop(snap);
+    zk_call_drop(kids);
     if (result == 0) {
         pthread_mutex_lock(&zc->mu);
         bool lost = !zl->own || zl->own->lost;
@@ -1764,7 +1715,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                  result != DLOCK_ECANCELED;
         pthread_mutex_unlock(&zc->mu);
         give_up(&op, l, false);
-        op_end(&op);
+        zk_op_end(&op);
         return result;
     }
     if (waited && zl->kind[0] == 's') {
@@ -1776,7 +1727,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
          * per hand-over, issue 24.) */
         char data[sizeof zc->self + 2];
         snprintf(data, sizeof data, "%s\n", zc->self);
-        call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
+        zk_call_drop(zk_send(&op, CALL_SET, zl->path, data, 0, NULL));
     }
     /* After a long wait the last proof may be too old for the grant to be
      * worth anything (the core would give it back and queue again, behind
@@ -1788,7 +1739,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     if (dl_now_ns() - asked > dl_ms_to_ns(l->opts.ttl_ms) / 3)
         (void)zk_confirm(&op, req_until(l), &asked);
     l->lease_start_ns = asked;
-    op_end(&op);
+    zk_op_end(&op);
     atomic_store(&l->token, (uint64_t)czxid);
     return 0;
 }
@@ -1816,7 +1767,7 @@ static int zk_release(dlock_lock *l)
     own_drop(l);
     zk_op op;
     char err[300];
-    int rc = op_begin(zc, false, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, false, &op, err, sizeof err);
     if (rc) {
         zl->path[0] = '\0';
         return dl_lock_err(l, rc == DLOCK_ELOST ? DLOCK_ELOST : rc,
@@ -1844,7 +1795,7 @@ static int zk_release(dlock_lock *l)
                              l->name, zk_why(zc, rc, err, sizeof err), zc->redacted);
     }
     zl->path[0] = '\0';
-    op_end(&op);
+    zk_op_end(&op);
     return result;
 }
 
@@ -1894,12 +1845,12 @@ static int zk_renew(dlock_lock *l)
                            l->name, (long long)((now - disc) / 1000000), l->opts.ttl_ms);
     zk_op op;
     char err[300];
-    int rc = op_begin(zc, false, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, false, &op, err, sizeof err);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
     int64_t sent = 0;
     rc = zk_confirm(&op, req_until(l), &sent);
-    op_end(&op);
+    zk_op_end(&op);
     if (rc == ZOK) {
         l->lease_start_ns = sent;
         return 0;
@@ -1918,7 +1869,7 @@ static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q
 {
     *kids = NULL;
     *q = NULL;
-    int rc = zk_do(op, CALL_CHILDREN, parent, NULL, op_until(op->zc), kids);
+    int rc = zk_do(op, CALL_CHILDREN, parent, NULL, zk_op_until(op->zc), kids);
     if (rc == ZNONODE)
         return 0;
     if (rc != ZOK)
@@ -1927,9 +1878,9 @@ static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q
     return n < 0 ? ZSYSTEMERROR : n;
 }
 
-static int parent_of(zkclient *zc, const char *name, char *buf, size_t len)
+int zk_parent_of(zkclient *zc, const char *name, char *buf, size_t len)
 {
-    return pjoin(buf, len, zc->base, name) ? 0 : -1;
+    return zk_pjoin(buf, len, zc->base, name) ? 0 : -1;
 }
 
 /* The first holder of name and its node's data/stat (*k, given up by the
@@ -1938,7 +1889,7 @@ static int first_holder(zk_op *op, const char *name, int *holders, int *waiters,
                         char *path, size_t len)
 {
     char parent[ZK_PATH_MAX];
-    if (parent_of(op->zc, name, parent, sizeof parent))
+    if (zk_parent_of(op->zc, name, parent, sizeof parent))
         return ZBADARGUMENTS;
     for (int tries = 0; tries < 5; tries++) {
         zk_call *kids;
@@ -1953,15 +1904,15 @@ static int first_holder(zk_op *op, const char *name, int *holders, int *waiters,
                 if (first < 0)
                     first = i;
             }
-        if (first >= 0 && !pjoin(path, len, parent, q[first].name))
+        if (first >= 0 && !zk_pjoin(path, len, parent, q[first].name))
             first = -1;
         free(q);
-        call_drop(kids);
+        zk_call_drop(kids);
         *holders = h;
         *waiters = n - h;
         if (first < 0)
             return ZNONODE;
-        int rc = zk_do(op, CALL_DATA, path, NULL, op_until(op->zc), k);
+        int rc = zk_do(op, CALL_DATA, path, NULL, zk_op_until(op->zc), k);
         if (rc != ZNONODE)
             return rc; /* (a holder that left meanwhile: look again) */
     }
@@ -1973,13 +1924,13 @@ static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
     zkclient *zc = zc_of(c);
     zk_op op;
     char err[300], path[ZK_PATH_MAX];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *k = NULL;
     int holders = 0, waiters = 0;
     rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
-    op_end(&op);
+    zk_op_end(&op);
     info->lease_ms = -1;
     info->holders = holders;
     info->waiters = waiters;
@@ -1996,7 +1947,7 @@ static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
     long long ms = (long long)(dl_realtime_ms() - k->stat.ctime);
     info->held_ms = ms < 0 ? 0 : ms;
     zk_split_data(k->data, info->holder, sizeof info->holder);
-    call_drop(k);
+    zk_call_drop(k);
     return 0;
 }
 
@@ -2005,9 +1956,9 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
     zkclient *zc = zc_of(c);
     zk_op op;
     char err[300], parent[ZK_PATH_MAX];
-    if (parent_of(zc, name, parent, sizeof parent))
+    if (zk_parent_of(zc, name, parent, sizeof parent))
         return dl_client_err(c, DLOCK_ENAME, "break \"%s\": name too long for the chroot", name);
-    int rc = op_begin(zc, true, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *kids;
@@ -2018,16 +1969,16 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
         if (zk_blocker(q, i) != HOLDS)
             continue;
         char path[ZK_PATH_MAX];
-        if (!pjoin(path, sizeof path, parent, q[i].name))
+        if (!zk_pjoin(path, sizeof path, parent, q[i].name))
             continue;
         zk_call *d = NULL;
-        if (broken == 0 && zk_do(&op, CALL_DATA, path, NULL, op_until(zc), &d) == ZOK) {
+        if (broken == 0 && zk_do(&op, CALL_DATA, path, NULL, zk_op_until(zc), &d) == ZOK) {
             info->token = (uint64_t)d->stat.czxid;
             zk_split_data(d->data, info->holder, sizeof info->holder);
-            call_drop(d);
+            zk_call_drop(d);
         }
         /* The holder learns at once: it watches its own node. */
-        rc = zk_do(&op, CALL_VOID, path, NULL, op_until(zc), NULL);
+        rc = zk_do(&op, CALL_VOID, path, NULL, zk_op_until(zc), NULL);
         if (rc == ZOK)
             broken++;
         else if (rc != ZNONODE)
@@ -2038,8 +1989,8 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
         result = dl_client_err(c, zk_code(n), "break \"%s\": %s (%s)", name,
                                zk_why(zc, n, err, sizeof err), zc->redacted);
     free(q);
-    call_drop(kids);
-    op_end(&op);
+    zk_call_drop(kids);
+    zk_op_end(&op);
     if (result)
         return result;
     info->held = broken > 0;
@@ -2056,13 +2007,13 @@ static int zk_set_value(dlock_lock *l, const char *value)
     zklock *zl = l->bstate;
     zk_op op;
     char err[300];
-    int rc = op_begin(zc, false, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, false, &op, err, sizeof err);
     if (rc)
         return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, err);
     char data[sizeof zc->self + 300];
     snprintf(data, sizeof data, "%s\n%s", zc->self, value);
     rc = zk_do(&op, CALL_SET, zl->path, data, req_until(l), NULL);
-    op_end(&op);
+    zk_op_end(&op);
     if (rc == ZNONODE)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
     if (rc != ZOK)
@@ -2076,13 +2027,13 @@ static int zk_get_value(dlock_client *c, const char *name, char *buf, size_t len
     zkclient *zc = zc_of(c);
     zk_op op;
     char err[300], path[ZK_PATH_MAX];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *k = NULL;
     int holders, waiters;
     rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
-    op_end(&op);
+    zk_op_end(&op);
     if (rc == ZNONODE)
         return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
     if (rc != ZOK)
@@ -2091,7 +2042,7 @@ static int zk_get_value(dlock_client *c, const char *name, char *buf, size_t len
     const char *value = zk_split_data(k->data, NULL, 0);
     if (value)
         snprintf(buf, len, "%s", value);
-    call_drop(k);
+    zk_call_drop(k);
     return value ? 0 : dl_client_err(c, DLOCK_ENOENT, "no leader value for \"%s\" yet", name);
 }
 
@@ -2100,12 +2051,12 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
     zkclient *zc = zc_of(c);
     zk_op op;
     char err[300];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
+    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "list: %s (%s)", err, zc->redacted);
     zk_call *kids = NULL;
-    rc = zk_do(&op, CALL_CHILDREN, zc->base, NULL, op_until(zc), &kids);
-    op_end(&op);
+    rc = zk_do(&op, CALL_CHILDREN, zc->base, NULL, zk_op_until(zc), &kids);
+    zk_op_end(&op);
     if (rc == ZNONODE)
         return 0;
     if (rc != ZOK)
@@ -2117,7 +2068,7 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
         if (strncmp(kids->kids[i], prefix, plen) == 0 &&
             dlock_name_valid(kids->kids[i], NULL, 0) == 0)
             stop = fn(kids->kids[i], arg);
-    call_drop(kids);
+    zk_call_drop(kids);
     return stop;
 }
 
@@ -2129,7 +2080,7 @@ static int zk_lock_init(dlock_lock *l)
     zklock *zl = calloc(1, sizeof *zl);
     if (!zl)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    if (parent_of(zc, l->name, zl->parent, sizeof zl->parent)) {
+    if (zk_parent_of(zc, l->name, zl->parent, sizeof zl->parent)) {
         free(zl);
         return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long under the chroot",
                            l->name);
@@ -2152,7 +2103,7 @@ static void zk_lock_fini(dlock_lock *l)
     l->bstate = NULL;
 }
 
-static void zkclient_free(zkclient *zc)
+void zkclient_free(zkclient *zc)
 {
     session_close(zc);
     while (zc->calls) {
@@ -2239,7 +2190,7 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
     }
     c->bstate = zc;
     char err[400];
-    int rc = session_open(zc, err, sizeof err);
+    int rc = zk_session_open(zc, err, sizeof err);
     if (rc) {
         c->bstate = NULL;
         zkclient_free(zc);
@@ -2258,243 +2209,6 @@ static void zk_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
-/* ---- what dlock's tools ask (src/tools.h) ---------------------------------------------- */
-
-/* A second session on the same servers, for a tool that needs two
- * clients (the hand-over chain): NULL with err on failure. */
-static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
-{
-    zkclient *z2 = calloc(1, sizeof *z2);
-    if (!z2) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    pthread_mutex_init(&z2->mu, NULL);
-    pthread_cond_init(&z2->cv, NULL);
-    pthread_rwlock_init(&z2->rw, NULL);
-    z2->session_ms = zc->session_ms;
-    z2->connect_ms = zc->connect_ms;
-    z2->op_ms = zc->op_ms;
-    z2->redacted = zc->redacted;
-    z2->acl = zc->acl;
-    z2->hosts = strdup(zc->hosts);
-    z2->base = strdup(zc->base);
-    z2->cred = zc->cred ? strdup(zc->cred) : NULL;
-    if (!z2->hosts || !z2->base || (zc->cred && !z2->cred)) {
-        snprintf(err, errlen, "out of memory");
-        zkclient_free(z2);
-        return NULL;
-    }
-    if (session_open(z2, err, errlen) != 0) {
-        zkclient_free(z2);
-        return NULL;
-    }
-    return z2;
-}
-
-
-/* A timing tool's end (dh_done, with ZooKeeper's error words). */
-static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size_t n,
-                     dh_timing *out, const char *what)
-{
-    char err[300] = "";
-    if (rc != ZOK)
-        zk_why(zc_of(c), rc, err, sizeof err);
-    return dh_done(c, rc == ZOK ? 0 : zk_code(rc), tool, err, v, n, out, what);
-}
-
-/* The scratch node prefix of a tool under the name's node (ignored by the
- * queue: not of the lock nodes' shape). */
-static int tool_prefix(zk_op *op, const char *name, const char *what, char *buf, size_t len)
-{
-    char parent[ZK_PATH_MAX];
-    if (parent_of(op->zc, name, parent, sizeof parent) || !pjoin(buf, len, parent, what))
-        return ZBADARGUMENTS;
-    return ensure_parent(op, parent, op_until(op->zc));
-}
-
-/* The least a lock recipe costs: one ephemeral sequential create and one
- * delete, one after the other, through the same client code. */
-static int zk_tool_baseline(dlock_client *c, const char *name, int iters, int64_t max_ns,
-                            dh_timing *out)
-{
-    zkclient *zc = zc_of(c);
-    zk_op op;
-    char err[300], prefix[ZK_PATH_MAX];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
-    if (rc)
-        return dl_client_err(c, rc, "baseline: %s (%s)", err, zc->redacted);
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    rc = v ? tool_prefix(&op, name, "tool-baseline-", prefix, sizeof prefix) : ZSYSTEMERROR;
-    size_t n = 0;
-    int64_t stop = dl_now_ns() + max_ns;
-    for (int i = -20; rc == ZOK && i < iters && dl_now_ns() < stop; i++) {
-        int64_t t0 = dl_now_ns();
-        zk_call *cr = zk_send(&op, CALL_CREATE, prefix, "", ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
-        rc = zk_result(&op, cr, op_until(zc));
-        if (rc == ZOK)
-            rc = zk_do(&op, CALL_VOID, cr->path, NULL, op_until(zc), NULL);
-        call_drop(cr);
-        if (rc == ZOK && i >= 0) /* the first twenty warm up */
-            v[n++] = dl_now_ns() - t0;
-    }
-    op_end(&op);
-    return tool_done(c, rc, "baseline", v, n, out,
-                     "one ephemeral sequential create then its delete, on one session");
-}
-
-/* The bare hand-over chain: one session's delete firing another session's
- * exists watch, from just before the delete to the watch's callback. */
-static int zk_tool_relay(dlock_client *c, const char *name, int iters, dh_timing *out)
-{
-    zkclient *zc = zc_of(c);
-    zk_op op, op2;
-    char err[300], path[ZK_PATH_MAX];
-    int rc = op_begin(zc, true, &op, err, sizeof err);
-    if (rc)
-        return dl_client_err(c, rc, "relay: %s (%s)", err, zc->redacted);
-    zkclient *z2 = zkclient_second(zc, err, sizeof err);
-    if (!z2) {
-        op_end(&op);
-        return dl_client_err(c, DLOCK_EUNREACHABLE, "relay: %s (%s)", err, zc->redacted);
-    }
-    rc = op_begin(z2, false, &op2, err, sizeof err);
-    if (rc) {
-        op_end(&op);
-        zkclient_free(z2);
-        return dl_client_err(c, rc, "relay: %s (%s)", err, zc->redacted);
-    }
-    int64_t *v = malloc(sizeof *v * (size_t)(iters > 0 ? iters : 1));
-    char prefix[ZK_PATH_MAX];
-    rc = v ? tool_prefix(&op, name, "tool-relay-", prefix, sizeof prefix) : ZSYSTEMERROR;
-    size_t n = 0;
-    for (int i = -5; rc == ZOK && i < iters; i++) {
-        zk_call *cr = zk_send(&op, CALL_CREATE, prefix, "", ZOO_EPHEMERAL_SEQUENTIAL, &zc->acl);
-        rc = zk_result(&op, cr, op_until(zc));
-        if (rc == ZOK && !pjoin(path, sizeof path, "", cr->path + 1))
-            rc = ZBADARGUMENTS;
-        call_drop(cr);
-        if (rc != ZOK)
-            break;
-        zk_call *w = zk_watch(&op2, CALL_STAT, path);
-        rc = zk_result(&op2, w, op_until(zc));
-        if (rc == ZOK) {
-            struct timespec ms1 = {0, 1000000};
-            nanosleep(&ms1, NULL);
-            int64_t t0 = dl_now_ns();
-            zk_call *d = zk_send(&op, CALL_VOID, path, NULL, 0, NULL);
-            rc = call_wait_for(w, &w->fired, NULL, NULL, op2.evfd, op_until(zc), -1) ? ZOPERATIONTIMEOUT
-                                                                                : ZOK;
-            pthread_mutex_lock(&z2->mu);
-            int64_t t1 = w->fired_ns;
-            pthread_mutex_unlock(&z2->mu);
-            if (rc == ZOK && i >= 0)
-                v[n++] = t1 - t0;
-            if (zk_result(&op, d, op_until(zc)) != ZOK && rc == ZOK)
-                rc = d ? d->rc : ZSYSTEMERROR;
-            call_drop(d);
-        }
-        call_drop(w);
-    }
-    op_end(&op2);
-    op_end(&op);
-    zkclient_free(z2);
-    return tool_done(
-        c, rc, "relay", v, n, out,
-        "one session's delete firing another session's exists watch (to its callback)");
-}
-
-
-/* ---- for `dlock check`: the ensemble ------------------------------------------------ */
-
-/*
- * A four-letter word's answer from one server (at most len-1 bytes), over a
- * plain TCP connection bounded by the client's timeouts. Written by hand
- * because the C client has no call for a server's mode: four-letter words
- * are ZooKeeper's own admin interface, on the client port. 0, or -1 with
- * errno's reason in why.
- */
-static int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf,
-                  size_t len, char *why, size_t whylen)
-{
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int e = getaddrinfo(host, ps, &hints, &ai);
-    if (e) {
-        snprintf(why, whylen, "%s", gai_strerror(e));
-        return -1;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-    bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
-              setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
-              connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-              write(fd, word, strlen(word)) == (ssize_t)strlen(word);
-    if (!ok)
-        snprintf(why, whylen, "%s", strerror(errno));
-    freeaddrinfo(ai);
-    size_t n = 0;
-    while (ok && n + 1 < len) {
-        ssize_t r = read(fd, buf + n, len - 1 - n);
-        if (r < 0)
-            snprintf(why, whylen, "%s", strerror(errno));
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    if (fd >= 0)
-        close(fd);
-    if (ok && n == 0)
-        snprintf(why, whylen, "no answer to \"%s\"", word);
-    return ok && n > 0 ? 0 : -1;
-}
-
-
-
-/* A member that says its mode (standalone, leader, follower) serves. */
-static int zk_tool_ready(dlock_client *c, const dh_member *m)
-{
-    char buf[1024], why[128];
-    if (zk_ask(zc_of(c)->op_ms, m->addr.host, m->addr.port, "srvr", buf, sizeof buf, why,
-               sizeof why))
-        return dl_client_err(c, DLOCK_EUNREACHABLE, "zk %s:%d: %s", m->addr.host, m->addr.port,
-                             why);
-    if (!strstr(buf, "\nMode: ") && strncmp(buf, "Mode: ", 6) != 0)
-        return dl_client_err(c, DLOCK_EBUSY, "zk %s:%d is not serving yet (no quorum?)",
-                             m->addr.host, m->addr.port);
-    return 0;
-}
-
-static int zk_tool_leader(dlock_client *c, dh_server *out)
-{
-    char buf[1024], why[128];
-    for (size_t i = 0; i < c->url->nhosts; i++) {
-        const dl_host *h = &c->url->hosts[i];
-        if (zk_ask(zc_of(c)->op_ms, h->host, h->port, "srvr", buf, sizeof buf, why,
-                   sizeof why) == 0 &&
-            (strstr(buf, "Mode: leader") || strstr(buf, "Mode: standalone"))) {
-            snprintf(out->host, sizeof out->host, "%s", h->host);
-            out->port = h->port;
-            return 0;
-        }
-    }
-    return dl_client_err(c, DLOCK_EUNREACHABLE, "no member of %s says it leads",
-                         zc_of(c)->redacted);
-}
-
-static const struct dh_tools zk_tools = {
-    .baseline = zk_tool_baseline,
-    .relay = zk_tool_relay,
-    .lock_servers = dh_url_servers,
-    .topology = dh_url_topology,
-    .members = dh_url_members,
-    .server_ready = zk_tool_ready,
-    .settle = dh_settle_ensemble,
-    .leader = zk_tool_leader,
-};
-
 static const dl_backend_ops zk_ops = {
     .client_open = zk_client_open,
     .client_close = zk_client_close,
@@ -2510,7 +2224,7 @@ static const dl_backend_ops zk_ops = {
     .get_value = zk_get_value,
     .break_lock = zk_break,
 };
-#define ZK_OPS .ops = &zk_ops, .tools = &zk_tools
+#define ZK_OPS .ops = &zk_ops
 
 #else /* no ZooKeeper C client */
 

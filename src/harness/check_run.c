@@ -19,7 +19,7 @@
  * CLOCK_MONOTONIC, and becomes the run's history.
  */
 #include "check.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "dlock_debug.h"
 
 #include <dirent.h>
@@ -1052,15 +1052,18 @@ static void stop_all(chk_run *r)
     }
 }
 
-static void unlink_lock_file(const chk_run *r)
+/* Remove what the run's lock name left behind (the file backend's lock
+ * file), where the backend's harness operations know what it is: through
+ * a client of its own, opened only then (the file backend's starts no
+ * thread, and no worker is forked now). */
+static void forget_lock(const chk_run *r)
 {
-    if (!r->cfg->dir[0])
+    const struct dh_tools *t = dh_tools_for(r->cfg->backend);
+    dlock_client *c = NULL;
+    if (!t || !t->forget || dlock_client_open(&c, r->cfg->url, NULL) != 0)
         return;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.lock", r->cfg->dir, r->lock);
-    if (unlink(path) != 0) {
-        /* never created, or already gone */
-    }
+    (void)dh_forget(c, r->lock);
+    dlock_client_close(c);
 }
 
 int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool fencing,
@@ -1166,7 +1169,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
             close(r->relay[i].ctl);
         r->relay[i] = (chk_relay){.pid = 0, .ctl = -1};
     }
-    unlink_lock_file(r);
+    forget_lock(r);
     /* The next run starts from the deployment as it was. */
     if (r->servers_touched && cfg->servers && cfg->servers->restore) {
         char why[300];

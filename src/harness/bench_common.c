@@ -1,6 +1,6 @@
 /* bench_common.c — clocks, worker groups and statistics for bench and check. */
 #include "measure.h"
-#include "../proc_threads.h"
+#include "proc_threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -264,46 +264,6 @@ int64_t ms_pct(const int64_t *sorted, size_t n, unsigned permille)
     if (rank > n)
         rank = n;
     return sorted[rank - 1];
-}
-
-/* ---- the embedded backend ---------------------------------------------- */
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int ms_file_dir(const char *url, char *buf, size_t len)
-{
-    if (!url || strncmp(url, "file://", 7) != 0 || len == 0)
-        return -1;
-    const char *p = url + 7;
-    if (strncmp(p, "localhost/", 10) == 0)
-        p += 9;
-    if (*p != '/')
-        return -1;
-    size_t o = 0;
-    for (; *p && *p != '?' && *p != '#'; p++) {
-        char c = *p;
-        if (c == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
-            c = (char)(hexval(p[1]) * 16 + hexval(p[2]));
-            p += 2;
-        }
-        if (o + 1 >= len)
-            return -1;
-        buf[o++] = c;
-    }
-    /* "file:///tmp/x/" names the same directory as "file:///tmp/x" */
-    while (o > 1 && buf[o - 1] == '/')
-        o--;
-    buf[o] = '\0';
-    return 0;
 }
 
 long ms_raise_nofile(void)

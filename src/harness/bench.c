@@ -9,8 +9,8 @@
  * worker that died. From them the harness computes cycle, wait and handover
  * percentiles, the fairness spread and the violations of mutual exclusion.
  */
-#include "bench_adapter.h"
-#include "cli.h"
+#include "cli/cli.h"
+#include "harness/tools.h"
 #include "measure.h"
 
 #include <dirent.h>
@@ -155,8 +155,12 @@ typedef struct bctx {
     bcfg c;
     char backend[32];
     char url[512];
-    const bench_adapter *ad; /* what the backend does differently */
-    bench_site site;
+    const char *url_arg; /* the URL as given (NULL: $DLOCK_URL), to open clients */
+    /* The backend's harness operations (src/harness/tools.h; NULL: none),
+     * through a client that takes no lock, open only while no worker is
+     * forked (measure.h). */
+    const struct dh_tools *tools;
+    dlock_client *client;
     pid_t harness;
     long procs, threads_max;
     bool per_op;
@@ -403,8 +407,8 @@ static void held_report(bctx *x, dlock_client *client, held_locks *hl)
         char name[96];
         held_name(name, sizeof name, x, i);
         dlock_lock_free(hl->ls[i]);
-        if (x->ad && x->ad->forget)
-            x->ad->forget(&x->site, name);
+        if (x->tools && x->tools->forget)
+            (void)dh_forget(client, name);
     }
     free(hl->ls);
     hl->ls = NULL;
@@ -1115,17 +1119,30 @@ static int parse(int argc, char **argv, bcfg *c)
     }
 }
 
+/* A harness operation's answer: rc, with the reason in err (none for
+ * DLOCK_ENOTSUP: the backend has no such figure, and none is reported). */
+static int tool_result(const bctx *x, int rc, char *err, size_t errlen)
+{
+    if (!x->client)
+        return DLOCK_ENOTSUP;
+    if (rc && rc != DLOCK_ENOTSUP)
+        snprintf(err, errlen, "%s", dlock_client_errmsg(x->client));
+    return rc;
+}
+
 /* Remove the state the run's names left behind, where the backend's
- * adapter knows what it is (the file backend's lock files). */
+ * harness operations know what it is (the file backend's lock files). */
 static void forget_names(bctx *x)
 {
-    if (!x->ad || !x->ad->forget)
+    dlock_client *c = NULL;
+    if (!x->tools || !x->tools->forget || dlock_client_open(&c, x->url_arg, NULL) != 0)
         return;
     for (long i = 0; i < x->c.K; i++) {
         char name[64];
         lock_name(name, sizeof name, x->harness, (uint32_t)i);
-        x->ad->forget(&x->site, name);
+        (void)dh_forget(c, name);
     }
+    dlock_client_close(c);
 }
 
 /* Wait for `cond` over the shared memory, servicing signals and dead
@@ -1201,10 +1218,8 @@ int cli_bench(int argc, char **argv, const char *url)
         return rc;
     snprintf(x.backend, sizeof x.backend, "%s", dlock_client_backend(probe));
     snprintf(x.url, sizeof x.url, "%s", dlock_client_url(probe));
-    x.ad = bench_adapter_for(x.backend);
-    x.site.url = x.url;
-    if (x.ad->open)
-        x.ad->open(&x.site);
+    x.url_arg = url;
+    x.tools = dh_tools_for(x.backend);
     /* Unsupported lock kinds fail here, once, rather than in every worker. */
     dlock_lock_opts lo;
     dlock_lock_opts_init(&lo);
@@ -1286,21 +1301,21 @@ int cli_bench(int argc, char **argv, const char *url)
     memset(&e, 0, sizeof e);
     e.prep_ns = prep_ns;
     /* The backend's own figures beside the lock: its cheapest round trip,
-     * its bare hand-over, its servers' command counters (bench_adapter.c),
-     * through a client that takes no lock. */
+     * its bare hand-over, its servers' command counters (its harness
+     * operations), through a client that takes no lock. */
     char name0[64];
     lock_name(name0, sizeof name0, x.harness, 0);
-    if ((c->baseline || c->cmdstats) && dlock_client_open(&x.site.client, url, NULL) != 0) {
+    if ((c->baseline || c->cmdstats) && dlock_client_open(&x.client, url, NULL) != 0) {
         cli_err("bench: %s: %s", c->baseline ? "baseline" : "commandstats",
                 dlock_client_errmsg(NULL));
-        x.site.client = NULL;
+        x.client = NULL;
     }
     if (c->baseline) {
         char err[BENCH_ERR];
         dh_timing t;
         memset(&t, 0, sizeof t);
-        int r = x.ad->baseline(&x.site, name0, BASELINE_ITERS, BASELINE_MAX_NS, &t, err,
-                               sizeof err);
+        int r = tool_result(&x, dh_baseline(x.client, name0, BASELINE_ITERS, BASELINE_MAX_NS,
+                                            &t), err, sizeof err);
         if (r == 0) {
             e.have_rtt = true;
             e.rtt50 = t.all.p50;
@@ -1317,7 +1332,8 @@ int cli_bench(int argc, char **argv, const char *url)
         }
         /* a hand-over needs someone waiting */
         memset(&t, 0, sizeof t);
-        r = c->P > 1 ? x.ad->relay(&x.site, name0, RELAY_ITERS, &t, err, sizeof err)
+        r = c->P > 1 ? tool_result(&x, dh_relay(x.client, name0, RELAY_ITERS, &t), err,
+                                   sizeof err)
                      : DLOCK_ENOTSUP;
         if (r == 0) {
             e.have_relay = true;
@@ -1332,7 +1348,8 @@ int cli_bench(int argc, char **argv, const char *url)
     bool have_before = false;
     if (c->cmdstats) {
         char err[BENCH_ERR];
-        int r = x.ad->counters(&x.site, name0, &cmds_before, err, sizeof err);
+        int r = tool_result(&x, dh_read_counters(x.client, name0, &cmds_before), err,
+                            sizeof err);
         if (r == 0)
             have_before = true;
         else if (r != DLOCK_ENOTSUP)
@@ -1341,8 +1358,8 @@ int cli_bench(int argc, char **argv, const char *url)
 
     /* Workers are forked without exec: no client (and none of its
      * threads) may live in this process then (measure.h). */
-    dlock_client_close(x.site.client);
-    x.site.client = NULL;
+    dlock_client_close(x.client);
+    x.client = NULL;
 
     x.cap = RECORD_BUDGET / (size_t)c->P;
     size_t rec_bytes = x.cap * (size_t)c->P * sizeof(brec);
@@ -1357,7 +1374,7 @@ int cli_bench(int argc, char **argv, const char *url)
             munmap(x.recs, rec_bytes);
         forget_names(&x);
         ms_signals_restore();
-        dlock_client_close(x.site.client);
+        dlock_client_close(x.client);
         return CLI_EXIT_SOFTWARE;
     }
 
@@ -1442,10 +1459,11 @@ int cli_bench(int argc, char **argv, const char *url)
     if (have_before && exit_code == 0) {
         char err[BENCH_ERR];
         dh_counters after;
-        if (dlock_client_open(&x.site.client, url, NULL) != 0) {
+        if (dlock_client_open(&x.client, url, NULL) != 0) {
             cli_err("bench: commandstats: %s", dlock_client_errmsg(NULL));
-            x.site.client = NULL;
-        } else if (x.ad->counters(&x.site, name0, &after, err, sizeof err) == 0) {
+            x.client = NULL;
+        } else if (tool_result(&x, dh_read_counters(x.client, name0, &after), err, sizeof err) ==
+                   0) {
             e.have_cmds = true;
             e.cmds = after;
             e.cmds.client = after.client - cmds_before.client;
@@ -1457,8 +1475,8 @@ int cli_bench(int argc, char **argv, const char *url)
         } else {
             cli_err("bench: commandstats: %s", err);
         }
-        dlock_client_close(x.site.client); /* before the memory probe's fork */
-        x.site.client = NULL;
+        dlock_client_close(x.client); /* before the memory probe's fork */
+        x.client = NULL;
     }
     if (exit_code == 0 && (c->rss || c->K >= 1000) && c->L == 0) {
         if (ms_spawn(&g, rss_main, &x) < 0) {
@@ -1516,6 +1534,6 @@ out:
     munmap(x.recs, rec_bytes);
     munmap(x.sh, sizeof(bshm));
     ms_signals_restore();
-    dlock_client_close(x.site.client);
+    dlock_client_close(x.client);
     return exit_code;
 }

@@ -5,11 +5,13 @@
  * for `dlock check` the deployment's topology, its members and its faults
  * (readiness, cutting replication, failover, settling back).
  *
- * Not part of the public API: not installed, not exported from libdlock.so
- * (the CLI links the static library). The tools include this header, never
- * internal.h. Each function dispatches through the client's backend table
- * (dl_backend.tools, filled by the backends that have the operation) and
- * answers DLOCK_ENOTSUP when the backend has no such operation. Every
+ * Not part of the public API, nor of libdlock.so: the static library
+ * dlock_harness (this folder's tools.c and each backend's TOOLS sources),
+ * which only the dlock command and the tests link. Each function
+ * dispatches through the backend's table of harness operations (struct
+ * dh_tools, found by backend name in dh_registry, which CMake writes from
+ * the dlock_backend() calls) and answers DLOCK_ENOTSUP when the backend has
+ * no such operation. Every
  * failure returns a DLOCK_E* code with the reason in dlock_client_errmsg(c)
  * (never a password). Servers are reached with the library's own connection
  * code and the client's URL, credentials and timeouts; none of these takes
@@ -219,12 +221,17 @@ int dh_settle(dlock_client *c, const dh_member *m, int n,
  * 0 with its address in out, or a DLOCK_E* code. */
 int dh_leader(dlock_client *c, dh_server *out);
 
+/* Remove what lock `name`, free now, left behind (the file backend's lock
+ * file); DLOCK_ENOTSUP where nothing is left or the backend cannot tell. */
+int dh_forget(dlock_client *c, const char *name);
+
 /* ---- for backends: the operations behind the functions above ---------- */
 
 /*
- * A backend's table of tool operations (dl_backend.tools; internal.h names
- * it only by pointer). Any may be NULL. Called with a valid name and a
- * zeroed result; they return 0 or a DLOCK_E* code set with dl_client_err.
+ * A backend's table of harness operations, `const struct dh_tools
+ * dh_tools_<descriptor>` (one per descriptor built). Any may be NULL.
+ * Called with a valid name and a zeroed result; they return 0 or a DLOCK_E*
+ * code set with dl_client_err.
  */
 struct dh_tools {
     int (*baseline)(dlock_client *c, const char *name, int iters, int64_t max_ns,
@@ -241,7 +248,21 @@ struct dh_tools {
                          const dh_wait *w, dh_server *out);
     int (*settle)(dlock_client *c, const dh_member *m, int n, const dh_wait *w);
     int (*leader)(dlock_client *c, dh_server *out);
+    /* Remove what lock `name`, free now, left behind on the backend (the
+     * file backend's NAME.lock); for names of a benchmark or a check. */
+    int (*forget)(dlock_client *c, const char *name);
 };
+
+/* The registry (generated): one entry per descriptor built, ended by
+ * {NULL, NULL}. */
+typedef struct dh_entry {
+    const char *backend; /* as dlock_client_backend() names it */
+    const struct dh_tools *tools;
+} dh_entry;
+extern const dh_entry dh_registry[];
+
+/* The harness table of a backend, by name; NULL when it has none. */
+const struct dh_tools *dh_tools_for(const char *backend);
 
 /* Shared by the adapters: p50/p99 of v[0..n) by nearest rank (sorts v). */
 void dh_summarize(int64_t *v, size_t n, dh_rtt *out);
@@ -261,6 +282,9 @@ int dh_repeat(int (*step)(void *arg, char *why, size_t wlen), void *arg, int ite
 int dh_url_servers(dlock_client *c, const char *name, dh_server *out, int max);
 int dh_url_members(dlock_client *c, dh_member *out, int max);
 int dh_url_topology(dlock_client *c, dh_topo *out);
+/* One server, whatever the URL lists (a database server: the lock lives in
+ * the one the client reaches). */
+int dh_one_server_topology(dlock_client *c, dh_topo *out);
 /* A consensus ensemble's settle: every member ready (server_ready) and one
  * of them leading (leader), asked every 100 ms until w says stop. */
 int dh_settle_ensemble(dlock_client *c, const dh_member *m, int n,

@@ -1,8 +1,8 @@
 /*
- * tools.c — the tool-facing operations of tools.h, dispatched through the
- * client's backend table (dl_backend.tools).
+ * tools.c — the harness operations of tools.h, dispatched through the
+ * backend's table in the registry (dh_registry).
  */
-#include "tools.h"
+#include "harness/tools.h"
 
 #include "internal.h"
 
@@ -10,6 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+const struct dh_tools *dh_tools_for(const char *backend)
+{
+    for (const dh_entry *e = dh_registry; backend && e->backend; e++)
+        if (strcmp(e->backend, backend) == 0)
+            return e->tools;
+    return NULL;
+}
 
 /* The backend's table (NULL when it has none), or NULL with *rc set (and
  * the client's error) when the arguments are wrong. */
@@ -22,7 +30,7 @@ static const struct dh_tools *ops_of(dlock_client *c, const void *out, int *rc)
         return NULL;
     }
     *rc = 0;
-    return c->be->tools;
+    return dh_tools_for(c->be->name);
 }
 
 /* The same, for an operation on lock `name`. */
@@ -194,6 +202,17 @@ int dh_leader(dlock_client *c, dh_server *out)
     return t->leader(c, out);
 }
 
+int dh_forget(dlock_client *c, const char *name)
+{
+    int rc;
+    const struct dh_tools *t = ops(c, name, name, &rc);
+    if (rc)
+        return rc;
+    if (!t || !t->forget)
+        return notsup(c, "state of free names to remove");
+    return t->forget(c, name);
+}
+
 /* Copy s into buf, or say which part did not fit. */
 static int part(char *buf, size_t len, const char *s, const char *what, char *err, size_t errlen)
 {
@@ -305,10 +324,19 @@ int dh_url_topology(dlock_client *c, dh_topo *out)
     return 0;
 }
 
+int dh_one_server_topology(dlock_client *c, dh_topo *out)
+{
+    (void)c;
+    out->trait = DH_TOPO_ONE_SERVER;
+    out->quorum = 1;
+    out->direct = 1;
+    return 0;
+}
+
 int dh_settle_ensemble(dlock_client *c, const dh_member *m, int n,
                        const dh_wait *w)
 {
-    const struct dh_tools *t = c->be->tools;
+    const struct dh_tools *t = dh_tools_for(c->be->name);
     for (;;) {
         int rc = 0;
         for (int i = 0; i < n && rc == 0; i++)

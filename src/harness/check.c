@@ -8,7 +8,7 @@
  * reports itself invalid instead of passing. See check.h for the pieces.
  */
 #include "check.h"
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,7 +101,6 @@ typedef struct sc_out {
 /* What the probe learnt of the backend under test. */
 typedef struct probe_res {
     int rc; /* cli_open's exit code (0: it opened) */
-    bool probed;
     char backend[32], url_shown[512];
     dh_topo topo;
     unsigned caps;
@@ -136,7 +135,6 @@ static void probe_run(const char *url, int ttl_ms, probe_res *out)
     dlock_lock_opts_init(&po);
     po.ttl_ms = ttl_ms;
     if (dlock_lock_new(&pl, c, "dlock-check-probe", &po) == 0) {
-        out->probed = true;
         if (dlock_acquire(pl, 2000) == 0) {
             long long v = dlock_valid_ms(pl);
             int span = v > 0 ? (int)(((v + 3) * 100 + 98) / 99) : 0;
@@ -145,6 +143,7 @@ static void probe_run(const char *url, int ttl_ms, probe_res *out)
             (void)dlock_release(pl);
         }
         dlock_lock_free(pl);
+        (void)dh_forget(c, "dlock-check-probe"); /* its lock file, on file:// */
     }
     dlock_client_close(c);
 }
@@ -774,7 +773,6 @@ int cli_check(int argc, char **argv, const char *url)
     int rc = probe(url, cfg.ttl_ms, &pr);
     if (rc)
         return rc;
-    bool probed = pr.probed;
     snprintf(cfg.backend, sizeof cfg.backend, "%s", pr.backend);
     snprintf(cfg.url_shown, sizeof cfg.url_shown, "%s", pr.url_shown);
     cfg.topo = pr.topo;
@@ -782,14 +780,6 @@ int cli_check(int argc, char **argv, const char *url)
     cfg.connect_timeout_ms = pr.connect_timeout_ms;
     cfg.op_timeout_ms = pr.op_timeout_ms;
     cfg.session_ttl_ms = pr.session_ttl_ms;
-    if (strcmp(cfg.backend, "file") != 0 ||
-        ms_file_dir(cfg.url_shown, cfg.dir, sizeof cfg.dir) != 0)
-        cfg.dir[0] = '\0';
-    if (probed && cfg.dir[0]) { /* the embedded backend keeps a file per name */
-        char path[sizeof cfg.dir + 32];
-        if (snprintf(path, sizeof path, "%s/dlock-check-probe.lock", cfg.dir) < (int)sizeof path)
-            (void)unlink(path);
-    }
     /* The servers to fault, if the URL's are in the servers directory. */
     chk_servers *servers = NULL;
     {

@@ -26,7 +26,7 @@
 
 #include "check_history.h"
 #include "measure.h"
-#include "tools.h"
+#include "harness/tools.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -181,7 +181,6 @@ typedef struct chk_config {
     const char *url;
     char backend[32];
     char url_shown[512];
-    char dir[4096];   /* file backend's directory, "" otherwise */
     unsigned caps;
     int workers;
     int duration_ms;

@@ -80,11 +80,6 @@ int64_t ms_pct(const int64_t *sorted, size_t n, unsigned permille);
 
 /* ---- the embedded backend ---------------------------------------------- */
 
-/*
- * The directory of a file:// URL as the client reports it (percent-decoded,
- * query removed). Returns 0, or -1 when url is not a file:// URL.
- */
-int ms_file_dir(const char *client_url, char *buf, size_t len);
 
 /* Raise RLIMIT_NOFILE's soft limit to the hard one; returns the new soft
  * limit (or the old one if it cannot be raised). */

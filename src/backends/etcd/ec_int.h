@@ -1,0 +1,159 @@
+/*
+ * ec_int.h — the etcd backend's libcurl table, client, connections and
+ * requests, for its files (etcd.c, the lock; tools.c, the harness's
+ * operations; json.c, what the gateway sends).
+ */
+#ifndef DLOCK_EC_INT_H
+#define DLOCK_EC_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+/* libcurl's calls go through pointers (below): no type-checking macros. */
+#define CURL_DISABLE_TYPECHECK
+#include <curl/curl.h>
+
+#include "internal.h"
+#include "support/support.h"
+#include "ec_json.h"
+
+typedef struct ec_curl_api {
+    CURLcode (*global_init)(long);
+    CURL *(*easy_init)(void);
+    void (*easy_cleanup)(CURL *);
+    void (*easy_reset)(CURL *);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    const char *(*easy_strerror)(CURLcode);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_cleanup)(CURLM *);
+    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_perform)(CURLM *, int *);
+    CURLMsg *(*multi_info_read)(CURLM *, int *);
+    CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned, int, int *);
+    CURLMcode (*multi_wakeup)(CURLM *);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+} ec_curl_api;
+/* libcurl's functions, once loaded (lc_load) */
+extern ec_curl_api ec_curl;
+
+#define curl_global_init ec_curl.global_init
+#define curl_easy_init ec_curl.easy_init
+#define curl_easy_cleanup ec_curl.easy_cleanup
+#define curl_easy_reset ec_curl.easy_reset
+#undef curl_easy_setopt /* curl.h's pass-through macros */
+#undef curl_easy_getinfo
+#define curl_easy_setopt ec_curl.easy_setopt
+#define curl_easy_getinfo ec_curl.easy_getinfo
+#define curl_easy_strerror ec_curl.easy_strerror
+#define curl_multi_init ec_curl.multi_init
+#define curl_multi_cleanup ec_curl.multi_cleanup
+#define curl_multi_add_handle ec_curl.multi_add_handle
+#define curl_multi_remove_handle ec_curl.multi_remove_handle
+#define curl_multi_perform ec_curl.multi_perform
+#define curl_multi_info_read ec_curl.multi_info_read
+#define curl_multi_poll ec_curl.multi_poll
+#define curl_multi_wakeup ec_curl.multi_wakeup
+#define curl_slist_append ec_curl.slist_append
+#define curl_slist_free_all ec_curl.slist_free_all
+
+/* One HTTP connection: an easy handle in a multi handle of its own, so that
+ * every transfer can be bounded by a deadline and a cancel descriptor
+ * (curl_multi_poll's extra descriptors) and keeps its connection alive. */
+typedef struct ec_conn {
+    struct ec_conn *next;
+    CURL *easy;
+    CURLM *multi;
+    ec_body body; /* reply body (unary) or unparsed rest of a stream */
+} ec_conn;
+
+typedef struct eclock eclock;
+
+/* A write the client's thread sends at `due` unless the lock is released
+ * first: the /v3/kv/txn body that stamps key's value with its grant time. */
+typedef struct ec_touch {
+    char *key, *body;
+    int64_t due_ns;
+} ec_touch;
+
+typedef struct ecclient {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a grant finishing */
+    char **endpoints;  /* "http://h:p" */
+    int nendpoints;
+    int cur; /* the endpoint that answered last */
+    bool tls;
+    char *cacert, *cert, *key;
+    char *user, *password;
+    char *auth; /* "Authorization: TOKEN" header, or NULL */
+    const char *redacted;
+    int connect_ms, op_ms;
+    int ttl_s;
+    char prefix[128]; /* "dlock" */
+    ec_conn *idle;
+
+    /* the lease */
+    int64_t lease;   /* 0: none yet */
+    uint64_t gen;    /* bumped with every new lease */
+    bool lease_gone; /* revoked or expired: the next acquisition grants anew */
+    bool granting;
+    bool ckey_made;       /* PREFIX/.clients/LEASE exists */
+    int64_t ckey_ns;      /* since when */
+    int64_t confirmed_ns; /* when the last keep-alive the server answered was sent */
+    int64_t next_ka_ns;
+    int64_t ckey_rev; /* the client key's last revision seen */
+
+    /* the client's thread: keep-alive, the watch on the client key, orphans */
+    pthread_t thread;
+    bool thread_started, stopping;
+    CURLM *bgm;
+    eclock *held;
+    bool verify;        /* a break touched the client key: look at the held keys */
+    dl_teller teller;   /* of losses (lease gone, key deleted) */
+    int stop_fd;        /* readable once the client closes: ends the thread's requests */
+    int64_t timeout_ns; /* when a request last went unanswered (0: never) */
+    char **orphans;     /* keys to delete (a waiter gave up while its fate was unknown) */
+    size_t norphans;
+    ec_touch *touches; /* a holder that waited says when it got the lock */
+    size_t ntouches;
+    char self[200];
+} ecclient;
+
+enum xfer { XFER_DONE, XFER_TIMEOUT, XFER_CANCELED, XFER_STOP };
+
+ecclient *ec_of(dlock_client *c);
+ec_conn *ec_conn_get(ecclient *ec);
+void ec_conn_put(ecclient *ec, ec_conn *k);
+/* Set up k's easy handle for POST path on the endpoint at base ("http://h:p"). */
+int ec_conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
+                  struct curl_slist *hdrs, int connect_ms);
+enum xfer ec_conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop, CURLcode *res);
+/*
+ * POST body to path on the cluster: *out the reply (NULL when out is NULL).
+ * With several endpoints, a try that fails, or that has not answered
+ * within half the time left (a stalled member), moves to the next
+ * endpoint, and so does one that answers but is not etcd; the client
+ * starts its later requests at the endpoint that answered last. until_ns
+ * bounds everything (-1: the op timeout); cancel_fd ends a wait early.
+ * *sent (may be NULL) tells whether the request may have reached a server.
+ * only: that endpoint ("http://h:p") and no other, or NULL.
+ */
+int ec_post_to(ecclient *ec, const char *only, const char *path, const char *body, int64_t until_ns,
+               int cancel_fd, cJSON **out, bool *sent, char *err, size_t errlen);
+int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns, int cancel_fd,
+            cJSON **out, bool *sent, char *err, size_t errlen);
+/*
+ * The client's lease, granted when there is none (first use, or after it
+ * was lost): *lease, *gen and whether the client key still has to be made
+ * (the caller puts it in its first transaction).
+ */
+int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen, bool *make_ckey,
+                    char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,210 @@
+/*
+ * my_int.h — the MySQL/MariaDB backend's client library table, connections
+ * and statements, for its files (mysql.c, the lock; tools.c, the harness's
+ * operations).
+ */
+#ifndef DLOCK_MY_INT_H
+#define DLOCK_MY_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mysql.h>
+
+#include "internal.h"
+#include "support/support.h"
+
+typedef struct my_api {
+    __typeof__(mysql_server_init) *server_init;
+    __typeof__(mysql_init) *init;
+    __typeof__(mysql_options) *options;
+    __typeof__(mysql_optionsv) *optionsv;
+    __typeof__(mysql_real_connect_start) *connect_start;
+    __typeof__(mysql_real_connect_cont) *connect_cont;
+    __typeof__(mysql_close_start) *close_start;
+    __typeof__(mysql_close_cont) *close_cont;
+    __typeof__(mysql_get_socket) *get_socket;
+    __typeof__(mysql_get_timeout_value_ms) *timeout_ms;
+    __typeof__(mysql_errno) *err_no;
+    __typeof__(mysql_error) *error;
+    __typeof__(mysql_thread_id) *thread_id;
+    __typeof__(mysql_get_server_info) *server_info;
+    __typeof__(mysql_autocommit_start) *autocommit_start;
+    __typeof__(mysql_autocommit_cont) *autocommit_cont;
+    __typeof__(mysql_commit_start) *commit_start;
+    __typeof__(mysql_commit_cont) *commit_cont;
+    __typeof__(mysql_rollback_start) *rollback_start;
+    __typeof__(mysql_rollback_cont) *rollback_cont;
+    __typeof__(mysql_stmt_init) *stmt_init;
+    __typeof__(mysql_stmt_prepare_start) *prepare_start;
+    __typeof__(mysql_stmt_prepare_cont) *prepare_cont;
+    __typeof__(mysql_stmt_bind_param) *bind_param;
+    __typeof__(mysql_stmt_execute_start) *execute_start;
+    __typeof__(mysql_stmt_execute_cont) *execute_cont;
+    __typeof__(mysql_stmt_store_result_start) *store_start;
+    __typeof__(mysql_stmt_store_result_cont) *store_cont;
+    __typeof__(mysql_stmt_field_count) *field_count;
+    __typeof__(mysql_stmt_bind_result) *bind_result;
+    __typeof__(mysql_stmt_fetch) *fetch;
+    __typeof__(mysql_stmt_free_result) *free_result;
+    __typeof__(mysql_stmt_close) *stmt_close;
+    __typeof__(mysql_stmt_affected_rows) *affected_rows;
+    __typeof__(mysql_stmt_insert_id) *insert_id;
+    __typeof__(mysql_stmt_errno) *stmt_errno;
+    __typeof__(mysql_stmt_error) *stmt_error;
+} my_api;
+/* The client library's functions, once loaded (my_load) */
+extern my_api my_lib;
+
+#define MY_KEY_MAX 64       /* GET_LOCK's name limit (MySQL 5.7+) */
+#define MY_KEY_MAX_STR "64" /* (the same, in SQL text) */
+#define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
+
+#define MY_POOL_IDLE_MAX 8 /* idle connections a client keeps */
+#define MY_PREPARED_MAX 32 /* statements a connection keeps prepared */
+
+/* One server connection; `sess` is its place on the client's watch list
+ * while it holds a lock (getlock, rowlock). */
+typedef struct my_conn {
+    MYSQL *m;
+    dl_pooled pooled;    /* its place among the idle ones */
+    unsigned long id;    /* the server's connection id (KILL) */
+    bool reused;         /* taken from the pool: it may have died idle (one retry) */
+    bool failed;         /* not to be pooled again */
+    bool broken;         /* cut mid-protocol (our bound, a lost connection): close it hard */
+    unsigned last_errno; /* the server's error number of the last failed statement */
+    bool txn;            /* autocommit off (rowlock) */
+    int lock_wait_s;     /* innodb_lock_wait_timeout set on it (-1: the server's) */
+    bool marks_seen;     /* the run's lease marks found (or made) on it: see marks_check */
+    struct {
+        const char *sql; /* by address: our statements are fixed per client */
+        MYSQL_STMT *st;
+    } prep[MY_PREPARED_MAX];
+    int nprep;
+    dl_session sess;
+} my_conn;
+
+enum my_mode { MODE_GETLOCK, MODE_LEASE, MODE_ROWLOCK };
+
+typedef struct myclient {
+    enum my_mode mode;
+    char *host, *user, *password, *db;
+    int port;
+    char *ssl_ca, *ssl_cert, *ssl_key;
+    int ssl_mode; /* 0 none asked, 1 required, 2 verify the server */
+    char holder[200];
+    const char *redacted;
+    int op_timeout_ms, connect_timeout_ms;
+    bool mariadb;
+    _Atomic int
+        ps_ok; /* performance_schema.metadata_locks tells waiters: -1 unknown, 0 no, 1 yes */
+    atomic_bool no_queue; /* lease: the server refuses GET_LOCK (Galera): every waiter polls */
+    /* statements, with the table names in them */
+    char *sql_release, *sql_inspect, *sql_waiters, *sql_list, *sql_setvalue, *sql_getvalue,
+        *sql_name_of; /* getlock */
+    char *sql_lease_take, *sql_lease_renew, *sql_lease_free, *sql_lease_free_all, *sql_lease_value,
+        *sql_lease_getvalue, *sql_lease_info, *sql_lease_other, *sql_lease_make,
+        *sql_lease_make_token; /* lease */
+    char *sql_row_lock, *sql_row_probe, *sql_row_info, *sql_row_value,
+        *sql_row_getvalue;   /* rowlock */
+    char *sql_draw;          /* getlock, rowlock: a token, the holder's row in TABLE_live */
+    char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
+    char *sql_draw_fast;     /* getlock, rowlock: one table opened less, the lease mark read */
+    char *sql_try_draw;      /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
+    char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* see ensure_marks */
+    char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
+    atomic_bool
+        marks_on; /* getlock: dlock_live's lease marks are kept by triggers: draws read them */
+    atomic_bool
+        fast_off; /* TABLE_live has no lease_until (made by an older dlock): no sql_draw_fast */
+    char *sql_run_get, *sql_epoch_bump, *sql_run_set, *sql_evict; /* their epoch; a full table */
+    char *sql_queue;                                              /* lease: the waiters' GET_LOCK */
+    char *sql_lease_live;       /* getlock, rowlock: lease holders of the name */
+    char *sql_ddl[5];           /* the tables (kept: prepared statements are known by address) */
+    atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
+    char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
+    char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
+    char live[MY_IDENT_MAX + 8], live_bare[MY_IDENT_MAX + 6]; /* TABLE_live (getlock, rowlock) */
+    char *sql_table_exists;
+
+    dl_pool pool;           /* idle connections, at most MY_POOL_IDLE_MAX */
+    dl_session_watch watch; /* connections that hold locks */
+} myclient;
+
+/* A statement's parameter. */
+typedef struct my_arg {
+    char t; /* 's' string, 'i' integer, 'd' double, 'n' NULL */
+    const char *s;
+    long long i;
+    double d;
+} my_arg;
+#define A_S(x) ((my_arg){'s', (x), 0, 0})
+#define A_I(x) ((my_arg){'i', NULL, (long long)(x), 0})
+#define A_D(x) ((my_arg){'d', NULL, 0, (x)})
+#define A_NULL ((my_arg){'n', NULL, 0, 0})
+
+/* A statement's outcome: the OK packet's counts, and any rows as text. */
+typedef struct my_res {
+    unsigned long long affected, insert_id;
+    int nrows, ncols;
+    char **cell; /* row-major; NULL for SQL NULL */
+} my_res;
+
+/* Drive one non-blocking call: `start` gives the first status, `cont` (an
+ * expression using ev_) the next; rc gets our own bound's error, if any.
+ * A call cut short leaves the connection mid-protocol: the caller must
+ * not use it again (k->broken). */
+#define MY_DRIVE(rc, m, until, cfd, start, cont)                                                   \
+    do {                                                                                           \
+        int st_ = (start);                                                                         \
+        while (st_) {                                                                              \
+            int ev_ = my_wait((m), st_, (until), (cfd));                                           \
+            if (ev_ < 0) {                                                                         \
+                (rc) = ev_;                                                                        \
+                break;                                                                             \
+            }                                                                                      \
+            st_ = (cont);                                                                          \
+        }                                                                                          \
+    } while (0)
+
+myclient *mc_of(dlock_client *c);
+void my_res_free(my_res *r);
+/* Wait for what a non-blocking call asked for (status: MYSQL_WAIT_* bits),
+ * bounded by until_ns (-1: none) and cancel_fd: the ready bits to hand back
+ * to its *_cont, or DLOCK_ETIMEDOUT / DLOCK_ECANCELED / DLOCK_EIO. */
+int my_wait(MYSQL *m, int status, int64_t until_ns, int cancel_fd);
+void my_cut_why(int rc, char *why, size_t wlen);
+/* Close k: politely (COM_QUIT, so that the server logs no aborted
+ * connection) when it is healthy, else by shutting the socket first, so
+ * that nothing can block. Its statements are freed after it (they are
+ * only memory once the connection is gone). */
+void my_conn_close(my_conn *k);
+/* The prepared form of sql on k (prepared on first use). */
+int my_stmt_of(my_conn *k, const char *sql, int64_t until_ns, int cancel_fd, MYSQL_STMT **out,
+               char *why, size_t wlen);
+/* Run sql with args on k, within until_ns (-1: no bound) and cancel_fd.
+ * 0 with *res filled; or a server error's code (k still usable unless it
+ * was a connection error); or our bound's (k->failed: abandon it). */
+int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res *res,
+              int64_t until_ns, int cancel_fd, char *why, size_t wlen);
+/* A new connection, made within until_ns: TLS as the URL asks, keepalives
+ * on its socket, the holder's description in its connection attributes. */
+int my_conn_open(myclient *mc, int64_t until_ns, int cancel_fd, my_conn **out, char *why,
+                 size_t wlen);
+/* An idle connection from the pool (one in the autocommit state asked
+ * for, if any), or a new one. */
+int my_conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn **out, char *why,
+                size_t wlen);
+/* Give a connection back to the pool (or close it). */
+void my_conn_put(myclient *mc, my_conn *k);
+int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs, my_res *res,
+                 char *why, size_t wlen);
+/* GET_LOCK's name for a lock name: the name itself up to 64 characters,
+ * else "dlock:" and 128 bits of two FNV-1a hashes (the table catches a
+ * collision). prefix distinguishes the lease waiters' names. */
+void my_key_of(const char *prefix, const char *name, char *out, size_t len);
+
+#endif
