@@ -611,6 +611,7 @@ typedef struct {
     PyObject *timeout;    /* the default of `with` (None: forever) */
     PyObject *weakrefs;
     int busy;             /* a thread is in a call on this handle */
+    atomic_int was_lost;  /* lost since the last acquisition (for `lost`) */
     atomic_int dying;
     int kind;
     unsigned permits;
@@ -624,6 +625,7 @@ static void lost_cb(dlock_lock *l, void *arg)
 {
     (void)l;
     LockObject *self = arg;
+    atomic_store(&self->was_lost, 1);
     if (atomic_load(&self->dying) || atomic_load(&shutting_down) || is_finalizing())
         return;
     PyGILState_STATE g = PyGILState_Ensure();
@@ -688,6 +690,8 @@ static PyObject *lock_raise(LockObject *self, int rc)
 /* After a successful acquisition: a new holding is not lost. */
 static int lock_fresh(LockObject *self)
 {
+    if (dlock_held_count(self->l) == 1)
+        atomic_store(&self->was_lost, 0);
     if (self->lost_event && dlock_held_count(self->l) == 1) {
         PyObject *r = PyObject_CallMethod(self->lost_event, "clear", NULL);
         if (!r)
@@ -797,7 +801,6 @@ static int Lock_traverse(LockObject *self, visitproc visit, void *arg)
     Py_VISIT(self->on_lost);
     Py_VISIT(self->lost_event);
     Py_VISIT(self->timeout);
-    Py_VISIT(Py_TYPE(self));
     return 0;
 }
 
@@ -830,9 +833,8 @@ static void Lock_dealloc(LockObject *self)
     }
     Py_CLEAR(self->client);
     Py_CLEAR(self->name);
+    /* (a Python subclass's instance: subtype_dealloc drops the type) */
     tp->tp_free((PyObject *)self);
-    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE)
-        Py_DECREF(tp);
 }
 
 static PyObject *Lock_acquire(LockObject *self, PyObject *args, PyObject *kw)
@@ -1007,7 +1009,7 @@ static PyObject *Lock_get_lost(LockObject *self, void *unused)
             return NULL;
         self->lost_event = ev;
         /* a loss told before the event existed */
-        if (dlock_state(self->l) == DLOCK_STATE_LOST) {
+        if (atomic_load(&self->was_lost) || dlock_state(self->l) == DLOCK_STATE_LOST) {
             PyObject *r = PyObject_CallMethod(ev, "set", NULL);
             if (!r)
                 return NULL;
