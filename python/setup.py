@@ -18,7 +18,8 @@ import subprocess
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(HERE)
+# the repository (include/dlock.h): DLOCK_SOURCE_DIR when built from a copy
+SRC = os.environ.get("DLOCK_SOURCE_DIR") or os.path.dirname(HERE)
 
 
 def pkgconfig(*args):

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# python_test.sh — the Python package (python/, issue 29): built from a copy
+# of python/ against this build's libdlock_static.a into a scratch directory
+# (pip --no-build-isolation --target, offline, no root; setup.py build_ext
+# when pip is missing), then python/tests/ run by pytest against the real
+# servers of tests/servers.sh: one pytest parameter per backend URL (file
+# always; DLOCK_PY_TEST_KINDS, default "redis zk etcd postgres mariadb
+# memcached", the servers started here, PostgreSQL's and MariaDB's three
+# modes each; a kind whose server or backend is missing here is left out,
+# named). About a minute. Exits 77 (skipped) without Python's headers,
+# setuptools or pytest (scripts/install-deps.sh installs them).
+# Needs $DLOCK (the built CLI: its directory is the build directory).
+set -u
+DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+export DLOCK
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/.." && pwd)
+build=${DLOCK_BUILD_DIR:-$(cd "$(dirname "$DLOCK")" && pwd)}
+PY=${DLOCK_PYTHON:-}
+if [ -z "$PY" ]; then
+    if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
+fi
+
+inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+if [ ! -e "$inc/Python.h" ]; then
+    echo "no Python.h for $PY (python3-dev): skipped"; exit 77
+fi
+if ! "$PY" -c 'import setuptools, pytest' 2>/dev/null; then
+    echo "$PY lacks setuptools or pytest (python3-setuptools, python3-pytest): skipped"; exit 77
+fi
+if [ ! -e "$build/libdlock_static.a" ]; then
+    echo "no $build/libdlock_static.a (set DLOCK_BUILD_DIR): skipped"; exit 77
+fi
+
+if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+    kinds=()
+    for k in ${DLOCK_PY_TEST_KINDS-redis zk etcd postgres mariadb memcached}; do
+        case $k in
+        redis) command -v redis-server >/dev/null && be=redis ;;
+        zk) [ -e /usr/share/java/zookeeper.jar ] && command -v java >/dev/null && be=zk ;;
+        etcd) command -v etcd >/dev/null && be=etcd ;;
+        postgres) [ -x /usr/lib/postgresql/15/bin/postgres ] && be=postgres ;;
+        mariadb) command -v mariadbd >/dev/null && be=mysql ;;
+        memcached) command -v memcached >/dev/null && be=memcached ;;
+        *) be= ;;
+        esac
+        # grep reads everything (no -q): see testlib.sh's need_redis
+        if [ -n "${be:-}" ] && "$DLOCK" backends | grep "^$be .* yes$" >/dev/null; then
+            kinds+=("$k")
+        else
+            echo "# $k: its server or the $k backend is missing here: not tested"
+        fi
+        be=
+    done
+    exec bash "$here/servers.sh" run "${kinds[@]}" -- bash "$0" "$@"
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-python-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+# Build from a copy: the source tree stays clean (pip builds in place).
+cp -r "$src/python" "$TMP/pkg"
+rm -rf "$TMP/pkg/build" "$TMP/pkg"/*.egg-info
+export DLOCK_BUILD_DIR=$build DLOCK_SOURCE_DIR=$src
+if "$PY" -m pip --version >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-build-isolation --no-deps --no-index --target "$TMP/site" \
+        "$TMP/pkg" >"$TMP/build.log" 2>&1
+else
+    (cd "$TMP/pkg" && "$PY" setup.py -q build_ext --build-lib "$TMP/site" >"$TMP/build.log" 2>&1 &&
+        cp -r dlock/*.py dlock/*.pyi dlock/py.typed "$TMP/site/dlock/")
+fi
+rc=$?
+if [ $rc -ne 0 ] || [ -z "$(ls "$TMP"/site/dlock/_dlock*.so 2>/dev/null)" ]; then
+    echo "not ok - building the package failed (exit $rc):"
+    tail -30 "$TMP/build.log"
+    exit 1
+fi
+echo "ok - the package built against $build/libdlock_static.a"
+
+# The labels of the URLs servers.sh exported (and file).
+labels=file
+[ -n "${DLOCK_TEST_REDIS:-}" ] && labels+=" redis"
+[ -n "${DLOCK_TEST_ZK:-}" ] && labels+=" zk"
+[ -n "${DLOCK_TEST_ETCD:-}" ] && labels+=" etcd"
+[ -n "${DLOCK_TEST_POSTGRES:-}" ] && labels+=" postgres postgres-lease postgres-row"
+[ -n "${DLOCK_TEST_MYSQL:-}" ] && labels+=" mysql mysql-lease mysql-row"
+[ -n "${DLOCK_TEST_MEMCACHED:-}" ] && labels+=" memcached"
+export DLOCK_PY_TEST_TARGETS=${DLOCK_PY_TEST_TARGETS:-$labels}
+export DLOCK_CLI=$DLOCK
+cd "$TMP/pkg/tests" || exit 1
+PYTHONPATH="$TMP/site" PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider \
+    </dev/null
+rc=$?
+cd / && exit $rc
