@@ -26,6 +26,7 @@
 #include <structmember.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -253,6 +254,17 @@ static int pool_submit(job *j)
     return err;
 }
 
+/* The Ctrl-C relay (see acquire_main). */
+static pthread_mutex_t relay_mu = PTHREAD_MUTEX_INITIALIZER;
+static int relay_rd = -1, relay_wr = -1;
+static int relay_started;
+static dlock_lock *relay_current; /* the main thread's acquisition */
+static unsigned long relay_seq;   /* one per acquisition */
+static int relay_fired;           /* the current one was cancelled */
+static atomic_int relay_forward = -1;
+static PyObject *signal_set_wakeup_fd;
+static PyObject *wakeup_kwargs; /* {"warn_on_full_buffer": False} */
+
 static void atfork_child(void)
 {
     atomic_fetch_add(&fork_gen, 1);
@@ -261,6 +273,17 @@ static void atfork_child(void)
     pthread_cond_init(&pool_cv, NULL);
     pool_head = pool_tail = NULL;
     pool_idle = pool_pending = 0;
+    /* nor is the relay: a new pipe, so that the child's signals never
+     * cancel the parent's acquisition */
+    pthread_mutex_init(&relay_mu, NULL);
+    if (relay_rd >= 0)
+        close(relay_rd);
+    if (relay_wr >= 0)
+        close(relay_wr);
+    relay_rd = relay_wr = -1;
+    relay_started = 0;
+    relay_current = NULL;
+    atomic_store(&relay_forward, -1);
 }
 
 static int job_init(job *j, int op, int timeout_ms)
@@ -333,6 +356,161 @@ static int job_wait(job *j)
             job_undo(j);
             Py_END_ALLOW_THREADS
             return -1;
+        }
+    }
+}
+
+
+/* ---- Ctrl-C for a wait in the main thread ------------------------------------ */
+
+/*
+ * The main thread waits in dlock_acquire itself (no thread hop on the hot
+ * path). For the duration, Python's signal wakeup descriptor is a pipe read
+ * by one relay thread (made once, every signal blocked): a signal for which
+ * Python has a handler writes its number there, and the relay cancels the
+ * main thread's acquisition (again every 20 ms until it has returned: a
+ * cancel that comes before the wait has begun is forgotten) and passes the
+ * byte on to the descriptor that was set before (asyncio's). The main
+ * thread then runs the handlers: one that raises (KeyboardInterrupt) ends
+ * the call with nothing held; otherwise the acquisition starts again with
+ * the time left.
+ */
+
+static void *relay_main(void *arg)
+{
+    (void)arg;
+    unsigned char buf[64];
+    for (;;) {
+        ssize_t n = read(relay_rd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return NULL;
+        int fwd = atomic_load(&relay_forward);
+        if (fwd >= 0)
+            (void)!write(fwd, buf, (size_t)n);
+        pthread_mutex_lock(&relay_mu);
+        unsigned long seq = relay_seq;
+        while (relay_current && relay_seq == seq) {
+            relay_fired = 1;
+            dlock_cancel(relay_current);
+            pthread_mutex_unlock(&relay_mu);
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&relay_mu);
+        }
+        pthread_mutex_unlock(&relay_mu);
+    }
+}
+
+static int relay_start(void)
+{
+    if (relay_started)
+        return 0;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    int fl = fcntl(fds[1], F_GETFL);
+    fcntl(fds[1], F_SETFL, fl | O_NONBLOCK);
+    relay_rd = fds[0];
+    relay_wr = fds[1];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 128 * 1024);
+    pthread_t th;
+    int err = pthread_create(&th, &at, relay_main, NULL);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        close(fds[0]);
+        close(fds[1]);
+        relay_rd = relay_wr = -1;
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    relay_started = 1;
+    return 0;
+}
+
+/* signal.set_wakeup_fd(fd, warn_on_full_buffer=False): the old fd, or -2
+ * with an exception set. */
+static int set_wakeup(int fd)
+{
+    PyObject *a = Py_BuildValue("(i)", fd);
+    if (!a)
+        return -2;
+    PyObject *r = PyObject_Call(signal_set_wakeup_fd, a, wakeup_kwargs);
+    Py_DECREF(a);
+    if (!r)
+        return -2;
+    long old = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (old == -1 && PyErr_Occurred())
+        return -2;
+    return (int)old;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* dlock_acquire from the main thread, with the GIL; signals handled as
+ * above. Returns the library's code, or 1 with a Python exception set
+ * (nothing held). */
+static int acquire_main(dlock_lock *l, int tmo)
+{
+    if (relay_start() < 0)
+        return 1;
+    int64_t until = tmo > 0 ? mono_ms() + tmo : 0;
+    for (;;) {
+        int old = set_wakeup(relay_wr);
+        if (old == -2)
+            return 1;
+        atomic_store(&relay_forward, old);
+        pthread_mutex_lock(&relay_mu);
+        relay_current = l;
+        relay_seq++;
+        relay_fired = 0;
+        pthread_mutex_unlock(&relay_mu);
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = dlock_acquire(l, tmo);
+        Py_END_ALLOW_THREADS
+        pthread_mutex_lock(&relay_mu);
+        relay_current = NULL;
+        int fired = relay_fired;
+        pthread_mutex_unlock(&relay_mu);
+        atomic_store(&relay_forward, -1);
+        if (set_wakeup(old) == -2) /* keep going: the acquisition's outcome matters more */
+            PyErr_WriteUnraisable(signal_set_wakeup_fd);
+        if (!fired)
+            return rc;
+        /* a signal came: its handlers run now */
+        if (PyErr_CheckSignals() < 0) {
+            if (rc == 0) {
+                Py_BEGIN_ALLOW_THREADS
+                (void)dlock_release(l);
+                Py_END_ALLOW_THREADS
+            }
+            return 1;
+        }
+        if (rc != DLOCK_ECANCELED)
+            return rc;
+        if (tmo > 0) { /* the handlers did not raise: wait on, for the time left */
+            int64_t left = until - mono_ms();
+            if (left <= 0)
+                return DLOCK_ETIMEDOUT;
+            tmo = (int)left;
         }
     }
 }
@@ -855,19 +1033,11 @@ static PyObject *Lock_acquire(LockObject *self, PyObject *args, PyObject *kw)
         rc = dlock_acquire(l, tmo);
         Py_END_ALLOW_THREADS
     } else {
-        job j;
-        if (job_init(&j, JOB_ACQUIRE, tmo) < 0) {
+        rc = acquire_main(self->l, tmo);
+        if (rc == 1) {
             lock_leave(self);
             return NULL;
         }
-        j.one = self->l;
-        int w = job_wait(&j);
-        close(j.done_fd);
-        if (w < 0) {
-            lock_leave(self);
-            return NULL;
-        }
-        rc = j.rc;
     }
     lock_leave(self);
     if (rc)
@@ -1466,6 +1636,16 @@ PyMODINIT_FUNC PyInit__dlock(void)
     threading_Event = PyObject_GetAttrString(threading, "Event");
     Py_DECREF(threading);
     if (!threading_Event)
+        goto fail;
+    PyObject *sigmod = PyImport_ImportModule("signal");
+    if (!sigmod)
+        goto fail;
+    signal_set_wakeup_fd = PyObject_GetAttrString(sigmod, "set_wakeup_fd");
+    Py_DECREF(sigmod);
+    if (!signal_set_wakeup_fd)
+        goto fail;
+    wakeup_kwargs = Py_BuildValue("{s:O}", "warn_on_full_buffer", Py_False);
+    if (!wakeup_kwargs)
         goto fail;
     Error = PyErr_NewExceptionWithDoc(
         "dlock.Error",
