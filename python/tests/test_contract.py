@@ -386,6 +386,47 @@ def test_ctrl_c_interrupts_wait(url, client, name):
             pass
 
 
+SIGUSR1_CHILD = r"""
+import signal, sys, threading, time, dlock
+url, name = sys.argv[1], sys.argv[2]
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+c = dlock.Client(url)
+lk = c.lock(name)
+def tell():
+    while lk.state != dlock.State.WAITING:
+        time.sleep(0.005)
+    print("waiting", flush=True)
+threading.Thread(target=tell, daemon=True).start()
+lk.acquire(timeout=120)
+print("acquired %d %s" % (len(got), lk.held), flush=True)
+lk.release()
+c.close()
+"""
+
+
+def test_signal_handler_that_returns_keeps_waiting(url, client, name):
+    """A handler that does not raise runs during the wait; the wait goes on."""
+    holder = client.lock(name)
+    holder.acquire()
+    p = spawn_py(SIGUSR1_CHILD, url, name)
+    try:
+        assert p.stdout.readline().strip() == "waiting", p.stderr.read() if p.poll() else ""
+        p.send_signal(signal.SIGUSR1)
+        # the child runs its handler and waits again; whenever the release
+        # below comes (before or after that), it ends up holding the lock
+        time.sleep(0.3)
+        assert p.poll() is None
+        holder.release()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert out.strip() == "acquired 1 True", (out, err)
+
+
 def test_asyncio_cancel_leaves_nothing(url, client, name):
     holder = client.lock(name)
     holder.acquire()
