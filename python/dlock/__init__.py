@@ -123,6 +123,12 @@ def version() -> str:
     return _dlock.version()
 
 
+def _uncancel(task: Any) -> None:
+    """Take back the cancellation a loss asked for (Python >= 3.11)."""
+    if task is not None and hasattr(task, "uncancel"):
+        task.uncancel()
+
+
 def _timeout_default(timeout: Any) -> Any:
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
         raise ValueError("timeout must be None or a number of seconds >= 0")
@@ -262,16 +268,14 @@ class Lock(_dlock.Lock):
             await self.release_async()
         except Lost as e:
             if cancelled_by_loss and et is asyncio.CancelledError:
-                if task is not None:
-                    task.uncancel()
+                _uncancel(task)
                 raise e from None
             if et is None:
                 raise
             return None
         if cancelled_by_loss and et is asyncio.CancelledError:
             # lost, then the release said nothing (the handle was reset)
-            if task is not None:
-                task.uncancel()
+            _uncancel(task)
             raise Lost("lock %r lost" % self.name)
 
     def __repr__(self) -> str:

@@ -473,24 +473,36 @@ static int acquire_main(dlock_lock *l, int tmo)
         return 1;
     int64_t until = tmo > 0 ? mono_ms() + tmo : 0;
     for (;;) {
-        int old = set_wakeup(relay_wr);
-        if (old == -2)
-            return 1;
-        atomic_store(&relay_forward, old);
         pthread_mutex_lock(&relay_mu);
         relay_current = l;
         relay_seq++;
         relay_fired = 0;
         pthread_mutex_unlock(&relay_mu);
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = dlock_acquire(l, tmo);
-        Py_END_ALLOW_THREADS
+        int old = set_wakeup(relay_wr);
+        int rc = 1;
+        /* A signal before the descriptor was ours has not reached the
+         * relay: its handlers run now, before the wait. */
+        if (old != -2 && PyErr_CheckSignals() == 0) {
+            atomic_store(&relay_forward, old);
+            Py_BEGIN_ALLOW_THREADS
+            rc = dlock_acquire(l, tmo);
+            Py_END_ALLOW_THREADS
+        }
         pthread_mutex_lock(&relay_mu);
         relay_current = NULL;
         int fired = relay_fired;
         pthread_mutex_unlock(&relay_mu);
         atomic_store(&relay_forward, -1);
+        if (old == -2)
+            return 1;
+        if (rc == 1) { /* a handler raised before the wait */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (set_wakeup(old) == -2)
+                PyErr_WriteUnraisable(signal_set_wakeup_fd);
+            PyErr_Restore(et, ev, tb);
+            return 1;
+        }
         if (set_wakeup(old) == -2) /* keep going: the acquisition's outcome matters more */
             PyErr_WriteUnraisable(signal_set_wakeup_fd);
         if (!fired)

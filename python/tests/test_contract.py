@@ -574,3 +574,19 @@ def test_backends_and_docs():
                 dlock.Client.inspect, dlock.Client.list, dlock.Client.break_,
                 dlock.Client.leader, dlock.backends, dlock.State, dlock.Caps, dlock.Info):
         assert obj.__doc__ and obj.__doc__.strip(), obj
+
+
+def test_close_releases_and_detaches(url, name):
+    c = dlock.Client(url)
+    lk = c.lock(name)
+    lk.acquire()
+    c.close()
+    c.close()  # twice is fine
+    assert c.closed
+    with pytest.raises(dlock.Error, match="closed"):
+        lk.acquire(timeout=0)
+    with dlock.Client(url) as c2:
+        with c2.lock(name, timeout=30):  # close() gave it back
+            pass
+    del lk  # freeing a detached handle is fine
+    gc.collect()
