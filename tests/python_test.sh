@@ -32,6 +32,20 @@ if [ ! -e "$build/libdlock_static.a" ]; then
     echo "no $build/libdlock_static.a (set DLOCK_BUILD_DIR): skipped"; exit 77
 fi
 
+# A sanitizer build (scripts/test.sh): ASan runs, its runtime preloaded into
+# Python only; a TSan runtime cannot be loaded into an uninstrumented Python.
+sanitize=$(sed -n 's/^DLOCK_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+case $sanitize in
+"") ;;
+address)
+    asanrt=$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null)
+    if [ ! -e "$asanrt" ]; then
+        echo "ASan build, but no clang ASan runtime to preload: skipped"; exit 77
+    fi ;;
+*) echo "a $sanitize build: the extension cannot be loaded into Python that way: skipped"
+   exit 77 ;;
+esac
+
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     kinds=()
     for k in ${DLOCK_PY_TEST_KINDS-redis zk etcd postgres mariadb memcached}; do
@@ -61,6 +75,11 @@ trap 'rm -rf "$TMP"' EXIT
 cp -r "$src/python" "$TMP/pkg"
 rm -rf "$TMP/pkg/build" "$TMP/pkg"/*.egg-info
 export DLOCK_BUILD_DIR=$build DLOCK_SOURCE_DIR=$src
+if [ "$sanitize" = address ]; then
+    export CC=clang LDSHARED="clang -shared" \
+        CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" \
+        LDFLAGS="-fsanitize=address,undefined -shared-libasan"
+fi
 if "$PY" -m pip --version >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-build-isolation --no-deps --no-index --target "$TMP/site" \
         "$TMP/pkg" >"$TMP/build.log" 2>&1
@@ -87,7 +106,15 @@ labels=file
 export DLOCK_PY_TEST_TARGETS=${DLOCK_PY_TEST_TARGETS:-$labels}
 export DLOCK_CLI=$DLOCK
 cd "$TMP/pkg/tests" || exit 1
-PYTHONPATH="$TMP/site" PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider \
+run=()
+if [ "$sanitize" = address ]; then
+    # Python's own allocations at exit are not ours: no leak report (the
+    # memory test measures leaks); every error still aborts
+    run=(env LD_PRELOAD="$asanrt" DLOCK_PY_ASAN=1
+         ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:abort_on_error=1")
+    echo "# under ASan+UBSan ($asanrt preloaded)"
+fi
+"${run[@]}" env PYTHONPATH="$TMP/site" PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider \
     </dev/null
 rc=$?
 cd / && exit $rc

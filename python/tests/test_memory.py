@@ -41,4 +41,6 @@ def test_100k_cycles_flat(tmp_path):
         tracemalloc.stop()
         py_growth = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
         assert py_growth < 64 * 1024, py_growth
-        assert grown_rss < 2048, "RSS grew by %d kB" % grown_rss
+        # (under ASan freed memory sits in quarantine: RSS says nothing there)
+        if not os.environ.get("DLOCK_PY_ASAN"):
+            assert grown_rss < 2048, "RSS grew by %d kB" % grown_rss
