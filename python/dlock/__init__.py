@@ -93,7 +93,7 @@ class Info(NamedTuple):
     holder: Optional[str]      #: who holds it ("pid 123 on host")
 
     @classmethod
-    def _of(cls, t: tuple) -> "Info":
+    def _of(cls, t: tuple) -> Info:
         held, holders, waiters, token, held_ms, lease_ms, holder = t
         unk = lambda v: None if v is None or v < 0 else v  # noqa: E731
         return cls(None if held < 0 else bool(held), unk(holders), unk(waiters),
@@ -159,6 +159,8 @@ class Lock(_dlock.Lock):
     ``held`` and ``lost`` are for any thread); a Client is shared freely.
     """
 
+    __slots__ = ("_aio",)
+
     @property
     def state(self) -> State:
         """The handle's :class:`State` (IDLE, WAITING, HELD, LOST)."""
@@ -182,7 +184,7 @@ class Lock(_dlock.Lock):
         """True while this handle holds the lock (as ``held``)."""
         return self.held
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         self.acquire()
         return self
 
@@ -246,7 +248,7 @@ class Lock(_dlock.Lock):
         finally:
             loop.remove_reader(fd)
 
-    async def __aenter__(self) -> "Lock":
+    async def __aenter__(self) -> Lock:
         await self.acquire_async()
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -300,6 +302,8 @@ class Client(_dlock.Client):
     A client belongs to the process that opened it: after ``os.fork()`` the
     child gets ``dlock.Error`` from it and must open its own.
     """
+
+    __slots__ = ()
 
     def lock(self, name: str, *, ttl: Optional[float] = None, fair: Optional[bool] = None,
              shared: bool = False, permits: Optional[int] = None,
@@ -362,13 +366,13 @@ class Client(_dlock.Client):
         """What this client offers (its backend's capabilities, narrowed by the URL's mode)."""
         return Caps(self.caps_code)
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, et, ev, tb) -> None:
         self.close()
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         return self
 
     async def __aexit__(self, et, ev, tb) -> None:

@@ -1216,7 +1216,6 @@ static PyMemberDef Lock_members[] = {
      "The loss callback given to client.lock() (None if none)."},
     {"timeout", T_OBJECT, offsetof(LockObject, timeout), READONLY,
      "The timeout `with` uses (None: wait for ever)."},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(LockObject, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1518,15 +1517,15 @@ static PyMethodDef mod_methods[] = {
 
 static PyMethodDef Client_methods[] = {
     {"close", (PyCFunction)Client_close, METH_NOARGS,
-     "close(): release every lock held through this client and close it. Closing a closed "
+     "close($self, /)\n--\n\nRelease every lock held through this client and close it. Closing a closed "
      "client does nothing."},
     {"_inspect", (PyCFunction)Client_inspect, METH_VARARGS, "dlock_inspect: an info tuple."},
     {"_break", (PyCFunction)Client_break, METH_VARARGS, "dlock_break: an info tuple."},
     {"leader", (PyCFunction)Client_leader, METH_VARARGS,
-     "leader(name) -> str | None: the value the current leader of NAME published (None when "
+     "leader($self, name, /)\n--\n\nThe value the current leader of NAME published (None when "
      "there is no leader)."},
     {"list", (PyCFunction)(void (*)(void))Client_list, METH_VARARGS | METH_KEYWORDS,
-     "list(prefix=None) -> list[str]: the lock names the backend knows, starting with prefix."},
+     "list($self, /, prefix=None)\n--\n\nThe lock names the backend knows, starting with prefix."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1542,7 +1541,6 @@ static PyGetSetDef Client_getset[] = {
 static PyMemberDef Client_members[] = {
     {"pid", T_LONG, offsetof(ClientObject, pid), READONLY,
      "The process that opened this client."},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(ClientObject, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1551,6 +1549,7 @@ static PyTypeObject ClientType = {
     .tp_basicsize = sizeof(ClientObject),
     .tp_dealloc = (destructor)Client_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_weaklistoffset = offsetof(ClientObject, weakrefs),
     .tp_doc = "Client(url=None, *, connect_timeout=None, op_timeout=None): a connection to "
               "one backend (the C layer of dlock.Client).",
     .tp_methods = Client_methods,
@@ -1562,20 +1561,20 @@ static PyTypeObject ClientType = {
 
 static PyMethodDef Lock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
-     "acquire(timeout=<the lock's>) -> True: take the lock. timeout None waits for ever, 0 "
+     "acquire($self, /, timeout=...)\n--\n\nTake the lock; returns True. timeout None waits for ever, 0 "
      "tries once (Busy if held elsewhere), seconds wait at most that long (Timeout). "
      "Re-acquiring a held handle counts one more re-entry and keeps the token. Ctrl-C while "
      "waiting cancels the wait at once and leaves nothing held."},
     {"release", (PyCFunction)Lock_release, METH_NOARGS,
-     "release(): count one re-entry down; give the lock back at zero. Raises Lost if the lock "
+     "release($self, /)\n--\n\nCount one re-entry down; give the lock back at zero. Raises Lost if the lock "
      "was lost while held (the handle is then idle), NotHeld if it is not held."},
     {"cancel", (PyCFunction)Lock_cancel, METH_NOARGS,
-     "cancel(): make a waiting acquire() on this handle raise Cancelled (from any thread)."},
+     "cancel($self, /)\n--\n\nMake a waiting acquire() on this handle raise Cancelled (from any thread)."},
     {"fileno", (PyCFunction)Lock_fileno, METH_NOARGS,
-     "fileno() -> int: a descriptor that becomes readable when the held lock is lost (for "
+     "fileno($self, /)\n--\n\nA descriptor that becomes readable when the held lock is lost (for "
      "select, selectors and event loops). Owned by the lock: do not close it."},
     {"resign", (PyCFunction)Lock_resign, METH_NOARGS,
-     "resign(): give leadership up (after Client.campaign())."},
+     "resign($self, /)\n--\n\nGive leadership up (after Client.campaign())."},
     {"_campaign", (PyCFunction)Lock_campaign, METH_VARARGS, "dlock_campaign(value, timeout)."},
     {"_start", (PyCFunction)Lock_start, METH_VARARGS,
      "_start(timeout) -> _Wait: an acquisition on a worker thread (asyncio)."},
@@ -1607,6 +1606,7 @@ static PyTypeObject LockType = {
     .tp_basicsize = sizeof(LockObject),
     .tp_dealloc = (destructor)Lock_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_weaklistoffset = offsetof(LockObject, weakrefs),
     .tp_doc = "Lock(client, name, *, ttl=None, fair=None, shared=False, permits=None, "
               "on_lost=None, timeout=None): one lock handle (the C layer of dlock.Lock).",
     .tp_traverse = (traverseproc)Lock_traverse,
