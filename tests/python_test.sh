@@ -8,7 +8,9 @@
 # memcached", the servers started here, PostgreSQL's and MariaDB's three
 # modes each; a kind whose server or backend is missing here is left out,
 # named). About a minute. Exits 77 (skipped) without Python's headers,
-# setuptools or pytest (scripts/install-deps.sh installs them).
+# setuptools or pytest (scripts/install-deps.sh installs them). Then the
+# package's bench peer (bench/peers/peer_bench.py --peer dlock-py) for a
+# moment.
 # Needs $DLOCK (the built CLI: its directory is the build directory).
 set -u
 DLOCK=${DLOCK:?set DLOCK to the dlock binary}
@@ -117,4 +119,20 @@ fi
 "${run[@]}" env PYTHONPATH="$TMP/site" PYTHONDONTWRITEBYTECODE=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider \
     </dev/null
 rc=$?
-cd / && exit $rc
+cd / || exit 1
+
+# The bench peer of the package (bench/peers/peer_bench.py --peer dlock-py)
+# runs bench's workload for a moment: bench's fields, no violation.
+mkdir -p "$TMP/bench"
+if "${run[@]}" env DLOCK_PY_PATH="$TMP/site" PYTHONDONTWRITEBYTECODE=1 "$PY" \
+    "$src/bench/peers/peer_bench.py" --peer dlock-py --url "file://$TMP/bench" -P 2 -H 50 \
+    -D 0.5 --warmup 0.2 --json >"$TMP/peer.json" 2>"$TMP/peer.err" &&
+    "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["n"] > 0 and d["violations"] == 0 and d["peer"] == "dlock-py" and d["P"] == 2 else 1)' "$TMP/peer.json"; then
+    echo "ok - bench peer dlock-py: bench's JSON, n > 0, no violations"
+else
+    echo "not ok - bench peer dlock-py: $(tail -3 "$TMP/peer.err") $(head -c 300 "$TMP/peer.json")"
+    rc=1
+fi
+exit $rc
