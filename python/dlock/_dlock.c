@@ -273,13 +273,11 @@ static void atfork_child(void)
     pthread_cond_init(&pool_cv, NULL);
     pool_head = pool_tail = NULL;
     pool_idle = pool_pending = 0;
-    /* nor is the relay: a new pipe, so that the child's signals never
-     * cancel the parent's acquisition */
+    /* nor is the relay: the child makes its own pipe when it needs one.
+     * The inherited ends stay open (the child's Python may still have the
+     * write end as its wakeup descriptor if another thread forked during
+     * a wait: a closed, then reused, number would take its bytes). */
     pthread_mutex_init(&relay_mu, NULL);
-    if (relay_rd >= 0)
-        close(relay_rd);
-    if (relay_wr >= 0)
-        close(relay_wr);
     relay_rd = relay_wr = -1;
     relay_started = 0;
     relay_current = NULL;
