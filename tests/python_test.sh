@@ -4,10 +4,10 @@
 # (pip --no-build-isolation --target, offline, no root; setup.py build_ext
 # when pip is missing), then python/tests/ run by pytest against the real
 # servers of tests/servers.sh: one pytest parameter per backend URL (file
-# always; DLOCK_PY_TEST_KINDS, default "redis zk etcd postgres mariadb
-# memcached", the servers started here, PostgreSQL's and MariaDB's three
-# modes each; a kind whose server or backend is missing here is left out,
-# named). About a minute. Exits 77 (skipped) without Python's headers,
+# always; DLOCK_PY_TEST_KINDS, default "redis redlock cluster sentinel zk
+# etcd postgres mariadb memcached", the servers started here, PostgreSQL's
+# and MariaDB's three modes each; a kind whose server or backend is missing
+# here is left out, named). About a minute and a half. Exits 77 (skipped) without Python's headers,
 # setuptools or pytest (scripts/install-deps.sh installs them). Then the
 # package's bench peer (bench/peers/peer_bench.py --peer dlock-py) for a
 # moment.
@@ -50,9 +50,11 @@ esac
 
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     kinds=()
-    for k in ${DLOCK_PY_TEST_KINDS-redis zk etcd postgres mariadb memcached}; do
+    for k in ${DLOCK_PY_TEST_KINDS-redis redlock cluster sentinel zk etcd postgres mariadb memcached}; do
         case $k in
-        redis) command -v redis-server >/dev/null && be=redis ;;
+        redis | cluster) command -v redis-server >/dev/null && be=redis ;;
+        redlock) command -v redis-server >/dev/null && be=redlock ;;
+        sentinel) command -v redis-sentinel >/dev/null && be=redis ;;
         zk) [ -e /usr/share/java/zookeeper.jar ] && command -v java >/dev/null && be=zk ;;
         etcd) command -v etcd >/dev/null && be=etcd ;;
         postgres) [ -x /usr/lib/postgresql/15/bin/postgres ] && be=postgres ;;
@@ -100,6 +102,9 @@ echo "ok - the package built against $build/libdlock_static.a"
 # The labels of the URLs servers.sh exported (and file).
 labels=file
 [ -n "${DLOCK_TEST_REDIS:-}" ] && labels+=" redis"
+[ -n "${DLOCK_TEST_REDLOCK:-}" ] && labels+=" redlock"
+[ -n "${DLOCK_TEST_CLUSTER:-}" ] && labels+=" cluster"
+[ -n "${DLOCK_TEST_SENTINEL:-}" ] && labels+=" sentinel"
 [ -n "${DLOCK_TEST_ZK:-}" ] && labels+=" zk"
 [ -n "${DLOCK_TEST_ETCD:-}" ] && labels+=" etcd"
 [ -n "${DLOCK_TEST_POSTGRES:-}" ] && labels+=" postgres postgres-lease postgres-row"
