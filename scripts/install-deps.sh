@@ -25,6 +25,8 @@ packages=(
   memcached                               # the memcached backend's test servers (its client is ours)
   valgrind                                # memcheck run of the suite
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
+  python3-dev python3-setuptools python3-pip python3-venv  # the Python package (python/), built offline
+  python3-pytest                          # its tests (tests/python_test.sh)
   man-db                                  # render the man page in tests
 )
 

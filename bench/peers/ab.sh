@@ -6,10 +6,12 @@
 # bench/matrix.sh's uncontended and contended8; one line per run and
 # client with the three figures bench/peers/table.py compares.
 #
-#   tests/servers.sh run KIND -- bench/peers/ab.sh URLVAR PEER 'LABEL=CMD;LABEL=CMD...' [REPS]
+#   tests/servers.sh run KIND -- bench/peers/ab.sh URLVAR PEER[,PEER...] 'LABEL=CMD;LABEL=CMD...' [REPS]
 #
 # URLVAR: the variable tests/servers.sh exports (DLOCK_TEST_POSTGRES...);
-# PEER: a peer of bench/peers/peer_bench.py (psycopg2, pymysql...); each
+# PEER: peers of bench/peers/peer_bench.py (psycopg2, pymysql, tooz,
+# dlock-py: the Python package, DLOCK_PY_PATH=its pip --target dir...),
+# each line labelled with its peer's name; CMDS may be '' (peers only); each
 # CMD runs as `CMD --url URL bench ...` (a dlock binary, or `env VAR=V
 # path/dlock`). -D seconds per run from $D (default 3). Example, a durable
 # MariaDB, the installed dlock against this tree's:
@@ -19,11 +21,11 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 if [ $# -lt 3 ]; then
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 64
 fi
 url=${!1:-}
-peer=$2
+IFS=, read -ra peers <<<"$2"
 reps=${4:-2}
 D=${D:-3}
 [ -n "$url" ] || { echo "ab.sh: \$$1 is empty (run it inside tests/servers.sh run)" >&2; exit 64; }
@@ -51,7 +53,9 @@ print("%-10s P=%s cycle_p50_us=%8s ops_per_s=%8s handover_p50_us=%8s violations=
 IFS=';' read -ra clients <<<"$3"
 for _ in $(seq "$reps"); do
     for P in 1 8; do
-        one peer "$P" "$py" "$here/peer_bench.py" --peer "$peer" --url "$url"
+        for peer in "${peers[@]}"; do
+            one "$peer" "$P" "$py" "$here/peer_bench.py" --peer "$peer" --url "$url"
+        done
         for c in "${clients[@]}"; do
             # shellcheck disable=SC2086
             one "${c%%=*}" "$P" ${c#*=} --url "$url" bench -K 1

@@ -83,6 +83,13 @@ PEERS = {
                     owner_check=True, fair=True, needs="etcd-client", runs=True),
     "dlock-run": dict(backend="etcd", client="dlock run NAME -- true", token=True,
                       owner_check=True, fair=True, needs="a dlock binary ($DLOCK)", runs=True),
+    # dlock's own Python package (python/, issue 29) on any dlock URL:
+    # Client(url).lock(name), acquire() from the main thread as a user
+    # calls it (the wait on a worker thread, Ctrl-C-able); fairness is the
+    # backend's default
+    "dlock-py": dict(backend="*", client="dlock Python package (import dlock)", token=True,
+                     owner_check=True, fair=None,
+                     needs="the dlock package (pip install ./python, or DLOCK_PY_PATH=DIR)"),
 }
 # tooz's drivers differ in what they give; per backend.
 TOOZ = {
@@ -106,7 +113,18 @@ def peers_for(backend):
     out = [p for p, d in PEERS.items() if d["backend"] == backend]
     if backend in TOOZ:
         out.append("tooz")
+    if backend:
+        out.append("dlock-py")
     return out
+
+
+def import_dlock():
+    """The dlock package: DLOCK_PY_PATH (a pip --target directory) first."""
+    extra = os.environ.get("DLOCK_PY_PATH")
+    if extra and extra not in sys.path:
+        sys.path.insert(0, extra)
+    import dlock
+    return dlock
 
 
 def die(code, msg):
@@ -223,6 +241,16 @@ def make_peer(peer, url, name, poll_s):
         p = Peer()
         p.acquire, p.release, p.close = acq, rel, mc.close
         return p
+    if peer == "dlock-py":
+        dlock = import_dlock()
+        client = dlock.Client(url)
+        lk = client.lock(name)
+
+        def acq():
+            lk.acquire()
+        p = Peer()
+        p.acquire, p.release, p.close = acq, lk.release, client.close
+        return p
     if peer == "tooz":
         from tooz import coordination
         member = ("w%d" % os.getpid()).encode()
@@ -296,6 +324,12 @@ def available(peer):
                "pymysql": "pymysql", "pymemcache": "pymemcache", "tooz": "tooz"}[peer]
         try:
             __import__(mod)
+        except ImportError:
+            return PEERS[peer]["needs"]
+        return None
+    if peer == "dlock-py":
+        try:
+            import_dlock()
         except ImportError:
             return PEERS[peer]["needs"]
         return None
@@ -537,6 +571,9 @@ def client_version(peer):
                 return "tooz " + version("tooz")
             mod = __import__({"redis-py": "redis"}.get(peer, peer))
             return "%s %s" % (peer, getattr(mod, "__version__", "?").split()[0])
+        if peer == "dlock-py":
+            dlock = import_dlock()
+            return "dlock-py %s (libdlock %s)" % (dlock.__version__, dlock.version())
         if peer in ("curator", "curator-threads"):
             jars = sorted(glob.glob(JAVA + "curator-recipes-[0-9]*.jar"))
             return "curator " + os.path.basename(jars[-1])[16:-4] if jars else None
