@@ -226,7 +226,26 @@ srv_wait_zk() {
     sleep 0.1
   done
   echo "servers.sh: zookeeper on port $1 did not start" >&2
+  srv_diag_port "$1"
   return 1
+}
+
+# srv_diag_port PORT: what the process of the server on PORT is doing (a
+# JVM once wrote nothing for 50 s while others started beside it: seen once
+# in CI, not understood), and the machine's load.
+srv_diag_port() {
+  local f pid
+  echo "servers.sh: load: $(cat /proc/loadavg)" >&2
+  for f in "$srv_dir"/*.port; do
+    [ "$(cat "$f" 2>/dev/null)" = "$1" ] || continue
+    pid=$(cat "${f%.port}.pid" 2>/dev/null) || continue
+    echo "servers.sh: ${f##*/}: pid $pid, log $(wc -c <"${f%.port}/log" 2>/dev/null) bytes" >&2
+    ps -o pid,stat,etime,time,wchan:24,nlwp -p "$pid" >&2 2>/dev/null ||
+      echo "servers.sh: pid $pid is gone" >&2
+    grep -E '^(State|Threads|SigPnd|ShdPnd|SigBlk|voluntary|nonvoluntary)' \
+      "/proc/$pid/status" 2>/dev/null | tr '\n' ' ' >&2
+    echo >&2
+  done
 }
 
 # srv_zk NAME CLIENTPORT [server.N lines...]: start one ZooKeeper JVM
