@@ -21,24 +21,18 @@
 #include "support/support.h"
 #include "ec_json.h"
 
+/* libcurl's functions we call, one list: the table's fields and the names
+ * lc_load looks up (curl_ + name). */
+#define EC_CURL_FUNCS(X)                                                                     \
+    X(global_init) X(easy_init) X(easy_cleanup) X(easy_reset) X(easy_setopt)                 \
+    X(easy_getinfo) X(easy_strerror) X(multi_init) X(multi_cleanup) X(multi_add_handle)      \
+    X(multi_remove_handle) X(multi_perform) X(multi_info_read) X(multi_poll)                 \
+    X(multi_wakeup) X(slist_append) X(slist_free_all)
+
 typedef struct ec_curl_api {
-    CURLcode (*global_init)(long);
-    CURL *(*easy_init)(void);
-    void (*easy_cleanup)(CURL *);
-    void (*easy_reset)(CURL *);
-    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
-    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
-    const char *(*easy_strerror)(CURLcode);
-    CURLM *(*multi_init)(void);
-    CURLMcode (*multi_cleanup)(CURLM *);
-    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
-    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
-    CURLMcode (*multi_perform)(CURLM *, int *);
-    CURLMsg *(*multi_info_read)(CURLM *, int *);
-    CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned, int, int *);
-    CURLMcode (*multi_wakeup)(CURLM *);
-    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
-    void (*slist_free_all)(struct curl_slist *);
+#define EC_CURL_FIELD(f) __typeof__(curl_##f) *f;
+    EC_CURL_FUNCS(EC_CURL_FIELD)
+#undef EC_CURL_FIELD
 } ec_curl_api;
 /* libcurl's functions, once loaded (lc_load) */
 extern ec_curl_api ec_curl;

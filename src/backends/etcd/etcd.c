@@ -87,17 +87,9 @@ static char lc_error[300]; /* why loading failed, "" when it did not */
 static void lc_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"curl_" #f, offsetof(ec_curl_api, m)}
-        SYM(global_init, global_init),     SYM(easy_init, easy_init),
-        SYM(easy_cleanup, easy_cleanup),   SYM(easy_reset, easy_reset),
-        SYM(easy_setopt, easy_setopt),     SYM(easy_getinfo, easy_getinfo),
-        SYM(easy_strerror, easy_strerror), SYM(multi_init, multi_init),
-        SYM(multi_cleanup, multi_cleanup), SYM(multi_add_handle, multi_add_handle),
-        SYM(multi_remove_handle, multi_remove_handle),
-        SYM(multi_perform, multi_perform), SYM(multi_info_read, multi_info_read),
-        SYM(multi_poll, multi_poll),       SYM(multi_wakeup, multi_wakeup),
-        SYM(slist_append, slist_append),   SYM(slist_free_all, slist_free_all),
-#undef SYM
+#define EC_CURL_SYM(f) {"curl_" #f, offsetof(ec_curl_api, f)},
+        EC_CURL_FUNCS(EC_CURL_SYM)
+#undef EC_CURL_SYM
     };
     if (dl_load_library(EC_LIBCURL, "libcurl4", syms, sizeof syms / sizeof syms[0], &ec_curl,
                         lc_error, sizeof lc_error) != 0)

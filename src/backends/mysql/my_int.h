@@ -17,44 +17,30 @@
 #include "internal.h"
 #include "support/support.h"
 
+/* The client library's functions we call, one list: (the name after
+ * mysql_, the table's field). */
+#define MY_CLIENT_FUNCS(X)                                                                   \
+    X(server_init, server_init) X(init, init) X(options, options) X(optionsv, optionsv)      \
+    X(real_connect_start, connect_start) X(real_connect_cont, connect_cont)                  \
+    X(close_start, close_start) X(close_cont, close_cont) X(get_socket, get_socket)          \
+    X(get_timeout_value_ms, timeout_ms) X(errno, err_no) X(error, error)                     \
+    X(thread_id, thread_id) X(get_server_info, server_info)                                  \
+    X(autocommit_start, autocommit_start) X(autocommit_cont, autocommit_cont)                \
+    X(commit_start, commit_start) X(commit_cont, commit_cont)                                \
+    X(rollback_start, rollback_start) X(rollback_cont, rollback_cont)                        \
+    X(stmt_init, stmt_init) X(stmt_prepare_start, prepare_start)                             \
+    X(stmt_prepare_cont, prepare_cont) X(stmt_bind_param, bind_param)                        \
+    X(stmt_execute_start, execute_start) X(stmt_execute_cont, execute_cont)                  \
+    X(stmt_store_result_start, store_start) X(stmt_store_result_cont, store_cont)            \
+    X(stmt_field_count, field_count) X(stmt_bind_result, bind_result) X(stmt_fetch, fetch)   \
+    X(stmt_free_result, free_result) X(stmt_close, stmt_close)                               \
+    X(stmt_affected_rows, affected_rows) X(stmt_insert_id, insert_id)                        \
+    X(stmt_errno, stmt_errno) X(stmt_error, stmt_error)
+
 typedef struct my_api {
-    __typeof__(mysql_server_init) *server_init;
-    __typeof__(mysql_init) *init;
-    __typeof__(mysql_options) *options;
-    __typeof__(mysql_optionsv) *optionsv;
-    __typeof__(mysql_real_connect_start) *connect_start;
-    __typeof__(mysql_real_connect_cont) *connect_cont;
-    __typeof__(mysql_close_start) *close_start;
-    __typeof__(mysql_close_cont) *close_cont;
-    __typeof__(mysql_get_socket) *get_socket;
-    __typeof__(mysql_get_timeout_value_ms) *timeout_ms;
-    __typeof__(mysql_errno) *err_no;
-    __typeof__(mysql_error) *error;
-    __typeof__(mysql_thread_id) *thread_id;
-    __typeof__(mysql_get_server_info) *server_info;
-    __typeof__(mysql_autocommit_start) *autocommit_start;
-    __typeof__(mysql_autocommit_cont) *autocommit_cont;
-    __typeof__(mysql_commit_start) *commit_start;
-    __typeof__(mysql_commit_cont) *commit_cont;
-    __typeof__(mysql_rollback_start) *rollback_start;
-    __typeof__(mysql_rollback_cont) *rollback_cont;
-    __typeof__(mysql_stmt_init) *stmt_init;
-    __typeof__(mysql_stmt_prepare_start) *prepare_start;
-    __typeof__(mysql_stmt_prepare_cont) *prepare_cont;
-    __typeof__(mysql_stmt_bind_param) *bind_param;
-    __typeof__(mysql_stmt_execute_start) *execute_start;
-    __typeof__(mysql_stmt_execute_cont) *execute_cont;
-    __typeof__(mysql_stmt_store_result_start) *store_start;
-    __typeof__(mysql_stmt_store_result_cont) *store_cont;
-    __typeof__(mysql_stmt_field_count) *field_count;
-    __typeof__(mysql_stmt_bind_result) *bind_result;
-    __typeof__(mysql_stmt_fetch) *fetch;
-    __typeof__(mysql_stmt_free_result) *free_result;
-    __typeof__(mysql_stmt_close) *stmt_close;
-    __typeof__(mysql_stmt_affected_rows) *affected_rows;
-    __typeof__(mysql_stmt_insert_id) *insert_id;
-    __typeof__(mysql_stmt_errno) *stmt_errno;
-    __typeof__(mysql_stmt_error) *stmt_error;
+#define MY_API_FIELD(f, m) __typeof__(mysql_##f) *m;
+    MY_CLIENT_FUNCS(MY_API_FIELD)
+#undef MY_API_FIELD
 } my_api;
 /* The client library's functions, once loaded (my_load) */
 extern my_api my_lib;

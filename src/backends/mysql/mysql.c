@@ -99,26 +99,9 @@ static pthread_once_t my_once = PTHREAD_ONCE_INIT;
 static void my_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"mysql_" #f, offsetof(my_api, m)}
-        SYM(server_init, server_init), SYM(init, init), SYM(options, options),
-        SYM(optionsv, optionsv), SYM(real_connect_start, connect_start),
-        SYM(real_connect_cont, connect_cont), SYM(close_start, close_start),
-        SYM(close_cont, close_cont), SYM(get_socket, get_socket),
-        SYM(get_timeout_value_ms, timeout_ms), SYM(errno, err_no), SYM(error, error),
-        SYM(thread_id, thread_id), SYM(get_server_info, server_info),
-        SYM(autocommit_start, autocommit_start), SYM(autocommit_cont, autocommit_cont),
-        SYM(commit_start, commit_start), SYM(commit_cont, commit_cont),
-        SYM(rollback_start, rollback_start), SYM(rollback_cont, rollback_cont),
-        SYM(stmt_init, stmt_init), SYM(stmt_prepare_start, prepare_start),
-        SYM(stmt_prepare_cont, prepare_cont), SYM(stmt_bind_param, bind_param),
-        SYM(stmt_execute_start, execute_start), SYM(stmt_execute_cont, execute_cont),
-        SYM(stmt_store_result_start, store_start), SYM(stmt_store_result_cont, store_cont),
-        SYM(stmt_field_count, field_count), SYM(stmt_bind_result, bind_result),
-        SYM(stmt_fetch, fetch), SYM(stmt_free_result, free_result),
-        SYM(stmt_close, stmt_close), SYM(stmt_affected_rows, affected_rows),
-        SYM(stmt_insert_id, insert_id), SYM(stmt_errno, stmt_errno),
-        SYM(stmt_error, stmt_error),
-#undef SYM
+#define MY_API_SYM(f, m) {"mysql_" #f, offsetof(my_api, m)},
+        MY_CLIENT_FUNCS(MY_API_SYM)
+#undef MY_API_SYM
     };
     if (dl_load_library(MY_LIB, "libmariadb3", syms, sizeof syms / sizeof syms[0], &my_lib,
                         my_error, sizeof my_error) == 0 &&

@@ -16,37 +16,20 @@
 #include "internal.h"
 #include "support/support.h"
 
+/* libpq's functions we call, one list: the table's fields and the names
+ * pq_load looks up (PQ + name). */
+#define PG_LIBPQ_FUNCS(X)                                                                    \
+    X(connectStartParams) X(connectPoll) X(status) X(socket) X(finish) X(errorMessage)       \
+    X(setnonblocking) X(setNoticeProcessor) X(serverVersion) X(backendPID)                   \
+    X(sendQueryParams) X(flush) X(consumeInput) X(isBusy) X(getResult) X(resultStatus)       \
+    X(resultErrorField) X(resultErrorMessage) X(ntuples) X(getvalue) X(getisnull) X(clear)   \
+    X(conninfoParse) X(conninfoFree) X(notifies) X(freemem) X(enterPipelineMode)             \
+    X(pipelineSync) X(sendPrepare) X(sendQueryPrepared)
+
 typedef struct pg_api {
-    __typeof__(PQconnectStartParams) *connectStartParams;
-    __typeof__(PQconnectPoll) *connectPoll;
-    __typeof__(PQstatus) *status;
-    __typeof__(PQsocket) *socket;
-    __typeof__(PQfinish) *finish;
-    __typeof__(PQerrorMessage) *errorMessage;
-    __typeof__(PQsetnonblocking) *setnonblocking;
-    __typeof__(PQsetNoticeProcessor) *setNoticeProcessor;
-    __typeof__(PQserverVersion) *serverVersion;
-    __typeof__(PQbackendPID) *backendPID;
-    __typeof__(PQsendQueryParams) *sendQueryParams;
-    __typeof__(PQflush) *flush;
-    __typeof__(PQconsumeInput) *consumeInput;
-    __typeof__(PQisBusy) *isBusy;
-    __typeof__(PQgetResult) *getResult;
-    __typeof__(PQresultStatus) *resultStatus;
-    __typeof__(PQresultErrorField) *resultErrorField;
-    __typeof__(PQresultErrorMessage) *resultErrorMessage;
-    __typeof__(PQntuples) *ntuples;
-    __typeof__(PQgetvalue) *getvalue;
-    __typeof__(PQgetisnull) *getisnull;
-    __typeof__(PQclear) *clear;
-    __typeof__(PQconninfoParse) *conninfoParse;
-    __typeof__(PQconninfoFree) *conninfoFree;
-    __typeof__(PQnotifies) *notifies;
-    __typeof__(PQfreemem) *freemem;
-    __typeof__(PQenterPipelineMode) *enterPipelineMode;
-    __typeof__(PQpipelineSync) *pipelineSync;
-    __typeof__(PQsendPrepare) *sendPrepare;
-    __typeof__(PQsendQueryPrepared) *sendQueryPrepared;
+#define PG_API_FIELD(f) __typeof__(PQ##f) *f;
+    PG_LIBPQ_FUNCS(PG_API_FIELD)
+#undef PG_API_FIELD
 } pg_api;
 /* libpq's functions, once loaded (pq_load) */
 extern pg_api pg_lib;

@@ -103,21 +103,9 @@ static pthread_once_t pq_once = PTHREAD_ONCE_INIT;
 static void pq_load(void)
 {
     static const dl_sym syms[] = {
-#define SYM(f, m) {"PQ" #f, offsetof(pg_api, m)}
-        SYM(connectStartParams, connectStartParams), SYM(connectPoll, connectPoll),
-        SYM(status, status), SYM(socket, socket), SYM(finish, finish),
-        SYM(errorMessage, errorMessage), SYM(setnonblocking, setnonblocking),
-        SYM(setNoticeProcessor, setNoticeProcessor), SYM(serverVersion, serverVersion),
-        SYM(backendPID, backendPID), SYM(sendQueryParams, sendQueryParams),
-        SYM(flush, flush), SYM(consumeInput, consumeInput), SYM(isBusy, isBusy),
-        SYM(getResult, getResult), SYM(resultStatus, resultStatus),
-        SYM(resultErrorField, resultErrorField), SYM(resultErrorMessage, resultErrorMessage),
-        SYM(ntuples, ntuples), SYM(getvalue, getvalue), SYM(getisnull, getisnull),
-        SYM(clear, clear), SYM(conninfoParse, conninfoParse), SYM(conninfoFree, conninfoFree),
-        SYM(notifies, notifies), SYM(freemem, freemem),
-        SYM(enterPipelineMode, enterPipelineMode), SYM(pipelineSync, pipelineSync),
-        SYM(sendPrepare, sendPrepare), SYM(sendQueryPrepared, sendQueryPrepared),
-#undef SYM
+#define PG_API_SYM(f) {"PQ" #f, offsetof(pg_api, f)},
+        PG_LIBPQ_FUNCS(PG_API_SYM)
+#undef PG_API_SYM
     };
     (void)dl_load_library(PG_LIBPQ, "libpq5", syms, sizeof syms / sizeof syms[0], &pg_lib,
                           pq_error, sizeof pq_error);
