@@ -684,34 +684,31 @@ static PyObject *info_tuple(const dlock_info *in)
         (self)->users--;                                                   \
     } while (0)
 
-static PyObject *Client_inspect(ClientObject *self, PyObject *args)
+/* inspect and break: a name in, what the library knows of it out. */
+static PyObject *client_info_call(ClientObject *self, PyObject *args, const char *format,
+                                  int (*fn)(dlock_client *, const char *, dlock_info *))
 {
     const char *name;
-    if (!PyArg_ParseTuple(args, "s:_inspect", &name) || client_usable(self) < 0)
+    if (!PyArg_ParseTuple(args, format, &name) || client_usable(self) < 0)
         return NULL;
     dlock_info in;
     memset(&in, 0, sizeof in);
     int rc;
     char msg[512] = "";
-    CLIENT_CALL(self, rc, msg, dlock_inspect(c_, name, &in));
+    CLIENT_CALL(self, rc, msg, fn(c_, name, &in));
     if (rc)
         return raise_code(rc, msg);
     return info_tuple(&in);
 }
 
+static PyObject *Client_inspect(ClientObject *self, PyObject *args)
+{
+    return client_info_call(self, args, "s:_inspect", dlock_inspect);
+}
+
 static PyObject *Client_break(ClientObject *self, PyObject *args)
 {
-    const char *name;
-    if (!PyArg_ParseTuple(args, "s:_break", &name) || client_usable(self) < 0)
-        return NULL;
-    dlock_info in;
-    memset(&in, 0, sizeof in);
-    int rc;
-    char msg[512] = "";
-    CLIENT_CALL(self, rc, msg, dlock_break(c_, name, &in));
-    if (rc)
-        return raise_code(rc, msg);
-    return info_tuple(&in);
+    return client_info_call(self, args, "s:_break", dlock_break);
 }
 
 static PyObject *Client_leader(ClientObject *self, PyObject *args)
