@@ -287,6 +287,13 @@ def test_break_from_python(url, client, name):
                 pytest.skip(str(e))
             assert isinstance(info, dlock.Info)
             assert lk.lost.wait(60)
+            # The holder hears of the loss when its session's socket closes;
+            # the server may still be ending that session (MySQL's KILL rolls
+            # back after it answers, seen under load on mode=rowlock): a
+            # second break is "not held" once the server has let go.
+            deadline = time.monotonic() + 30
+            while c2.inspect(name).held and time.monotonic() < deadline:
+                time.sleep(0.05)
             with pytest.raises(dlock.NotHeld):
                 c2.break_(name)
     finally:
