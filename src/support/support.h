@@ -176,4 +176,27 @@ void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
 /* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */
 const char *dl_qkind_parse(const char *s, dl_qpos *out);
 
+/* A queue backend's half of dl_queue_acquire: how it reads its queue and
+ * how it waits on one entry. */
+typedef struct dl_queue_waiter {
+    /* The queue as it stands (the first call may give the read that queued
+     * us): entries start with a dl_qpos, stride bytes apart, ours at *i.
+     * The array lives until the next call. 0, or a DLOCK_E* with the lock's
+     * message set (our own entry gone included). */
+    int (*read)(void *ctx, const void **queue, size_t *stride, int *i);
+    /* Wait until entry b of the last read (DL_Q_ANY: any entry) may have
+     * gone; *in when the backend knows that this lets us in (no read
+     * needed). 0; DLOCK_ECANCELED or DLOCK_ETIMEDOUT (the loop says so); or
+     * another DLOCK_E* with the lock's message set. */
+    int (*wait)(void *ctx, int b, bool *in);
+    void *ctx;
+} dl_queue_waiter;
+
+/* Wait in l's queue until its entry holds, by the queue rule: 0 (held), or
+ * a DLOCK_E* with l's message set — DLOCK_EBUSY when deadline_ns is 0 (try
+ * once) and it does not hold, DLOCK_ECONFLICT for a kind the name refuses.
+ * *waited is set once it waits. */
+int dl_queue_acquire(dlock_lock *l, int64_t deadline_ns, const dl_queue_waiter *w,
+                     bool *waited);
+
 #endif

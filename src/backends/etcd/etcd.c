@@ -1573,6 +1573,86 @@ static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int64_t *s
     return !last;
 }
 
+/* A waiter's state in its queue (dl_queue_acquire's ctx). */
+typedef struct ec_waiting {
+    dlock_lock *l;
+    int64_t deadline;
+    int cancel_fd;
+    int64_t *retry_step_ns; /* retry_transient's, shared with the queueing */
+    ec_entry *q;            /* the queue up to our key, ascending; ours last */
+    int n;
+    int64_t rev;    /* the revision q was read at */
+    int64_t ev_rev; /* the revision of the last wait's event */
+    bool fresh;     /* q is the read that queued us */
+} ec_waiting;
+
+static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
+{
+    ec_waiting *z = arg;
+    dlock_lock *l = z->l;
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    if (!z->fresh) {
+        char err[400];
+        int rc;
+        free(z->q);
+        z->q = NULL;
+        do
+            rc = read_queue(ec, el, z->ev_rev, req_until(l), &z->q, &z->n, &z->rev, err,
+                            sizeof err);
+        while (rc && retry_transient(&rc, z->deadline, z->cancel_fd, z->retry_step_ns));
+        if (rc)
+            return dl_lock_err(l, acquire_rc(rc, z->deadline),
+                               "lock \"%s\": reading its queue: %s (%s)", l->name, err,
+                               ec->redacted);
+    }
+    z->fresh = false;
+    int me = z->n - 1;
+    if (me < 0 || strcmp(z->q[me].key, el->key) != 0)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": its key vanished while it waited (the lease "
+                           "expired or was revoked, or dlock break) (%s)",
+                           l->name, ec->redacted);
+    *queue = z->q;
+    *stride = sizeof *z->q;
+    *i = me;
+    return 0;
+}
+
+/* Watch the one key whose going can let us in (any key of the name for the
+ * first semaphore waiter; the predecessor's touch too for later ones), and
+ * our own. */
+static int ec_wait_on(void *arg, int b, bool *in)
+{
+    ec_waiting *z = arg;
+    dlock_lock *l = z->l;
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    const ec_entry *q = z->q;
+    int i = z->n - 1;
+    bool any = b == DL_Q_ANY, puts = !any && q[i].pos.kind == 's';
+    bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
+    wait_watch w;
+    char err[400];
+    int rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, z->rev,
+                         z->deadline, l->op_deadline_ns, z->cancel_fd, &w, err, sizeof err);
+    if (rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+        return rc;
+    if (rc)
+        return dl_lock_err(l, rc, "lock \"%s\": watching its queue: %s (%s)", l->name, err,
+                           ec->redacted);
+    /* An exclusive waiter whose exclusive predecessor was first (the last
+     * read found nothing before it, or it wrote its key once it held: see
+     * the touch in etcd_acquire), and which saw only that key's deletion,
+     * is first: keys before it only ever go, and its own key's deletion
+     * would have come in the same stream first (a stream sends events in
+     * revision order), or been found when the watches began
+     * (changed_since). No read on the hand-over's path. */
+    *in = chain && (el->pred_first || w.pred_held) && w.pred_gone && !w.other;
+    z->ev_rev = w.ev_rev;
+    return 0;
+}
+
 static int etcd_acquire(dlock_lock *l, int64_t deadline)
 {
     ecclient *ec = ec_of(l->c);
@@ -1630,69 +1710,17 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         return dl_lock_err(l, acquire_rc(rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
                            stage, err, ec->redacted);
     }
-    int result = 0;
-    for (;;) {
-        /* q: the queue up to our key, ascending; ours is the last entry. */
-        int i = n - 1;
-        if (i < 0 || strcmp(q[i].key, el->key) != 0) {
-            result = dl_lock_err(l, DLOCK_EUNREACHABLE,
-                                 "lock \"%s\": its key vanished while it waited (the lease "
-                                 "expired or was revoked, or dlock break) (%s)",
-                                 l->name, ec->redacted);
-            break;
-        }
-        int other = dl_queue_conflict(q, sizeof *q, i);
-        if (other >= 0) {
-            result = dl_conflict_err(l, q[other].pos.kind, q[other].pos.permits);
-            break;
-        }
-        int b = dl_queue_blocker(q, sizeof *q, i);
-        if (b == DL_Q_HOLDS)
-            break;
-        if (deadline == 0) {
-            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-            break;
-        }
-        waited = true;
-        /* Watch the one key whose going can let us in (any key of the name
-         * for the first semaphore waiter; the predecessor's touch too for
-         * later ones), and our own. */
-        bool any = b == DL_Q_ANY, puts = !any && q[i].pos.kind == 's';
-        bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
-        wait_watch w;
-        rc = wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, rev, deadline,
-                         l->op_deadline_ns, cancel_fd, &w, err, sizeof err);
-        if (rc) {
-            result = rc == DLOCK_ECANCELED
-                         ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
-                     : rc == DLOCK_ETIMEDOUT
-                         ? dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name)
-                         : dl_lock_err(l, rc, "lock \"%s\": watching its queue: %s (%s)", l->name,
-                                       err, ec->redacted);
-            break;
-        }
-        /* An exclusive waiter whose exclusive predecessor was first (the
-         * last read found nothing before it, or it wrote its key once it
-         * held: see the touch below), and which saw only that key's
-         * deletion, is first: keys before it only ever go, and its own
-         * key's deletion would have come in the same stream first (a
-         * stream sends events in revision order), or been found when the
-         * watches began (changed_since). No read on the hand-over's path. */
-        if (chain && (el->pred_first || w.pred_held) && w.pred_gone && !w.other)
-            break;
-        free(q);
-        q = NULL;
-        do
-            rc = read_queue(ec, el, w.ev_rev, req_until(l), &q, &n, &rev, err, sizeof err);
-        while (rc && retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
-        if (rc) {
-            result = dl_lock_err(l, acquire_rc(rc, deadline),
-                                 "lock \"%s\": reading its queue: %s (%s)", l->name, err,
-                                 ec->redacted);
-            break;
-        }
-    }
-    free(q);
+    ec_waiting z = {.l = l,
+                    .deadline = deadline,
+                    .cancel_fd = cancel_fd,
+                    .retry_step_ns = &retry_step_ns,
+                    .q = q,
+                    .n = n,
+                    .rev = rev,
+                    .fresh = true};
+    dl_queue_waiter qw = {.read = ec_wait_read, .wait = ec_wait_on, .ctx = &z};
+    int result = dl_queue_acquire(l, deadline, &qw, &waited);
+    free(z.q);
     if (result == 0) {
         pthread_mutex_lock(&ec->mu);
         bool gone = ec->gen != el->gen || ec->lease_gone;

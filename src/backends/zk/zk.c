@@ -1545,6 +1545,117 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
     return rc;
 }
 
+/* A waiter's state in its queue (dl_queue_acquire's ctx). */
+typedef struct zk_waiting {
+    zk_op *op;
+    dlock_lock *l;
+    const char *mine; /* our node's name */
+    int64_t deadline;
+    int cancel_fd;
+    int nlost;     /* replies lost after the create (acq_retry) */
+    zk_call *kids; /* a read of the queue under way (NULL: send one) */
+    zk_call *snap; /* the last queue read (q's names point into it) */
+    zk_node *q;
+    int n, i; /* q's length, our place in it */
+} zk_waiting;
+
+static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
+{
+    zk_waiting *z = arg;
+    dlock_lock *l = z->l;
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    for (;;) {
+        if (!z->kids)
+            z->kids = zk_send(z->op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+        int rc = zk_result(z->op, z->kids, req_until(l));
+        if (rc == ZOK)
+            break;
+        if (!acq_retry(z->op, z->deadline, rc, &z->nlost)) {
+            (void)session_ended(zc, rc); /* then *again: queue in a new one */
+            return acq_fail(l, z->deadline, rc, "reading its queue");
+        }
+        zk_call_drop(z->kids);
+        z->kids = NULL;
+    }
+    free(z->q);
+    z->q = NULL;
+    zk_call_drop(z->snap);
+    z->snap = z->kids;
+    z->kids = NULL;
+    z->n = zk_queue_of(z->snap->kids, z->snap->nkids, &z->q);
+    if (z->n < 0)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    z->i = 0;
+    while (z->i < z->n && strcmp(z->q[z->i].name, z->mine) != 0)
+        z->i++;
+    if (z->i == z->n)
+        return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                           "lock \"%s\": its queue node vanished while it waited "
+                           "(the session expired, or dlock break) (%s)",
+                           l->name, zc->redacted);
+    *queue = z->q;
+    *stride = sizeof *z->q;
+    *i = z->i;
+    return 0;
+}
+
+/* Watch the one node whose going can let us in (b; WATCH_CHILDREN: the
+ * children) and wait. */
+static int zk_wait_on(void *arg, int b, bool *in)
+{
+    zk_waiting *z = arg;
+    dlock_lock *l = z->l;
+    zkclient *zc = zc_of(l->c);
+    zklock *zl = l->bstate;
+    char watched[ZK_PATH_MAX];
+    if (b >= 0 && !zk_pjoin(watched, sizeof watched, zl->parent, z->q[b].name))
+        b = WATCH_CHILDREN; /* (names of ours always fit) */
+    zk_call *w = zk_watch(z->op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
+                          b == WATCH_CHILDREN ? zl->parent : watched);
+    int rc = zk_result(z->op, w, req_until(l));
+    if (rc == ZOK && b == WATCH_CHILDREN) {
+        /* The reply is the queue as the watch began: it may let us in. */
+        zk_node *q2 = NULL;
+        int n2 = zk_queue_of(w->kids, w->nkids, &q2);
+        int j = 0;
+        while (j < n2 && strcmp(q2[j].name, z->mine) != 0)
+            j++;
+        *in = n2 > 0 && j < n2 && zk_blocker(q2, j) == HOLDS;
+        free(q2);
+    }
+    if (rc == ZOK && !*in) {
+        rc = wait_pred(z->op, l, w, &z->snap, &z->q, &z->n, &z->i, &b, z->deadline, z->cancel_fd);
+        if (rc) {
+            zk_call_drop(w);
+            return rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT
+                       ? rc
+                       : dl_lock_err(l, rc, "lock \"%s\": waiting in its queue: %s", l->name,
+                                     dlock_strerror(rc));
+        }
+        rc = w->event == ZOO_DELETED_EVENT ? ZNONODE
+             : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
+                                              : ZOK;
+    } else if (rc != ZOK && rc != ZNONODE && !acq_retry(z->op, z->deadline, rc, &z->nlost)) {
+        zk_call_drop(w);
+        (void)session_ended(zc, rc);
+        return acq_fail(l, z->deadline, rc, "watching its queue");
+    }
+    zk_call_drop(w);
+    if (*in || b == WATCH_CHILDREN || rc != ZNONODE)
+        return 0; /* read the queue again (unless in; after a lost reply, connected again) */
+    /* The node we waited for is gone. Nodes only ever leave the part of
+     * the queue before ours (later ones get higher sequence numbers): if
+     * what is left of the last read lets us in, it holds now — no need to
+     * read the queue again. If not, what is left may be long gone too: one
+     * read of the queue rather than a watch on each. */
+    memmove(&z->q[b], &z->q[b + 1], sizeof *z->q * (size_t)(z->n - b - 1));
+    z->n--;
+    z->i--;
+    *in = zk_blocker(z->q, z->i) == HOLDS;
+    return 0;
+}
+
 /* One try; *again when the session expired while it waited (its node went
  * with it) and a new session may try again. */
 static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
@@ -1558,7 +1669,6 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     int64_t czxid = 0;
-    int nlost = 0; /* replies lost after the create (acq_retry) */
     bool unknown = false, waited = false;
     zk_call *kids = NULL;
     zl->path[0] = '\0';
@@ -1593,109 +1703,17 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         return acq_fail(l, deadline, rc, "creating its node");
     }
     zl->own = own_arm(l, &op, zl->path);
-    const char *mine = base_name(zl->path);
-    int result = 0;
-    zk_call *snap = NULL; /* the last queue read (q's names point into it) */
-    zk_node *q = NULL;
-    for (;;) {
-        rc = zk_result(&op, kids, req_until(l));
-        if (rc != ZOK && acq_retry(&op, deadline, rc, &nlost)) {
-            zk_call_drop(kids);
-            kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
-            continue;
-        }
-        if (rc != ZOK) {
-            (void)session_ended(zc, rc); /* then *again: queue in a new one */
-            result = acq_fail(l, deadline, rc, "reading its queue");
-            break;
-        }
-        free(q);
-        zk_call_drop(snap);
-        snap = kids;
-        kids = NULL;
-        int n = zk_queue_of(snap->kids, snap->nkids, &q);
-        int i = 0;
-        while (i < n && strcmp(q[i].name, mine) != 0)
-            i++;
-        if (n < 0 || i == n) {
-            result = n < 0 ? dl_lock_err(l, DLOCK_ENOMEM, "out of memory")
-                           : dl_lock_err(l, DLOCK_EUNREACHABLE,
-                                         "lock \"%s\": its queue node vanished while it waited "
-                                         "(the session expired, or dlock break) (%s)",
-                                         l->name, zc->redacted);
-            break;
-        }
-        int other = dl_queue_conflict(q, sizeof *q, i);
-        if (other >= 0) {
-            result = dl_conflict_err(l, q[other].pos.kind, q[other].pos.permits);
-            break;
-        }
-        int b;
-        bool in = false;
-        while ((b = zk_blocker(q, i)) != HOLDS) {
-            if (deadline == 0) {
-                result =
-                    dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
-                break;
-            }
-            /* Watch the one node whose going can let us in. */
-            char watched[ZK_PATH_MAX];
-            if (b >= 0 && !zk_pjoin(watched, sizeof watched, zl->parent, q[b].name))
-                b = WATCH_CHILDREN; /* (names of ours always fit) */
-            waited = true;
-            zk_call *w = zk_watch(&op, b == WATCH_CHILDREN ? CALL_CHILDREN : CALL_STAT,
-                                  b == WATCH_CHILDREN ? zl->parent : watched);
-            rc = zk_result(&op, w, req_until(l));
-            if (rc == ZOK && b == WATCH_CHILDREN) {
-                /* The reply is the queue as the watch began: it may let us in. */
-                zk_node *q2 = NULL;
-                int n2 = zk_queue_of(w->kids, w->nkids, &q2);
-                int j = 0;
-                while (j < n2 && strcmp(q2[j].name, mine) != 0)
-                    j++;
-                in = n2 > 0 && j < n2 && zk_blocker(q2, j) == HOLDS;
-                free(q2);
-            }
-            if (rc == ZOK && !in) {
-                rc = wait_pred(&op, l, w, &snap, &q, &n, &i, &b, deadline, cancel_fd);
-                if (rc) {
-                    zk_call_drop(w);
-                    result = rc == DLOCK_ECANCELED
-                                 ? dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name)
-                                 : dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
-                    break;
-                }
-                rc = w->event == ZOO_DELETED_EVENT ? ZNONODE
-                     : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
-                                                      : ZOK;
-            } else if (rc != ZOK && rc != ZNONODE && !acq_retry(&op, deadline, rc, &nlost)) {
-                zk_call_drop(w);
-                (void)session_ended(zc, rc);
-                result = acq_fail(l, deadline, rc, "watching its queue");
-                break;
-            }
-            zk_call_drop(w);
-            if (in || b == WATCH_CHILDREN || rc != ZNONODE)
-                break; /* read the queue again (unless in; after a lost reply, connected again) */
-            /* The node we waited for is gone. Nodes only ever leave the
-             * part of the queue before ours (later ones get higher
-             * sequence numbers): if what is left of the last read lets us
-             * in, it holds now — no need to read the queue again. If not,
-             * what is left may be long gone too: one read of the queue
-             * rather than a watch on each. */
-            memmove(&q[b], &q[b + 1], sizeof *q * (size_t)(n - b - 1));
-            n--;
-            i--;
-            if (zk_blocker(q, i) != HOLDS)
-                break;
-        }
-        if (result || in || b == HOLDS)
-            break;
-        kids = zk_send(&op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
-    }
-    free(q);
-    zk_call_drop(snap);
-    zk_call_drop(kids);
+    zk_waiting z = {.op = &op,
+                    .l = l,
+                    .mine = base_name(zl->path),
+                    .deadline = deadline,
+                    .cancel_fd = cancel_fd,
+                    .kids = kids};
+    dl_queue_waiter qw = {.read = zk_wait_read, .wait = zk_wait_on, .ctx = &z};
+    int result = dl_queue_acquire(l, deadline, &qw, &waited);
+    free(z.q);
+    zk_call_drop(z.snap);
+    zk_call_drop(z.kids);
     if (result == 0) {
         pthread_mutex_lock(&zc->mu);
         bool lost = !zl->own || zl->own->lost;
