@@ -442,6 +442,7 @@ static void client_free(dlock_client *c)
 {
     free(c->renew_heap.v);
     free(c->watch_heap.v);
+    dl_teller_fini(&c->teller);
     pthread_cond_destroy(&c->renewed_cv);
     pthread_cond_destroy(&c->watch_cv);
     pthread_cond_destroy(&c->renew_cv);
@@ -508,6 +509,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     if (c->opts.op_timeout_ms == 0)
         c->opts.op_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
     pthread_mutex_init(&c->mu, NULL);
+    dl_teller_init(&c->teller);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -835,17 +837,18 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
     return calls;
 }
 
-/* Tell l's loss from the renewal thread (slot 0) or the watchdog (1):
- * outside c->mu, which is held on entry and on return (a loss callback may
- * release), while dlock_lock_free of l waits (see telling). */
-static void tell_loss(dlock_client *c, int slot, dlock_lock *l)
+static void tell_lost(void *arg, int i)
 {
-    c->telling[slot] = l;
-    pthread_mutex_unlock(&c->mu);
-    lost_notify(l);
-    pthread_mutex_lock(&c->mu);
-    c->telling[slot] = NULL; /* (l itself may be freed by now: its callback's) */
-    pthread_cond_broadcast(&c->renewed_cv);
+    lost_notify(((dlock_lock *const *)arg)[i]);
+}
+
+/* Tell the loss of lost[0..n) from the renewal thread or the watchdog:
+ * outside c->mu, which is held on entry and on return (a loss callback may
+ * release), while dlock_lock_free of one of them waits (c->teller). */
+static void tell_loss(dlock_client *c, dlock_lock *const *lost, size_t n)
+{
+    dl_teller_tell(&c->teller, &c->mu, (const void *const *)lost, (int)n, tell_lost,
+                   (void *)lost);
 }
 
 /*
@@ -925,8 +928,7 @@ static void *renew_main(void *arg)
             l->renew_err = NULL;
         }
         pthread_cond_broadcast(&c->renewed_cv);
-        for (size_t i = 0; i < nlost; i++)
-            tell_loss(c, 0, batch[i]);
+        tell_loss(c, batch, nlost);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -963,7 +965,7 @@ static void *watch_main(void *arg)
                             : "the session was not confirmed alive in time: the server may "
                               "expire it now (no reply through the quorum for 2/3 of the "
                               "session timeout, less the clock-drift and wake-up allowances)"))
-            tell_loss(c, 1, due);
+            tell_loss(c, &due, 1);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -1210,9 +1212,7 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
     /* Not while a lease thread tells its loss (it reads the handle and
      * signals its descriptor), unless this is that thread's callback. */
     pthread_mutex_lock(&c->mu);
-    while ((c->telling[0] == lock && !pthread_equal(c->renew_thread, pthread_self())) ||
-           (c->telling[1] == lock && !pthread_equal(c->watch_thread, pthread_self())))
-        pthread_cond_wait(&c->renewed_cv, &c->mu);
+    dl_teller_wait_item(&c->teller, &c->mu, lock);
     pthread_mutex_unlock(&c->mu);
     if (!lock->detached) { /* else dlock_client_close released it already */
         int st = atomic_load(&lock->state);

@@ -10,6 +10,7 @@
 #define DLOCK_INTERNAL_H
 
 #include "dlock.h"
+#include "support/tell.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -207,12 +208,11 @@ struct dlock_client {
     bool renew_started, watch_started;
     bool stopping;
     pthread_cond_t renew_cv, watch_cv;
-    pthread_cond_t renewed_cv; /* a batch ended: its locks' renewing is false;
-                                  a loss told: telling[] changed */
-    /* The lock whose loss the renewal thread [0] and the watchdog [1] are
-     * telling (outside mu: the callback may release): dlock_lock_free of it
-     * waits for the end of that, which may still read the handle. */
-    dlock_lock *telling[2];
+    pthread_cond_t renewed_cv; /* a batch ended: its locks' renewing is false */
+    /* The losses the renewal thread and the watchdog are telling (outside
+     * mu: the callback may release): dlock_lock_free of such a lock waits
+     * for the end of that, which may still read the handle. */
+    dl_teller teller;
     int64_t renew_wake_ns; /* when the renewal thread means to look next */
     int64_t watch_wake_ns; /* when the watchdog means to look next */
     struct dl_heap {

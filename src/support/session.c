@@ -99,7 +99,7 @@ static void *swatch_main(void *arg)
             lost = nl;
             lost[nlost++] = s;
         }
-        dl_teller_tell(&w->teller, &w->mu, nlost, tell_session, lost);
+        dl_teller_tell(&w->teller, &w->mu, (const void *const *)lost, nlost, tell_session, lost);
         free(lost);
     }
     pthread_mutex_unlock(&w->mu);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "support/tell.h"
 
 /* Wait until fd has one of events (0; *revents, when not NULL, gets what
  * poll said of it), until_ns passes (DLOCK_ETIMEDOUT; -1: no bound, 0:
@@ -76,32 +77,7 @@ bool dl_idle_socket_ended(int fd);
  * 3 probes 1 s apart), where the system's default waits two hours. */
 void dl_socket_keepalive(int fd);
 
-/* ---- telling holders of a loss ------------------------------------------ */
-
-/*
- * A backend that finds locks lost under its own mutex tells their holders
- * with the mutex released (a loss callback may release its lock, and that
- * release takes the mutex), and a thread that stops watching a lock waits,
- * mutex held, until no other thread is telling, so that a loss is told
- * before its lock is let go or freed; the telling thread itself (a
- * callback's release) does not wait for itself.
- */
-typedef struct dl_teller {
-    int busy; /* threads telling now (under the owner's mutex) */
-    pthread_cond_t done;
-} dl_teller;
-
-void dl_teller_init(dl_teller *t);
-void dl_teller_fini(dl_teller *t);
-/* mu held on entry and on return, released meanwhile: tell(arg, i) for i
- * in 0..n-1 (each marks a lock lost: dl_mark_lost). */
-void dl_teller_tell(dl_teller *t, pthread_mutex_t *mu, int n, void (*tell)(void *arg, int i),
-                    void *arg);
-/* The same for locks lost[0..n-1], all for one reason. */
-void dl_teller_tell_locks(dl_teller *t, pthread_mutex_t *mu, dlock_lock *const *lost, int n,
-                          const char *why);
-/* mu held: until no thread but this one is telling. */
-void dl_teller_wait(dl_teller *t, pthread_mutex_t *mu);
+/* ---- telling holders of a loss: support/tell.h (the core uses it too) - */
 
 /* ---- sessions that hold locks (PostgreSQL, MySQL) ----------------------- */
 
