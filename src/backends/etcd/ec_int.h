@@ -1,7 +1,8 @@
 /*
  * ec_int.h — the etcd backend's libcurl table, client, connections and
- * requests, for its files (etcd.c, the lock; tools.c, the harness's
- * operations; json.c, what the gateway sends).
+ * requests, for its files (client.c, the transport, the lease and the
+ * queue; etcd.c, the lock operations; json.c, what the gateway sends;
+ * tools.c, the harness's operations).
  */
 #ifndef DLOCK_EC_INT_H
 #define DLOCK_EC_INT_H
@@ -149,5 +150,51 @@ int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns, 
  */
 int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen, bool *make_ckey,
                     char *err, size_t errlen);
+
+/* A lock's backend state. */
+struct eclock {
+    eclock *next_held;
+    dlock_lock *l;
+    bool listed;
+    char dir[300];         /* PREFIX/NAME/ (prefix < 64, name <= 200) */
+    char key[EC_KEY_MAX];  /* our key while queued or holding, "" none */
+    char kind[16];
+    int64_t rev;  /* its create revision */
+    uint64_t gen; /* the lease it is bound to */
+    int64_t since_ms; /* wall clock when it was granted (queued, until then) */
+    bool pred_first;  /* exclusive: the last read found only its predecessor before it */
+    bool lost;
+    /* The client thread's watch on the held key (guarded by ec->mu): */
+    int64_t held_ns;    /* when it joined ec->held */
+    int64_t watch_from; /* the revision the watch starts at (known intact before it) */
+    bool watched;       /* in the current watch stream */
+};
+
+/* ---- client.c, for the lock operations of etcd.c (each described where it
+ * is defined) ---- */
+
+void ec_range_end(const char *p, char *out, size_t len);
+void ec_conn_free(ec_conn *k);
+int ec_authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
+void ec_value_format(const ecclient *ec, int64_t since_ms, const char *leader, char *buf,
+                     size_t len);
+void ec_ckey_of(const ecclient *ec, int64_t lease, char *buf, size_t len);
+int ec_keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
+bool ec_kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
+                      const cJSON *kv);
+void ec_held_drop(ecclient *ec, eclock *el);
+void ec_orphan_add(ecclient *ec, const char *key);
+int ec_delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
+                  int64_t until_ns, int64_t *deleted, char *err, size_t errlen);
+int ec_read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, ec_entry **q,
+                  int *n, int64_t *rev, char *err, size_t errlen);
+int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make_ckey,
+               int64_t until_ns, ec_entry **q, int *n, int64_t *rev, bool *unknown,
+               char *err, size_t errlen);
+bool ec_changed_since(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
+                      int64_t rev, int64_t at_rev, int64_t until_ns);
+int ec_wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
+                   const char *own, int64_t rev, int64_t deadline, int64_t op_deadline_ns,
+                   int cancel_fd, wait_watch *out, char *err, size_t errlen);
 
 #endif

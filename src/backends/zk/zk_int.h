@@ -1,7 +1,8 @@
 /*
  * zk_int.h — the ZooKeeper backend's client, calls and sessions, for its
- * files (zk.c, the lock; tools.c, the harness's operations; nodes.c, node
- * names and data).
+ * files (session.c, the transport: calls, the session, requests; zk.c, the
+ * lock operations; nodes.c, node names and data; tools.c, the harness's
+ * operations).
  */
 #ifndef DLOCK_ZK_INT_H
 #define DLOCK_ZK_INT_H
@@ -157,5 +158,31 @@ const char *zk_why(zkclient *zc, int rc, char *buf, size_t len);
 int zk_ensure_parent(zk_op *op, const char *parent, int64_t until_ns);
 int zk_parent_of(zkclient *zc, const char *name, char *buf, size_t len);
 void zkclient_free(zkclient *zc);
+
+/* A lock's backend state. */
+typedef struct zklock {
+    char parent[ZK_PATH_MAX];
+    char path[ZK_PATH_MAX]; /* our node while waiting or holding, "" none */
+    char kind[16];          /* "x", "r", "sN" */
+    zk_call *own;           /* the watch on our node while held */
+} zklock;
+
+/* ---- session.c, for the lock operations of zk.c (each described where it
+ * is defined) ---- */
+
+/* Whether rc says the reply was lost with its connection (the request may
+ * or may not have been carried out). */
+bool zk_reply_lost(int rc);
+void zk_call_free(zk_call *k);
+bool zk_wait_connected(zkclient *zc, int64_t until_ns);
+void zk_session_close(zkclient *zc);
+void zk_session_move(zkclient *zc, zhandle_t *zh);
+void zk_orphan_add(zkclient *zc, const char *parent, const char *owner);
+int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent);
+/* A lock's deadline for one request. */
+int64_t zk_req_until(dlock_lock *l);
+/* A holder's watch on its own node (its deletion is a loss), and its end. */
+zk_call *zk_own_arm(dlock_lock *l, zk_op *op, const char *path);
+void zk_own_drop(dlock_lock *l);
 
 #endif
