@@ -6,17 +6,10 @@
 #include "ec_int.h"
 #include "harness/tools.h"
 
-#include <cjson/cJSON.h>
-#include <curl/curl.h>
-#include <stddef.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 /* A second connection's watch on key, from revision from, that records when
  * its first event came (the relay's far end). */

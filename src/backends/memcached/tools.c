@@ -6,13 +6,7 @@
 #include "mc_int.h"
 #include "harness/tools.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,19 +6,9 @@
 #include "zk_int.h"
 #include "harness/tools.h"
 
-#include <zookeeper/zookeeper.h>
-#include <dirent.h>
-#include <errno.h>
-#include <inttypes.h>
-#include <netdb.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 /* A second session on the same servers, for a tool that needs two
  * clients (the hand-over chain): NULL with err on failure. */
