@@ -18,6 +18,9 @@ int dl_queue_acquire(dlock_lock *l, int64_t deadline_ns, const dl_queue_waiter *
         int rc = w->read(w->ctx, &queue, &stride, &i);
         if (rc)
             return rc;
+        if (i < 0)
+            return dl_lock_err(l, DLOCK_EUNREACHABLE, "lock \"%s\": %s (%s)", l->name,
+                               w->vanished, w->where);
         int other = dl_queue_conflict(queue, stride, i);
         if (other >= 0) {
             const dl_qpos *o = (const dl_qpos *)((const char *)queue + stride * (size_t)other);

@@ -156,9 +156,9 @@ const char *dl_qkind_parse(const char *s, dl_qpos *out);
  * how it waits on one entry. */
 typedef struct dl_queue_waiter {
     /* The queue as it stands (the first call may give the read that queued
-     * us): entries start with a dl_qpos, stride bytes apart, ours at *i.
-     * The array lives until the next call. 0, or a DLOCK_E* with the lock's
-     * message set (our own entry gone included). */
+     * us): entries start with a dl_qpos, stride bytes apart, ours at *i
+     * (-1: ours is gone). The array lives until the next call. 0, or a
+     * DLOCK_E* with the lock's message set. */
     int (*read)(void *ctx, const void **queue, size_t *stride, int *i);
     /* Wait until entry b of the last read (DL_Q_ANY: any entry) may have
      * gone; *in when the backend knows that this lets us in (no read
@@ -166,6 +166,9 @@ typedef struct dl_queue_waiter {
      * another DLOCK_E* with the lock's message set. */
     int (*wait)(void *ctx, int b, bool *in);
     void *ctx;
+    /* What the error says when our entry is gone (DLOCK_EUNREACHABLE): how
+     * that comes about, and where (the redacted URL). */
+    const char *vanished, *where;
 } dl_queue_waiter;
 
 /* Wait in l's queue until its entry holds, by the queue rule: 0 (held), or

@@ -205,15 +205,10 @@ static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
                                ec->redacted);
     }
     z->fresh = false;
-    int me = z->n - 1;
-    if (me < 0 || strcmp(z->q[me].key, el->key) != 0)
-        return dl_lock_err(l, DLOCK_EUNREACHABLE,
-                           "lock \"%s\": its key vanished while it waited (the lease "
-                           "expired or was revoked, or dlock break) (%s)",
-                           l->name, ec->redacted);
+    int me = z->n - 1; /* ours is the last entry, or gone */
     *queue = z->q;
     *stride = sizeof *z->q;
-    *i = me;
+    *i = me >= 0 && strcmp(z->q[me].key, el->key) == 0 ? me : -1;
     return 0;
 }
 
@@ -316,7 +311,12 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                     .n = n,
                     .rev = rev,
                     .fresh = true};
-    dl_queue_waiter qw = {.read = ec_wait_read, .wait = ec_wait_on, .ctx = &z};
+    dl_queue_waiter qw = {.read = ec_wait_read,
+                          .wait = ec_wait_on,
+                          .ctx = &z,
+                          .vanished = "its key vanished while it waited (the lease expired or "
+                                      "was revoked, or dlock break)",
+                          .where = ec->redacted};
     int result = dl_queue_acquire(l, deadline, &qw, &waited);
     free(z.q);
     if (result == 0) {

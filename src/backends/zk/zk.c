@@ -387,14 +387,9 @@ static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
     z->i = 0;
     while (z->i < z->n && strcmp(z->q[z->i].name, z->mine) != 0)
         z->i++;
-    if (z->i == z->n)
-        return dl_lock_err(l, DLOCK_EUNREACHABLE,
-                           "lock \"%s\": its queue node vanished while it waited "
-                           "(the session expired, or dlock break) (%s)",
-                           l->name, zc->redacted);
     *queue = z->q;
     *stride = sizeof *z->q;
-    *i = z->i;
+    *i = z->i < z->n ? z->i : -1;
     return 0;
 }
 
@@ -507,7 +502,12 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
                     .deadline = deadline,
                     .cancel_fd = cancel_fd,
                     .kids = kids};
-    dl_queue_waiter qw = {.read = zk_wait_read, .wait = zk_wait_on, .ctx = &z};
+    dl_queue_waiter qw = {.read = zk_wait_read,
+                          .wait = zk_wait_on,
+                          .ctx = &z,
+                          .vanished = "its queue node vanished while it waited (the session "
+                                      "expired, or dlock break)",
+                          .where = zc->redacted};
     int result = dl_queue_acquire(l, deadline, &qw, &waited);
     free(z.q);
     zk_call_drop(z.snap);
