@@ -44,6 +44,18 @@ int dl_queue_blocker(const void *queue, size_t stride, int i)
     return (unsigned)i == me->permits ? DL_Q_ANY : i - 1;
 }
 
+int dl_queue_holders(const void *queue, size_t stride, int n, int *first)
+{
+    int holders = 0;
+    *first = -1;
+    for (int i = 0; i < n; i++)
+        if (dl_queue_blocker(queue, stride, i) == DL_Q_HOLDS) {
+            if (holders++ == 0)
+                *first = i;
+        }
+    return holders;
+}
+
 void dl_qkind_format(const dlock_lock *l, char *buf, size_t len)
 {
     if (l->opts.kind == DLOCK_SEMAPHORE)

@@ -147,6 +147,9 @@ int dl_queue_blocker(const void *queue, size_t stride, int i);
  * one lock, and the first semaphore entry of a queue sets the permits in
  * force (a semaphore entry asking others is refused, DLOCK_ECONFLICT). */
 int dl_queue_conflict(const void *queue, size_t stride, int i);
+/* How many of the n entries of queue hold; *first: the first of them, or
+ * -1 when none does. */
+int dl_queue_holders(const void *queue, size_t stride, int n, int *first);
 /* "x", "r" or "sN" for l's kind into buf. */
 void dl_qkind_format(const dlock_lock *l, char *buf, size_t len);
 /* Parse a kind written by dl_qkind_format at s: the byte after it, or NULL. */

@@ -554,13 +554,7 @@ static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
     int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, ec->redacted);
-    int holders = 0, first = -1;
-    for (int i = 0; i < n; i++)
-        if (dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS) {
-            holders++;
-            if (first < 0)
-                first = i;
-        }
+    int first, holders = dl_queue_holders(q, sizeof *q, n, &first);
     info->held = holders > 0;
     info->holders = holders;
     info->waiters = n - holders;
@@ -676,10 +670,8 @@ static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t l
     int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, ec->redacted);
-    int first = -1;
-    for (int i = 0; i < n && first < 0; i++)
-        if (dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS)
-            first = i;
+    int first;
+    (void)dl_queue_holders(q, sizeof *q, n, &first);
     const char *value = first >= 0 ? ec_split_value(values[first], NULL, 0, NULL) : NULL;
     if (value)
         snprintf(buf, len, "%s", value);

@@ -713,13 +713,7 @@ static int first_holder(zk_op *op, const char *name, int *holders, int *waiters,
         int n = read_queue(op, parent, &kids, &q);
         if (n < 0)
             return n;
-        int first = -1, h = 0;
-        for (int i = 0; i < n; i++)
-            if (zk_blocker(q, i) == HOLDS) {
-                h++;
-                if (first < 0)
-                    first = i;
-            }
+        int first, h = dl_queue_holders(q, sizeof *q, n, &first);
         if (first >= 0 && !zk_pjoin(path, len, parent, q[first].name))
             first = -1;
         free(q);
