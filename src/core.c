@@ -1764,7 +1764,11 @@ DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info 
     if (!client->be->ops->break_lock)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot break locks",
                              client->be->name);
-    return client->be->ops->break_lock(client, name, info);
+    rc = client->be->ops->break_lock(client, name, info);
+    if (rc == 0 && info->holders == 0) /* (one answer, whatever the backend) */
+        return dl_client_err(client, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
+                             name);
+    return rc;
 }
 
 DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_fn fn,

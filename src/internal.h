@@ -133,7 +133,9 @@ typedef struct dl_backend_ops {
     /* Publish a leader value for a held lock / read the current one. */
     int (*set_value)(dlock_lock *l, const char *value);
     int (*get_value)(dlock_client *c, const char *name, char *buf, size_t len);
-    /* Take NAME from whoever holds it (see dlock_break); fills broken. */
+    /* Take NAME from whoever holds it (see dlock_break); fills broken. When
+     * nobody held it: 0 with broken->holders 0 (the core answers
+     * DLOCK_ENOTHELD, in the same words for every backend). */
     int (*break_lock)(dlock_client *c, const char *name, dlock_info *broken);
 } dl_backend_ops;
 

@@ -929,8 +929,7 @@ static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
     }
     freeReplyObject(r);
     if (broken == 0)
-        return dl_client_err(cl, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
-                             name);
+        info->held = info->holders = 0; /* the core says nothing was held */
     return 0;
 }
 

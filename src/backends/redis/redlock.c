@@ -656,9 +656,10 @@ static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
                              "break \"%s\": only %d of %d masters answered; the others may "
                              "still hold it (run break again when they are back)",
                              name, answered, rc->n);
-    if (had == 0)
-        return dl_client_err(cl, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
-                             name);
+    if (had == 0) {
+        info->held = info->holders = 0; /* the core says nothing was held */
+        return 0;
+    }
     *info = scratch;
     info->holders = 1; /* one holder, counted once per master above */
     return 0;
