@@ -94,8 +94,6 @@ static void pq_load(void)
 #define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
 
-
-
 pgclient *pc_of(dlock_client *c)
 {
     return c->bstate;
@@ -788,8 +786,8 @@ int pg_run_build_sql(pgclient *pc)
         "excluded.epoch) RETURNING e.epoch",
         pc->epochs, PG_EPOCH_SHIFT, pc->seq);
     pc->sql_run_put = pg_fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
-                                "nextval('%s') ON CONFLICT (seq) DO NOTHING",
-                                pc->runs, pc->seq);
+                                   "nextval('%s') ON CONFLICT (seq) DO NOTHING",
+                                   pc->runs, pc->seq);
     return pc->sql_run_get && pc->sql_epoch_bump && pc->sql_run_put ? 0 : DLOCK_ENOMEM;
 }
 
@@ -1204,7 +1202,6 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
     return rc;
 }
 
-
 int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     pgclient *pc = pc_of(c);
@@ -1288,7 +1285,6 @@ char *pg_fmt_alloc(const char *fmt, ...)
     va_end(ap);
     return s;
 }
-
 
 /* ---- clients --------------------------------------------------------------------- */
 
@@ -1497,8 +1493,6 @@ static int ensure_table(dlock_client *c, char *why, size_t wlen)
     }
     return rc;
 }
-
-void pg_client_close(dlock_client *c);
 
 int pg_client_open(dlock_client *c, const dl_url *u)
 {
