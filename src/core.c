@@ -517,9 +517,10 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     pthread_cond_init(&c->watch_cv, &ca);
     pthread_cond_init(&c->renewed_cv, &ca);
     pthread_condattr_destroy(&ca);
+    c->ops = be->ops;
     c->caps = be->caps;
     c->renews = be->ops->renew != NULL;
-    rc = be->ops->client_open(c, u);
+    rc = c->ops->client_open(c, u);
     if (rc) {
         /* client_open reported through dl_client_err, which also fills
          * open_errmsg for this thread. */
@@ -609,13 +610,13 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
             l->count = 1;
             (void)release_now(l);
         }
-        if (client->be->ops->lock_fini)
-            client->be->ops->lock_fini(l);
+        if (client->ops->lock_fini)
+            client->ops->lock_fini(l);
         l->detached = true;
     }
     renew_stop(client);
-    if (client->be->ops->client_close)
-        client->be->ops->client_close(client);
+    if (client->ops->client_close)
+        client->ops->client_close(client);
     pthread_mutex_lock(&client->mu);
     bool last = client->handles == NULL;
     pthread_mutex_unlock(&client->mu);
@@ -806,7 +807,7 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
     for (size_t i = m; i < n; i++)
         rcs[i] = atomic_load(&batch[i]->state) == DLOCK_STATE_HELD ? DLOCK_ETIMEDOUT
                                                                    : DLOCK_ENOTHELD;
-    if (c->be->ops->renew_batch && m > 1) {
+    if (c->ops->renew_batch && m > 1) {
         /* Every request of the batch within the earliest loss among them. */
         int64_t bound = INT64_MAX;
         for (size_t i = 0; i < m; i++)
@@ -817,7 +818,7 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
             batch[i]->lease_start_ns = 0;
             started[i] = t0;
         }
-        c->be->ops->renew_batch(c, batch, rcs, m);
+        c->ops->renew_batch(c, batch, rcs, m);
         calls = 1;
     } else {
         for (size_t i = 0; i < m; i++) {
@@ -825,7 +826,7 @@ static size_t renew_locks(dlock_client *c, dlock_lock **batch, int *rcs, int64_t
             started[i] = dl_now_ns();
             l->lease_start_ns = 0;
             l->op_deadline_ns = loss_at(l);
-            rcs[i] = started[i] < l->op_deadline_ns ? c->be->ops->renew(l) : DLOCK_ETIMEDOUT;
+            rcs[i] = started[i] < l->op_deadline_ns ? c->ops->renew(l) : DLOCK_ETIMEDOUT;
             calls++;
         }
     }
@@ -1180,8 +1181,8 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     atomic_init(&l->token, 0);
     atomic_init(&l->lost_claimed, false);
     atomic_init(&l->lost_fd, -1);
-    if (client->be->ops->lock_init) {
-        rc = client->be->ops->lock_init(l);
+    if (client->ops->lock_init) {
+        rc = client->ops->lock_init(l);
         if (rc) {
             dl_client_err(client, rc, "%s", dl_lock_msg(l));
             goto fail;
@@ -1220,8 +1221,8 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *lock)
             lock->count = 1;
             (void)release_now(lock);
         }
-        if (c->be->ops->lock_fini)
-            c->be->ops->lock_fini(lock);
+        if (c->ops->lock_fini)
+            c->ops->lock_fini(lock);
     }
     int lfd = atomic_load(&lock->lost_fd);
     if (lfd >= 0)
@@ -1362,7 +1363,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     for (;;) {
         started = dl_now_ns();
         l->lease_start_ns = 0;
-        rc = l->c->be->ops->acquire(l, deadline_ns);
+        rc = l->c->ops->acquire(l, deadline_ns);
         if (rc == 0 && l->lease_start_ns)
             started = l->lease_start_ns;
         if (rc != 0 || !uses_lease(l) || !granted_too_late(l, started))
@@ -1370,7 +1371,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
         /* Granted, but so late (the process was stopped or starved while
          * the reply waited) that the lease may already have run out: the
          * lock is worth nothing. Give it back; wait again if time is left. */
-        l->c->be->ops->abandon(l);
+        l->c->ops->abandon(l);
         if (deadline_ns >= 0 && dl_ms_left(deadline_ns) == 0) {
             rc = dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                              "lock \"%s\": granted only after its %d ms lease could have run "
@@ -1430,11 +1431,11 @@ static int release_now(dlock_lock *l)
     int st = atomic_load(&l->state);
     int rc;
     if (st == DLOCK_STATE_LOST) {
-        if (l->c->be->ops->abandon)
-            l->c->be->ops->abandon(l);
+        if (l->c->ops->abandon)
+            l->c->ops->abandon(l);
         rc = dl_lock_err(l, DLOCK_ELOST, "%s", l->lost_msg ? l->lost_msg : "lock lost");
     } else {
-        rc = l->c->be->ops->release(l);
+        rc = l->c->ops->release(l);
     }
     l->count = 0;
     atomic_store(&l->token, 0);
@@ -1579,8 +1580,8 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
     /* Let the lock go for real, as an expired lease would, so that another
      * holder can take it and fencing matters. */
     handle_lock(lock);
-    if (lock->c->be->ops->abandon)
-        lock->c->be->ops->abandon(lock);
+    if (lock->c->ops->abandon)
+        lock->c->ops->abandon(lock);
     pthread_mutex_unlock(&lock->mu);
     /* Told from another thread, as a real loss is (the renewal thread, the
      * session watcher): a test of loss handling must see what production
@@ -1678,7 +1679,7 @@ DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout
     if (!lock || !value || strlen(value) > DL_LEADER_MAX)
         return lock ? dl_lock_err(lock, DLOCK_EINVAL, "leader value must be 0..255 bytes")
                     : DLOCK_EINVAL;
-    if (!lock->c->be->ops->set_value)
+    if (!lock->c->ops->set_value)
         return dl_lock_err(lock, DLOCK_ENOTSUP, "the %s backend cannot publish a leader value",
                            lock->c->be->name);
     if (lock->opts.kind != DLOCK_EXCLUSIVE)
@@ -1687,7 +1688,7 @@ DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout
     if (rc)
         return rc;
     handle_lock(lock);
-    rc = lock->c->be->ops->set_value(lock, value);
+    rc = lock->c->ops->set_value(lock, value);
     pthread_mutex_unlock(&lock->mu);
     if (rc)
         (void)dlock_release(lock);
@@ -1712,13 +1713,13 @@ DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf,
     int rc = dlock_name_valid(name, why, sizeof why);
     if (rc)
         return dl_client_err(client, rc, "%s", why);
-    if (!client->be->ops->get_value)
+    if (!client->ops->get_value)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend has no leader values",
                              client->be->name);
     /* Read whole (values are at most 255 bytes), so that a short buffer is
      * reported, never silently given a cut value. */
     char whole[DL_LEADER_MAX + 1] = "";
-    rc = client->be->ops->get_value(client, name, whole, sizeof whole);
+    rc = client->ops->get_value(client, name, whole, sizeof whole);
     size_t need = strlen(whole) + 1;
     snprintf(buf, len, "%s", whole);
     if (rc == 0 && need > len)
@@ -1742,10 +1743,10 @@ DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_inf
     memset(info, 0, sizeof *info);
     info->held = info->holders = info->waiters = -1;
     info->held_ms = info->lease_ms = -1;
-    if (!client->be->ops->inspect)
+    if (!client->ops->inspect)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot inspect locks",
                              client->be->name);
-    return client->be->ops->inspect(client, name, info);
+    return client->ops->inspect(client, name, info);
 }
 
 DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info *broken)
@@ -1761,10 +1762,10 @@ DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info 
     memset(info, 0, sizeof *info);
     info->held = info->holders = info->waiters = -1;
     info->held_ms = info->lease_ms = -1;
-    if (!client->be->ops->break_lock)
+    if (!client->ops->break_lock)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot break locks",
                              client->be->name);
-    rc = client->be->ops->break_lock(client, name, info);
+    rc = client->ops->break_lock(client, name, info);
     if (rc == 0 && info->holders == 0) /* (one answer, whatever the backend) */
         return dl_client_err(client, DLOCK_ENOTHELD, "lock \"%s\" is not held: nothing to break",
                              name);
@@ -1776,10 +1777,10 @@ DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list
 {
     if (!client || !fn)
         return null_arg(client, "dlock_list", client ? "fn" : "the client");
-    if (!client->be->ops->list)
+    if (!client->ops->list)
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot list locks",
                              client->be->name);
-    return client->be->ops->list(client, prefix ? prefix : "", fn, arg);
+    return client->ops->list(client, prefix ? prefix : "", fn, arg);
 }
 
 int dl_connect_err(dlock_lock *l, int64_t deadline_ns, int rc, const char *why,

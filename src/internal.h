@@ -187,11 +187,17 @@ const char *dl_backends_with(unsigned caps, char *buf, size_t len);
 
 struct dlock_client {
     const dl_backend *be;
+    /* The client's operations: be->ops, or the table of the mode its URL
+     * chose, which client_open puts here (as SQLite's unix VFS picks
+     * posixIoMethods or dotlockIoMethods per file). The core calls
+     * through this, never be->ops. */
+    const dl_backend_ops *ops;
     dl_url *url;
     void *bstate; /* backend's per-client state */
     /* What this client offers, and whether the core renews its locks: the
      * backend's (caps; renew != NULL), narrowed by client_open where the
-     * URL chose a mode without some of them (postgres mode=advisory). */
+     * URL chose a mode without some of them (postgres mode=advisory),
+     * together with ops. */
     unsigned caps;
     bool renews;
     dlock_client_opts opts;

@@ -191,7 +191,7 @@ wait_num(long long want, int limit_ms, long long *last, const char *fmt, ...)
     return v == want;
 }
 
-/* The backend's GET_LOCK key of a name (src/backends/mysql/mysql.c, key_of): the
+/* The backend's GET_LOCK key of a name (src/backends/mysql/mysql.c, my_key_of): the
  * name itself up to 64 characters, else "dlock" PREFIX ":" and two FNV-1a
  * hashes; lease mode's waiters queue on key_of("-w", name). */
 static void key_of(const char *prefix, const char *name, char *out, size_t len)
@@ -1307,7 +1307,7 @@ static void test_timed_wait_within_contract_margin(void **state)
         dlock_client_close(c1);
     }
     if (*failures)
-        fail_msg("BUG (mysql.c row_acquire/wait_bound): acquire(300) of a held lock "
+        fail_msg("BUG (rowlock.c row_acquire, mysql.c my_wait_bound): acquire(300) of a held lock "
                  "returned later than the deadline plus 100 ms even at best (%s): the row-lock "
                  "wait is cut at the hard bound (deadline + 100 ms), not at the deadline",
                  failures);
@@ -3108,7 +3108,7 @@ static void test_inspect_does_not_credit_foreign_holder_to_last_dlock_holder(voi
     dlock_lock_free(l);
     dlock_client_close(c);
     if (credited || old_clock)
-        fail_msg("BUG (mysql.c my_inspect): a name held by a foreign GET_LOCK session is "
+        fail_msg("BUG (getlock.c getlock_inspect): a name held by a foreign GET_LOCK session is "
                  "reported as held by dlock's last holder \"%s\" for %lld ms, from the table's "
                  "row of a holding that ended more than a second before",
                  info.holder, info.held_ms);

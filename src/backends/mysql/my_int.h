@@ -1,7 +1,10 @@
 /*
- * my_int.h — the MySQL/MariaDB backend's client library table, connections
- * and statements, for its files (mysql.c, the lock; tools.c, the harness's
- * operations).
+ * my_int.h — the MySQL/MariaDB backend's client library table, connections,
+ * statements and modes, for its files: mysql.c (what the modes share:
+ * Connector/C, connections, statements, the pool, the session modes'
+ * tokens, acquisition and release, clients), one file per mode
+ * (getlock.c, lease.c, rowlock.c: each a my_mode, its operations table)
+ * and tools.c (the harness's operations).
  */
 #ifndef DLOCK_MY_INT_H
 #define DLOCK_MY_INT_H
@@ -73,10 +76,8 @@ typedef struct my_conn {
     dl_session sess;
 } my_conn;
 
-enum my_mode { MODE_GETLOCK, MODE_LEASE, MODE_ROWLOCK };
-
 typedef struct myclient {
-    enum my_mode mode;
+    const struct my_mode *m; /* the URL's mode= */
     char *host, *user, *password, *db;
     int port;
     char *ssl_ca, *ssl_cert, *ssl_key;
@@ -100,7 +101,7 @@ typedef struct myclient {
     char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
     char *sql_draw_fast;     /* getlock, rowlock: one table opened less, the lease mark read */
     char *sql_try_draw;      /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
-    char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* see ensure_marks */
+    char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* my_ensure_marks */
     char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
     atomic_bool
         marks_on; /* getlock: dlock_live's lease marks are kept by triggers: draws read them */
@@ -156,6 +157,53 @@ typedef struct my_res {
         }                                                                                          \
     } while (0)
 
+typedef struct mylock {
+    char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
+    my_conn *conn;            /* getlock, rowlock: while held */
+    int slot;                 /* lease: the row held */
+    unsigned tries;           /* lease: tries at the slots, this acquisition */
+    unsigned asks_skipped;    /* getlock: acquisitions left that queue at once (see get_acquire) */
+    unsigned asks_skip;       /* getlock: how many the last busy ask skipped */
+} mylock;
+
+/*
+ * A mode: what mode= names, chosen by the client at open (as SQLite's unix
+ * VFS picks posixIoMethods or dotlockIoMethods per file). Its operations
+ * become the client's (c->ops), its capabilities the client's (c->caps);
+ * no operation asks which mode it is in. The table is mysql.c's
+ * (my_modes, beside the backend's facts); each mode's file gives its
+ * operations, its statements and its tables.
+ */
+typedef struct my_mode {
+    const char *name;       /* in mode= */
+    const char *table;      /* the default table */
+    unsigned caps;          /* DLOCK_CAP_* */
+    const char *key_prefix; /* of its locks' GET_LOCK names (lease: its waiters') */
+    const dl_backend_ops *ops;
+    int (*build_sql)(myclient *mc); /* its statements (0, or -1: out of memory) */
+    /* its tables: CREATE statements in ddl[0..5) (NULL: none), their bare
+     * names in bare[]; 0 or DLOCK_ENOMEM */
+    int (*tables)(myclient *mc, char **ddl, const char **bare);
+    /* after the tables are there (NULL: nothing) */
+    int (*tables_made)(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen);
+} my_mode;
+
+extern const dl_backend_ops my_getlock_ops, my_lease_ops, my_rowlock_ops;
+int my_getlock_build_sql(myclient *mc);
+int my_lease_build_sql(myclient *mc);
+int my_rowlock_build_sql(myclient *mc);
+int my_getlock_tables(myclient *mc, char **ddl, const char **bare);
+int my_lease_tables(myclient *mc, char **ddl, const char **bare);
+int my_rowlock_tables(myclient *mc, char **ddl, const char **bare);
+int my_getlock_tables_made(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen);
+
+/* The operations every mode shares (mysql.c). */
+int my_client_open(dlock_client *c, const dl_url *u);
+void my_client_close(dlock_client *c);
+int my_lock_init(dlock_lock *l);
+void my_lock_fini(dlock_lock *l);
+int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg);
+
 myclient *mc_of(dlock_client *c);
 void my_res_free(my_res *r);
 /* Wait for what a non-blocking call asked for (status: MYSQL_WAIT_* bits),
@@ -192,5 +240,88 @@ int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs
  * else "dlock:" and 128 bits of two FNV-1a hashes (the table catches a
  * collision). prefix distinguishes the lease waiters' names. */
 void my_key_of(const char *prefix, const char *name, char *out, size_t len);
+
+/* ---- what the modes share (mysql.c) ---- */
+
+#define HELD_MS "TIMESTAMPDIFF(MICROSECOND, %s, UTC_TIMESTAMP(6)) DIV 1000"
+#define MY_LEASE_BACKOFF_MIN_MS 2
+#define MY_LEASE_BACKOFF_MAX_MS 50
+#define MY_SILENT_MS 500    /* a take unanswered this long: the server is not answering */
+#define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
+/* The lease table (a literal, so that the format is checked at every -O):
+ * its name and the holder's columns. */
+#define MY_LEASE_DDL                                                                          \
+    "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "   \
+    "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "    \
+    "(name, slot)) ENGINE=InnoDB"
+#define MY_HOLDER_COLS                                                                        \
+    "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), value VARBINARY(1000)"
+
+/* A cell of a result as text, NULL for SQL NULL or none. */
+const char *my_cell(const my_res *r, int row, int col);
+/* A statement without parameters nor rows: 'c' COMMIT, 'r' ROLLBACK, ... */
+int my_q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen);
+/* A spare connection opened for the pool, within until_ns. */
+void my_conn_spare(myclient *mc, int64_t until_ns);
+int my_pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
+                       int nargs, my_res *res, char *why, size_t wlen);
+/* vasprintf, NULL when out of memory. */
+char *my_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Waits and their outcomes (see mysql.c). */
+double my_wait_seconds(int64_t deadline_ns);
+int64_t my_hard_bound(const dlock_lock *l);
+int64_t my_wait_bound(const dlock_lock *l, int64_t deadline_ns);
+bool my_time_left(int64_t deadline_ns);
+bool my_interrupted(const my_conn *k);
+int my_retry_pause(int64_t deadline_ns, int cancel_fd);
+int my_not_taken(dlock_lock *l, int64_t deadline_ns, int early);
+int my_wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int early);
+int my_take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, const char *why,
+                   int early);
+bool my_session_ended(my_conn **kp, int rc, int64_t deadline_ns);
+/* Waiters queued in GET_LOCK on key (-1: unknown). */
+int my_key_waiters(dlock_client *c, const char *key);
+
+/* The session modes (getlock, rowlock): a held lock's connection watched. */
+int my_watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen);
+my_conn *my_unwatch_conn(dlock_lock *l);
+void my_rewatch_conn(dlock_lock *l, my_conn *k);
+
+/* Their tokens (see "Tokens" in mysql.c). my_draw_token's answers to an
+ * ask (nothing held on k): */
+#define DRAW_BUSY 3    /* the name's GET_LOCK is another's */
+#define DRAW_UNASKED 4 /* not asked, or the ask failed and was undone (k->failed: close k) */
+int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
+                  char *why, size_t wlen);
+/* Whether a lease-mode holder has l's name (1), not (0), or a code. */
+int my_lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
+/* Let go of the name's GET_LOCK on k, k back to the pool (or closed). */
+void my_key_give_back(dlock_lock *l, my_conn *k);
+/* A grant whose key's row is another name's: let go, and say which. */
+int my_key_collision(dlock_lock *l, my_conn *k);
+/* The lease marks of the default table's holders (see mysql.c). */
+int my_ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen);
+
+/* A session mode's take: 0 held, or the error; *lease_held when a lease
+ * holder of the name made it give everything back (then asked again). */
+typedef int (*my_take_fn)(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
+int my_session_acquire(dlock_lock *l, int64_t deadline_ns, my_take_fn take);
+/* A session mode's unlock on k, the connection holding the lock: 0 with
+ * *was_held, or a code (why). */
+typedef int (*my_unlock_fn)(dlock_lock *l, my_conn *k, int64_t until, bool *was_held, char *why,
+                            size_t wlen);
+int my_session_release(dlock_lock *l, my_unlock_fn unlock);
+void my_session_abandon(dlock_lock *l);
+/* RELEASE_LOCK of the name on k, the connection holding it. */
+int my_release_key(dlock_lock *l, my_conn *k, int64_t until, my_res *r, char *why, size_t wlen);
+/* The session modes' tables: TABLE_live, and ddl[2..5) (see mysql.c). */
+char *my_live_ddl(myclient *mc);
+int my_session_tables(char **ddl, const char **bare);
+
+/* The reply to a leader's value query; a break's KILL of connection id. */
+int my_value_reply(dlock_client *c, const char *name, int rc, my_res *r, const char *why,
+                   char *buf, size_t len);
+int my_kill_holder(dlock_client *c, const char *name, const char *id);
 
 #endif

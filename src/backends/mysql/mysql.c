@@ -1,28 +1,18 @@
 /*
  * mysql.c — MySQL / MariaDB: user locks (mode=getlock), the seeds'
  * unique-index lease table (mode=lease), a row locked by an open
- * transaction (mode=rowlock). Each mode's own part is below its heading.
+ * transaction (mode=rowlock). Each mode is a file of its own (getlock.c,
+ * lease.c, rowlock.c) ending in its operations table; a client takes its
+ * mode's table and capabilities when it opens (my_modes, beside the facts
+ * below), and no operation asks which mode it is in. This file is what the
+ * modes share: Connector/C, connections and statements, the pool, the
+ * session modes' (getlock, rowlock) watched connections, tokens,
+ * acquisition and release, and clients.
  *
- * mode=getlock (the default): GET_LOCK on a connection of its own per held
- * lock, taken from the client's pool and given back once RELEASE_LOCK has
- * answered, so no lock can leak into a session someone else uses. The
- * server queues the waiters and wakes one per release; GET_LOCK's own
- * timeout bounds a timed wait on the server's side. Names longer than the
- * server's 64-character limit become "dlock:" and a 128-bit hash; the table
- * (default "dlock_live") keeps the full name beside that key, so a
- * collision is an error, never a silently shared lock.
- *
- * SELECT GET_LOCK(key, timeout) takes the lock; the next statement, on
- * the same connection, draws the token from the server run's memory and
- * records the holder in TABLE_live (MEMORY), writing no InnoDB log: see
- * "Tokens" below for why tokens still rise across a crash of the server.
- * The token comes back in the reply's insert id (LAST_INSERT_ID(x) sets
- * it): no result set.
- *
- * Liveness is the connection, watched by the core's session watcher
- * (dl_session_watch): a server that ends it (a restart, KILL, dlock break)
- * closes it and the holder is told at once; a silent network is found by
- * TCP keepalives (2 s idle, 3 probes 1 s apart). A waiter that gives up
+ * getlock and rowlock: liveness is the connection, watched by the core's
+ * session watcher (dl_session_watch): a server that ends it (a restart,
+ * KILL, dlock break) closes it and the holder is told at once; a silent
+ * network is found by TCP keepalives (2 s idle, 3 probes 1 s apart). A waiter that gives up
  * (timeout, dlock_cancel) has its connection killed from another one:
  * closing our end alone would leave the server's thread queued in GET_LOCK
  * (the server does not look at an idle client's socket while it waits).
@@ -30,7 +20,7 @@
  * One name is one lock across the modes: a rowlock holder holds GET_LOCK
  * of the name too, a lease taker keeps its take only while nobody holds
  * that GET_LOCK, and a getlock or rowlock grant gives itself back while a
- * live row of the name is in the default lease table (lease_holds; the
+ * live row of the name is in the default lease table (my_lease_holds; the
  * order of writes and reads makes a race safe, see there).
  *
  * MariaDB Connector/C is loaded at run time (dl_load_library) and used only
@@ -118,8 +108,7 @@ static void my_load(void)
 #define MY_EPOCH_SHIFT 44
 #define MY_OFFSET_RENEW (1ULL << 43)
 #define MY_EPOCH_MAX ((1ULL << (64 - MY_EPOCH_SHIFT)) - 1)
-#define MY_CELL_MAX 1024    /* the longest value a result cell may hold */
-#define MY_FOREVER_S 31536000.0 /* GET_LOCK's "forever": a year */
+#define MY_CELL_MAX 1024    /* the longest value a result my_cell may hold */
 /* Our sessions' own limits (see conn_open): no statement time limit
  * (MariaDB's max_statement_time, MySQL's max_execution_time), no idle
  * limit short of a year (wait_timeout's maximum), and no end for an idle
@@ -133,26 +122,14 @@ static void my_load(void)
 #define MY_SESSION_MYSQL                                                                     \
     "SET SESSION max_execution_time = 0, wait_timeout = " MY_IDLE_MAX_S
 #define MY_KILL_ROOM_MS 50  /* of the deadline's margin, kept for KILL of a wait cut short */
-#define MY_SILENT_MS 500    /* a take unanswered this long: the server is not answering */
 #define MY_RETRY_PAUSE_MS 20 /* between a waiter's retries after the server ended its wait */
-#define MY_LEASE_BACKOFF_MIN_MS 2
-#define MY_LEASE_BACKOFF_MAX_MS 50
-
-typedef struct mylock {
-    char key[MY_KEY_MAX + 1]; /* getlock: GET_LOCK's name; lease: the waiters' lock */
-    my_conn *conn;            /* getlock, rowlock: while held */
-    int slot;                 /* lease: the row held */
-    unsigned tries;           /* lease: tries at the slots, this acquisition */
-    unsigned asks_skipped;    /* getlock: acquisitions left that queue at once (see get_acquire) */
-    unsigned asks_skip;       /* getlock: how many the last busy ask skipped */
-} mylock;
 
 myclient *mc_of(dlock_client *c)
 {
     return c->bstate;
 }
 
-static const char *cell(const my_res *r, int row, int col)
+const char *my_cell(const my_res *r, int row, int col)
 {
     if (!r->cell || row >= r->nrows || col >= r->ncols)
         return NULL;
@@ -457,7 +434,7 @@ int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res
 }
 
 /* A simple call (autocommit, commit, rollback) on k: 0 or a code. */
-static int q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen)
+int my_q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen)
 {
     my_bool ret = 0;
     int rc = 0;
@@ -603,7 +580,7 @@ int my_conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn
         k->reused = true;
         int rc = 0;
         if (k->txn != txn)
-            rc = q_simple(k, txn ? 't' : 'a', until_ns, why, wlen);
+            rc = my_q_simple(k, txn ? 't' : 'a', until_ns, why, wlen);
         if (rc) {
             k->failed = true;
             my_conn_close(k);
@@ -617,7 +594,7 @@ int my_conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn
         bound = until_ns;
     int rc = my_conn_open(mc, bound, cancel_fd, out, why, wlen);
     if (!rc && txn) {
-        rc = q_simple(*out, 't', until_ns, why, wlen);
+        rc = my_q_simple(*out, 't', until_ns, why, wlen);
         if (rc) {
             my_conn_close(*out);
             *out = NULL;
@@ -638,7 +615,7 @@ void my_conn_put(myclient *mc, my_conn *k)
  * be killed within the deadline's margin, which leaves little time to
  * connect for the KILL (under valgrind, none). Best effort: without one the
  * KILL connects (see conn_abandon). */
-static void conn_spare(myclient *mc, int64_t until_ns)
+void my_conn_spare(myclient *mc, int64_t until_ns)
 {
     bool txn = false;
     if (dl_pool_has(&mc->pool, txn_is, &txn))
@@ -688,7 +665,7 @@ static bool conn_abandon(myclient *mc, my_conn *k, int64_t until_ns)
 /* One statement on a pooled connection (autocommit), for the calls that
  * hold no connection of their own; once more on a new connection when a
  * pooled one turns out dead. */
-static int pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
+int my_pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
                            int nargs, my_res *res, char *why, size_t wlen)
 {
     myclient *mc = mc_of(c);
@@ -711,7 +688,7 @@ int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs
                      my_res *res, char *why, size_t wlen)
 {
     int64_t until = dl_deadline_in(mc_of(c)->op_timeout_ms);
-    return pool_exec_until(c, until, sql, args, nargs, res, why, wlen);
+    return my_pool_exec_until(c, until, sql, args, nargs, res, why, wlen);
 }
 
 /* ---- sessions that hold locks (getlock, rowlock) ---------------------------------- */
@@ -741,14 +718,14 @@ static void session_drop(dl_session *s)
     my_conn_close(k);
 }
 
-static int watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+int my_watch_conn(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     return dl_swatch_add(&mc_of(l->c)->watch, &k->sess, l, (int)my_lib.get_socket(k->m), why, wlen);
 }
 
 /* Take l's connection off the watch list for a call on it (or for good):
  * NULL when it holds none; k->sess.lost when the watcher found it gone. */
-static my_conn *unwatch_conn(dlock_lock *l)
+my_conn *my_unwatch_conn(dlock_lock *l)
 {
     my_conn *k = ((mylock *)l->bstate)->conn;
     if (k)
@@ -756,10 +733,10 @@ static my_conn *unwatch_conn(dlock_lock *l)
     return k;
 }
 
-static void rewatch_conn(dlock_lock *l, my_conn *k)
+void my_rewatch_conn(dlock_lock *l, my_conn *k)
 {
     char why[100]; /* cannot fail: the thread runs since the lock was taken */
-    (void)watch_conn(l, k, why, sizeof why);
+    (void)my_watch_conn(l, k, why, sizeof why);
 }
 
 /* ---- locks ----------------------------------------------------------------------- */
@@ -782,24 +759,24 @@ void my_key_of(const char *prefix, const char *name, char *out, size_t len)
     snprintf(out, len, "dlock%s:%016" PRIx64 "%016" PRIx64, prefix, h1, h2);
 }
 
-static int my_lock_init(dlock_lock *l)
+int my_lock_init(dlock_lock *l)
 {
     mylock *ml = calloc(1, sizeof *ml);
     if (!ml)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    my_key_of(mc_of(l->c)->mode == MODE_LEASE ? "-w" : "", l->name, ml->key, sizeof ml->key);
+    my_key_of(mc_of(l->c)->m->key_prefix, l->name, ml->key, sizeof ml->key);
     l->bstate = ml;
     return 0;
 }
 
-static void my_lock_fini(dlock_lock *l)
+void my_lock_fini(dlock_lock *l)
 {
     free(l->bstate);
     l->bstate = NULL;
 }
 
 /* Seconds for a server-side wait until deadline_ns (0 try, -1 forever). */
-static double wait_seconds(int64_t deadline_ns)
+double my_wait_seconds(int64_t deadline_ns)
 {
     if (deadline_ns == 0)
         return 0;
@@ -810,7 +787,7 @@ static double wait_seconds(int64_t deadline_ns)
 
 /* The acquisition's hard bound (the deadline plus the margin), -1 for a
  * try or a wait without bound (then each step has the op timeout). */
-static int64_t hard_bound(const dlock_lock *l)
+int64_t my_hard_bound(const dlock_lock *l)
 {
     return l->op_deadline_ns > 0 ? l->op_deadline_ns : -1;
 }
@@ -820,7 +797,7 @@ static int64_t hard_bound(const dlock_lock *l)
  * come; none for forever. A try (which the server answers at once) has
  * half the op timeout: a loaded machine's slow answer is no reason to
  * call the lock busy. */
-static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
+int64_t my_wait_bound(const dlock_lock *l, int64_t deadline_ns)
 {
     if (deadline_ns < 0)
         return -1;
@@ -830,15 +807,15 @@ static int64_t wait_bound(const dlock_lock *l, int64_t deadline_ns)
 }
 
 /* Whether a wait until deadline_ns has time left (a try has none). */
-static bool time_left(int64_t deadline_ns)
+bool my_time_left(int64_t deadline_ns)
 {
     return deadline_ns < 0 || (deadline_ns > 0 && dl_ms_left(deadline_ns) > 0);
 }
 
-/* A statement the server interrupted without ending the session: KILL
+/* A statement the server my_interrupted without ending the session: KILL
  * QUERY, or a statement time limit (MariaDB's max_statement_time, MySQL's
  * max_execution_time) that our session's own setting did not lift. */
-static bool interrupted(const my_conn *k)
+bool my_interrupted(const my_conn *k)
 {
     return !k->broken && (k->last_errno == 1317 || k->last_errno == 1969 ||
                           k->last_errno == 3024);
@@ -847,7 +824,7 @@ static bool interrupted(const my_conn *k)
 /* The pause before a waiter asks again after the server ended its wait or
  * its session early (so that a server that keeps doing it is not asked in
  * a tight loop), cut to the deadline: 0 or DLOCK_ECANCELED. */
-static int retry_pause(int64_t deadline_ns, int cancel_fd)
+int my_retry_pause(int64_t deadline_ns, int cancel_fd)
 {
     int ms = MY_RETRY_PAUSE_MS;
     if (deadline_ns > 0 && dl_ms_left(deadline_ns) < ms)
@@ -858,7 +835,7 @@ static int retry_pause(int64_t deadline_ns, int cancel_fd)
 /* A lock someone else holds: busy for a try, else the wait ran out; early:
  * how many times the server ended the wait before its time (said, since
  * the server's settings, not the holders, may be why it was not taken). */
-static int not_taken(dlock_lock *l, int64_t deadline_ns, int early)
+int my_not_taken(dlock_lock *l, int64_t deadline_ns, int early)
 {
     if (deadline_ns == 0)
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
@@ -875,10 +852,10 @@ static int not_taken(dlock_lock *l, int64_t deadline_ns, int early)
 /* A wait we cut (our bound, cancel) may still run on the server: k is
  * killed there (abandoned), within the hard bound. The error, set on l: a
  * server that answered neither the wait nor the KILL is unreachable. */
-static int wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int early)
+int my_wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int early)
 {
     myclient *mc = mc_of(l->c);
-    bool told = conn_abandon(mc, k, hard_bound(l));
+    bool told = conn_abandon(mc, k, my_hard_bound(l));
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
     if (!told)
@@ -886,17 +863,17 @@ static int wait_cut(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, int 
                            "lock \"%s\": the server answered neither the wait by its deadline "
                            "nor the KILL of it (stopped? overloaded?) (%s)",
                            l->name, mc->redacted);
-    return not_taken(l, deadline_ns, early);
+    return my_not_taken(l, deadline_ns, early);
 }
 
 /* The statement that takes a lock on k failed with rc: a wait we cut is
  * killed on the server; anything else closes k. The error, set on l. */
-static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, const char *why,
+int my_take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, const char *why,
                        int early)
 {
     myclient *mc = mc_of(l->c);
     if (k->broken && rc != DLOCK_EUNREACHABLE)
-        return wait_cut(l, deadline_ns, k, rc, early);
+        return my_wait_cut(l, deadline_ns, k, rc, early);
     k->failed = true;
     my_conn_close(k);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
@@ -906,20 +883,16 @@ static int take_failed(dlock_lock *l, int64_t deadline_ns, my_conn *k, int rc, c
  * connection — the server ended the session (KILL, a lost connection)
  * while time is left, or a pooled connection had died idle. k is then
  * closed (and *kp cleared). */
-static bool session_ended(my_conn **kp, int rc, int64_t deadline_ns)
+bool my_session_ended(my_conn **kp, int rc, int64_t deadline_ns)
 {
     my_conn *k = *kp;
-    if (rc != DLOCK_EUNREACHABLE || !(time_left(deadline_ns) || k->reused))
+    if (rc != DLOCK_EUNREACHABLE || !(my_time_left(deadline_ns) || k->reused))
         return false;
     k->failed = true;
     my_conn_close(k);
     *kp = NULL;
     return true;
 }
-
-static int lease_acquire(dlock_lock *l, int64_t deadline_ns);
-static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
-static int lease_release(dlock_lock *l);
 
 /* ---- getlock and rowlock: tokens --------------------------------------------------- */
 
@@ -953,7 +926,7 @@ static int lease_release(dlock_lock *l);
  * (max_heap_table_size) the rows of names nobody holds are let go.
  */
 
-/* The live lease rows marked again (see ensure_marks), on e, then the
+/* The live lease rows marked again (see my_ensure_marks), on e, then the
  * run's mark (key ''): a restart emptied dlock_live, and no connection
  * draws against the marks before it has seen the run's mark (marks_check). A
  * full table lets go of the rows of names nobody holds first. 0, or a
@@ -993,7 +966,7 @@ static int marks_check(myclient *mc, my_conn *k, int64_t until, char *why, size_
         return 0;
     my_res r = {0};
     int rc = my_q_exec(k, mc->sql_mark_run_get, NULL, 0, &r, until, -1, why, wlen);
-    bool run_marked = rc == 0 && cell(&r, 0, 0) && atoi(cell(&r, 0, 0)) > 0;
+    bool run_marked = rc == 0 && my_cell(&r, 0, 0) && atoi(my_cell(&r, 0, 0)) > 0;
     my_res_free(&r);
     if (rc == 0 && !run_marked)
         rc = marks_renew(mc, k, until, why, wlen);
@@ -1026,8 +999,8 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
          * a client that counted after us up to 200 ms to put its epoch */
         for (int polls = 0; (!renew || round > 0) && !rc; polls++) {
             rc = my_q_exec(e, mc->sql_run_get, NULL, 0, &r, until, -1, why, wlen);
-            bool in_force = rc == 0 && cell(&r, 0, 0) &&
-                            (!renew || strtoull(cell(&r, 0, 0), NULL, 10) >= want);
+            bool in_force = rc == 0 && my_cell(&r, 0, 0) &&
+                            (!renew || strtoull(my_cell(&r, 0, 0), NULL, 10) >= want);
             my_res_free(&r);
             if (!rc && in_force) {
                 my_conn_put(mc, e);
@@ -1063,29 +1036,23 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
     return rc;
 }
 
-static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
-
-/* draw_token's answers to an ask (see there): nothing held on k */
-#define DRAW_BUSY 3    /* the name's GET_LOCK is another's */
-#define DRAW_UNASKED 4 /* not asked, or the ask failed and was undone (k->failed: close k) */
-
 /* The token of a grant, on k, the connection holding the name's GET_LOCK
  * (see above), with the holder's row: 0 (*token set), 1 the key's row
  * belongs to another name (a hash collision), 2 (only with unleased) a
- * lease-mode holder has the name (lease_holds), or a code. Once k knows
+ * lease-mode holder has the name (my_lease_holds), or a code. Once k knows
  * its run, one statement on one MEMORY table (sql_draw_fast), which also
  * reads the name's lease mark; before, and for what the marks do not
  * cover, the draw reads dlock_run and, unleased, dlock_lease (sql_draw,
  * sql_draw_unleased). With ask (getlock), k does not hold the GET_LOCK
  * yet, and the first draw, if it is the one statement, asks for it
  * (sql_try_draw): DRAW_BUSY or DRAW_UNASKED say it was not taken. */
-static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
+int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
                       char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    /* an ask ends no later than a wait would be cut (wait_bound): a
+    /* an ask ends no later than a wait would be cut (my_wait_bound): a
      * bounded acquisition keeps its KILL room */
     int64_t ask_until = until, kill_room_ns = (int64_t)MY_KILL_ROOM_MS * 1000000;
     if (ask && l->op_deadline_ns > 0 && l->op_deadline_ns - kill_room_ns < ask_until)
@@ -1136,7 +1103,7 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
         if (rc == 0 && fast && t == UINT64_MAX - 1) {
             /* a live lease mark: dlock_lease decides, then a draw without
              * the mark (a mark outlives its lease's release) */
-            if (unleased && (rc = lease_holds(l, k, why, wlen)) != 0)
+            if (unleased && (rc = my_lease_holds(l, k, why, wlen)) != 0)
                 return rc < 0 ? rc : 2;
             unleased = false;
             slow = true;
@@ -1152,7 +1119,7 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
             /* an offset near the epoch's bits: a new epoch (the fast draw
              * writes its row also when no run is in force: insert id 0) */
             rc = epoch_ensure(l, true, why, wlen);
-        } else if (rc == 0 && unleased && !fast && (rc = lease_holds(l, k, why, wlen)) != 0) {
+        } else if (rc == 0 && unleased && !fast && (rc = my_lease_holds(l, k, why, wlen)) != 0) {
             return rc < 0 ? rc : 2; /* nothing drawn: a lease holder's */
         } else if (rc == 0) {
             /* no epoch in force (a new server run), or, found again once
@@ -1165,7 +1132,7 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
             atomic_store(&mc->fast_off, true);
             rc = 0;
         } else if (unleased && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
-            /* dlock_lease dropped, or not ours to read: as lease_holds */
+            /* dlock_lease dropped, or not ours to read: as my_lease_holds */
             atomic_store(&mc->lease_live_off, true);
             rc = 0;
         } else if (!k->broken && k->last_errno == 1114 && !evicted) {
@@ -1189,12 +1156,12 @@ static int draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64
 /* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
  * lease-mode holder has the name in the default lease table (getlock reads
  * its marks, or the table, in its draw, and here only when nothing was
- * drawn: see ensure_marks). Read after
+ * drawn: see my_ensure_marks). Read after
  * our GET_LOCK, while a lease taker commits its row before it looks for a
  * GET_LOCK (see build_sql): of two that race, at least one sees the
  * other. 1 yes, 0 no (or no lease table this client may read: none), or
  * a code. */
-static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
+int my_lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     if (atomic_load(&mc->lease_live_off))
@@ -1203,7 +1170,7 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
     my_arg a[] = {A_S(l->name)};
     my_res r = {0};
     int rc = my_q_exec(k, mc->sql_lease_live, a, 1, &r, until, -1, why, wlen);
-    int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
+    int n = rc == 0 && my_cell(&r, 0, 0) ? atoi(my_cell(&r, 0, 0)) : 0;
     my_res_free(&r);
     if (rc && !k->broken && (k->last_errno == 1146 || k->last_errno == 1142)) {
         /* dropped since, or not ours to read: no lease holder to see; not
@@ -1216,7 +1183,7 @@ static int lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen)
 
 /* Let go of GET_LOCK of the name on k (a grant given back): k back to the
  * pool, or closed (which lets go) if the release failed. */
-static void key_give_back(dlock_lock *l, my_conn *k)
+void my_key_give_back(dlock_lock *l, my_conn *k)
 {
     myclient *mc = mc_of(l->c);
     char why[200];
@@ -1229,27 +1196,22 @@ static void key_give_back(dlock_lock *l, my_conn *k)
     my_conn_put(mc, k);
 }
 
-static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held);
-static int key_collision(dlock_lock *l, my_conn *k);
+/* ---- the session modes' acquisition and release (getlock, rowlock) ---------------- */
 
-/* getlock and rowlock: a grant found a lease-mode holder of the name (one
- * name is one lock across modes), gave everything back, and asks again
- * with backoff (the lease holder is not in the server's queue) until the
- * deadline. */
-static int my_acquire(dlock_lock *l, int64_t deadline_ns)
+/* A grant that found a lease-mode holder of the name (one name is one lock
+ * across modes) gave everything back, and the mode's take asks
+ * again with backoff (the lease holder is not in the server's queue) until
+ * the deadline. */
+int my_session_acquire(dlock_lock *l, int64_t deadline_ns, my_take_fn take)
 {
-    myclient *mc = mc_of(l->c);
-    if (mc->mode == MODE_LEASE)
-        return lease_acquire(l, deadline_ns);
     int64_t backoff_ns = dl_ms_to_ns(MY_LEASE_BACKOFF_MIN_MS);
     for (;;) {
         bool lease_held = false;
-        int rc = mc->mode == MODE_ROWLOCK ? row_acquire(l, deadline_ns, &lease_held)
-                                          : get_acquire(l, deadline_ns, &lease_held);
+        int rc = take(l, deadline_ns, &lease_held);
         if (!lease_held)
             return rc;
         atomic_store(&l->token, 0);
-        if (!time_left(deadline_ns))
+        if (!my_time_left(deadline_ns))
             return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                                "lock \"%s\" is held in mode=lease (table dlock_lease): one name "
                                "is one lock across modes",
@@ -1262,145 +1224,19 @@ static int my_acquire(dlock_lock *l, int64_t deadline_ns)
     }
 }
 
-/* getlock: the name's GET_LOCK on *kp (a pooled connection when NULL),
- * waiting until deadline_ns (0: a try): 0 held, or the error, set on l,
- * with the connection given back. */
-static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    char why[400];
-    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k = *kp;
-    my_res r = {0};
-    int rc, early = 0;
-    bool granted;
-    *kp = NULL;
-    for (;;) {
-        if (!k) {
-            rc = my_conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
-            if (rc)
-                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
-        }
-        my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-        rc = my_q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
-                    sizeof why);
-        granted = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        my_res_free(&r);
-        /* The server ended the session (KILL, a restart) or the wait
-         * (GET_LOCK's NULL, a statement limit) before its time: ask again
-         * until the deadline — a waiter is only told when time is up. */
-        bool ended = rc && session_ended(&k, rc, deadline_ns);
-        bool cut_short = rc ? !ended && interrupted(k) : !granted;
-        if (!ended && !(cut_short && time_left(deadline_ns)))
-            break;
-        early += cut_short;
-        rc = retry_pause(deadline_ns, cancel);
-        if (rc) {
-            my_conn_put(mc, k);
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        }
-    }
-    if (rc)
-        return take_failed(l, deadline_ns, k, rc, why, early);
-    if (!granted) {
-        my_conn_put(mc, k);
-        return not_taken(l, deadline_ns, early);
-    }
-    *kp = k;
-    return 0;
-}
-
-/* After an ask in the draw found the name's GET_LOCK another's, the next
- * acquisitions of the handle queue at once, 4 of them, twice as many
- * after each busy ask again, up to 64: under contention an ask is only a
- * round trip more before each wait. A granted ask starts again. */
-#define MY_ASKS_SKIP_MIN 4
-#define MY_ASKS_SKIP_MAX 64
-
-static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
-{
-    myclient *mc = mc_of(l->c);
-    if (l->opts.kind != DLOCK_EXCLUSIVE)
-        return dl_lock_err(l, DLOCK_ENOTSUP,
-                           "lock \"%s\": GET_LOCK locks are exclusive only (mode=lease has "
-                           "semaphores)",
-                           l->name);
-    mylock *ml = l->bstate;
-    char why[400];
-    my_conn *k = NULL;
-    uint64_t token;
-    int rc = DRAW_UNASKED;
-    /* First the GET_LOCK with no wait, asked in the token's draw: a free
-     * lock in one round trip. */
-    if (ml->asks_skipped > 0) {
-        ml->asks_skipped--;
-    } else {
-        rc = my_conn_get(mc, false, hard_bound(l), deadline_ns == 0 ? -1 : dl_cancel_fd(l), &k,
-                      why, sizeof why);
-        if (rc)
-            return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
-        rc = draw_token(l, k, true, true, &token, why, sizeof why);
-        if (rc == DRAW_BUSY) {
-            ml->asks_skip = ml->asks_skip ? ml->asks_skip * 2 : MY_ASKS_SKIP_MIN;
-            if (ml->asks_skip > MY_ASKS_SKIP_MAX)
-                ml->asks_skip = MY_ASKS_SKIP_MAX;
-            ml->asks_skipped = ml->asks_skip;
-            if (deadline_ns == 0) {
-                my_conn_put(mc, k);
-                return not_taken(l, deadline_ns, 0);
-            }
-        } else if (rc == DRAW_UNASKED && k->failed) {
-            my_conn_close(k);
-            k = NULL;
-        } else if (rc != DRAW_UNASKED) {
-            ml->asks_skip = 0;
-        }
-    }
-    if (rc == DRAW_BUSY || rc == DRAW_UNASKED) {
-        rc = key_take(l, deadline_ns, &k);
-        if (rc)
-            return rc;
-        rc = draw_token(l, k, true, false, &token, why, sizeof why);
-    }
-    if (rc == 2) {
-        key_give_back(l, k);
-        *lease_held = true;
-        return 0;
-    }
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* lets go of the GET_LOCK */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
-}
-
 /* A grant whose key's row in TABLE_live belongs to another name (a hash
  * collision of long names): let go, and say which. */
-static int key_collision(dlock_lock *l, my_conn *k)
+int my_key_collision(dlock_lock *l, my_conn *k)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     char why[300];
     my_res r = {0};
-    (void)conn_abandon(mc, k, hard_bound(l));
+    (void)conn_abandon(mc, k, my_hard_bound(l));
     char other[DL_NAME_MAX + 8] = "another name";
     my_arg na[] = {A_S(ml->key)};
-    if (my_pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && cell(&r, 0, 0))
-        snprintf(other, sizeof other, "\"%s\"", cell(&r, 0, 0));
+    if (my_pool_exec(l->c, mc->sql_name_of, na, 1, &r, why, sizeof why) == 0 && my_cell(&r, 0, 0))
+        snprintf(other, sizeof other, "\"%s\"", my_cell(&r, 0, 0));
     my_res_free(&r);
     return dl_lock_err(l, DLOCK_ENAME,
                        "lock \"%s\": its GET_LOCK name \"%s\" is taken by %s in the same "
@@ -1408,13 +1244,11 @@ static int key_collision(dlock_lock *l, my_conn *k)
                        l->name, ml->key, other);
 }
 
-static int my_release(dlock_lock *l)
+int my_session_release(dlock_lock *l, my_unlock_fn unlock)
 {
     myclient *mc = mc_of(l->c);
-    if (mc->mode == MODE_LEASE)
-        return lease_release(l);
     mylock *ml = l->bstate;
-    my_conn *k = unwatch_conn(l);
+    my_conn *k = my_unwatch_conn(l);
     ml->conn = NULL;
     if (!k)
         return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
@@ -1427,25 +1261,8 @@ static int my_release(dlock_lock *l)
     }
     char why[300];
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    int rc;
-    bool was_held;
-    if (mc->mode == MODE_ROWLOCK) {
-        /* the name's GET_LOCK first (a getlock waiter may have it while the
-         * row is still ours), then the row */
-        my_arg a[] = {A_S(ml->key)};
-        my_res r = {0};
-        rc = my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
-        my_res_free(&r);
-        if (!rc)
-            rc = q_simple(k, 'c', until, why, sizeof why);
-        was_held = rc == 0;
-    } else {
-        my_arg a[] = {A_S(ml->key)};
-        my_res r = {0};
-        rc = my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why, sizeof why);
-        was_held = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        my_res_free(&r);
-    }
+    bool was_held = false;
+    int rc = unlock(l, k, until, &was_held, why, sizeof why);
     if (rc) {
         /* Closing the connection lets go of the lock as soon as the server
          * sees it closed. */
@@ -1466,31 +1283,30 @@ static int my_release(dlock_lock *l)
     return 0;
 }
 
-static void my_abandon(dlock_lock *l)
+/* A session mode's lock that is lost: its connection closed. */
+void my_session_abandon(dlock_lock *l)
 {
-    myclient *mc = mc_of(l->c);
-    if (mc->mode == MODE_LEASE) {
-        /* Give the row back if it is still ours (a grant that came too
-         * late); the owner check leaves anyone else's alone. */
-        (void)lease_release(l);
-        return;
-    }
     mylock *ml = l->bstate;
-    my_conn *k = unwatch_conn(l);
+    my_conn *k = my_unwatch_conn(l);
     ml->conn = NULL;
     if (k)
         k->failed = true;
     my_conn_close(k); /* the connection's end lets go of its locks */
 }
 
-static int lease_inspect(dlock_client *c, const char *name, dlock_info *info);
-static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char *conn_id,
-                       size_t idlen);
+/* The name's GET_LOCK on the connection holding it let go (getlock: its
+ * answer says whether it held it; rowlock: so is its row, by the commit
+ * that follows). */
+int my_release_key(dlock_lock *l, my_conn *k, int64_t until, my_res *r, char *why, size_t wlen)
+{
+    my_arg a[] = {A_S(((mylock *)l->bstate)->key)};
+    return my_q_exec(k, mc_of(l->c)->sql_release, a, 1, r, until, -1, why, wlen);
+}
 
 /* Waiters queued in GET_LOCK on key, where performance_schema tells: on,
  * its metadata lock instrument enabled, readable by this user (-1 where it
  * does not: an empty table would say 0 while waiters wait). */
-static int key_waiters(dlock_client *c, const char *key)
+int my_key_waiters(dlock_client *c, const char *key)
 {
     myclient *mc = mc_of(c);
     my_res r = {0};
@@ -1501,53 +1317,20 @@ static int key_waiters(dlock_client *c, const char *key)
                            "performance_schema.setup_instruments WHERE NAME = "
                            "'wait/lock/metadata/sql/mdl' AND ENABLED = 'YES')",
                            NULL, 0, &r, why, sizeof why);
-        mc->ps_ok = rc == 0 && cell(&r, 0, 0) && cell(&r, 0, 1) &&
-                    strcmp(cell(&r, 0, 0), "1") == 0 && strcmp(cell(&r, 0, 1), "1") == 0;
+        mc->ps_ok = rc == 0 && my_cell(&r, 0, 0) && my_cell(&r, 0, 1) &&
+                    strcmp(my_cell(&r, 0, 0), "1") == 0 && strcmp(my_cell(&r, 0, 1), "1") == 0;
         my_res_free(&r);
     }
     if (mc->ps_ok == 0)
         return -1;
     my_arg a[] = {A_S(key)};
     int rc = my_pool_exec(c, mc->sql_waiters, a, 1, &r, why, sizeof why);
-    int n = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : -1;
+    int n = rc == 0 && my_cell(&r, 0, 0) ? atoi(my_cell(&r, 0, 0)) : -1;
     my_res_free(&r);
     return n;
 }
 
-static int my_inspect(dlock_client *c, const char *name, dlock_info *info)
-{
-    myclient *mc = mc_of(c);
-    memset(info, 0, sizeof *info);
-    if (mc->mode == MODE_LEASE)
-        return lease_inspect(c, name, info);
-    if (mc->mode == MODE_ROWLOCK)
-        return row_inspect(c, name, info, NULL, 0);
-    char key[MY_KEY_MAX + 1], why[300];
-    my_key_of("", name, key, sizeof key);
-    my_arg a[] = {A_S(key), A_S(key), A_S(name)};
-    my_res r = {0};
-    int rc = my_pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
-    bool held = cell(&r, 0, 0) != NULL;
-    info->held = held;
-    info->holders = held ? 1 : 0;
-    info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
-    info->held_ms = -1;
-    info->lease_ms = -1;
-    if (held && cell(&r, 0, 2)) {
-        snprintf(info->holder, sizeof info->holder, "%s", cell(&r, 0, 2));
-        if (cell(&r, 0, 3))
-            info->held_ms = strtoll(cell(&r, 0, 3), NULL, 10);
-    }
-    my_res_free(&r);
-    info->waiters = key_waiters(c, key);
-    if (info->waiters < 0 && !held)
-        info->waiters = 0; /* nobody queues for a free lock */
-    return 0;
-}
-
-static int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     myclient *mc = mc_of(c);
     /* prefix as a LIKE pattern: its own %, _ and \ escaped */
@@ -1567,128 +1350,40 @@ static int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
         return dl_client_err(c, rc, "list: %s (%s)", why, mc->redacted);
     int stop = 0;
     for (int i = 0; i < r.nrows && !stop; i++)
-        if (cell(&r, i, 0) && dlock_name_valid(cell(&r, i, 0), NULL, 0) == 0)
-            stop = fn(cell(&r, i, 0), arg);
+        if (my_cell(&r, i, 0) && dlock_name_valid(my_cell(&r, i, 0), NULL, 0) == 0)
+            stop = fn(my_cell(&r, i, 0), arg);
     my_res_free(&r);
     return stop;
 }
 
-static int my_set_value(dlock_lock *l, const char *value)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    char why[300], tok[24];
-    snprintf(tok, sizeof tok, "%" PRIu64, atomic_load(&l->token));
-    my_res r = {0};
-    int rc;
-    if (mc->mode == MODE_LEASE) {
-        my_arg a[] = {A_S(value), A_S(l->name), A_I(ml->slot), A_S(l->owner)};
-        rc = my_pool_exec(l->c, mc->sql_lease_value, a, 4, &r, why, sizeof why);
-        if (!rc && r.affected == 0) {
-            my_res_free(&r);
-            return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease is gone", l->name);
-        }
-    } else if (mc->mode == MODE_ROWLOCK) {
-        /* beside the row, in the token table: the holder's token guards it */
-        my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name), A_S(tok)};
-        rc = my_pool_exec(l->c, mc->sql_row_value, a, 4, &r, why, sizeof why);
-    } else {
-        my_conn *k = unwatch_conn(l);
-        if (!k)
-            return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-        if (k->sess.lost)
-            return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                               l->name, k->sess.why);
-        my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
-        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-        rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
-        rewatch_conn(l, k);
-    }
-    my_res_free(&r);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": publishing the value: %s", l->name, why);
-    return 0;
-}
-
-static int my_get_value(dlock_client *c, const char *name, char *buf, size_t len)
+/* The reply to a leader's value query (rc, r: its outcome). */
+int my_value_reply(dlock_client *c, const char *name, int rc, my_res *r, const char *why,
+                   char *buf, size_t len)
 {
     myclient *mc = mc_of(c);
-    char key[MY_KEY_MAX + 1], why[300];
-    my_res r = {0};
-    int rc;
-    if (mc->mode == MODE_ROWLOCK) {
-        dlock_info info;
-        rc = row_inspect(c, name, &info, NULL, 0);
-        if (rc)
-            return rc;
-        if (info.held != 1)
-            return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
-        my_key_of("", name, key, sizeof key);
-        my_arg a[] = {A_S(key), A_S(name)};
-        rc = my_pool_exec(c, mc->sql_row_getvalue, a, 2, &r, why, sizeof why);
-    } else if (mc->mode == MODE_LEASE) {
-        my_arg a[] = {A_S(name)};
-        rc = my_pool_exec(c, mc->sql_lease_getvalue, a, 1, &r, why, sizeof why);
-    } else {
-        my_key_of("", name, key, sizeof key);
-        my_arg a[] = {A_S(key), A_S(name)};
-        rc = my_pool_exec(c, mc->sql_getvalue, a, 2, &r, why, sizeof why);
-    }
     if (rc)
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, why, mc->redacted);
-    if (r.nrows != 1 || !cell(&r, 0, 0)) {
-        my_res_free(&r);
+    if (r->nrows != 1 || !my_cell(r, 0, 0)) {
+        my_res_free(r);
         return dl_client_err(c, DLOCK_ENOENT, "\"%s\" has no leader", name);
     }
-    snprintf(buf, len, "%s", cell(&r, 0, 0));
-    my_res_free(&r);
+    snprintf(buf, len, "%s", my_cell(r, 0, 0));
+    my_res_free(r);
     return 0;
 }
 
-/* getlock and rowlock: KILL the connection holding the name (its holder is
- * told at once); lease: delete the rows (each holder learns at its next
- * renewal, ttl/3). Between the look-up and the KILL the holder may have
- * released and its connection gone back to its pool: KILL then ends an
- * idle pooled connection, which its client drops. */
-static int my_break(dlock_client *c, const char *name, dlock_info *broken)
+/* getlock and rowlock's break: KILL the connection id holding the name
+ * (its holder is told at once). Between the look-up and the KILL the
+ * holder may have released and its connection gone back to its pool: KILL
+ * then ends an idle pooled connection, which its client drops. */
+int my_kill_holder(dlock_client *c, const char *name, const char *id)
 {
-    myclient *mc = mc_of(c);
-    char why[300], id[24] = "";
-    int rc;
-    if (mc->mode == MODE_ROWLOCK) {
-        memset(broken, 0, sizeof *broken);
-        rc = row_inspect(c, name, broken, id, sizeof id);
-    } else {
-        rc = my_inspect(c, name, broken);
-    }
-    if (rc)
-        return rc;
-    if (broken->held != 1)
-        return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
-    my_res r = {0};
-    if (mc->mode == MODE_LEASE) {
-        my_arg a[] = {A_S(name)};
-        rc = my_pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
-        my_res_free(&r);
-        if (rc)
-            return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
-        return 0;
-    }
-    if (mc->mode == MODE_GETLOCK) {
-        char key[MY_KEY_MAX + 1];
-        my_key_of("", name, key, sizeof key);
-        my_arg a[] = {A_S(key), A_S(key), A_S(name)};
-        rc = my_pool_exec(c, mc->sql_inspect, a, 3, &r, why, sizeof why);
-        if (!rc && cell(&r, 0, 0))
-            snprintf(id, sizeof id, "%s", cell(&r, 0, 0));
-        my_res_free(&r);
-        if (rc)
-            return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
-    }
+    char why[300];
     if (!*id)
         return dl_client_err(c, DLOCK_ENOTHELD, "\"%s\" is not held", name);
+    my_res r = {0};
     my_arg a[] = {A_I(strtoll(id, NULL, 10))};
-    rc = my_pool_exec(c, "KILL ?", a, 1, &r, why, sizeof why);
+    int rc = my_pool_exec(c, "KILL ?", a, 1, &r, why, sizeof why);
     my_res_free(&r);
     if (rc == DLOCK_EPERM)
         return dl_client_err(c, rc,
@@ -1696,644 +1391,7 @@ static int my_break(dlock_client *c, const char *name, dlock_info *broken)
                              "(another user's: KILL needs CONNECTION ADMIN or SUPER): %s",
                              name, id, why);
     if (rc && !strstr(why, "Unknown thread"))
-        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc->redacted);
-    return 0;
-}
-
-/* ---- mode=lease: rows with an expiry ----------------------------------------------- */
-
-/*
- * TABLE (default dlock_lease): one row per held (name, slot), slot 0 for a
- * lock (and a semaphore of 1), N * 8192 + i (i < N) for a semaphore of N
- * permits (MY_LEASE_SLOT_BASE): owner, expires (the server's clock,
- * UTC_TIMESTAMP(6): no time zone or DST can move it), holder, since, value.
- * A released row is kept, free (no owner, an expiry in 1970). One
- * statement takes a free or expired row and draws the token: an UPDATE of
- * the row joined to the name's counter in TABLE_token, which raises it with
- * LAST_INSERT_ID(token + 1) (the OK packet's insert id: no result set).
- * Both rows are locked and committed together, so no pause of the taker
- * can put a take and its token apart: tokens rise with grants, and the
- * token a holder has is the counter's while it holds. The counter, one per
- * name, survives releases and covers every slot of a semaphore. A take
- * that finds no row makes the rows (free) and tries again (lease_take).
- *
- * MySQL has no notification. Waiters queue on GET_LOCK of a companion name
- * ("dlock-w:" and a hash): the first of them holds it and polls the table
- * with jittered exponential backoff (2 ms doubling to 50 ms); the others
- * sleep in the server's queue and poll nothing. The server's load is one
- * poller per waited-for name, however many wait.
- *
- * One name is one lock: a taker that took its row looks (the next
- * statement, a fresh snapshot) for a held row of the name outside its own
- * slots; if there is one, it deletes its row and waits (an exclusive taker
- * so waits for every permit), or, a semaphore taker that finds a semaphore
- * of other permits, is refused (DLOCK_ECONFLICT). Of two takers of
- * different kinds at once, at least one sees the other.
- */
-
-#define MY_LEASE_SLOT_BASE(permits) ((permits) > 1 ? (int)(permits) << 13 : 0)
-
-/* A released row's expiry: long past, so that every take finds it free. */
-#define MY_LEASE_FREE "1970-01-01 00:00:01"
-
-/* A take that finds no free row makes the rows it needs (if missing) on
- * its first try and on every MY_LEASE_MAKE_EVERY-th after (rows an older
- * dlock deleted while we waited), not on every poll of a held name. */
-#define MY_LEASE_MAKE_EVERY 16
-
-/* Time kept back from a take's bound for lease_drop_mine, so that an
- * acquisition still ends by its deadline plus DL_DEADLINE_MARGIN_MS. */
-#define MY_LEASE_DROP_MS 50
-
-/* Our row at slot deleted, should a take cut short have left it (it may
- * still have run on the server, and would shut every other taker out for
- * a lease): on another connection (the one cut short is unusable), by the
- * acquisition's bound. A take still running on the server then is not
- * waited for (the bound is spent): its row stays until its lease ends. */
-static void lease_drop_mine(dlock_lock *l, int slot)
-{
-    myclient *mc = mc_of(l->c);
-    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    char ignored[200];
-    my_conn *k;
-    if (dl_now_ns() >= until || my_conn_get(mc, false, until, -1, &k, ignored, sizeof ignored))
-        return;
-    my_arg f[] = {A_S(l->name), A_I(slot), A_S(l->owner)};
-    my_res r = {0};
-    (void)my_q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, ignored, sizeof ignored);
-    my_res_free(&r);
-    if (k->broken)
-        k->failed = true; /* closed, not pooled (no KILL: its bound is spent) */
-    my_conn_put(mc, k);
-}
-
-/* One statement that takes the row at slot, if free or expired, and draws
- * the name's next token with it (sql_lease_take): *token is that token, or
- * 0 when the row was held. A take that finds no row makes it where it is
- * missing (make: see MY_LEASE_MAKE_EVERY; make_token: the name's counter
- * row too), then tries again. */
-static int lease_take(dlock_lock *l, my_conn *k, int slot, bool make, bool make_token,
-                      uint64_t *token, char *why, size_t wlen)
-{
-    myclient *mc = mc_of(l->c);
-    int ms = dl_op_timeout_ms(l, mc->op_timeout_ms);
-    if (l->op_deadline_ns > 0 && ms > MY_LEASE_DROP_MS)
-        ms -= MY_LEASE_DROP_MS; /* (whatever is left, for lease_drop_mine) */
-    int64_t until = dl_deadline_in(ms);
-    long long ttl_us = (long long)l->opts.ttl_ms * 1000;
-    my_arg a[] = {A_S(l->owner),  A_I(ttl_us),   A_S(mc->holder),
-                  A_S(mc->holder), A_S(l->name), A_I(slot)};
-    my_arg m[] = {A_S(l->name), A_I(slot)};
-    my_res r = {0};
-    int rc = 0;
-    *token = 0;
-    for (int attempt = 0; attempt < 2 && !rc; attempt++) {
-        rc = my_q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
-        if (rc && !k->broken && k->last_errno == 1114 && attempt == 0) {
-            /* dlock_live full (the trigger's mark, see ensure_marks): the
-             * rows of names nobody holds or marks go, and the take again */
-            my_res_free(&r);
-            rc = my_q_exec(k, mc->sql_mark_evict, NULL, 0, &r, until, -1, why, wlen);
-            my_res_free(&r);
-            if (!rc)
-                rc = my_q_exec(k, mc->sql_lease_take, a, 6, &r, until, -1, why, wlen);
-        }
-        if (rc && !k->broken && k->last_errno == 1213)
-            rc = 0; /* a deadlock's victim (InnoDB rolled it back): not taken */
-        bool took = rc == 0 && r.affected > 0;
-        *token = took ? r.insert_id : 0;
-        my_res_free(&r);
-        if (took && *token == 0) {
-            snprintf(why, wlen, "the server gave no token (LAST_INSERT_ID)");
-            lease_drop_mine(l, slot);
-            return DLOCK_EPROTO;
-        }
-        if (rc || took || !make || attempt > 0)
-            break;
-        rc = my_q_exec(k, mc->sql_lease_make, m, 2, &r, until, -1, why, wlen);
-        unsigned long long made = r.affected;
-        my_res_free(&r);
-        if (!rc && make_token) {
-            rc = my_q_exec(k, mc->sql_lease_make_token, m, 1, &r, until, -1, why, wlen);
-            made += r.affected;
-            my_res_free(&r);
-        }
-        if (!made)
-            break; /* the rows were there: held */
-    }
-    if (rc)
-        lease_drop_mine(l, slot);
-    return rc;
-}
-
-/* After a take: whether another holder of the name excludes ours: another
- * kind of lease holder (see above), or a getlock or rowlock holder (the
- * name's GET_LOCK is held). Read after our take has committed, so that of
- * two takers of different modes at once at least one sees the other. 0 no;
- * 1 another lease kind, 2 GET_LOCK held (our row given back in both);
- * DLOCK_ECONFLICT (message set), or a code. */
-static int lease_other_kind(dlock_lock *l, my_conn *k, int base, int n, char *why, size_t wlen)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    char key[MY_KEY_MAX + 1];
-    my_key_of("", l->name, key, sizeof key);
-    my_arg a[] = {A_S(l->name), A_I(base), A_I(base + n), A_S(key)};
-    my_res r = {0};
-    int rc = my_q_exec(k, mc->sql_lease_other, a, 4, &r, until, -1, why, wlen);
-    const char *v = rc ? NULL : cell(&r, 0, 0);
-    const char *is_free = rc ? NULL : cell(&r, 0, 1);
-    long other = v ? atol(v) : -1;
-    bool session_mode = is_free && strcmp(is_free, "1") != 0;
-    my_res_free(&r);
-    if (rc == 0 && is_free && other < 0 && !session_mode)
-        return 0;
-    if (rc == 0 && !is_free) {
-        snprintf(why, wlen, "the server could not tell whether the name's GET_LOCK is held "
-                            "(IS_FREE_LOCK gave NULL)");
-        rc = DLOCK_EPROTO;
-    }
-    my_arg f[] = {A_S(l->name), A_I(ml->slot), A_S(l->owner)};
-    if (rc) { /* not known: our row goes back (k may be unusable) */
-        lease_drop_mine(l, ml->slot);
-        return rc;
-    }
-    rc = my_q_exec(k, mc->sql_lease_free, f, 3, &r, until, -1, why, wlen);
-    my_res_free(&r);
-    unsigned in_force = other < 0 ? 0 : (unsigned)(other >> 13);
-    if (!rc && in_force > 1 && l->opts.kind == DLOCK_SEMAPHORE && n > 1)
-        return dl_conflict_err(l, 's', in_force);
-    return rc ? rc : other >= 0 ? 1 : 2;
-}
-
-/* One try at every slot, from a random one (so that semaphore takers do
- * not all meet at slot 0): 1 taken (l->token set), 0 all held, 2 held
- * through GET_LOCK (another mode: our take given back), or a code. */
-static int lease_try_slots(dlock_lock *l, my_conn *k, char *why, size_t wlen)
-{
-    mylock *ml = l->bstate;
-    int n = l->opts.kind == DLOCK_SEMAPHORE ? (int)l->opts.permits : 1;
-    int base = MY_LEASE_SLOT_BASE(n);
-    unsigned start = 0;
-    if (n > 1)
-        (void)dl_random(&start, sizeof start);
-    bool make = ml->tries++ % MY_LEASE_MAKE_EVERY == 0;
-    for (int i = 0; i < n; i++) {
-        int slot = base + (int)((start + (unsigned)i) % (unsigned)n);
-        uint64_t token;
-        int rc = lease_take(l, k, slot, make, make && i == 0, &token, why, wlen);
-        if (rc)
-            return rc;
-        if (token) {
-            ml->slot = slot;
-            rc = lease_other_kind(l, k, base, n, why, wlen);
-            if (rc == 0)
-                atomic_store(&l->token, token);
-            return rc == 0 ? 1 : rc == 1 ? 0 : rc;
-        }
-    }
-    return 0;
-}
-
-static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected);
-
-static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    if (l->opts.kind == DLOCK_SHARED)
-        return dl_lock_err(l, DLOCK_ENOTSUP,
-                           "lock \"%s\": mode=lease has exclusive locks and semaphores, not "
-                           "shared locks",
-                           l->name);
-    char why[400];
-    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    my_conn *k = NULL;
-    int64_t start = 0;
-    int rc = 0, took = 0, early = 0;
-    bool queued = false, try_now = true, other_mode = false;
-    int64_t backoff_ns = dl_ms_to_ns(MY_LEASE_BACKOFF_MIN_MS);
-    ml->tries = 0;
-    atomic_store(&l->token, 0);
-    my_res r = {0};
-    for (;;) {
-        if (!k) {
-            rc = my_conn_get(mc, false, hard_bound(l), cancel, &k, why, sizeof why);
-            if (rc)
-                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
-            queued = false;
-        }
-        if (try_now) {
-            try_now = false;
-            start = dl_now_ns();
-            took = lease_try_slots(l, k, why, sizeof why);
-            if (took == 2) { /* a getlock or rowlock holder has the name: held */
-                other_mode = true;
-                took = 0;
-            }
-            if (took < 0 && session_ended(&k, took, deadline_ns)) {
-                rc = retry_pause(deadline_ns, cancel);
-                if (rc)
-                    break;
-                try_now = true;
-                continue;
-            }
-            if (took != 0 || deadline_ns == 0)
-                break;
-        }
-        if (!queued && !mc->no_queue) {
-            /* behind the other waiters: the first of us polls, the rest
-             * sleep in GET_LOCK's queue */
-            my_arg a[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-            rc = my_q_exec(k, mc->sql_queue, a, 2, &r, wait_bound(l, deadline_ns), cancel, why,
-                        sizeof why);
-            bool first = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-            my_res_free(&r);
-            if (rc && k->broken && rc != DLOCK_EUNREACHABLE) {
-                return wait_cut(l, deadline_ns, k, rc, early);
-            }
-            bool ended = rc && session_ended(&k, rc, deadline_ns);
-            bool cut_short = rc ? !ended && interrupted(k) : !first;
-            if (ended || (cut_short && time_left(deadline_ns))) {
-                /* the server ended the session or the wait before its
-                 * time (see my_acquire): queue again */
-                early += cut_short;
-                try_now = true;
-                rc = retry_pause(deadline_ns, cancel);
-                if (rc)
-                    break;
-                continue;
-            }
-            if (rc == DLOCK_EPROTO && !cut_short) { /* GET_LOCK refused: poll without a queue */
-                mc->no_queue = true;
-                rc = 0;
-                continue;
-            }
-            if (rc || !first) {
-                if (!rc)
-                    rc = DLOCK_ETIMEDOUT;
-                break;
-            }
-            queued = true;
-            try_now = true; /* the lease may have ended while we queued */
-            continue;
-        }
-        int64_t pause = dl_backoff_ns(&backoff_ns, dl_ms_to_ns(MY_LEASE_BACKOFF_MAX_MS));
-        if (deadline_ns > 0) {
-            int64_t left = deadline_ns - dl_now_ns();
-            if (left <= 0) {
-                rc = DLOCK_ETIMEDOUT;
-                break;
-            }
-            if (pause > left)
-                pause = left;
-        }
-        rc = dl_nap_ns(pause, cancel);
-        if (rc)
-            break;
-        try_now = true;
-    }
-    if (took < 0) {
-        rc = took;
-        /* a take is no wait: one our bound cut after it had long gone
-         * unanswered found the server silent (a shorter one, near the
-         * deadline, is only out of time) */
-        if (rc == DLOCK_ETIMEDOUT && k && k->broken &&
-            dl_now_ns() - start >= (int64_t)MY_SILENT_MS * 1000000) {
-            rc = DLOCK_EUNREACHABLE;
-            snprintf(why, sizeof why, "the server did not answer a take of the lease in time "
-                                      "(stopped? overloaded?)");
-        }
-    }
-    if (took == 1) /* the lease counts from before the take that succeeded */
-        l->lease_start_ns = start;
-    if (queued && k && !k->failed) {
-        my_arg a[] = {A_S(ml->key)};
-        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-        if (my_q_exec(k, mc->sql_release, a, 1, &r, until, -1, why + 200, 200) != 0)
-            k->failed = true; /* closing it lets the next waiter in */
-        my_res_free(&r);
-    }
-    my_conn_put(mc, k);
-    if (took == 1 && !rc)
-        return 0;
-    if ((rc == 0 || rc == DLOCK_ETIMEDOUT) && other_mode)
-        return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                           "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
-                           "mode=rowlock, or a program's own GET_LOCK): one name is one lock "
-                           "across modes",
-                           l->name);
-    if (rc == 0 || rc == DLOCK_ETIMEDOUT)
-        return not_taken(l, deadline_ns, early);
-    if (rc == DLOCK_ECANCELED)
-        return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-    if (rc == DLOCK_ECONFLICT)
-        return rc; /* its message is set */
-    return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-}
-
-/* A statement about the held row (release, renewal): its affected count. */
-static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    char why[300];
-    my_arg a[4];
-    int n = 0;
-    if (with_ttl)
-        a[n++] = A_I((long long)l->opts.ttl_ms * 1000);
-    a[n++] = A_S(l->name);
-    a[n++] = A_I(ml->slot);
-    a[n++] = A_S(l->owner);
-    my_res r = {0};
-    /* cut to the caller's bound: an acquisition's deadline, a renewal's
-     * loss */
-    int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    int rc = pool_exec_until(l->c, until, sql, a, n, &r, why, sizeof why);
-    *affected = r.affected;
-    my_res_free(&r);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    return 0;
-}
-
-static int lease_release(dlock_lock *l)
-{
-    unsigned long long n = 0;
-    int rc = lease_row(l, mc_of(l->c)->sql_lease_free, false, &n);
-    if (rc)
-        return rc;
-    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
-}
-
-static int my_renew(dlock_lock *l)
-{
-    unsigned long long n = 0;
-    int rc = lease_row(l, mc_of(l->c)->sql_lease_renew, true, &n);
-    if (rc)
-        return rc;
-    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
-}
-
-static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
-{
-    myclient *mc = mc_of(c);
-    char why[300], key[MY_KEY_MAX + 1];
-    my_key_of("-w", name, key, sizeof key);
-    my_arg a[] = {A_S(key), A_S(name), A_S(name)};
-    my_res r = {0};
-    int rc = my_pool_exec(c, mc->sql_lease_info, a, 3, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
-    /* one row per holder, or one with NULL holder columns */
-    int holders = 0;
-    info->held_ms = -1;
-    info->lease_ms = -1;
-    for (int i = 0; i < r.nrows; i++) {
-        if (!cell(&r, i, 2))
-            continue;
-        holders++;
-        if (holders == 1) {
-            snprintf(info->holder, sizeof info->holder, "%s", cell(&r, i, 2));
-            info->held_ms = cell(&r, i, 3) ? strtoll(cell(&r, i, 3), NULL, 10) : -1;
-            info->lease_ms = cell(&r, i, 4) ? strtoll(cell(&r, i, 4), NULL, 10) : -1;
-        }
-    }
-    info->held = holders > 0;
-    info->holders = holders;
-    info->token = cell(&r, 0, 1) ? strtoull(cell(&r, 0, 1), NULL, 10) : 0;
-    bool head = cell(&r, 0, 0) != NULL; /* the first waiter holds the companion lock */
-    my_res_free(&r);
-    /* the polling waiter, and those queued behind it where the server
-     * counts them; elsewhere unknown while the lock is held */
-    int queued = key_waiters(c, key);
-    info->waiters = queued < 0 ? (holders ? -1 : 0) : (head ? 1 : 0) + queued;
-    return 0;
-}
-
-/* ---- mode=rowlock: a row locked by an open transaction ---------------------------- */
-
-/*
- * TABLE (default dlock_row) has a row per name. On a connection of its own
- * with autocommit off, one statement makes the row if it is missing and
- * locks it — INSERT ... ON DUPLICATE KEY UPDATE takes the exclusive row
- * lock SELECT ... FOR UPDATE takes, and needs no row made beforehand — and
- * COMMIT releases it. innodb_lock_wait_timeout (whole seconds, set when it
- * changes) bounds the wait on the server's side, 0 for a try; our own
- * deadline cuts a timed wait to the millisecond (the connection is then
- * killed). The token is drawn once the row is ours, from TABLE_token on
- * another connection with autocommit: a crashed holder's rollback cannot
- * take it back. TABLE_token also records the holder and its connection id
- * (for dlock break) and the leader's value.
- */
-
-static int row_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
-{
-    myclient *mc = mc_of(l->c);
-    mylock *ml = l->bstate;
-    if (l->opts.kind != DLOCK_EXCLUSIVE)
-        return dl_lock_err(l, DLOCK_ENOTSUP,
-                           "lock \"%s\": mode=rowlock locks are exclusive only (mode=lease has "
-                           "semaphores)",
-                           l->name);
-    char why[400];
-    int cancel = deadline_ns == 0 ? -1 : dl_cancel_fd(l);
-    double s = wait_seconds(deadline_ns);
-    int wait_s = s >= MY_FOREVER_S ? 100000000 : (int)(s + 0.999);
-    my_conn *k = NULL;
-    my_res r = {0};
-    int rc, early = 0;
-again: /* (the session ended while we waited for the name's GET_LOCK) */
-    for (int attempt = 0;; attempt++) {
-        if (!k) {
-            rc = my_conn_get(mc, true, hard_bound(l), cancel, &k, why, sizeof why);
-            if (rc)
-                return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
-            if (deadline_ns > 0) /* at most half the wait's time */
-                conn_spare(mc, dl_now_ns() + (int64_t)dl_ms_left(deadline_ns) * 500000);
-        }
-        if (k->lock_wait_s != wait_s) {
-            my_arg a[] = {A_I(wait_s)};
-            int64_t until =
-                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-            rc = my_q_exec(k, "SET SESSION innodb_lock_wait_timeout = ?", a, 1, &r, until, cancel,
-                        why, sizeof why);
-            my_res_free(&r);
-            if (rc) {
-                k->failed = true;
-                my_conn_close(k);
-                return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-            }
-            k->lock_wait_s = wait_s;
-        }
-        /* the server's wait is whole seconds, rounded up: a timed wait is
-         * cut at its deadline here (the connection then killed) */
-        my_arg a[] = {A_S(l->name)};
-        rc = my_q_exec(k, mc->sql_row_lock, a, 1, &r,
-                    deadline_ns > 0 ? deadline_ns : wait_bound(l, deadline_ns), cancel, why,
-                    sizeof why);
-        my_res_free(&r);
-        if (!rc)
-            break;
-        /* A name's first holder inserts its row in its own transaction; if
-         * that transaction rolls back (the holder died, was killed or
-         * broken), InnoDB can pick one of the queued inserts as a deadlock
-         * victim and undo it: nothing was held, so ask again. So too when
-         * the server ended the session or the statement before its time
-         * (see my_acquire). */
-        bool victim = !k->broken && k->last_errno == 1213 && attempt < 8;
-        bool ended = session_ended(&k, rc, deadline_ns);
-        bool cut_short = !ended && interrupted(k);
-        if (!(victim && time_left(deadline_ns)) && !ended &&
-            !(cut_short && time_left(deadline_ns)))
-            break;
-        early += cut_short;
-        if (!victim) {
-            rc = retry_pause(deadline_ns, cancel);
-            if (rc) {
-                my_conn_put(mc, k);
-                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-            }
-        }
-    }
-    if (rc == DLOCK_ETIMEDOUT && !k->broken) {
-        /* the server's lock wait ran out: the statement was undone */
-        int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-        if (q_simple(k, 'r', until, why, sizeof why) != 0)
-            k->failed = true;
-        my_conn_put(mc, k);
-        return not_taken(l, deadline_ns, early);
-    }
-    if (rc)
-        return take_failed(l, deadline_ns, k, rc, why, early);
-    /* The row is ours. A rowlock holder holds GET_LOCK of the name too, as
-     * a getlock holder does: the two modes are one lock (and lease mode
-     * sees both, see build_sql). Waited for with the row held: behind a
-     * getlock holder, or a program's own GET_LOCK of the name. */
-    for (;;) {
-        my_arg ka[] = {A_S(ml->key), A_D(wait_seconds(deadline_ns))};
-        rc = my_q_exec(k, mc->sql_queue, ka, 2, &r, wait_bound(l, deadline_ns), cancel, why,
-                    sizeof why);
-        bool got = rc == 0 && cell(&r, 0, 0) && strcmp(cell(&r, 0, 0), "1") == 0;
-        my_res_free(&r);
-        if (got)
-            break;
-        if (rc && k->broken && rc != DLOCK_EUNREACHABLE)
-            return wait_cut(l, deadline_ns, k, rc, early); /* its end frees the row */
-        if (rc && session_ended(&k, rc, deadline_ns)) { /* the row went with it */
-            rc = retry_pause(deadline_ns, cancel);
-            if (rc)
-                return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-            goto again;
-        }
-        if ((rc == 0 || interrupted(k)) && time_left(deadline_ns)) {
-            early++; /* GET_LOCK's NULL, or the statement interrupted */
-            rc = retry_pause(deadline_ns, cancel);
-            if (!rc)
-                continue;
-        }
-        if (rc == 0) { /* GET_LOCK's 0: the wait ran out */
-            int64_t until =
-                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-            if (q_simple(k, 'r', until, why, sizeof why) != 0)
-                k->failed = true;
-            my_conn_put(mc, k);
-            return dl_lock_err(l, deadline_ns == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                               "lock \"%s\" is held through its GET_LOCK (mode=getlock, "
-                               "mode=rowlock on another table, or a program's own GET_LOCK): "
-                               "one name is one lock across modes",
-                               l->name);
-        }
-        k->failed = true;
-        my_conn_close(k);
-        if (rc == DLOCK_ECANCELED)
-            return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    }
-    rc = lease_holds(l, k, why, sizeof why);
-    if (rc) {
-        if (rc > 0) { /* give the name's GET_LOCK and the row back */
-            int64_t until =
-                dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-            my_arg ka[] = {A_S(ml->key)};
-            if (my_q_exec(k, mc->sql_release, ka, 1, &r, until, -1, why, sizeof why) != 0 ||
-                q_simple(k, 'r', until, why, sizeof why) != 0)
-                k->failed = true;
-            my_res_free(&r);
-            my_conn_put(mc, k);
-            *lease_held = true;
-            return 0;
-        }
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
-    }
-    /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
-     * not undone by a rollback, and the draw needs the session alive) */
-    uint64_t token = 0;
-    rc = draw_token(l, k, false, false, &token, why, sizeof why);
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* its transaction ends, and the row is free */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
-}
-
-/* Whether name's row is locked, by a shared-lock read that does not wait
- * (autocommit: let go at once); the token table's record beside it. The
- * holder's connection id into conn_id when asked. */
-static int row_inspect(dlock_client *c, const char *name, dlock_info *info, char *conn_id,
-                       size_t idlen)
-{
-    myclient *mc = mc_of(c);
-    char why[300];
-    memset(info, 0, sizeof *info);
-    info->held_ms = -1;
-    info->lease_ms = -1;
-    info->waiters = -1; /* InnoDB's lock waits are PROCESS-privileged */
-    char key[MY_KEY_MAX + 1];
-    my_key_of("", name, key, sizeof key);
-    my_arg a[] = {A_S(name)}, ka[] = {A_S(key), A_S(name)};
-    my_res r = {0};
-    int rc = my_pool_exec(c, mc->sql_row_probe, a, 1, &r, why, sizeof why);
-    bool held;
-    if (rc == DLOCK_ETIMEDOUT) {
-        held = true; /* NOWAIT met the holder's lock */
-    } else if (rc) {
-        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
-    } else {
-        held = false;
-    }
-    my_res_free(&r);
-    rc = my_pool_exec(c, mc->sql_row_info, ka, 2, &r, why, sizeof why);
-    if (rc)
-        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, why, mc->redacted);
-    info->held = held;
-    info->holders = held ? 1 : 0;
-    if (!held)
-        info->waiters = 0;
-    info->token = cell(&r, 0, 0) ? strtoull(cell(&r, 0, 0), NULL, 10) : 0;
-    if (held && cell(&r, 0, 1)) {
-        snprintf(info->holder, sizeof info->holder, "%s", cell(&r, 0, 1));
-        info->held_ms = cell(&r, 0, 2) ? strtoll(cell(&r, 0, 2), NULL, 10) : -1;
-    }
-    if (conn_id && idlen)
-        snprintf(conn_id, idlen, "%s", held && cell(&r, 0, 3) ? cell(&r, 0, 3) : "");
-    my_res_free(&r);
+        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc_of(c)->redacted);
     return 0;
 }
 
@@ -2351,8 +1409,7 @@ static bool ident_ok(const char *s)
     return true;
 }
 
-static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt_alloc(const char *fmt, ...)
+char *my_fmt_alloc(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -2363,11 +1420,9 @@ static char *fmt_alloc(const char *fmt, ...)
     return s;
 }
 
-#define HELD_MS "TIMESTAMPDIFF(MICROSECOND, %s, UTC_TIMESTAMP(6)) DIV 1000"
-
 static int build_sql(myclient *mc)
 {
-    const char *t = mc->table, *tk = mc->tokens, *lv = mc->live;
+    const char *lv = mc->live;
     /* getlock, rowlock: the token, drawn on the connection that holds the
      * name's GET_LOCK, and the holder's row (see "Tokens"): written only
      * to a MEMORY table, no InnoDB log. A key whose row belongs to another
@@ -2391,23 +1446,23 @@ static int build_sql(myclient *mc)
     "AND UUID_SHORT() >= m.base%s " DRAW_HOLDER                                              \
     "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551615))"
-    mc->sql_draw = fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
-    /* getlock's grant: the lease table read (lease_holds) in the draw, one
+    mc->sql_draw = my_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
+    /* getlock's grant: the lease table read (my_lease_holds) in the draw, one
      * round trip fewer (an autocommit statement: its shared locks on
      * dlock_lease end with it). Nothing drawn: a lease holder, or no epoch
-     * in force; draw_token tells which. */
+     * in force; my_draw_token tells which. */
     mc->sql_draw_unleased =
-        fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT,
-                  " AND NOT EXISTS (SELECT 1 FROM `dlock_lease` AS x WHERE x.name = ? AND "
-                  "x.expires >= UTC_TIMESTAMP(6))");
+        my_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT,
+                     " AND NOT EXISTS (SELECT 1 FROM `dlock_lease` AS x WHERE x.name = ? AND "
+                     "x.expires >= UTC_TIMESTAMP(6))");
 #undef DRAW
     /* The same as an INSERT ... VALUES, the run read in a scalar
      * subquery (each table a statement opens cost 10-25 us of every
      * hand-over: INSERT ... SELECT opens both tables for the whole
      * statement), and the name's lease mark read in its row: a live one
-     * (lease_until, see ensure_marks) leaves the row as it is and says so
+     * (lease_until, see my_ensure_marks) leaves the row as it is and says so
      * with an insert id of 2^64 - 2, and the grant then reads dlock_lease
-     * (lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
+     * (my_lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
 #define DRAW_FAST(TOKEN)                                                                     \
     "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, " TOKEN        \
     ", CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER                               \
@@ -2417,7 +1472,7 @@ static int build_sql(myclient *mc)
 #define RUN_TOKEN                                                                            \
     "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
     "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
-    mc->sql_draw_fast = fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
+    mc->sql_draw_fast = my_fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
     /* getlock's first ask for a name: its GET_LOCK with no wait and the
      * draw above in one statement, a round trip fewer for a lock nobody
      * holds (bare GET_LOCK's two per cycle). A lock that is another's
@@ -2426,11 +1481,11 @@ static int build_sql(myclient *mc)
      * a GET_LOCK that waits: it would hold the MEMORY table's lock, and
      * every other draw, for its length. */
     mc->sql_try_draw =
-        fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
+        my_fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
 #undef RUN_TOKEN
 #undef DRAW_FAST
 #undef DRAW_HOLDER
-    /* Lease marks (see ensure_marks): a name's row in dlock_live, its
+    /* Lease marks (see my_ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
      * rows in dlock_lease writes (names of up to MY_KEY_MAX bytes: their
      * key is the name). */
@@ -2442,19 +1497,19 @@ static int build_sql(myclient *mc)
     "CREATE TRIGGER `dlock_lease_live_" WHAT "` AFTER " EVENT " ON `dlock_lease` FOR EACH "     \
     "ROW IF LENGTH(NEW.name) <= " MY_KEY_MAX_STR " THEN " MARK_UPSERT("NEW.name",             \
                                                                       "NEW.expires") "; END IF"
-    mc->sql_mark_ddl[0] = fmt_alloc(MARK_TRIGGER("ins", "INSERT"));
-    mc->sql_mark_ddl[1] = fmt_alloc(MARK_TRIGGER("upd", "UPDATE"));
+    mc->sql_mark_ddl[0] = my_fmt_alloc(MARK_TRIGGER("ins", "INSERT"));
+    mc->sql_mark_ddl[1] = my_fmt_alloc(MARK_TRIGGER("upd", "UPDATE"));
 #undef MARK_TRIGGER
 #undef MARK_UPSERT
-    mc->sql_mark_count = fmt_alloc("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE "
-                                   "TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME IN "
-                                   "('dlock_lease_live_ins', 'dlock_lease_live_upd')");
-    mc->sql_mark_col = fmt_alloc("SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
-                                 "DATABASE() AND TABLE_NAME = 'dlock_live' AND COLUMN_NAME = "
-                                 "'lease_until'");
-    mc->sql_mark_col_add = fmt_alloc("ALTER TABLE `dlock_live` ADD COLUMN lease_until "
-                                     "DATETIME(6)");
-    mc->sql_mark_live = fmt_alloc(
+    mc->sql_mark_count = my_fmt_alloc("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE "
+                                      "TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME IN "
+                                      "('dlock_lease_live_ins', 'dlock_lease_live_upd')");
+    mc->sql_mark_col = my_fmt_alloc("SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                                    "DATABASE() AND TABLE_NAME = 'dlock_live' AND COLUMN_NAME = "
+                                    "'lease_until'");
+    mc->sql_mark_col_add = my_fmt_alloc("ALTER TABLE `dlock_live` ADD COLUMN lease_until "
+                                        "DATETIME(6)");
+    mc->sql_mark_live = my_fmt_alloc(
         "INSERT INTO `dlock_live` (k, name, token, lease_until) SELECT name, name, 0, "
         "MAX(expires) FROM `dlock_lease` WHERE expires >= UTC_TIMESTAMP(6) AND LENGTH(name) <= "
         MY_KEY_MAX_STR " GROUP BY name ON DUPLICATE KEY UPDATE lease_until = IF(name = "
@@ -2462,137 +1517,50 @@ static int build_sql(myclient *mc)
         "VALUES(lease_until)), lease_until)");
     /* the key '' (no lock's: names are not empty): the live rows were
      * marked in this server run */
-    mc->sql_mark_run = fmt_alloc("INSERT INTO `dlock_live` (k, name, token) VALUES ('', '', 0) "
-                                 "ON DUPLICATE KEY UPDATE token = 0");
-    mc->sql_mark_run_get = fmt_alloc("SELECT COUNT(*) FROM `dlock_live` WHERE k = ''");
+    mc->sql_mark_run = my_fmt_alloc("INSERT INTO `dlock_live` (k, name, token) VALUES ('', '', 0) "
+                                    "ON DUPLICATE KEY UPDATE token = 0");
+    mc->sql_mark_run_get = my_fmt_alloc("SELECT COUNT(*) FROM `dlock_live` WHERE k = ''");
     /* a full TABLE_live (max_heap_table_size): the rows of names nobody
      * holds and no lease marks (the IF: GET_LOCK's functions refuse '') */
 #define EVICT                                                                                 \
     "DELETE FROM %s WHERE k <> '' AND (lease_until IS NULL OR lease_until < "                 \
     "UTC_TIMESTAMP(6)) AND IS_USED_LOCK(IF(k = '', 'dlock:-', k)) IS NULL"
-    mc->sql_mark_evict = fmt_alloc(EVICT, "`dlock_live`");
-    mc->sql_run_get = fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
+    mc->sql_mark_evict = my_fmt_alloc(EVICT, "`dlock_live`");
+    mc->sql_run_get = my_fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
     /* committed (flushed, on a durable server) before any token of it */
-    mc->sql_epoch_bump = fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
-                                   "LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE epoch = "
-                                   "LAST_INSERT_ID(epoch + 1)");
+    mc->sql_epoch_bump = my_fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
+                                      "LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE epoch = "
+                                      "LAST_INSERT_ID(epoch + 1)");
     /* the run's epoch in force: only the latest epoch counted (a locking
      * read: the newest committed), by the client that counted it; an
      * epoch in force is replaced only by a renewal (the second and third
      * parameters 1), and never by a lower one */
-    mc->sql_run_set = fmt_alloc(
+    mc->sql_run_set = my_fmt_alloc(
         "INSERT INTO `dlock_run` (id, epoch, base) SELECT 1, e.epoch, UUID_SHORT() FROM "
         "`dlock_epoch` AS e WHERE e.id = 1 AND e.epoch = ? ON DUPLICATE KEY UPDATE "
         "base = IF(? = 1 AND VALUES(epoch) > `dlock_run`.epoch, VALUES(base), `dlock_run`.base), "
         "epoch = IF(? = 1, GREATEST(`dlock_run`.epoch, VALUES(epoch)), `dlock_run`.epoch)");
-    mc->sql_evict = fmt_alloc(EVICT, lv);
+    mc->sql_evict = my_fmt_alloc(EVICT, lv);
 #undef EVICT
-    mc->sql_release = fmt_alloc("SELECT RELEASE_LOCK(?)");
-    /* the holder is the row's only while the connection that wrote it holds
-     * the key: another program's GET_LOCK of the same name is not ours */
-    mc->sql_inspect = fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
-                                "IF(t.conn = u.id, " HELD_MS ", NULL) FROM (SELECT "
-                                "IS_USED_LOCK(?) AS id) AS u LEFT JOIN %s AS t ON t.k = ? AND "
-                                "t.name = ?",
-                                "t.since", lv);
-    mc->sql_waiters = fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
-                                "OBJECT_TYPE = 'USER LEVEL LOCK' AND OBJECT_NAME = ? AND "
-                                "LOCK_STATUS = 'PENDING'");
-    mc->sql_setvalue = fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
-    mc->sql_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
-                                 "conn = IS_USED_LOCK(k) AND value IS NOT NULL",
-                                 lv);
-    mc->sql_name_of = fmt_alloc("SELECT name FROM %s WHERE k = ?", lv);
-    mc->sql_list = fmt_alloc(mc->mode == MODE_LEASE ? "SELECT DISTINCT name FROM %s WHERE name "
-                                                      "LIKE ? ORDER BY name"
-                                                    : "SELECT name FROM %s WHERE name LIKE ? "
-                                                      "AND token > 0 ORDER BY name",
-                             mc->mode == MODE_LEASE ? tk : lv);
-    /* lease */
-    /* The take and the token in one statement (both rows locked, one
-     * commit): a row that is free (released: no owner, an expiry in 1970)
-     * or expired becomes ours and the name's counter rises with it. A
-     * multiple-table UPDATE's assignments have no set order, so none reads
-     * a column another one sets. */
-    mc->sql_lease_take = fmt_alloc(
-        "UPDATE %s AS l JOIN %s AS tk ON tk.name = l.name SET l.owner = ?, "
-        "l.expires = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.holder = ?, "
-        "l.since = UTC_TIMESTAMP(6), l.value = NULL, tk.token = LAST_INSERT_ID(tk.token + 1), "
-        "tk.holder = ?, tk.since = UTC_TIMESTAMP(6), tk.conn = NULL, tk.value = NULL "
-        "WHERE l.name = ? AND l.slot = ? AND l.expires < UTC_TIMESTAMP(6)",
-        t, tk);
-    /* the rows a take needs, made free where missing (a new name, or rows an
-     * older dlock deleted); an existing row is left as it is */
-    mc->sql_lease_make = fmt_alloc("INSERT INTO %s (name, slot, owner, expires) VALUES (?, ?, '', "
-                                   "'" MY_LEASE_FREE "') ON DUPLICATE KEY UPDATE name = name",
-                                   t);
-    mc->sql_lease_make_token = fmt_alloc("INSERT INTO %s (name, token) VALUES (?, 0) ON "
-                                         "DUPLICATE KEY UPDATE name = name",
-                                         tk);
-    mc->sql_lease_renew = fmt_alloc("UPDATE %s SET expires = UTC_TIMESTAMP(6) + INTERVAL ? "
-                                    "MICROSECOND WHERE name = ? AND slot = ? AND owner = ? AND "
-                                    "expires >= UTC_TIMESTAMP(6)",
-                                    t);
-    /* released rows are kept, free, for the next take (see above) */
-    mc->sql_lease_free = fmt_alloc("UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
-                                   "holder = NULL, since = NULL, value = NULL WHERE name = ? "
-                                   "AND slot = ? AND owner = ?",
-                                   t);
-    mc->sql_lease_other = fmt_alloc("SELECT (SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < "
-                                    "? OR slot >= ?) AND expires >= UTC_TIMESTAMP(6)), "
-                                    "IS_FREE_LOCK(?)",
-                                    t);
-    mc->sql_lease_free_all = fmt_alloc("UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
-                                       "holder = NULL, since = NULL, value = NULL WHERE name = ? "
-                                       "AND owner <> ''",
-                                       t);
-    mc->sql_lease_value = fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
-                                    "owner = ? AND expires >= UTC_TIMESTAMP(6)",
-                                    t);
-    mc->sql_lease_getvalue = fmt_alloc("SELECT value FROM %s WHERE name = ? AND expires >= "
-                                       "UTC_TIMESTAMP(6) AND value IS NOT NULL ORDER BY since "
-                                       "DESC LIMIT 1",
-                                       t);
-    mc->sql_lease_info = fmt_alloc(
-        "SELECT IS_USED_LOCK(?), tk.token, l.holder, " HELD_MS ", "
-        "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires) DIV 1000 "
-        "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
-        "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
-        "l.since", tk, t);
-    /* rowlock */
-    mc->sql_row_lock = fmt_alloc(
-        "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
-    mc->sql_row_probe = fmt_alloc(mc->mariadb ? "SELECT name FROM %s WHERE name = ? LOCK IN "
-                                                "SHARE MODE NOWAIT"
-                                              : "SELECT name FROM %s WHERE name = ? FOR SHARE "
-                                                "NOWAIT",
-                                  t);
-    mc->sql_row_info = fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE k = ? "
-                                 "AND name = ?",
-                                 "since", lv);
-    mc->sql_row_value =
-        fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ? AND token = ?", lv);
-    mc->sql_row_getvalue = fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ?", lv);
-    mc->sql_queue = fmt_alloc("SELECT GET_LOCK(?, ?)");
-    /* getlock, rowlock: live lease-mode holders of a name (see lease_holds) */
-    mc->sql_lease_live = fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
-                                   "expires >= UTC_TIMESTAMP(6)");
-    mc->sql_table_exists = fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
-                                     "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
-    return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump && mc->sql_run_set &&
-                   mc->sql_evict && mc->sql_release && mc->sql_inspect && mc->sql_waiters &&
-                   mc->sql_setvalue && mc->sql_getvalue && mc->sql_name_of && mc->sql_list &&
-                   mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
-                   mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
-                   mc->sql_lease_info && mc->sql_lease_other && mc->sql_lease_make &&
-                   mc->sql_lease_make_token && mc->sql_draw && mc->sql_row_lock && mc->sql_row_probe &&
-                   mc->sql_row_info && mc->sql_row_value && mc->sql_row_getvalue && mc->sql_queue &&
-                   mc->sql_lease_live && mc->sql_table_exists && mc->sql_draw_fast &&
-                   mc->sql_try_draw && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
+    mc->sql_release = my_fmt_alloc("SELECT RELEASE_LOCK(?)");
+    mc->sql_waiters = my_fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
+                                   "OBJECT_TYPE = 'USER LEVEL LOCK' AND OBJECT_NAME = ? AND "
+                                   "LOCK_STATUS = 'PENDING'");
+    mc->sql_name_of = my_fmt_alloc("SELECT name FROM %s WHERE k = ?", lv);
+    mc->sql_queue = my_fmt_alloc("SELECT GET_LOCK(?, ?)");
+    /* getlock, rowlock: live lease-mode holders of a name (see my_lease_holds) */
+    mc->sql_lease_live = my_fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
+                                      "expires >= UTC_TIMESTAMP(6)");
+    mc->sql_table_exists = my_fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
+                                        "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
+    return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump &&
+                   mc->sql_run_set && mc->sql_evict && mc->sql_release && mc->sql_waiters &&
+                   mc->sql_name_of && mc->sql_queue && mc->sql_lease_live &&
+                   mc->sql_table_exists && mc->sql_draw_fast && mc->sql_try_draw && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
                    mc->sql_mark_count && mc->sql_mark_live && mc->sql_mark_evict &&
                    mc->sql_mark_run && mc->sql_mark_run_get && mc->sql_mark_col &&
                    mc->sql_mark_col_add
-               ? 0
+               ? mc->m->build_sql(mc)
                : -1;
 }
 
@@ -2641,7 +1609,7 @@ static void mc_free(myclient *mc)
  * dlock_lease (dlock_lease_live_ins, _upd): every take and renewal of a
  * row raises it to the row's expiry, in the same statement, whoever writes
  * it (older dlock versions too). A live mark sends the grant to the InnoDB
- * read (lease_holds), which decides as before. A mark is never lowered:
+ * read (my_lease_holds), which decides as before. A mark is never lowered:
  * one left by a holder that let go costs that name's grants the InnoDB read
  * until its lease would have ended; eviction keeps live marks. Names over
  * MY_KEY_MAX bytes (their key a hash the triggers do not compute) are not
@@ -2655,7 +1623,7 @@ static void mc_free(myclient *mc)
  * without the column (a dlock_live an older dlock made, that this user may
  * not alter), draws read dlock_lease itself, as before.
  */
-static int ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
+int my_ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
 {
     my_res r = {0};
     int rc = my_q_exec(k, mc->sql_mark_col, NULL, 0, &r, until, -1, why, wlen);
@@ -2670,7 +1638,7 @@ static int ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size
     int have = 0;
     if (!rc) {
         rc = my_q_exec(k, mc->sql_mark_count, NULL, 0, &r, until, -1, why, wlen);
-        have = rc == 0 && cell(&r, 0, 0) ? atoi(cell(&r, 0, 0)) : 0;
+        have = rc == 0 && my_cell(&r, 0, 0) ? atoi(my_cell(&r, 0, 0)) : 0;
         my_res_free(&r);
     }
     bool made = false;
@@ -2691,67 +1659,48 @@ static int ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size
     return k->broken ? rc : 0;
 }
 
-/* The tables of the client's mode, made if missing (a concurrent maker's
- * CREATE may race ours: IF NOT EXISTS, and one retry). */
+/* getlock, rowlock: TABLE_live, the holders' rows, no InnoDB log (see
+ * "Tokens"; MEMORY rows have a fixed length: the holder in bytes, not
+ * utf8mb4's four per character). */
+char *my_live_ddl(myclient *mc)
+{
+    return my_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
+                        "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
+                        "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
+                        "value VARBINARY(1000), lease_until DATETIME(6)) ENGINE=MEMORY",
+                        mc->live);
+}
+
+/* getlock and rowlock: the default lease table too, which their grants
+ * read (one name, one lock across modes: my_lease_holds), and the epochs of
+ * their tokens: counted in InnoDB, the one in force in MEMORY. */
+int my_session_tables(char **ddl, const char **bare)
+{
+    ddl[2] = my_fmt_alloc(MY_LEASE_DDL, "`dlock_lease`", MY_HOLDER_COLS);
+    ddl[3] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_epoch` (id TINYINT UNSIGNED NOT "
+                          "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB");
+    ddl[4] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_run` (id TINYINT UNSIGNED NOT "
+                          "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, base BIGINT "
+                          "UNSIGNED NOT NULL) ENGINE=MEMORY");
+    bare[2] = "dlock_lease";
+    bare[3] = "dlock_epoch";
+    bare[4] = "dlock_run";
+    return ddl[2] && ddl[3] && ddl[4] ? 0 : DLOCK_ENOMEM;
+}
+
+/* The tables of the client's mode (its tables: up to five, by place in
+ * mc->sql_ddl; [2] the default lease table), made if missing (a concurrent
+ * maker's CREATE may race ours: IF NOT EXISTS, and one retry). */
 static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
 {
-    const char *holder_cols = "holder VARCHAR(255) CHARACTER SET utf8mb4, since DATETIME(6), "
-                              "value VARBINARY(1000)";
-    /* a literal (a macro), so that the format is checked at every -O */
-#define LEASE_DDL                                                                             \
-    "CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL, slot INT NOT NULL, owner "   \
-    "CHAR(32) CHARACTER SET ascii NOT NULL, expires DATETIME(6) NOT NULL, %s, PRIMARY KEY "    \
-    "(name, slot)) ENGINE=InnoDB"
     char **ddl = mc->sql_ddl;
-    /* getlock, rowlock: the holders' rows, no InnoDB log (see "Tokens";
-     * MEMORY rows have a fixed length: the holder in bytes, not utf8mb4's
-     * four per character) */
-    char *live = NULL;
-    if (mc->mode != MODE_LEASE)
-        live = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
-                         "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
-                         "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
-                         "value VARBINARY(1000), lease_until DATETIME(6)) ENGINE=MEMORY",
-                         mc->live);
-    if (mc->mode == MODE_GETLOCK) {
-        ddl[0] = live;
-    } else if (mc->mode == MODE_LEASE) {
-        ddl[0] = fmt_alloc(LEASE_DDL, mc->table, holder_cols);
-        ddl[1] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
-                           "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
-                           "ENGINE=InnoDB",
-                           mc->tokens, holder_cols);
-    } else {
-        ddl[0] = fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
-                           "PRIMARY KEY) ENGINE=InnoDB",
-                           mc->table);
-        ddl[1] = live;
-    }
-    /* getlock and rowlock: the default lease table too, which their grants
-     * read (one name, one lock across modes: lease_holds), and the epochs
-     * of their tokens: counted in InnoDB, the one in force in MEMORY */
-    if (mc->mode != MODE_LEASE) {
-        ddl[2] = fmt_alloc(LEASE_DDL, "`dlock_lease`", holder_cols);
-        ddl[3] = fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_epoch` (id TINYINT UNSIGNED NOT "
-                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB");
-        ddl[4] = fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_run` (id TINYINT UNSIGNED NOT "
-                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, base BIGINT "
-                           "UNSIGNED NOT NULL) ENGINE=MEMORY");
-    }
-#undef LEASE_DDL
-    int rc = ddl[0] && (mc->mode == MODE_GETLOCK || ddl[1]) &&
-                     (mc->mode == MODE_LEASE || (ddl[2] && ddl[3] && ddl[4]))
-                 ? 0
-                 : DLOCK_ENOMEM;
+    const char *bares[5] = {NULL, NULL, NULL, NULL, NULL};
+    int rc = mc->m->tables(mc, ddl, bares);
     int64_t until = dl_deadline_in(mc->op_timeout_ms);
     for (int i = 0; i < 5 && !rc; i++) {
         if (!ddl[i])
             continue;
-        const char *bare = i == 0   ? (mc->mode == MODE_GETLOCK ? mc->live_bare : mc->table_bare)
-                           : i == 1 ? (mc->mode == MODE_LEASE ? mc->tokens_bare : mc->live_bare)
-                           : i == 2 ? "dlock_lease"
-                           : i == 3 ? "dlock_epoch"
-                                    : "dlock_run";
+        const char *bare = bares[i];
         my_res r = {0};
         /* There already? A user without CREATE may use existing tables, and
          * MySQL refuses it CREATE TABLE IF NOT EXISTS even then. */
@@ -2784,26 +1733,33 @@ static int ensure_tables(myclient *mc, my_conn *k, char *why, size_t wlen)
     }
     if (rc == DLOCK_ENOMEM)
         snprintf(why, wlen, "out of memory");
-    if (!rc && !atomic_load(&mc->lease_live_off) && mc->mode == MODE_GETLOCK &&
-        strcmp(mc->live_bare, "dlock_live") == 0)
-        rc = ensure_marks(mc, k, until, why, wlen);
+    if (!rc && mc->m->tables_made)
+        rc = mc->m->tables_made(mc, k, until, why, wlen);
     return rc;
 }
 
-static void my_client_close(dlock_client *c);
+/* The modes, the first the default: each one's operations and what its
+ * clients offer (see my_mode). */
+static const my_mode my_modes[] = {
+    {"getlock", "dlock", MY_CAPS_GETLOCK, "", &my_getlock_ops, my_getlock_build_sql,
+     my_getlock_tables, my_getlock_tables_made},
+    {"lease", "dlock_lease", MY_CAPS_LEASE, "-w", &my_lease_ops, my_lease_build_sql,
+     my_lease_tables, NULL},
+    {"rowlock", "dlock_row", MY_CAPS_ROWLOCK, "", &my_rowlock_ops, my_rowlock_build_sql,
+     my_rowlock_tables, NULL},
+};
 
-static int my_client_open(dlock_client *c, const dl_url *u)
+int my_client_open(dlock_client *c, const dl_url *u)
 {
     (void)pthread_once(&my_once, my_load);
     if (my_error[0])
         return dl_client_err(c, DLOCK_ENOTSUP, "%s: %s", u->redacted, my_error);
     const char *mode = dl_url_param(u, "mode");
-    enum my_mode m = MODE_GETLOCK;
-    if (mode && strcmp(mode, "lease") == 0)
-        m = MODE_LEASE;
-    else if (mode && strcmp(mode, "rowlock") == 0)
-        m = MODE_ROWLOCK;
-    else if (mode && strcmp(mode, "getlock") != 0)
+    const my_mode *m = mode ? NULL : &my_modes[0];
+    for (size_t i = 0; !m && i < sizeof my_modes / sizeof my_modes[0]; i++)
+        if (strcmp(mode, my_modes[i].name) == 0)
+            m = &my_modes[i];
+    if (!m)
         return dl_client_err(c, DLOCK_EURL,
                              "%s: mode must be getlock, lease or rowlock, not \"%s\"",
                              u->redacted, mode);
@@ -2813,7 +1769,7 @@ static int my_client_open(dlock_client *c, const dl_url *u)
                              u->redacted);
     const char *table = dl_url_param(u, "table");
     if (!table)
-        table = m == MODE_LEASE ? "dlock_lease" : m == MODE_ROWLOCK ? "dlock_row" : "dlock";
+        table = m->table;
     if (!ident_ok(table))
         return dl_client_err(c, DLOCK_EURL,
                              "%s: table= takes a lowercase identifier ([a-z_][a-z0-9_]*, at most "
@@ -2844,7 +1800,7 @@ static int my_client_open(dlock_client *c, const dl_url *u)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
     dl_pool_init(&mc->pool, MY_POOL_IDLE_MAX);
     c->bstate = mc;
-    mc->mode = m;
+    mc->m = m;
     mc->ps_ok = -1;
     mc->redacted = u->redacted;
     mc->op_timeout_ms = c->opts.op_timeout_ms;
@@ -2899,13 +1855,16 @@ static int my_client_open(dlock_client *c, const dl_url *u)
         my_client_close(c);
         return dl_client_err(c, rc, "%s: %s", u->redacted, why);
     }
-    c->caps = m == MODE_LEASE ? MY_CAPS_LEASE : m == MODE_ROWLOCK ? MY_CAPS_ROWLOCK
-                                                                  : MY_CAPS_GETLOCK;
-    c->renews = m == MODE_LEASE;
+    /* The mode's operations and capabilities are the client's from now on
+     * (getlock, rowlock: liveness is the connection, nothing to renew;
+     * lease: rows renewed by the core through its renew). */
+    c->ops = m->ops;
+    c->caps = m->caps;
+    c->renews = m->ops->renew != NULL;
     return 0;
 }
 
-static void my_client_close(dlock_client *c)
+void my_client_close(dlock_client *c)
 {
     myclient *mc = mc_of(c);
     if (!mc)
@@ -2918,22 +1877,13 @@ static void my_client_close(dlock_client *c)
     c->bstate = NULL;
 }
 
-static const dl_backend_ops my_ops = {
+/* What a client has until its mode is known: client_open puts its mode's
+ * operations in their place (my_modes). */
+static const dl_backend_ops my_open_ops = {
     .client_open = my_client_open,
     .client_close = my_client_close,
-    .lock_init = my_lock_init,
-    .lock_fini = my_lock_fini,
-    .acquire = my_acquire,
-    .release = my_release,
-    .renew = my_renew,
-    .abandon = my_abandon,
-    .inspect = my_inspect,
-    .list = my_list,
-    .set_value = my_set_value,
-    .get_value = my_get_value,
-    .break_lock = my_break,
 };
-#define MY_OPS .ops = &my_ops
+#define MY_OPS .ops = &my_open_ops
 #else
 #define MY_OPS .missing = "built without MariaDB Connector/C (Debian: libmariadb-dev)"
 #endif

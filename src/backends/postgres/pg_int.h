@@ -1,6 +1,9 @@
 /*
- * pg_int.h — the PostgreSQL backend's libpq table, sessions and statements,
- * for its files (postgres.c, the lock; tools.c, the harness's operations).
+ * pg_int.h — the PostgreSQL backend's libpq table, sessions, statements
+ * and modes, for its files: postgres.c (what the modes share: libpq,
+ * sessions, the pool, token draws, the names table, clients), one file per
+ * mode (advisory.c, lease.c, rowlock.c: each a pg_mode, its operations
+ * table) and tools.c (the harness's operations).
  */
 #ifndef DLOCK_PG_INT_H
 #define DLOCK_PG_INT_H
@@ -45,8 +48,8 @@ typedef struct pg_conn {
     dl_pooled pooled; /* its place among the idle ones */
     int pending;      /* statements sent whose replies are unread (pipeline mode) */
     bool reused;      /* taken from the pool: it may have died idle (one retry) */
-    bool failed;      /* a statement failed on it: not pooled again (see stmt_send_fixed) */
-    bool unnamed;     /* behind a transaction pooler: no prepared statements (stmt_send_fixed) */
+    bool failed;      /* a statement failed on it: not pooled again (see pg_stmt_send_fixed) */
+    bool unnamed;     /* behind a transaction pooler: no prepared statements (pg_stmt_send_fixed) */
     const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
     int nprepared;
     dl_session sess;
@@ -58,13 +61,13 @@ typedef struct pgclient {
     char *strings;                     /* storage for what keys/vals point at */
     char table[2 * PG_IDENT_MAX + 8];  /* quoted, schema-qualified */
     char seq[2 * PG_IDENT_MAX + 8];    /* the tokens' sequence, TABLE_token */
-    char runs[2 * PG_IDENT_MAX + 8];   /* dlock_token_run (UNLOGGED): see token_ctes */
-    char epochs[2 * PG_IDENT_MAX + 8]; /* dlock_token_epoch: see token_ctes */
+    char runs[2 * PG_IDENT_MAX + 8];   /* dlock_token_run (UNLOGGED): see pg_token_ctes */
+    char epochs[2 * PG_IDENT_MAX + 8]; /* dlock_token_epoch: see pg_token_ctes */
     char *sql_run_get, *sql_epoch_bump, *sql_run_put; /* advisory, rowlock: see run_ensure */
-    bool lease;                                       /* mode=lease */
-    bool rowlock;                                     /* mode=rowlock (else advisory) */
+    const struct pg_mode *m;                          /* the URL's mode= */
     bool txpool; /* pooler=transaction: no session state at all */
     char *sql_row_ensure, *sql_row_value, *sql_row_info; /* rowlock */
+    char *sql_row_try, *sql_row_wait, *sql_row_unvalue;  /* rowlock */
     char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
     char appname[128];                 /* "dlock pid N on HOST": holders in pg_stat_activity */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r, *sql_redraw; /* advisory */
@@ -83,6 +86,56 @@ typedef struct pgclient {
     dl_pool pool;           /* idle sessions, at most PG_POOL_IDLE_MAX */
     dl_session_watch watch; /* the sessions that hold locks */
 } pgclient;
+
+typedef struct pglock {
+    int64_t key;
+    pg_conn *conn; /* advisory, rowlock: while held */
+    int slot;      /* lease: the row held */
+    bool named;    /* its row in the names table was there at its last grant */
+    bool rowed;    /* advisory: a grant of this handle wrote its row in the table */
+} pglock;
+
+/* lease: a row held now */
+#define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
+/* pg_locks names an int8 advisory key by its halves and objsubid 1. */
+#define PG_LOCKS_OF(key)                                                                     \
+    "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = "                           \
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "                  \
+    "l.classid = ((" key " >> 32) & 4294967295)::oid AND l.objid = (" key " & 4294967295)::oid"
+
+/*
+ * A mode: what mode= names, chosen by the client at open (as SQLite's unix
+ * VFS picks posixIoMethods or dotlockIoMethods per file). Its operations
+ * become the client's (c->ops), its capabilities the client's (c->caps);
+ * no operation asks which mode it is in. The table is postgres.c's
+ * (pg_modes, beside the backend's facts); each mode's file gives its
+ * operations, its statements and its tables.
+ */
+typedef struct pg_mode {
+    const char *name;  /* in mode= and in the names table */
+    const char *table; /* the default lock table */
+    unsigned caps;     /* DLOCK_CAP_* */
+    bool txpool_ok;    /* holds nothing in a session: works behind a transaction pooler */
+    bool keyed;        /* its holders show in pg_locks by the name's key (else: LEASE_HELD rows) */
+    const dl_backend_ops *ops;
+    int (*build_sql)(pgclient *pc);                          /* its statements, at open */
+    int (*tables)(dlock_client *c, char *why, size_t wlen); /* its tables, made if missing */
+} pg_mode;
+
+/* The operations every mode shares (postgres.c). */
+int pg_client_open(dlock_client *c, const dl_url *u);
+void pg_client_close(dlock_client *c);
+int pg_lock_init(dlock_lock *l);
+void pg_lock_fini(dlock_lock *l);
+int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg);
+
+extern const dl_backend_ops pg_advisory_ops, pg_lease_ops, pg_rowlock_ops;
+int pg_advisory_build_sql(pgclient *pc);
+int pg_lease_build_sql(pgclient *pc);
+int pg_rowlock_build_sql(pgclient *pc);
+int pg_advisory_tables(dlock_client *c, char *why, size_t wlen);
+int pg_lease_tables(dlock_client *c, char *why, size_t wlen);
+int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen);
 
 pgclient *pc_of(dlock_client *c);
 void pg_conn_close(pg_conn *k);
@@ -104,7 +157,7 @@ int pg_stmt_wait(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, ch
  */
 int pg_run(pg_conn *k, const char *sql, int n, const char *const *vals, int64_t until_ns,
            int cancel_fd, PGresult **out, char *why, size_t wlen);
-/* run for a statement of fixed text (see stmt_send_fixed). */
+/* run for a statement of fixed text (see pg_stmt_send_fixed). */
 int pg_run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals, int64_t until_ns,
                  int cancel_fd, PGresult **out, char *why, size_t wlen);
 /* A new session, connected within until_ns and set up: non-blocking,
@@ -120,5 +173,109 @@ void pg_conn_put(pgclient *pc, pg_conn *k);
 int pg_pool_run(dlock_client *c, const char *sql, int n, const char *const *vals, PGresult **out,
                 char *why, size_t wlen);
 int64_t pg_key_of(const pgclient *pc, const char *name);
+
+/* ---- what the modes share (postgres.c) ---- */
+
+/* First line of a libpq message, without its "ERROR:  " prefix. */
+const char *pg_one_line(const char *msg, char *buf, size_t len);
+/* The SQLSTATE of a failed result ("" for success), and what it means. */
+const char *pg_sqlstate(const PGresult *r);
+int pg_code_of_state(const char *st);
+/* Send a statement of fixed text, prepared once per session. */
+int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+                       int64_t until_ns, int cancel_fd, char *why, size_t wlen);
+/* The reply to the oldest statement sent on k and not read yet (out NULL:
+ * read and dropped). */
+int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+                 size_t wlen);
+/* Fixed statements sent in one flight; their replies in outs. */
+int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                     const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                     PGresult **const *outs, char *why, size_t wlen);
+/* A waiter whose session ended waits on, on a new one: connecting is
+ * tried again until retry_until (see pg_retry_until_of). */
+int64_t pg_retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns);
+int pg_conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_conn **out,
+                      char *why, size_t wlen);
+/* Whether a wait ended with deadline_ns may go on: time is left. */
+bool pg_time_left(int64_t deadline_ns);
+/* A statement that may still wait on the server: cancelled, then k closed. */
+void pg_conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns);
+/* The bound of a call made while acquiring l (l NULL: op_timeout_ms). */
+int64_t pg_op_until(const pgclient *pc, const dlock_lock *l);
+/* One statement on a pooled session, for the calls that hold no lock. */
+int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
+                      const char *const *vals, PGresult **out, char *why, size_t wlen);
+/* vasprintf, NULL when out of memory. */
+char *pg_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The session modes (advisory, rowlock): a held lock's session watched. */
+int pg_watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen);
+pg_conn *pg_unwatch_conn(dlock_lock *l);
+void pg_rewatch_conn(dlock_lock *l, pg_conn *k);
+
+/* One try at a session mode's grant, as the shared acquisition
+ * (pg_session_acquire) hands it to the mode. */
+typedef struct pg_try {
+    pg_conn *k;              /* the session; NULL once the mode closed it */
+    bool reused;             /* k came from the pool */
+    int64_t deadline_ns;     /* the acquisition's */
+    int64_t until;           /* bound of each statement */
+    int cancel_fd;
+    PGresult *r;             /* the grant statement's result */
+    PGresult *names;         /* the name's rows in the names table (see pg_names_check) */
+    char key[24];            /* the name's advisory key */
+    char holder[300];        /* "OWNER pid N on HOST" */
+    char timeout[24];        /* ms, for lock_timeout (a wait) */
+    char why[300];
+} pg_try;
+
+/* What a session mode does in pg_session_acquire: send its statements on
+ * t->k (t->r, t->names: its results; a failure it has said and closed k
+ * for sets t->k NULL), then, once they ran without error, take the grant
+ * from t->r (token, names check) or say why not (k put back or closed). */
+typedef struct pg_grant {
+    int (*send)(dlock_lock *l, pg_try *t);
+    int (*took)(dlock_lock *l, pg_try *t);
+    /* The grant statement broke a unique key (NULL: none can): what to say. */
+    int (*unique_violation)(dlock_lock *l);
+} pg_grant;
+
+int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g);
+/* The release of a session mode: sql (n parameters: key, token) on the
+ * holding session; says_held: its first column says whether it held the
+ * lock; then (name, owner; NULL: none) sent after it, not waited for. */
+int pg_session_release(dlock_lock *l, const char *sql, int n, bool says_held, const char *then);
+void pg_session_abandon(dlock_lock *l);
+
+/* Tokens without a WAL flush per grant (advisory, rowlock): see
+ * pg_token_ctes in postgres.c. A draw: 0 drawn (l->token set), 1 nothing
+ * drawn (no epoch in force), or a code (why). */
+typedef int (*pg_draw_fn)(dlock_lock *l, void *arg, char *why, size_t wlen);
+int pg_draw_under_epoch(dlock_lock *l, pg_draw_fn draw, void *arg, char *why, size_t wlen);
+char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond);
+int pg_run_build_sql(pgclient *pc);
+
+/* After l was granted: whether it may keep it (0) or the name is held in
+ * another mode (DLOCK_ECONFLICT), see postgres.c's "one name, one mode". */
+int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen);
+
+/* The leader's value of name: sql's first column with (name, key) as its
+ * first n parameters. */
+int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char *buf,
+                size_t len);
+/* The start of a break's statement that ends the sessions holding a lock
+ * (pg_locks l): "PG_BREAK_ENDED <from l ...>) AS t". */
+#define PG_BREAK_ENDED                                                                       \
+    "SELECT count(*) FILTER (WHERE ended), count(*) FROM (SELECT "                           \
+    "pg_terminate_backend(l.pid) AS ended FROM "
+/* dlock_break: the holder inspected (c->ops->inspect), then sql run with
+ * param; its two columns: sessions ended, sessions to end. */
+int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const char *sql,
+                const char *param);
+/* A mode's lock tables: check (n parameters p) says "t" when they are all
+ * there; else the ddl statements run in order. */
+int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
+                     const char *const *ddl, size_t nddl, char *why, size_t wlen);
 
 #endif
