@@ -519,7 +519,6 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     pthread_condattr_destroy(&ca);
     c->ops = be->ops;
     c->caps = be->caps;
-    c->renews = be->ops->renew != NULL;
     rc = c->ops->client_open(c, u);
     if (rc) {
         /* client_open reported through dl_client_err, which also fills
@@ -529,6 +528,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         dl_url_free(u);
         return rc;
     }
+    c->renews = c->ops->renew != NULL; /* (the ops of the URL's mode) */
     *out = c;
     return 0;
 }

@@ -194,10 +194,10 @@ struct dlock_client {
     const dl_backend_ops *ops;
     dl_url *url;
     void *bstate; /* backend's per-client state */
-    /* What this client offers, and whether the core renews its locks: the
-     * backend's (caps; renew != NULL), narrowed by client_open where the
-     * URL chose a mode without some of them (postgres mode=advisory),
-     * together with ops. */
+    /* What this client offers: the backend's caps, narrowed by client_open
+     * where the URL chose a mode without some of them (postgres
+     * mode=advisory), together with ops; and whether the core renews its
+     * locks (the core's: ops->renew != NULL once client_open returned). */
     unsigned caps;
     bool renews;
     dlock_client_opts opts;

@@ -1860,7 +1860,6 @@ int my_client_open(dlock_client *c, const dl_url *u)
      * lease: rows renewed by the core through its renew). */
     c->ops = m->ops;
     c->caps = m->caps;
-    c->renews = m->ops->renew != NULL;
     return 0;
 }
 

@@ -1582,7 +1582,6 @@ int pg_client_open(dlock_client *c, const dl_url *u)
      * lease: rows renewed by the core through its renew). */
     c->ops = m->ops;
     c->caps = m->caps;
-    c->renews = m->ops->renew != NULL;
     return 0;
 }
 
