@@ -25,9 +25,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1711,6 +1714,462 @@ static void case_release_and_close(void **state)
     dlock_lock_free(l);
 }
 
+/* ---- the server's side of the contract: who answers, and who may ---------- */
+
+/* The URL under test with its server part (every host of the list) put in
+ * place by `hosts`, `user:password@` kept; 0 when the URL names no server
+ * (file://). The URL's own parsing is the library's: this only cuts the
+ * text "scheme://[userinfo@]hosts[/path][?query]" at its separators. */
+static bool url_with_hosts(char *out, size_t len, const char *hosts)
+{
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return false;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *at = NULL;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            at = q;
+    const char *h = at ? at + 1 : p;
+    if (h == p + alen)
+        return false; /* no host: file:///dir */
+    snprintf(out, len, "%.*s%s%s", (int)(h - T.url), T.url, hosts, p + alen);
+    return true;
+}
+
+/* How many hosts the URL names (the listeners a fake server needs). */
+static int url_host_count(void)
+{
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return 0;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *h = p;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            h = q + 1;
+    int n = h < p + alen ? 1 : 0;
+    for (; h < p + alen; h++)
+        n += *h == ',';
+    return n;
+}
+
+/* The URL's password ("" if none), to check that no message shows it. */
+static void url_password(char *out, size_t len)
+{
+    out[0] = '\0';
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *at = NULL;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            at = q;
+    const char *colon = at ? memchr(p, ':', (size_t)(at - p)) : NULL;
+    if (colon)
+        snprintf(out, len, "%.*s", (int)(at - colon - 1), colon + 1);
+}
+
+/* A fake server on spare loopback ports, one listener per host of the URL,
+ * that is not the backend's server: it answers every connection with HTTP
+ * (FAKE_GARBAGE), closes it at once (FAKE_CLOSE) or says nothing and keeps
+ * it open (FAKE_SILENT). */
+enum fake_mode { FAKE_GARBAGE, FAKE_CLOSE, FAKE_SILENT };
+
+struct fake {
+    enum fake_mode mode;
+    int n, lfd[16], port[16];
+    int held[256], nheld;
+    atomic_int stop, accepted;
+    pthread_t t;
+};
+
+static void *fake_main(void *p)
+{
+    struct fake *f = p;
+    static const char junk[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    struct pollfd pl[16];
+    while (!atomic_load(&f->stop)) {
+        for (int i = 0; i < f->n; i++)
+            pl[i] = (struct pollfd){.fd = f->lfd[i], .events = POLLIN};
+        if (poll(pl, (nfds_t)f->n, 50) <= 0)
+            continue;
+        for (int i = 0; i < f->n; i++) {
+            if (!(pl[i].revents & POLLIN))
+                continue;
+            int fd = accept4(f->lfd[i], NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0)
+                continue;
+            atomic_fetch_add(&f->accepted, 1);
+            if (f->mode == FAKE_SILENT && f->nheld < 256) {
+                f->held[f->nheld++] = fd;
+                continue;
+            }
+            if (f->mode == FAKE_GARBAGE) {
+                char buf[4096];
+                struct pollfd pr = {.fd = fd, .events = POLLIN};
+                if (poll(&pr, 1, 200) == 1) /* the client's first words, if it speaks first */
+                    (void)!read(fd, buf, sizeof buf);
+                (void)!send(fd, junk, sizeof junk - 1, MSG_NOSIGNAL);
+                shutdown(fd, SHUT_WR);
+                for (int k = 0; k < 20 && poll(&pr, 1, 50) == 1; k++)
+                    if (read(fd, buf, sizeof buf) <= 0)
+                        break;
+            }
+            close(fd);
+        }
+    }
+    for (int i = 0; i < f->nheld; i++)
+        close(f->held[i]);
+    return NULL;
+}
+
+/* Starts the fake with as many listeners as the URL has hosts and writes
+ * the URL that names them into url; false when the URL names no server. */
+static bool fake_start(struct fake *f, enum fake_mode mode, char *url, size_t len)
+{
+    memset(f, 0, sizeof *f);
+    f->mode = mode;
+    f->n = url_host_count();
+    if (f->n <= 0)
+        return false;
+    assert_true(f->n <= 16);
+    char hosts[16 * 24] = "";
+    for (int i = 0; i < f->n; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t alen = sizeof a;
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+        assert_int_equal(listen(fd, 64), 0);
+        f->lfd[i] = fd;
+        f->port[i] = ntohs(a.sin_port);
+        size_t u = strlen(hosts);
+        snprintf(hosts + u, sizeof hosts - u, "%s127.0.0.1:%d", i ? "," : "", f->port[i]);
+    }
+    assert_true(url_with_hosts(url, len, hosts));
+    assert_int_equal(pthread_create(&f->t, NULL, fake_main, f), 0);
+    return true;
+}
+
+static void fake_stop(struct fake *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->t, NULL);
+    for (int i = 0; i < f->n; i++)
+        close(f->lfd[i]);
+}
+
+/* A failed open's message: one line, not empty, no password of the URL's
+ * (nor `also`, a wrong one tried). */
+static void check_open_message(const char *what, const char *also)
+{
+    const char *msg = dlock_client_errmsg(NULL);
+    char pw[256];
+    url_password(pw, sizeof pw);
+    if (!msg || !msg[0] || strchr(msg, '\n'))
+        fail_msg("%s: the message is not one line: \"%s\"", what, msg ? msg : "(null)");
+    if ((pw[0] && strstr(msg, pw)) || (also && also[0] && strstr(msg, also)))
+        fail_msg("%s: a password shows in the message: %s", what, msg);
+}
+
+/* Open `url` where a fake server listens: the open fails with one of the
+ * codes wanted (want2 0: only want), within limit_ms, names an address of
+ * the fake in its message, and the fake was spoken to. Returns the time. */
+static int64_t open_fails_at_fake(struct fake *f, const char *url, const char *what, int want,
+                                  int want2, int64_t limit_ms)
+{
+    dlock_client_opts o;
+    dlock_client_opts_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.op_timeout_ms = 1000;
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    int rc = dlock_client_open(&c, url, &o);
+    int64_t took = now_ms() - t0;
+    print_message("  %s: %s: %s after %lld ms: %s\n", T.label, what, dlock_err_name(rc),
+                  (long long)took, rc ? dlock_client_errmsg(NULL) : "");
+    if (rc == 0) {
+        close_client(c);
+        fail_msg("%s: the open succeeded", what);
+    }
+    assert_null(c);
+    if (rc != want && (want2 == 0 || rc != want2))
+        fail_msg("%s: %s, expected %s%s%s: %s", what, dlock_err_name(rc), dlock_err_name(want),
+                 want2 ? " or " : "", want2 ? dlock_err_name(want2) : "",
+                 dlock_client_errmsg(NULL));
+    check_open_message(what, NULL);
+    bool named = false;
+    for (int i = 0; i < f->n; i++) {
+        char port[16];
+        snprintf(port, sizeof port, "%d", f->port[i]);
+        named |= strstr(dlock_client_errmsg(NULL), port) != NULL;
+    }
+    if (!named)
+        fail_msg("%s: the message names none of the fake's addresses: %s", what,
+                 dlock_client_errmsg(NULL));
+    if (took > limit_ms)
+        fail_msg("%s: the open took %lld ms (connect_timeout_ms=1000; bound %lld ms)", what,
+                 (long long)took, (long long)limit_ms);
+    assert_true(atomic_load(&f->accepted) >= 1); /* it did talk to the fake */
+    return took;
+}
+
+/* A listener at the URL's address(es) that is not the server — it answers
+ * HTTP, or closes every connection at once: the open fails at once (well
+ * within the connect timeout and a loaded machine's slack), as a protocol
+ * error or an unreachable server, in one line naming the address, never
+ * a client that seems to work. */
+static void case_not_a_server(void **state)
+{
+    (void)state;
+    static const struct {
+        enum fake_mode mode;
+        const char *what;
+    } fakes[] = {{FAKE_GARBAGE, "a listener answering HTTP"},
+                 {FAKE_CLOSE, "a listener that closes at once"}};
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        struct fake f;
+        char url[1024];
+        if (!fake_start(&f, fakes[i].mode, url, sizeof url))
+            skip_because("the URL names no server (%.200s)", T.url);
+        /* 1 s: zk takes its connect timeout on a reply it cannot read */
+        open_fails_at_fake(&f, url, fakes[i].what, DLOCK_EPROTO, DLOCK_EUNREACHABLE,
+                           1000 + 4000);
+        fake_stop(&f);
+    }
+}
+
+/* A listener at the URL's address(es) that accepts and never answers: the
+ * open waits for its connect timeout (1 s here), not for ever and not a
+ * fraction of it, and says the server is unreachable. Every host of the
+ * URL is such a listener, and a client may try them one after the other:
+ * the bound is a timeout per host and slack for a loaded machine. */
+static void case_silent_server(void **state)
+{
+    (void)state;
+    struct fake f;
+    char url[1024];
+    if (!fake_start(&f, FAKE_SILENT, url, sizeof url))
+        skip_because("the URL names no server (%.200s)", T.url);
+    int64_t took = open_fails_at_fake(&f, url, "a listener that never answers",
+                                      DLOCK_EUNREACHABLE, 0, 1000LL * f.n + 4000);
+    fake_stop(&f);
+    if (took < 800)
+        fail_msg("the open gave up after %lld ms, before its 1000 ms connect timeout",
+                 (long long)took);
+}
+
+/* The URL's user with a wrong password: the open (or, for a backend that
+ * logs in later, the first acquisition) is refused as DLOCK_EPERM within a
+ * few seconds, in one line that shows neither password; it takes no place
+ * on the server: the name stays free for the right password. */
+static void case_wrong_credentials(void **state)
+{
+    (void)state;
+    char pw[256], wrong[64], url[1024];
+    url_password(pw, sizeof pw);
+    if (!pw[0])
+        skip_because("the URL carries no password (%.200s)", T.url);
+    snprintf(wrong, sizeof wrong, "wrong-pw-%ld", (long)getpid());
+    const char *p = strstr(T.url, "://") + 3, *at = p + strcspn(p, "/?");
+    while (at > p && *at != '@')
+        at--;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    snprintf(url, sizeof url, "%.*s%s%s", (int)(colon + 1 - T.url), T.url, wrong, at);
+    char n[128];
+    nm(n, sizeof n, "wrong-pw");
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    int rc = dlock_client_open(&c, url, NULL);
+    if (rc == 0) { /* a backend that logs in on first use */
+        for (size_t i = 0; i < sizeof open_clients / sizeof open_clients[0]; i++)
+            if (!open_clients[i]) {
+                open_clients[i] = c;
+                break;
+            }
+        dlock_lock *l = ex(c, n);
+        rc = dlock_acquire(l, 2000);
+        const char *msg = dlock_lock_errmsg(l);
+        print_message("  %s: the wrong password: open ok, acquire %s after %lld ms: %s\n",
+                      T.label, dlock_err_name(rc), (long long)(now_ms() - t0), msg);
+        if (rc != DLOCK_EPERM)
+            fail_msg("the wrong password: acquire says %s, expected EPERM: %s",
+                     dlock_err_name(rc), msg);
+        if (strchr(msg, '\n') || strstr(msg, wrong) || strstr(msg, pw))
+            fail_msg("the wrong password: a bad message: %s", msg);
+        dlock_lock_free(l);
+        close_client(c);
+    } else {
+        print_message("  %s: the wrong password: open %s after %lld ms: %s\n", T.label,
+                      dlock_err_name(rc), (long long)(now_ms() - t0), dlock_client_errmsg(NULL));
+        if (rc != DLOCK_EPERM)
+            fail_msg("the wrong password: open says %s, expected EPERM: %s", dlock_err_name(rc),
+                     dlock_client_errmsg(NULL));
+        check_open_message("the wrong password", wrong);
+    }
+    int64_t took = now_ms() - t0;
+    if (took > 5000)
+        fail_msg("the refusal took %lld ms", (long long)took);
+    /* nothing was taken in its name */
+    dlock_client *ok = open_client();
+    dlock_lock *l = ex(ok, n);
+    acquire_ok(l, 0);
+    release_ok(l);
+    dlock_lock_free(l);
+    close_client(ok);
+}
+
+/* A release that has returned has let go on the server: another client's
+ * try-once right after it gets the lock, every time (never EBUSY while a
+ * deletion is still on its way), inspect says free, and after a
+ * resignation dlock_leader names no leader. */
+static void case_release_frees_at_once(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 20 };
+    char n[128];
+    nm(n, sizeof n, "freed");
+    dlock_client *c = open_client(), *c2 = open_client(), *c3 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n);
+    uint64_t last = 0;
+    int busy = 0, inspected_held = 0, stale_leader = 0, first = -1;
+    bool can_inspect = true, can_elect = true;
+    for (int i = 0; i < ROUNDS; i++) {
+        acquire_ok(a, 5000);
+        assert_true(dlock_token(a) > last);
+        last = dlock_token(a);
+        release_ok(a);
+        dlock_info info;
+        if (can_inspect && inspect(c3, n, &info) == 0) {
+            if (info.held)
+                inspected_held++;
+        } else {
+            can_inspect = false;
+        }
+        int rc = dlock_acquire(b, 0);
+        if (rc == DLOCK_EBUSY) {
+            busy++;
+            if (first < 0)
+                first = i;
+            acquire_ok(b, 5000);
+        } else if (rc != 0) {
+            fail_msg("round %d: %s: %s", i, dlock_err_name(rc), dlock_lock_errmsg(b));
+        }
+        assert_true(dlock_token(b) > last);
+        last = dlock_token(b);
+        release_ok(b);
+        if (!can_elect)
+            continue;
+        rc = dlock_campaign(a, "leader-a", 5000);
+        if (rc == DLOCK_ENOTSUP) {
+            can_elect = false;
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        last = dlock_token(a);
+        assert_int_equal(dlock_resign(a), 0);
+        char buf[300];
+        rc = dlock_leader(c3, n, buf, sizeof buf);
+        if (rc == 0)
+            stale_leader++;
+        else
+            assert_int_equal(rc, DLOCK_ENOENT);
+    }
+    print_message("  %s: right after a release: %d of %d tries EBUSY (first in round %d), %d "
+                  "inspections held%s; right after a resignation %d leaders%s\n",
+                  T.label, busy, ROUNDS, first, inspected_held, can_inspect ? "" : " (no inspect)",
+                  stale_leader, can_elect ? "" : " (no election)");
+    if (busy || inspected_held || stale_leader)
+        fail_msg("a release or resignation returned before the server had let go: %d of %d "
+                 "tries by another client got EBUSY, %d inspections said held, %d "
+                 "dlock_leader calls named the old leader",
+                 busy, ROUNDS, inspected_held, stale_leader);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    close_client(c);
+    close_client(c2);
+    close_client(c3);
+}
+
+/* Waiters that gave up by dlock_cancel — each in a client of its own, left
+ * open, so that nothing is cleaned up by a session's end — leave nothing on
+ * the server: inspect counts only the waiters still there, and once the
+ * holder lets go a fresh client takes the name at once (no stale place in
+ * a queue before it), with a token above the holder's. */
+static void case_cancel_leaves_nothing(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    char n[128];
+    nm(n, sizeof n, "cancel-trace");
+    int fair = fair_if_can();
+    dlock_client *c = open_client(), *wc[N];
+    dlock_lock *h = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *w[N];
+    acquire_ok(h, 0);
+    uint64_t th = dlock_token(h);
+    struct waiter ws[N];
+    for (int i = 0; i < N; i++) {
+        wc[i] = open_client();
+        w[i] = mk(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        start_waiter(&ws[i], w[i], i == 1 ? 30000 : -1);
+        wait_queued(c, n, w[i], i + 1);
+    }
+    static const int order[N] = {1, 0, 2}; /* the middle one first */
+    for (int k = 0; k < N; k++) {
+        int i = order[k];
+        dlock_cancel(w[i]);
+        assert_int_equal(join_waiter(&ws[i], 3000), DLOCK_ECANCELED);
+        assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
+        assert_int_equal(dlock_token(w[i]), 0);
+        dlock_info info;
+        if (inspect(c, n, &info) == 0) {
+            assert_int_equal(info.held, 1);
+            assert_int_equal(info.token, th);
+            if (info.waiters >= 0) {
+                for (int t = 0; t < 3000 && info.waiters != N - 1 - k; t++) {
+                    usleep(1000);
+                    assert_int_equal(inspect(c, n, &info), 0);
+                }
+                if (info.waiters != N - 1 - k)
+                    fail_msg("%d waiters cancelled, %d still counted (expected %d)", k + 1,
+                             info.waiters, N - 1 - k);
+            }
+        }
+        assert_int_equal(dlock_state(h), DLOCK_STATE_HELD);
+    }
+    release_ok(h);
+    dlock_client *fresh = open_client();
+    dlock_lock *f = mk(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    acquire_ok(f, 0);
+    assert_true(dlock_token(f) > th);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
+    release_ok(f);
+    dlock_info info;
+    if (inspect(fresh, n, &info) == 0) {
+        assert_int_equal(info.held, 0);
+        if (info.waiters >= 0)
+            assert_int_equal(info.waiters, 0);
+    }
+    /* the cancelled handles work again */
+    for (int i = 0; i < N; i++) {
+        acquire_ok(w[i], 5000);
+        release_ok(w[i]);
+        dlock_lock_free(w[i]);
+        close_client(wc[i]);
+    }
+    dlock_lock_free(f);
+    dlock_lock_free(h);
+    close_client(fresh);
+    close_client(c);
+}
+
 /* The runner's own check (--selftest): a case that never returns. */
 static void case_hang(void **state)
 {
@@ -1799,6 +2258,11 @@ static const struct kase {
     {"odd_names", case_odd_names, 0, 120},
     {"close_releases", case_close_releases, 0, 60},
     {"release_and_close", case_release_and_close, 0, 60},
+    {"not_a_server", case_not_a_server, 0, 60},
+    {"silent_server", case_silent_server, 0, 60},
+    {"wrong_credentials", case_wrong_credentials, 0, 60},
+    {"release_frees_at_once", case_release_frees_at_once, 0, 90},
+    {"cancel_leaves_nothing", case_cancel_leaves_nothing, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
