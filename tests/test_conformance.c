@@ -17,8 +17,10 @@
  * itself, with the reason printed. cmocka checks inside the child.
  * --no-fork runs the cases in this process (for valgrind), without limits.
  *
- * Adding a backend: one line in TARGETS (and one in tests/CMakeLists.txt
- * naming the servers.sh kind that starts its server).
+ * Adding a backend's URL: one row in tests/targets.list (label, variable,
+ * the servers.sh kinds that start its servers, the backend it needs, ci or
+ * by hand); tests/servers.sh exports the variable. The table below, the
+ * ctest entries and the Python tests' targets are made from that row.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,26 +50,12 @@
 #include "dlock_debug.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
- * scratch directory. */
+ * scratch directory. The rows of tests/targets.list, the one list of the
+ * URLs the contract is tested on (tests/CMakeLists.txt writes them out). */
 static const struct target_def {
     const char *label, *env;
 } TARGETS[] = {
-    {"file", NULL},
-    {"redis", "DLOCK_TEST_REDIS"},
-    {"sentinel", "DLOCK_TEST_SENTINEL"},
-    {"cluster", "DLOCK_TEST_CLUSTER"},
-    {"redlock", "DLOCK_TEST_REDLOCK"},
-    {"zk", "DLOCK_TEST_ZK"},
-    {"zk3", "DLOCK_TEST_ZK3"},
-    {"etcd", "DLOCK_TEST_ETCD"},
-    {"etcd3", "DLOCK_TEST_ETCD3"},
-    {"postgres", "DLOCK_TEST_POSTGRES"},
-    {"postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"},
-    {"postgres-row", "DLOCK_TEST_POSTGRES_ROW"},
-    {"mysql", "DLOCK_TEST_MYSQL"},
-    {"mysql-lease", "DLOCK_TEST_MYSQL_LEASE"},
-    {"mysql-row", "DLOCK_TEST_MYSQL_ROW"},
-    {"memcached", "DLOCK_TEST_MEMCACHED"},
+#include "conformance_targets.h"
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
 
