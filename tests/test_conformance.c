@@ -27,11 +27,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -48,6 +46,7 @@
 
 #include "dlock.h"
 #include "dlock_debug.h"
+#include "testutil.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
  * scratch directory. The rows of tests/targets.list, the one list of the
@@ -72,20 +71,6 @@ static struct {
 static int skip_fd = -1; /* where a child writes why it skipped */
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static bool has(unsigned cap)
 {
@@ -152,38 +137,15 @@ static dlock_client *open_client(void)
     return c;
 }
 
-static dlock_lock *mk(dlock_client *c, const char *name, dlock_kind kind, unsigned permits,
-                      int ttl_ms, int fair)
-{
-    dlock_lock_opts o;
-    dlock_lock_opts_init(&o);
-    o.kind = kind;
-    o.permits = permits;
-    o.ttl_ms = ttl_ms;
-    o.fair = fair;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o) != 0)
-        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
-    return l;
-}
-
 static dlock_lock *ex(dlock_client *c, const char *name)
 {
-    return mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    return mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
 }
 
 /* fair=1 where the backend queues, its default elsewhere. */
 static int fair_if_can(void)
 {
     return has(DLOCK_CAP_FAIR) ? 1 : -1;
-}
-
-static void acquire_ok(dlock_lock *l, int timeout_ms)
-{
-    int rc = dlock_acquire(l, timeout_ms);
-    if (rc != 0)
-        fail_msg("acquire \"%s\" (%d ms): %s: %s", dlock_lock_name(l), timeout_ms,
-                 dlock_err_name(rc), dlock_lock_errmsg(l));
 }
 
 static void release_ok(dlock_lock *l)
@@ -202,7 +164,7 @@ static void wait_state(dlock_lock *l, dlock_state_t st, int ms)
 }
 
 /* inspect, or -1 where the backend cannot (its reason is the client's). */
-static int inspect(dlock_client *c, const char *name, dlock_info *info)
+static int inspect_if(dlock_client *c, const char *name, dlock_info *info)
 {
     int rc = dlock_inspect(c, name, info);
     if (rc == DLOCK_ENOTSUP)
@@ -214,7 +176,7 @@ static int inspect(dlock_client *c, const char *name, dlock_info *info)
 
 /* An acquisition in a thread of its own. Never asserts (cmocka's checks
  * belong to the main thread); the main thread looks at rc. */
-struct waiter {
+struct acq_waiter {
     dlock_lock *l;
     int timeout;
     bool release_after; /* release at once once acquired (FIFO order) */
@@ -226,9 +188,9 @@ struct waiter {
     pthread_t t;
 };
 
-static void *waiter_main(void *p)
+static void *acq_waiter_main(void *p)
 {
-    struct waiter *w = p;
+    struct acq_waiter *w = p;
     int rc = dlock_acquire(w->l, w->timeout);
     w->done_ms = now_ms();
     if (rc == 0 && w->order)
@@ -240,14 +202,14 @@ static void *waiter_main(void *p)
     return NULL;
 }
 
-static void start_waiter(struct waiter *w, dlock_lock *l, int timeout)
+static void start_waiter(struct acq_waiter *w, dlock_lock *l, int timeout)
 {
-    *w = (struct waiter){.l = l, .timeout = timeout, .got = -1};
-    assert_int_equal(pthread_create(&w->t, NULL, waiter_main, w), 0);
+    *w = (struct acq_waiter){.l = l, .timeout = timeout, .got = -1};
+    assert_int_equal(pthread_create(&w->t, NULL, acq_waiter_main, w), 0);
 }
 
 /* Join a waiter that must be done within ms; its rc. */
-static int join_waiter(struct waiter *w, int ms)
+static int join_waiter(struct acq_waiter *w, int ms)
 {
     for (int i = 0; i < ms && !atomic_load(&w->done); i++)
         usleep(1000);
@@ -263,10 +225,10 @@ static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
 {
     wait_state(l, DLOCK_STATE_WAITING, 5000);
     dlock_info info;
-    if (inspect(c, name, &info) == 0 && info.waiters >= 0) {
+    if (inspect_if(c, name, &info) == 0 && info.waiters >= 0) {
         for (int k = 0; k < 5000 && info.waiters != n; k++) {
             usleep(1000);
-            assert_int_equal(inspect(c, name, &info), 0);
+            assert_int_equal(inspect_if(c, name, &info), 0);
         }
         assert_int_equal(info.waiters, n);
     } else {
@@ -422,7 +384,7 @@ static void case_release_not_held(void **state)
     assert_int_equal(dlock_state(b), DLOCK_STATE_HELD);
     assert_int_equal(dlock_acquire(a, 0), DLOCK_EBUSY); /* still b's */
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         assert_int_equal(info.token, tb);
     }
@@ -446,8 +408,8 @@ static void case_try_timed_forever(void **state)
     nm(n, sizeof n, "timeouts");
     int fair = fair_if_can();
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *third = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *third = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
     acquire_ok(a, 0);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
@@ -469,7 +431,7 @@ static void case_try_timed_forever(void **state)
     if (!strstr(msg, n) || (!strstr(msg, "timed out") && !strstr(msg, "timeout")))
         fail_msg("ETIMEDOUT, but the message does not say so for \"%s\": %s", n, msg);
     dlock_info info;
-    if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+    if (inspect_if(c, n, &info) == 0 && info.waiters >= 0)
         assert_int_equal(info.waiters, 0);
     /* Nothing left queued by the two failed attempts: free means free. */
     release_ok(a);
@@ -485,7 +447,7 @@ static void case_try_timed_forever(void **state)
     assert_non_null(strstr(dlock_lock_errmsg(b), "-2 ms"));
     assert_int_equal(dlock_state(third), DLOCK_STATE_HELD);
     /* Forever: returns when the holder lets go, not before. */
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, b, -1);
     wait_state(b, DLOCK_STATE_WAITING, 5000);
     usleep(300 * 1000);
@@ -549,13 +511,13 @@ static void case_cancel(void **state)
     nm(n, sizeof n, "cancel");
     int fair = fair_if_can();
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *d = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *d = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
     acquire_ok(a, 0);
     const int timeouts[2] = {-1, 20000};
     for (int i = 0; i < 2; i++) {
-        struct waiter w;
+        struct acq_waiter w;
         start_waiter(&w, b, timeouts[i]);
         wait_queued(c, n, b, 1);
         usleep(50 * 1000);
@@ -567,7 +529,7 @@ static void case_cancel(void **state)
         assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
         assert_int_equal(dlock_token(b), 0);
         dlock_info info;
-        if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+        if (inspect_if(c, n, &info) == 0 && info.waiters >= 0)
             assert_int_equal(info.waiters, 0);
     }
     /* A cancel that comes when no acquisition is in progress is forgotten:
@@ -606,11 +568,11 @@ static void case_wake_on_release(void **state)
         char n[128];
         nm(n, sizeof n, fairs[f] ? "wake-fair" : "wake");
         dlock_client *c = open_client(), *c2 = open_client();
-        dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
-        dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        dlock_lock *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
         acquire_ok(a, 0);
         uint64_t ta = dlock_token(a);
-        struct waiter w;
+        struct acq_waiter w;
         start_waiter(&w, b, 15000);
         wait_state(b, DLOCK_STATE_WAITING, 5000);
         usleep(300 * 1000);
@@ -640,15 +602,15 @@ static void case_fifo(void **state)
     char n[128];
     nm(n, sizeof n, "fifo");
     dlock_client *c = open_client();
-    dlock_lock *h = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, 1);
     acquire_ok(h, 0);
     enum { N = 5 };
-    struct waiter w[N];
+    struct acq_waiter w[N];
     dlock_client *wc[N];
     atomic_int order = 0;
     for (int i = 0; i < N; i++) {
         wc[i] = open_client();
-        start_waiter(&w[i], mk(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, 1), 20000);
+        start_waiter(&w[i], mk_lock(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, 1), 20000);
         w[i].order = &order; /* read by the thread only after it acquired */
         w[i].release_after = true;
         wait_queued(c, n, w[i].l, i + 1);
@@ -675,19 +637,19 @@ static void case_shared(void **state)
     char n[128];
     nm(n, sizeof n, "rw");
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *r1 = mk(c, n, DLOCK_SHARED, 1, 0, -1), *r2 = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
-    dlock_lock *r3 = mk(c2, n, DLOCK_SHARED, 1, 0, -1), *w = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *r1 = mk_lock(c, n, DLOCK_SHARED, 1, 0, -1), *r2 = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1);
+    dlock_lock *r3 = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1), *w = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, -1);
     acquire_ok(r1, 0);
     acquire_ok(r2, 0);
     assert_true(dlock_token(r2) > dlock_token(r1));
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         if (info.holders >= 0)
             assert_int_equal(info.holders, 2);
     }
     assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
-    struct waiter ww;
+    struct acq_waiter ww;
     start_waiter(&ww, w, 15000);
     wait_state(w, DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
@@ -726,7 +688,7 @@ static void case_semaphore(void **state)
     dlock_client *c = open_client(), *c2 = open_client();
     dlock_lock *p[4];
     for (int i = 0; i < 4; i++)
-        p[i] = mk(i % 2 ? c2 : c, n, DLOCK_SEMAPHORE, 3, ttl, -1);
+        p[i] = mk_lock(i % 2 ? c2 : c, n, DLOCK_SEMAPHORE, 3, ttl, -1);
     uint64_t last = 0;
     for (int i = 0; i < 3; i++) {
         acquire_ok(p[i], 0);
@@ -735,12 +697,12 @@ static void case_semaphore(void **state)
     }
     assert_int_equal(dlock_acquire(p[3], 0), DLOCK_EBUSY);
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         if (info.holders >= 0)
             assert_int_equal(info.holders, 3);
     }
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, p[3], 15000);
     wait_state(p[3], DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
@@ -792,9 +754,9 @@ static void case_kinds(void **state)
     dlock_lock *e = ex(c, n);
     int rc;
     if (has(DLOCK_CAP_SEMAPHORE)) {
-        dlock_lock *s1 = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
-        dlock_lock *s2 = mk(c2, n, DLOCK_SEMAPHORE, 2, 0, -1);
-        dlock_lock *s3 = mk(c2, n, DLOCK_SEMAPHORE, 3, 0, -1);
+        dlock_lock *s1 = mk_lock(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s2 = mk_lock(c2, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s3 = mk_lock(c2, n, DLOCK_SEMAPHORE, 3, 0, -1);
         acquire_ok(s1, 0);
         acquire_ok(s2, 0);
         rc = dlock_acquire(s3, 0);
@@ -812,7 +774,7 @@ static void case_kinds(void **state)
         if (rc != DLOCK_ECONFLICT) {
             /* this backend waits: the exclusive taker gets the name once
              * both permits are back, not before */
-            struct waiter w;
+            struct acq_waiter w;
             start_waiter(&w, e, 15000);
             wait_state(e, DLOCK_STATE_WAITING, 5000);
             release_ok(s1);
@@ -846,14 +808,14 @@ static void case_kinds(void **state)
         dlock_lock_free(s3);
     }
     if (has(DLOCK_CAP_SHARED)) {
-        dlock_lock *r = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
+        dlock_lock *r = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1);
         acquire_ok(r, 5000);
         rc = dlock_acquire(e, 0);
         if (!not_granted(rc))
             fail_msg("an exclusive try on a held shared lock: %s", dlock_err_name(rc));
         release_ok(r);
         if (has(DLOCK_CAP_SEMAPHORE)) {
-            dlock_lock *s = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+            dlock_lock *s = mk_lock(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
             acquire_ok(s, 5000);
             rc = dlock_acquire(r, 0);
             if (!not_granted(rc))
@@ -1073,7 +1035,7 @@ static void case_inspect(void **state)
     nm(never, sizeof never, "never-used");
     dlock_client *c = open_client(), *c2 = open_client();
     dlock_info info;
-    if (inspect(c2, never, &info) != 0) {
+    if (inspect_if(c2, never, &info) != 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
         close_client(c);
@@ -1082,10 +1044,10 @@ static void case_inspect(void **state)
     }
     assert_int_equal(info.held, 0);
     const int ttl = 20000;
-    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    dlock_lock *l = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
     acquire_ok(l, 0);
     usleep(50 * 1000);
-    assert_int_equal(inspect(c2, n, &info), 0);
+    assert_int_equal(inspect_if(c2, n, &info), 0);
     print_message("  %s: held=%d holders=%d waiters=%d token=%" PRIu64
                   " held_ms=%lld lease_ms=%lld holder=\"%s\"\n",
                   T.label, info.held, info.holders, info.waiters, info.token, info.held_ms,
@@ -1101,22 +1063,22 @@ static void case_inspect(void **state)
     if (!strstr(info.holder, want))
         fail_msg("holder \"%s\" does not name %s", info.holder, want);
     /* A waiter is counted where the backend counts them. */
-    dlock_lock *w = mk(c2, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
-    struct waiter ws;
+    dlock_lock *w = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    struct acq_waiter ws;
     start_waiter(&ws, w, 15000);
     wait_state(w, DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
-    assert_int_equal(inspect(c2, n, &info), 0);
+    assert_int_equal(inspect_if(c2, n, &info), 0);
     assert_true(info.waiters == -1 || info.waiters == 1);
     uint64_t tl = dlock_token(l);
     release_ok(l);
     assert_int_equal(join_waiter(&ws, 5000), 0);
-    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(inspect_if(c, n, &info), 0);
     assert_int_equal(info.held, 1);
     assert_int_equal(info.token, dlock_token(w));
     assert_true(info.waiters == -1 || info.waiters == 0);
     release_ok(w);
-    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(inspect_if(c, n, &info), 0);
     assert_int_equal(info.held, 0);
     assert_true(info.token == 0 || info.token >= tl); /* the last issued, if known */
     dlock_lock_free(l);
@@ -1203,7 +1165,7 @@ static void case_list(void **state)
     close_client(c2);
 }
 
-static atomic_int lost_calls, lost_in_caller;
+static atomic_int lost_in_caller; /* (and testutil.h's lost_calls) */
 static pthread_t lost_caller;
 static void on_lost(dlock_lock *l, void *arg)
 {
@@ -1311,7 +1273,7 @@ static void case_broken_holder_told(void **state)
     o.on_lost_arg = &told;
     dlock_lock *l = NULL;
     assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
-    dlock_lock *keep = mk(c, keep_name, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    dlock_lock *keep = mk_lock(c, keep_name, DLOCK_EXCLUSIVE, 1, ttl, -1);
     acquire_ok(l, 5000);
     acquire_ok(keep, 5000);
     uint64_t tl = dlock_token(l);
@@ -1362,17 +1324,17 @@ static void case_killed_holder(void **state)
     const int ttl = 1500;
     pid_t kid = spawn_holder(n, DLOCK_EXCLUSIVE, 1, ttl, 1);
     dlock_client *c = open_client();
-    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    dlock_lock *l = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, ttl, -1);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         char want[64];
         snprintf(want, sizeof want, "pid %ld", (long)kid);
         if (!strstr(info.holder, want))
             fail_msg("holder \"%s\" does not name %s", info.holder, want);
     }
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, l, 20000);
     wait_state(l, DLOCK_STATE_WAITING, 5000);
     int64_t t0 = now_ms();
@@ -1566,15 +1528,15 @@ static void case_odd_names(void **state)
         char why[128];
         if (dlock_name_valid(name, why, sizeof why) != 0)
             fail_msg("name \"%s\" refused: %s", name, why);
-        dlock_lock *a = mk(c1, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-        dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        dlock_lock *a = mk_lock(c1, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        dlock_lock *b = mk_lock(c2, name, DLOCK_EXCLUSIVE, 1, 0, -1);
         int rc = dlock_acquire(a, 0);
         if (rc != 0)
             fail_msg("name \"%s\": %s: %s", name, dlock_err_name(rc), dlock_lock_errmsg(a));
         uint64_t ta = dlock_token(a);
         assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
         dlock_info info;
-        if (can_inspect && inspect(c2, name, &info) == 0) {
+        if (can_inspect && inspect_if(c2, name, &info) == 0) {
             /* "The last token issued": on a quorum of independent masters
              * (Redlock) a competing try granted on a minority, then given
              * back, may have issued a higher one that never held. */
@@ -1828,15 +1790,7 @@ static bool fake_start(struct fake *f, enum fake_mode mode, char *url, size_t le
     assert_true(f->n <= 16);
     char hosts[16 * 24] = "";
     for (int i = 0; i < f->n; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        assert_true(fd >= 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t alen = sizeof a;
-        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
-        assert_int_equal(listen(fd, 64), 0);
-        f->lfd[i] = fd;
-        f->port[i] = ntohs(a.sin_port);
+        f->lfd[i] = listen_loopback(&f->port[i]);
         size_t u = strlen(hosts);
         snprintf(hosts + u, sizeof hosts - u, "%s127.0.0.1:%d", i ? "," : "", f->port[i]);
     }
@@ -2035,7 +1989,7 @@ static void case_release_frees_at_once(void **state)
         last = dlock_token(a);
         release_ok(a);
         dlock_info info;
-        if (can_inspect && inspect(c3, n, &info) == 0) {
+        if (can_inspect && inspect_if(c3, n, &info) == 0) {
             if (info.held)
                 inspected_held++;
         } else {
@@ -2100,13 +2054,13 @@ static void case_cancel_leaves_nothing(void **state)
     nm(n, sizeof n, "cancel-trace");
     int fair = fair_if_can();
     dlock_client *c = open_client(), *wc[N];
-    dlock_lock *h = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *w[N];
+    dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *w[N];
     acquire_ok(h, 0);
     uint64_t th = dlock_token(h);
-    struct waiter ws[N];
+    struct acq_waiter ws[N];
     for (int i = 0; i < N; i++) {
         wc[i] = open_client();
-        w[i] = mk(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        w[i] = mk_lock(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, fair);
         start_waiter(&ws[i], w[i], i == 1 ? 30000 : -1);
         wait_queued(c, n, w[i], i + 1);
     }
@@ -2118,13 +2072,13 @@ static void case_cancel_leaves_nothing(void **state)
         assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
         assert_int_equal(dlock_token(w[i]), 0);
         dlock_info info;
-        if (inspect(c, n, &info) == 0) {
+        if (inspect_if(c, n, &info) == 0) {
             assert_int_equal(info.held, 1);
             assert_int_equal(info.token, th);
             if (info.waiters >= 0) {
                 for (int t = 0; t < 3000 && info.waiters != N - 1 - k; t++) {
                     usleep(1000);
-                    assert_int_equal(inspect(c, n, &info), 0);
+                    assert_int_equal(inspect_if(c, n, &info), 0);
                 }
                 if (info.waiters != N - 1 - k)
                     fail_msg("%d waiters cancelled, %d still counted (expected %d)", k + 1,
@@ -2135,14 +2089,14 @@ static void case_cancel_leaves_nothing(void **state)
     }
     release_ok(h);
     dlock_client *fresh = open_client();
-    dlock_lock *f = mk(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
     acquire_ok(f, 0);
     assert_true(dlock_token(f) > th);
     for (int i = 0; i < N; i++)
         assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
     release_ok(f);
     dlock_info info;
-    if (inspect(fresh, n, &info) == 0) {
+    if (inspect_if(fresh, n, &info) == 0) {
         assert_int_equal(info.held, 0);
         if (info.waiters >= 0)
             assert_int_equal(info.waiters, 0);
