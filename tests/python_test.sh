@@ -13,10 +13,9 @@
 # moment.
 # Needs $DLOCK (the built CLI: its directory is the build directory).
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh"
+preamble
 export DLOCK
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/.." && pwd)
 build=${DLOCK_BUILD_DIR:-$(cd "$(dirname "$DLOCK")" && pwd)}
 PY=${DLOCK_PYTHON:-}
 if [ -z "$PY" ]; then
@@ -25,13 +24,13 @@ fi
 
 inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 if [ ! -e "$inc/Python.h" ]; then
-    echo "no Python.h for $PY (python3-dev): skipped"; exit 77
+    skip "no Python.h for $PY (python3-dev)"
 fi
 if ! "$PY" -c 'import setuptools, pytest' 2>/dev/null; then
-    echo "$PY lacks setuptools or pytest (python3-setuptools, python3-pytest): skipped"; exit 77
+    skip "$PY lacks setuptools or pytest (python3-setuptools, python3-pytest)"
 fi
 if [ ! -e "$build/libdlock_static.a" ]; then
-    echo "no $build/libdlock_static.a (set DLOCK_BUILD_DIR): skipped"; exit 77
+    skip "no $build/libdlock_static.a (set DLOCK_BUILD_DIR)"
 fi
 
 # A sanitizer build (scripts/test.sh): ASan runs, its runtime preloaded into
@@ -42,10 +41,9 @@ case $sanitize in
 address)
     asanrt=$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null)
     if [ ! -e "$asanrt" ]; then
-        echo "ASan build, but no clang ASan runtime to preload: skipped"; exit 77
+        skip "ASan build, but no clang ASan runtime to preload"
     fi ;;
-*) echo "a $sanitize build: the extension cannot be loaded into Python that way: skipped"
-   exit 77 ;;
+*) skip "a $sanitize build: the extension cannot be loaded into Python that way" ;;
 esac
 
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
@@ -74,7 +72,7 @@ if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
         fi
         be=
     done
-    exec bash "$here/servers.sh" run "${kinds[@]}" -- bash "$0" "$@"
+    in_servers "${kinds[@]}"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-python-test.XXXXXX")
