@@ -1313,6 +1313,91 @@ static void case_broken_holder_told(void **state)
     close_client(c2);
 }
 
+/* dlock_break while a waiter waits: the break says what it took (held, one
+ * holder, its token, who), the holder is told at once (a session's end or
+ * a watch; a lease's next renewal, the lease being 2 s here) through its
+ * descriptor and its callback, once; the waiter gets the name with a
+ * higher token, and inspect says so; the broken handle's release says
+ * ELOST and leaves it idle and usable; a break of a free name is
+ * DLOCK_ENOTHELD. */
+static void case_break_hands_to_waiter(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "break-waiter");
+    int ttl = has(DLOCK_CAP_LEASE) ? 2000 : 0, fair = fair_if_can();
+    dlock_client *ch = open_client(), *cw = open_client(), *op = open_client();
+    atomic_store(&lost_calls, 0);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = ttl;
+    o.fair = fair;
+    o.on_lost = count_lost;
+    dlock_lock *h = NULL;
+    assert_int_equal(dlock_lock_new(&h, ch, n, &o), 0);
+    dlock_lock *w = mk_lock(cw, n, DLOCK_EXCLUSIVE, 1, ttl, fair);
+    acquire_ok(h, 5000);
+    uint64_t th = dlock_token(h);
+    struct acq_waiter ws;
+    start_waiter(&ws, w, 20000);
+    wait_queued(op, n, w, 1);
+    dlock_info broken;
+    memset(&broken, 0, sizeof broken);
+    int64_t t0 = now_ms();
+    int rc = dlock_break(op, n, &broken);
+    if (rc == DLOCK_ENOTSUP) {
+        dlock_cancel(w);
+        join_waiter(&ws, 5000);
+        release_ok(h);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        close_client(op);
+        close_client(cw);
+        close_client(ch);
+        skip_because("%s cannot take a lock from its holder (dlock_break)", T.backend);
+    }
+    if (rc != 0)
+        fail_msg("break \"%s\": %s: %s", n, dlock_err_name(rc), dlock_client_errmsg(op));
+    int64_t bound = ttl ? ttl : 1000;
+    int64_t told = wait_lost(h, (int)bound);
+    print_message("  %s: break: held=%d holders=%d token=%" PRIu64 " (holder's %" PRIu64
+                  ") holder=\"%s\"; the holder told %lld ms after the break returned (%lld "
+                  "after it began)\n",
+                  T.label, broken.held, broken.holders, broken.token, th, broken.holder,
+                  (long long)told, (long long)(now_ms() - t0));
+    if (told < 0)
+        fail_msg("the broken holder was not told within %lld ms", (long long)bound);
+    assert_int_equal(broken.held, 1);
+    assert_int_equal(broken.holders, 1);
+    assert_int_equal(broken.token, th);
+    assert_true(broken.holder[0] != '\0');
+    assert_int_equal(dlock_state(h), DLOCK_STATE_LOST);
+    wait_lost_calls(1, 1000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(join_waiter(&ws, 10000), 0);
+    uint64_t tw = dlock_token(w);
+    assert_true(tw > th);
+    assert_int_equal(dlock_release(h), DLOCK_ELOST);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_IDLE);
+    dlock_info info;
+    if (inspect_if(op, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.token, tw);
+    }
+    release_ok(w);
+    assert_int_equal(dlock_break(op, n, &broken), DLOCK_ENOTHELD);
+    /* the broken handle (and its client) works again */
+    acquire_ok(h, 5000);
+    assert_true(dlock_token(h) > tw);
+    release_ok(h);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    close_client(op);
+    close_client(cw);
+    close_client(ch);
+}
+
 /* §2.2: a holder that is killed loses the lock — at once for a session
  * (kernel lock, connection), within its lease for a lease — and a waiter
  * gets it without anyone releasing. */
@@ -2195,6 +2280,7 @@ static const struct kase {
     {"list", case_list, 0, 60},
     {"loss_notification", case_loss_notification, 0, 60},
     {"broken_holder_told", case_broken_holder_told, 0, 60},
+    {"break_hands_to_waiter", case_break_hands_to_waiter, 0, 60},
     {"killed_holder", case_killed_holder, 0, 60},
     {"counter", case_counter, DLOCK_CAP_FENCING, 180},
     {"counter_fair", case_counter_fair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
