@@ -7,7 +7,9 @@
  * create whose reply is lost, a member that stops answering (only with the
  * ensemble of DLOCK_TEST_ZK3, from check_zk_test.sh), one watch per waiter
  * (no herd), znode names,
- * digest ACLs, a server that is not ZooKeeper, break, election, chroot.
+ * digest ACLs, a server that is not ZooKeeper, election, chroot. (A
+ * break while a waiter waits is the conformance suite's
+ * break_hands_to_waiter.)
  * The test reads the server's own account through four-letter words on
  * the client port: `wchp` (watches by path) and `dump` (ephemeral nodes by
  * session).
@@ -1131,54 +1133,6 @@ static void test_not_zookeeper(void **state)
     close(fd);
 }
 
-/* ---- 8. break --------------------------------------------------------------------------- */
-
-static void test_break_tells_holder_at_once(void **state)
-{
-    (void)state;
-    char name[64];
-    unique(name, sizeof name, "break");
-    dlock_client *ch = open_url(zk_url), *cw = open_url(zk_url), *op = open_url(zk_url);
-    atomic_store(&lost_calls, 0);
-    dlock_lock *h = mk(ch, name, count_lost, NULL);
-    acquire_ok(h, 0);
-    uint64_t token = dlock_token(h);
-    dlock_lock *w = mk(cw, name, NULL, NULL);
-    struct waiter ws;
-    waiter_start(&ws, w, 10000, false);
-    wait_waiters(op, name, 1, 5000);
-
-    dlock_info broken;
-    memset(&broken, 0, sizeof broken);
-    assert_int_equal(dlock_break(op, name, &broken), 0);
-    int64_t told = wait_lost(h, 1000); /* a renewal is 444 ms away at most, the watch sooner */
-    fprintf(stderr, "# holder told %" PRId64 " ms after the break returned\n", told);
-    assert_true(told >= 0);
-    assert_int_equal(broken.held, 1);
-    assert_int_equal(broken.holders, 1);
-    assert_int_equal(broken.token, token);
-    assert_true(broken.holder[0] != '\0');
-    assert_int_equal(dlock_state(h), DLOCK_STATE_LOST);
-    wait_lost_calls(1, 1000);
-    assert_int_equal(atomic_load(&lost_calls), 1);
-
-    assert_int_equal(waiter_join(&ws), 0);
-    assert_true(dlock_token(w) > token);
-    assert_int_equal(dlock_release(h), DLOCK_ELOST);
-    assert_int_equal(dlock_state(h), DLOCK_STATE_IDLE);
-    dlock_info info = inspect(op, name);
-    assert_int_equal(info.held, 1);
-    assert_int_equal(info.token, dlock_token(w));
-    assert_int_equal(dlock_release(w), 0);
-    assert_int_equal(dlock_break(op, name, &broken), DLOCK_ENOTHELD);
-    assert_int_equal(atomic_load(&lost_calls), 1);
-    dlock_lock_free(w);
-    dlock_lock_free(h);
-    dlock_client_close(op);
-    dlock_client_close(cw);
-    dlock_client_close(ch);
-}
-
 /* ---- 9. leader election ---------------------------------------------------------------- */
 
 struct campaigner {
@@ -1319,7 +1273,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_odd_names),
         cmocka_unit_test(test_digest_auth),
         cmocka_unit_test(test_not_zookeeper),
-        cmocka_unit_test(test_break_tells_holder_at_once),
         cmocka_unit_test(test_election),
         cmocka_unit_test(test_chroot),
     };
