@@ -58,7 +58,7 @@ if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
         redlock) command -v redis-server >/dev/null && be=redlock ;;
         sentinel) command -v redis-sentinel >/dev/null && be=redis ;;
         zk) [ -e /usr/share/java/zookeeper.jar ] && command -v java >/dev/null && be=zk ;;
-        etcd) command -v etcd >/dev/null && be=etcd ;;
+        etcd | etcds) command -v etcd >/dev/null && be=etcd ;;
         postgres) [ -x /usr/lib/postgresql/15/bin/postgres ] && be=postgres ;;
         mariadb) command -v mariadbd >/dev/null && be=mysql ;;
         memcached) command -v memcached >/dev/null && be=memcached ;;
