@@ -1333,8 +1333,7 @@ static void case_break_hands_to_waiter(void **state)
     o.ttl_ms = ttl;
     o.fair = fair;
     o.on_lost = count_lost;
-    dlock_lock *h = NULL;
-    assert_int_equal(dlock_lock_new(&h, ch, n, &o), 0);
+    dlock_lock *h = lock_with(ch, n, &o);
     dlock_lock *w = mk_lock(cw, n, DLOCK_EXCLUSIVE, 1, ttl, fair);
     acquire_ok(h, 5000);
     uint64_t th = dlock_token(h);

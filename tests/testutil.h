@@ -133,16 +133,23 @@ static inline dlock_client *open_url(const char *url)
     return c;
 }
 
+/* A lock with the options o (NULL: the defaults), or the test fails with
+ * the library's message; the makers below and the tests' own fill o. */
+static inline dlock_lock *lock_with(dlock_client *c, const char *name, const dlock_lock_opts *o)
+{
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, name, o))
+        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
+    return l;
+}
+
 static inline dlock_lock *mk(dlock_client *c, const char *name, dlock_lost_cb cb, void *arg)
 {
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
     o.on_lost = cb;
     o.on_lost_arg = arg;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
-    return l;
+    return lock_with(c, name, &o);
 }
 
 /* A lock of the given kind, permits, lease (0: the default) and fairness
@@ -156,10 +163,7 @@ static inline dlock_lock *mk_lock(dlock_client *c, const char *name, dlock_kind 
     o.permits = permits;
     o.ttl_ms = ttl_ms;
     o.fair = fair;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
-    return l;
+    return lock_with(c, name, &o);
 }
 
 static inline void acquire_ok(dlock_lock *l, int timeout_ms)
