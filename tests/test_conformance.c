@@ -1593,14 +1593,18 @@ static void case_counter_nonfair(void **state)
 
 /* Lock names: any printable ASCII but '/' and '\\', not starting with '.',
  * 1..200 bytes — each maps to the backend's keys, paths and identifiers
- * safely (no hash-tag, glob, escape or path games). Others are refused. */
+ * safely (no hash-tag, glob, escape or path games), and no two of them to
+ * the same ones (all held at once: "a b" is not "a%20b"). Others are
+ * refused. */
 static void case_odd_names(void **state)
 {
     (void)state;
     static const char *const names[] = {
         "}x", "a b", "x{y}", "%41", "}", "{", "a}b", "}}{{", "x{y}z}", "*", "a*b", "[ab]", "?",
         "~!@#$%^&*()_+=-`|;'\",<>", "a:b:c", "in side", "-dash", "a..b", "x.",
-        "dlock:{x}:lock", "%s%n", "\x7e"};
+        "dlock:{x}:lock", "%s%n", "\x7e", "}{%*:-~", "with spaces inside", "a%20b",
+        "quotes \"double\" and 'single'", "x..y.z", "[brackets]#hash?q=1&r=2",
+        "@!$^()+,;=`|<>", "zookeeper", "%00%2F%5C"};
     char longest[201];
     memset(longest, 'n', 200);
     longest[200] = '\0';
@@ -1653,6 +1657,22 @@ static void case_odd_names(void **state)
         release_ok(b);
         dlock_lock_free(a);
         dlock_lock_free(b);
+    }
+    /* All of them at once, on one client: no two share a key, a node, a
+     * row or a path on the server. */
+    dlock_lock *all[sizeof names / sizeof names[0] + 1];
+    for (size_t i = 0; i < count; i++) {
+        all[i] = mk_lock(c1, i < count - 1 ? names[i] : longest, DLOCK_EXCLUSIVE, 1, 0, -1);
+        acquire_ok(all[i], 0);
+    }
+    for (size_t i = 0; i < count; i++) {
+        dlock_lock *o = mk_lock(c2, dlock_lock_name(all[i]), DLOCK_EXCLUSIVE, 1, 0, -1);
+        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
+        dlock_lock_free(o);
+    }
+    for (size_t i = 0; i < count; i++) {
+        release_ok(all[i]);
+        dlock_lock_free(all[i]);
     }
     static const char *const bad[] = {"", ".", "..", ".hidden", "a/b", "/", "a\\b", "tab\there",
                                       "nl\n", "\xc3\xa9", "caf\xc3\xa9", "del\x7f",
