@@ -6,7 +6,7 @@
  * that expire, nodes left behind (or not) by waiters that gave up, a
  * create whose reply is lost, a member that stops answering (only with the
  * ensemble of DLOCK_TEST_ZK3, from check_zk_test.sh), one watch per waiter
- * (no herd), znode names,
+ * (no herd),
  * digest ACLs, a server that is not ZooKeeper, election, chroot. (A
  * break while a waiter waits is the conformance suite's
  * break_hands_to_waiter.)
@@ -893,7 +893,10 @@ static void test_long_wait_keeps_its_place(void **state)
     dlock_client_close(ch);
 }
 
-/* ---- 5. odd names ------------------------------------------------------------------- */
+/* ---- 5. names listed ---------------------------------------------------------------- */
+
+/* (Odd names, all held at once and listed, are the conformance suite's
+ * odd_names.) */
 
 struct seen {
     const char *prefix;
@@ -908,61 +911,6 @@ static int collect(const char *name, void *arg)
         snprintf(s->names[s->n], sizeof s->names[0], "%s", name);
     s->n++;
     return 0;
-}
-
-static void test_odd_names(void **state)
-{
-    (void)state;
-    char base[64];
-    unique(base, sizeof base, "odd");
-    const char *tails[] = {
-        "}{%*:-~",
-        "with spaces inside",
-        "quotes \"double\" and 'single'",
-        "a%20b",
-        "a b",
-        "x..y.z",
-        "[brackets]#hash?q=1&r=2",
-        "@!$^()+,;=`|<>",
-        "zookeeper",
-        "%00%2F%5C",
-    };
-    enum { N = sizeof tails / sizeof tails[0] };
-    char names[N][256];
-    dlock_client *c1 = open_url(zk_url), *c2 = open_url(zk_url);
-    dlock_lock *ls[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof names[i], "%s %s", base, tails[i]);
-        char why[128];
-        if (dlock_name_valid(names[i], why, sizeof why) != 0)
-            fail_msg("%s: %s", names[i], why);
-        ls[i] = mk(c1, names[i], NULL, NULL);
-        acquire_ok(ls[i], 0); /* every one at once: no two collide */
-    }
-    for (int i = 0; i < N; i++) {
-        dlock_lock *o = mk(c2, names[i], NULL, NULL);
-        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
-        dlock_info info = inspect(c2, names[i]);
-        assert_int_equal(info.held, 1);
-        assert_int_equal(info.token, dlock_token(ls[i]));
-        dlock_lock_free(o);
-    }
-    struct seen s = {.prefix = base};
-    assert_int_equal(dlock_list(c2, base, collect, &s), 0);
-    assert_int_equal(s.n, N);
-    for (int i = 0; i < N; i++) {
-        bool found = false;
-        for (int j = 0; j < s.n && !found; j++)
-            found = strcmp(s.names[j], names[i]) == 0;
-        if (!found)
-            fail_msg("dlock_list did not return \"%s\"", names[i]);
-    }
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(dlock_release(ls[i]), 0);
-        dlock_lock_free(ls[i]);
-    }
-    dlock_client_close(c1);
-    dlock_client_close(c2);
 }
 
 /* ---- 6. digest authentication ------------------------------------------------------- */
@@ -1270,7 +1218,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_herd_and_fifo),
         cmocka_unit_test(test_writes_per_section),
         cmocka_unit_test(test_long_wait_keeps_its_place),
-        cmocka_unit_test(test_odd_names),
         cmocka_unit_test(test_digest_auth),
         cmocka_unit_test(test_not_zookeeper),
         cmocka_unit_test(test_election),
