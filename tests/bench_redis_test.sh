@@ -5,16 +5,13 @@
 # the bare hand-over relay of contended runs (relay_p50_us), the servers'
 # command counts (server_commands*), no violations; bench/matrix.sh and
 # bench/targets.py on a one-row matrix. Speed is measured, never asserted.
-# Skipped (exit 0) without redis-server or the redis backends. Needs $DLOCK
+# Skipped (exit 77) without redis-server or the redis backends. Needs $DLOCK
 # and python3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_redis "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run redis redlock -- bash "$0" "$@"
-fi
+in_servers redis redlock
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -3,7 +3,8 @@
 # every SPEC §7 field present, no violations, the scale modes, clean-up on
 # SIGINT. Speed is measured, never asserted. Needs $DLOCK and python3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh"
+preamble
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-test.XXXXXX")
 BG=
 cleanup() {
@@ -13,7 +14,6 @@ cleanup() {
 trap cleanup EXIT
 URL="file://$TMP/locks"
 SHORT="-D 0.5 --warmup 0.2 --json"
-. "$(dirname "$0")/testlib.sh"
 
 
 run() { # NAME ARGS...: runs bench, output in $TMP/NAME.json

@@ -14,9 +14,8 @@
 # Needs root (network namespaces, nftables): elsewhere it exits 77 with the
 # reason, except under CI (CI set), where that is a failure.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_etcd "$DLOCK"
 
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
@@ -38,8 +37,7 @@ if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
             echo "not ok - etcd3n cannot run under CI: $why"
             exit 1
         fi
-        echo "skipped: $why"
-        exit 77
+        skip "$why"
     fi
     idf=$(mktemp "${TMPDIR:-/tmp}/dlock-etcd-split-id.XXXXXX")
     DLOCK_ETCD3N_DIR_FILE=$idf bash "$here/servers.sh" run etcd3n -- bash "$0" "$@"

@@ -2,17 +2,14 @@
 # check_etcd_test.sh — `dlock check` with server faults on etcd: a single
 # member and a three-member cluster started by tests/servers.sh, short runs
 # of each scenario they allow, verdicts asserted from --json. Never asserts
-# timings. Skipped (exit 0) when etcd is not installed or the etcd backend
+# timings. Skipped (exit 77) when etcd is not installed or the etcd backend
 # is not built. Needs $DLOCK and python3. The full matrix (longer runs) is
 # run by hand: dlock check -D 10 on DLOCK_TEST_ETCD3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_etcd "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run etcd etcd3 -- bash "$0" "$@"
-fi
+in_servers etcd etcd3
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-etcd.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -5,20 +5,16 @@
 # scenario for: a server with 2 MB of memory (DLOCK_TEST_MEMCACHED_SMALL) is
 # filled by a raw client while a lock is held and waited for, and what
 # happens is printed, only what is deterministic asserted. Never asserts
-# timings of dlock check. Skipped (exit 0) when memcached or the memcached
+# timings of dlock check. Skipped (exit 77) when memcached or the memcached
 # backend is missing. Needs $DLOCK and python3. The full matrix (longer
 # runs) is run by hand: dlock check -D 10.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! command -v memcached >/dev/null || ! "$DLOCK" backends | grep -q '^memcached .* yes$'; then
-    echo "memcached or the memcached backend missing: skipped"
-    exit 0
+    skip "memcached or the memcached backend missing"
 fi
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run memcached -- bash "$0" "$@"
-fi
+in_servers memcached
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-memcached.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

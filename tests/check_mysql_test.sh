@@ -2,25 +2,21 @@
 # check_mysql_test.sh — `dlock check` with faults on MySQL/MariaDB, each of
 # its three modes: one server started by tests/servers.sh (kind mariadb,
 # shared by the three), short runs of each scenario, verdicts asserted from
-# --json. Never asserts timings. Skipped (exit 0) when MariaDB or the mysql
+# --json. Never asserts timings. Skipped (exit 77) when MariaDB or the mysql
 # backend is missing. Needs $DLOCK and python3. The full matrix (longer
 # runs) is run by hand: dlock check -D 10.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! { command -v mariadbd || [ -x /usr/sbin/mariadbd ]; } >/dev/null 2>&1 ||
     ! "$DLOCK" backends | grep -q '^mysql .* yes$'; then
-    echo "MariaDB or the mysql backend missing: skipped"
-    exit 0
+    skip "MariaDB or the mysql backend missing"
 fi
 # The server with its production durability (innodb_flush_log_at_trx_commit=1,
 # the doublewrite buffer on): the restart scenarios kill -9 it, and tokens
 # must not go back, though a getlock or rowlock grant writes no InnoDB log
 # (docs/mysql.md, "Tokens").
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    DLOCK_SERVERS_DURABLE=1 exec bash "$here/servers.sh" run mariadb -- bash "$0" "$@"
-fi
+DLOCK_SERVERS_DURABLE=1 in_servers mariadb
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-mysql.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

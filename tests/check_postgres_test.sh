@@ -1,24 +1,20 @@
 #!/usr/bin/env bash
 # check_postgres_test.sh — `dlock check` with faults on PostgreSQL advisory
 # locks: a server started by tests/servers.sh, short runs of each scenario,
-# verdicts asserted from --json. Never asserts timings. Skipped (exit 0)
+# verdicts asserted from --json. Never asserts timings. Skipped (exit 77)
 # when PostgreSQL or the postgres backend is missing. Needs $DLOCK and
 # python3. The full matrix (longer runs) is run by hand: dlock check -D 10.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ||
     ! "$DLOCK" backends | grep -q '^postgres .* yes$'; then
-    echo "PostgreSQL or the postgres backend missing: skipped"
-    exit 0
+    skip "PostgreSQL or the postgres backend missing"
 fi
 # The server with its production durability (fsync, synchronous_commit on):
 # the restart scenarios crash it (every process frozen, then SIGKILL), and
 # tokens must not go back, though a grant does not wait for a WAL flush.
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    DLOCK_SERVERS_DURABLE=1 exec bash "$here/servers.sh" run postgres -- bash "$0" "$@"
-fi
+DLOCK_SERVERS_DURABLE=1 in_servers postgres
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-pg.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -3,16 +3,13 @@
 # real servers started by tests/servers.sh (one master, five Redlock masters,
 # a Sentinel deployment), short runs of each scenario, verdicts asserted from
 # --json. The partition scenario cuts holders off through relays of their
-# own (no server directory needed). Never asserts timings. Skipped (exit 0) when redis-server is not
+# own (no server directory needed). Never asserts timings. Skipped (exit 77) when redis-server is not
 # installed or the redis backends are not built. Needs $DLOCK and python3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_redis "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run redis redlock sentinel -- bash "$0" "$@"
-fi
+in_servers redis redlock sentinel
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-redis.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

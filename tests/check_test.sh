@@ -4,7 +4,8 @@
 # SIGTERM. Needs $DLOCK (the built CLI) and python3; asserts on JSON only,
 # never on timings.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh"
+preamble
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-test.XXXXXX")
 BG=
 cleanup() {
@@ -13,7 +14,6 @@ cleanup() {
 }
 trap cleanup EXIT
 URL="file://$TMP/locks"
-. "$(dirname "$0")/testlib.sh"
 
 
 # --- 1. the checker alone, on a history with a known overlap and a known

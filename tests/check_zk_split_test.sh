@@ -13,13 +13,10 @@
 # seen to take 10 s through the relays, so the leader faults stay on zk3
 # (check_zk_test.sh).
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_zk "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run zk3p -- bash "$0" "$@"
-fi
+in_servers zk3p
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-zk-split.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -2,17 +2,14 @@
 # check_zk_test.sh — `dlock check` with server faults on ZooKeeper: a real
 # three-member ensemble started by tests/servers.sh, short runs of each
 # scenario a consensus ensemble allows, verdicts asserted from --json. Never
-# asserts timings. Skipped (exit 0) when ZooKeeper is not installed or the
+# asserts timings. Skipped (exit 77) when ZooKeeper is not installed or the
 # zk backend is not built. Needs $DLOCK and python3. The full matrix
 # (longer runs) is run by hand: dlock check -D 10 on DLOCK_TEST_ZK3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_zk "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run zk zk3 -- bash "$0" "$@"
-fi
+in_servers zk zk3
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-check-zk.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

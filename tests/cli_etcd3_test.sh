@@ -4,16 +4,13 @@
 # clients list that member first: a new run must reach the two healthy
 # members well within its -w, and a holder with ttl=10 keeps its lock for
 # longer than its lease. Then two members stalled for a while (no quorum):
-# a waiter with time left waits on instead of giving up. Real cluster from tests/servers.sh. Skipped (exit 0)
+# a waiter with time left waits on instead of giving up. Real cluster from tests/servers.sh. Skipped (exit 77)
 # without etcd or the etcd backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_etcd "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run etcd3 -- bash "$0" "$@"
-fi
+in_servers etcd3
 U=${DLOCK_TEST_ETCD3/ttl=2/ttl=10}
 first=$(cat "$DLOCK_TEST_SERVERS/etcd3-1.pid")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-etcd3.XXXXXX")

@@ -6,15 +6,12 @@
 # when its lease runs out; a lease revoked from outside stops the command at
 # once; a holder whose network freezes (a TCP relay SIGSTOPped) has its
 # command stopped before the server lets another client in. Real server
-# from tests/servers.sh. Skipped (exit 0) without etcd or the etcd backend.
+# from tests/servers.sh. Skipped (exit 77) without etcd or the etcd backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_etcd "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run etcd -- bash "$0" "$@"
-fi
+in_servers etcd
 . "$here/servers.sh" # srv_free_port
 U=$DLOCK_TEST_ETCD # ttl=2: a lock's span is 2 s
 port=$(cat "$DLOCK_TEST_SERVERS/etcd.port")

@@ -14,19 +14,15 @@
 # command is stopped at its next renewal); two servers: a name lives on one,
 # and a dead server only affects its own names; nothing listening, something
 # that is not memcached, a server that never answers. Servers from
-# tests/servers.sh (kind memcached). Skipped (exit 0) without memcached or
+# tests/servers.sh (kind memcached). Skipped (exit 77) without memcached or
 # the memcached backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! command -v memcached >/dev/null || ! "$DLOCK" backends | grep -q '^memcached .* yes$'; then
-    echo "memcached or the memcached backend missing: skipped"
-    exit 0
+    skip "memcached or the memcached backend missing"
 fi
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run memcached -- bash "$0" "$@"
-fi
+in_servers memcached
 . "$here/servers.sh" # srv_free_port, srv_restart
 # shellcheck disable=SC2034 # read by srv_restart
 srv_dir=$DLOCK_TEST_SERVERS

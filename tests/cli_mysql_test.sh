@@ -13,19 +13,15 @@
 # status, list and break --force; a holder whose network freezes (a TCP
 # relay SIGSTOPped) keeps its lock and nobody else gets it; no password in
 # any output; `dlock backends`. One server (tests/servers.sh, kind mariadb)
-# for all three modes. Skipped (exit 0) without MariaDB or the mysql backend.
+# for all three modes. Skipped (exit 77) without MariaDB or the mysql backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! { command -v mariadbd || [ -x /usr/sbin/mariadbd ]; } >/dev/null 2>&1 ||
     ! command -v mariadb >/dev/null || ! "$DLOCK" backends | grep -q '^mysql .* yes$'; then
-    echo "MariaDB or the mysql backend missing: skipped"
-    exit 0
+    skip "MariaDB or the mysql backend missing"
 fi
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run mariadb -- bash "$0" "$@"
-fi
+in_servers mariadb
 . "$here/servers.sh" # srv_free_port
 G=$DLOCK_TEST_MYSQL L=$DLOCK_TEST_MYSQL_LEASE R=$DLOCK_TEST_MYSQL_ROW
 port=$(cat "$DLOCK_TEST_SERVERS/mariadb.port")

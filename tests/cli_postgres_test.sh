@@ -5,20 +5,16 @@
 # lock at once (its session ends); a session ended from outside stops the
 # command at once; a holder whose network freezes (a TCP relay SIGSTOPped)
 # keeps the lock — the server still has its session — and nobody else gets
-# it meanwhile. Real server from tests/servers.sh. Skipped (exit 0) without
+# it meanwhile. Real server from tests/servers.sh. Skipped (exit 77) without
 # PostgreSQL or the postgres backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ||
     ! "$DLOCK" backends | grep -q '^postgres .* yes$'; then
-    echo "PostgreSQL or the postgres backend missing: skipped"
-    exit 0
+    skip "PostgreSQL or the postgres backend missing"
 fi
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run postgres -- bash "$0" "$@"
-fi
+in_servers postgres
 . "$here/servers.sh" # srv_free_port
 U=$DLOCK_TEST_POSTGRES
 port=$(cat "$DLOCK_TEST_SERVERS/postgres.port")

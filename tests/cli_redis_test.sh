@@ -8,11 +8,11 @@
 # guardian ending the command when dlock is stopped past its lease.
 # The server comes from tests/servers.sh (a spare port below the ephemeral
 # range; stopped even if this script is killed outright).
-# Skipped (exit 0) when redis-server is not installed.
+# Skipped (exit 77) when redis-server is not installed.
 set -euo pipefail
 
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
 . "$(dirname "$0")/testlib.sh"
+preamble
 need_redis "$DLOCK"
 
 # shellcheck source=servers.sh

@@ -6,7 +6,8 @@
 # Needs: DLOCK (path of the built dlock binary), bash, python3 (JSON checks).
 set -euo pipefail
 
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh" # the preamble; its checks are its own (fail stops at the first)
+preamble
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-test.XXXXXX")
 URL="file://$TMP/locks"
 BG=() # background processes we started

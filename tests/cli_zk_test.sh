@@ -5,15 +5,12 @@
 # network freezes (a TCP relay SIGSTOPped) has its command stopped before
 # the server lets another client in; conflicts with every -E code run
 # nothing; SIGTERM while waiting leaves no queue node. Real server from
-# tests/servers.sh. Skipped (exit 0) without ZooKeeper or the zk backend.
+# tests/servers.sh. Skipped (exit 77) without ZooKeeper or the zk backend.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/testlib.sh"
+. "$(dirname "$0")/testlib.sh"
+preamble
 need_zk "$DLOCK"
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    exec bash "$here/servers.sh" run zk -- bash "$0" "$@"
-fi
+in_servers zk
 . "$here/servers.sh" # srv_free_port
 U=$DLOCK_TEST_ZK # session=2000: a lock's span is about 1.3 s
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-zk.XXXXXX")

@@ -9,11 +9,9 @@
 # are skipped, each named (scripts/install-deps.sh peers installs them).
 # Speed is measured, never asserted. Needs $DLOCK and python3.
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh"
+preamble
 export DLOCK
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/.." && pwd)
-. "$here/testlib.sh"
 PY=${DLOCK_PEERS_PYTHON:-}
 if [ -z "$PY" ]; then
     if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
@@ -25,13 +23,10 @@ KINDS=${DLOCK_PEERS_TEST_KINDS:-redis memcached}
 # Which peers are there: the servers of those only are started.
 mapfile -t have < <("$PY" "$PB" --list | awk '$3 == "ok" { print $1 }')
 if [ ${#have[@]} -eq 0 ] || { [ ${#have[@]} -eq 2 ] && [ "${have[*]}" = "etcdctl dlock-run" ]; }; then
-    echo "no peer client installed (scripts/install-deps.sh peers): skipped"
-    exit 0
+    skip "no peer client installed (scripts/install-deps.sh peers)"
 fi
-if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
-    # shellcheck disable=SC2086
-    exec bash "$here/servers.sh" run $KINDS -- bash "$0" "$@"
-fi
+# shellcheck disable=SC2086
+in_servers $KINDS
 "$PY" "$PB" --list | awk '$3 != "ok" { print "# peer " $1 " skipped: " $0 }'
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-peers-test.XXXXXX")

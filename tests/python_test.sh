@@ -4,19 +4,18 @@
 # (pip --no-build-isolation --target, offline, no root; setup.py build_ext
 # when pip is missing), then python/tests/ run by pytest against the real
 # servers of tests/servers.sh: one pytest parameter per backend URL (file
-# always; DLOCK_PY_TEST_KINDS, default "redis redlock cluster sentinel zk
-# etcd postgres mariadb memcached", the servers started here, PostgreSQL's
-# and MariaDB's three modes each; a kind whose server or backend is missing
-# here is left out, named). About a minute and a half. Exits 77 (skipped) without Python's headers,
+# always; DLOCK_PY_TEST_KINDS, default the kinds of tests/targets.list's
+# `ci` rows, the servers started here, every row whose URL they export a
+# label; a kind whose server or backend is missing here is left out,
+# named). About a minute and a half. Exits 77 (skipped) without Python's headers,
 # setuptools or pytest (scripts/install-deps.sh installs them). Then the
 # package's bench peer (bench/peers/peer_bench.py --peer dlock-py) for a
 # moment.
 # Needs $DLOCK (the built CLI: its directory is the build directory).
 set -u
-DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+. "$(dirname "$0")/testlib.sh"
+preamble
 export DLOCK
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/.." && pwd)
 build=${DLOCK_BUILD_DIR:-$(cd "$(dirname "$DLOCK")" && pwd)}
 PY=${DLOCK_PYTHON:-}
 if [ -z "$PY" ]; then
@@ -25,13 +24,13 @@ fi
 
 inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 if [ ! -e "$inc/Python.h" ]; then
-    echo "no Python.h for $PY (python3-dev): skipped"; exit 77
+    skip "no Python.h for $PY (python3-dev)"
 fi
 if ! "$PY" -c 'import setuptools, pytest' 2>/dev/null; then
-    echo "$PY lacks setuptools or pytest (python3-setuptools, python3-pytest): skipped"; exit 77
+    skip "$PY lacks setuptools or pytest (python3-setuptools, python3-pytest)"
 fi
 if [ ! -e "$build/libdlock_static.a" ]; then
-    echo "no $build/libdlock_static.a (set DLOCK_BUILD_DIR): skipped"; exit 77
+    skip "no $build/libdlock_static.a (set DLOCK_BUILD_DIR)"
 fi
 
 # A sanitizer build (scripts/test.sh): ASan runs, its runtime preloaded into
@@ -42,21 +41,24 @@ case $sanitize in
 address)
     asanrt=$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null)
     if [ ! -e "$asanrt" ]; then
-        echo "ASan build, but no clang ASan runtime to preload: skipped"; exit 77
+        skip "ASan build, but no clang ASan runtime to preload"
     fi ;;
-*) echo "a $sanitize build: the extension cannot be loaded into Python that way: skipped"
-   exit 77 ;;
+*) skip "a $sanitize build: the extension cannot be loaded into Python that way" ;;
 esac
 
 if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
     kinds=()
-    for k in ${DLOCK_PY_TEST_KINDS-redis redlock cluster sentinel zk etcd postgres mariadb memcached}; do
+    # the kinds of the ci rows of tests/targets.list, each once
+    ci_kinds=$(awk '!/^#/ && NF >= 5 && $5 == "ci" && $3 != "-" {
+        n = split($3, k, ","); for (i = 1; i <= n; i++) if (!seen[k[i]]++) printf "%s ", k[i] }' \
+        "$here/targets.list")
+    for k in ${DLOCK_PY_TEST_KINDS-$ci_kinds}; do
         case $k in
         redis | cluster) command -v redis-server >/dev/null && be=redis ;;
         redlock) command -v redis-server >/dev/null && be=redlock ;;
         sentinel) command -v redis-sentinel >/dev/null && be=redis ;;
         zk) [ -e /usr/share/java/zookeeper.jar ] && command -v java >/dev/null && be=zk ;;
-        etcd) command -v etcd >/dev/null && be=etcd ;;
+        etcd | etcds) command -v etcd >/dev/null && be=etcd ;;
         postgres) [ -x /usr/lib/postgresql/15/bin/postgres ] && be=postgres ;;
         mariadb) command -v mariadbd >/dev/null && be=mysql ;;
         memcached) command -v memcached >/dev/null && be=memcached ;;
@@ -70,7 +72,7 @@ if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
         fi
         be=
     done
-    exec bash "$here/servers.sh" run "${kinds[@]}" -- bash "$0" "$@"
+    in_servers "${kinds[@]}"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-python-test.XXXXXX")
@@ -99,17 +101,13 @@ if [ $rc -ne 0 ] || [ -z "$(ls "$TMP"/site/dlock/_dlock*.so 2>/dev/null)" ]; the
 fi
 echo "ok - the package built against $build/libdlock_static.a"
 
-# The labels of the URLs servers.sh exported (and file).
-labels=file
-[ -n "${DLOCK_TEST_REDIS:-}" ] && labels+=" redis"
-[ -n "${DLOCK_TEST_REDLOCK:-}" ] && labels+=" redlock"
-[ -n "${DLOCK_TEST_CLUSTER:-}" ] && labels+=" cluster"
-[ -n "${DLOCK_TEST_SENTINEL:-}" ] && labels+=" sentinel"
-[ -n "${DLOCK_TEST_ZK:-}" ] && labels+=" zk"
-[ -n "${DLOCK_TEST_ETCD:-}" ] && labels+=" etcd"
-[ -n "${DLOCK_TEST_POSTGRES:-}" ] && labels+=" postgres postgres-lease postgres-row"
-[ -n "${DLOCK_TEST_MYSQL:-}" ] && labels+=" mysql mysql-lease mysql-row"
-[ -n "${DLOCK_TEST_MEMCACHED:-}" ] && labels+=" memcached"
+# The labels of the URLs servers.sh exported (and file): the rows of
+# tests/targets.list whose variable is set.
+labels=
+while read -r label env _; do
+    case $label in "" | "#"*) continue ;; esac
+    if [ "$env" = - ] || [ -n "${!env:-}" ]; then labels+="${labels:+ }$label"; fi
+done <"$src/tests/targets.list"
 export DLOCK_PY_TEST_TARGETS=${DLOCK_PY_TEST_TARGETS:-$labels}
 export DLOCK_CLI=$DLOCK
 cd "$TMP/pkg/tests" || exit 1

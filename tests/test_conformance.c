@@ -17,8 +17,10 @@
  * itself, with the reason printed. cmocka checks inside the child.
  * --no-fork runs the cases in this process (for valgrind), without limits.
  *
- * Adding a backend: one line in TARGETS (and one in tests/CMakeLists.txt
- * naming the servers.sh kind that starts its server).
+ * Adding a backend's URL: one row in tests/targets.list (label, variable,
+ * the servers.sh kinds that start its servers, the backend it needs, ci or
+ * by hand); tests/servers.sh exports the variable. The table below, the
+ * ctest entries and the Python tests' targets are made from that row.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,28 +46,15 @@
 
 #include "dlock.h"
 #include "dlock_debug.h"
+#include "testutil.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
- * scratch directory. */
+ * scratch directory. The rows of tests/targets.list, the one list of the
+ * URLs the contract is tested on (tests/CMakeLists.txt writes them out). */
 static const struct target_def {
     const char *label, *env;
 } TARGETS[] = {
-    {"file", NULL},
-    {"redis", "DLOCK_TEST_REDIS"},
-    {"sentinel", "DLOCK_TEST_SENTINEL"},
-    {"cluster", "DLOCK_TEST_CLUSTER"},
-    {"redlock", "DLOCK_TEST_REDLOCK"},
-    {"zk", "DLOCK_TEST_ZK"},
-    {"zk3", "DLOCK_TEST_ZK3"},
-    {"etcd", "DLOCK_TEST_ETCD"},
-    {"etcd3", "DLOCK_TEST_ETCD3"},
-    {"postgres", "DLOCK_TEST_POSTGRES"},
-    {"postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"},
-    {"postgres-row", "DLOCK_TEST_POSTGRES_ROW"},
-    {"mysql", "DLOCK_TEST_MYSQL"},
-    {"mysql-lease", "DLOCK_TEST_MYSQL_LEASE"},
-    {"mysql-row", "DLOCK_TEST_MYSQL_ROW"},
-    {"memcached", "DLOCK_TEST_MEMCACHED"},
+#include "conformance_targets.h"
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
 
@@ -81,20 +71,6 @@ static struct {
 static int skip_fd = -1; /* where a child writes why it skipped */
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static bool has(unsigned cap)
 {
@@ -161,38 +137,15 @@ static dlock_client *open_client(void)
     return c;
 }
 
-static dlock_lock *mk(dlock_client *c, const char *name, dlock_kind kind, unsigned permits,
-                      int ttl_ms, int fair)
-{
-    dlock_lock_opts o;
-    dlock_lock_opts_init(&o);
-    o.kind = kind;
-    o.permits = permits;
-    o.ttl_ms = ttl_ms;
-    o.fair = fair;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o) != 0)
-        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
-    return l;
-}
-
 static dlock_lock *ex(dlock_client *c, const char *name)
 {
-    return mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    return mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
 }
 
 /* fair=1 where the backend queues, its default elsewhere. */
 static int fair_if_can(void)
 {
     return has(DLOCK_CAP_FAIR) ? 1 : -1;
-}
-
-static void acquire_ok(dlock_lock *l, int timeout_ms)
-{
-    int rc = dlock_acquire(l, timeout_ms);
-    if (rc != 0)
-        fail_msg("acquire \"%s\" (%d ms): %s: %s", dlock_lock_name(l), timeout_ms,
-                 dlock_err_name(rc), dlock_lock_errmsg(l));
 }
 
 static void release_ok(dlock_lock *l)
@@ -211,7 +164,7 @@ static void wait_state(dlock_lock *l, dlock_state_t st, int ms)
 }
 
 /* inspect, or -1 where the backend cannot (its reason is the client's). */
-static int inspect(dlock_client *c, const char *name, dlock_info *info)
+static int inspect_if(dlock_client *c, const char *name, dlock_info *info)
 {
     int rc = dlock_inspect(c, name, info);
     if (rc == DLOCK_ENOTSUP)
@@ -223,7 +176,7 @@ static int inspect(dlock_client *c, const char *name, dlock_info *info)
 
 /* An acquisition in a thread of its own. Never asserts (cmocka's checks
  * belong to the main thread); the main thread looks at rc. */
-struct waiter {
+struct acq_waiter {
     dlock_lock *l;
     int timeout;
     bool release_after; /* release at once once acquired (FIFO order) */
@@ -235,9 +188,9 @@ struct waiter {
     pthread_t t;
 };
 
-static void *waiter_main(void *p)
+static void *acq_waiter_main(void *p)
 {
-    struct waiter *w = p;
+    struct acq_waiter *w = p;
     int rc = dlock_acquire(w->l, w->timeout);
     w->done_ms = now_ms();
     if (rc == 0 && w->order)
@@ -249,14 +202,14 @@ static void *waiter_main(void *p)
     return NULL;
 }
 
-static void start_waiter(struct waiter *w, dlock_lock *l, int timeout)
+static void start_waiter(struct acq_waiter *w, dlock_lock *l, int timeout)
 {
-    *w = (struct waiter){.l = l, .timeout = timeout, .got = -1};
-    assert_int_equal(pthread_create(&w->t, NULL, waiter_main, w), 0);
+    *w = (struct acq_waiter){.l = l, .timeout = timeout, .got = -1};
+    assert_int_equal(pthread_create(&w->t, NULL, acq_waiter_main, w), 0);
 }
 
 /* Join a waiter that must be done within ms; its rc. */
-static int join_waiter(struct waiter *w, int ms)
+static int join_waiter(struct acq_waiter *w, int ms)
 {
     for (int i = 0; i < ms && !atomic_load(&w->done); i++)
         usleep(1000);
@@ -272,10 +225,10 @@ static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
 {
     wait_state(l, DLOCK_STATE_WAITING, 5000);
     dlock_info info;
-    if (inspect(c, name, &info) == 0 && info.waiters >= 0) {
+    if (inspect_if(c, name, &info) == 0 && info.waiters >= 0) {
         for (int k = 0; k < 5000 && info.waiters != n; k++) {
             usleep(1000);
-            assert_int_equal(inspect(c, name, &info), 0);
+            assert_int_equal(inspect_if(c, name, &info), 0);
         }
         assert_int_equal(info.waiters, n);
     } else {
@@ -431,7 +384,7 @@ static void case_release_not_held(void **state)
     assert_int_equal(dlock_state(b), DLOCK_STATE_HELD);
     assert_int_equal(dlock_acquire(a, 0), DLOCK_EBUSY); /* still b's */
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         assert_int_equal(info.token, tb);
     }
@@ -455,8 +408,8 @@ static void case_try_timed_forever(void **state)
     nm(n, sizeof n, "timeouts");
     int fair = fair_if_can();
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *third = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *third = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
     acquire_ok(a, 0);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
@@ -478,7 +431,7 @@ static void case_try_timed_forever(void **state)
     if (!strstr(msg, n) || (!strstr(msg, "timed out") && !strstr(msg, "timeout")))
         fail_msg("ETIMEDOUT, but the message does not say so for \"%s\": %s", n, msg);
     dlock_info info;
-    if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+    if (inspect_if(c, n, &info) == 0 && info.waiters >= 0)
         assert_int_equal(info.waiters, 0);
     /* Nothing left queued by the two failed attempts: free means free. */
     release_ok(a);
@@ -494,7 +447,7 @@ static void case_try_timed_forever(void **state)
     assert_non_null(strstr(dlock_lock_errmsg(b), "-2 ms"));
     assert_int_equal(dlock_state(third), DLOCK_STATE_HELD);
     /* Forever: returns when the holder lets go, not before. */
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, b, -1);
     wait_state(b, DLOCK_STATE_WAITING, 5000);
     usleep(300 * 1000);
@@ -558,13 +511,13 @@ static void case_cancel(void **state)
     nm(n, sizeof n, "cancel");
     int fair = fair_if_can();
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-    dlock_lock *d = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    dlock_lock *d = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fair);
     acquire_ok(a, 0);
     const int timeouts[2] = {-1, 20000};
     for (int i = 0; i < 2; i++) {
-        struct waiter w;
+        struct acq_waiter w;
         start_waiter(&w, b, timeouts[i]);
         wait_queued(c, n, b, 1);
         usleep(50 * 1000);
@@ -576,7 +529,7 @@ static void case_cancel(void **state)
         assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
         assert_int_equal(dlock_token(b), 0);
         dlock_info info;
-        if (inspect(c, n, &info) == 0 && info.waiters >= 0)
+        if (inspect_if(c, n, &info) == 0 && info.waiters >= 0)
             assert_int_equal(info.waiters, 0);
     }
     /* A cancel that comes when no acquisition is in progress is forgotten:
@@ -615,11 +568,11 @@ static void case_wake_on_release(void **state)
         char n[128];
         nm(n, sizeof n, fairs[f] ? "wake-fair" : "wake");
         dlock_client *c = open_client(), *c2 = open_client();
-        dlock_lock *a = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
-        dlock_lock *b = mk(c2, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        dlock_lock *a = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
+        dlock_lock *b = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, 0, fairs[f]);
         acquire_ok(a, 0);
         uint64_t ta = dlock_token(a);
-        struct waiter w;
+        struct acq_waiter w;
         start_waiter(&w, b, 15000);
         wait_state(b, DLOCK_STATE_WAITING, 5000);
         usleep(300 * 1000);
@@ -649,15 +602,15 @@ static void case_fifo(void **state)
     char n[128];
     nm(n, sizeof n, "fifo");
     dlock_client *c = open_client();
-    dlock_lock *h = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, 1);
     acquire_ok(h, 0);
     enum { N = 5 };
-    struct waiter w[N];
+    struct acq_waiter w[N];
     dlock_client *wc[N];
     atomic_int order = 0;
     for (int i = 0; i < N; i++) {
         wc[i] = open_client();
-        start_waiter(&w[i], mk(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, 1), 20000);
+        start_waiter(&w[i], mk_lock(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, 1), 20000);
         w[i].order = &order; /* read by the thread only after it acquired */
         w[i].release_after = true;
         wait_queued(c, n, w[i].l, i + 1);
@@ -684,19 +637,19 @@ static void case_shared(void **state)
     char n[128];
     nm(n, sizeof n, "rw");
     dlock_client *c = open_client(), *c2 = open_client();
-    dlock_lock *r1 = mk(c, n, DLOCK_SHARED, 1, 0, -1), *r2 = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
-    dlock_lock *r3 = mk(c2, n, DLOCK_SHARED, 1, 0, -1), *w = mk(c, n, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *r1 = mk_lock(c, n, DLOCK_SHARED, 1, 0, -1), *r2 = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1);
+    dlock_lock *r3 = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1), *w = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, -1);
     acquire_ok(r1, 0);
     acquire_ok(r2, 0);
     assert_true(dlock_token(r2) > dlock_token(r1));
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         if (info.holders >= 0)
             assert_int_equal(info.holders, 2);
     }
     assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
-    struct waiter ww;
+    struct acq_waiter ww;
     start_waiter(&ww, w, 15000);
     wait_state(w, DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
@@ -735,7 +688,7 @@ static void case_semaphore(void **state)
     dlock_client *c = open_client(), *c2 = open_client();
     dlock_lock *p[4];
     for (int i = 0; i < 4; i++)
-        p[i] = mk(i % 2 ? c2 : c, n, DLOCK_SEMAPHORE, 3, ttl, -1);
+        p[i] = mk_lock(i % 2 ? c2 : c, n, DLOCK_SEMAPHORE, 3, ttl, -1);
     uint64_t last = 0;
     for (int i = 0; i < 3; i++) {
         acquire_ok(p[i], 0);
@@ -744,12 +697,12 @@ static void case_semaphore(void **state)
     }
     assert_int_equal(dlock_acquire(p[3], 0), DLOCK_EBUSY);
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         if (info.holders >= 0)
             assert_int_equal(info.holders, 3);
     }
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, p[3], 15000);
     wait_state(p[3], DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
@@ -801,9 +754,9 @@ static void case_kinds(void **state)
     dlock_lock *e = ex(c, n);
     int rc;
     if (has(DLOCK_CAP_SEMAPHORE)) {
-        dlock_lock *s1 = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
-        dlock_lock *s2 = mk(c2, n, DLOCK_SEMAPHORE, 2, 0, -1);
-        dlock_lock *s3 = mk(c2, n, DLOCK_SEMAPHORE, 3, 0, -1);
+        dlock_lock *s1 = mk_lock(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s2 = mk_lock(c2, n, DLOCK_SEMAPHORE, 2, 0, -1);
+        dlock_lock *s3 = mk_lock(c2, n, DLOCK_SEMAPHORE, 3, 0, -1);
         acquire_ok(s1, 0);
         acquire_ok(s2, 0);
         rc = dlock_acquire(s3, 0);
@@ -821,7 +774,7 @@ static void case_kinds(void **state)
         if (rc != DLOCK_ECONFLICT) {
             /* this backend waits: the exclusive taker gets the name once
              * both permits are back, not before */
-            struct waiter w;
+            struct acq_waiter w;
             start_waiter(&w, e, 15000);
             wait_state(e, DLOCK_STATE_WAITING, 5000);
             release_ok(s1);
@@ -855,14 +808,14 @@ static void case_kinds(void **state)
         dlock_lock_free(s3);
     }
     if (has(DLOCK_CAP_SHARED)) {
-        dlock_lock *r = mk(c2, n, DLOCK_SHARED, 1, 0, -1);
+        dlock_lock *r = mk_lock(c2, n, DLOCK_SHARED, 1, 0, -1);
         acquire_ok(r, 5000);
         rc = dlock_acquire(e, 0);
         if (!not_granted(rc))
             fail_msg("an exclusive try on a held shared lock: %s", dlock_err_name(rc));
         release_ok(r);
         if (has(DLOCK_CAP_SEMAPHORE)) {
-            dlock_lock *s = mk(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
+            dlock_lock *s = mk_lock(c, n, DLOCK_SEMAPHORE, 2, 0, -1);
             acquire_ok(s, 5000);
             rc = dlock_acquire(r, 0);
             if (!not_granted(rc))
@@ -1082,7 +1035,7 @@ static void case_inspect(void **state)
     nm(never, sizeof never, "never-used");
     dlock_client *c = open_client(), *c2 = open_client();
     dlock_info info;
-    if (inspect(c2, never, &info) != 0) {
+    if (inspect_if(c2, never, &info) != 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
         close_client(c);
@@ -1091,10 +1044,10 @@ static void case_inspect(void **state)
     }
     assert_int_equal(info.held, 0);
     const int ttl = 20000;
-    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    dlock_lock *l = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
     acquire_ok(l, 0);
     usleep(50 * 1000);
-    assert_int_equal(inspect(c2, n, &info), 0);
+    assert_int_equal(inspect_if(c2, n, &info), 0);
     print_message("  %s: held=%d holders=%d waiters=%d token=%" PRIu64
                   " held_ms=%lld lease_ms=%lld holder=\"%s\"\n",
                   T.label, info.held, info.holders, info.waiters, info.token, info.held_ms,
@@ -1110,22 +1063,22 @@ static void case_inspect(void **state)
     if (!strstr(info.holder, want))
         fail_msg("holder \"%s\" does not name %s", info.holder, want);
     /* A waiter is counted where the backend counts them. */
-    dlock_lock *w = mk(c2, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
-    struct waiter ws;
+    dlock_lock *w = mk_lock(c2, n, DLOCK_EXCLUSIVE, 1, ttl, fair_if_can());
+    struct acq_waiter ws;
     start_waiter(&ws, w, 15000);
     wait_state(w, DLOCK_STATE_WAITING, 5000);
     usleep(200 * 1000);
-    assert_int_equal(inspect(c2, n, &info), 0);
+    assert_int_equal(inspect_if(c2, n, &info), 0);
     assert_true(info.waiters == -1 || info.waiters == 1);
     uint64_t tl = dlock_token(l);
     release_ok(l);
     assert_int_equal(join_waiter(&ws, 5000), 0);
-    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(inspect_if(c, n, &info), 0);
     assert_int_equal(info.held, 1);
     assert_int_equal(info.token, dlock_token(w));
     assert_true(info.waiters == -1 || info.waiters == 0);
     release_ok(w);
-    assert_int_equal(inspect(c, n, &info), 0);
+    assert_int_equal(inspect_if(c, n, &info), 0);
     assert_int_equal(info.held, 0);
     assert_true(info.token == 0 || info.token >= tl); /* the last issued, if known */
     dlock_lock_free(l);
@@ -1212,7 +1165,7 @@ static void case_list(void **state)
     close_client(c2);
 }
 
-static atomic_int lost_calls, lost_in_caller;
+static atomic_int lost_in_caller; /* (and testutil.h's lost_calls) */
 static pthread_t lost_caller;
 static void on_lost(dlock_lock *l, void *arg)
 {
@@ -1320,7 +1273,7 @@ static void case_broken_holder_told(void **state)
     o.on_lost_arg = &told;
     dlock_lock *l = NULL;
     assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
-    dlock_lock *keep = mk(c, keep_name, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    dlock_lock *keep = mk_lock(c, keep_name, DLOCK_EXCLUSIVE, 1, ttl, -1);
     acquire_ok(l, 5000);
     acquire_ok(keep, 5000);
     uint64_t tl = dlock_token(l);
@@ -1360,6 +1313,90 @@ static void case_broken_holder_told(void **state)
     close_client(c2);
 }
 
+/* dlock_break while a waiter waits: the break says what it took (held, one
+ * holder, its token, who), the holder is told at once (a session's end or
+ * a watch; a lease's next renewal, the lease being 2 s here) through its
+ * descriptor and its callback, once; the waiter gets the name with a
+ * higher token, and inspect says so; the broken handle's release says
+ * ELOST and leaves it idle and usable; a break of a free name is
+ * DLOCK_ENOTHELD. */
+static void case_break_hands_to_waiter(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "break-waiter");
+    int ttl = has(DLOCK_CAP_LEASE) ? 2000 : 0, fair = fair_if_can();
+    dlock_client *ch = open_client(), *cw = open_client(), *op = open_client();
+    atomic_store(&lost_calls, 0);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = ttl;
+    o.fair = fair;
+    o.on_lost = count_lost;
+    dlock_lock *h = lock_with(ch, n, &o);
+    dlock_lock *w = mk_lock(cw, n, DLOCK_EXCLUSIVE, 1, ttl, fair);
+    acquire_ok(h, 5000);
+    uint64_t th = dlock_token(h);
+    struct acq_waiter ws;
+    start_waiter(&ws, w, 20000);
+    wait_queued(op, n, w, 1);
+    dlock_info broken;
+    memset(&broken, 0, sizeof broken);
+    int64_t t0 = now_ms();
+    int rc = dlock_break(op, n, &broken);
+    if (rc == DLOCK_ENOTSUP) {
+        dlock_cancel(w);
+        join_waiter(&ws, 5000);
+        release_ok(h);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        close_client(op);
+        close_client(cw);
+        close_client(ch);
+        skip_because("%s cannot take a lock from its holder (dlock_break)", T.backend);
+    }
+    if (rc != 0)
+        fail_msg("break \"%s\": %s: %s", n, dlock_err_name(rc), dlock_client_errmsg(op));
+    int64_t bound = ttl ? ttl : 1000;
+    int64_t told = wait_lost(h, (int)bound);
+    print_message("  %s: break: held=%d holders=%d token=%" PRIu64 " (holder's %" PRIu64
+                  ") holder=\"%s\"; the holder told %lld ms after the break returned (%lld "
+                  "after it began)\n",
+                  T.label, broken.held, broken.holders, broken.token, th, broken.holder,
+                  (long long)told, (long long)(now_ms() - t0));
+    if (told < 0)
+        fail_msg("the broken holder was not told within %lld ms", (long long)bound);
+    assert_int_equal(broken.held, 1);
+    assert_int_equal(broken.holders, 1);
+    assert_int_equal(broken.token, th);
+    assert_true(broken.holder[0] != '\0');
+    assert_int_equal(dlock_state(h), DLOCK_STATE_LOST);
+    wait_lost_calls(1, 1000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(join_waiter(&ws, 10000), 0);
+    uint64_t tw = dlock_token(w);
+    assert_true(tw > th);
+    assert_int_equal(dlock_release(h), DLOCK_ELOST);
+    assert_int_equal(dlock_state(h), DLOCK_STATE_IDLE);
+    dlock_info info;
+    if (inspect_if(op, n, &info) == 0) {
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.token, tw);
+    }
+    release_ok(w);
+    assert_int_equal(dlock_break(op, n, &broken), DLOCK_ENOTHELD);
+    /* the broken handle (and its client) works again */
+    acquire_ok(h, 5000);
+    assert_true(dlock_token(h) > tw);
+    release_ok(h);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    close_client(op);
+    close_client(cw);
+    close_client(ch);
+}
+
 /* §2.2: a holder that is killed loses the lock — at once for a session
  * (kernel lock, connection), within its lease for a lease — and a waiter
  * gets it without anyone releasing. */
@@ -1371,17 +1408,17 @@ static void case_killed_holder(void **state)
     const int ttl = 1500;
     pid_t kid = spawn_holder(n, DLOCK_EXCLUSIVE, 1, ttl, 1);
     dlock_client *c = open_client();
-    dlock_lock *l = mk(c, n, DLOCK_EXCLUSIVE, 1, ttl, -1);
+    dlock_lock *l = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, ttl, -1);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
     dlock_info info;
-    if (inspect(c, n, &info) == 0) {
+    if (inspect_if(c, n, &info) == 0) {
         assert_int_equal(info.held, 1);
         char want[64];
         snprintf(want, sizeof want, "pid %ld", (long)kid);
         if (!strstr(info.holder, want))
             fail_msg("holder \"%s\" does not name %s", info.holder, want);
     }
-    struct waiter w;
+    struct acq_waiter w;
     start_waiter(&w, l, 20000);
     wait_state(l, DLOCK_STATE_WAITING, 5000);
     int64_t t0 = now_ms();
@@ -1556,14 +1593,18 @@ static void case_counter_nonfair(void **state)
 
 /* Lock names: any printable ASCII but '/' and '\\', not starting with '.',
  * 1..200 bytes — each maps to the backend's keys, paths and identifiers
- * safely (no hash-tag, glob, escape or path games). Others are refused. */
+ * safely (no hash-tag, glob, escape or path games), and no two of them to
+ * the same ones (all held at once: "a b" is not "a%20b"). Others are
+ * refused. */
 static void case_odd_names(void **state)
 {
     (void)state;
     static const char *const names[] = {
         "}x", "a b", "x{y}", "%41", "}", "{", "a}b", "}}{{", "x{y}z}", "*", "a*b", "[ab]", "?",
         "~!@#$%^&*()_+=-`|;'\",<>", "a:b:c", "in side", "-dash", "a..b", "x.",
-        "dlock:{x}:lock", "%s%n", "\x7e"};
+        "dlock:{x}:lock", "%s%n", "\x7e", "}{%*:-~", "with spaces inside", "a%20b",
+        "quotes \"double\" and 'single'", "x..y.z", "[brackets]#hash?q=1&r=2",
+        "@!$^()+,;=`|<>", "zookeeper", "%00%2F%5C"};
     char longest[201];
     memset(longest, 'n', 200);
     longest[200] = '\0';
@@ -1575,15 +1616,15 @@ static void case_odd_names(void **state)
         char why[128];
         if (dlock_name_valid(name, why, sizeof why) != 0)
             fail_msg("name \"%s\" refused: %s", name, why);
-        dlock_lock *a = mk(c1, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-        dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        dlock_lock *a = mk_lock(c1, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        dlock_lock *b = mk_lock(c2, name, DLOCK_EXCLUSIVE, 1, 0, -1);
         int rc = dlock_acquire(a, 0);
         if (rc != 0)
             fail_msg("name \"%s\": %s: %s", name, dlock_err_name(rc), dlock_lock_errmsg(a));
         uint64_t ta = dlock_token(a);
         assert_int_equal(dlock_acquire(b, 0), DLOCK_EBUSY);
         dlock_info info;
-        if (can_inspect && inspect(c2, name, &info) == 0) {
+        if (can_inspect && inspect_if(c2, name, &info) == 0) {
             /* "The last token issued": on a quorum of independent masters
              * (Redlock) a competing try granted on a minority, then given
              * back, may have issued a higher one that never held. */
@@ -1616,6 +1657,22 @@ static void case_odd_names(void **state)
         release_ok(b);
         dlock_lock_free(a);
         dlock_lock_free(b);
+    }
+    /* All of them at once, on one client: no two share a key, a node, a
+     * row or a path on the server. */
+    dlock_lock *all[sizeof names / sizeof names[0] + 1];
+    for (size_t i = 0; i < count; i++) {
+        all[i] = mk_lock(c1, i < count - 1 ? names[i] : longest, DLOCK_EXCLUSIVE, 1, 0, -1);
+        acquire_ok(all[i], 0);
+    }
+    for (size_t i = 0; i < count; i++) {
+        dlock_lock *o = mk_lock(c2, dlock_lock_name(all[i]), DLOCK_EXCLUSIVE, 1, 0, -1);
+        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
+        dlock_lock_free(o);
+    }
+    for (size_t i = 0; i < count; i++) {
+        release_ok(all[i]);
+        dlock_lock_free(all[i]);
     }
     static const char *const bad[] = {"", ".", "..", ".hidden", "a/b", "/", "a\\b", "tab\there",
                                       "nl\n", "\xc3\xa9", "caf\xc3\xa9", "del\x7f",
@@ -1711,6 +1768,456 @@ static void case_release_and_close(void **state)
     dlock_lock_free(l);
 }
 
+/* ---- the server's side of the contract: who answers, and who may ---------- */
+
+/* The URL under test with its server part (every host of the list) put in
+ * place by `hosts`, `user:password@` kept; 0 when the URL names no server
+ * (file://). The URL's own parsing is the library's: this only cuts the
+ * text "scheme://[userinfo@]hosts[/path][?query]" at its separators. */
+static bool url_with_hosts(char *out, size_t len, const char *hosts)
+{
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return false;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *at = NULL;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            at = q;
+    const char *h = at ? at + 1 : p;
+    if (h == p + alen)
+        return false; /* no host: file:///dir */
+    snprintf(out, len, "%.*s%s%s", (int)(h - T.url), T.url, hosts, p + alen);
+    return true;
+}
+
+/* How many hosts the URL names (the listeners a fake server needs). */
+static int url_host_count(void)
+{
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return 0;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *h = p;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            h = q + 1;
+    int n = h < p + alen ? 1 : 0;
+    for (; h < p + alen; h++)
+        n += *h == ',';
+    return n;
+}
+
+/* The URL's password ("" if none), to check that no message shows it. */
+static void url_password(char *out, size_t len)
+{
+    out[0] = '\0';
+    const char *p = strstr(T.url, "://");
+    if (!p)
+        return;
+    p += 3;
+    size_t alen = strcspn(p, "/?");
+    const char *at = NULL;
+    for (const char *q = p; q < p + alen; q++)
+        if (*q == '@')
+            at = q;
+    const char *colon = at ? memchr(p, ':', (size_t)(at - p)) : NULL;
+    if (colon)
+        snprintf(out, len, "%.*s", (int)(at - colon - 1), colon + 1);
+}
+
+/* A fake server on spare loopback ports, one listener per host of the URL,
+ * that is not the backend's server: it answers every connection with HTTP
+ * (FAKE_GARBAGE), closes it at once (FAKE_CLOSE) or says nothing and keeps
+ * it open (FAKE_SILENT). */
+enum fake_mode { FAKE_GARBAGE, FAKE_CLOSE, FAKE_SILENT };
+
+struct fake {
+    enum fake_mode mode;
+    int n, lfd[16], port[16];
+    int held[256], nheld;
+    atomic_int stop, accepted;
+    pthread_t t;
+};
+
+static void *fake_main(void *p)
+{
+    struct fake *f = p;
+    static const char junk[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    struct pollfd pl[16];
+    while (!atomic_load(&f->stop)) {
+        for (int i = 0; i < f->n; i++)
+            pl[i] = (struct pollfd){.fd = f->lfd[i], .events = POLLIN};
+        if (poll(pl, (nfds_t)f->n, 50) <= 0)
+            continue;
+        for (int i = 0; i < f->n; i++) {
+            if (!(pl[i].revents & POLLIN))
+                continue;
+            int fd = accept4(f->lfd[i], NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0)
+                continue;
+            atomic_fetch_add(&f->accepted, 1);
+            if (f->mode == FAKE_SILENT && f->nheld < 256) {
+                f->held[f->nheld++] = fd;
+                continue;
+            }
+            if (f->mode == FAKE_GARBAGE) {
+                char buf[4096];
+                struct pollfd pr = {.fd = fd, .events = POLLIN};
+                if (poll(&pr, 1, 200) == 1) /* the client's first words, if it speaks first */
+                    (void)!read(fd, buf, sizeof buf);
+                (void)!send(fd, junk, sizeof junk - 1, MSG_NOSIGNAL);
+                shutdown(fd, SHUT_WR);
+                for (int k = 0; k < 20 && poll(&pr, 1, 50) == 1; k++)
+                    if (read(fd, buf, sizeof buf) <= 0)
+                        break;
+            }
+            close(fd);
+        }
+    }
+    for (int i = 0; i < f->nheld; i++)
+        close(f->held[i]);
+    return NULL;
+}
+
+/* Starts the fake with as many listeners as the URL has hosts and writes
+ * the URL that names them into url; false when the URL names no server. */
+static bool fake_start(struct fake *f, enum fake_mode mode, char *url, size_t len)
+{
+    memset(f, 0, sizeof *f);
+    f->mode = mode;
+    f->n = url_host_count();
+    if (f->n <= 0)
+        return false;
+    assert_true(f->n <= 16);
+    char hosts[16 * 24] = "";
+    for (int i = 0; i < f->n; i++) {
+        f->lfd[i] = listen_loopback(&f->port[i]);
+        size_t u = strlen(hosts);
+        snprintf(hosts + u, sizeof hosts - u, "%s127.0.0.1:%d", i ? "," : "", f->port[i]);
+    }
+    assert_true(url_with_hosts(url, len, hosts));
+    assert_int_equal(pthread_create(&f->t, NULL, fake_main, f), 0);
+    return true;
+}
+
+static void fake_stop(struct fake *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->t, NULL);
+    for (int i = 0; i < f->n; i++)
+        close(f->lfd[i]);
+}
+
+/* A failed open's message: one line, not empty, no password of the URL's
+ * (nor `also`, a wrong one tried). */
+static void check_open_message(const char *what, const char *also)
+{
+    const char *msg = dlock_client_errmsg(NULL);
+    char pw[256];
+    url_password(pw, sizeof pw);
+    if (!msg || !msg[0] || strchr(msg, '\n'))
+        fail_msg("%s: the message is not one line: \"%s\"", what, msg ? msg : "(null)");
+    if ((pw[0] && strstr(msg, pw)) || (also && also[0] && strstr(msg, also)))
+        fail_msg("%s: a password shows in the message: %s", what, msg);
+}
+
+/* Open `url` where a fake server listens: the open fails with one of the
+ * codes wanted (want2 0: only want), within limit_ms, names an address of
+ * the fake in its message, and the fake was spoken to. Returns the time. */
+static int64_t open_fails_at_fake(struct fake *f, const char *url, const char *what, int want,
+                                  int want2, int64_t limit_ms)
+{
+    dlock_client_opts o;
+    dlock_client_opts_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.op_timeout_ms = 1000;
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    int rc = dlock_client_open(&c, url, &o);
+    int64_t took = now_ms() - t0;
+    print_message("  %s: %s: %s after %lld ms: %s\n", T.label, what, dlock_err_name(rc),
+                  (long long)took, rc ? dlock_client_errmsg(NULL) : "");
+    if (rc == 0) {
+        close_client(c);
+        fail_msg("%s: the open succeeded", what);
+    }
+    assert_null(c);
+    if (rc != want && (want2 == 0 || rc != want2))
+        fail_msg("%s: %s, expected %s%s%s: %s", what, dlock_err_name(rc), dlock_err_name(want),
+                 want2 ? " or " : "", want2 ? dlock_err_name(want2) : "",
+                 dlock_client_errmsg(NULL));
+    check_open_message(what, NULL);
+    bool named = false;
+    for (int i = 0; i < f->n; i++) {
+        char port[16];
+        snprintf(port, sizeof port, "%d", f->port[i]);
+        named |= strstr(dlock_client_errmsg(NULL), port) != NULL;
+    }
+    if (!named)
+        fail_msg("%s: the message names none of the fake's addresses: %s", what,
+                 dlock_client_errmsg(NULL));
+    if (took > limit_ms)
+        fail_msg("%s: the open took %lld ms (connect_timeout_ms=1000; bound %lld ms)", what,
+                 (long long)took, (long long)limit_ms);
+    assert_true(atomic_load(&f->accepted) >= 1); /* it did talk to the fake */
+    return took;
+}
+
+/* A listener at the URL's address(es) that is not the server — it answers
+ * HTTP, or closes every connection at once: the open fails at once (well
+ * within the connect timeout and a loaded machine's slack), as a protocol
+ * error or an unreachable server, in one line naming the address, never
+ * a client that seems to work. */
+static void case_not_a_server(void **state)
+{
+    (void)state;
+    static const struct {
+        enum fake_mode mode;
+        const char *what;
+    } fakes[] = {{FAKE_GARBAGE, "a listener answering HTTP"},
+                 {FAKE_CLOSE, "a listener that closes at once"}};
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        struct fake f;
+        char url[1024];
+        if (!fake_start(&f, fakes[i].mode, url, sizeof url))
+            skip_because("the URL names no server (%.200s)", T.url);
+        /* 1 s: zk takes its connect timeout on a reply it cannot read */
+        open_fails_at_fake(&f, url, fakes[i].what, DLOCK_EPROTO, DLOCK_EUNREACHABLE,
+                           1000 + 4000);
+        fake_stop(&f);
+    }
+}
+
+/* A listener at the URL's address(es) that accepts and never answers: the
+ * open waits for its connect timeout (1 s here), not for ever and not a
+ * fraction of it, and says the server is unreachable. Every host of the
+ * URL is such a listener, and a client may try them one after the other:
+ * the bound is a timeout per host and 2 s of slack for a loaded machine. */
+static void case_silent_server(void **state)
+{
+    (void)state;
+    struct fake f;
+    char url[1024];
+    if (!fake_start(&f, FAKE_SILENT, url, sizeof url))
+        skip_because("the URL names no server (%.200s)", T.url);
+    int64_t took = open_fails_at_fake(&f, url, "a listener that never answers",
+                                      DLOCK_EUNREACHABLE, 0, 1000LL * f.n + 2000);
+    fake_stop(&f);
+    if (took < 800)
+        fail_msg("the open gave up after %lld ms, before its 1000 ms connect timeout",
+                 (long long)took);
+}
+
+/* The URL's user with a wrong password: the open (or, for a backend that
+ * logs in later, the first acquisition) is refused as DLOCK_EPERM within a
+ * few seconds, in one line that shows neither password; it takes no place
+ * on the server: the name stays free for the right password. */
+static void case_wrong_credentials(void **state)
+{
+    (void)state;
+    char pw[256], wrong[64], url[1024];
+    url_password(pw, sizeof pw);
+    if (!pw[0])
+        skip_because("the URL carries no password (%.200s)", T.url);
+    snprintf(wrong, sizeof wrong, "wrong-pw-%ld", (long)getpid());
+    const char *p = strstr(T.url, "://") + 3, *at = p + strcspn(p, "/?");
+    while (at > p && *at != '@')
+        at--;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    snprintf(url, sizeof url, "%.*s%s%s", (int)(colon + 1 - T.url), T.url, wrong, at);
+    char n[128];
+    nm(n, sizeof n, "wrong-pw");
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    int rc = dlock_client_open(&c, url, NULL);
+    if (rc == 0) { /* a backend that logs in on first use */
+        for (size_t i = 0; i < sizeof open_clients / sizeof open_clients[0]; i++)
+            if (!open_clients[i]) {
+                open_clients[i] = c;
+                break;
+            }
+        dlock_lock *l = ex(c, n);
+        rc = dlock_acquire(l, 2000);
+        const char *msg = dlock_lock_errmsg(l);
+        print_message("  %s: the wrong password: open ok, acquire %s after %lld ms: %s\n",
+                      T.label, dlock_err_name(rc), (long long)(now_ms() - t0), msg);
+        if (rc != DLOCK_EPERM)
+            fail_msg("the wrong password: acquire says %s, expected EPERM: %s",
+                     dlock_err_name(rc), msg);
+        if (strchr(msg, '\n') || strstr(msg, wrong) || strstr(msg, pw))
+            fail_msg("the wrong password: a bad message: %s", msg);
+        dlock_lock_free(l);
+        close_client(c);
+    } else {
+        print_message("  %s: the wrong password: open %s after %lld ms: %s\n", T.label,
+                      dlock_err_name(rc), (long long)(now_ms() - t0), dlock_client_errmsg(NULL));
+        if (rc != DLOCK_EPERM)
+            fail_msg("the wrong password: open says %s, expected EPERM: %s", dlock_err_name(rc),
+                     dlock_client_errmsg(NULL));
+        check_open_message("the wrong password", wrong);
+    }
+    int64_t took = now_ms() - t0;
+    if (took > 5000)
+        fail_msg("the refusal took %lld ms", (long long)took);
+    /* nothing was taken in its name */
+    dlock_client *ok = open_client();
+    dlock_lock *l = ex(ok, n);
+    acquire_ok(l, 0);
+    release_ok(l);
+    dlock_lock_free(l);
+    close_client(ok);
+}
+
+/* A release that has returned has let go on the server: another client's
+ * try-once right after it gets the lock, every time (never EBUSY while a
+ * deletion is still on its way), inspect says free, and after a
+ * resignation dlock_leader names no leader (it named the campaigner
+ * before). */
+static void case_release_frees_at_once(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 40 };
+    char n[128], buf[300];
+    nm(n, sizeof n, "freed");
+    dlock_client *c = open_client(), *c2 = open_client(), *c3 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n);
+    uint64_t last = 0;
+    int busy = 0, inspected_held = 0, stale_leader = 0, first = -1;
+    bool can_inspect = true, can_elect = true;
+    for (int i = 0; i < ROUNDS; i++) {
+        acquire_ok(a, 5000);
+        assert_true(dlock_token(a) > last);
+        last = dlock_token(a);
+        release_ok(a);
+        dlock_info info;
+        if (can_inspect && inspect_if(c3, n, &info) == 0) {
+            if (info.held)
+                inspected_held++;
+        } else {
+            can_inspect = false;
+        }
+        int rc = dlock_acquire(b, 0);
+        if (rc == DLOCK_EBUSY) {
+            busy++;
+            if (first < 0)
+                first = i;
+            acquire_ok(b, 5000);
+        } else if (rc != 0) {
+            fail_msg("round %d: %s: %s", i, dlock_err_name(rc), dlock_lock_errmsg(b));
+        }
+        assert_true(dlock_token(b) > last);
+        last = dlock_token(b);
+        release_ok(b);
+        if (!can_elect)
+            continue;
+        rc = dlock_campaign(a, "leader-a", 5000);
+        if (rc == DLOCK_ENOTSUP) {
+            can_elect = false;
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(dlock_leader(c3, n, buf, sizeof buf), 0);
+        assert_string_equal(buf, "leader-a");
+        last = dlock_token(a);
+        assert_int_equal(dlock_resign(a), 0);
+        rc = dlock_leader(c3, n, buf, sizeof buf);
+        if (rc == 0)
+            stale_leader++;
+        else
+            assert_int_equal(rc, DLOCK_ENOENT);
+    }
+    print_message("  %s: right after a release: %d of %d tries EBUSY (first in round %d), %d "
+                  "inspections held%s; right after a resignation %d leaders%s\n",
+                  T.label, busy, ROUNDS, first, inspected_held, can_inspect ? "" : " (no inspect)",
+                  stale_leader, can_elect ? "" : " (no election)");
+    if (busy || inspected_held || stale_leader)
+        fail_msg("a release or resignation returned before the server had let go: %d of %d "
+                 "tries by another client got EBUSY, %d inspections said held, %d "
+                 "dlock_leader calls named the old leader",
+                 busy, ROUNDS, inspected_held, stale_leader);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    close_client(c);
+    close_client(c2);
+    close_client(c3);
+}
+
+/* Waiters that gave up by dlock_cancel — each in a client of its own, left
+ * open, so that nothing is cleaned up by a session's end — leave nothing on
+ * the server: inspect counts only the waiters still there, and once the
+ * holder lets go a fresh client takes the name at once (no stale place in
+ * a queue before it), with a token above the holder's. */
+static void case_cancel_leaves_nothing(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    char n[128];
+    nm(n, sizeof n, "cancel-trace");
+    int fair = fair_if_can();
+    dlock_client *c = open_client(), *wc[N];
+    dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair), *w[N];
+    acquire_ok(h, 0);
+    uint64_t th = dlock_token(h);
+    struct acq_waiter ws[N];
+    for (int i = 0; i < N; i++) {
+        wc[i] = open_client();
+        w[i] = mk_lock(wc[i], n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        start_waiter(&ws[i], w[i], i == 1 ? 30000 : -1);
+        wait_queued(c, n, w[i], i + 1);
+    }
+    static const int order[N] = {1, 0, 2}; /* the middle one first */
+    for (int k = 0; k < N; k++) {
+        int i = order[k];
+        dlock_cancel(w[i]);
+        assert_int_equal(join_waiter(&ws[i], 3000), DLOCK_ECANCELED);
+        assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
+        assert_int_equal(dlock_token(w[i]), 0);
+        dlock_info info;
+        if (inspect_if(c, n, &info) == 0) {
+            assert_int_equal(info.held, 1);
+            assert_int_equal(info.token, th);
+            if (info.waiters >= 0) {
+                for (int t = 0; t < 3000 && info.waiters != N - 1 - k; t++) {
+                    usleep(1000);
+                    assert_int_equal(inspect_if(c, n, &info), 0);
+                }
+                if (info.waiters != N - 1 - k)
+                    fail_msg("%d waiters cancelled, %d still counted (expected %d)", k + 1,
+                             info.waiters, N - 1 - k);
+            }
+        }
+        assert_int_equal(dlock_state(h), DLOCK_STATE_HELD);
+    }
+    release_ok(h);
+    dlock_client *fresh = open_client();
+    dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    acquire_ok(f, 0);
+    assert_true(dlock_token(f) > th);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dlock_state(w[i]), DLOCK_STATE_IDLE);
+    release_ok(f);
+    dlock_info info;
+    if (inspect_if(fresh, n, &info) == 0) {
+        assert_int_equal(info.held, 0);
+        if (info.waiters >= 0)
+            assert_int_equal(info.waiters, 0);
+    }
+    /* the cancelled handles work again */
+    for (int i = 0; i < N; i++) {
+        acquire_ok(w[i], 5000);
+        release_ok(w[i]);
+        dlock_lock_free(w[i]);
+        close_client(wc[i]);
+    }
+    dlock_lock_free(f);
+    dlock_lock_free(h);
+    close_client(fresh);
+    close_client(c);
+}
+
 /* The runner's own check (--selftest): a case that never returns. */
 static void case_hang(void **state)
 {
@@ -1792,6 +2299,7 @@ static const struct kase {
     {"list", case_list, 0, 60},
     {"loss_notification", case_loss_notification, 0, 60},
     {"broken_holder_told", case_broken_holder_told, 0, 60},
+    {"break_hands_to_waiter", case_break_hands_to_waiter, 0, 60},
     {"killed_holder", case_killed_holder, 0, 60},
     {"counter", case_counter, DLOCK_CAP_FENCING, 180},
     {"counter_fair", case_counter_fair, DLOCK_CAP_FENCING | DLOCK_CAP_FAIR, 180},
@@ -1799,6 +2307,11 @@ static const struct kase {
     {"odd_names", case_odd_names, 0, 120},
     {"close_releases", case_close_releases, 0, 60},
     {"release_and_close", case_release_and_close, 0, 60},
+    {"not_a_server", case_not_a_server, 0, 60},
+    {"silent_server", case_silent_server, 0, 60},
+    {"wrong_credentials", case_wrong_credentials, 0, 60},
+    {"release_frees_at_once", case_release_frees_at_once, 0, 90},
+    {"cancel_leaves_nothing", case_cancel_leaves_nothing, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "testutil.h"
 
 static char dir[256];
 static char url[300];
@@ -45,17 +46,10 @@ static dlock_client *open_client(void)
     return c;
 }
 
+/* A lock of the kind and permits given, the backend's defaults else. */
 static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_kind kind, unsigned permits)
 {
-    dlock_lock_opts o;
-    dlock_lock_opts_init(&o);
-    o.kind = kind;
-    o.permits = permits;
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(&l, c, name, &o);
-    if (rc)
-        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
-    return l;
+    return mk_lock(c, name, kind, permits, 0, -1);
 }
 
 /* The next ticket, read from the lock file's header ("next N"). */

@@ -405,10 +405,7 @@ static dlock_lock *mk_opts(dlock_client *c, const char *name, dlock_kind kind, u
     o.permits = permits;
     o.ttl_ms = ttl_ms;
     o.on_lost = cb;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
-    return l;
+    return lock_with(c, name, &o);
 }
 
 static dlock_lock *mk_ttl(dlock_client *c, const char *name, int ttl_ms, dlock_lost_cb cb)

@@ -32,38 +32,10 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "testutil.h"
 
 static const char *redis_url, *sentinel_url, *cluster_url, *redlock_url;
 static int redis_port;
-static int name_seq;
-
-static void unique(char *buf, size_t len, const char *base)
-{
-    snprintf(buf, len, "%s-%d-%d", base, (int)getpid(), ++name_seq);
-}
-
-static dlock_client *open_url(const char *url)
-{
-    dlock_client *c = NULL;
-    if (dlock_client_open(&c, url, NULL))
-        fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
-    return c;
-}
-
-static dlock_lock *mk(dlock_client *c, const char *name, dlock_kind kind, unsigned permits,
-                      int ttl_ms, int fair)
-{
-    dlock_lock_opts o;
-    dlock_lock_opts_init(&o);
-    o.kind = kind;
-    o.permits = permits;
-    o.ttl_ms = ttl_ms;
-    o.fair = fair;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new: %s", dlock_client_errmsg(c));
-    return l;
-}
 
 static int port_of(const char *url)
 {
@@ -92,25 +64,6 @@ static long long rint_cmd(redisContext *ctx, const char *fmt, ...)
     return v;
 }
 
-struct waiter {
-    dlock_lock *l;
-    int timeout;
-    atomic_int rc;
-    atomic_int done;
-    int64_t done_order;
-};
-static atomic_int order_counter;
-
-static void *waiter_main(void *p)
-{
-    struct waiter *w = p;
-    int rc = dlock_acquire(w->l, w->timeout);
-    w->done_order = atomic_fetch_add(&order_counter, 1);
-    atomic_store(&w->rc, rc);
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
 /* Classic bug: a holder whose lease expired releases and deletes the next
  * holder's lock. Ours must say ELOST and leave the other holder alone. */
 static void test_release_after_expiry_spares_new_holder(void **state)
@@ -120,8 +73,8 @@ static void test_release_after_expiry_spares_new_holder(void **state)
     unique(name, sizeof name, "expired");
     snprintf(key, sizeof key, "dlock:{%s}:lock", name);
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     redisContext *d = direct();
     assert_int_equal(rint_cmd(d, "DEL %s", key), 1); /* a's lease "expired" */
@@ -143,8 +96,8 @@ static void test_renewal_keeps_short_lease(void **state)
     char name[64];
     unique(name, sizeof name, "renew");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 1000, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 1000, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1000, -1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1000, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     usleep(3500 * 1000); /* more than three leases */
     assert_int_equal(dlock_state(a), DLOCK_STATE_HELD);
@@ -164,8 +117,8 @@ static void test_renewal_stops_at_release(void **state)
     unique(name, sizeof name, "outlive");
     snprintf(key, sizeof key, "dlock:{%s}:lock", name);
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 600, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 60000, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 600, -1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 60000, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     assert_int_equal(dlock_release(a), 0);
     redisContext *d = direct();
@@ -182,14 +135,6 @@ static void test_renewal_stops_at_release(void **state)
     dlock_client_close(c);
 }
 
-static atomic_int lost_calls;
-static void on_lost(dlock_lock *l, void *arg)
-{
-    (void)l;
-    (void)arg;
-    atomic_fetch_add(&lost_calls, 1);
-}
-
 /* Classic bug: renewal re-creating a lock that expired. */
 static void test_renewal_never_recreates(void **state)
 {
@@ -201,7 +146,7 @@ static void test_renewal_never_recreates(void **state)
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
     o.ttl_ms = 1500;
-    o.on_lost = on_lost;
+    o.on_lost = count_lost;
     dlock_lock *a;
     assert_int_equal(dlock_lock_new(&a, c, name, &o), 0);
     atomic_store(&lost_calls, 0);
@@ -249,8 +194,8 @@ static void test_long_wait_then_handover(void **state)
     char name[64];
     unique(name, sizeof name, "handover");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 1200, 1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 1200, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1200, 1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1200, 1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     uint64_t ta = dlock_token(a);
     struct waiter w = {.l = b, .timeout = 10000};
@@ -327,13 +272,13 @@ static void test_dead_waiter_and_dead_holder(void **state)
         if (read(go1[0], &g, 1) != 1)
             _exit(0);
         dlock_client *kc = open_url(redis_url);
-        dlock_lock *kl = mk(kc, name, DLOCK_EXCLUSIVE, 1, 500, 1);
+        dlock_lock *kl = mk_lock(kc, name, DLOCK_EXCLUSIVE, 1, 500, 1);
         dlock_acquire(kl, -1); /* queued first; then killed */
         _exit(0);
     }
     close(go1[0]);
     dlock_client *c = open_url(redis_url);
-    dlock_lock *h = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *h = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
     assert_int_equal(dlock_acquire(h, 0), 0);
     assert_int_equal(write(go1[1], "g", 1), 1);
     close(go1[1]);
@@ -343,7 +288,7 @@ static void test_dead_waiter_and_dead_holder(void **state)
     assert_int_equal(info.waiters, 1);
     kill(kid, SIGKILL);
     waitpid(kid, NULL, 0);
-    dlock_lock *w = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *w = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
     struct waiter ws = {.l = w, .timeout = 15000};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &ws), 0);
@@ -382,9 +327,9 @@ static void test_writer_hands_to_readers(void **state)
     char name[64];
     unique(name, sizeof name, "w2r");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *w1 = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    dlock_lock *w2 = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    dlock_lock *r[2] = {mk(c, name, DLOCK_SHARED, 1, 0, 1), mk(c, name, DLOCK_SHARED, 1, 0, 1)};
+    dlock_lock *w1 = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *w2 = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *r[2] = {mk_lock(c, name, DLOCK_SHARED, 1, 0, 1), mk_lock(c, name, DLOCK_SHARED, 1, 0, 1)};
     assert_int_equal(dlock_acquire(w1, 0), 0);
     struct waiter ws[3] = {{.l = r[0], .timeout = 10000},
                            {.l = r[1], .timeout = 10000},
@@ -443,8 +388,8 @@ static void exchange(const char *url, const char *base)
     char name[64];
     unique(name, sizeof name, base);
     dlock_client *c = open_url(url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 2000, 1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     struct waiter w = {.l = b, .timeout = 10000};
     pthread_t t;
@@ -497,7 +442,7 @@ static void test_functions_and_scripts(void **state)
     char name[64];
     unique(name, sizeof name, "flushed");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     flush_functions(d);
     assert_int_equal(dlock_release(a), 0);
@@ -535,7 +480,7 @@ static void test_functions_and_scripts(void **state)
         exchange(rl, "mixed");
         unique(name, sizeof name, "mixed-held");
         c = open_url(rl);
-        a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
         assert_int_equal(dlock_acquire(a, 0), 0);
         assert_int_equal(rint_cmd(d, "EXISTS dlock:{%s}:lock", name), 1);
         assert_int_equal(rint_cmd(o, "EXISTS dlock:{%s}:lock", name), 1);
@@ -566,7 +511,7 @@ static void test_auth_db_and_reconnect(void **state)
     assert_null(strstr(dlock_client_url(c), "s3cret"));
     char name[64];
     unique(name, sizeof name, "authdb");
-    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 1500, -1);
+    dlock_lock *l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1500, -1);
     assert_int_equal(dlock_acquire(l, 0), 0);
     /* The lock lives in database 3. */
     assert_int_equal(rint_cmd(d, "SELECT 3"), -999);
@@ -589,13 +534,6 @@ static void test_auth_db_and_reconnect(void **state)
     redisFree(d);
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void test_sentinel(void **state)
 {
     (void)state;
@@ -604,7 +542,7 @@ static void test_sentinel(void **state)
     char name[64];
     unique(name, sizeof name, "sentinel");
     dlock_client *c = open_url(sentinel_url);
-    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), 0);
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);
@@ -613,7 +551,7 @@ static void test_sentinel(void **state)
     char url[512];
     snprintf(url, sizeof url, "%s?wait=2&wait_timeout=2000", sentinel_url);
     c = open_url(url);
-    l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), 0);
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);
@@ -622,7 +560,7 @@ static void test_sentinel(void **state)
      * network's. */
     snprintf(url, sizeof url, "%s?wait=3&wait_timeout=200", sentinel_url);
     c = open_url(url);
-    l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EURL);
     assert_non_null(strstr(dlock_lock_errmsg(l), "wait=3 asks for more replicas"));
     assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
@@ -642,13 +580,13 @@ static void test_cluster(void **state)
     for (int i = 0; i < N; i++) {
         char name[64];
         unique(name, sizeof name, "cl");
-        l[i] = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+        l[i] = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
         assert_int_equal(dlock_acquire(l[i], 0), 0);
         dlock_info info;
         assert_int_equal(dlock_inspect(c, name, &info), 0);
         assert_int_equal(info.held, 1);
     }
-    dlock_lock *other = mk(c, dlock_lock_name(l[7]), DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *other = mk_lock(c, dlock_lock_name(l[7]), DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(other, 0), DLOCK_EBUSY);
     struct waiter ws = {.l = other, .timeout = 5000};
     pthread_t t;
@@ -723,7 +661,7 @@ static void test_cluster_resharding(void **state)
     snprintf(slotstr, sizeof slotstr, "%lld", slot);
 
     dlock_client *c = open_url(cluster_url);
-    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), 0);
     uint64_t t1 = dlock_token(l);
     assert_int_equal(dlock_release(l), 0);
@@ -801,8 +739,8 @@ static void test_sentinel_failover(void **state)
     dlock_client *c = open_url(url);
     /* The rival asks for no acknowledgements: one replica is left after. */
     dlock_client *c2 = open_url(sentinel_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
-    dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
+    dlock_lock *b = mk_lock(c2, name, DLOCK_EXCLUSIVE, 1, 10000, -1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     uint64_t ta = dlock_token(a);
     kill_server("smaster", SIGKILL); /* the master servers.sh started */
@@ -835,8 +773,8 @@ static void test_redlock(void **state)
     char name[64];
     unique(name, sizeof name, "redlock");
     dlock_client *c = open_url(redlock_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     dlock_lock *shared = NULL;
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
@@ -858,7 +796,7 @@ static void test_redlock(void **state)
     /* Two of five masters down: still safe and available; tokens rise. */
     kill_server("redlock1", SIGKILL);
     kill_server("redlock2", SIGKILL);
-    dlock_lock *r = mk(c, name, DLOCK_EXCLUSIVE, 1, 1500, -1);
+    dlock_lock *r = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 1500, -1);
     assert_int_equal(dlock_acquire(r, 1000), 0);
     assert_true(dlock_token(r) > t2);
     uint64_t t3 = dlock_token(r);
@@ -896,7 +834,7 @@ static void test_redlock_slow_master(void **state)
     char name[64];
     unique(name, sizeof name, "redlock-slow");
     dlock_client *c = open_url(redlock_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 5000, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 5000, -1);
     kill_server("redlock4", SIGSTOP);
     uint64_t last = 0;
     for (int i = 0; i < 40; i++) {
@@ -948,7 +886,7 @@ static void late_grant_case(const char *url, const char *const *servers, int nse
     char name[64];
     unique(name, sizeof name, base);
     dlock_client *c = open_url(url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
     assert_int_equal(dlock_acquire(a, 0), 0); /* connections made, script loaded */
     uint64_t before = dlock_token(a);
     assert_int_equal(dlock_release(a), 0);
@@ -995,7 +933,7 @@ static void test_late_grant_given_back(void **state)
     char name[64];
     unique(name, sizeof name, "majority-down");
     dlock_client *c = open_url(redlock_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 300, 1);
     assert_int_equal(dlock_acquire(a, 0), 0);
     assert_int_equal(dlock_release(a), 0);
     for (int i = 0; i < 3; i++)
@@ -1022,8 +960,8 @@ static void break_case(const char *url, const char *base, int shared_too)
     char name[64];
     unique(name, sizeof name, base);
     dlock_client *c = open_url(url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 900, 1);
     dlock_info info;
     assert_int_equal(dlock_break(c, name, &info), DLOCK_ENOTHELD);
     assert_int_equal(dlock_acquire(a, 0), 0);
@@ -1041,8 +979,8 @@ static void break_case(const char *url, const char *base, int shared_too)
     assert_int_equal(dlock_release(a), DLOCK_ELOST);
     assert_int_equal(dlock_release(b), 0);
     if (shared_too) {
-        dlock_lock *r1 = mk(c, name, DLOCK_SHARED, 1, 900, 1);
-        dlock_lock *r2 = mk(c, name, DLOCK_SHARED, 1, 900, 1);
+        dlock_lock *r1 = mk_lock(c, name, DLOCK_SHARED, 1, 900, 1);
+        dlock_lock *r2 = mk_lock(c, name, DLOCK_SHARED, 1, 900, 1);
         assert_int_equal(dlock_acquire(r1, 0), 0);
         assert_int_equal(dlock_acquire(r2, 0), 0);
         assert_int_equal(dlock_break(c, name, &info), 0);
@@ -1110,7 +1048,7 @@ static void test_redlock_blackholed_master(void **state)
         fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
     char name[64];
     unique(name, sizeof name, "redlock-hole");
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 3000, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 3000, -1);
     uint64_t last_token = 0;
     for (int i = 0; i < 10; i++) {
         if (dlock_acquire(a, 0) != 0)
@@ -1159,8 +1097,8 @@ static void brace_names_case(const char *url, bool cluster)
     dlock_client *c1 = open_url(url), *c2 = open_url(url);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *name = names[i];
-        dlock_lock *a = mk(c1, name, DLOCK_EXCLUSIVE, 1, 900, 1);
-        dlock_lock *b = mk(c2, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+        dlock_lock *a = mk_lock(c1, name, DLOCK_EXCLUSIVE, 1, 900, 1);
+        dlock_lock *b = mk_lock(c2, name, DLOCK_EXCLUSIVE, 1, 900, 1);
         if (dlock_acquire(a, 0) != 0)
             fail_msg("%s: name \"%s\": %s", url, name, dlock_lock_errmsg(a));
         uint64_t ta = dlock_token(a);
@@ -1285,14 +1223,7 @@ static void *garbage_main(void *p)
 static void garbage_start(struct garbage *g, int mode)
 {
     g->mode = mode;
-    g->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(g->lfd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(g->lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(g->lfd, 16), 0);
-    assert_int_equal(getsockname(g->lfd, (struct sockaddr *)&a, &len), 0);
-    g->port = ntohs(a.sin_port);
+    g->lfd = listen_loopback(&g->port);
     assert_int_equal(pipe(g->stop), 0);
     assert_int_equal(pthread_create(&g->t, NULL, garbage_main, g), 0);
 }
@@ -1319,8 +1250,8 @@ static void test_stalled_master_bound(void **state)
     char name[64];
     unique(name, sizeof name, "stalled");
     dlock_client *c = open_url(redis_url);
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
-    dlock_lock *b = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
+    dlock_lock *b = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, 1);
     assert_int_equal(dlock_acquire(a, 0), 0); /* connected, code loaded */
     assert_int_equal(dlock_release(a), 0);
     static const int waits[] = {1000, 3000};
@@ -1415,8 +1346,8 @@ static void test_renewal_bounded_by_lease(void **state)
     char url[512];
     snprintf(url, sizeof url, "%s?op_timeout_ms=10000", cluster_url);
     dlock_client *c = open_url(url);
-    dlock_lock *x = mk(c, nx, DLOCK_EXCLUSIVE, 1, 600, -1);
-    dlock_lock *y = mk(c, ny, DLOCK_EXCLUSIVE, 1, 1500, -1);
+    dlock_lock *x = mk_lock(c, nx, DLOCK_EXCLUSIVE, 1, 600, -1);
+    dlock_lock *y = mk_lock(c, ny, DLOCK_EXCLUSIVE, 1, 1500, -1);
     assert_int_equal(dlock_acquire(x, 0), 0);
     assert_int_equal(dlock_acquire(y, 0), 0);
     redisReply *r = cmd_on(ctx[ox], "CLIENT PAUSE 3000 WRITE");
@@ -1454,7 +1385,7 @@ static void test_redlock_stalled_and_garbage(void **state)
     dlock_client *c = open_url(url);
     char name[64];
     unique(name, sizeof name, "redlock-stalled");
-    dlock_lock *a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     kill_server("redlock4", SIGSTOP);
     int64_t t0 = now_ns();
     int rc = dlock_acquire(a, 3000);
@@ -1479,7 +1410,7 @@ static void test_redlock_stalled_and_garbage(void **state)
     snprintf(url, sizeof url, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
              port_file("redlock5"), ok.port, junk.port);
     c = open_url(url);
-    a = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(a, 0), DLOCK_EUNREACHABLE);
     msg = dlock_lock_errmsg(a);
     if (!strstr(msg, "expected an array of 2 integers from the lock script, got status \"OK\""))
@@ -1507,7 +1438,7 @@ static void test_config_errors(void **state)
     c = open_url(url);
     char name[64];
     unique(name, sizeof name, "wait-none");
-    dlock_lock *l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    dlock_lock *l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EURL);
     msg = dlock_lock_errmsg(l);
     if (!strstr(msg, "wait=1") || !strstr(msg, "0 connected"))
@@ -1516,7 +1447,7 @@ static void test_config_errors(void **state)
     dlock_lock_free(l);
     dlock_client_close(c);
     c = open_url(redis_url);
-    l = mk(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
+    l = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 0, -1);
     assert_int_equal(dlock_acquire(l, 0), 0); /* given back */
     assert_int_equal(dlock_release(l), 0);
     dlock_lock_free(l);

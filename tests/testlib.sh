@@ -1,6 +1,41 @@
-# testlib.sh — what the shell tests share: one line per check ("ok - ..." or
-# "not ok - ..."), assertions on JSON output, and a closing count.
-# Source it; end the test with `finish`.
+# testlib.sh — what the shell tests share: the preamble, skipping, one line
+# per check ("ok - ..." or "not ok - ..."), assertions on JSON output, and a
+# closing count. Every tests/*_test.sh starts
+#
+#   . "$(dirname "$0")/testlib.sh"
+#   preamble                 # $DLOCK checked, $here and $src set
+#   need_zk "$DLOCK"         # or a check of its own, then `skip REASON`
+#   in_servers zk            # a test that needs servers.sh's servers
+#
+# and ends with `finish` (cli_test.sh, which stops at its first failure,
+# counts its own).
+
+# preamble: $DLOCK must name the built dlock (ctest sets it, and
+# DLOCK_SOURCE_DIR); $here is tests/, $src the source tree.
+preamble() {
+    DLOCK=${DLOCK:?set DLOCK to the dlock binary}
+    here=$(cd "$(dirname "$0")" && pwd)
+    src=$(cd "$here/.." && pwd)
+}
+
+# in_servers KIND...: run this test again inside `tests/servers.sh run
+# KIND... --` (which starts those servers, exports their DLOCK_TEST_*
+# variables and stops them afterwards), unless it already runs there.
+# Variables set on the call (DLOCK_SERVERS_DURABLE=1 in_servers postgres)
+# reach servers.sh.
+in_servers() {
+    if [ -z "${DLOCK_TEST_SERVERS:-}" ]; then
+        exec bash "$here/servers.sh" run "$@" -- bash "$0"
+    fi
+}
+
+# skip REASON: the test cannot run here: exit 77, which ctest shows as
+# skipped (SKIP_RETURN_CODE 77 on every shell test), never as passed.
+skip() {
+    echo "skipped: $*"
+    exit 77
+}
+
 fails=0
 passes=0
 ok() { echo "ok - $*"; passes=$((passes + 1)); }
@@ -41,41 +76,34 @@ check_json() {
     fi
 }
 
-# need_zk DLOCK / need_etcd DLOCK: exit 0 ("skipped") unless the server can
-# be started here and DLOCK was built with the backend.
-need_zk() {
-    if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
-        echo "zookeeper not installed: skipped"
-        exit 0
-    fi
-    if ! "$1" backends | grep '^zk .* yes$' >/dev/null; then
-        echo "zk backend not built: skipped"
-        exit 0
-    fi
-}
-need_etcd() {
-    if ! command -v etcd >/dev/null || ! "$1" backends | grep '^etcd .* yes$' >/dev/null; then
-        echo "etcd or the etcd backend missing: skipped"
-        exit 0
-    fi
+# need_backend DLOCK NAME: skip unless DLOCK was built with backend NAME.
+# (grep reads everything, no -q: quitting at the first match made dlock
+# die of SIGPIPE, and under pipefail the test "skipped" at random.)
+need_backend() {
+    "$1" backends | grep "^$2 .* yes\$" >/dev/null || skip "the $2 backend is not built"
 }
 
-# need_redis DLOCK: exit 0 ("skipped") unless redis-server, redis-cli and
-# redis-sentinel are installed and DLOCK was built with the Redis backends.
+# need_zk DLOCK / need_etcd DLOCK: skip unless the server can be started
+# here and DLOCK was built with the backend.
+need_zk() {
+    if [ ! -e /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
+        skip "zookeeper not installed"
+    fi
+    need_backend "$1" zk
+}
+need_etcd() {
+    command -v etcd >/dev/null || skip "etcd not installed"
+    need_backend "$1" etcd
+}
+
+# need_redis DLOCK: skip unless redis-server, redis-cli and redis-sentinel
+# are installed and DLOCK was built with the Redis backends.
 need_redis() {
     local tool
     for tool in redis-server redis-cli redis-sentinel; do
-        if ! command -v "$tool" >/dev/null; then
-            echo "$tool not installed: skipped"
-            exit 0
-        fi
+        command -v "$tool" >/dev/null || skip "$tool not installed"
     done
-    # grep reads everything (no -q): quitting at the first match made
-    # dlock die of SIGPIPE, and under pipefail the test "skipped" at random
-    if ! "$1" backends | grep '^redis .* yes$' >/dev/null; then
-        echo "redis backend not built: skipped"
-        exit 0
-    fi
+    need_backend "$1" redis
 }
 
 # wait_bounded PID SECS LABEL: wait for a background job of this shell for

@@ -1,8 +1,11 @@
 /*
- * testutil.h — what the backends' own cmocka tests share: clocks, unique
- * names, opening clients and locks that fail the test with the library's
- * message, inspecting, and waiting for waiters and for losses. Included by
- * one test program each (everything static).
+ * testutil.h — what the cmocka tests that open clients share (the
+ * conformance suite and the backends' own tests): clocks, unique names,
+ * opening clients and locks that fail the test with the library's message,
+ * inspecting, waiting for waiters and for losses, a listener on a spare
+ * loopback port, shell commands. Included by one test program each
+ * (everything static), after cmocka.h. (test_url and test_checker test
+ * parsers and open nothing: they need none of it.)
  */
 #ifndef DLOCK_TESTUTIL_H
 #define DLOCK_TESTUTIL_H
@@ -36,6 +39,13 @@ static inline int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static inline void sleep_ms(int64_t ms)
@@ -123,16 +133,37 @@ static inline dlock_client *open_url(const char *url)
     return c;
 }
 
+/* A lock with the options o (NULL: the defaults), or the test fails with
+ * the library's message; the makers below and the tests' own fill o. */
+static inline dlock_lock *lock_with(dlock_client *c, const char *name, const dlock_lock_opts *o)
+{
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(&l, c, name, o))
+        fail_msg("lock_new \"%s\": %s", name, dlock_client_errmsg(c));
+    return l;
+}
+
 static inline dlock_lock *mk(dlock_client *c, const char *name, dlock_lost_cb cb, void *arg)
 {
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
     o.on_lost = cb;
     o.on_lost_arg = arg;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(&l, c, name, &o))
-        fail_msg("lock_new %s: %s", name, dlock_client_errmsg(c));
-    return l;
+    return lock_with(c, name, &o);
+}
+
+/* A lock of the given kind, permits, lease (0: the default) and fairness
+ * (-1: the backend's default). */
+static inline dlock_lock *mk_lock(dlock_client *c, const char *name, dlock_kind kind,
+                                  unsigned permits, int ttl_ms, int fair)
+{
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.kind = kind;
+    o.permits = permits;
+    o.ttl_ms = ttl_ms;
+    o.fair = fair;
+    return lock_with(c, name, &o);
 }
 
 static inline void acquire_ok(dlock_lock *l, int timeout_ms)

@@ -2,8 +2,9 @@
 
 The backends come from tests/servers.sh (tests/python_test.sh runs pytest
 inside `tests/servers.sh run KINDS --`): every DLOCK_TEST_* URL it exported
-is one parameter of the `target` fixture, and `file` always runs (a scratch
-directory). DLOCK_PY_TEST_TARGETS="file redis ..." restricts the labels.
+is one parameter of the `target` fixture (the rows of tests/targets.list,
+the one list of URLs), and `file` always runs (a scratch directory).
+DLOCK_PY_TEST_TARGETS="file redis ..." restricts the labels.
 A test a backend cannot take is skipped by the client's capabilities, or by
 NotSupported from the call itself, with the reason; never by omission.
 
@@ -25,25 +26,29 @@ import dlock
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 
+
+def read_targets():
+    """tests/targets.list, the one list of the URLs the tests run on:
+    [(label, environment variable or None for file, run)]. The source tree
+    is $DLOCK_SOURCE_DIR (tests/python_test.sh runs a copy of python/),
+    else the one this file is in."""
+    src = os.environ.get("DLOCK_SOURCE_DIR") or SRC
+    rows = []
+    with open(os.path.join(src, "tests", "targets.list")) as f:
+        for line in f:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            label, env, _kinds, _build, run = line.split()[:5]
+            rows.append((label, None if env == "-" else env, run))
+    return rows
+
+
 # (label, environment variable); None: the file backend in a scratch directory.
-TARGETS = [
-    ("file", None),
-    ("redis", "DLOCK_TEST_REDIS"),
-    ("sentinel", "DLOCK_TEST_SENTINEL"),
-    ("cluster", "DLOCK_TEST_CLUSTER"),
-    ("redlock", "DLOCK_TEST_REDLOCK"),
-    ("zk", "DLOCK_TEST_ZK"),
-    ("etcd", "DLOCK_TEST_ETCD"),
-    ("postgres", "DLOCK_TEST_POSTGRES"),
-    ("postgres-lease", "DLOCK_TEST_POSTGRES_LEASE"),
-    ("postgres-row", "DLOCK_TEST_POSTGRES_ROW"),
-    ("mysql", "DLOCK_TEST_MYSQL"),
-    ("mysql-lease", "DLOCK_TEST_MYSQL_LEASE"),
-    ("mysql-row", "DLOCK_TEST_MYSQL_ROW"),
-    ("memcached", "DLOCK_TEST_MEMCACHED"),
-]
+# By default the rows CI runs; DLOCK_PY_TEST_TARGETS names any.
+_ROWS = read_targets()
+TARGETS = [(lb, env) for lb, env, _ in _ROWS]
 _only = os.environ.get("DLOCK_PY_TEST_TARGETS", "").split()
-LABELS = [lb for lb, _ in TARGETS if not _only or lb in _only]
+LABELS = [lb for lb, _, run in _ROWS if (lb in _only if _only else run == "ci")]
 ENV_OF = dict(TARGETS)
 
 _file_dir = None
