@@ -12,10 +12,20 @@ check test:
 demo:
 	scripts/demo.sh
 
+# DESTDIR stages the files under another root (packaging): make install DESTDIR=/tmp/stage
 install: all
-	cmake --install $(BUILD)
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+
+# Removes what the last install wrote: the files CMake listed in
+# install_manifest.txt (under the same DESTDIR), and the directory of our
+# own (lib/cmake/dlock).
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "nothing installed from $(BUILD)"; exit 1; }
+	sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt | xargs -d '\n' rm -fv
+	sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt | xargs -d '\n' -n1 dirname | \
+	  grep '/dlock$$' | sort -u | xargs -r -d '\n' rmdir --ignore-fail-on-non-empty
 
 clean:
-	rm -rf build build-demo build-asan build-tsan build-memcheck build-fuzz build-nolibs
+	rm -rf build build-deb build-demo build-asan build-tsan build-memcheck build-fuzz build-nolibs
 
-.PHONY: all check test demo install clean
+.PHONY: all check test demo install uninstall clean

@@ -64,7 +64,14 @@ function(dlock_backend name)
     if(DLOCK_PKG_${up}_FOUND AND B_PKG)
       set(have TRUE)
       set(DLOCK_BACKEND_LIBS ${DLOCK_BACKEND_LIBS} PkgConfig::DLOCK_PKG_${up} PARENT_SCOPE)
-      set(DLOCK_PC_REQUIRES_PRIVATE ${DLOCK_PC_REQUIRES_PRIVATE} ${B_PKG} PARENT_SCOPE)
+      # dlock.pc names the libraries themselves (Libs.private), not their
+      # modules (Requires.private): pkg-config --cflags follows
+      # Requires.private too, and dlock.h needs none of their headers.
+      set(libs ${DLOCK_PC_LIBS_PRIVATE})
+      foreach(l ${DLOCK_PKG_${up}_STATIC_LIBRARIES})
+        list(APPEND libs -l${l})
+      endforeach()
+      set(DLOCK_PC_LIBS_PRIVATE ${libs} PARENT_SCOPE)
     elseif(DLOCK_PKG_${up}_FOUND)
       set(have TRUE)
       set(DLOCK_BACKEND_LIBS ${DLOCK_BACKEND_LIBS} dlock_lib_${name} PARENT_SCOPE)

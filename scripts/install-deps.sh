@@ -28,6 +28,7 @@ packages=(
   python3-dev python3-setuptools python3-pip python3-venv  # the Python package (python/), built offline
   python3-pytest                          # its tests (tests/python_test.sh)
   man-db                                  # render the man page in tests
+  dpkg-dev debhelper lintian              # the Debian packages (scripts/package.sh) and their check
 )
 
 # The peers of bench/peers/ (issue 24): Debian's clients, a JDK to compile

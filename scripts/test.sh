@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: the ordinary build, then clang builds
 # with ASan+UBSan and with TSan, then valgrind memcheck, then the fuzzers for
-# a short while. Each step is a CTest run over the same tests.
+# a short while. Each step is a CTest run over the same tests, but one: the
+# Debian packages, built, installed and used (tests/package-install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh peers # with the peer clients peers_bench_test runs
@@ -42,6 +43,11 @@ diff <(facts build-nolibs/dlock) <(facts build/dlock) >&2 ||
   { echo "a build without client libraries states other backend facts" >&2; exit 1; }
 
 if [ -z "${DLOCK_QUICK:-}" ]; then
+  step "Debian packages: build, lintian, install, build the README example against them, remove"
+  t0=$SECONDS
+  tests/package-install.sh
+  echo "(Debian packages: $((SECONDS - t0)) s)"
+
   step "clang, ASan+UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     suite build-asan "" -DCMAKE_C_COMPILER=clang -DDLOCK_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
@@ -60,6 +66,6 @@ if [ -z "${DLOCK_QUICK:-}" ]; then
   FUZZ_SEED=${FUZZ_SEED:-1} scripts/fuzz.sh "${FUZZ_SECONDS:-120}"
 fi
 echo
-# One closing line over the steps above (each a CTest or fuzz run that stops
+# One closing line over the steps above (each a CTest, package or fuzz run that stops
 # this script on its first failure).
-if [ -z "${DLOCK_QUICK:-}" ]; then echo "steps: 5 passed, 0 failed"; else echo "steps: 1 passed, 0 failed"; fi
+if [ -z "${DLOCK_QUICK:-}" ]; then echo "steps: 6 passed, 0 failed"; else echo "steps: 1 passed, 0 failed"; fi
