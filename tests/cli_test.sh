@@ -155,6 +155,7 @@ commands:
   bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')
   check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')
   help [COMMAND]         this text, or the options of COMMAND
+  completion bash        print the bash completion script
 
 LIST
 diff -u "$TMP/list.want" "$TMP/list" >&2 || fail "--help: the command list changed"
@@ -572,6 +573,31 @@ wait "$watcher" || rc=$?
 [[ $rc == 0 ]] || fail "leader --watch ended by SIGTERM exited $rc: $(cat "$TMP/watch.err")"
 printf '\nfirst one\n\nsecond\n\n' | cmp -s - "$TMP/watch.out" ||
     fail "leader --watch printed: $(od -c "$TMP/watch.out")"
+pass
+
+# ---- completion -------------------------------------------------------------
+# the script `dlock completion bash` makes from the command table is valid
+# bash and completes commands, each command's options, and after "--" the
+# command to run
+expect 0 "$DLOCK" completion bash
+mv "$TMP/out" "$TMP/completion.bash"
+bash -n "$TMP/completion.bash" || fail "completion bash: not valid bash"
+usage_error completion zsh
+complete_words() { # WORD... : what _dlock offers for the last word
+    bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dlock
+        printf "%s\n" "${COMPREPLY[@]}"' _ "$TMP/completion.bash" "$@"
+}
+[[ $(complete_words dlock le | sort | tr '\n' ' ') == "leader " ]] ||
+    fail "completion of 'le': $(complete_words dlock le)"
+for c in $(sed -n 's/^  \([a-z]\+\) .*/\1/p' "$TMP/list"); do
+    complete_words dlock -v "${c:0:3}" | grep -qx "$c" || fail "completion lacks command $c"
+done
+[[ $(complete_words dlock --url "$URL" run --kill-g) == --kill-grace ]] ||
+    fail "completion of run --kill-g: $(complete_words dlock --url "$URL" run --kill-g)"
+[[ $(complete_words dlock leader x --w) == --watch ]] ||
+    fail "completion of leader --w: $(complete_words dlock leader x --w)"
+complete_words dlock run x -- bas | grep -qx bash || fail "completion after --: no bash"
+complete_words dlock help b | grep -qx break || fail "completion of help b"
 pass
 
 # ---- backends ---------------------------------------------------------------

@@ -145,8 +145,8 @@ static const char break_help[] =
 static const char leader_help[] =
     "usage: dlock [--url URL] leader NAME [--watch] [--json]\n"
     "\n"
-    "Print the value that the leader of election NAME published ('dlock elect\n"
-    "--value TEXT', by default \"pid N on HOST\"); exit 1, saying so on standard\n"
+    "Print the value that the leader of election NAME published (by 'dlock\n"
+    "elect --value TEXT', else \"pid N on HOST\"); exit 1, saying so on standard\n"
     "error, when NAME has no leader. Bytes outside printable ASCII are written\n"
     "as \\xNN; --json prints the value exactly: {\"name\": NAME, \"leader\":\n"
     "VALUE or null}. --watch prints a line now and one on every change of leader\n"
@@ -155,6 +155,13 @@ static const char leader_help[] =
     "\n"
     "exit status: 0 a leader (or --watch ended by a signal); 1 no leader; 64\n"
     "usage; 69 backend unreachable; 70 other failure.\n";
+
+static const char completion_help[] =
+    "usage: dlock completion bash\n"
+    "\n"
+    "Print a bash completion script for dlock, made from the command's own\n"
+    "tables (commands, and the options each one's help shows). Installed as\n"
+    "share/bash-completion/completions/dlock; to try it: source <(dlock completion bash)\n";
 
 static const char list_help[] =
     "usage: dlock [--url URL] list [PREFIX] [--json]\n"
@@ -788,6 +795,7 @@ static int help_check(void)
 
 static int help_usage(void);
 static int cmd_help(int argc, char **argv, cli_global *g);
+static int cmd_completion(int argc, char **argv, cli_global *g);
 
 /* ---- the command table -------------------------------------------------- */
 
@@ -828,6 +836,8 @@ static const command commands[] = {
      NULL, help_check, cmd_check},
     {"help", "help [COMMAND]", "this text, or the options of COMMAND", 2, NULL, help_usage,
      cmd_help},
+    {"completion", "completion bash", "print the bash completion script", 2, completion_help,
+     NULL, cmd_completion},
     {"version", NULL, NULL, 0, NULL, NULL, cmd_version},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -917,6 +927,117 @@ static const cli_opt global_opts[] = {
     {"version", 'V', 0, G_VERSION},
     {NULL, 0, 0, 0},
 };
+
+/* ---- bash completion, from the tables above ------------------------------ */
+
+/* The options a help text shows ("-w", "--wait", ...) in its usage lines
+ * (up to the first empty line) and its option lines (those that start
+ * with '-'), each once, as words separated by spaces, appended to out. */
+static void help_options(const char *help, char *out, size_t len)
+{
+    const char *usage_end = help ? strstr(help, "\n\n") : NULL;
+    int option_line = 0; /* the current line starts with '-' */
+    for (const char *p = help; p && *p; p++) {
+        if (p == help || p[-1] == '\n')
+            option_line = p[strspn(p, " ")] == '-';
+        if (*p != '-' || (p > help && !strchr(" \n[(|,", p[-1])) ||
+            (usage_end && p > usage_end && !option_line))
+            continue;
+        const char *q = p + 1;
+        if (*q == '-')
+            q++;
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
+            continue;
+        while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '-')
+            q++;
+        char word[64];
+        snprintf(word, sizeof word, " %.*s ", (int)(q - p), p);
+        /* already there? (out is " a b c ", each word between spaces) */
+        size_t used = strlen(out);
+        if (!strstr(out, word) && used + strlen(word) < len)
+            snprintf(out + (used ? used - 1 : 0), len - (used ? used - 1 : 0), "%s", word);
+        p = q - 1;
+    }
+}
+
+static int cmd_completion(int argc, char **argv, cli_global *g)
+{
+    (void)g;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(g->help, stdout);
+        return finish_stdout("completion");
+    }
+    if (argc != 2 || strcmp(argv[1], "bash") != 0)
+        return cli_usage("completion", "the one shell is bash: dlock completion bash");
+    char words[1024] = "";
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (commands[i].synopsis) {
+            size_t n = strlen(words);
+            snprintf(words + n, sizeof words - n, "%s%s", n ? " " : "", commands[i].name);
+        }
+    char globals[512] = "";
+    for (const cli_opt *o = global_opts; o->id; o++) {
+        size_t n = strlen(globals);
+        if (o->shrt)
+            snprintf(globals + n, sizeof globals - n, "-%c ", o->shrt), n = strlen(globals);
+        snprintf(globals + n, sizeof globals - n, "--%s ", o->lng);
+    }
+    printf("# bash completion for dlock(1), written by `dlock completion bash` from the\n"
+           "# command's own tables: regenerate it rather than edit it.\n"
+           "_dlock() {\n"
+           "    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+           "    local i cmd= dashdash=0 opts=\n"
+           "    COMPREPLY=()\n"
+           "    for ((i = 1; i < COMP_CWORD; i++)); do\n"
+           "        if [[ -n $cmd ]]; then\n"
+           "            [[ ${COMP_WORDS[i]} == -- ]] && dashdash=$i && break\n"
+           "            continue\n"
+           "        fi\n"
+           "        case ${COMP_WORDS[i]} in\n"
+           "        --url | --url-file) ((i++)) ;;\n"
+           "        -*) ;;\n"
+           "        *) cmd=${COMP_WORDS[i]} ;;\n"
+           "        esac\n"
+           "    done\n"
+           "    case $prev in\n"
+           "    --url-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+           "    --url) COMPREPLY=($(compgen -W 'file:/// redis:// redis+sentinel:// "
+           "redis+cluster:// redlock:// zk:// etcd:// etcds:// postgres:// mysql:// "
+           "memcached://' -- \"$cur\")); return ;;\n"
+           "    esac\n"
+           "    if ((dashdash)); then\n"
+           "        # the command to run, then its arguments (files)\n"
+           "        if ((COMP_CWORD == dashdash + 1)); then\n"
+           "            COMPREPLY=($(compgen -c -- \"$cur\" | sort -u))\n"
+           "        else\n"
+           "            COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+           "        fi\n"
+           "        return\n"
+           "    fi\n"
+           "    case $cmd in\n"
+           "    '') COMPREPLY=($(compgen -W '%s %s' -- \"$cur\")); return ;;\n"
+           "    help) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
+           "    completion) COMPREPLY=($(compgen -W 'bash' -- \"$cur\")); return ;;\n",
+           words, globals, words);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const command *c = &commands[i];
+        if (!c->synopsis || !c->help || !strcmp(c->name, "completion"))
+            continue;
+        char opts[1024] = "";
+        help_options(c->help, opts, sizeof opts);
+        size_t n = strlen(opts);
+        while (n && opts[n - 1] == ' ')
+            opts[--n] = '\0';
+        printf("    %s) opts='%s' ;;\n", c->name, opts[0] == ' ' ? opts + 1 : opts);
+    }
+    printf("    esac\n"
+           "    if [[ $cur == -* ]]; then\n"
+           "        COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n"
+           "    fi\n"
+           "}\n"
+           "complete -o default -F _dlock dlock\n");
+    return finish_stdout("completion");
+}
 
 int main(int argc, char **argv)
 {
