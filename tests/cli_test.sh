@@ -128,7 +128,7 @@ import json, sys
 out = open(sys.argv[1]).read().splitlines()
 b = json.load(sys.stdin)
 assert out[1].split()[1:] == [x["name"] for x in b if x["available"]], out
-assert out[2:] == ["not built: %s (%s)" % (x["name"], x["missing"]) for x in b if not x["available"]], out
+assert out[2:] == ["not built: %s: %s" % (x["name"], x["missing"]) for x in b if not x["available"]], out
 ' "$TMP/out" || fail "--version and backends --json disagree: $(cat "$TMP/out")"
 pass
 expect 0 "$DLOCK" help run

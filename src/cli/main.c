@@ -758,7 +758,7 @@ static int cmd_version(int argc, char **argv, cli_global *g)
     for (size_t i = 0; i < n; i++) {
         const dlock_backend_info *b = dlock_backend_at(i);
         if (b && !b->available)
-            printf("not built: %s (%s)\n", b->name, b->missing ? b->missing : "not built");
+            printf("not built: %s: %s\n", b->name, b->missing ? b->missing : "not built");
     }
     return finish_stdout("version");
 }
