@@ -5,6 +5,10 @@
 #   scripts/install-deps.sh peers    also the clients bench/peers/ measures dlock
 #                                    against (scripts/test.sh asks for them:
 #                                    peers_bench_test runs them)
+#   scripts/install-deps.sh build    only what building dlock without its
+#                                    client libraries and tests needs
+#                                    (-DDLOCK_NO_CLIENT_LIBS=ON
+#                                    -DBUILD_TESTING=OFF: scripts/demo.sh)
 set -euo pipefail
 
 packages=(
@@ -38,6 +42,9 @@ peer_packages=(
   python3-tooz python3-fasteners
   libcurator-recipes-java libslf4j-java
 )
+if [ "${1:-}" = build ]; then
+  packages=(build-essential cmake pkg-config)
+fi
 if [ "${1:-}" = peers ]; then
   packages+=("${peer_packages[@]}")
   # only when missing: a node or JDK from elsewhere (with its own npm) is fine

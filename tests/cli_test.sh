@@ -121,6 +121,16 @@ grep -q 'exit status' "$TMP/out" && grep -q '127' "$TMP/out" && grep -q '75' "$T
 pass
 expect 0 "$DLOCK" --version
 grep -qE '^dlock [0-9]+\.[0-9]+\.[0-9]+ \(libdlock [0-9]' "$TMP/out" || fail "--version: $(cat "$TMP/out")"
+# the backends built in, and each one that is not with its reason, as
+# `dlock backends` has them
+grep -qE '^backends: (.* )?file( |$)' "$TMP/out" || fail "--version lacks the backends: $(cat "$TMP/out")"
+"$DLOCK" backends --json | python3 -c '
+import json, sys
+out = open(sys.argv[1]).read().splitlines()
+b = json.load(sys.stdin)
+assert out[1].split()[1:] == [x["name"] for x in b if x["available"]], out
+assert out[2:] == ["not built: %s: %s" % (x["name"], x["missing"]) for x in b if not x["available"]], out
+' "$TMP/out" || fail "--version and backends --json disagree: $(cat "$TMP/out")"
 pass
 expect 0 "$DLOCK" help run
 grep -q -- '--kill-grace' "$TMP/out" || fail "help run lacks --kill-grace"
@@ -139,12 +149,14 @@ commands:
   elect [OPTIONS] NAME -- CMD [ARGS...]
                       become leader of NAME, run CMD while leader
   status NAME [--json]   who holds NAME, token, lease, waiters
+  leader NAME [--watch]  the value the leader of NAME published
   list [PREFIX] [--json] names of known locks
   break NAME --force     take NAME from its holders (logged to syslog)
   backends [--json]      capabilities and guarantees of every backend
   bench [OPTIONS]        measure the cost of locking (see 'dlock help bench')
   check [OPTIONS]        measure what the lock guarantees (see 'dlock help check')
   help [COMMAND]         this text, or the options of COMMAND
+  completion bash        print the bash completion script
 
 LIST
 diff -u "$TMP/list.want" "$TMP/list" >&2 || fail "--help: the command list changed"
@@ -526,6 +538,67 @@ fi
 # ---- elect ------------------------------------------------------------------
 expect 0 dl elect leader -- sh -c 'echo "$DLOCK_NAME $DLOCK_TOKEN"'
 [[ $(cat "$TMP/out") =~ ^leader\ [0-9]+$ ]] || fail "elect: $(cat "$TMP/out")"
+pass
+
+# ---- leader -----------------------------------------------------------------
+# no leader: exit 1, a line on stderr, nothing (or null) on stdout
+expect 1 dl leader chief
+[[ ! -s $TMP/out ]] && grep -q 'has no leader' "$TMP/err" || fail "leader, none: $(cat "$TMP/err")"
+expect 1 dl leader chief --json
+[[ $(cat "$TMP/out") == '{"name":"chief","leader":null}' ]] || fail "leader --json: $(cat "$TMP/out")"
+usage_error --url "$URL" leader
+usage_error --url "$URL" leader chief --force
+pass
+# --watch from before there is a leader: an empty line, then each leader's
+# value as it comes and goes, until SIGTERM (exit 0)
+"$DLOCK" --url "$URL" leader --watch chief >"$TMP/watch.out" 2>"$TMP/watch.err" &
+watcher=$!
+BG+=("$watcher")
+sleep 0.5
+dl elect --value "first one" chief -- sleep 1.5 >/dev/null 2>&1 &
+BG+=("$!")
+sleep 0.5
+# a leader, seen by `dlock leader` too
+expect 0 dl leader chief
+[[ $(cat "$TMP/out") == "first one" ]] || fail "leader: $(cat "$TMP/out")"
+expect 0 dl leader --json -- chief
+[[ $(cat "$TMP/out") == '{"name":"chief","leader":"first one"}' ]] ||
+    fail "leader --json: $(cat "$TMP/out")"
+wait "${BG[-1]}" || fail "elect --value exited $?"
+sleep 0.6 # (the watcher polls every 0.2 s: it sees the gap)
+dl elect --value second chief -- sleep 1 >/dev/null 2>&1 || fail "second elect exited $?"
+sleep 0.5
+kill -TERM "$watcher"
+rc=0
+wait "$watcher" || rc=$?
+[[ $rc == 0 ]] || fail "leader --watch ended by SIGTERM exited $rc: $(cat "$TMP/watch.err")"
+printf '\nfirst one\n\nsecond\n\n' | cmp -s - "$TMP/watch.out" ||
+    fail "leader --watch printed: $(od -c "$TMP/watch.out")"
+pass
+
+# ---- completion -------------------------------------------------------------
+# the script `dlock completion bash` makes from the command table is valid
+# bash and completes commands, each command's options, and after "--" the
+# command to run
+expect 0 "$DLOCK" completion bash
+mv "$TMP/out" "$TMP/completion.bash"
+bash -n "$TMP/completion.bash" || fail "completion bash: not valid bash"
+usage_error completion zsh
+complete_words() { # WORD... : what _dlock offers for the last word
+    bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dlock
+        printf "%s\n" "${COMPREPLY[@]}"' _ "$TMP/completion.bash" "$@"
+}
+[[ $(complete_words dlock le | sort | tr '\n' ' ') == "leader " ]] ||
+    fail "completion of 'le': $(complete_words dlock le)"
+for c in $(sed -n 's/^  \([a-z]\+\) .*/\1/p' "$TMP/list"); do
+    complete_words dlock -v "${c:0:3}" | grep -qx "$c" || fail "completion lacks command $c"
+done
+[[ $(complete_words dlock --url "$URL" run --kill-g) == --kill-grace ]] ||
+    fail "completion of run --kill-g: $(complete_words dlock --url "$URL" run --kill-g)"
+[[ $(complete_words dlock leader x --w) == --watch ]] ||
+    fail "completion of leader --w: $(complete_words dlock leader x --w)"
+complete_words dlock run x -- bas | grep -qx bash || fail "completion after --: no bash"
+complete_words dlock help b | grep -qx break || fail "completion of help b"
 pass
 
 # ---- backends ---------------------------------------------------------------

@@ -22,5 +22,21 @@ check 64 "bad name" vg run 'a/b' -- true
 check 0 "status" vg status demo --json
 check 0 "list" vg list --json
 check 0 "backends" $DLOCK_VG "$DLOCK" backends
+check 0 "version" $DLOCK_VG "$DLOCK" --version
+check 0 "completion" $DLOCK_VG "$DLOCK" completion bash
+check 1 "leader, none" vg leader chief --json
+"$DLOCK" --url "$url" elect --value v1 chief -- sleep 60 >/dev/null 2>&1 &
+elect=$!
+sleep 0.5
+check 0 "leader" vg leader chief
+# --watch until TERM: the client and the signal pipe go away cleanly
+$DLOCK_VG "$DLOCK" --url "$url" leader --watch chief >"$work/watch" 2>&1 &
+watcher=$!
+sleep 3
+kill -TERM "$watcher"
+check 0 "leader --watch ended by TERM" wait "$watcher"
+grep -qx v1 "$work/watch" || { echo "FAIL: leader --watch printed: $(cat "$work/watch")"; exit 1; }
+kill -TERM "$elect"
+wait "$elect" || true
 DLOCK_TEST_LOSE_AFTER_MS=200 check 75 "forced loss" vg run demo -- sleep 5
 echo "$pass passed, 0 failed"

@@ -5,6 +5,7 @@
 #include "harness/tools.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
@@ -49,8 +50,9 @@ static const char usage_tail[] =
     "exit status:\n"
     "  the command's exit status; if it died of signal N, dlock dies of N too\n"
     "  (the shell's status 128+N)\n"
-    "  0    hold, status, list, backends, break succeeded\n"
-    "  1    lock not acquired (busy with -n, timed out with -w), or -E CODE\n"
+    "  0    hold, status, leader, list, backends, break succeeded\n"
+    "  1    lock not acquired (busy with -n, timed out with -w), or -E CODE;\n"
+    "       break: nothing was held; leader: no leader\n"
     "  64   usage error: bad option, lock name or URL\n"
     "  69   backend unreachable\n"
     "  70   internal or backend failure\n"
@@ -84,6 +86,7 @@ static const char run_help[] =
     "\n"
     "  -w, --wait SECS       wait at most SECS for the lock (default: forever)\n"
     "  -n, --nonblock        try once\n"
+    "      --timeout SECS, --no-wait  the same as -w SECS, -n\n"
     "  -t, --ttl SECS        lease length for lease backends (default 30, min 0.03)\n"
     "  -s, --shared          shared (reader) lock\n"
     "      --permits N       semaphore with N permits (1-4096)\n"
@@ -139,6 +142,27 @@ static const char break_help[] =
     "exit status: 0 broken; 1 nothing was held; 64 usage (no --force); 69\n"
     "backend unreachable; 70 the backend cannot break locks.\n";
 
+static const char leader_help[] =
+    "usage: dlock [--url URL] leader NAME [--watch] [--json]\n"
+    "\n"
+    "Print the value that the leader of election NAME published (by 'dlock\n"
+    "elect --value TEXT', else \"pid N on HOST\"); exit 1, saying so on standard\n"
+    "error, when NAME has no leader. Bytes outside printable ASCII are written\n"
+    "as \\xNN; --json prints the value exactly: {\"name\": NAME, \"leader\":\n"
+    "VALUE or null}. --watch prints a line now and one on every change of leader\n"
+    "(an empty line, or null, when there is none; the value is polled every\n"
+    "0.2 s) until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0.\n"
+    "\n"
+    "exit status: 0 a leader (or --watch ended by a signal); 1 no leader; 64\n"
+    "usage; 69 backend unreachable; 70 other failure.\n";
+
+static const char completion_help[] =
+    "usage: dlock completion bash\n"
+    "\n"
+    "Print a bash completion script for dlock, made from the command's own\n"
+    "tables (commands, and the options each one's help shows). Installed as\n"
+    "share/bash-completion/completions/dlock; to try it: source <(dlock completion bash)\n";
+
 static const char list_help[] =
     "usage: dlock [--url URL] list [PREFIX] [--json]\n"
     "\n"
@@ -154,11 +178,12 @@ static const char backends_help[] =
     "what the fencing tokens promise.\n";
 
 /* --json / --help handling shared by the inspection commands. */
-enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_URL_FILE, OPT_VERBOSE, OPT_FORCE };
+enum { OPT_JSON = 1, OPT_HELP, OPT_URL, OPT_URL_FILE, OPT_VERBOSE, OPT_FORCE, OPT_WATCH };
 
 static const cli_opt inspect_opts[] = {
     {"json", 0, 0, OPT_JSON},
     {"force", 0, 0, OPT_FORCE},
+    {"watch", 0, 0, OPT_WATCH},
     {"help", 'h', 0, OPT_HELP},
     {"url", 0, 1, OPT_URL},
     {"url-file", 0, 1, OPT_URL_FILE},
@@ -166,16 +191,19 @@ static const cli_opt inspect_opts[] = {
     {NULL, 0, 0, 0},
 };
 
-/* Parse "[POSITIONAL] [--json]" (and --force where force is not NULL); *pos
- * gets the positional (at most one). Returns -1 to go on, else an exit code. */
-static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos, int *json,
-                         int *force)
+/* Parse "[POSITIONAL] [--json]" (and --force, --watch where force, watch
+ * are not NULL); *pos gets the positional (at most one). Returns -1 to go
+ * on, else an exit code. */
+static int parse_inspect_w(int argc, char **argv, cli_global *g, const char **pos, int *json,
+                           int *force, int *watch)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv, argv[0]);
     *json = 0;
     if (force)
         *force = 0;
+    if (watch)
+        *watch = 0;
     *pos = NULL;
     for (;;) {
         int id = cli_next_opt(&p, inspect_opts);
@@ -208,6 +236,11 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
                 return cli_usage(argv[0], "unknown option --force");
             *force = 1;
             break;
+        case OPT_WATCH:
+            if (!watch)
+                return cli_usage(argv[0], "unknown option --watch");
+            *watch = 1;
+            break;
         case OPT_HELP:
             fputs(g->help, stdout); /* this command's row in the table */
             return 0;
@@ -224,6 +257,12 @@ static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos,
             break;
         }
     }
+}
+
+static int parse_inspect(int argc, char **argv, cli_global *g, const char **pos, int *json,
+                         int *force)
+{
+    return parse_inspect_w(argc, argv, g, pos, json, force, NULL);
 }
 
 static void print_ms(FILE *f, long long ms)
@@ -399,6 +438,119 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     }
     dlock_client_close(c);
     return finish_stdout("break");
+}
+
+/* One leader line: the value (an empty line when there is none), or the
+ * JSON object {"name":..., "leader": value or null}. */
+static void print_leader(const char *name, const char *value, int json)
+{
+    if (json) {
+        fputs("{\"name\":", stdout);
+        cli_json_str(stdout, name);
+        fputs(",\"leader\":", stdout);
+        if (value)
+            cli_json_str(stdout, value);
+        else
+            fputs("null", stdout);
+        fputs("}\n", stdout);
+    } else {
+        char clean[4 * DLOCK_VALUE_MAX + 16]; /* every byte may become \xNN */
+        puts(value ? cli_clean(value, clean, sizeof clean) : "");
+    }
+}
+
+/* The leader's value of name into buf: 0, DLOCK_ENOENT (none), or a
+ * failure already reported (its exit code's library code). */
+static int read_leader(dlock_client *c, const char *name, char *buf, size_t len)
+{
+    int rc = dlock_leader(c, name, buf, len);
+    if (rc && rc != DLOCK_ENOENT) {
+        char shown[CLI_SHOW_MAX];
+        const char *why = dlock_client_errmsg(c);
+        cli_err("leader: cannot read the leader of %s: %s", cli_show(name, shown, sizeof shown),
+                why && *why ? why : dlock_strerror(rc));
+    }
+    return rc;
+}
+
+/* Poll period of leader --watch: a change shows within this long. */
+#define LEADER_WATCH_MS 200
+
+static int cmd_leader(int argc, char **argv, cli_global *g)
+{
+    const char *name;
+    int json, watch;
+    int rc = parse_inspect_w(argc, argv, g, &name, &json, NULL, &watch);
+    if (rc >= 0)
+        return rc;
+    if (!name)
+        return cli_usage("leader", "missing election NAME");
+    if ((rc = cli_check_name("leader", name)) != 0)
+        return rc;
+    /* --watch ends on INT, TERM, HUP or QUIT: the handlers go in before the
+     * client's threads exist, so that the signals come to us (signals.c). */
+    if (watch && cli_sig_setup() < 0) {
+        cli_err("leader: cannot set up signal handling: %s", strerror(errno));
+        cli_sig_teardown();
+        return CLI_EXIT_SOFTWARE;
+    }
+    dlock_client *c;
+    if ((rc = cli_open("leader", g->url, &c)) != 0) {
+        if (watch)
+            cli_sig_teardown();
+        return rc;
+    }
+    char value[DLOCK_VALUE_MAX + 1], last[DLOCK_VALUE_MAX + 1];
+    rc = read_leader(c, name, value, sizeof value);
+    if (!watch) {
+        if (rc == 0 || rc == DLOCK_ENOENT) {
+            if (rc == DLOCK_ENOENT && !json) {
+                char shown[CLI_SHOW_MAX];
+                cli_err("leader: %s has no leader", cli_show(name, shown, sizeof shown));
+            } else {
+                print_leader(name, rc ? NULL : value, json);
+            }
+            int out = finish_stdout("leader");
+            rc = out ? out : rc ? CLI_EXIT_NOT_ACQUIRED : 0;
+        } else {
+            rc = cli_exit_for(rc);
+        }
+        dlock_client_close(c);
+        return rc;
+    }
+    /* Watch: a line now, then one on every change, until a signal ends it. */
+    int had = -1; /* -1 nothing printed yet, 0 no leader, 1 a leader (last) */
+    int exit_code = 0;
+    for (;;) {
+        if (rc && rc != DLOCK_ENOENT) {
+            exit_code = cli_exit_for(rc);
+            break;
+        }
+        int has = rc == 0;
+        if (has != had || (has && strcmp(value, last) != 0)) {
+            print_leader(name, has ? value : NULL, json);
+            if ((exit_code = finish_stdout("leader")) != 0)
+                break;
+            had = has;
+            if (has)
+                memcpy(last, value, sizeof last);
+        }
+        struct pollfd pfd = {.fd = cli_sig_fd(), .events = POLLIN};
+        struct timespec ts = {0, LEADER_WATCH_MS * 1000000L};
+        int stop = 0;
+        if (ppoll(&pfd, 1, &ts, cli_sig_pollmask()) > 0) {
+            int sig;
+            while ((sig = cli_sig_next()) != 0)
+                if (cli_sig_terminates(sig))
+                    stop = 1;
+        }
+        if (stop)
+            break;
+        rc = read_leader(c, name, value, sizeof value);
+    }
+    dlock_client_close(c);
+    cli_sig_teardown();
+    return exit_code;
 }
 
 typedef struct name_list {
@@ -593,6 +745,21 @@ static int cmd_version(int argc, char **argv, cli_global *g)
 {
     (void)argc, (void)argv, (void)g; /* any arguments are ignored, as always */
     printf("dlock %s (libdlock %s)\n", DLOCK_VERSION_STRING, dlock_version());
+    /* What this build can reach, and why not the rest (dlock backends
+     * says more of each). */
+    fputs("backends:", stdout);
+    size_t n = dlock_backend_count();
+    for (size_t i = 0; i < n; i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        if (b && b->available)
+            printf(" %s", b->name);
+    }
+    putchar('\n');
+    for (size_t i = 0; i < n; i++) {
+        const dlock_backend_info *b = dlock_backend_at(i);
+        if (b && !b->available)
+            printf("not built: %s: %s\n", b->name, b->missing ? b->missing : "not built");
+    }
     return finish_stdout("version");
 }
 
@@ -628,6 +795,7 @@ static int help_check(void)
 
 static int help_usage(void);
 static int cmd_help(int argc, char **argv, cli_global *g);
+static int cmd_completion(int argc, char **argv, cli_global *g);
 
 /* ---- the command table -------------------------------------------------- */
 
@@ -655,6 +823,8 @@ static const command commands[] = {
      "become leader of NAME, run CMD while leader", 1, elect_help, NULL, cmd_run},
     {"status", "status NAME [--json]", "who holds NAME, token, lease, waiters", 2, status_help,
      NULL, cmd_status},
+    {"leader", "leader NAME [--watch]", "the value the leader of NAME published", 2,
+     leader_help, NULL, cmd_leader},
     {"list", "list [PREFIX] [--json]", "names of known locks", 2, list_help, NULL, cmd_list},
     {"break", "break NAME --force", "take NAME from its holders (logged to syslog)", 2,
      break_help, NULL, cmd_break},
@@ -666,6 +836,8 @@ static const command commands[] = {
      NULL, help_check, cmd_check},
     {"help", "help [COMMAND]", "this text, or the options of COMMAND", 2, NULL, help_usage,
      cmd_help},
+    {"completion", "completion bash", "print the bash completion script", 2, completion_help,
+     NULL, cmd_completion},
     {"version", NULL, NULL, 0, NULL, NULL, cmd_version},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -755,6 +927,117 @@ static const cli_opt global_opts[] = {
     {"version", 'V', 0, G_VERSION},
     {NULL, 0, 0, 0},
 };
+
+/* ---- bash completion, from the tables above ------------------------------ */
+
+/* The options a help text shows ("-w", "--wait", ...) in its usage lines
+ * (up to the first empty line) and its option lines (those that start
+ * with '-'), each once, as words separated by spaces, appended to out. */
+static void help_options(const char *help, char *out, size_t len)
+{
+    const char *usage_end = help ? strstr(help, "\n\n") : NULL;
+    int option_line = 0; /* the current line starts with '-' */
+    for (const char *p = help; p && *p; p++) {
+        if (p == help || p[-1] == '\n')
+            option_line = p[strspn(p, " ")] == '-';
+        if (*p != '-' || (p > help && !strchr(" \n[(|,", p[-1])) ||
+            (usage_end && p > usage_end && !option_line))
+            continue;
+        const char *q = p + 1;
+        if (*q == '-')
+            q++;
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
+            continue;
+        while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '-')
+            q++;
+        char word[64];
+        snprintf(word, sizeof word, " %.*s ", (int)(q - p), p);
+        /* already there? (out is " a b c ", each word between spaces) */
+        size_t used = strlen(out);
+        if (!strstr(out, word) && used + strlen(word) < len)
+            snprintf(out + (used ? used - 1 : 0), len - (used ? used - 1 : 0), "%s", word);
+        p = q - 1;
+    }
+}
+
+static int cmd_completion(int argc, char **argv, cli_global *g)
+{
+    (void)g;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(g->help, stdout);
+        return finish_stdout("completion");
+    }
+    if (argc != 2 || strcmp(argv[1], "bash") != 0)
+        return cli_usage("completion", "the one shell is bash: dlock completion bash");
+    char words[1024] = "";
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (commands[i].synopsis) {
+            size_t n = strlen(words);
+            snprintf(words + n, sizeof words - n, "%s%s", n ? " " : "", commands[i].name);
+        }
+    char globals[512] = "";
+    for (const cli_opt *o = global_opts; o->id; o++) {
+        size_t n = strlen(globals);
+        if (o->shrt)
+            snprintf(globals + n, sizeof globals - n, "-%c ", o->shrt), n = strlen(globals);
+        snprintf(globals + n, sizeof globals - n, "--%s ", o->lng);
+    }
+    printf("# bash completion for dlock(1), written by `dlock completion bash` from the\n"
+           "# command's own tables: regenerate it rather than edit it.\n"
+           "_dlock() {\n"
+           "    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+           "    local i cmd= dashdash=0 opts=\n"
+           "    COMPREPLY=()\n"
+           "    for ((i = 1; i < COMP_CWORD; i++)); do\n"
+           "        if [[ -n $cmd ]]; then\n"
+           "            [[ ${COMP_WORDS[i]} == -- ]] && dashdash=$i && break\n"
+           "            continue\n"
+           "        fi\n"
+           "        case ${COMP_WORDS[i]} in\n"
+           "        --url | --url-file) ((i++)) ;;\n"
+           "        -*) ;;\n"
+           "        *) cmd=${COMP_WORDS[i]} ;;\n"
+           "        esac\n"
+           "    done\n"
+           "    case $prev in\n"
+           "    --url-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+           "    --url) COMPREPLY=($(compgen -W 'file:/// redis:// redis+sentinel:// "
+           "redis+cluster:// redlock:// zk:// etcd:// etcds:// postgres:// mysql:// "
+           "memcached://' -- \"$cur\")); return ;;\n"
+           "    esac\n"
+           "    if ((dashdash)); then\n"
+           "        # the command to run, then its arguments (files)\n"
+           "        if ((COMP_CWORD == dashdash + 1)); then\n"
+           "            COMPREPLY=($(compgen -c -- \"$cur\" | sort -u))\n"
+           "        else\n"
+           "            COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+           "        fi\n"
+           "        return\n"
+           "    fi\n"
+           "    case $cmd in\n"
+           "    '') COMPREPLY=($(compgen -W '%s %s' -- \"$cur\")); return ;;\n"
+           "    help) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
+           "    completion) COMPREPLY=($(compgen -W 'bash' -- \"$cur\")); return ;;\n",
+           words, globals, words);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const command *c = &commands[i];
+        if (!c->synopsis || !c->help || !strcmp(c->name, "completion"))
+            continue;
+        char opts[1024] = "";
+        help_options(c->help, opts, sizeof opts);
+        size_t n = strlen(opts);
+        while (n && opts[n - 1] == ' ')
+            opts[--n] = '\0';
+        printf("    %s) opts='%s' ;;\n", c->name, opts[0] == ' ' ? opts + 1 : opts);
+    }
+    printf("    esac\n"
+           "    if [[ $cur == -* ]]; then\n"
+           "        COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n"
+           "    fi\n"
+           "}\n"
+           "complete -o default -F _dlock dlock\n");
+    return finish_stdout("completion");
+}
 
 int main(int argc, char **argv)
 {
