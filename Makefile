@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # A thin front over CMake for people who expect `make`.
 BUILD ?= build
 PREFIX ?= /usr/local

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """compare.py — compare two bench/matrix.sh outputs row by row.
 
     bench/compare.py OLD.jsonl NEW.jsonl [--threshold PCT]

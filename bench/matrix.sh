@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # matrix.sh — run the fixed `dlock bench` matrix on every backend given, one
 # JSON line per row, so that two builds can be compared row by row with
 # bench/compare.py, and a run checked against the targets with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # mysql_flushes.sh [SECS] [MODE...] — the server's log flushes per
 # uncontended lock cycle (P=1) and per 8-waiter hand-over (P=8, 100 µs
 # held) in each mysql mode (getlock, lease, rowlock: all three by default),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # mysql_sequence_crash.sh [TRIES] — does a MariaDB SEQUENCE with a CACHE stay
 # monotonic across a crash? On a server with production durability
 # (tests/servers.sh, DLOCK_SERVERS_DURABLE=1): make a sequence (CACHE 1000),

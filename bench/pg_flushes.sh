@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # pg_flushes.sh — WAL flushes (pg_stat_wal's wal_sync, with wal_write and
 # wal_records beside it) per uncontended cycle and per 8-waiter hand-over,
 # in each PostgreSQL mode, on a server with production durability. Counts,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """rows.py — reading the JSON lines of bench/matrix.sh, for compare.py and
 targets.py (standard library only)."""
 import json

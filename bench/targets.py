@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """targets.py — the figures of one bench/matrix.sh run against their targets.
 
     bench/targets.py RUN.jsonl [--json]

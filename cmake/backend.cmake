@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # dlock_backend(NAME DESCRIPTORS d... SOURCES s... [LIB_SOURCES s...]
 #               [TOOLS s...]
 #               [PKG module... | LIBRARY lib HEADER header] [DLOPEN module...]

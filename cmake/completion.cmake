@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DDLOCK=path/to/dlock -DOUT=file -P completion.cmake: the bash
 # completion script, as the built command prints it from its own tables.
 execute_process(COMMAND ${DLOCK} completion bash OUTPUT_FILE ${OUT}.tmp RESULT_VARIABLE rc)

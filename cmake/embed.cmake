@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Turn a text file into a C string constant: cmake -DIN=f -DOUT=f.c -DNAME=sym -P embed.cmake
 # With -DLUA_MAIN=1 (the Redis lock script, which defines main(KEYS, ARGV)) it
 # writes four: NAME_function (dlock_ and the first 16 hex digits of the

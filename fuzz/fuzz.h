@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz.h — what every libFuzzer target of dlock shares. */
 #ifndef DLOCK_FUZZ_H
 #define DLOCK_FUZZ_H

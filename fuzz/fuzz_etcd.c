@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_etcd.c — libFuzzer target for what the etcd backend reads out of the
  * server: the JSON gateway's replies and watch streams (any bytes a server,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_memcached.c — libFuzzer target for what the memcached backend reads
  * out of the server: meta protocol replies (any bytes a server, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* fuzz_name.c — libFuzzer target for dlock_name_valid: whatever it accepts
  * is safe to use as a file name and a key. */
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_reply.c — libFuzzer target for what dlock reads out of Redis replies.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_url.c — libFuzzer target for dl_url_parse.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_zk.c — libFuzzer target for what the ZooKeeper backend reads out of
  * the server: the children of a name's node (any strings a server or another

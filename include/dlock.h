@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock.h — distributed locks over the systems you already run.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Build the dlock package: the C extension dlock._dlock over libdlock.
 
 Where libdlock comes from, first found wins:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The main job, on the embedded backend (no server needed): several processes
 # increment one counter file under `dlock run`, each increment a read, a short
 # pause and a write. Without the lock, updates get lost; with it, the count

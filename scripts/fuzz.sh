@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Build the libFuzzer targets with clang and run each for SECONDS (default 20)
 # on a scratch copy of its seed corpus, so that runs never write into fuzz/.
 # Exits non-zero if any target crashes; the crashing input is left in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Install the Debian packages dlock needs to build and test. Idempotent and
 # quick when everything is already there: apt runs only for what is missing.
 #   scripts/install-deps.sh          what the build, the tests and the demo need

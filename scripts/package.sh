@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Build the Debian packages (libdlock0, libdlock-dev, dlock) from this
 # checkout with Debian's own tools (debian/, dpkg-buildpackage), into
 # build-deb/ (or $1): the .deb files, .buildinfo and .changes land there.

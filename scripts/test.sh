@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole test suite, as CI runs it: the ordinary build, then clang builds
 # with ASan+UBSan and with TSan, then valgrind memcheck, then the fuzzers for
 # a short while. Each step is a CTest run over the same tests, but one: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * core.c — the part of libdlock every backend shares: errors, the backend
  * registry, clients and lock handles, re-entry, lease renewal and loss

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_debug.h — what the library exports for dlock's own tests and
  * harness, beside the public API: not installed, no promise kept across

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proc_threads.h — how many threads this process runs, for the places that
  * fork without exec and must not do so from a threaded process (the bench

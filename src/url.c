@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * url.c — backend URLs and lock names.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench_redis_test.sh — short `dlock bench` runs on real Redis servers (one
 # master, five Redlock masters) started by tests/servers.sh: the SPEC §7
 # fields, the PING baseline (rtt_p50_us, and rtt_single_p50_us for Redlock),

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # bench_test.sh — short `dlock bench` runs on the embedded file backend:
 # every SPEC §7 field present, no violations, the scale modes, clean-up on
 # SIGINT. Speed is measured, never asserted. Needs $DLOCK and python3.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_etcd_split_test.sh — `dlock check --scenario partition-member` on a
 # three-member etcd cluster whose members live in network namespaces of
 # their own (tests/servers.sh etcd3n): the holder's client reaches only a

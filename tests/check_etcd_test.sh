@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_etcd_test.sh — `dlock check` with server faults on etcd: a single
 # member and a three-member cluster started by tests/servers.sh, short runs
 # of each scenario they allow, verdicts asserted from --json. Never asserts

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_memcached_test.sh — `dlock check` with faults on memcached: one server
 # started by tests/servers.sh (kind memcached), short runs of each scenario,
 # verdicts asserted from --json; then eviction, which dlock check has no

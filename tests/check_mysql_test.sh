@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_mysql_test.sh — `dlock check` with faults on MySQL/MariaDB, each of
 # its three modes: one server started by tests/servers.sh (kind mariadb,
 # shared by the three), short runs of each scenario, verdicts asserted from

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_postgres_test.sh — `dlock check` with faults on PostgreSQL advisory
 # locks: a server started by tests/servers.sh, short runs of each scenario,
 # verdicts asserted from --json. Never asserts timings. Skipped (exit 77)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_redis_test.sh — `dlock check` with server faults on the Redis family:
 # real servers started by tests/servers.sh (one master, five Redlock masters,
 # a Sentinel deployment), short runs of each scenario, verdicts asserted from

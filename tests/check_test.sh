@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # check_test.sh — `dlock check` on the embedded file backend: verdicts of the
 # fault scenarios, the checker on a hand-made history, and clean-up on
 # SIGTERM. Needs $DLOCK (the built CLI) and python3; asserts on JSON only,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_zk_split_test.sh — `dlock check --scenario partition-member` on a
 # three-member ZooKeeper ensemble whose members reach each other through
 # relays (tests/servers.sh zk3p): the holder's client reaches only a

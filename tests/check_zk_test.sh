@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check_zk_test.sh — `dlock check` with server faults on ZooKeeper: a real
 # three-member ensemble started by tests/servers.sh, short runs of each
 # scenario a consensus ensemble allows, verdicts asserted from --json. Never

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_etcd3_test.sh — dlock(1) on a three-member etcd cluster with its first
 # member stalled (SIGSTOP: it accepts connections and never answers). The
 # clients list that member first: a new run must reach the two healthy

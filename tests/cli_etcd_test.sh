@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_etcd_test.sh — dlock(1) on etcd, the hostile cases: what one run
 # writes; a key deleted during a run is a loss; a run longer than
 # the lease keeps its lock; conflicts with every -E code run nothing;

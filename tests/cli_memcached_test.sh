@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_memcached_test.sh — dlock(1) on memcached (an item per held lock, taken
 # with an add, renewed every ttl/3 and released by compare-and-swap; waiters
 # poll), the hostile cases: `dlock backends` (weak fencing, the liveness

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_mysql_test.sh — dlock(1) on MySQL/MariaDB, each of its three modes
 # (getlock: GET_LOCK on a connection of its own; rowlock: a row locked by an
 # open transaction; lease: a row with an expiry, renewed every ttl/3), the

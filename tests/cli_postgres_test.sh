@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_postgres_test.sh — dlock(1) on PostgreSQL advisory locks, the hostile
 # cases: conflicts with every -E code run nothing; SIGTERM while waiting
 # leaves no waiter in the server's lock queue; kill -9 of a holder frees the

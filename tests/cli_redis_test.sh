@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_redis_test.sh — dlock(1) on a lease backend: a real redis-server on a
 # spare loopback port. Covers what the file backend cannot: an unreachable
 # backend (exit 69), password redaction, lease renewal while holding, and a

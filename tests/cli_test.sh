@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_test.sh — end-to-end tests of dlock(1) on the embedded file backend:
 # usage errors, exit codes, the command's environment, waiting, signals,
 # loss of the lock, death of dlock itself, and mutual exclusion.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # cli_zk_test.sh — dlock(1) on ZooKeeper, where a lock's span is its
 # session's, not the ttl asked for: a run longer than that span keeps its
 # lock (the guardian follows the lock's own deadline); a holder whose

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # docs_test.sh — the manual pages stay true to the code: every function of
 # include/dlock.h has a page (its NAME line, which CMake turns into a link
 # page) and is in libdlock(3); the pages render without warnings and carry
 # one date; every command of `dlock --help` and every option of its help
 # is in dlock(1); every environment variable the code reads is in its
-# ENVIRONMENT section.
+# ENVIRONMENT section; every source file names the licence.
 #
 # Needs: DLOCK (the built dlock), DLOCK_SOURCE_DIR (the source tree).
 set -uo pipefail
@@ -103,4 +104,13 @@ for v in $envs; do
     grep -q "\b$v\b" <<<"$environment" && ok "dlock(1) ENVIRONMENT has $v" ||
         bad "dlock(1) ENVIRONMENT lacks $v"
 done
+
+# ---- the licence: every source file says it (SPDX) ----------------------------
+if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+    unlicensed=$(git -C "$SRC" ls-files -- '*.c' '*.h' '*.sh' '*.py' '*.pyi' '*.cmake' '*.in' \
+        '*.lua' '*.js' '*.java' '*.1' '*.3' CMakeLists.txt '*/CMakeLists.txt' Makefile |
+        while read -r f; do head -c 400 "$SRC/$f" | grep -q 'SPDX-License-Identifier: MIT' || echo "$f"; done)
+    [ -z "$unlicensed" ] && ok "every source file carries SPDX-License-Identifier: MIT" ||
+        bad "no SPDX line: $(echo $unlicensed)"
+fi
 finish

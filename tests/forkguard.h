@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * forkguard.h — included first into every test program (tests/CMakeLists.txt).
  * A child forked from a process that runs threads (a client's: ZooKeeper's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The CLI's main paths under valgrind: every run must end with no memory
 # errors and no leaks (valgrind exits 99 otherwise).
 set -euo pipefail

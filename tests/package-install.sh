@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Debian packages as a user gets them: build them (scripts/package.sh),
 # install them with apt-get, then, from the installed files only (not this
 # checkout's build), build the README's C example with pkg-config (shared

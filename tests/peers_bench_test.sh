@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # peers_bench_test.sh — bench/peers/: each peer client installed here runs
 # dlock bench's workload for a moment on a real server (redis and memcached
 # by default, and the embedded file backend; DLOCK_PEERS_TEST_KINDS="redis

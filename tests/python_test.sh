@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # python_test.sh — the Python package (python/, issue 29): built from a copy
 # of python/ against this build's libdlock_static.a into a scratch directory
 # (pip --no-build-isolation --target, offline, no root; setup.py build_ext

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # servers.sh — start real servers on spare loopback ports for the tests, and
 # stop them afterwards. Source it from a test script, or run a command with
 # servers around it:

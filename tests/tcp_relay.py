@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 # tcp_relay.py LISTEN_PORT TARGET_PORT [LISTEN_PORT TARGET_PORT...] — plain
 # TCP relays on loopback, for tests that freeze a network link: SIGSTOP the
 # relay and every byte stops both ways, on every pair, while the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_checker.c — the history checker of `dlock check`, on hand-made
  * histories with known faults. The checker is pure logic with no process of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_conformance.c — the lock contract of SPEC §§2–3, stated once and run
  * against every backend URL it is given.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_etcd.c — the etcd backend's own behaviour against a real server
  * started by tests/servers.sh (DLOCK_TEST_ETCD=etcd://127.0.0.1:C?ttl=2;

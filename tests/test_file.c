@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_file.c — the embedded file backend and the core, with real processes
  * and threads contending on real kernel locks in a scratch directory.

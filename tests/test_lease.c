@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_lease.c — the core's lease bookkeeping against a real Redis server
  * that the test freezes (SIGSTOP): a held lease is declared lost at its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_many.c — one client holding many leases at once, on real servers
  * (a single Redis, a cluster, a Redlock of five masters, two memcached

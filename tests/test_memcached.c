@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_memcached.c — the memcached backend's own behaviour against real
  * servers started by tests/servers.sh (DLOCK_TEST_MEMCACHED, one server of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mysql.c — the MySQL/MariaDB backend's own behaviour, in its three
  * modes (getlock, lease, rowlock), against a real MariaDB server started by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_postgres.c — the PostgreSQL backend's own behaviour (mode=advisory)
  * against a real server started by tests/servers.sh

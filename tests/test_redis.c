@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_redis.c — the Redis family against real servers started by
  * tests/servers.sh (URLs in DLOCK_TEST_REDIS, _SENTINEL, _CLUSTER, _REDLOCK).

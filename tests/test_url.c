@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* test_url.c — backend URL parsing, redaction and lock-name validation. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_zk.c — the ZooKeeper backend's own behaviour against a real server
  * started by tests/servers.sh (DLOCK_TEST_ZK=zk://127.0.0.1:P?session=2000,

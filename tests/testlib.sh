@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # testlib.sh — what the shell tests share: the preamble, skipping, one line
 # per check ("ok - ..." or "not ok - ..."), assertions on JSON output, and a
 # closing count. Every tests/*_test.sh starts

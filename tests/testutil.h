@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * testutil.h — what the cmocka tests that open clients share (the
  * conformance suite and the backends' own tests): clocks, unique names,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * token_crash.h — fencing tokens across a crash of the server that hands
  * them out (PostgreSQL's sequence, MariaDB's epoch): drawers take and give

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CuratorPeer — one worker of bench/peers/peer_bench.py with Apache Curator's
 // InterProcessMutex (Debian's libcurator-recipes-java): connect, print
 // "ready", read "START_NS END_NS", loop acquire / busy-wait HOLD_US /

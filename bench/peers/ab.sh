@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # ab.sh — two or more dlock builds (or one build under several settings)
 # against one peer client, interleaved in one run on the same server: the
 # A/B comparison behind a change's figures (issue 24). Rows: the

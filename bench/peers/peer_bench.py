@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """peer_bench.py — the workload of `dlock bench`, run with the client a user
 would pick instead of dlock, printing the same JSON fields.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_min.c — one worker of bench/peers/peer_bench.py ("redis-c"): the
  * least a C program needs to run dlock's own Redis protocol, as the floor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // redlock_peer.js — one worker of bench/peers/peer_bench.py with node-redlock
 // 4 on ioredis (npm, installed in bench/peers/node by scripts/install-deps.sh
 // peers): connect, print "ready", read "START_NS END_NS", loop lock /

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # run.sh — dlock against the clients people would pick instead (issue 24),
 # interleaved in one run on the same servers, with the servers of
 # tests/servers.sh started twice: with the test suite's fast settings and

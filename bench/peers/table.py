@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """table.py — dlock against its peers, from the lines of `bench/matrix.sh -p`.
 
     bench/peers/table.py RUN.jsonl [RUN2.jsonl ...] [--json]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """writes.py — the server's own count of its writes, read before and after a
 run, so that dlock and each peer can be compared on writes per section
 (issue 24: on servers with their production durability every write to the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """dlock — distributed locks over the systems you already run.
 
 One API over every libdlock backend, chosen by URL: the embedded ``file://``

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * _dlock.c — the CPython extension over libdlock's public API (dlock.h).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Type stubs for dlock._dlock, the C layer of the dlock package."""
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Fixtures of the dlock package's tests.
 
 The backends come from tests/servers.sh (tests/python_test.sh runs pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The lock contract through Python, on every backend the servers run for."""
 import asyncio
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Reference counting and leaks: lock/unlock loops hold their memory flat."""
 import gc
 import os

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* child.c — the command under the lock (`dlock run`, `dlock elect`).
  *
  * The command runs in its own process group so that the whole group can be

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cli.h — pieces of the dlock command shared between its files. */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H

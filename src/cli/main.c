@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* main.c — dlock(1): global options, the command table (usage list, help,
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* run.c — `dlock run`, `dlock hold` and `dlock elect`: options, taking the
  * lock (with a helper thread that reports and cancels), holding it, and
  * giving it back. The command itself is supervised in child.c; signals

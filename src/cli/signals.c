@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* signals.c — the self-pipe through which run.c and child.c receive
  * signals. It lives apart from both so that each can use it without the
  * other: run.c sets it up and waits on it, child.c (the supervisor, the

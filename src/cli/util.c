@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* util.c — messages, argument parsing and small conversions for dlock(1). */
 #include "cli.h"
 #include "harness/tools.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.c — `dlock bench` (SPEC §7): the cost of locking on any backend.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench_common.c — clocks, worker groups and statistics for bench and check. */
 #include "measure.h"
 #include "proc_threads.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check.c — `dlock check` (SPEC §8): what the lock really guarantees, measured.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check.h — the `dlock check` harness (SPEC §8), shared by its files:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* check_history.c — histories of `dlock check` runs: text form and checker. */
 #include "check_history.h"
 

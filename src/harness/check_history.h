@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_history.h — the history of a `dlock check` run and its checker.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_relay.c — per-worker TCP relays between `dlock check` workers and the
  * servers of the URL, for the partition scenario.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_run.c — one run of a `dlock check` scenario.
  *

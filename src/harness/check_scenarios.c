@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_scenarios.c — the fault scenarios of `dlock check`.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_servers.c — the servers `dlock check` faults, found in a directory
  * that tests/servers.sh (or anyone else) fills with one NAME.pid, NAME.port

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * measure.h — what `dlock bench` and `dlock check` share: clocks, worker
  * process groups, interruption, percentiles and the file backend's directory

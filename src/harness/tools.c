@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.c — the harness operations of tools.h, dispatched through the
  * backend's table in the registry (dh_registry).

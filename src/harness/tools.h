@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.h — what dlock's own tools (`dlock bench`, `dlock check`) ask of a
  * backend beside the lock: its cheapest round trip, the bare hand-over chain

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * queue.c — the rule of a queue of waiters ordered by arrival (ZooKeeper's
  * sequential nodes, etcd's keys): who holds, whom a waiter watches, which

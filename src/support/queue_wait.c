@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * queue_wait.c — the acquisition loop of a queue backend (ZooKeeper's
  * sequential nodes, etcd's keys): read the queue, apply the queue rule

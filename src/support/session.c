@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * session.c — the watcher of sessions that hold locks (see support.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * support.h — what backends share beneath their own logic: waiting on a
  * descriptor with a deadline and a cancel descriptor, napping, backoff,

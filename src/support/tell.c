@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tell.c — telling holders of a loss outside the mutex (see tell.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tell.h — telling holders of a loss outside the mutex: used by the core's
  * lease threads and by the backends that find losses under their own mutex

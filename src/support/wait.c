@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * wait.c — waiting with a deadline and a cancel descriptor, naps and
  * backoff, for every backend (see support.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * client.c — the etcd backend's transport and what a client keeps up: the
  * gateway connections and requests, the lease and its keep-alive, losses,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ec_int.h — the etcd backend's libcurl table, client, connections and
  * requests, for its files (client.c, the transport, the lease and the

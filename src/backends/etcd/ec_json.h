@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ec_json.h — what the etcd backend reads out of the gateway's bytes: JSON
  * replies and watch streams, the keys and values in them, base64. Pure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * etcd.c — etcd v3: a lease per client, a key per waiter, a watch on
  * the predecessor.

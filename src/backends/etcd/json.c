@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * json.c — what the etcd backend reads out of the gateway's bytes
  * (ec_json.h): JSON replies and watch streams, the keys and values in them,

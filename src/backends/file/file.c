@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * file.c — the embedded backend, `file:///DIR`: open file description
  * (F_OFD_*) locks on one file per lock name.

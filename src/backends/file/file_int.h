@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * file_int.h — the embedded backend's client, for its files (file.c, the
  * lock; tools.c, the harness's operations).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.c — the embedded backend's harness operations (src/harness/tools.h):
  * its round trip is a kernel lock on a file of its directory, and its names

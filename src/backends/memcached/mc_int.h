@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mc_int.h — the memcached backend's servers, connections and calls, for its
  * files (memcached.c, the lock; tools.c, the harness's operations).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mc_proto.h — what the memcached backend reads and writes of the server's
  * bytes: meta protocol replies, and the value of a lock item. Written by

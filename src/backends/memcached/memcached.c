@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * memcached.c — memcached: an item per held lock, taken with "add",
  * renewed and released only by its owner with compare-and-swap, over

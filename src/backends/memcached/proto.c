@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto.c — memcached's meta protocol replies and the lock item's value
  * (mc_proto.h), fuzzed by fuzz/fuzz_memcached.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * getlock.c — MySQL's mode=getlock (the default), one of the backend's
  * three modes (mysql.c: what they share; my_int.h).

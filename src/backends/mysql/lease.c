@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lease.c — MySQL's mode=lease, one of the backend's three modes
  * (mysql.c: what they share; my_int.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * my_int.h — the MySQL/MariaDB backend's client library table, connections,
  * statements and modes, for its files: mysql.c (what the modes share:

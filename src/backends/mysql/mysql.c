@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mysql.c — MySQL / MariaDB: user locks (mode=getlock), the seeds'
  * unique-index lease table (mode=lease), a row locked by an open

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rowlock.c — MySQL's mode=rowlock, one of the backend's three modes
  * (mysql.c: what they share; my_int.h).

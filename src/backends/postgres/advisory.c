@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * advisory.c — PostgreSQL's mode=advisory (the default), one of the
  * backend's three modes (postgres.c: what they share; pg_int.h).

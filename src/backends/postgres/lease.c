@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lease.c — PostgreSQL's mode=lease, one of the backend's three modes
  * (postgres.c: what they share; pg_int.h).

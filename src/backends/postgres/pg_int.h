@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pg_int.h — the PostgreSQL backend's libpq table, sessions, statements
  * and modes, for its files: postgres.c (what the modes share: libpq,

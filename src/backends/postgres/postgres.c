@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * postgres.c — PostgreSQL: session advisory locks (mode=advisory), the
  * seeds' lock table with leases (mode=lease), row locks held by an open

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rowlock.c — PostgreSQL's mode=rowlock, one of the backend's three modes
  * (postgres.c: what they share; pg_int.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.c — the PostgreSQL backend's harness operations (src/harness/tools.h),
  * for dlock bench and dlock check: compiled into dlock_harness, not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cluster.c — routing lock keys to the masters of a Redis Cluster.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.c — connections to Redis servers for the whole Redis family.
  *

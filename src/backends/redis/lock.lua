@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- lock.lua — every state change of a dlock lock on Redis, one atomic script.
 --
 -- KEYS[1] = "dlock:{NAME}:lock"; every other key of the lock is derived from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis.c — the `redis://`, `redis+sentinel://` and `redis+cluster://`
  * backend: one master (found directly, through Sentinel, or per slot in a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_cluster.h — slot routing for redis+cluster:// (hiredis 0.14 has no
  * cluster support, so the few pieces a lock needs are written here).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redis_int.h — what the Redis family (redis://, redis+sentinel://,
  * redis+cluster://, redlock://) shares: connections with timeouts and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * redlock.c — `redlock://h1:p1,h2:p2,...`: Redlock over N independent Redis
  * masters (exclusive locks).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.c — the Redis family's harness operations (src/harness/tools.h), for
  * `dlock bench` and `dlock check`: the PING round trip, the bare RPUSH ->

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * nodes.c — the ZooKeeper backend's reading of node names and node data
  * (zk_nodes.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * session.c — the ZooKeeper backend's transport: calls to the C client,
  * the session and its watcher, orphaned nodes, requests with deadlines, and

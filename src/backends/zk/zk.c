@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * zk.c — ZooKeeper: ephemeral sequential znodes, a watch on the
  * predecessor only.

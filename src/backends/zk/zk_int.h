@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * zk_int.h — the ZooKeeper backend's client, calls and sessions, for its
  * files (session.c, the transport: calls, the session, requests; zk.c, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * zk_nodes.h — what the ZooKeeper backend reads out of a name's children and
  * a holder's node: node names "KIND-OWNER-SEQUENCE" into the queue in
