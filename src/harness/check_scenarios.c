@@ -357,8 +357,13 @@ static int kill_while_held(chk_run *r, int (*pick)(chk_run *r, int *victims), co
             snprintf(r->note, sizeof r->note, "the first holder after the fault %.0f ms after the "
                      "parked one let go", (double)(ms_now_ns() - let_go) / 1e6);
         } else if (!r->error[0] && !r->interrupted) {
+            /* Whether the servers left elected a leader says whose the
+             * stall is: the deployment's (none) or the clients' (one). */
+            const chk_servers *sv = r->cfg->servers;
+            int ld = sv->leader ? sv->leader(sv->state) : -ENOTSUP;
             snprintf(r->note, sizeof r->note, "nobody took the lock within %.0f s after the "
-                     "parked holder let go", (double)RECOVERY_WAIT_NS / 1e9);
+                     "parked holder let go (the leader then: %s)", (double)RECOVERY_WAIT_NS / 1e9,
+                     ld >= 0 ? sv->name(sv->state, ld) : strerror(-ld));
         }
     }
     int64_t left = r->end_ns - ms_now_ns();
