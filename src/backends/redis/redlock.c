@@ -577,34 +577,68 @@ static void on_all_name(rlclient *rc, const char *name, const char *op, redisRep
     on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL, NULL, 0);
 }
 
+/*
+ * The holder a quorum of masters agree on: who[i] is what master i shows
+ * of its holder (NULL: no answer, "": free), tok[i] its token there.
+ * Returns a master that shows it, or -1 when no quorum agrees; *token gets
+ * the token most of those masters show (the quorum it was granted or
+ * published on; a master that applied a grant of the same try late shows
+ * a higher one of its own), ties to the lower.
+ */
+static int quorum_holder(const rlclient *rc, const char *const *who, const long long *tok,
+                         uint64_t *token)
+{
+    int best = -1, best_votes = 0;
+    for (int i = 0; i < rc->n; i++) {
+        if (!who[i] || !who[i][0])
+            continue;
+        int votes = 0;
+        for (int j = 0; j < rc->n; j++)
+            votes += who[j] && strcmp(who[j], who[i]) == 0;
+        if (votes > best_votes) {
+            best_votes = votes;
+            best = i;
+        }
+    }
+    if (best_votes < rc->quorum)
+        return -1;
+    int tok_votes = 0;
+    for (int i = 0; i < rc->n; i++) {
+        if (!who[i] || strcmp(who[i], who[best]) != 0)
+            continue;
+        int v = 0;
+        for (int j = 0; j < rc->n; j++)
+            v += who[j] && strcmp(who[j], who[best]) == 0 && tok[j] == tok[i];
+        if (v > tok_votes || (v == tok_votes && (uint64_t)tok[i] < *token)) {
+            tok_votes = v;
+            *token = (uint64_t)tok[i];
+        }
+    }
+    return best;
+}
+
 static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
     redisReply *r[rc->n];
     on_all_name(rc, name, "info", r);
-    int answered = 0, best = -1, best_votes = 0;
+    int answered = 0;
     rd_info f[rc->n];
+    const char *owner[rc->n];
+    long long tok[rc->n];
     for (int i = 0; i < rc->n; i++) {
+        owner[i] = NULL;
         if (r[i] && rd_info_reply(r[i], &f[i]) != 0) {
             freeReplyObject(r[i]);
             r[i] = NULL;
         }
-    }
-    for (int i = 0; i < rc->n; i++) {
         if (!r[i])
             continue;
         answered++;
+        owner[i] = f[i].owner;
+        tok[i] = f[i].token;
         if ((uint64_t)f[i].last_token > info->token)
             info->token = (uint64_t)f[i].last_token;
-        if (!f[i].owner[0])
-            continue;
-        int votes = 0;
-        for (int j = 0; j < rc->n; j++)
-            votes += r[j] && strcmp(f[j].owner, f[i].owner) == 0;
-        if (votes > best_votes) {
-            best_votes = votes;
-            best = i;
-        }
     }
     if (answered < rc->quorum) {
         free_all(rc, r);
@@ -612,25 +646,10 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
                              "inspect \"%s\": only %d of %d masters answered", name, answered,
                              rc->n);
     }
-    info->held = best_votes >= rc->quorum;
+    int best = quorum_holder(rc, owner, tok, &info->token);
+    info->held = best >= 0;
     info->holders = info->held ? 1 : 0;
     if (info->held) {
-        /* The holder's token is the one most of its masters show (the
-         * quorum it was granted or published on); a master that applied
-         * a grant of the same try late shows a higher one of its own.
-         * Ties go to the lower. */
-        int tok_votes = 0;
-        for (int i = 0; i < rc->n; i++) {
-            if (!r[i] || strcmp(f[i].owner, f[best].owner) != 0)
-                continue;
-            int v = 0;
-            for (int j = 0; j < rc->n; j++)
-                v += r[j] && strcmp(f[j].owner, f[best].owner) == 0 && f[j].token == f[i].token;
-            if (v > tok_votes || (v == tok_votes && (uint64_t)f[i].token < info->token)) {
-                tok_votes = v;
-                info->token = (uint64_t)f[i].token;
-            }
-        }
         snprintf(info->holder, sizeof info->holder, "%s", f[best].holder);
         info->held_ms = f[best].now - f[best].since;
         info->lease_ms = f[best].pttl;
@@ -639,17 +658,25 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
     return 0;
 }
 
+/* The break clears every master; it broke a holder only if a quorum held it.
+ * Keys on fewer (a release that a quorum has answered and the rest have not
+ * applied yet, a try's partial grant) held nothing, and saying otherwise
+ * would tell an operator that a free lock was taken from someone. */
 static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
     redisReply *r[rc->n];
     on_all_name(rc, name, "brk", r);
-    int answered = 0, had = 0;
-    dlock_info scratch = *info;
+    int answered = 0;
+    dlock_info each[rc->n];
+    const char *holder[rc->n];
+    long long tok[rc->n];
     for (int i = 0; i < rc->n; i++) {
-        int b = rd_break_reply(r[i], &scratch);
+        memset(&each[i], 0, sizeof each[i]);
+        int b = rd_break_reply(r[i], &each[i]);
         answered += b >= 0;
-        had += b > 0;
+        holder[i] = b > 0 ? each[i].holder : b == 0 ? "" : NULL;
+        tok[i] = (long long)each[i].token;
     }
     free_all(rc, r);
     if (answered < rc->n)
@@ -657,12 +684,14 @@ static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
                              "break \"%s\": only %d of %d masters answered; the others may "
                              "still hold it (run break again when they are back)",
                              name, answered, rc->n);
-    if (had == 0) {
+    int best = quorum_holder(rc, holder, tok, &info->token);
+    if (best < 0) {
         info->held = info->holders = 0; /* the core says nothing was held */
         return 0;
     }
-    *info = scratch;
-    info->holders = 1; /* one holder, counted once per master above */
+    info->held = 1;
+    info->holders = 1;
+    snprintf(info->holder, sizeof info->holder, "%s", each[best].holder);
     return 0;
 }
 
