@@ -269,9 +269,20 @@ static atomic_int relay_forward = -1;
 static PyObject *signal_set_wakeup_fd;
 static PyObject *wakeup_kwargs; /* {"warn_on_full_buffer": False} */
 
+/* The thread Python runs signal handlers in (threading.main_thread(), read
+ * at import; in a forked child, the thread that forked). Kept here because
+ * CPython's own test for it (_PyOS_IsMainThread) is private API. */
+static atomic_ulong main_thread_ident;
+
+static int on_main_thread(void)
+{
+    return PyThread_get_thread_ident() == atomic_load(&main_thread_ident);
+}
+
 static void atfork_child(void)
 {
     atomic_fetch_add(&fork_gen, 1);
+    atomic_store(&main_thread_ident, PyThread_get_thread_ident());
     /* The workers are not in the child; nor are their jobs. */
     pthread_mutex_init(&pool_mu, NULL);
     pthread_cond_init(&pool_cv, NULL);
@@ -1038,7 +1049,7 @@ static PyObject *Lock_acquire(LockObject *self, PyObject *args, PyObject *kw)
     if (lock_enter(self) < 0)
         return NULL;
     int rc;
-    if (tmo == 0 || !_PyOS_IsMainThread()) {
+    if (tmo == 0 || !on_main_thread()) {
         dlock_lock *l = self->l;
         Py_BEGIN_ALLOW_THREADS
         rc = dlock_acquire(l, tmo);
@@ -1079,7 +1090,7 @@ static PyObject *Lock_campaign(LockObject *self, PyObject *args)
     j.one = self->l;
     snprintf(j.value, sizeof j.value, "%s", value);
     int rc;
-    if (tmo == 0 || !_PyOS_IsMainThread()) {
+    if (tmo == 0 || !on_main_thread()) {
         Py_BEGIN_ALLOW_THREADS
         job_run(&j);
         Py_END_ALLOW_THREADS
@@ -1411,7 +1422,7 @@ static PyObject *mod_acquire_all(PyObject *mod, PyObject *args)
         j.locks[entered] = lk->l;
     }
     int rc;
-    if (tmo == 0 || !_PyOS_IsMainThread()) {
+    if (tmo == 0 || !on_main_thread()) {
         Py_BEGIN_ALLOW_THREADS
         job_run(&j);
         Py_END_ALLOW_THREADS
@@ -1645,9 +1656,19 @@ PyMODINIT_FUNC PyInit__dlock(void)
     if (!threading)
         goto fail;
     threading_Event = PyObject_GetAttrString(threading, "Event");
+    PyObject *main_th = PyObject_CallMethod(threading, "main_thread", NULL);
     Py_DECREF(threading);
-    if (!threading_Event)
+    if (!threading_Event || !main_th)
         goto fail;
+    PyObject *ident = PyObject_GetAttrString(main_th, "ident");
+    Py_DECREF(main_th);
+    if (!ident)
+        goto fail;
+    unsigned long main_ident = PyLong_AsUnsignedLong(ident);
+    Py_DECREF(ident);
+    if (main_ident == (unsigned long)-1 && PyErr_Occurred())
+        goto fail;
+    atomic_store(&main_thread_ident, main_ident);
     PyObject *sigmod = PyImport_ImportModule("signal");
     if (!sigmod)
         goto fail;

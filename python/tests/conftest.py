@@ -75,6 +75,7 @@ def pytest_sessionfinish(session, exitstatus):
 def target(request):
     """(label, url) of one backend; skipped when its server is not running."""
     label = request.param
+    request.node.user_properties.append(("label", label))  # (the summary's key)
     url = url_of(label)
     if url is None:
         pytest.skip("%s: $%s is not set (its server was not started)" % (label, ENV_OF[label]))
@@ -147,7 +148,7 @@ def pytest_terminal_summary(terminalreporter):
     for key in ("passed", "skipped", "failed", "error"):
         for rep in terminalreporter.stats.get(key, []):
             nodeid = getattr(rep, "nodeid", "")
-            label = nodeid.rsplit("[", 1)[1].rstrip("]") if nodeid.endswith("]") else "-"
+            label = dict(getattr(rep, "user_properties", ())).get("label", "-")
             counts.setdefault(label, {}).setdefault(key, 0)
             counts[label][key] += 1
     terminalreporter.write_sep("-", "per backend (label: passed/skipped/failed)")

@@ -354,32 +354,57 @@ def test_election(url, client, name):
 
 
 SIGINT_CHILD = r"""
-import sys, threading, time, dlock
-url, name = sys.argv[1], sys.argv[2]
-c = dlock.Client(url)
-lk = c.lock(name)
-def tell():
-    while lk.state != dlock.State.WAITING:
-        time.sleep(0.005)
-    print("waiting", flush=True)
-threading.Thread(target=tell, daemon=True).start()
-try:
-    lk.acquire()
-    print("acquired?!", flush=True)
-except KeyboardInterrupt:
-    print("interrupted %s %d" % (lk.state.name, lk.count), flush=True)
-c.close()
+import os, sys, threading, time
+url, name, how = sys.argv[1], sys.argv[2], sys.argv[3]
+if how == "imported-in-thread":  # the module learns the main thread all the same
+    t = threading.Thread(target=lambda: __import__("dlock"))
+    t.start()
+    t.join()
+import dlock
+
+def wait_interrupted():
+    c = dlock.Client(url)
+    lk = c.lock(name)
+    def tell():
+        while lk.state != dlock.State.WAITING:
+            time.sleep(0.005)
+        print("waiting %d" % os.getpid(), flush=True)
+    threading.Thread(target=tell, daemon=True).start()
+    try:
+        lk.acquire()
+        print("acquired?!", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted %s %d" % (lk.state.name, lk.count), flush=True)
+    c.close()
+
+if how == "forked-from-thread":  # in the child, the forking thread is the main one
+    def fork_here():
+        pid = os.fork()
+        if pid == 0:
+            wait_interrupted()
+            os._exit(0)
+        _, st = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(st))
+    t = threading.Thread(target=fork_here)
+    t.start()
+    t.join()
+else:
+    wait_interrupted()
 """
 
 
-def test_ctrl_c_interrupts_wait(url, client, name):
+@pytest.mark.parametrize("how", ["main", "imported-in-thread", "forked-from-thread"])
+def test_ctrl_c_interrupts_wait(url, client, name, how):
+    """Ctrl-C ends a wait in the thread Python runs signal handlers in, wherever
+    the module was imported and after a fork from another thread."""
     holder = client.lock(name)
     holder.acquire()
-    p = spawn_py(SIGINT_CHILD, url, name)
+    p = spawn_py(SIGINT_CHILD, url, name, how)
     try:
-        assert p.stdout.readline().strip() == "waiting", p.stderr.read() if p.poll() else ""
+        line = p.stdout.readline().split()
+        assert line[:1] == ["waiting"], p.stderr.read() if p.poll() else line
         t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
+        os.kill(int(line[1]), signal.SIGINT)
         out, err = p.communicate(timeout=60)
         took = time.monotonic() - t0
     finally:
