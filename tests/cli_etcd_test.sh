@@ -125,11 +125,7 @@ fi
 # A holder whose network freezes: its command is stopped before another
 # client can have the lock (the server waits the whole lease).
 rport=$(srv_free_port)
-python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-for _ in $(seq 100); do # (python's start on a loaded machine)
-    (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
-    sleep 0.1
-done
+start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "etcd://127.0.0.1:$rport?ttl=2" run frozen -- \
     sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
 wait_held frozen || bad "frozen holder: never held: $(cat "$TMP/frozen.err")"

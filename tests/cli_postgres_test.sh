@@ -86,8 +86,7 @@ fi
 # A holder whose network freezes: the server keeps its session and so its
 # lock; another client must not get it while the holder's command runs.
 rport=$(srv_free_port)
-python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-sleep 0.5
+start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "postgres://dlock:s3cret@127.0.0.1:$rport/dlock" run frozen -- \
     sh -c "date +%s%3N >$TMP/began; sleep 4; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
 wait_held frozen || bad "frozen: the holder never held its lock"

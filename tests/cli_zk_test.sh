@@ -72,8 +72,7 @@ wait $holder
 # client can have the lock (the server waits the whole session).
 port=$(cat "$DLOCK_TEST_SERVERS/zk.port")
 rport=$(srv_free_port)
-python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-sleep 0.5
+start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "zk://127.0.0.1:$rport?session=2000" run frozen -- \
     sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
 for _ in $(seq 50); do "$DLOCK" --url "$U" status frozen 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done

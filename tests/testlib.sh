@@ -135,6 +135,18 @@ wait_bounded() {
     return 124
 }
 
+# start_relay LISTEN_PORT TARGET_PORT: a TCP relay (tcp_relay.py) to freeze
+# with SIGSTOP, its pid in $relay; returns once it accepts connections
+# (python starts slowly on a loaded machine), 1 if it did not within 10 s.
+start_relay() {
+    python3 "$here/tcp_relay.py" "$1" "$2" & relay=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 finish() {
     echo "$passes passed, $fails failed"
     [ "$fails" -eq 0 ]
