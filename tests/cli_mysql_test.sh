@@ -290,6 +290,16 @@ assert d["token"] == int(open(sys.argv[3]).read()) and d["holder"].startswith("p
     rc=$?
     [ $rc = 1 ] && ok "$m: break --force of a lock nobody holds: exit 1" ||
         bad "$m: break --force of a lock nobody holds: exit $rc: $(cat "$TMP/$m-break.err")"
+    # a break returns once the lock is free (a KILLed connection rolls back and
+    # ends after KILL returns): the next -n right after it gets the lock
+    "$DLOCK" --url "$U" run "${ttl[@]}" $m-freed -- sh -c "$(stopper "$TMP/$m-freed")" 2>/dev/null & h=$!
+    wait_held "$U" $m-freed || bad "$m-freed: the holder never held its lock"
+    "$DLOCK" --url "$U" break --force $m-freed >/dev/null 2>"$TMP/$m-freed.err" &&
+        "$DLOCK" --url "$U" run -n "${ttl[@]}" $m-freed -- true 2>>"$TMP/$m-freed.err"
+    rc=$?
+    [ $rc = 0 ] && ok "$m: right after break --force returned, run -n got the lock" ||
+        bad "$m: run -n right after break --force: exit $rc: $(cat "$TMP/$m-freed.err")"
+    wait $h
 
     # ---- a wrong password: refused (exit 70), one line, the password not in it ----------
     wrong=${U/:$(pw_of "$U")@/:wr0ngpw@}
@@ -349,8 +359,7 @@ rc=$?
 # keepalive promise — told within ~5 s — is for a network that drops the
 # probes, which this test cannot make without a firewall.)
 rport=$(srv_free_port)
-python3 "$here/tcp_relay.py" "$rport" "$port" & relay=$!
-sleep 0.5
+start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "mysql://dlock:$(pw_of "$G")@127.0.0.1:$rport/dlock" run frozen -- \
     sh -c "date +%s%3N >$TMP/began; sleep 8; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
 wait_held "$G" frozen || bad "frozen: the holder never held its lock"

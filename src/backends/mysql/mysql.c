@@ -1377,6 +1377,37 @@ int my_value_reply(dlock_client *c, const char *name, int rc, my_res *r, const c
  * (its holder is told at once). Between the look-up and the KILL the
  * holder may have released and its connection gone back to its pool: KILL
  * then ends an idle pooled connection, which its client drops. */
+/*
+ * KILL returns before the killed connection has rolled back and gone (its
+ * row lock, its GET_LOCK): wait until the server no longer lists it, so that
+ * a break has freed the lock when it returns. Without the PROCESS privilege
+ * the list shows only our own connections and this ends at once.
+ */
+static int wait_killed(dlock_client *c, const char *name, const char *id)
+{
+    char why[300];
+    int64_t until = dl_deadline_in(mc_of(c)->op_timeout_ms), step_ns = dl_ms_to_ns(1);
+    my_arg a[] = {A_I(strtoll(id, NULL, 10))};
+    for (;;) {
+        my_res r = {0};
+        int rc = my_pool_exec(c, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                              a, 1, &r, why, sizeof why);
+        bool gone = rc == 0 && r.nrows == 1 && r.cell[0] && strcmp(r.cell[0], "0") == 0;
+        my_res_free(&r);
+        if (rc)
+            return dl_client_err(c, rc, "break \"%s\": connection %s killed, but: %s (%s)", name,
+                                 id, why, mc_of(c)->redacted);
+        if (gone)
+            return 0;
+        if (dl_ms_left(until) == 0)
+            return dl_client_err(c, DLOCK_ETIMEDOUT,
+                                 "break \"%s\": connection %s was killed but had not ended "
+                                 "within %d ms: the lock is freed when it has",
+                                 name, id, mc_of(c)->op_timeout_ms);
+        (void)dl_nap_ns(dl_backoff_ns(&step_ns, dl_ms_to_ns(20)), -1);
+    }
+}
+
 int my_kill_holder(dlock_client *c, const char *name, const char *id)
 {
     char why[300];
@@ -1393,7 +1424,7 @@ int my_kill_holder(dlock_client *c, const char *name, const char *id)
                              name, id, why);
     if (rc && !strstr(why, "Unknown thread"))
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, why, mc_of(c)->redacted);
-    return 0;
+    return rc ? 0 : wait_killed(c, name, id);
 }
 
 /* ---- clients ---------------------------------------------------------------------- */
