@@ -435,6 +435,87 @@ pass
 DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl hold hloss
 pass
 
+# ---- --json: the events, one JSON object a line on stderr -------------------
+# events FILE EXPECTED: the lines of FILE that start with '{' parse as JSON,
+# their events are EXPECTED (space-separated, in order), each has ts_ms and
+# the name; then python3 CHECK (stdin: the list of objects, as e) must hold.
+events() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, want = sys.argv[1], sys.argv[2].split()
+check = sys.argv[3] if len(sys.argv) > 3 else "True"
+e = [json.loads(l) for l in open(path, encoding="utf-8") if l.startswith("{")]
+got = [x["event"] for x in e]
+assert got == want, "events %s, expected %s" % (got, want)
+for x in e:
+    assert isinstance(x["ts_ms"], int) and x["ts_ms"] > 1600000000000, x
+    assert isinstance(x["name"], str) and x["name"], x
+assert eval("(" + check + ")"), "%s does not hold for %s" % (check, e)
+PY
+}
+# run: acquired -> exit -> released; stdout is the command's alone
+expect 3 dl run --json jrun -- sh -c 'echo child-out; echo child-err >&2; exit 3'
+[[ $(cat "$TMP/out") == child-out ]] || fail "run --json: stdout is not the command's: $(cat "$TMP/out")"
+grep -qx child-err "$TMP/err" || fail "run --json: the command's stderr is missing"
+events "$TMP/err" "acquired exit released" '
+e[0]["name"] == "jrun" and isinstance(e[0]["token"], int) and e[0]["token"] > 0
+and e[0]["backend"] == "file" and e[0]["url"] == "'"$URL"'"
+and e[0]["holder"].startswith("pid ") and e[0]["waited_ms"] >= 0
+and e[1]["status"] == 3 and e[1]["signal"] is None
+and e[0]["token"] == e[1]["token"] == e[2]["token"]' || fail "run --json events"
+pass
+# the command killed by a signal: exit names it
+expect 143 dl run --json jsig -- sh -c 'kill -TERM $$'
+events "$TMP/err" "acquired exit released" 'e[1]["status"] is None and e[1]["signal"] == "SIGTERM"' ||
+    fail "run --json, command killed"
+pass
+# hold: acquired -> released; stdout is the token alone
+"$DLOCK" --url "$URL" hold --json jhold >"$TMP/jhold.out" 2>"$TMP/jhold.err" &
+jpid=$!
+BG+=("$jpid")
+wait_until 5 test -s "$TMP/jhold.out" || fail "hold --json printed no token"
+# a conflict with -n: an error line (EBUSY, exit 1), nothing acquired; -q
+# silences the message, not the event
+expect 1 dl run -n --json jhold -- true
+events "$TMP/err" "error" '
+e[0]["code"] == "EBUSY" and e[0]["exit"] == 1 and "not acquired" in e[0]["message"]' ||
+    fail "run -n --json, conflict"
+grep -q '^dlock: run: lock "jhold" not acquired' "$TMP/err" || fail "the conflict's message is missing"
+expect 7 dl run -q -w 0.1 -E 7 --json jhold -- true
+events "$TMP/err" "error" '
+e[0]["code"] == "ETIMEDOUT" and e[0]["exit"] == 7 and "not acquired" in e[0]["message"]' ||
+    fail "run -q -w --json, time-out"
+! grep -q '^dlock:' "$TMP/err" || fail "-q --json wrote a message"
+pass
+stop_hold "$jpid"
+[[ $(wc -l <"$TMP/jhold.out") == 1 ]] || fail "hold --json: stdout is not one token: $(cat "$TMP/jhold.out")"
+events "$TMP/jhold.err" "acquired released" '
+e[0]["token"] == e[1]["token"] == int(open("'"$TMP/jhold.out"'").read())' ||
+    fail "hold --json events"
+pass
+# loss (the test hook; on a server backend, dlock break: cli_redis_test.sh):
+# acquired -> lost -> exit, and nothing is released
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --json jlost -- sleep 30
+events "$TMP/err" "acquired lost exit" '
+e[1]["token"] == e[0]["token"] and "lost" in e[1]["message"]
+and e[2]["signal"] == "SIGTERM"' || fail "run --json, lost"
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl hold --json jhlost
+events "$TMP/err" "acquired lost" 'e[1]["token"] == e[0]["token"] and e[1]["message"]' ||
+    fail "hold --json, lost"
+pass
+# elect: elected -> exit -> resigned, with the value escaped and read back whole
+jval=$'quote " backslash \\ tab \t caf\xc3\xa9'
+expect 0 dl elect --json --value "$jval" jelect -- true
+JVAL=$jval events "$TMP/err" "elected exit resigned" '
+e[0]["value"] == e[2]["value"] == __import__("os").environ["JVAL"] and e[1]["status"] == 0' ||
+    fail "elect --json events"
+pass
+# a command that cannot be executed: an error line (EXEC, 127) before released
+expect 127 dl run --json jexec -- "$TMP/no-such-command"
+events "$TMP/err" "acquired error released" 'e[1]["code"] == "EXEC" and e[1]["exit"] == 127' ||
+    fail "run --json, not found"
+pass
+
 # ---- dlock itself killed ----------------------------------------------------
 "$DLOCK" --url "$URL" run killed -- sh -c 'echo $$ >>$0; sleep 100 & echo $! >>$0; wait' "$TMP/killed.pids" 2>"$TMP/err" &
 pid=$!
@@ -592,14 +673,18 @@ complete_words() { # WORD... : what _dlock offers for the last word
 [[ $(complete_words dlock le | sort | tr '\n' ' ') == "leader " ]] ||
     fail "completion of 'le': $(complete_words dlock le)"
 for c in $(sed -n 's/^  \([a-z]\+\) .*/\1/p' "$TMP/list"); do
-    complete_words dlock -v "${c:0:3}" | grep -qx "$c" || fail "completion lacks command $c"
+    # not "| grep -q": grep may quit before the list is written (SIGPIPE, pipefail)
+    grep -qx "$c" <<<"$(complete_words dlock -v "${c:0:3}")" || fail "completion lacks command $c"
 done
 [[ $(complete_words dlock --url "$URL" run --kill-g) == --kill-grace ]] ||
     fail "completion of run --kill-g: $(complete_words dlock --url "$URL" run --kill-g)"
 [[ $(complete_words dlock leader x --w) == --watch ]] ||
     fail "completion of leader --w: $(complete_words dlock leader x --w)"
-complete_words dlock run x -- bas | grep -qx bash || fail "completion after --: no bash"
-complete_words dlock help b | grep -qx break || fail "completion of help b"
+grep -qx bash <<<"$(complete_words dlock run x -- bas)" || fail "completion after --: no bash"
+[[ $(complete_words dlock hold --js) == --json ]] || fail "completion of hold --js"
+[[ $(complete_words dlock elect --js) == --json ]] || fail "completion of elect --js"
+[[ $(complete_words dlock run --js) == --json ]] || fail "completion of run --js"
+grep -qx break <<<"$(complete_words dlock help b)" || fail "completion of help b"
 pass
 
 # ---- backends ---------------------------------------------------------------

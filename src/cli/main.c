@@ -47,6 +47,7 @@ static const char usage_tail[] =
     "                        is lost (default TERM)\n"
     "      --kill-grace SECS then SIGKILL after SECS if anything lives (default 5)\n"
     "  -q, --quiet           no message when the lock is not acquired\n"
+    "      --json            events as JSON lines on stderr (see 'dlock help run')\n"
     "\n"
     "exit status:\n"
     "  the command's exit status; if it died of signal N, dlock dies of N too\n"
@@ -71,7 +72,7 @@ static const char usage_tail[] =
 static const char run_help[] =
     "usage: dlock [--url URL] [-v] run [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
     "             [--fair | --no-fair] [-E CODE] [-q] [--kill-signal SIG]\n"
-    "             [--kill-grace SECS] NAME -- CMD [ARGS...]\n"
+    "             [--kill-grace SECS] [--json] NAME -- CMD [ARGS...]\n"
     "\n"
     "Take lock NAME, run CMD in its own process group while holding it, release\n"
     "the lock when CMD exits and exit with CMD's status (if it died of signal N,\n"
@@ -98,6 +99,18 @@ static const char run_help[] =
     "      --kill-grace SECS seconds before SIGKILL (default 5)\n"
     "  -v, --verbose         report waiting (holder and how long) and progress\n"
     "      --name NAME       the lock's name, for a NAME that starts with '-'\n"
+    "      --json            write each event on stderr as one JSON object a line\n"
+    "\n"
+    "--json events (run, hold, elect), each with \"event\", \"ts_ms\" (ms since\n"
+    "the epoch) and \"name\"; stdout stays CMD's (hold's: the token):\n"
+    "  acquired  token, backend, url (no password), holder, waited_ms\n"
+    "            (elect: \"elected\", and value)\n"
+    "  lost      token, message (the library's reason)\n"
+    "  exit      token, status (or null), signal (or null): CMD ended (run, elect)\n"
+    "  released  token (elect: \"resigned\", and value)\n"
+    "  error     code (EBUSY, ETIMEDOUT, another library error name, INTERRUPTED,\n"
+    "            EXEC, INTERNAL), message, exit (the exit code that follows)\n"
+    "Lines that do not start with '{' are dlock's messages or CMD's own stderr.\n"
     "\n"
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
@@ -105,21 +118,25 @@ static const char run_help[] =
 
 static const char hold_help[] =
     "usage: dlock [--url URL] [-v] hold [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
-    "             [--fair | --no-fair] [-E CODE] [-q] NAME\n"
+    "             [--fair | --no-fair] [-E CODE] [-q] [--json] NAME\n"
     "\n"
     "Take lock NAME, print its fencing token on a line of standard output, hold\n"
     "the lock until SIGINT, SIGTERM or SIGHUP, release it and exit 0. Exits 75 if\n"
     "the lock is lost, 1 (or -E CODE) if it is not acquired. A NAME that starts\n"
-    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n";
+    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n"
+    "--json: the events acquired, lost, released, error on stderr (see 'dlock\n"
+    "help run').\n";
 
 static const char elect_help[] =
     "usage: dlock [--url URL] [-v] elect [-w SECS | -n] [-t TTL] [--value TEXT]\n"
     "             [-E CODE] [-q] [--kill-signal SIG] [--kill-grace SECS]\n"
-    "             NAME -- CMD [ARGS...]\n"
+    "             [--json] NAME -- CMD [ARGS...]\n"
     "\n"
     "Campaign for leadership of NAME, publishing TEXT (default \"pid N on HOST\"),\n"
     "run CMD while leader exactly as 'dlock run' does, then resign. Losing\n"
-    "leadership kills CMD's process group and exits 75.\n";
+    "leadership kills CMD's process group and exits 75. --json: the events\n"
+    "elected (with value), lost, exit, resigned, error on stderr (see 'dlock\n"
+    "help run').\n";
 
 static const char status_help[] =
     "usage: dlock [--url URL] status NAME [--json]\n"
