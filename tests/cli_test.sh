@@ -684,6 +684,20 @@ grep -qx bash <<<"$(complete_words dlock run x -- bas)" || fail "completion afte
 [[ $(complete_words dlock hold --js) == --json ]] || fail "completion of hold --js"
 [[ $(complete_words dlock elect --js) == --json ]] || fail "completion of elect --js"
 [[ $(complete_words dlock run --js) == --json ]] || fail "completion of run --js"
+# bench and check: their options, from the help texts beside their option
+# tables, and check's scenario names from its scenario table
+[[ $(complete_words dlock bench --comm) == --commandstats ]] || fail "completion of bench --comm"
+[[ $(complete_words dlock bench --no-p) == --no-prepare ]] || fail "completion of bench --no-p"
+[[ $(complete_words dlock check --check-h) == --check-history ]] || fail "completion of check --check-h"
+[[ $(complete_words dlock check --scenario partition-m) == partition-member ]] ||
+    fail "completion of check --scenario partition-m"
+"$DLOCK" check --list | awk '{ print $1 }' | sort >"$TMP/scen.want"
+complete_words dlock check --scenario '' | sort | cmp -s - "$TMP/scen.want" ||
+    fail "completion of check --scenario: $(complete_words dlock check --scenario '')"
+expect 0 "$DLOCK" help bench
+grep -q -- '--commandstats' "$TMP/out" || fail "dlock help bench"
+expect 0 "$DLOCK" check --help
+grep -q -- '--check-history' "$TMP/out" || fail "dlock check --help"
 grep -qx break <<<"$(complete_words dlock help b)" || fail "completion of help b"
 pass
 

@@ -25,6 +25,10 @@ enum {
  * name; url is the resolved backend URL (NULL: default). Return exit code. */
 int cli_bench(int argc, char **argv, const char *url);
 int cli_check(int argc, char **argv, const char *url);
+/* Their help texts, kept beside their options; main.c's command table
+ * shows them (dlock help bench) and makes their completion from them. */
+extern const char cli_bench_help[];
+extern const char cli_check_help[];
 
 /* ---- global options (main.c) ------------------------------------------ */
 

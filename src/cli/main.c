@@ -3,6 +3,7 @@
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
+#include "harness/check.h"
 #include "harness/tools.h"
 
 #include <errno.h>
@@ -797,20 +798,6 @@ static int cmd_check(int argc, char **argv, cli_global *g)
     return cli_check(argc, argv, g->url);
 }
 
-/* bench and check keep their long help beside their own options and print
- * it on --help; `dlock help bench` asks them for it the same way. */
-static int help_bench(void)
-{
-    char *argv[] = {(char *)"bench", (char *)"--help", NULL};
-    return cli_bench(2, argv, NULL);
-}
-
-static int help_check(void)
-{
-    char *argv[] = {(char *)"check", (char *)"--help", NULL};
-    return cli_check(2, argv, NULL);
-}
-
 static int help_usage(void);
 static int cmd_help(int argc, char **argv, cli_global *g);
 static int cmd_completion(int argc, char **argv, cli_global *g);
@@ -848,10 +835,10 @@ static const command commands[] = {
      break_help, NULL, cmd_break},
     {"backends", "backends [--json]", "capabilities and guarantees of every backend", 2,
      backends_help, NULL, cmd_backends},
-    {"bench", "bench [OPTIONS]", "measure the cost of locking (see 'dlock help bench')", 2, NULL,
-     help_bench, cmd_bench},
+    {"bench", "bench [OPTIONS]", "measure the cost of locking (see 'dlock help bench')", 2,
+     cli_bench_help, NULL, cmd_bench},
     {"check", "check [OPTIONS]", "measure what the lock guarantees (see 'dlock help check')", 2,
-     NULL, help_check, cmd_check},
+     cli_check_help, NULL, cmd_check},
     {"help", "help [COMMAND]", "this text, or the options of COMMAND", 2, NULL, help_usage,
      cmd_help},
     {"completion", "completion bash", "print the bash completion script", 2, completion_help,
@@ -993,6 +980,11 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
             size_t n = strlen(words);
             snprintf(words + n, sizeof words - n, "%s%s", n ? " " : "", commands[i].name);
         }
+    char scenarios[1024] = ""; /* dlock check --scenario NAME */
+    for (size_t i = 0; i < chk_nscenarios; i++) {
+        size_t n = strlen(scenarios);
+        snprintf(scenarios + n, sizeof scenarios - n, "%s%s", n ? " " : "", chk_scenarios[i].name);
+    }
     char globals[512] = "";
     for (const cli_opt *o = global_opts; o->id; o++) {
         size_t n = strlen(globals);
@@ -1018,7 +1010,10 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
            "        esac\n"
            "    done\n"
            "    case $prev in\n"
-           "    --url-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+           "    --url-file | --history | --check-history) COMPREPLY=($(compgen -f -- \"$cur\")); "
+           "return ;;\n"
+           "    --servers) COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n"
+           "    --scenario) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
            "    --url) COMPREPLY=($(compgen -W 'file:/// redis:// redis+sentinel:// "
            "redis+cluster:// redlock:// zk:// etcd:// etcds:// postgres:// mysql:// "
            "memcached://' -- \"$cur\")); return ;;\n"
@@ -1036,7 +1031,7 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
            "    '') COMPREPLY=($(compgen -W '%s %s' -- \"$cur\")); return ;;\n"
            "    help) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
            "    completion) COMPREPLY=($(compgen -W 'bash' -- \"$cur\")); return ;;\n",
-           words, globals, words);
+           scenarios, words, globals, words);
     for (size_t i = 0; i < NCOMMANDS; i++) {
         const command *c = &commands[i];
         if (!c->synopsis || !c->help || !strcmp(c->name, "completion"))
