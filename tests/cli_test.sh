@@ -627,7 +627,8 @@ pass
 expect 1 dl leader chief
 [[ ! -s $TMP/out ]] && grep -q 'has no leader' "$TMP/err" || fail "leader, none: $(cat "$TMP/err")"
 expect 1 dl leader chief --json
-[[ $(cat "$TMP/out") == '{"name":"chief","leader":null}' ]] || fail "leader --json: $(cat "$TMP/out")"
+[[ $(cat "$TMP/out") == '{"name":"chief","leader":null,"token":null}' ]] ||
+    fail "leader --json: $(cat "$TMP/out")"
 usage_error --url "$URL" leader
 usage_error --url "$URL" leader chief --force
 pass
@@ -644,7 +645,7 @@ sleep 0.5
 expect 0 dl leader chief
 [[ $(cat "$TMP/out") == "first one" ]] || fail "leader: $(cat "$TMP/out")"
 expect 0 dl leader --json -- chief
-[[ $(cat "$TMP/out") == '{"name":"chief","leader":"first one"}' ]] ||
+[[ $(cat "$TMP/out") =~ ^\{\"name\":\"chief\",\"leader\":\"first\ one\",\"token\":[1-9][0-9]*\}$ ]] ||
     fail "leader --json: $(cat "$TMP/out")"
 wait "${BG[-1]}" || fail "elect --value exited $?"
 sleep 0.6 # (the watcher polls every 0.2 s: it sees the gap)
@@ -656,6 +657,47 @@ wait "$watcher" || rc=$?
 [[ $rc == 0 ]] || fail "leader --watch ended by SIGTERM exited $rc: $(cat "$TMP/watch.err")"
 printf '\nfirst one\n\nsecond\n\n' | cmp -s - "$TMP/watch.out" ||
     fail "leader --watch printed: $(od -c "$TMP/watch.out")"
+pass
+
+# --watch: a new leader that publishes the same value is a line too (told
+# apart by its token); the second leader waits for the first to end
+"$DLOCK" --url "$URL" leader --watch --json twin >"$TMP/twin.json" 2>"$TMP/twin.err" &
+BG+=("$!")
+twj=$!
+"$DLOCK" --url "$URL" leader --watch twin >"$TMP/twin.txt" 2>>"$TMP/twin.err" &
+BG+=("$!")
+twt=$!
+# twin_leader N: a leader that says it is up in $TMP/twinN.up and leads until
+# $TMP/twinN.go exists
+twin_leader() {
+    dl elect --value same twin -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
+        "$TMP/twin$1" >/dev/null 2>>"$TMP/twin.err"
+}
+sames() { [[ $(grep -c "$1" "$2") -ge $3 ]]; }
+twin_leader 1 &
+tw1=$!
+wait_until 10 test -e "$TMP/twin1.up" || fail "the first twin leader did not start"
+wait_until 10 sames '"same"' "$TMP/twin.json" 1 && wait_until 10 sames '^same$' "$TMP/twin.txt" 1 ||
+    fail "leader --watch did not see the first leader: $(cat "$TMP/twin.json" "$TMP/twin.txt")"
+twin_leader 2 &
+tw2=$!
+touch "$TMP/twin1.go"
+wait "$tw1" || fail "the first twin leader exited $?"
+wait_until 10 test -e "$TMP/twin2.up" || fail "the second twin leader did not start"
+wait_until 10 sames '"same"' "$TMP/twin.json" 2 && wait_until 10 sames '^same$' "$TMP/twin.txt" 2 ||
+    fail "leader --watch missed the second leader of the same value: $(cat "$TMP/twin.json" "$TMP/twin.txt")"
+touch "$TMP/twin2.go"
+wait "$tw2" || fail "the second twin leader exited $?"
+kill -TERM "$twj" "$twt"
+wait "$twj" || fail "leader --watch --json exited $?"
+wait "$twt" || fail "leader --watch exited $?"
+python3 - "$TMP/twin.json" <<'PY' || fail "leader --watch --json, twins: $(cat "$TMP/twin.json")"
+import json, sys
+e = [json.loads(l) for l in open(sys.argv[1])]
+same = [x["token"] for x in e if x["leader"] == "same"]
+assert len(same) == 2 and same[0] < same[1], e
+assert all(x["token"] is None for x in e if x["leader"] is None), e
+PY
 pass
 
 # ---- completion -------------------------------------------------------------

@@ -168,9 +168,11 @@ static const char leader_help[] =
     "elect --value TEXT', else \"pid N on HOST\"); exit 1, saying so on standard\n"
     "error, when NAME has no leader. Bytes outside printable ASCII are written\n"
     "as \\xNN; --json prints the value exactly: {\"name\": NAME, \"leader\":\n"
-    "VALUE or null}. --watch prints a line now and one on every change of leader\n"
-    "(an empty line, or null, when there is none; the value is polled every\n"
-    "0.2 s) until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0.\n"
+    "VALUE or null, \"token\": the leader's fencing token or null}. --watch prints\n"
+    "a line now and one on every change of leader (an empty line, or null, when\n"
+    "there is none; a new leader is a line even if it publishes the same value:\n"
+    "its token or holder tells, where the backend says them; polled every 0.2 s)\n"
+    "until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0.\n"
     "\n"
     "exit status: 0 a leader (or --watch ended by a signal); 1 no leader; 64\n"
     "usage; 69 backend unreachable; 70 other failure.\n";
@@ -459,9 +461,30 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     return finish_stdout("break");
 }
 
+/* Who leads, besides the value: the election lock's fencing token and
+ * holder (dlock_inspect), so that a new leader that publishes the same
+ * value is still a change. token 0 and holder "" where the backend cannot
+ * say (then only the value tells leaders apart). */
+typedef struct leader_id {
+    unsigned long long token;
+    char holder[DLOCK_HOLDER_MAX];
+} leader_id;
+
+static void read_leader_id(dlock_client *c, const char *name, leader_id *id)
+{
+    dlock_info info;
+    memset(id, 0, sizeof *id);
+    if (dlock_inspect(c, name, &info) != 0 || info.held <= 0)
+        return; /* unknown: the value alone is compared */
+    id->token = info.token;
+    info.holder[sizeof info.holder - 1] = '\0';
+    snprintf(id->holder, sizeof id->holder, "%s", info.holder);
+}
+
 /* One leader line: the value (an empty line when there is none), or the
- * JSON object {"name":..., "leader": value or null}. */
-static void print_leader(const char *name, const char *value, int json)
+ * JSON object {"name":..., "leader": value or null, "token": the leader's
+ * fencing token or null}. */
+static void print_leader(const char *name, const char *value, const leader_id *id, int json)
 {
     if (json) {
         fputs("{\"name\":", stdout);
@@ -471,6 +494,8 @@ static void print_leader(const char *name, const char *value, int json)
             cli_json_str(stdout, value);
         else
             fputs("null", stdout);
+        fputc(',', stdout);
+        json_int(stdout, "token", (long long)id->token, value && id->token != 0, 0);
         fputs("}\n", stdout);
     } else {
         char clean[4 * DLOCK_VALUE_MAX + 16]; /* every byte may become \xNN */
@@ -488,6 +513,25 @@ static int read_leader(dlock_client *c, const char *name, char *buf, size_t len)
         const char *why = dlock_client_errmsg(c);
         cli_err("leader: cannot read the leader of %s: %s", cli_show(name, shown, sizeof shown),
                 why && *why ? why : dlock_strerror(rc));
+    }
+    return rc;
+}
+
+/* The leader's value (read_leader's answer) and who it is, from one
+ * leader: the identity is read before and after the value, again while
+ * they differ (a leader changed in between), so that a line never pairs
+ * one leader's value with another's token. */
+static int read_leader_state(dlock_client *c, const char *name, char *buf, size_t len,
+                             leader_id *id)
+{
+    leader_id before;
+    int rc = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        read_leader_id(c, name, &before);
+        rc = read_leader(c, name, buf, len);
+        read_leader_id(c, name, id);
+        if (rc || (before.token == id->token && strcmp(before.holder, id->holder) == 0))
+            break;
     }
     return rc;
 }
@@ -520,14 +564,16 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
         return rc;
     }
     char value[DLOCK_VALUE_MAX + 1], last[DLOCK_VALUE_MAX + 1];
-    rc = read_leader(c, name, value, sizeof value);
+    leader_id id, last_id;
+    memset(&last_id, 0, sizeof last_id);
+    rc = read_leader_state(c, name, value, sizeof value, &id);
     if (!watch) {
         if (rc == 0 || rc == DLOCK_ENOENT) {
             if (rc == DLOCK_ENOENT && !json) {
                 char shown[CLI_SHOW_MAX];
                 cli_err("leader: %s has no leader", cli_show(name, shown, sizeof shown));
             } else {
-                print_leader(name, rc ? NULL : value, json);
+                print_leader(name, rc ? NULL : value, &id, json);
             }
             int out = finish_stdout("leader");
             rc = out ? out : rc ? CLI_EXIT_NOT_ACQUIRED : 0;
@@ -546,13 +592,19 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
             break;
         }
         int has = rc == 0;
-        if (has != had || (has && strcmp(value, last) != 0)) {
-            print_leader(name, has ? value : NULL, json);
+        /* Another leader is a line even with the same value: its token or
+         * holder differs (where the backend tells them). */
+        if (has != had ||
+            (has && (strcmp(value, last) != 0 || id.token != last_id.token ||
+                     strcmp(id.holder, last_id.holder) != 0))) {
+            print_leader(name, has ? value : NULL, &id, json);
             if ((exit_code = finish_stdout("leader")) != 0)
                 break;
             had = has;
-            if (has)
+            if (has) {
                 memcpy(last, value, sizeof last);
+                last_id = id;
+            }
         }
         struct pollfd pfd = {.fd = cli_sig_fd(), .events = POLLIN};
         struct timespec ts = {0, LEADER_WATCH_MS * 1000000L};
@@ -565,7 +617,7 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
         }
         if (stop)
             break;
-        rc = read_leader(c, name, value, sizeof value);
+        rc = read_leader_state(c, name, value, sizeof value, &id);
     }
     dlock_client_close(c);
     cli_sig_teardown();
