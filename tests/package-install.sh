@@ -117,11 +117,16 @@ project(example C)
 find_package(dlock 0.1 REQUIRED)
 add_executable(example ../example.c)
 target_link_libraries(example PRIVATE dlock::dlock)
+add_executable(example_static ../example.c)
+target_link_libraries(example_static PRIVATE dlock::dlock_static)
 CMAKE
 cmake -S cm -B cm/build >"$work/cmake.log" 2>&1 && cmake --build cm/build >>"$work/cmake.log" 2>&1 ||
   { cat "$work/cmake.log" >&2; fail "CMake find_package(dlock)"; }
 cp cm/build/example ex_cmake
 run_example ex_cmake "CMake find_package(dlock) -> dlock::dlock"
+cp cm/build/example_static ex_cmake_static
+! ldd ./ex_cmake_static | grep -q libdlock || fail "ex_cmake_static (dlock::dlock_static) loads libdlock.so"
+run_example ex_cmake_static "CMake find_package(dlock) -> dlock::dlock_static"
 
 [ "$(command -v dlock)" = /usr/bin/dlock ] || fail "dlock on PATH is $(command -v dlock), not /usr/bin/dlock"
 /usr/bin/dlock --url "file://$work/locks" run package-test -- true || fail "dlock run NAME -- true"
