@@ -74,17 +74,10 @@ case $cflags in *hiredis*|*cjson*|*-D*) fail "pkg-config --cflags dlock carries 
 man -w dlock >/dev/null || fail "no dlock(1)"
 man -w 3 libdlock >/dev/null || fail "no libdlock(3)"
 
-# The README's C example, in a main() of its own; its lock directory in $work.
+# The README's C example, a whole program, as written but for its lock
+# directory (in $work).
 readme=$top/README.md
-{
-  awk '/^```c$/{f=1;next} /^```$/{f=0} f && /^#include/' "$readme"
-  printf '#include <err.h>\n#include <inttypes.h>\n#include <stdio.h>\n\n'
-  printf 'static void write_with_token(uint64_t token) { printf("token %%" PRIu64 "\\n", token); }\n\n'
-  printf 'int main(void)\n{\n'
-  awk '/^```c$/{f=1;next} /^```$/{f=0} f && !/^#include/' "$readme" |
-    sed "s|file:///var/tmp/dlock|file://$work/locks|"
-  printf '    return 0;\n}\n'
-} >example.c
+awk '/^```c$/{f=1;next} /^```$/{f=0} f' "$readme" | sed "s|file:///var/tmp/dlock|file://$work/locks|" >example.c
 grep -q dlock_acquire example.c || fail "no C example found in README.md"
 
 run_example() { # binary what
