@@ -79,6 +79,14 @@ wait_until() {
     done
 }
 
+# catches PID SIGNUM: the process has its handler for SIGNUM in place (a
+# signal sent before that would kill it: a slow start, under ASan or load).
+catches() {
+    local m
+    m=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null) && [[ -n $m ]] &&
+        (((16#$m >> ($2 - 1)) & 1))
+}
+
 # has_lines FILE N: FILE exists and has N lines.
 has_lines() { [[ -e $1 && $(wc -l <"$1") == "$2" ]]; }
 
@@ -300,7 +308,7 @@ pass
 "$DLOCK" --url "$URL" run busy -- sleep 20 2>"$TMP/usr1.err" &
 waiter=$!
 BG+=("$waiter")
-sleep 0.3
+wait_until 10 catches "$waiter" 10 || fail "dlock run never caught SIGUSR1"
 kill -USR1 "$waiter"
 sleep 0.3
 alive "$waiter" || fail "SIGUSR1 ended the wait"
@@ -315,7 +323,7 @@ holder=$HOLD_PID
 "$DLOCK" --url "$URL" run -w 1 busy -- true 2>"$TMP/err" &
 waiter=$!
 BG+=("$waiter")
-sleep 0.3
+wait_until 10 catches "$waiter" 12 || fail "dlock run never caught SIGUSR2"
 kill -USR2 "$waiter"
 rc=0
 wait "$waiter" || rc=$?
