@@ -13,9 +13,13 @@ check test:
 demo:
 	scripts/demo.sh
 
-# DESTDIR stages the files under another root (packaging): make install DESTDIR=/tmp/stage
-install: all
-	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+# Installs what `make` built, under PREFIX; DESTDIR stages the files under
+# another root (packaging): make install DESTDIR=/tmp/stage. It only copies
+# (it builds only when nothing is built yet): `sudo make install` after
+# `make` leaves no file of root's in the build tree.
+install:
+	@test -f $(BUILD)/CMakeCache.txt || $(MAKE) all
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Removes what the last install wrote: the files CMake listed in
 # install_manifest.txt (under the same DESTDIR), and the directory of our

@@ -146,6 +146,28 @@ wait "$next" || rc=$?
 expect 1 dl break --force never-held
 pass
 
+# ---- hold --json broken by an operator: acquired, then lost ----------------
+"$DLOCK" --url "$URL" hold -t 1.5 --json jbroken >"$TMP/jb.out" 2>"$TMP/jb.err" &
+jb=$!
+BG+=("$jb")
+for _ in $(seq 100); do [[ -s $TMP/jb.out ]] && break; sleep 0.05; done
+[[ -s $TMP/jb.out ]] || fail "hold --json: no token"
+expect 0 dl break --force jbroken
+rc=0
+wait "$jb" || rc=$?
+[[ $rc == 75 ]] || fail "hold --json, broken: exit $rc, expected 75 ($(cat "$TMP/jb.err"))"
+! grep -q "$PASS" "$TMP/jb.err" || fail "hold --json printed the password"
+python3 - "$TMP/jb.err" "$(cat "$TMP/jb.out")" "$PORT" <<'PY' || fail "hold --json, broken: $(cat "$TMP/jb.err")"
+import json, sys
+e = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [x["event"] for x in e] == ["acquired", "lost"], e
+token = int(sys.argv[2])
+assert e[0]["token"] == e[1]["token"] == token, e
+assert e[0]["backend"] == "redis" and e[0]["url"] == "redis://:***@127.0.0.1:" + sys.argv[3], e
+assert "jbroken" in e[1]["message"], e
+PY
+pass
+
 # ---- -E 0: a conflict exits 0 and never runs the command (issue 16, item 1) --
 "$DLOCK" --url "$URL" hold busy >"$TMP/busy.tok" 2>/dev/null &
 holder=$!

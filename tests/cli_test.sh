@@ -79,6 +79,14 @@ wait_until() {
     done
 }
 
+# catches PID SIGNUM: the process has its handler for SIGNUM in place (a
+# signal sent before that would kill it: a slow start, under ASan or load).
+catches() {
+    local m
+    m=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null) && [[ -n $m ]] &&
+        (((16#$m >> ($2 - 1)) & 1))
+}
+
 # has_lines FILE N: FILE exists and has N lines.
 has_lines() { [[ -e $1 && $(wc -l <"$1") == "$2" ]]; }
 
@@ -300,7 +308,7 @@ pass
 "$DLOCK" --url "$URL" run busy -- sleep 20 2>"$TMP/usr1.err" &
 waiter=$!
 BG+=("$waiter")
-sleep 0.3
+wait_until 10 catches "$waiter" 10 || fail "dlock run never caught SIGUSR1"
 kill -USR1 "$waiter"
 sleep 0.3
 alive "$waiter" || fail "SIGUSR1 ended the wait"
@@ -315,7 +323,7 @@ holder=$HOLD_PID
 "$DLOCK" --url "$URL" run -w 1 busy -- true 2>"$TMP/err" &
 waiter=$!
 BG+=("$waiter")
-sleep 0.3
+wait_until 10 catches "$waiter" 12 || fail "dlock run never caught SIGUSR2"
 kill -USR2 "$waiter"
 rc=0
 wait "$waiter" || rc=$?
@@ -435,6 +443,87 @@ pass
 DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl hold hloss
 pass
 
+# ---- --json: the events, one JSON object a line on stderr -------------------
+# events FILE EXPECTED: the lines of FILE that start with '{' parse as JSON,
+# their events are EXPECTED (space-separated, in order), each has ts_ms and
+# the name; then python3 CHECK (stdin: the list of objects, as e) must hold.
+events() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, want = sys.argv[1], sys.argv[2].split()
+check = sys.argv[3] if len(sys.argv) > 3 else "True"
+e = [json.loads(l) for l in open(path, encoding="utf-8") if l.startswith("{")]
+got = [x["event"] for x in e]
+assert got == want, "events %s, expected %s" % (got, want)
+for x in e:
+    assert isinstance(x["ts_ms"], int) and x["ts_ms"] > 1600000000000, x
+    assert isinstance(x["name"], str) and x["name"], x
+assert eval("(" + check + ")"), "%s does not hold for %s" % (check, e)
+PY
+}
+# run: acquired -> exit -> released; stdout is the command's alone
+expect 3 dl run --json jrun -- sh -c 'echo child-out; echo child-err >&2; exit 3'
+[[ $(cat "$TMP/out") == child-out ]] || fail "run --json: stdout is not the command's: $(cat "$TMP/out")"
+grep -qx child-err "$TMP/err" || fail "run --json: the command's stderr is missing"
+events "$TMP/err" "acquired exit released" '
+e[0]["name"] == "jrun" and isinstance(e[0]["token"], int) and e[0]["token"] > 0
+and e[0]["backend"] == "file" and e[0]["url"] == "'"$URL"'"
+and e[0]["holder"].startswith("pid ") and e[0]["waited_ms"] >= 0
+and e[1]["status"] == 3 and e[1]["signal"] is None
+and e[0]["token"] == e[1]["token"] == e[2]["token"]' || fail "run --json events"
+pass
+# the command killed by a signal: exit names it
+expect 143 dl run --json jsig -- sh -c 'kill -TERM $$'
+events "$TMP/err" "acquired exit released" 'e[1]["status"] is None and e[1]["signal"] == "SIGTERM"' ||
+    fail "run --json, command killed"
+pass
+# hold: acquired -> released; stdout is the token alone
+"$DLOCK" --url "$URL" hold --json jhold >"$TMP/jhold.out" 2>"$TMP/jhold.err" &
+jpid=$!
+BG+=("$jpid")
+wait_until 5 test -s "$TMP/jhold.out" || fail "hold --json printed no token"
+# a conflict with -n: an error line (EBUSY, exit 1), nothing acquired; -q
+# silences the message, not the event
+expect 1 dl run -n --json jhold -- true
+events "$TMP/err" "error" '
+e[0]["code"] == "EBUSY" and e[0]["exit"] == 1 and "not acquired" in e[0]["message"]' ||
+    fail "run -n --json, conflict"
+grep -q '^dlock: run: lock "jhold" not acquired' "$TMP/err" || fail "the conflict's message is missing"
+expect 7 dl run -q -w 0.1 -E 7 --json jhold -- true
+events "$TMP/err" "error" '
+e[0]["code"] == "ETIMEDOUT" and e[0]["exit"] == 7 and "not acquired" in e[0]["message"]' ||
+    fail "run -q -w --json, time-out"
+! grep -q '^dlock:' "$TMP/err" || fail "-q --json wrote a message"
+pass
+stop_hold "$jpid"
+[[ $(wc -l <"$TMP/jhold.out") == 1 ]] || fail "hold --json: stdout is not one token: $(cat "$TMP/jhold.out")"
+events "$TMP/jhold.err" "acquired released" '
+e[0]["token"] == e[1]["token"] == int(open("'"$TMP/jhold.out"'").read())' ||
+    fail "hold --json events"
+pass
+# loss (the test hook; on a server backend, dlock break: cli_redis_test.sh):
+# acquired -> lost -> exit, and nothing is released
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --json jlost -- sleep 30
+events "$TMP/err" "acquired lost exit" '
+e[1]["token"] == e[0]["token"] and "lost" in e[1]["message"]
+and e[2]["signal"] == "SIGTERM"' || fail "run --json, lost"
+DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl hold --json jhlost
+events "$TMP/err" "acquired lost" 'e[1]["token"] == e[0]["token"] and e[1]["message"]' ||
+    fail "hold --json, lost"
+pass
+# elect: elected -> exit -> resigned, with the value escaped and read back whole
+jval=$'quote " backslash \\ tab \t caf\xc3\xa9'
+expect 0 dl elect --json --value "$jval" jelect -- true
+JVAL=$jval events "$TMP/err" "elected exit resigned" '
+e[0]["value"] == e[2]["value"] == __import__("os").environ["JVAL"] and e[1]["status"] == 0' ||
+    fail "elect --json events"
+pass
+# a command that cannot be executed: an error line (EXEC, 127) before released
+expect 127 dl run --json jexec -- "$TMP/no-such-command"
+events "$TMP/err" "acquired error released" 'e[1]["code"] == "EXEC" and e[1]["exit"] == 127' ||
+    fail "run --json, not found"
+pass
+
 # ---- dlock itself killed ----------------------------------------------------
 "$DLOCK" --url "$URL" run killed -- sh -c 'echo $$ >>$0; sleep 100 & echo $! >>$0; wait' "$TMP/killed.pids" 2>"$TMP/err" &
 pid=$!
@@ -546,7 +635,8 @@ pass
 expect 1 dl leader chief
 [[ ! -s $TMP/out ]] && grep -q 'has no leader' "$TMP/err" || fail "leader, none: $(cat "$TMP/err")"
 expect 1 dl leader chief --json
-[[ $(cat "$TMP/out") == '{"name":"chief","leader":null}' ]] || fail "leader --json: $(cat "$TMP/out")"
+[[ $(cat "$TMP/out") == '{"name":"chief","leader":null,"token":null}' ]] ||
+    fail "leader --json: $(cat "$TMP/out")"
 usage_error --url "$URL" leader
 usage_error --url "$URL" leader chief --force
 pass
@@ -563,7 +653,7 @@ sleep 0.5
 expect 0 dl leader chief
 [[ $(cat "$TMP/out") == "first one" ]] || fail "leader: $(cat "$TMP/out")"
 expect 0 dl leader --json -- chief
-[[ $(cat "$TMP/out") == '{"name":"chief","leader":"first one"}' ]] ||
+[[ $(cat "$TMP/out") =~ ^\{\"name\":\"chief\",\"leader\":\"first\ one\",\"token\":[1-9][0-9]*\}$ ]] ||
     fail "leader --json: $(cat "$TMP/out")"
 wait "${BG[-1]}" || fail "elect --value exited $?"
 sleep 0.6 # (the watcher polls every 0.2 s: it sees the gap)
@@ -575,6 +665,47 @@ wait "$watcher" || rc=$?
 [[ $rc == 0 ]] || fail "leader --watch ended by SIGTERM exited $rc: $(cat "$TMP/watch.err")"
 printf '\nfirst one\n\nsecond\n\n' | cmp -s - "$TMP/watch.out" ||
     fail "leader --watch printed: $(od -c "$TMP/watch.out")"
+pass
+
+# --watch: a new leader that publishes the same value is a line too (told
+# apart by its token); the second leader waits for the first to end
+"$DLOCK" --url "$URL" leader --watch --json twin >"$TMP/twin.json" 2>"$TMP/twin.err" &
+BG+=("$!")
+twj=$!
+"$DLOCK" --url "$URL" leader --watch twin >"$TMP/twin.txt" 2>>"$TMP/twin.err" &
+BG+=("$!")
+twt=$!
+# twin_leader N: a leader that says it is up in $TMP/twinN.up and leads until
+# $TMP/twinN.go exists
+twin_leader() {
+    dl elect --value same twin -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
+        "$TMP/twin$1" >/dev/null 2>>"$TMP/twin.err"
+}
+sames() { [[ $(grep -c "$1" "$2") -ge $3 ]]; }
+twin_leader 1 &
+tw1=$!
+wait_until 10 test -e "$TMP/twin1.up" || fail "the first twin leader did not start"
+wait_until 10 sames '"same"' "$TMP/twin.json" 1 && wait_until 10 sames '^same$' "$TMP/twin.txt" 1 ||
+    fail "leader --watch did not see the first leader: $(cat "$TMP/twin.json" "$TMP/twin.txt")"
+twin_leader 2 &
+tw2=$!
+touch "$TMP/twin1.go"
+wait "$tw1" || fail "the first twin leader exited $?"
+wait_until 10 test -e "$TMP/twin2.up" || fail "the second twin leader did not start"
+wait_until 10 sames '"same"' "$TMP/twin.json" 2 && wait_until 10 sames '^same$' "$TMP/twin.txt" 2 ||
+    fail "leader --watch missed the second leader of the same value: $(cat "$TMP/twin.json" "$TMP/twin.txt")"
+touch "$TMP/twin2.go"
+wait "$tw2" || fail "the second twin leader exited $?"
+kill -TERM "$twj" "$twt"
+wait "$twj" || fail "leader --watch --json exited $?"
+wait "$twt" || fail "leader --watch exited $?"
+python3 - "$TMP/twin.json" <<'PY' || fail "leader --watch --json, twins: $(cat "$TMP/twin.json")"
+import json, sys
+e = [json.loads(l) for l in open(sys.argv[1])]
+same = [x["token"] for x in e if x["leader"] == "same"]
+assert len(same) == 2 and same[0] < same[1], e
+assert all(x["token"] is None for x in e if x["leader"] is None), e
+PY
 pass
 
 # ---- completion -------------------------------------------------------------
@@ -592,14 +723,32 @@ complete_words() { # WORD... : what _dlock offers for the last word
 [[ $(complete_words dlock le | sort | tr '\n' ' ') == "leader " ]] ||
     fail "completion of 'le': $(complete_words dlock le)"
 for c in $(sed -n 's/^  \([a-z]\+\) .*/\1/p' "$TMP/list"); do
-    complete_words dlock -v "${c:0:3}" | grep -qx "$c" || fail "completion lacks command $c"
+    # not "| grep -q": grep may quit before the list is written (SIGPIPE, pipefail)
+    grep -qx "$c" <<<"$(complete_words dlock -v "${c:0:3}")" || fail "completion lacks command $c"
 done
 [[ $(complete_words dlock --url "$URL" run --kill-g) == --kill-grace ]] ||
     fail "completion of run --kill-g: $(complete_words dlock --url "$URL" run --kill-g)"
 [[ $(complete_words dlock leader x --w) == --watch ]] ||
     fail "completion of leader --w: $(complete_words dlock leader x --w)"
-complete_words dlock run x -- bas | grep -qx bash || fail "completion after --: no bash"
-complete_words dlock help b | grep -qx break || fail "completion of help b"
+grep -qx bash <<<"$(complete_words dlock run x -- bas)" || fail "completion after --: no bash"
+[[ $(complete_words dlock hold --js) == --json ]] || fail "completion of hold --js"
+[[ $(complete_words dlock elect --js) == --json ]] || fail "completion of elect --js"
+[[ $(complete_words dlock run --js) == --json ]] || fail "completion of run --js"
+# bench and check: their options, from the help texts beside their option
+# tables, and check's scenario names from its scenario table
+[[ $(complete_words dlock bench --comm) == --commandstats ]] || fail "completion of bench --comm"
+[[ $(complete_words dlock bench --no-p) == --no-prepare ]] || fail "completion of bench --no-p"
+[[ $(complete_words dlock check --check-h) == --check-history ]] || fail "completion of check --check-h"
+[[ $(complete_words dlock check --scenario partition-m) == partition-member ]] ||
+    fail "completion of check --scenario partition-m"
+"$DLOCK" check --list | awk '{ print $1 }' | sort >"$TMP/scen.want"
+complete_words dlock check --scenario '' | sort | cmp -s - "$TMP/scen.want" ||
+    fail "completion of check --scenario: $(complete_words dlock check --scenario '')"
+expect 0 "$DLOCK" help bench
+grep -q -- '--commandstats' "$TMP/out" || fail "dlock help bench"
+expect 0 "$DLOCK" check --help
+grep -q -- '--check-history' "$TMP/out" || fail "dlock check --help"
+grep -qx break <<<"$(complete_words dlock help b)" || fail "completion of help b"
 pass
 
 # ---- backends ---------------------------------------------------------------

@@ -74,17 +74,10 @@ case $cflags in *hiredis*|*cjson*|*-D*) fail "pkg-config --cflags dlock carries 
 man -w dlock >/dev/null || fail "no dlock(1)"
 man -w 3 libdlock >/dev/null || fail "no libdlock(3)"
 
-# The README's C example, in a main() of its own; its lock directory in $work.
+# The README's C example, a whole program, as written but for its lock
+# directory (in $work).
 readme=$top/README.md
-{
-  awk '/^```c$/{f=1;next} /^```$/{f=0} f && /^#include/' "$readme"
-  printf '#include <err.h>\n#include <inttypes.h>\n#include <stdio.h>\n\n'
-  printf 'static void write_with_token(uint64_t token) { printf("token %%" PRIu64 "\\n", token); }\n\n'
-  printf 'int main(void)\n{\n'
-  awk '/^```c$/{f=1;next} /^```$/{f=0} f && !/^#include/' "$readme" |
-    sed "s|file:///var/tmp/dlock|file://$work/locks|"
-  printf '    return 0;\n}\n'
-} >example.c
+awk '/^```c$/{f=1;next} /^```$/{f=0} f' "$readme" | sed "s|file:///var/tmp/dlock|file://$work/locks|" >example.c
 grep -q dlock_acquire example.c || fail "no C example found in README.md"
 
 run_example() { # binary what
@@ -117,11 +110,16 @@ project(example C)
 find_package(dlock 0.1 REQUIRED)
 add_executable(example ../example.c)
 target_link_libraries(example PRIVATE dlock::dlock)
+add_executable(example_static ../example.c)
+target_link_libraries(example_static PRIVATE dlock::dlock_static)
 CMAKE
 cmake -S cm -B cm/build >"$work/cmake.log" 2>&1 && cmake --build cm/build >>"$work/cmake.log" 2>&1 ||
   { cat "$work/cmake.log" >&2; fail "CMake find_package(dlock)"; }
 cp cm/build/example ex_cmake
 run_example ex_cmake "CMake find_package(dlock) -> dlock::dlock"
+cp cm/build/example_static ex_cmake_static
+! ldd ./ex_cmake_static | grep -q libdlock || fail "ex_cmake_static (dlock::dlock_static) loads libdlock.so"
+run_example ex_cmake_static "CMake find_package(dlock) -> dlock::dlock_static"
 
 [ "$(command -v dlock)" = /usr/bin/dlock ] || fail "dlock on PATH is $(command -v dlock), not /usr/bin/dlock"
 /usr/bin/dlock --url "file://$work/locks" run package-test -- true || fail "dlock run NAME -- true"

@@ -202,7 +202,7 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
         ep->sh_argv[i + 1] = cfg->cmd[i];
 
     char token[32];
-    snprintf(token, sizeof token, "%" PRIu64, dlock_token(cfg->lock));
+    snprintf(token, sizeof token, "%" PRIu64, cfg->token);
     const char *url = dlock_client_url(cfg->client); /* password already "***" */
     if (!(ep->vars[0] = join3("DLOCK_NAME", "=", cfg->name)) ||
         !(ep->vars[1] = join3("DLOCK_TOKEN", "=", token)) ||
@@ -781,6 +781,8 @@ static void guardian_gone(sup *s, int st)
             cli_err("%s: lock %s was lost while dlock could not act (lease not renewed in "
                     "time); its guardian killed the command's process group %ld",
                     cfg->cmdname, s->shown, (long)s->pgid);
+            cli_ev_lost(cfg->name, cfg->token,
+                        "the lease ran out while dlock could not act: not renewed in time");
             s->lost = 1;
             s->killed = 1;
             s->kill_at = cli_now_ms() + 1000;
@@ -855,6 +857,7 @@ static void on_loss(sup *s)
     /* The library's message names the lock and says why. */
     cli_err("%s: %s; sending %s to the command's process group", cfg->cmdname,
             why && *why ? why : what, cli_signal_name(cfg->kill_sig, sname, sizeof sname));
+    cli_ev_lost(cfg->name, cfg->token, why && *why ? why : what);
     kill_group(s);
 }
 
@@ -994,16 +997,35 @@ static int exit_code(sup *s)
         case STAGE_EXEC:
             cli_err("%s: cannot execute %s: %s", cfg->cmdname,
                     cli_show(cfg->cmd[0], shown, sizeof shown), strerror(s->fail.err));
-            return s->fail.err == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXEC;
+            int rc = s->fail.err == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXEC;
+            cli_ev_error(cfg->name, "EXEC", rc, NULL);
+            return rc;
         case STAGE_SETPGID:
             cli_err("%s: cannot start the command: setpgid: %s", cfg->cmdname,
                     strerror(s->fail.err));
-            return CLI_EXIT_SOFTWARE;
+            break;
         default:
             cli_err("%s: cannot start the command: prctl(PR_SET_PDEATHSIG): %s", cfg->cmdname,
                     strerror(s->fail.err));
-            return CLI_EXIT_SOFTWARE;
+            break;
         }
+        cli_ev_error(cfg->name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
+        return CLI_EXIT_SOFTWARE;
+    }
+    /* The command's end, lost lock or not: status or signal. */
+    cli_event e;
+    if (cli_ev_begin(&e, "exit", cfg->name)) {
+        char sname[16];
+        cli_ev_u64(&e, "token", cfg->token);
+        if (WIFEXITED(s->status))
+            cli_ev_int(&e, "status", WEXITSTATUS(s->status));
+        else
+            cli_ev_str(&e, "status", NULL);
+        cli_ev_str(&e, "signal",
+                   WIFSIGNALED(s->status)
+                       ? cli_signal_name(WTERMSIG(s->status), sname, sizeof sname)
+                       : NULL);
+        cli_ev_end(&e);
     }
     if (s->lost)
         return CLI_EXIT_LOST;

@@ -25,6 +25,10 @@ enum {
  * name; url is the resolved backend URL (NULL: default). Return exit code. */
 int cli_bench(int argc, char **argv, const char *url);
 int cli_check(int argc, char **argv, const char *url);
+/* Their help texts, kept beside their options; main.c's command table
+ * shows them (dlock help bench) and makes their completion from them. */
+extern const char cli_bench_help[];
+extern const char cli_check_help[];
 
 /* ---- global options (main.c) ------------------------------------------ */
 
@@ -93,6 +97,7 @@ typedef struct cli_supervise_cfg {
     dlock_client *client;
     const char *url;     /* the client's whole URL (password included), NULL: default */
     dlock_lock *lock;    /* held */
+    uint64_t token;      /* its fencing token (dlock_token says 0 once it is lost) */
     int kill_sig;        /* sent to the command's group on loss */
     int kill_grace_ms;   /* then SIGKILL after this long */
     int verbose;
@@ -147,6 +152,32 @@ const char *cli_signal_name(int sig, char *buf, size_t len);
 /* s as a JSON string literal, quotes included. */
 void cli_json_str(FILE *f, const char *s);
 
+/* ---- --json events of run, hold and elect (util.c) ------------------- */
+
+/* Once --json is given: each event is one JSON object on one line of
+ * stderr, written with one write, {"event": EVENT, "ts_ms": ms since the
+ * epoch, "name": lock name, ...}. Off: the calls below do nothing. */
+void cli_events_on(void);
+typedef struct cli_event {
+    FILE *f; /* the line being built (open_memstream), NULL: events off */
+    char *buf;
+    size_t len;
+} cli_event;
+/* Start an event line (name NULL: no "name"); 0 when events are off. */
+int cli_ev_begin(cli_event *e, const char *event, const char *name);
+void cli_ev_str(cli_event *e, const char *key, const char *val); /* NULL: null */
+void cli_ev_int(cli_event *e, const char *key, long long v);
+void cli_ev_u64(cli_event *e, const char *key, uint64_t v);
+/* Close the object and write the line. */
+void cli_ev_end(cli_event *e);
+/* An "error" event: code (the library's error name, like "EBUSY", or
+ * dlock's own: "INTERRUPTED", "EXEC", "INTERNAL"), message (NULL: the
+ * last line cli_err wrote, without "dlock: ") and the exit code. */
+void cli_ev_error(const char *name, const char *code, int exit_code, const char *msg);
+
+/* A "lost" event: the token that was held and why (the library's message). */
+void cli_ev_lost(const char *name, uint64_t token, const char *msg);
+
 /* Check a lock name; prints the error and returns 64 if invalid, else 0. */
 int cli_check_name(const char *cmd, const char *name);
 /* The URL of --url VAL: a copy, after which VAL's password is overwritten
@@ -162,8 +193,10 @@ const char *cli_url_file(const char *cmd, const char *path);
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);
 /* The same, done within within_ms (-1: the default connect timeout), for a
- * command whose whole wait is bounded (run -w). */
-int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out);
+ * command whose whole wait is bounded (run -w); *lib_rc gets the library's
+ * code. */
+int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
+                    int *lib_rc);
 
 /* Call once dlock_lost_fd(lock) polled readable, before dlock_lock_errmsg:
  * reads the event, which orders the library thread's loss message before our

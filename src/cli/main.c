@@ -3,6 +3,7 @@
  * dispatch), and the inspection commands (status, list, break, backends).
  * run/hold/elect live in run.c, bench and check in their own files. */
 #include "cli.h"
+#include "harness/check.h"
 #include "harness/tools.h"
 
 #include <errno.h>
@@ -47,6 +48,7 @@ static const char usage_tail[] =
     "                        is lost (default TERM)\n"
     "      --kill-grace SECS then SIGKILL after SECS if anything lives (default 5)\n"
     "  -q, --quiet           no message when the lock is not acquired\n"
+    "      --json            events as JSON lines on stderr (see 'dlock help run')\n"
     "\n"
     "exit status:\n"
     "  the command's exit status; if it died of signal N, dlock dies of N too\n"
@@ -71,7 +73,7 @@ static const char usage_tail[] =
 static const char run_help[] =
     "usage: dlock [--url URL] [-v] run [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
     "             [--fair | --no-fair] [-E CODE] [-q] [--kill-signal SIG]\n"
-    "             [--kill-grace SECS] NAME -- CMD [ARGS...]\n"
+    "             [--kill-grace SECS] [--json] NAME -- CMD [ARGS...]\n"
     "\n"
     "Take lock NAME, run CMD in its own process group while holding it, release\n"
     "the lock when CMD exits and exit with CMD's status (if it died of signal N,\n"
@@ -98,6 +100,18 @@ static const char run_help[] =
     "      --kill-grace SECS seconds before SIGKILL (default 5)\n"
     "  -v, --verbose         report waiting (holder and how long) and progress\n"
     "      --name NAME       the lock's name, for a NAME that starts with '-'\n"
+    "      --json            write each event on stderr as one JSON object a line\n"
+    "\n"
+    "--json events (run, hold, elect), each with \"event\", \"ts_ms\" (ms since\n"
+    "the epoch) and \"name\"; stdout stays CMD's (hold's: the token):\n"
+    "  acquired  token, backend, url (no password), holder, waited_ms\n"
+    "            (elect: \"elected\", and value)\n"
+    "  lost      token, message (the library's reason)\n"
+    "  exit      token, status (or null), signal (or null): CMD ended (run, elect)\n"
+    "  released  token (elect: \"resigned\", and value)\n"
+    "  error     code (EBUSY, ETIMEDOUT, another library error name, INTERRUPTED,\n"
+    "            EXEC, INTERNAL), message, exit (the exit code that follows)\n"
+    "Lines that do not start with '{' are dlock's messages or CMD's own stderr.\n"
     "\n"
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
@@ -105,21 +119,25 @@ static const char run_help[] =
 
 static const char hold_help[] =
     "usage: dlock [--url URL] [-v] hold [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
-    "             [--fair | --no-fair] [-E CODE] [-q] NAME\n"
+    "             [--fair | --no-fair] [-E CODE] [-q] [--json] NAME\n"
     "\n"
     "Take lock NAME, print its fencing token on a line of standard output, hold\n"
     "the lock until SIGINT, SIGTERM or SIGHUP, release it and exit 0. Exits 75 if\n"
     "the lock is lost, 1 (or -E CODE) if it is not acquired. A NAME that starts\n"
-    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n";
+    "with '-' goes after \"--\" (hold [OPTIONS] -- NAME) or in --name NAME.\n"
+    "--json: the events acquired, lost, released, error on stderr (see 'dlock\n"
+    "help run').\n";
 
 static const char elect_help[] =
     "usage: dlock [--url URL] [-v] elect [-w SECS | -n] [-t TTL] [--value TEXT]\n"
     "             [-E CODE] [-q] [--kill-signal SIG] [--kill-grace SECS]\n"
-    "             NAME -- CMD [ARGS...]\n"
+    "             [--json] NAME -- CMD [ARGS...]\n"
     "\n"
     "Campaign for leadership of NAME, publishing TEXT (default \"pid N on HOST\"),\n"
     "run CMD while leader exactly as 'dlock run' does, then resign. Losing\n"
-    "leadership kills CMD's process group and exits 75.\n";
+    "leadership kills CMD's process group and exits 75. --json: the events\n"
+    "elected (with value), lost, exit, resigned, error on stderr (see 'dlock\n"
+    "help run').\n";
 
 static const char status_help[] =
     "usage: dlock [--url URL] status NAME [--json]\n"
@@ -150,9 +168,11 @@ static const char leader_help[] =
     "elect --value TEXT', else \"pid N on HOST\"); exit 1, saying so on standard\n"
     "error, when NAME has no leader. Bytes outside printable ASCII are written\n"
     "as \\xNN; --json prints the value exactly: {\"name\": NAME, \"leader\":\n"
-    "VALUE or null}. --watch prints a line now and one on every change of leader\n"
-    "(an empty line, or null, when there is none; the value is polled every\n"
-    "0.2 s) until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0.\n"
+    "VALUE or null, \"token\": the leader's fencing token or null}. --watch prints\n"
+    "a line now and one on every change of leader (an empty line, or null, when\n"
+    "there is none; a new leader is a line even if it publishes the same value:\n"
+    "its token or holder tells, where the backend says them; polled every 0.2 s)\n"
+    "until SIGINT, SIGTERM, SIGHUP or SIGQUIT, then exits 0.\n"
     "\n"
     "exit status: 0 a leader (or --watch ended by a signal); 1 no leader; 64\n"
     "usage; 69 backend unreachable; 70 other failure.\n";
@@ -441,9 +461,30 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     return finish_stdout("break");
 }
 
+/* Who leads, besides the value: the election lock's fencing token and
+ * holder (dlock_inspect), so that a new leader that publishes the same
+ * value is still a change. token 0 and holder "" where the backend cannot
+ * say (then only the value tells leaders apart). */
+typedef struct leader_id {
+    unsigned long long token;
+    char holder[DLOCK_HOLDER_MAX];
+} leader_id;
+
+static void read_leader_id(dlock_client *c, const char *name, leader_id *id)
+{
+    dlock_info info;
+    memset(id, 0, sizeof *id);
+    if (dlock_inspect(c, name, &info) != 0 || info.held <= 0)
+        return; /* unknown: the value alone is compared */
+    id->token = info.token;
+    info.holder[sizeof info.holder - 1] = '\0';
+    snprintf(id->holder, sizeof id->holder, "%s", info.holder);
+}
+
 /* One leader line: the value (an empty line when there is none), or the
- * JSON object {"name":..., "leader": value or null}. */
-static void print_leader(const char *name, const char *value, int json)
+ * JSON object {"name":..., "leader": value or null, "token": the leader's
+ * fencing token or null}. */
+static void print_leader(const char *name, const char *value, const leader_id *id, int json)
 {
     if (json) {
         fputs("{\"name\":", stdout);
@@ -453,6 +494,8 @@ static void print_leader(const char *name, const char *value, int json)
             cli_json_str(stdout, value);
         else
             fputs("null", stdout);
+        fputc(',', stdout);
+        json_int(stdout, "token", (long long)id->token, value && id->token != 0, 0);
         fputs("}\n", stdout);
     } else {
         char clean[4 * DLOCK_VALUE_MAX + 16]; /* every byte may become \xNN */
@@ -470,6 +513,25 @@ static int read_leader(dlock_client *c, const char *name, char *buf, size_t len)
         const char *why = dlock_client_errmsg(c);
         cli_err("leader: cannot read the leader of %s: %s", cli_show(name, shown, sizeof shown),
                 why && *why ? why : dlock_strerror(rc));
+    }
+    return rc;
+}
+
+/* The leader's value (read_leader's answer) and who it is, from one
+ * leader: the identity is read before and after the value, again while
+ * they differ (a leader changed in between), so that a line never pairs
+ * one leader's value with another's token. */
+static int read_leader_state(dlock_client *c, const char *name, char *buf, size_t len,
+                             leader_id *id)
+{
+    leader_id before;
+    int rc = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        read_leader_id(c, name, &before);
+        rc = read_leader(c, name, buf, len);
+        read_leader_id(c, name, id);
+        if (rc || (before.token == id->token && strcmp(before.holder, id->holder) == 0))
+            break;
     }
     return rc;
 }
@@ -502,14 +564,16 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
         return rc;
     }
     char value[DLOCK_VALUE_MAX + 1], last[DLOCK_VALUE_MAX + 1];
-    rc = read_leader(c, name, value, sizeof value);
+    leader_id id, last_id;
+    memset(&last_id, 0, sizeof last_id);
+    rc = read_leader_state(c, name, value, sizeof value, &id);
     if (!watch) {
         if (rc == 0 || rc == DLOCK_ENOENT) {
             if (rc == DLOCK_ENOENT && !json) {
                 char shown[CLI_SHOW_MAX];
                 cli_err("leader: %s has no leader", cli_show(name, shown, sizeof shown));
             } else {
-                print_leader(name, rc ? NULL : value, json);
+                print_leader(name, rc ? NULL : value, &id, json);
             }
             int out = finish_stdout("leader");
             rc = out ? out : rc ? CLI_EXIT_NOT_ACQUIRED : 0;
@@ -528,13 +592,19 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
             break;
         }
         int has = rc == 0;
-        if (has != had || (has && strcmp(value, last) != 0)) {
-            print_leader(name, has ? value : NULL, json);
+        /* Another leader is a line even with the same value: its token or
+         * holder differs (where the backend tells them). */
+        if (has != had ||
+            (has && (strcmp(value, last) != 0 || id.token != last_id.token ||
+                     strcmp(id.holder, last_id.holder) != 0))) {
+            print_leader(name, has ? value : NULL, &id, json);
             if ((exit_code = finish_stdout("leader")) != 0)
                 break;
             had = has;
-            if (has)
+            if (has) {
                 memcpy(last, value, sizeof last);
+                last_id = id;
+            }
         }
         struct pollfd pfd = {.fd = cli_sig_fd(), .events = POLLIN};
         struct timespec ts = {0, LEADER_WATCH_MS * 1000000L};
@@ -547,7 +617,7 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
         }
         if (stop)
             break;
-        rc = read_leader(c, name, value, sizeof value);
+        rc = read_leader_state(c, name, value, sizeof value, &id);
     }
     dlock_client_close(c);
     cli_sig_teardown();
@@ -780,20 +850,6 @@ static int cmd_check(int argc, char **argv, cli_global *g)
     return cli_check(argc, argv, g->url);
 }
 
-/* bench and check keep their long help beside their own options and print
- * it on --help; `dlock help bench` asks them for it the same way. */
-static int help_bench(void)
-{
-    char *argv[] = {(char *)"bench", (char *)"--help", NULL};
-    return cli_bench(2, argv, NULL);
-}
-
-static int help_check(void)
-{
-    char *argv[] = {(char *)"check", (char *)"--help", NULL};
-    return cli_check(2, argv, NULL);
-}
-
 static int help_usage(void);
 static int cmd_help(int argc, char **argv, cli_global *g);
 static int cmd_completion(int argc, char **argv, cli_global *g);
@@ -831,10 +887,10 @@ static const command commands[] = {
      break_help, NULL, cmd_break},
     {"backends", "backends [--json]", "capabilities and guarantees of every backend", 2,
      backends_help, NULL, cmd_backends},
-    {"bench", "bench [OPTIONS]", "measure the cost of locking (see 'dlock help bench')", 2, NULL,
-     help_bench, cmd_bench},
+    {"bench", "bench [OPTIONS]", "measure the cost of locking (see 'dlock help bench')", 2,
+     cli_bench_help, NULL, cmd_bench},
     {"check", "check [OPTIONS]", "measure what the lock guarantees (see 'dlock help check')", 2,
-     NULL, help_check, cmd_check},
+     cli_check_help, NULL, cmd_check},
     {"help", "help [COMMAND]", "this text, or the options of COMMAND", 2, NULL, help_usage,
      cmd_help},
     {"completion", "completion bash", "print the bash completion script", 2, completion_help,
@@ -976,6 +1032,11 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
             size_t n = strlen(words);
             snprintf(words + n, sizeof words - n, "%s%s", n ? " " : "", commands[i].name);
         }
+    char scenarios[1024] = ""; /* dlock check --scenario NAME */
+    for (size_t i = 0; i < chk_nscenarios; i++) {
+        size_t n = strlen(scenarios);
+        snprintf(scenarios + n, sizeof scenarios - n, "%s%s", n ? " " : "", chk_scenarios[i].name);
+    }
     char globals[512] = "";
     for (const cli_opt *o = global_opts; o->id; o++) {
         size_t n = strlen(globals);
@@ -1001,7 +1062,10 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
            "        esac\n"
            "    done\n"
            "    case $prev in\n"
-           "    --url-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+           "    --url-file | --history | --check-history) COMPREPLY=($(compgen -f -- \"$cur\")); "
+           "return ;;\n"
+           "    --servers) COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n"
+           "    --scenario) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
            "    --url) COMPREPLY=($(compgen -W 'file:/// redis:// redis+sentinel:// "
            "redis+cluster:// redlock:// zk:// etcd:// etcds:// postgres:// mysql:// "
            "memcached://' -- \"$cur\")); return ;;\n"
@@ -1019,7 +1083,7 @@ static int cmd_completion(int argc, char **argv, cli_global *g)
            "    '') COMPREPLY=($(compgen -W '%s %s' -- \"$cur\")); return ;;\n"
            "    help) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;;\n"
            "    completion) COMPREPLY=($(compgen -W 'bash' -- \"$cur\")); return ;;\n",
-           words, globals, words);
+           scenarios, words, globals, words);
     for (size_t i = 0; i < NCOMMANDS; i++) {
         const command *c = &commands[i];
         if (!c->synopsis || !c->help || !strcmp(c->name, "completion"))

@@ -33,16 +33,17 @@ typedef struct run_cfg {
     dlock_lock_opts lopts;
     int shared, permits_given;
     int conflict_code;
-    int quiet, verbose;
+    int quiet, verbose, json;
     int kill_sig, kill_grace_ms;
-    const char *value;   /* elect: published leader value */
+    const char *value;   /* elect --value */
+    char published[256]; /* elect: the value published (--value, else self_desc) */
     const char *url;
     int64_t lose_after_ms; /* DLOCK_TEST_LOSE_AFTER_MS, -1 unset */
 } run_cfg;
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
-    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_HELP
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_JSON, R_HELP
 };
 
 static const cli_opt run_opts[] = {
@@ -64,6 +65,7 @@ static const cli_opt run_opts[] = {
     {"url", 0, 1, R_URL},
     {"url-file", 0, 1, R_URL_FILE},
     {"name", 0, 1, R_NAME},
+    {"json", 0, 0, R_JSON},
     {"help", 'h', 0, R_HELP},
     {NULL, 0, 0, 0},
 };
@@ -196,6 +198,9 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
         case R_URL_FILE:
             if (!(cfg->url = cli_url_file(cmd, p.val)))
                 return CLI_EXIT_USAGE;
+            break;
+        case R_JSON:
+            cfg->json = 1;
             break;
         case R_NAME:
             /* A name that starts with '-' would read as an option. */
@@ -371,17 +376,18 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc)
+/* Says why the lock was not acquired (not with -q); msg gets the line
+ * without "dlock: ", for the --json error event, -q or not. */
+static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc, char *msg, size_t len)
 {
-    if (cfg->quiet)
-        return;
     char shown[CLI_SHOW_MAX], why[320];
     cli_show(cfg->name, shown, sizeof shown);
     dlock_info info;
     memset(&info, 0, sizeof info);
     /* Not after a timed wait: -w is a bound (plus 100 ms), and a server
      * that stopped answering would hold the inspect for op_timeout_ms. */
-    if (rc != DLOCK_ETIMEDOUT && dlock_inspect(c, cfg->name, &info) == 0 && info.held > 0 &&
+    if (rc != DLOCK_ETIMEDOUT && (!cfg->quiet || cfg->json) &&
+        dlock_inspect(c, cfg->name, &info) == 0 && info.held > 0 &&
         info.holder[0]) {
         char who[CLI_SHOW_MAX];
         info.holder[sizeof info.holder - 1] = '\0';
@@ -390,10 +396,12 @@ static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc)
         snprintf(why, sizeof why, "%s", rc == DLOCK_EBUSY ? "held by another owner" : "busy");
     }
     if (rc == DLOCK_ETIMEDOUT)
-        cli_err("%s: lock %s not acquired within %.3g s: %s", cfg->cmdname, shown,
-                (double)cfg->timeout_ms / 1000.0, why);
+        snprintf(msg, len, "%s: lock %s not acquired within %.3g s: %s", cfg->cmdname, shown,
+                 (double)cfg->timeout_ms / 1000.0, why);
     else
-        cli_err("%s: lock %s not acquired: %s", cfg->cmdname, shown, why);
+        snprintf(msg, len, "%s: lock %s not acquired: %s", cfg->cmdname, shown, why);
+    if (!cfg->quiet)
+        cli_err("%s", msg);
 }
 
 static void self_desc(char *buf, size_t len)
@@ -448,12 +456,7 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
     }
     int rc;
     if (cfg->mode == MODE_ELECT) {
-        char value[256];
-        if (cfg->value)
-            snprintf(value, sizeof value, "%s", cfg->value);
-        else
-            self_desc(value, sizeof value);
-        rc = dlock_campaign(lock, value, cfg->acquire_ms);
+        rc = dlock_campaign(lock, cfg->published, cfg->acquire_ms);
     } else {
         rc = dlock_acquire(lock, cfg->acquire_ms);
     }
@@ -471,28 +474,49 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
         if (rc == 0)
             (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
         dropped_msg(cfg, &w);
+        char sname[16], msg[96];
+        snprintf(msg, sizeof msg, "%s: %s received while waiting", cfg->cmdname,
+                 cli_signal_name(sig, sname, sizeof sname));
+        cli_ev_error(cfg->name, "INTERRUPTED", 128 + sig, msg);
         *stop_sig = sig;
         return 128 + sig;
     }
     char shown[CLI_SHOW_MAX];
     cli_show(cfg->name, shown, sizeof shown);
     if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
-        not_acquired_msg(cfg, c, rc);
+        char msg[512];
+        not_acquired_msg(cfg, c, rc, msg, sizeof msg);
         dropped_msg(cfg, &w);
+        cli_ev_error(cfg->name, dlock_err_name(rc), cfg->conflict_code, msg);
         return cfg->conflict_code; /* may be 0: still not TAKEN */
     }
     if (rc) {
         const char *why = dlock_lock_errmsg(lock);
         cli_err("%s: cannot acquire lock %s: %s", cfg->cmdname, shown,
                 why && *why ? why : dlock_strerror(rc));
+        cli_ev_error(cfg->name, dlock_err_name(rc), cli_exit_for(rc), NULL);
         dropped_msg(cfg, &w);
         return cli_exit_for(rc);
     }
     memcpy(remembered, w.remembered, w.nremembered * sizeof *remembered);
     *nremembered = w.nremembered;
+    int64_t waited_ms = cli_now_ms() - w.started_ms;
+    cli_event e;
+    if (cli_ev_begin(&e, cfg->mode == MODE_ELECT ? "elected" : "acquired", cfg->name)) {
+        char self[300];
+        self_desc(self, sizeof self); /* what the library records as the holder */
+        cli_ev_u64(&e, "token", dlock_token(lock));
+        cli_ev_str(&e, "backend", dlock_client_backend(c));
+        cli_ev_str(&e, "url", dlock_client_url(c)); /* its password is "***" */
+        cli_ev_str(&e, "holder", self);
+        if (cfg->mode == MODE_ELECT)
+            cli_ev_str(&e, "value", cfg->published);
+        cli_ev_int(&e, "waited_ms", waited_ms);
+        cli_ev_end(&e);
+    }
     if (cfg->verbose) {
         char waited[32];
-        fmt_dur(waited, sizeof waited, cli_now_ms() - w.started_ms);
+        fmt_dur(waited, sizeof waited, waited_ms);
         cli_err("%s: acquired lock %s (token %" PRIu64 ") after %s", cfg->cmdname, shown,
                 dlock_token(lock), waited);
     }
@@ -503,12 +527,13 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
 
 /* `dlock hold`: print the token, then sleep until a terminating signal or
  * the loss of the lock. Returns the exit code. */
-static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
+static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lose_at)
 {
     char shown[CLI_SHOW_MAX];
     cli_show(cfg->name, shown, sizeof shown);
-    if (printf("%" PRIu64 "\n", dlock_token(lock)) < 0 || fflush(stdout) != 0) {
+    if (printf("%" PRIu64 "\n", token) < 0 || fflush(stdout) != 0) {
         cli_err("hold: cannot print the token: %s", strerror(errno));
+        cli_ev_error(cfg->name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
         return CLI_EXIT_SOFTWARE;
     }
     int lost_fd = dlock_lost_fd(lock);
@@ -530,6 +555,7 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
         int n = ppoll(fds, 2, tsp, cli_sig_pollmask());
         if (n < 0 && errno != EINTR) {
             cli_err("hold: poll: %s", strerror(errno));
+            cli_ev_error(cfg->name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
             return CLI_EXIT_SOFTWARE;
         }
         if (n > 0 && fds[1].revents) {
@@ -539,6 +565,7 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, int64_t lose_at)
                 cli_err("hold: %s", why); /* names the lock and says why */
             else
                 cli_err("hold: lock %s lost", shown);
+            cli_ev_lost(cfg->name, token, why && *why ? why : "lost while held");
             return CLI_EXIT_LOST;
         }
         int sig;
@@ -564,9 +591,18 @@ int cli_run(int argc, char **argv, const cli_global *g)
         return rc;
     if ((rc = cli_check_name(cfg.cmdname, cfg.name)) != 0)
         return rc;
+    if (cfg.json)
+        cli_events_on();
+    if (cfg.mode == MODE_ELECT) {
+        if (cfg.value)
+            snprintf(cfg.published, sizeof cfg.published, "%s", cfg.value);
+        else
+            self_desc(cfg.published, sizeof cfg.published);
+    }
     /* Before the client exists, so that its threads inherit the mask. */
     if (cli_sig_setup() < 0) {
         cli_err("%s: cannot set up signal handling: %s", cfg.cmdname, strerror(errno));
+        cli_ev_error(cfg.name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
         cli_sig_teardown();
         return CLI_EXIT_SOFTWARE;
     }
@@ -581,8 +617,11 @@ int cli_run(int argc, char **argv, const cli_global *g)
      * unreachable or stalled server must not make it longer. */
     int64_t opening = cli_now_ms();
     int within = cfg.timeout_ms > 0 ? cfg.timeout_ms + 100 : -1;
-    if ((rc = cli_open_within(cfg.cmdname, cfg.url, within, &c)) != 0)
+    int lib_rc;
+    if ((rc = cli_open_within(cfg.cmdname, cfg.url, within, &c, &lib_rc)) != 0) {
+        cli_ev_error(cfg.name, dlock_err_name(lib_rc), rc, NULL);
         goto out;
+    }
     cfg.acquire_ms = cfg.timeout_ms;
     if (cfg.timeout_ms > 0) {
         int64_t left = cfg.timeout_ms - (cli_now_ms() - opening);
@@ -592,6 +631,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
         const char *why = dlock_client_errmsg(c);
         cli_err("%s: cannot create lock %s: %s", cfg.cmdname, shown,
                 why && *why ? why : dlock_strerror(rc));
+        cli_ev_error(cfg.name, dlock_err_name(rc), cli_exit_for(rc), NULL);
         rc = cli_exit_for(rc);
         lock = NULL;
         goto out;
@@ -601,9 +641,11 @@ int cli_run(int argc, char **argv, const cli_global *g)
     if ((rc = take(&cfg, c, lock, remembered, &nremembered, &die_sig)) != TAKEN)
         goto out;
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
+    /* For the events: once the lock is lost, dlock_token says 0. */
+    uint64_t token = dlock_token(lock);
 
     if (cfg.mode == MODE_HOLD) {
-        rc = hold(&cfg, lock, lose_at);
+        rc = hold(&cfg, lock, token, lose_at);
     } else {
         /* Do not start the command if we were told to stop while the lock
          * was being taken. */
@@ -624,6 +666,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .client = c,
                 .url = cfg.url,
                 .lock = lock,
+                .token = token,
                 .kill_sig = cfg.kill_sig,
                 .kill_grace_ms = cfg.kill_grace_ms,
                 .verbose = cfg.verbose,
@@ -653,6 +696,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
         const char *why = dlock_lock_errmsg(lock);
         cli_err("%s: lock %s was lost while held: %s", cfg.cmdname, shown,
                 why && *why ? why : "lost while held");
+        cli_ev_lost(cfg.name, token, why && *why ? why : "lost while held");
         rc = CLI_EXIT_LOST;
     } else if (rel && rel != DLOCK_ELOST) {
         const char *why = dlock_lock_errmsg(lock);
@@ -660,8 +704,17 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 why && *why ? why : dlock_strerror(rel));
         if (rc == 0)
             rc = cli_exit_for(rel);
-    } else if (cfg.verbose && rc != CLI_EXIT_LOST) {
-        cli_err("%s: released lock %s", cfg.cmdname, shown);
+        cli_ev_error(cfg.name, dlock_err_name(rel), rc, NULL);
+    } else if (rc != CLI_EXIT_LOST) {
+        cli_event e;
+        if (cli_ev_begin(&e, cfg.mode == MODE_ELECT ? "resigned" : "released", cfg.name)) {
+            cli_ev_u64(&e, "token", token);
+            if (cfg.mode == MODE_ELECT)
+                cli_ev_str(&e, "value", cfg.published);
+            cli_ev_end(&e);
+        }
+        if (cfg.verbose)
+            cli_err("%s: released lock %s", cfg.cmdname, shown);
     }
 out:
     if (lock)

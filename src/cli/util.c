@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -14,6 +15,10 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The last message vline wrote, without "dlock: " and the newline: the
+ * message of a --json "error" event. */
+static _Thread_local char last_msg[1024]; /* per thread: the waiting thread reports too */
 
 __attribute__((format(printf, 2, 0))) static void vline(const char *prefix, const char *fmt,
                                                        va_list ap, const char *suffix)
@@ -33,6 +38,7 @@ __attribute__((format(printf, 2, 0))) static void vline(const char *prefix, cons
     for (size_t i = 0; i < len; i++)
         if (buf[i] == '\n' || buf[i] == '\r')
             buf[i] = ' ';
+    snprintf(last_msg, sizeof last_msg, "%.*s", (int)(len - 7), buf + 7); /* after "dlock: " */
     if (len < sizeof buf - 1)
         buf[len++] = '\n';
     else
@@ -243,6 +249,104 @@ void cli_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* ---- --json events ---------------------------------------------------- */
+
+static int events_on;
+
+void cli_events_on(void)
+{
+    events_on = 1;
+}
+
+int cli_ev_begin(cli_event *e, const char *event, const char *name)
+{
+    memset(e, 0, sizeof *e);
+    if (!events_on || !(e->f = open_memstream(&e->buf, &e->len)))
+        return 0; /* no memory for one line: the event is dropped, dlock goes on */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fputs("{\"event\":", e->f);
+    cli_json_str(e->f, event);
+    fprintf(e->f, ",\"ts_ms\":%lld", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    if (name)
+        cli_ev_str(e, "name", name);
+    return 1;
+}
+
+void cli_ev_str(cli_event *e, const char *key, const char *val)
+{
+    if (!e->f)
+        return;
+    fputc(',', e->f);
+    cli_json_str(e->f, key);
+    fputc(':', e->f);
+    if (val)
+        cli_json_str(e->f, val);
+    else
+        fputs("null", e->f);
+}
+
+void cli_ev_int(cli_event *e, const char *key, long long v)
+{
+    if (!e->f)
+        return;
+    fputc(',', e->f);
+    cli_json_str(e->f, key);
+    fprintf(e->f, ":%lld", v);
+}
+
+void cli_ev_u64(cli_event *e, const char *key, uint64_t v)
+{
+    if (!e->f)
+        return;
+    fputc(',', e->f);
+    cli_json_str(e->f, key);
+    fprintf(e->f, ":%" PRIu64, v);
+}
+
+void cli_ev_end(cli_event *e)
+{
+    if (!e->f)
+        return;
+    fputs("}\n", e->f);
+    int bad = ferror(e->f);
+    if (fclose(e->f) == 0 && !bad) {
+        /* One write, as vline: lines of processes sharing stderr stay whole. */
+        size_t off = 0;
+        while (off < e->len) {
+            ssize_t w = write(STDERR_FILENO, e->buf + off, e->len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+    }
+    free(e->buf);
+    memset(e, 0, sizeof *e);
+}
+
+void cli_ev_error(const char *name, const char *code, int exit_code, const char *msg)
+{
+    cli_event e;
+    if (!cli_ev_begin(&e, "error", name))
+        return;
+    cli_ev_str(&e, "code", code);
+    cli_ev_str(&e, "message", msg ? msg : last_msg);
+    cli_ev_int(&e, "exit", exit_code);
+    cli_ev_end(&e);
+}
+
+void cli_ev_lost(const char *name, uint64_t token, const char *msg)
+{
+    cli_event e;
+    if (!cli_ev_begin(&e, "lost", name))
+        return;
+    cli_ev_u64(&e, "token", token);
+    cli_ev_str(&e, "message", msg);
+    cli_ev_end(&e);
+}
+
 int cli_check_name(const char *cmd, const char *name)
 {
     char why[256] = "";
@@ -314,16 +418,18 @@ const char *cli_url_file(const char *cmd, const char *path)
 
 int cli_open(const char *cmd, const char *url, dlock_client **out)
 {
-    return cli_open_within(cmd, url, -1, out);
+    int lib_rc;
+    return cli_open_within(cmd, url, -1, out, &lib_rc);
 }
 
-int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out)
+int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
+                    int *lib_rc)
 {
     dlock_client_opts o;
     dlock_client_opts_init(&o);
     if (within_ms > 0 && within_ms < 2000)
         o.connect_timeout_ms = within_ms; /* else the URL's or the default */
-    int rc = dlock_client_open(out, url, &o);
+    int rc = *lib_rc = dlock_client_open(out, url, &o);
     if (rc == 0)
         return 0;
     const char *why = dlock_client_errmsg(NULL);

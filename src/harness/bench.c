@@ -44,7 +44,7 @@
 #define BASELINE_MAX_NS 300000000LL
 #define BENCH_ERR 600 /* room for a client's error message */
 
-static const char bench_help[] =
+const char cli_bench_help[] =
     "usage: dlock [--url URL] bench [-P N] [-K N] [-H US] [-D SECS] [--warmup SECS]\n"
     "                              [--fair | --no-fair]\n"
     "                              [--shared [--writers N] | --permits N]\n"
@@ -1023,7 +1023,7 @@ static int parse(int argc, char **argv, bcfg *c)
         case CLI_OPT_DASHDASH:
             return cli_usage("bench", "unexpected \"--\"");
         case BO_HELP:
-            fputs(bench_help, stdout);
+            fputs(cli_bench_help, stdout);
             return -1;
         case BO_HELD:
             if (cli_parse_long(p.val, 1, MAX_HELD, &v) != 0)

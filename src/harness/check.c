@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char check_help[] =
+const char cli_check_help[] =
     "usage: dlock [--url URL] check [--scenario NAME]... [-P N] [-D SECS] [--ttl SECS]\n"
     "                              [--servers DIR] [--json] [--history FILE]\n"
     "       dlock check --check-history FILE [--json]\n"
@@ -710,7 +710,7 @@ int cli_check(int argc, char **argv, const char *url)
         case CLI_OPT_DASHDASH:
             return cli_usage("check", "unexpected \"--\"");
         case CO_HELP:
-            fputs(check_help, stdout);
+            fputs(cli_check_help, stdout);
             return 0;
         case CO_LIST:
             for (size_t i = 0; i < chk_nscenarios; i++)
