@@ -424,19 +424,41 @@ for p in $(cat "$TMP/lose.pids"); do
 done
 grep -q 'lost' "$TMP/err" || fail "no message on loss"
 pass
+# lose_when_ready ARGS...: `dl run --json ARGS` with a forced loss, the
+# command writing the time ($TMP/ready) once its traps are set; the loss
+# comes 0.2 s after the lock is taken, later (1 s, 5 s) if the command was
+# not ready by then (a loaded machine). Sets lost_ms and exit_ms from the
+# events (0 if missing); returns 1 if the command was never ready in time.
+lose_when_ready() {
+    local after
+    for after in 200 1000 5000; do
+        rm -f "$TMP/ready"
+        DLOCK_TEST_LOSE_AFTER_MS=$after expect 75 dl run --json "$@"
+        read -r lost_ms exit_ms < <(python3 -c 'import json, sys
+ev = {}
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        e = json.loads(line); ev.setdefault(e["event"], e["ts_ms"])
+print(ev.get("lost", 0), ev.get("exit", 0))' "$TMP/err")
+        [[ -s $TMP/ready ]] && (($(cat "$TMP/ready") < lost_ms)) && return 0
+    done
+    return 1
+}
 # a command that ignores the kill signal is SIGKILLed after --kill-grace
-t0=$(now_ms)
-DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --kill-grace 0.8 grace -- sh -c \
-    'trap "" TERM; echo $$ >>$0; sleep 100 & echo $! >>$0; wait; wait' "$TMP/grace.pids"
-dt=$(($(now_ms) - t0))
-((dt >= 950 && dt < 10000)) || fail "--kill-grace 0.8 after a loss at 0.2 s took $dt ms"
+: >"$TMP/grace.pids"
+lose_when_ready --kill-grace 0.8 grace -- sh -c \
+    'trap "" TERM; date +%s%3N >$1; echo $$ >>$0; sleep 100 & echo $! >>$0; wait; wait' \
+    "$TMP/grace.pids" "$TMP/ready" || fail "--kill-grace: the command was never ready before the loss"
+((exit_ms - lost_ms >= 750 && exit_ms - lost_ms < 10000)) ||
+    fail "--kill-grace 0.8: the command ended $((exit_ms - lost_ms)) ms after the loss"
 for p in $(cat "$TMP/grace.pids"); do
     ! alive "$p" || fail "process $p survived SIGKILL after the grace"
 done
 pass
 # --kill-signal chooses the signal
-DLOCK_TEST_LOSE_AFTER_MS=200 expect 75 dl run --kill-signal USR2 ksig -- sh -c \
-    'trap "echo usr2 >$0; exit 0" USR2; while :; do sleep 0.05; done' "$TMP/ksig.out"
+lose_when_ready --kill-signal USR2 ksig -- sh -c \
+    'trap "echo usr2 >$0; exit 0" USR2; date +%s%3N >$1; while :; do sleep 0.05; done' \
+    "$TMP/ksig.out" "$TMP/ready" || fail "--kill-signal: the command was never ready before the loss"
 grep -q usr2 "$TMP/ksig.out" || fail "--kill-signal USR2 not delivered"
 pass
 # hold exits 75 on loss
