@@ -2127,6 +2127,66 @@ static void test_tokens_getlock_match_table_and_rise(void **state)
     }
 }
 
+/* Issue 24: a waiter's grant and its token's draw come in one round trip,
+ * the CALL of the take procedure (dlock_live_take1: GET_LOCK, then the
+ * draw, one statement at a time, so that no table is held while it waits).
+ * With the procedure dropped while clients run, their waiters take as
+ * before (GET_LOCK, then the draw), tokens still rising; a client opened
+ * after makes it again. */
+static void test_queued_take_in_one_round_trip(void **state)
+{
+    (void)state;
+    char name[64], lit[100], out[512];
+    unique(name, sizeof name, "take-call");
+    sql_lit(lit, sizeof lit, name);
+    dlock_client *c[2];
+    dlock_lock *l[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = open_url(my_url);
+        l[i] = mk(c[i], name, NULL, NULL);
+    }
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
+                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take1'"),
+                     1);
+    uint64_t last = 0;
+    for (int round = 0; round < 4; round++) {
+        /* rounds 2 and 3: the procedure gone */
+        if (round == 2)
+            root_str(out, sizeof out, "DROP PROCEDURE dlock_live_take1");
+        acquire_ok(l[0], 2000);
+        assert_true(dlock_token(l[0]) > last);
+        last = dlock_token(l[0]);
+        struct waiter w;
+        waiter_start(&w, l[1], 10000, false);
+        const char *how = round < 2 ? "CALL `dlock_live_take1`(%" : "SELECT GET_LOCK(%";
+        long long seen = 0;
+        if (!wait_num(1, 5000, &seen,
+                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
+                      "lock' AND INFO LIKE '%s'",
+                      how))
+            fail_msg("round %d: no waiter queued in %s", round, how);
+        assert_int_equal(dlock_release(l[0]), 0);
+        int rc = waiter_join(&w);
+        if (rc != 0)
+            fail_msg("round %d: the waiter: %s: %s", round, dlock_err_name(rc),
+                     dlock_lock_errmsg(l[1]));
+        assert_true(w.token > last);
+        last = w.token;
+        assert_int_equal(table_token(M_GET, name), (long long)w.token);
+        assert_int_equal(inspect(c[0], name).token, w.token);
+        assert_int_equal(dlock_release(l[1]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(l[i]);
+        dlock_client_close(c[i]);
+    }
+    dlock_client *again = open_url(my_url);
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
+                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take1'"),
+                     1);
+    dlock_client_close(again);
+}
+
 /* rowlock: the token is drawn into a MEMORY table, which no rollback undoes,
  * so holders killed mid-hold (their transactions rolled back) never make the
  * next holder's token go back. */
@@ -3946,6 +4006,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tls_with_ca_is_tls),
         cmocka_unit_test(test_tls_verification_failures),
         cmocka_unit_test(test_tokens_getlock_match_table_and_rise),
+        cmocka_unit_test(test_queued_take_in_one_round_trip),
         cmocka_unit_test(test_tokens_rowlock_survive_killed_holders),
         cmocka_unit_test(test_no_log_write_per_grant),
         cmocka_unit_test(test_tokens_rise_when_memory_tables_change_getlock),

@@ -14,7 +14,10 @@
 # dlock-py: the Python package, DLOCK_PY_PATH=its pip --target dir...),
 # each line labelled with its peer's name; CMDS may be '' (peers only); each
 # CMD runs as `CMD --url URL bench ...` (a dlock binary, or `env VAR=V
-# path/dlock`). -D seconds per run from $D (default 3). Example, a durable
+# path/dlock`). -D seconds per run from $D (default 3); $AB_P the rows'
+# waiter counts (default "1 8"); $AB_CPUS pins every client and peer there
+# (taskset -c: with the server pinned elsewhere, every round trip crosses
+# CPUs, steadier than the scheduler's placement). Example, a durable
 # MariaDB, the installed dlock against this tree's:
 #
 #   DLOCK_SERVERS_DURABLE=1 tests/servers.sh run mariadb -- \
@@ -22,7 +25,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 if [ $# -lt 3 ]; then
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 64
 fi
 url=${!1:-}
@@ -37,7 +40,7 @@ one() { # LABEL P CMD...: one run, one line
     local label=$1 P=$2 H=0 line
     shift 2
     [ "$P" = 8 ] && H=100
-    line=$("$@" -P "$P" -H "$H" -D "$D" --json 2>"$err" | tail -1)
+    line=$(${pin[@]+"${pin[@]}"} "$@" -P "$P" -H "$H" -D "$D" --json 2>"$err" | tail -1)
     "$py" -c '
 import json, sys
 label, P, line = sys.argv[1:4]
@@ -51,9 +54,11 @@ print("%-10s P=%s cycle_p50_us=%8s ops_per_s=%8s handover_p50_us=%8s violations=
          d.get("violations")))
 ' "$label" "$P" "$line" "$err"
 }
+pin=()
+[ -n "${AB_CPUS:-}" ] && pin=(taskset -c "$AB_CPUS")
 IFS=';' read -ra clients <<<"$3"
 for _ in $(seq "$reps"); do
-    for P in 1 8; do
+    for P in ${AB_P:-1 8}; do
         for peer in "${peers[@]}"; do
             one "$peer" "$P" "$py" "$here/peer_bench.py" --peer "$peer" --url "$url"
         done

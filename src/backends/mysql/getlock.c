@@ -29,8 +29,10 @@
 
 /* getlock: the name's GET_LOCK on *kp (a pooled connection when NULL),
  * waiting until deadline_ns (0: a try): 0 held, or the error, set on l,
- * with the connection given back. */
-static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
+ * with the connection given back. With drawn, and the procedure there
+ * (my_take_draws), the grant's draw comes in the same round trip, the
+ * take procedure's (see build_sql in mysql.c): drawn->made says so. */
+static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp, my_drawn *drawn)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
@@ -47,16 +49,37 @@ static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp)
             if (rc)
                 return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
         }
-        my_arg a[] = {A_S(ml->key), A_D(my_wait_seconds(deadline_ns))};
-        rc = my_q_exec(k, mc->sql_queue, a, 2, &r, my_wait_bound(l, deadline_ns), cancel, why,
-                    sizeof why);
+        bool call = drawn && my_take_draws(l, k);
+        double wait_s = my_wait_seconds(deadline_ns);
+        my_arg a[] = {A_S(ml->key), A_D(wait_s)};
+        my_arg ca[] = {A_S(ml->key), A_S(l->name), A_D(wait_s), A_S(mc->holder)};
+        rc = my_q_exec(k, call ? mc->sql_take_call : mc->sql_queue, call ? ca : a, call ? 4 : 2,
+                       &r, my_wait_bound(l, deadline_ns), cancel, why, sizeof why);
         granted = rc == 0 && my_cell(&r, 0, 0) && strcmp(my_cell(&r, 0, 0), "1") == 0;
+        if (granted && call && my_cell(&r, 0, 1) && my_cell(&r, 0, 2)) {
+            drawn->made = true;
+            drawn->affected = strtoull(my_cell(&r, 0, 1), NULL, 10);
+            drawn->insert_id = strtoull(my_cell(&r, 0, 2), NULL, 10);
+        }
         my_res_free(&r);
         /* The server ended the session (KILL, a restart) or the wait
          * (GET_LOCK's NULL, a statement limit) before its time: ask again
          * until the deadline — a waiter is only told when time is up. */
         bool ended = rc && my_session_ended(&k, rc, deadline_ns);
         bool cut_short = rc ? !ended && my_interrupted(k) : !granted;
+        if (rc && call && !ended && !k->broken && (!cut_short || my_time_left(deadline_ns))) {
+            /* A CALL cut short (KILL QUERY) may have been granted before
+             * its end, and one refused (the procedure dropped, not ours to
+             * call) is not asked again (GET_LOCK alone from now on): either
+             * way its connection goes, which lets go of all it took, and
+             * the take is asked again. */
+            if (!cut_short)
+                atomic_store(&mc->take_on, false);
+            ended = !cut_short;
+            k->failed = true;
+            my_conn_close(k);
+            k = NULL;
+        }
         if (!ended && !(cut_short && my_time_left(deadline_ns)))
             break;
         early += cut_short;
@@ -105,7 +128,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
                       why, sizeof why);
         if (rc)
             return dl_connect_err(l, deadline_ns, rc, why, mc->redacted);
-        rc = my_draw_token(l, k, true, true, &token, why, sizeof why);
+        rc = my_draw_token(l, k, true, true, NULL, &token, why, sizeof why);
         if (rc == DRAW_BUSY) {
             ml->asks_skip = ml->asks_skip ? ml->asks_skip * 2 : MY_ASKS_SKIP_MIN;
             if (ml->asks_skip > MY_ASKS_SKIP_MAX)
@@ -123,10 +146,11 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         }
     }
     if (rc == DRAW_BUSY || rc == DRAW_UNASKED) {
-        rc = key_take(l, deadline_ns, &k);
+        my_drawn drawn = {0};
+        rc = key_take(l, deadline_ns, &k, &drawn);
         if (rc)
             return rc;
-        rc = my_draw_token(l, k, true, false, &token, why, sizeof why);
+        rc = my_draw_token(l, k, true, false, &drawn, &token, why, sizeof why);
     }
     if (rc == 2) {
         my_key_give_back(l, k);
@@ -290,13 +314,37 @@ int my_getlock_tables(myclient *mc, char **ddl, const char **bare)
     return ddl[0] ? my_session_tables(ddl, bare) : DLOCK_ENOMEM;
 }
 
+/* The take procedure (see build_sql in mysql.c), made if missing: take_on
+ * once it is there. A user that may not make it (no CREATE ROUTINE; MySQL,
+ * which does not prepare CREATE PROCEDURE) takes without it: GET_LOCK,
+ * then the draw. 0, or a code when k broke. */
+static int take_proc_ensure(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
+{
+    my_res r = {0};
+    my_arg a[] = {A_S(mc->take_proc_bare)};
+    int rc = my_q_exec(k, mc->sql_proc_exists, a, 1, &r, until, -1, why, wlen);
+    bool there = rc == 0 && r.nrows == 1;
+    my_res_free(&r);
+    if (!rc && !there) {
+        rc = my_q_exec(k, mc->sql_take_proc, NULL, 0, &r, until, -1, why, wlen);
+        my_res_free(&r);
+        there = rc == 0 || (!k->broken && k->last_errno == 1304); /* (a racing maker's) */
+    }
+    atomic_store(&mc->take_on, there);
+    return k->broken ? rc : 0;
+}
+
 /* The default table's holders have their lease marks kept (see
- * my_ensure_marks), unless the lease table is not ours to read. */
+ * my_ensure_marks), unless the lease table is not ours to read; the take
+ * procedure where its draw is the one statement (my_take_draws). */
 int my_getlock_tables_made(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
 {
-    if (atomic_load(&mc->lease_live_off) || strcmp(mc->live_bare, "dlock_live") != 0)
-        return 0;
-    return my_ensure_marks(mc, k, until, why, wlen);
+    int rc = 0;
+    if (!atomic_load(&mc->lease_live_off) && strcmp(mc->live_bare, "dlock_live") == 0)
+        rc = my_ensure_marks(mc, k, until, why, wlen);
+    if (!rc && (atomic_load(&mc->marks_on) || atomic_load(&mc->lease_live_off)))
+        rc = take_proc_ensure(mc, k, until, why, wlen);
+    return rc;
 }
 
 const dl_backend_ops my_getlock_ops = {

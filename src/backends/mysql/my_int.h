@@ -39,7 +39,9 @@
     X(stmt_field_count, field_count) X(stmt_bind_result, bind_result) X(stmt_fetch, fetch)   \
     X(stmt_free_result, free_result) X(stmt_close, stmt_close)                               \
     X(stmt_affected_rows, affected_rows) X(stmt_insert_id, insert_id)                        \
-    X(stmt_errno, stmt_errno) X(stmt_error, stmt_error)
+    X(stmt_errno, stmt_errno) X(stmt_error, stmt_error)                                      \
+    X(stmt_more_results, more_results) X(stmt_next_result_start, next_start)                 \
+    X(stmt_next_result_cont, next_cont)
 
 typedef struct my_api {
 #define MY_API_FIELD(f, m) __typeof__(mysql_##f) *m;
@@ -102,6 +104,11 @@ typedef struct myclient {
     char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
     char *sql_draw_fast;     /* getlock, rowlock: one table opened less, the lease mark read */
     char *sql_try_draw;      /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
+    char *sql_take_proc;     /* getlock: the procedure of GET_LOCK and sql_draw_fast (see build_sql) */
+    char *sql_take_call;     /* getlock: its CALL */
+    char *sql_proc_exists;   /* getlock: whether it is there */
+    char take_proc_bare[MY_IDENT_MAX + 16]; /* its name */
+    atomic_bool take_on;     /* getlock: the procedure there, ours to call */
     char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* my_ensure_marks */
     char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
     atomic_bool
@@ -293,8 +300,18 @@ void my_rewatch_conn(dlock_lock *l, my_conn *k);
  * ask (nothing held on k): */
 #define DRAW_BUSY 3    /* the name's GET_LOCK is another's */
 #define DRAW_UNASKED 4 /* not asked, or the ask failed and was undone (k->failed: close k) */
-int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
-                  char *why, size_t wlen);
+/* A draw already made on k by the take procedure (getlock's key_take):
+ * the statement's affected rows and insert id. */
+typedef struct my_drawn {
+    bool made;
+    unsigned long long affected, insert_id;
+} my_drawn;
+/* pre (NULL: none): the first draw, made with the take (my_take_draws). */
+int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, const my_drawn *pre,
+                  uint64_t *token, char *why, size_t wlen);
+/* Whether the first draw on k would be the one statement sql_draw_fast,
+ * with nothing to read before it, so that the take procedure may make it. */
+bool my_take_draws(dlock_lock *l, const my_conn *k);
 /* Whether a lease-mode holder has l's name (1), not (0), or a code. */
 int my_lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
 /* Let go of the name's GET_LOCK on k, k back to the pool (or closed). */

@@ -429,6 +429,30 @@ int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res
     } else if (rc) {
         snprintf(why, wlen, "out of memory");
     }
+    /* a CALL's rows are followed by the CALL's own OK: read it (also after
+     * an error of ours), or the connection's next statement would be out
+     * of sync */
+    while (my_lib.more_results(st)) {
+        int more = 0, wrc = 0;
+        MY_DRIVE(wrc, k->m, until_ns, cancel_fd, my_lib.next_start(&more, st),
+                 my_lib.next_cont(&more, st, ev_));
+        if (wrc) {
+            k->failed = k->broken = true;
+            my_cut_why(wrc, why, wlen);
+            rc = wrc;
+            break;
+        }
+        if (more == 0 && my_lib.field_count(st) == 0)
+            continue;
+        /* not a CALL of ours (they end with their rows): k is not reused */
+        k->failed = true;
+        if (!rc) {
+            rc = DLOCK_EPROTO;
+            snprintf(why, wlen, "after a CALL's rows: %s",
+                     more > 0 ? my_lib.stmt_error(st) : "more rows");
+        }
+        break;
+    }
     if (rc)
         my_res_free(res);
     return rc;
@@ -1047,8 +1071,8 @@ static int epoch_ensure(dlock_lock *l, bool renew, char *why, size_t wlen)
  * sql_draw_unleased). With ask (getlock), k does not hold the GET_LOCK
  * yet, and the first draw, if it is the one statement, asks for it
  * (sql_try_draw): DRAW_BUSY or DRAW_UNASKED say it was not taken. */
-int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *token,
-                      char *why, size_t wlen)
+int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, const my_drawn *pre,
+                  uint64_t *token, char *why, size_t wlen)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
@@ -1092,6 +1116,10 @@ int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *
                 my_res_free(&r);
                 return DRAW_UNASKED;
             }
+        } else if (fast && pre && pre->made) {
+            r.affected = pre->affected; /* the take's draw (my_take_draws): this very statement */
+            r.insert_id = pre->insert_id;
+            rc = 0;
         } else if (fast) {
             rc = my_q_exec(k, mc->sql_draw_fast, a, 3, &r, until, -1, why, wlen);
         } else {
@@ -1100,6 +1128,7 @@ int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *
         }
         unsigned long long affected = r.affected, t = r.insert_id;
         my_res_free(&r);
+        pre = NULL;
         bool offset_ok = (t & (MY_OFFSET_RENEW * 2 - 1)) < MY_OFFSET_RENEW;
         if (rc == 0 && fast && t == UINT64_MAX - 1) {
             /* a live lease mark: dlock_lease decides, then a draw without
@@ -1152,6 +1181,16 @@ int my_draw_token(dlock_lock *l, my_conn *k, bool unleased, bool ask, uint64_t *
     }
     snprintf(why, wlen, "no token after 6 tries (the token epoch changing all the time?)");
     return DLOCK_EIO;
+}
+
+bool my_take_draws(dlock_lock *l, const my_conn *k)
+{
+    myclient *mc = mc_of(l->c);
+    /* as my_draw_token decides its first draw, marks_check already done
+     * on k; the procedure's parameters hold names of up to MY_KEY_MAX */
+    return atomic_load(&mc->take_on) && !atomic_load(&mc->fast_off) &&
+           strlen(l->name) <= MY_KEY_MAX &&
+           (atomic_load(&mc->lease_live_off) || (atomic_load(&mc->marks_on) && k->marks_seen));
 }
 
 /* After a session-mode grant (GET_LOCK of the name ours, on k): whether a
@@ -1495,15 +1534,16 @@ static int build_sql(myclient *mc)
      * (lease_until, see my_ensure_marks) leaves the row as it is and says so
      * with an insert id of 2^64 - 2, and the grant then reads dlock_lease
      * (my_lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
-#define DRAW_FAST(TOKEN)                                                                     \
-    "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (?, ?, " TOKEN        \
-    ", CONNECTION_ID(), ?, UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER                               \
+#define DRAW_FAST_OF(K, NAME, HOLDER, TOKEN)                                                 \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (" K ", " NAME ", "     \
+    TOKEN ", CONNECTION_ID(), " HOLDER ", UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER                \
     "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
     "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
 #define RUN_TOKEN                                                                            \
     "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
     "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
+#define DRAW_FAST(TOKEN) DRAW_FAST_OF("?", "?", "?", TOKEN)
     mc->sql_draw_fast = my_fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
     /* getlock's first ask for a name: its GET_LOCK with no wait and the
      * draw above in one statement, a round trip fewer for a lock nobody
@@ -1514,8 +1554,32 @@ static int build_sql(myclient *mc)
      * every other draw, for its length. */
     mc->sql_try_draw =
         my_fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
+    /* getlock's queued take: GET_LOCK that waits, then, granted, the draw
+     * above, in one round trip: a procedure runs its statements one by
+     * one, each opening its tables only when it runs, so no table is held
+     * while GET_LOCK waits (which rules out one statement, see
+     * sql_try_draw). It answers GET_LOCK's answer, and, granted, the
+     * draw's affected rows and insert id (NULL where the draw failed:
+     * my_draw_token then draws again on its own and tells why). Its
+     * caller's rights (INVOKER): no definer that may vanish. Versioned by
+     * name: a later dlock with another body makes another. */
+    snprintf(mc->take_proc_bare, sizeof mc->take_proc_bare, "%s_take1", mc->live_bare);
+    mc->sql_take_proc = my_fmt_alloc(
+        "CREATE PROCEDURE `%s` (IN pk VARBINARY(" MY_KEY_MAX_STR "), IN pname VARBINARY("
+        MY_KEY_MAX_STR "), IN pwait DOUBLE, IN pholder VARBINARY(255)) SQL SECURITY INVOKER "
+        "BEGIN DECLARE g INT DEFAULT NULL; DECLARE n BIGINT DEFAULT NULL; "
+        "SET g = GET_LOCK(pk, pwait); IF g = 1 THEN BEGIN "
+        "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN END; "
+        DRAW_FAST_OF("pk", "pname", "pholder", RUN_TOKEN) "; SET n = ROW_COUNT(); END; END IF; "
+        "SELECT g, n, IF(n IS NULL, NULL, LAST_INSERT_ID()); END",
+        mc->take_proc_bare, lv, MY_EPOCH_SHIFT);
+    mc->sql_take_call = my_fmt_alloc("CALL `%s`(?, ?, ?, ?)", mc->take_proc_bare);
+    mc->sql_proc_exists = my_fmt_alloc("SELECT 1 FROM information_schema.ROUTINES WHERE "
+                                       "ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND "
+                                       "ROUTINE_TYPE = 'PROCEDURE'");
 #undef RUN_TOKEN
 #undef DRAW_FAST
+#undef DRAW_FAST_OF
 #undef DRAW_HOLDER
     /* Lease marks (see my_ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
@@ -1588,7 +1652,7 @@ static int build_sql(myclient *mc)
     return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump &&
                    mc->sql_run_set && mc->sql_evict && mc->sql_release && mc->sql_waiters &&
                    mc->sql_name_of && mc->sql_queue && mc->sql_lease_live &&
-                   mc->sql_table_exists && mc->sql_draw_fast && mc->sql_try_draw && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
+                   mc->sql_table_exists && mc->sql_draw_fast && mc->sql_try_draw && mc->sql_take_proc && mc->sql_take_call && mc->sql_proc_exists && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
                    mc->sql_mark_count && mc->sql_mark_live && mc->sql_mark_evict &&
                    mc->sql_mark_run && mc->sql_mark_run_get && mc->sql_mark_col &&
                    mc->sql_mark_col_add
@@ -1620,6 +1684,7 @@ static void mc_free(myclient *mc)
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2], &mc->sql_ddl[3],
                   &mc->sql_ddl[4],
                   &mc->sql_table_exists, &mc->sql_draw_fast, &mc->sql_try_draw,
+                  &mc->sql_take_proc, &mc->sql_take_call, &mc->sql_proc_exists,
                   &mc->sql_mark_ddl[0], &mc->sql_mark_ddl[1], &mc->sql_mark_count,
                   &mc->sql_mark_live, &mc->sql_mark_evict, &mc->sql_mark_run,
                   &mc->sql_mark_run_get, &mc->sql_mark_col, &mc->sql_mark_col_add};

@@ -166,7 +166,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
     /* ours: the token, on k (see "Tokens": the MEMORY table it writes is
      * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
-    rc = my_draw_token(l, k, false, false, &token, why, sizeof why);
+    rc = my_draw_token(l, k, false, false, NULL, &token, why, sizeof why);
     if (rc < 0) {
         k->failed = true;
         my_conn_close(k); /* its transaction ends, and the row is free */
