@@ -147,8 +147,9 @@ const char *cli_signal_name(int sig, char *buf, size_t len);
 /* s as a JSON string literal, quotes included. */
 void cli_json_str(FILE *f, const char *s);
 
-/* Check a lock name; prints the error and returns 64 if invalid, else 0. */
-int cli_check_name(const char *cmd, const char *name);
+/* Check a lock name; prints the error and returns 64 if invalid, else 0.
+ * Under a URL that chooses a layout the library judges it (peers' names). */
+int cli_check_name(const char *cmd, const char *url, const char *name);
 /* The URL of --url VAL: a copy, after which VAL's password is overwritten
  * in argv (ps shows argv). An empty one (an unset variable) is a usage
  * error, never the default backend: NULL, the error printed (exit 64). */
