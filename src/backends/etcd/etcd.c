@@ -66,10 +66,16 @@ static const dl_scheme etcd_schemes[] = {
 #define ETCD_LIVENESS                                                                        \
     "one lease per client, kept alive at ttl/4; linearizable; the holder is told on its own " \
     "clock before the lease can expire, at once when the lease is revoked or the key "       \
-    "deleted; a paused holder learns only when it runs again (fencing catches it)"
+    "deleted; a paused holder learns only when it runs again (fencing catches it). "        \
+    "layout=etcdctl: the same lease, the keys of etcdctl lock and elect and Go's "           \
+    "concurrency.Mutex and Election (NAME/<lease hex>), which exclude with dlock's both "    \
+    "ways; exclusive locks and elections only (shared, semaphore: ENOTSUP, the peers have "  \
+    "neither, and would take a reader for a writer)"
 #define ETCD_FENCING                                                                         \
     "create revision of the holder's key: rises with every write of the cluster, across "   \
-    "leader changes"
+    "leader changes. layout=etcdctl: the same, which orders etcdctl's holders with dlock's " \
+    "(etcdctl's ETCD_LOCK_REV is the revision at which it got the lock: its key's create "   \
+    "revision only when it did not wait)"
 #define ETCD_PARAMS "ttl prefix cacert cert key layout"
 /* layout=etcdctl: exclusive locks and elections only (see the top). */
 #define ETCDCTL_CAPS                                                                         \
