@@ -828,10 +828,13 @@ typedef struct ck_watch {
 static void ck_held_event(ck_watch *w, const char *key, bool del, const cJSON *kv)
 {
     ecclient *ec = w->ec;
-    int64_t rev = 0;
+    int64_t rev = 0, mod = ec_jint(kv, "mod_revision", 0);
     pthread_mutex_lock(&ec->mu);
+    /* Only events after the key was made are about it: the etcdctl
+     * layout's key NAME/<lease> is made anew by the client's next lock of
+     * the name, and a stream may still bring the last one's deletion. */
     for (eclock *el = ec->held; el; el = el->next_held)
-        if (!el->lost && strcmp(el->key, key) == 0 &&
+        if (!el->lost && strcmp(el->key, key) == 0 && mod > el->rev &&
             (del || !ec_kv_still_ours(ec, el->lease, el->rev, kv))) {
             rev = el->rev;
             break;
