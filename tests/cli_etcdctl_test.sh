@@ -51,6 +51,13 @@ out=$("$DLOCK" --url "$D&layout=curator" run x -- true 2>&1)
 [ $? = 64 ] && grep -q "layout=curator" <<<"$out" && ok "an unknown layout is a URL error: $out" ||
     bad "layout=curator on etcd: $out"
 
+for kind in --shared "--permits 3"; do
+    out=$("$DLOCK" --url "$U" run $kind x -- echo RAN 2>&1)
+    rc=$?
+    [ $rc = 70 ] && grep -q "another mode than this URL" <<<"$out" && ! grep -q RAN <<<"$out" &&
+        ok "layout=etcdctl: run $kind is not supported: $out" || bad "layout=etcdctl: run $kind: exit $rc: $out"
+done
+
 # ---- the peer holds, dlock waits ---------------------------------------------------
 etcdctl --endpoints "$EP" lock p1 -- sh -c "touch $TMP/p1.in; sleep 2; date +%s%3N >$TMP/p1.end" >/dev/null & pids+=($!)
 until_file "$TMP/p1.in" || bad "etcdctl lock p1 never ran its command"
