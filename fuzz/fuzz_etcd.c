@@ -41,6 +41,21 @@ static void check_queue(const char *dir, const cJSON *reply)
         (void)ec_entry_lease(dir, q[i].key);
     }
     free(q);
+    /* The etcdctl layout's rule (every key under dir, exclusive: only the
+     * first holds), and dlock's own refusing what it did not write. */
+    char foreign[EC_KEY_MAX];
+    n = ec_queue_read(reply, dir, false, true, &q, NULL, 0);
+    CHECK(n >= 0);
+    for (int i = 0; i < n; i++) {
+        CHECK(q[i].pos.kind == 'x' && strncmp(q[i].key, dir, strlen(dir)) == 0);
+        CHECK((dl_queue_blocker(q, sizeof *q, i) == DL_Q_HOLDS) == (i == 0));
+        (void)ec_mutex_shaped(dir, q[i].key);
+    }
+    free(q);
+    n = ec_queue_read(reply, dir, false, false, &q, foreign, sizeof foreign);
+    CHECK(n >= 0);
+    CHECK(!foreign[0] || strncmp(foreign, dir, strlen(dir)) == 0);
+    free(q);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

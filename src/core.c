@@ -1112,6 +1112,14 @@ void dl_mark_lost(dlock_lock *l, const char *why)
 
 /* ---- lock handles ------------------------------------------------------ */
 
+/* A name as the client's URL takes it (a peer's layout may take others). */
+static int name_valid(dlock_client *c, const char *name, char *why, size_t len)
+{
+    if (c->ops->name_valid && name)
+        return c->ops->name_valid(c, name, why, len);
+    return dlock_name_valid(name, why, len);
+}
+
 DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const char *name,
                                 const dlock_lock_opts *opts)
 {
@@ -1121,7 +1129,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     if (client->closed)
         return dl_client_err(client, DLOCK_EINVAL, "the client was closed");
     char why[128];
-    int rc = dlock_name_valid(name, why, sizeof why);
+    int rc = name_valid(client, name, why, sizeof why);
     if (rc)
         return dl_client_err(client, rc, "%s", why);
     dlock_lock_opts o;
@@ -1711,7 +1719,7 @@ DLOCK_EXTERN int dlock_leader(dlock_client *client, const char *name, char *buf,
     if (!client || !buf || len == 0)
         return null_arg(client, "dlock_leader", !client ? "the client" : "the buffer (or empty)");
     char why[128];
-    int rc = dlock_name_valid(name, why, sizeof why);
+    int rc = name_valid(client, name, why, sizeof why);
     if (rc)
         return dl_client_err(client, rc, "%s", why);
     if (!client->ops->get_value)
@@ -1738,7 +1746,7 @@ DLOCK_EXTERN int dlock_inspect(dlock_client *client, const char *name, dlock_inf
     if (!client || !info)
         return null_arg(client, "dlock_inspect", client ? "info" : "the client");
     char why[128];
-    int rc = dlock_name_valid(name, why, sizeof why);
+    int rc = name_valid(client, name, why, sizeof why);
     if (rc)
         return dl_client_err(client, rc, "%s", why);
     memset(info, 0, sizeof *info);
@@ -1755,7 +1763,7 @@ DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info 
     if (!client)
         return null_arg(client, "dlock_break", "the client");
     char why[128];
-    int rc = dlock_name_valid(name, why, sizeof why);
+    int rc = name_valid(client, name, why, sizeof why);
     if (rc)
         return dl_client_err(client, rc, "%s", why);
     dlock_info scratch;

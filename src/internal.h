@@ -138,6 +138,10 @@ typedef struct dl_backend_ops {
      * nobody held it: 0 with broken->holders 0 (the core answers
      * DLOCK_ENOTHELD, in the same words for every backend). */
     int (*break_lock)(dlock_client *c, const char *name, dlock_info *broken);
+    /* The lock names this client takes, where its URL makes them something
+     * else than dlock's own (a peer's layout: an etcd key prefix): 0, or
+     * DLOCK_ENAME with why. NULL: dlock_name_valid. */
+    int (*name_valid)(dlock_client *c, const char *name, char *why, size_t len);
 } dl_backend_ops;
 
 /*

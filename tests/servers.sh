@@ -25,6 +25,7 @@
 #                         ZooKeeper runs with tickTime=500: sessions of 1–10 s,
 #                         so that expiry tests take a second or two.
 #   DLOCK_TEST_ETCD       etcd://127.0.0.1:P?ttl=2           one etcd member
+#                         DLOCK_TEST_ETCD_ETCDCTL (the same, &layout=etcdctl)
 #   DLOCK_TEST_ETCD3      etcd://127.0.0.1:P1,P2,P3?ttl=2 (etcd3): a three-member
 #                         cluster (etcd3-1..3)
 #   DLOCK_TEST_ETCD3N     etcd://A1:P1,A2:P2,A3:P3?ttl=2 (etcd3n): a three-member
@@ -421,6 +422,7 @@ srv_start_etcd() {
   srv_etcd etcd "$p" "$q" "etcd=http://127.0.0.1:$q"
   srv_wait_etcd "$p" || return 1
   export DLOCK_TEST_ETCD="etcd://127.0.0.1:$p?ttl=2"
+  export DLOCK_TEST_ETCD_ETCDCTL="etcd://127.0.0.1:$p?ttl=2&layout=etcdctl"
 }
 
 srv_start_etcd3() {

@@ -178,8 +178,9 @@ void cli_ev_error(const char *name, const char *code, int exit_code, const char 
 /* A "lost" event: the token that was held and why (the library's message). */
 void cli_ev_lost(const char *name, uint64_t token, const char *msg);
 
-/* Check a lock name; prints the error and returns 64 if invalid, else 0. */
-int cli_check_name(const char *cmd, const char *name);
+/* Check a lock name; prints the error and returns 64 if invalid, else 0.
+ * Under a URL that chooses a layout the library judges it (peers' names). */
+int cli_check_name(const char *cmd, const char *url, const char *name);
 /* The URL of --url VAL: a copy, after which VAL's password is overwritten
  * in argv (ps shows argv). An empty one (an unset variable) is a usage
  * error, never the default backend: NULL, the error printed (exit 64). */

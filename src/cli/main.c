@@ -325,7 +325,7 @@ static int cmd_status(int argc, char **argv, cli_global *g)
         return rc;
     if (!name)
         return cli_usage("status", "missing lock NAME");
-    if ((rc = cli_check_name("status", name)) != 0)
+    if ((rc = cli_check_name("status", g->url, name)) != 0)
         return rc;
     dlock_client *c;
     if ((rc = cli_open("status", g->url, &c)) != 0)
@@ -407,7 +407,7 @@ static int cmd_break(int argc, char **argv, cli_global *g)
         return cli_usage("break", "missing lock NAME");
     if (!force)
         return cli_usage("break", "break takes the lock from its holders: add --force");
-    if ((rc = cli_check_name("break", name)) != 0)
+    if ((rc = cli_check_name("break", g->url, name)) != 0)
         return rc;
     dlock_client *c;
     if ((rc = cli_open("break", g->url, &c)) != 0)
@@ -548,7 +548,7 @@ static int cmd_leader(int argc, char **argv, cli_global *g)
         return rc;
     if (!name)
         return cli_usage("leader", "missing election NAME");
-    if ((rc = cli_check_name("leader", name)) != 0)
+    if ((rc = cli_check_name("leader", g->url, name)) != 0)
         return rc;
     /* --watch ends on INT, TERM, HUP or QUIT: the handlers go in before the
      * client's threads exist, so that the signals come to us (signals.c). */

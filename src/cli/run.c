@@ -589,7 +589,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     int rc = parse_run(argc, argv, g, &cfg);
     if (rc >= 0)
         return rc;
-    if ((rc = cli_check_name(cfg.cmdname, cfg.name)) != 0)
+    if ((rc = cli_check_name(cfg.cmdname, cfg.url, cfg.name)) != 0)
         return rc;
     if (cfg.json)
         cli_events_on();

@@ -347,11 +347,27 @@ void cli_ev_lost(const char *name, uint64_t token, const char *msg)
     cli_ev_end(&e);
 }
 
-int cli_check_name(const char *cmd, const char *name)
+/* Does url choose a layout (?layout=... or &layout=...)? */
+static bool url_has_layout(const char *url)
+{
+    const char *q = url ? strchr(url, '?') : NULL;
+    while (q) {
+        if (strncmp(q + 1, "layout=", 7) == 0)
+            return true;
+        q = strchr(q + 1, '&');
+    }
+    return false;
+}
+
+int cli_check_name(const char *cmd, const char *url, const char *name)
 {
     char why[256] = "";
     char shown[CLI_SHOW_MAX];
     if (dlock_name_valid(name, why, sizeof why) == 0)
+        return 0;
+    /* A peer's layout takes the peer's names (etcdctl's: a key prefix,
+     * '/' and all): the library judges them once the client is open. */
+    if (url_has_layout(url) && name && *name)
         return 0;
     cli_err("%s: invalid lock name %s: %s", cmd, cli_show(name, shown, sizeof shown),
             why[0] ? why : dlock_strerror(DLOCK_ENAME));

@@ -452,6 +452,34 @@ void ec_value_format(const ecclient *ec, int64_t since_ms, const char *leader, c
     snprintf(buf, len, "%" PRId64 " %s\n%s", since_ms, ec->self, leader ? leader : "");
 }
 
+/* Where a layout's name markers live under PREFIX/. */
+const char *ec_names_dir(const ecclient *ec)
+{
+    return ec->etcdctl ? ".etcdctl-names/" : ".names/";
+}
+
+/* dlock's own layout found key under dir, which it did not write: another
+ * program uses the name's keys, and ignoring them would let both hold at
+ * once. Say what it is and what would speak it. DLOCK_ECONFLICT. */
+int ec_foreign(const ecclient *ec, const char *dir, const char *key, char *err, size_t errlen)
+{
+    int dl = (int)strlen(dir) - 1; /* the peer's name: dir without its '/' */
+    if (ec_mutex_shaped(dir, key))
+        snprintf(err, errlen,
+                 "key %s is not dlock's (dlock writes %sKIND-LEASE-OWNER): it has the shape of "
+                 "etcdctl lock's and Go's concurrency.Mutex keys (NAME/<lease in hex>); to lock "
+                 "beside them use layout=etcdctl and the name \"%.*s\"",
+                 key, dir, dl, dir);
+    else
+        snprintf(err, errlen,
+                 "key %s is not dlock's (dlock writes %sKIND-LEASE-OWNER): another program "
+                 "uses this name's keys; dlock will not ignore them (layout=etcdctl speaks "
+                 "etcdctl lock's and concurrency.Mutex's keys: name \"%.*s\")",
+                 key, dir, dl, dir);
+    (void)ec;
+    return DLOCK_ECONFLICT;
+}
+
 /* ---- the lease ------------------------------------------------------------------- */
 
 static void *client_thread(void *arg);
@@ -612,13 +640,15 @@ static void lose_gen(ecclient *ec, uint64_t gen, const char *why)
 
 /* Is kv (from a read or a watch event) still the key a holder got: made at
  * rev (not deleted and made anew), bound to its lease, with our value (an
- * operator's put has neither our lease nor our name)? NULL: it is gone. */
-bool ec_kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
-                      const cJSON *kv)
+ * operator's put has neither our lease nor our name; in the etcdctl layout
+ * the value is empty or a leader's, and the lease says it)? NULL: it is
+ * gone. */
+bool ec_kv_still_ours(const ecclient *ec, int64_t lease, int64_t rev, const cJSON *kv)
 {
-    if (!kv || ec_jint(kv, "create_revision", 0) != rev ||
-        ec_jint(kv, "lease", 0) != ec_entry_lease(dir, key))
+    if (!kv || ec_jint(kv, "create_revision", 0) != rev || ec_jint(kv, "lease", 0) != lease)
         return false;
+    if (ec->etcdctl)
+        return true;
     char value[1024], holder[sizeof ec->self];
     ec_kv_value(kv, value, sizeof value);
     ec_split_value(value, holder, sizeof holder, NULL);
@@ -649,8 +679,8 @@ static void lose_key(ecclient *ec, const char *key, int64_t rev, const char *why
 static void verify_held(ecclient *ec)
 {
     typedef struct {
-        char key[EC_KEY_MAX], dir[300];
-        int64_t rev;
+        char key[EC_KEY_MAX];
+        int64_t rev, lease;
     } held_ref;
     pthread_mutex_lock(&ec->mu);
     int n = 0;
@@ -661,7 +691,7 @@ static void verify_held(ecclient *ec)
     for (eclock *el = ec->held; el && refs; el = el->next_held)
         if (!el->lost) {
             snprintf(refs[n].key, sizeof refs[n].key, "%s", el->key);
-            snprintf(refs[n].dir, sizeof refs[n].dir, "%s", el->dir);
+            refs[n].lease = el->lease;
             refs[n++].rev = el->rev;
         }
     pthread_mutex_unlock(&ec->mu);
@@ -675,7 +705,7 @@ static void verify_held(ecclient *ec)
         if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) != 0)
             continue; /* the keep-alive decides then */
         const cJSON *kv = cJSON_GetArrayItem(ec_jarr(j, "kvs"), 0);
-        bool ours = ec_kv_still_ours(ec, refs[i].dir, refs[i].key, refs[i].rev, kv);
+        bool ours = ec_kv_still_ours(ec, refs[i].lease, refs[i].rev, kv);
         int64_t at = ec_header_rev(j);
         cJSON_Delete(j);
         if (!ours) {
@@ -798,11 +828,14 @@ typedef struct ck_watch {
 static void ck_held_event(ck_watch *w, const char *key, bool del, const cJSON *kv)
 {
     ecclient *ec = w->ec;
-    int64_t rev = 0;
+    int64_t rev = 0, mod = ec_jint(kv, "mod_revision", 0);
     pthread_mutex_lock(&ec->mu);
+    /* Only events after the key was made are about it: the etcdctl
+     * layout's key NAME/<lease> is made anew by the client's next lock of
+     * the name, and a stream may still bring the last one's deletion. */
     for (eclock *el = ec->held; el; el = el->next_held)
-        if (!el->lost && strcmp(el->key, key) == 0 &&
-            (del || !ec_kv_still_ours(ec, el->dir, el->key, el->rev, kv))) {
+        if (!el->lost && strcmp(el->key, key) == 0 && mod > el->rev &&
+            (del || !ec_kv_still_ours(ec, el->lease, el->rev, kv))) {
             rev = el->rev;
             break;
         }
@@ -1160,7 +1193,8 @@ int ec_read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, ec_e
         j = NULL;
     }
     *rev = ec_header_rev(j);
-    *n = ec_queue_of(j, el->dir, x, q);
+    char foreign[EC_KEY_MAX];
+    *n = ec_queue_read(j, el->dir, x, ec->etcdctl, q, foreign, sizeof foreign);
     /* Counted over every key returned, ours or not: two of at most three
      * means nothing at all is before the predecessor. */
     el->pred_first = x && *n == 2 && cJSON_GetArraySize(ec_jarr(j, "kvs")) == 2;
@@ -1168,6 +1202,11 @@ int ec_read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, ec_e
     if (*n < 0) {
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
+    }
+    if (foreign[0]) {
+        free(*q);
+        *q = NULL;
+        return ec_foreign(ec, el->dir, foreign, err, errlen);
     }
     return 0;
 }
@@ -1181,9 +1220,10 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
                int64_t until_ns, ec_entry **q, int *n, int64_t *rev, bool *unknown,
                char *err, size_t errlen)
 {
-    char value[sizeof ec->self + 32];
+    char value[sizeof ec->self + 32] = ""; /* (etcdctl: empty, as Mutex's) */
     el->since_ms = dl_realtime_ms();
-    ec_value_format(ec, el->since_ms, NULL, value, sizeof value);
+    if (!ec->etcdctl)
+        ec_value_format(ec, el->since_ms, NULL, value, sizeof value);
     char b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2], b64d[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2];
     char end[EC_KEY_MAX], ckey[EC_KEY_MAX], b64ck[EC_KEY_MAX * 2], b64s[sizeof ec->self * 2];
     ec_b64_encode(el->key, strlen(el->key), b64k);
@@ -1206,10 +1246,12 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
              "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,"
              "\"sort_target\":\"CREATE\",\"sort_order\":\"%s\"%s}}",
              b64d, b64e, x ? "DESCEND" : "ASCEND", x ? ",\"limit\":\"3\"" : "");
-    /* The name's marker (PREFIX/.names/NAME, for dlock list), put only
-     * when absent: a nested transaction costs no write when it exists. */
+    /* The name's marker (PREFIX/.names/NAME, for dlock list; the etcdctl
+     * layout's names, other locks than dlock's of the same spelling, in
+     * PREFIX/.etcdctl-names/), put only when absent: a nested transaction
+     * costs no write when it exists. */
     char marker[EC_KEY_MAX], b64m[EC_KEY_MAX * 2];
-    snprintf(marker, sizeof marker, "%s/.names/%s", ec->prefix, l->name);
+    snprintf(marker, sizeof marker, "%s/%s%s", ec->prefix, ec_names_dir(ec), l->name);
     ec_b64_encode(marker, strlen(marker), b64m);
     char body[EC_KEY_MAX * 24];
     snprintf(body, sizeof body,
@@ -1245,9 +1287,11 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
     el->rev = hrev;
     const cJSON *r = ec_jobj(cJSON_GetArrayItem(resp, 1), "response_range");
     *rev = hrev;
-    *n = r ? ec_queue_of(r, el->dir, x, q) : -2;
+    char foreign[EC_KEY_MAX] = "";
+    *n = r ? ec_queue_read(r, el->dir, x, ec->etcdctl, q, foreign, sizeof foreign) : -2;
     el->pred_first = x && *n == 2 && cJSON_GetArraySize(ec_jarr(r, "kvs")) == 2;
     cJSON_Delete(j);
+
     if (*n == -1) {
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
@@ -1268,16 +1312,24 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
             curl_multi_wakeup(ec->bgm);
         pthread_mutex_unlock(&ec->mu);
     }
+    if (foreign[0]) { /* (our key is in: the caller gives up) */
+        free(*q);
+        *q = NULL;
+        return ec_foreign(ec, el->dir, foreign, err, errlen);
+    }
     return 0;
 }
 
 /* Did the keys a waiter watches change between revision rev (its read) and
- * at_rev (its watches' start): pred gone (or, with puts, written), own key
- * gone? A range watch (any key of the name) is taken as changed. The read
- * may be served from what the member has applied, as long as that reaches
- * at_rev: whatever happens later, the watches see. */
-bool ec_changed_since(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
-                      int64_t rev, int64_t at_rev, int64_t until_ns)
+ * at_rev (its watches' start): pred gone (or, with puts, written; or made
+ * anew: a key other than the one of create revision pred_rev that the read
+ * found — the etcdctl layout's key NAME/<lease> comes back with its
+ * client's next lock, behind us), own key gone? A range watch (any key of
+ * the name) is taken as changed. The read may be served from what the
+ * member has applied, as long as that reaches at_rev: whatever happens
+ * later, the watches see. */
+bool ec_changed_since(ecclient *ec, const char *pred, int64_t pred_rev, bool range, bool puts,
+                      const char *own, int64_t rev, int64_t at_rev, int64_t until_ns)
 {
     if (range)
         return true;
@@ -1298,14 +1350,16 @@ bool ec_changed_since(ecclient *ec, const char *pred, bool range, bool puts, con
     const cJSON *resp = ec_jarr(j, "responses");
     const cJSON *p = cJSON_GetArrayItem(ec_jarr(ec_jobj(cJSON_GetArrayItem(resp, 0), "response_range"), "kvs"), 0);
     const cJSON *o = cJSON_GetArrayItem(ec_jarr(ec_jobj(cJSON_GetArrayItem(resp, 1), "response_range"), "kvs"), 0);
-    bool changed = !p || !o || (puts && ec_jint(p, "mod_revision", 0) > rev);
+    bool changed = !p || !o || ec_jint(p, "create_revision", 0) != pred_rev ||
+                   (puts && ec_jint(p, "mod_revision", 0) > rev);
     cJSON_Delete(j);
     return changed;
 }
 
-int ec_wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
-                   const char *own, int64_t rev, int64_t deadline, int64_t op_deadline_ns,
-                   int cancel_fd, wait_watch *out, char *err, size_t errlen)
+int ec_wait_change(ecclient *ec, const char *pred, int64_t pred_rev, bool range, bool puts,
+                   bool chain, const char *own, int64_t rev, int64_t deadline,
+                   int64_t op_deadline_ns, int cancel_fd, wait_watch *out, char *err,
+                   size_t errlen)
 {
     char b64p[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], b64o[EC_KEY_MAX * 2], end[EC_KEY_MAX];
     char rend[EC_KEY_MAX * 2 + 32] = "";
@@ -1366,7 +1420,7 @@ int ec_wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool c
             int64_t until = dl_deadline_in(ec->op_ms);
             if (op_deadline_ns > 0 && until > op_deadline_ns)
                 until = op_deadline_ns;
-            if (w.at_rev > rev && ec_changed_since(ec, pred, range, puts, own, rev, w.at_rev, until)) {
+            if (w.at_rev > rev && ec_changed_since(ec, pred, pred_rev, range, puts, own, rev, w.at_rev, until)) {
                 w.fired = w.other = true;
                 break;
             }

@@ -92,6 +92,15 @@ typedef struct ecclient {
     int connect_ms, op_ms;
     int ttl_s;
     char prefix[128]; /* "dlock" */
+    /* layout=etcdctl: a name is the key prefix of etcdctl lock and Go's
+     * concurrency.Mutex/Election, its keys NAME/<lease in hex> (empty
+     * value; a leader's value as Election's), any key under NAME/ in the
+     * queue; else dlock's own (see etcd.c). */
+    bool etcdctl;
+    /* etcdctl: the dirs whose bare key NAME/<lease> one of this client's
+     * locks has (its others on the name add -OWNER: one lease, one key). */
+    char **bare;
+    size_t nbare;
     ec_conn *idle;
 
     /* the lease */
@@ -162,6 +171,8 @@ struct eclock {
     char kind[16];
     int64_t rev;  /* its create revision */
     uint64_t gen; /* the lease it is bound to */
+    int64_t lease;    /* ... by its id */
+    bool bare;        /* etcdctl: it has the dir's bare key (ecclient.bare) */
     int64_t since_ms; /* wall clock when it was granted (queued, until then) */
     bool pred_first;  /* exclusive: the last read found only its predecessor before it */
     bool lost;
@@ -181,8 +192,9 @@ void ec_value_format(const ecclient *ec, int64_t since_ms, const char *leader, c
                      size_t len);
 void ec_ckey_of(const ecclient *ec, int64_t lease, char *buf, size_t len);
 int ec_keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
-bool ec_kv_still_ours(const ecclient *ec, const char *dir, const char *key, int64_t rev,
-                      const cJSON *kv);
+bool ec_kv_still_ours(const ecclient *ec, int64_t lease, int64_t rev, const cJSON *kv);
+const char *ec_names_dir(const ecclient *ec);
+int ec_foreign(const ecclient *ec, const char *dir, const char *key, char *err, size_t errlen);
 void ec_held_drop(ecclient *ec, eclock *el);
 void ec_orphan_add(ecclient *ec, const char *key);
 int ec_delete_key(ecclient *ec, const char *key, int64_t rev, int64_t lease,
@@ -192,10 +204,11 @@ int ec_read_queue(ecclient *ec, eclock *el, int64_t seen, int64_t until_ns, ec_e
 int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make_ckey,
                int64_t until_ns, ec_entry **q, int *n, int64_t *rev, bool *unknown,
                char *err, size_t errlen);
-bool ec_changed_since(ecclient *ec, const char *pred, bool range, bool puts, const char *own,
-                      int64_t rev, int64_t at_rev, int64_t until_ns);
-int ec_wait_change(ecclient *ec, const char *pred, bool range, bool puts, bool chain,
-                   const char *own, int64_t rev, int64_t deadline, int64_t op_deadline_ns,
-                   int cancel_fd, wait_watch *out, char *err, size_t errlen);
+bool ec_changed_since(ecclient *ec, const char *pred, int64_t pred_rev, bool range, bool puts,
+                      const char *own, int64_t rev, int64_t at_rev, int64_t until_ns);
+int ec_wait_change(ecclient *ec, const char *pred, int64_t pred_rev, bool range, bool puts,
+                   bool chain, const char *own, int64_t rev, int64_t deadline,
+                   int64_t op_deadline_ns, int cancel_fd, wait_watch *out, char *err,
+                   size_t errlen);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct ec_entry {
     dl_qpos pos; /* first: dl_queue_blocker reads it */
     char key[EC_KEY_MAX];
     int64_t rev;
+    int64_t lease; /* the lease the key is bound to (0: none) */
 } ec_entry;
 
 /* "PREFIX/NAME/KIND-LEASE-OWNER" (dir is "PREFIX/NAME/") → e (false for a
@@ -71,6 +72,15 @@ int64_t ec_entry_lease(const char *dir, const char *key);
 /* The queue in a range reply's kvs, ascending by create revision (or
  * descending): its length, -1 when out of memory (*out malloc'd). */
 int ec_queue_of(const cJSON *range, const char *dir, bool descending, ec_entry **out);
+/* The same, by a layout's rule: any_key (etcdctl lock's, concurrency.Mutex's:
+ * every key under dir is an exclusive entry), else dlock's own shape only,
+ * the first key under dir of another shape copied into foreign ("" none;
+ * foreign may be NULL). */
+int ec_queue_read(const cJSON *range, const char *dir, bool descending, bool any_key,
+                  ec_entry **out, char *foreign, size_t flen);
+/* Does key (under dir) have the shape of etcdctl lock's and Go's
+ * concurrency.Mutex/Election keys, DIR<lease in hex>? */
+bool ec_mutex_shaped(const char *dir, const char *key);
 
 /* ---- streams ---- */
 

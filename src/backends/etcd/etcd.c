@@ -38,6 +38,17 @@
  * a stream whose request body is sent). Request bodies are built with
  * snprintf: every string in them is base64 or a decimal number, except the
  * credentials, which cJSON escapes.
+ *
+ * layout=etcdctl speaks the keys of etcdctl lock and Go's
+ * concurrency.Mutex/Election instead: a name is their key prefix, a lock's
+ * key NAME/<lease in hex> on the client's lease with an empty value (a
+ * leader's value, as Election's), every key under NAME/ an exclusive entry
+ * of the queue (as the peers see them), the waiter watching the deletion of
+ * the key just before its own (their waitDeletes). A second lock of one
+ * client on a name adds -OWNER to the key (the peers' own key is one per
+ * lease: two Mutexes of one session share it). No shared kind, no
+ * semaphore: the peers have neither. dlock's own layout, for its part,
+ * refuses a name whose keys hold one it did not write (ec_foreign).
  */
 #include "internal.h"
 #include "support/support.h"
@@ -55,11 +66,21 @@ static const dl_scheme etcd_schemes[] = {
 #define ETCD_LIVENESS                                                                        \
     "one lease per client, kept alive at ttl/4; linearizable; the holder is told on its own " \
     "clock before the lease can expire, at once when the lease is revoked or the key "       \
-    "deleted; a paused holder learns only when it runs again (fencing catches it)"
+    "deleted; a paused holder learns only when it runs again (fencing catches it). "        \
+    "layout=etcdctl: the same lease, the keys of etcdctl lock and elect and Go's "           \
+    "concurrency.Mutex and Election (NAME/<lease hex>), which exclude with dlock's both "    \
+    "ways; exclusive locks and elections only (shared, semaphore: ENOTSUP, the peers have "  \
+    "neither, and would take a reader for a writer)"
 #define ETCD_FENCING                                                                         \
     "create revision of the holder's key: rises with every write of the cluster, across "   \
-    "leader changes"
-#define ETCD_PARAMS "ttl prefix cacert cert key"
+    "leader changes. layout=etcdctl: the same, which orders etcdctl's holders with dlock's " \
+    "(etcdctl's ETCD_LOCK_REV is the revision at which it got the lock: its key's create "   \
+    "revision only when it did not wait)"
+#define ETCD_PARAMS "ttl prefix cacert cert key layout"
+/* layout=etcdctl: exclusive locks and elections only (see the top). */
+#define ETCDCTL_CAPS                                                                         \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING |       \
+     DLOCK_CAP_ELECTION)
 
 #ifdef DLOCK_HAVE_ETCD
 #include "ec_int.h"
@@ -114,20 +135,65 @@ static int64_t req_until(dlock_lock *l)
     return dl_deadline_in(dl_op_timeout_ms(l, ec->op_ms));
 }
 
+/* etcdctl: may el have its name's bare key NAME/<lease>? One lock of the
+ * client at a time has it (the others add -OWNER). */
+static bool bare_take(ecclient *ec, eclock *el)
+{
+    bool ok = true;
+    pthread_mutex_lock(&ec->mu);
+    for (size_t i = 0; i < ec->nbare && ok; i++)
+        ok = strcmp(ec->bare[i], el->dir) != 0;
+    char *d = ok ? strdup(el->dir) : NULL;
+    char **b = d ? realloc(ec->bare, sizeof *b * (ec->nbare + 1)) : NULL;
+    if (b) {
+        ec->bare = b;
+        b[ec->nbare++] = d;
+        d = NULL;
+    }
+    pthread_mutex_unlock(&ec->mu);
+    free(d);
+    el->bare = b != NULL;
+    return el->bare;
+}
+
+/* el's key is gone for sure: its bare key may serve another lock. (One
+ * whose fate is unknown keeps it: the client's thread deletes that key
+ * later without asking whose it is by then.) */
+static void bare_drop(ecclient *ec, eclock *el)
+{
+    if (!el->bare)
+        return;
+    pthread_mutex_lock(&ec->mu);
+    for (size_t i = 0; i < ec->nbare; i++)
+        if (strcmp(ec->bare[i], el->dir) == 0) {
+            free(ec->bare[i]);
+            ec->bare[i] = ec->bare[--ec->nbare];
+            break;
+        }
+    pthread_mutex_unlock(&ec->mu);
+    el->bare = false;
+}
+
 /* A waiter gives up: delete its key now, or later when that fails. */
 static void give_up(ecclient *ec, eclock *el, bool unknown)
 {
     (void)unknown;
-    if (!el->key[0])
+    if (!el->key[0]) {
+        bare_drop(ec, el);
         return;
+    }
     char err[200];
     int64_t until = dl_deadline_in(ec->op_ms < 1000 ? ec->op_ms : 1000);
     /* Within the caller's bound: a server that does not answer by then
      * has the key deleted by the client's thread. */
     if (el->l->op_deadline_ns > 0 && until > el->l->op_deadline_ns)
         until = el->l->op_deadline_ns;
-    if (ec_delete_key(ec, el->key, 0, 0, until, NULL, err, sizeof err) != 0)
+    if (ec_delete_key(ec, el->key, 0, 0, until, NULL, err, sizeof err) != 0) {
         ec_orphan_add(ec, el->key);
+        el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
+    } else {
+        bare_drop(ec, el);
+    }
     el->key[0] = '\0';
 }
 
@@ -228,7 +294,8 @@ static int ec_wait_on(void *arg, int b, bool *in)
     bool chain = !any && b == i - 1 && q[b].pos.kind == 'x' && q[i].pos.kind == 'x';
     wait_watch w;
     char err[400];
-    int rc = ec_wait_change(ec, any ? el->dir : q[b].key, any, puts, chain, el->key, z->rev,
+    int rc = ec_wait_change(ec, any ? el->dir : q[b].key, any ? 0 : q[b].rev, any, puts, chain,
+                            el->key, z->rev,
                             z->deadline, l->op_deadline_ns, z->cancel_fd, &w, err, sizeof err);
     if (rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
         return rc;
@@ -271,14 +338,21 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         if (rc == 0) {
             stage = "queueing";
             char key[EC_KEY_MAX];
-            snprintf(key, sizeof key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
-                     (uint64_t)lease, l->owner);
+            if (!ec->etcdctl)
+                snprintf(key, sizeof key, "%s%s-%016" PRIx64 "-%s", el->dir, el->kind,
+                         (uint64_t)lease, l->owner);
+            else if (el->bare || bare_take(ec, el)) /* (Mutex's key: %x of the lease) */
+                snprintf(key, sizeof key, "%s%" PRIx64, el->dir, (uint64_t)lease);
+            else
+                snprintf(key, sizeof key, "%s%" PRIx64 "-%s", el->dir, (uint64_t)lease,
+                         l->owner);
             if (unknown && strcmp(key, el->key) != 0) {
                 ec_orphan_add(ec, el->key); /* an earlier try's, on a lease since gone */
                 unknown = false;
             }
             snprintf(el->key, sizeof el->key, "%s", key);
             el->gen = gen;
+            el->lease = lease;
             bool sent = false;
             rc = ec_enqueue(ec, l, el, lease, make_ckey, req_until(l), &q, &n, &rev, &sent, err,
                             sizeof err);
@@ -298,8 +372,14 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             break;
     }
     if (rc) {
-        if (unknown)
+        if (rc == DLOCK_ECONFLICT) /* another program's key: ours is in, take it out */
+            give_up(ec, el, false);
+        else if (unknown) {
             ec_orphan_add(ec, el->key);
+            el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
+        } else {
+            bare_drop(ec, el);
+        }
         el->key[0] = '\0';
         return dl_lock_err(l, acquire_rc(rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
                            stage, err, ec->redacted);
@@ -356,8 +436,9 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
         give_up(ec, el, false);
         return result;
     }
-    if (waited) {
-        /* Off our path, the client's thread writes when we got the lock into
+    if (waited && !ec->etcdctl) {
+        /* (The etcdctl layout's key keeps the value its peers give it.)
+         * Off our path, the client's thread writes when we got the lock into
          * our value (dlock_inspect's held_ms; until then it says when we
          * queued). The write tells the waiter behind us that we hold: an
          * exclusive one then takes our deletion as its grant without
@@ -433,15 +514,17 @@ static int etcd_release(dlock_lock *l)
         cJSON *j = NULL;
         rc = ec_post(ec, "/v3/kv/range", body, req_until(l), -1, &j, NULL, err, sizeof err);
         if (rc == 0)
-            deleted = ec_kv_still_ours(ec, el->dir, el->key, el->rev,
+            deleted = ec_kv_still_ours(ec, el->lease, el->rev,
                                        cJSON_GetArrayItem(ec_jarr(j, "kvs"), 0))
                           ? 1 /* (as good as deleted: the revocation takes it) */
                           : 0;
         cJSON_Delete(j);
     } else {
-        rc = ec_delete_key(ec, el->key, el->rev, ec_entry_lease(el->dir, el->key), req_until(l),
-                           &deleted, err, sizeof err);
+        rc = ec_delete_key(ec, el->key, el->rev, el->lease, req_until(l), &deleted, err,
+                           sizeof err);
     }
+    if (rc == 0)
+        bare_drop(ec, el);
     int result = 0;
     if (rc == 0 && deleted == 0)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "
@@ -449,6 +532,7 @@ static int etcd_release(dlock_lock *l)
                              l->name);
     else if (rc) {
         ec_orphan_add(ec, el->key);
+        el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
         result = dl_lock_err(l, rc,
                              "lock \"%s\": release not confirmed: %s; its key is deleted when "
                              "etcd answers again, or with the lease (%s)",
@@ -502,10 +586,14 @@ static int etcd_renew(dlock_lock *l)
 
 static void dir_of(const ecclient *ec, const char *name, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/%s/", ec->prefix, name);
+    if (ec->etcdctl)
+        snprintf(buf, len, "%s/", name); /* (concurrency.Mutex's pfx) */
+    else
+        snprintf(buf, len, "%s/%s/", ec->prefix, name);
 }
 
-/* The whole queue of name with values: *q ascending, values[] parallel. */
+/* The whole queue of name with values: *q ascending, values[] parallel.
+ * dlock's own layout refuses a key it did not write (ec_foreign). */
 static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)[320], int *n,
                     char *err, size_t errlen)
 {
@@ -521,7 +609,8 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
     int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, errlen);
     if (rc)
         return rc;
-    *n = ec_queue_of(j, dir, false, q);
+    char foreign[EC_KEY_MAX];
+    *n = ec_queue_read(j, dir, false, ec->etcdctl, q, foreign, sizeof foreign);
     *values = NULL;
     if (*n >= 0) {
         *values = calloc((size_t)(*n ? *n : 1), sizeof **values);
@@ -541,7 +630,40 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
     }
+    if (foreign[0]) {
+        free(*q);
+        free(*values);
+        *q = NULL;
+        *values = NULL;
+        return ec_foreign(ec, dir, foreign, err, errlen);
+    }
     return 0;
+}
+
+/* etcdctl: who holds entry e, into buf: a dlock client says who it is in
+ * its client key (PREFIX/.clients/LEASE); a peer is its lease. ckval: that
+ * key's value ("" none). */
+static void peer_holder(ecclient *ec, const ec_entry *e, char *buf, size_t len, char *ckval,
+                        size_t cklen)
+{
+    ckval[0] = '\0';
+    if (e->lease == 0) {
+        snprintf(buf, len, "key %.150s, on no lease (neither etcdctl lock's nor dlock's)", e->key);
+        return;
+    }
+    char ckey[EC_KEY_MAX], b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[300];
+    ec_ckey_of(ec, e->lease, ckey, sizeof ckey);
+    ec_b64_encode(ckey, strlen(ckey), b64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64);
+    cJSON *j = NULL;
+    if (ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err) == 0)
+        ec_kv_value(cJSON_GetArrayItem(ec_jarr(j, "kvs"), 0), ckval, cklen);
+    cJSON_Delete(j);
+    if (ckval[0])
+        snprintf(buf, len, "%s, lease %" PRIx64, ckval, (uint64_t)e->lease);
+    else
+        snprintf(buf, len, "lease %" PRIx64 " (etcdctl lock or Go's concurrency.Mutex: not a "
+                           "dlock client)", (uint64_t)e->lease);
 }
 
 static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
@@ -563,16 +685,22 @@ static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->lease_ms = -1;
     if (first >= 0) {
         info->token = (uint64_t)q[first].rev;
-        int64_t since;
-        ec_split_value(values[first], info->holder, sizeof info->holder, &since);
-        if (since >= 0) {
-            int64_t ms = dl_realtime_ms() - since;
-            info->held_ms = ms < 0 ? 0 : ms; /* (another host's clock may be ahead) */
+        if (ec->etcdctl) { /* (the peers record no time: held_ms unknown) */
+            char ckval[320];
+            peer_holder(ec, &q[first], info->holder, sizeof info->holder, ckval, sizeof ckval);
+        } else {
+            int64_t since;
+            ec_split_value(values[first], info->holder, sizeof info->holder, &since);
+            if (since >= 0) {
+                int64_t ms = dl_realtime_ms() - since;
+                info->held_ms = ms < 0 ? 0 : ms; /* (another host's clock may be ahead) */
+            }
         }
         char body[64];
-        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", ec_entry_lease(dir, q[first].key));
+        snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", q[first].lease);
         cJSON *j = NULL;
-        if (ec_post(ec, "/v3/lease/timetolive", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
+        if (q[first].lease &&
+            ec_post(ec, "/v3/lease/timetolive", body, -1, -1, &j, NULL, err, sizeof err) == 0) {
             int64_t ttl = ec_jint(j, "TTL", -1);
             info->lease_ms = ttl >= 0 ? ttl * 1000 : -1;
         }
@@ -598,6 +726,11 @@ static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
     for (int i = 0; i < n && result == 0; i++) {
         if (dl_queue_blocker(q, sizeof *q, i) != DL_Q_HOLDS)
             continue;
+        char holder[sizeof info->holder], ckval[320] = "broken";
+        if (ec->etcdctl)
+            peer_holder(ec, &q[i], holder, sizeof holder, ckval, sizeof ckval);
+        else
+            ec_split_value(values[i], holder, sizeof holder, NULL);
         int64_t deleted = 0;
         rc = ec_delete_key(ec, q[i].key, 0, 0, -1, &deleted, err, sizeof err);
         if (rc) {
@@ -608,18 +741,25 @@ static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
             continue;
         if (broken++ == 0) {
             info->token = (uint64_t)q[i].rev;
-            ec_split_value(values[i], info->holder, sizeof info->holder, NULL);
+            snprintf(info->holder, sizeof info->holder, "%s", holder);
         }
-        /* Tell the holder at once: it watches its client key. A put bound
-         * to its lease goes with it (and fails if the lease is gone). */
-        char ckey[EC_KEY_MAX], b64[EC_KEY_MAX * 2], b64v[64], body[EC_KEY_MAX * 2 + 200];
-        int64_t lease = ec_entry_lease(dir, q[i].key);
-        ec_ckey_of(ec, lease, ckey, sizeof ckey);
+        /* Tell a dlock holder at once: it watches its client key. A put
+         * bound to its lease goes with it, only where the key exists (a
+         * peer's lease has none; a lease gone, nothing to tell), and keeps
+         * its value where it was read (etcdctl: status shows it). */
+        char ckey[EC_KEY_MAX], b64[EC_KEY_MAX * 2], b64v[sizeof ckval * 2];
+        char body[EC_KEY_MAX * 4 + sizeof b64v + 300];
+        if (!ckval[0])
+            continue; /* (etcdctl: a peer's; nobody watches it) */
+        ec_ckey_of(ec, q[i].lease, ckey, sizeof ckey);
         ec_b64_encode(ckey, strlen(ckey), b64);
-        ec_b64_encode("broken", 6, b64v);
-        snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}",
-                 b64, b64v, lease);
-        (void)ec_post(ec, "/v3/kv/put", body, -1, -1, NULL, NULL, err, sizeof err);
+        ec_b64_encode(ckval, strlen(ckval), b64v);
+        snprintf(body, sizeof body,
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"GREATER\","
+                 "\"create_revision\":\"0\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
+                 "\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}}]}",
+                 b64, b64, b64v, q[i].lease);
+        (void)ec_post(ec, "/v3/kv/txn", body, -1, -1, NULL, NULL, err, sizeof err);
     }
     free(q);
     free(values);
@@ -636,7 +776,10 @@ static int etcd_set_value(dlock_lock *l, const char *value)
     eclock *el = l->bstate;
     char data[sizeof ec->self + 300], b64k[EC_KEY_MAX * 2], b64v[sizeof data * 2];
     char body[sizeof b64k * 2 + sizeof b64v + 300], err[300];
-    ec_value_format(ec, el->since_ms, value, data, sizeof data);
+    if (ec->etcdctl) /* (Election's: the proposal, nothing else) */
+        snprintf(data, sizeof data, "%s", value);
+    else
+        ec_value_format(ec, el->since_ms, value, data, sizeof data);
     ec_b64_encode(el->key, strlen(el->key), b64k);
     ec_b64_encode(data, strlen(data), b64v);
     /* Only while our key exists: a put would make it anew. */
@@ -670,7 +813,11 @@ static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t l
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, ec->redacted);
     int first;
     (void)dl_queue_holders(q, sizeof *q, n, &first);
-    const char *value = first >= 0 ? ec_split_value(values[first], NULL, 0, NULL) : NULL;
+    const char *value = NULL;
+    if (first >= 0 && ec->etcdctl) /* (as etcdctl elect --listen: the first key's value) */
+        value = values[first][0] ? values[first] : NULL;
+    else if (first >= 0)
+        value = ec_split_value(values[first], NULL, 0, NULL);
     if (value)
         snprintf(buf, len, "%s", value);
     free(q);
@@ -680,51 +827,200 @@ static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t l
     return value ? 0 : dl_client_err(c, DLOCK_ENOENT, "no leader value for \"%s\" yet", name);
 }
 
-/* Every name ever locked has a marker PREFIX/.names/NAME (see enqueue):
- * the walk reads them in pages of 1000, in key order. */
-static int etcd_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+static int etcdctl_name_check(const ecclient *ec, const char *name, char *why, size_t len);
+
+/* Walk the keys from `from` (fl bytes) to end (NULL: the last key), 1000 a
+ * page in key order, while they start with must: fn(name, arg) for each
+ * key that name_of turns into a lock name. Its non-zero return stops the
+ * walk and is returned; *rc: a failed request's code (err says why). */
+typedef bool (*ec_name_of_fn)(ecclient *ec, const char *key, const cJSON *kv, char *name,
+                              size_t len);
+static int walk_names(ecclient *ec, const char *from0, int fl, const char *end, const char *must,
+                      ec_name_of_fn name_of, dlock_list_fn fn, void *arg, int *rc, char *err,
+                      size_t errlen)
 {
-    ecclient *ec = ec_of(c);
-    char base[EC_KEY_MAX], from[EC_KEY_MAX], end[EC_KEY_MAX], err[300];
-    int bl = snprintf(base, sizeof base, "%s/.names/", ec->prefix);
-    int fl = snprintf(from, sizeof from, "%s%s", base, prefix);
-    ec_range_end(base, end, sizeof end);
-    int stop = 0;
-    for (;;) {
-        char b64k[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200];
-        ec_b64_encode(from, (size_t)fl, b64k);
+    *rc = 0;
+    char from[EC_KEY_MAX], b64e[EC_KEY_MAX * 2] = "AA=="; /* ("\0": to the last key) */
+    memcpy(from, from0, (size_t)fl + 1);
+    if (end)
         ec_b64_encode(end, strlen(end), b64e);
+    size_t ml = strlen(must);
+    int stop = 0;
+    for (bool more = true; more && !stop && fl < (int)sizeof from;) {
+        char b64k[EC_KEY_MAX * 2], body[EC_KEY_MAX * 4 + 200];
+        ec_b64_encode(from, (size_t)fl, b64k);
         snprintf(body, sizeof body,
                  "{\"key\":\"%s\",\"range_end\":\"%s\",\"keys_only\":true,\"limit\":\"1000\"}",
                  b64k, b64e);
         cJSON *j = NULL;
-        int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err);
-        if (rc)
-            return dl_client_err(c, rc, "list: %s (%s)", err, ec->redacted);
-        const cJSON *kv;
-        bool past = false;
+        if ((*rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, errlen)) != 0)
+            return 0;
+        more = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "more"));
         int seen = 0;
+        const cJSON *kv;
         cJSON_ArrayForEach(kv, ec_jarr(j, "kvs"))
         {
-            char key[EC_KEY_MAX];
-            if (!ec_kv_key(kv, key, sizeof key) || strncmp(key, base, (size_t)bl) != 0)
+            char key[EC_KEY_MAX], name[EC_KEY_MAX];
+            if (!ec_kv_key(kv, key, sizeof key))
                 continue;
             seen++;
-            const char *name = key + bl;
-            if (strncmp(name, prefix, strlen(prefix)) != 0) {
-                past = true; /* keys are in order: no later one has the prefix */
+            if (strncmp(key, must, ml) != 0) {
+                more = false; /* keys are in order: no later one has the prefix */
                 break;
             }
             /* the next page starts just after this key */
             fl = snprintf(from, sizeof from, "%s", key) + 1;
-            if (dlock_name_valid(name, NULL, 0) == 0 && (stop = fn(name, arg)) != 0)
+            if (name_of(ec, key, kv, name, sizeof name) && (stop = fn(name, arg)) != 0)
                 break;
         }
-        bool more = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "more"));
         cJSON_Delete(j);
-        if (stop || past || !more || seen == 0 || fl >= (int)sizeof from)
-            break;
+        if (seen == 0)
+            more = false;
     }
+    return stop;
+}
+
+/* A marker's name: the key after PREFIX/.names/ (or .etcdctl-names/). */
+static bool marker_name(ecclient *ec, const char *key, const cJSON *kv, char *name, size_t len)
+{
+    (void)kv;
+    size_t bl = strlen(ec->prefix) + 1 + strlen(ec_names_dir(ec));
+    if (strlen(key) <= bl)
+        return false;
+    snprintf(name, len, "%s", key + bl);
+    return ec->etcdctl ? etcdctl_name_check(ec, name, NULL, 0) == 0
+                       : dlock_name_valid(name, NULL, 0) == 0;
+}
+
+/* Every name ever locked has a marker PREFIX/.names/NAME (see enqueue):
+ * the walk reads them in key order. */
+static int etcd_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    ecclient *ec = ec_of(c);
+    char base[EC_KEY_MAX], from[EC_KEY_MAX], end[EC_KEY_MAX], err[300];
+    snprintf(base, sizeof base, "%s/%s", ec->prefix, ec_names_dir(ec));
+    int fl = snprintf(from, sizeof from, "%s%s", base, prefix);
+    ec_range_end(base, end, sizeof end);
+    int rc, stop = walk_names(ec, from, fl, end, from, marker_name, fn, arg, &rc, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "list: %s (%s)", err, ec->redacted);
+    return stop;
+}
+
+/* etcdctl: may name be a lock name? The peers take any key prefix; dlock
+ * takes printable ASCII (status prints names), at most DL_NAME_MAX bytes,
+ * not ending in '/' (the peers add it), not inside PREFIX/. (dlock's own
+ * client keys and name markers). */
+static int etcdctl_name_check(const ecclient *ec, const char *name, char *why, size_t len)
+{
+    size_t n = strnlen(name, DL_NAME_MAX + 1), pl = strlen(ec->prefix);
+    const char *bad = NULL;
+    char buf[300];
+    if (n == 0)
+        bad = "lock name is empty";
+    else if (n > DL_NAME_MAX)
+        snprintf(buf, sizeof buf, "lock name is longer than %d bytes", DL_NAME_MAX), bad = buf;
+    for (size_t i = 0; i < n && !bad; i++)
+        if (name[i] < 0x20 || name[i] > 0x7e)
+            snprintf(buf, sizeof buf,
+                     "lock name has byte 0x%02x at offset %zu (layout=etcdctl takes printable "
+                     "ASCII)",
+                     (unsigned char)name[i], i),
+                bad = buf;
+    if (!bad && name[n - 1] == '/')
+        bad = "layout=etcdctl: a name is the key prefix etcdctl lock takes, which adds the '/': "
+              "it may not end in '/'";
+    if (!bad && strncmp(name, ec->prefix, pl) == 0 && name[pl] == '/' && name[pl + 1] == '.')
+        snprintf(buf, sizeof buf, "layout=etcdctl: names under %s/. are dlock's own keys",
+                 ec->prefix),
+            bad = buf;
+    if (!bad)
+        return 0;
+    if (why && len)
+        snprintf(why, len, "%s", bad);
+    return DLOCK_ENAME;
+}
+
+static int etcdctl_name_valid(dlock_client *c, const char *name, char *why, size_t len)
+{
+    return etcdctl_name_check(ec_of(c), name, why, len);
+}
+
+/* etcdctl: the name of a key under the peers' rule, into name: the key
+ * without its last part, which is a lease in hex (dlock's second key of a
+ * name adds -OWNER), on a lease; false for a key of another shape or
+ * dlock's own (PREFIX/.). */
+static bool etcdctl_name_of(ecclient *ec, const char *k, const cJSON *kv, char *name, size_t len)
+{
+    const char *slash = strrchr(k, '/');
+    if (!slash || slash == k || ec_jint(kv, "lease", 0) == 0)
+        return false;
+    size_t hex = strspn(slash + 1, "0123456789abcdef");
+    const char *rest = slash + 1 + hex;
+    if (hex < 1 || hex > 16 || (*rest && (*rest != '-' || strlen(rest + 1) != DL_OWNER_HEX)))
+        return false;
+    snprintf(name, len, "%.*s", (int)(slash - k), k);
+    return etcdctl_name_check(ec, name, NULL, 0) == 0;
+}
+
+typedef struct name_set {
+    char **v;
+    size_t n;
+    bool nomem;
+} name_set;
+
+static int name_collect(const char *name, void *arg)
+{
+    name_set *ns = arg;
+    char *d = strdup(name), **b = d ? realloc(ns->v, sizeof *b * (ns->n + 1)) : NULL;
+    if (!b) {
+        free(d);
+        ns->nomem = true;
+        return 1;
+    }
+    ns->v = b;
+    ns->v[ns->n++] = d;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* etcdctl: the names dlock locked in this layout (their markers) and those
+ * whose peers' keys exist now (the peers keep no record of a name: held
+ * or waited for), read from every key at or after prefix. */
+static int etcdctl_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    ecclient *ec = ec_of(c);
+    char base[EC_KEY_MAX], from[EC_KEY_MAX], end[EC_KEY_MAX], err[300];
+    snprintf(base, sizeof base, "%s/%s", ec->prefix, ec_names_dir(ec));
+    int fl = snprintf(from, sizeof from, "%s%s", base, prefix);
+    ec_range_end(base, end, sizeof end);
+    name_set ns = {0};
+    int rc;
+    (void)walk_names(ec, from, fl, end, from, marker_name, name_collect, &ns, &rc, err,
+                     sizeof err);
+    if (rc == 0 && !ns.nomem) {
+        fl = snprintf(from, sizeof from, "%s", prefix);
+        (void)walk_names(ec, from, fl ? fl : 1 /* "\0": the first key */, NULL, prefix,
+                         etcdctl_name_of, name_collect, &ns, &rc, err, sizeof err);
+    }
+    int stop = 0;
+    if (rc == 0 && ns.n) {
+        qsort(ns.v, ns.n, sizeof *ns.v, cmp_str);
+        for (size_t i = 0; i < ns.n && !stop; i++)
+            if (i == 0 || strcmp(ns.v[i], ns.v[i - 1]) != 0)
+                stop = fn(ns.v[i], arg);
+    }
+    for (size_t i = 0; i < ns.n; i++)
+        free(ns.v[i]);
+    free(ns.v);
+    if (ns.nomem)
+        return dl_client_err(c, DLOCK_ENOMEM, "list: out of memory");
+    if (rc)
+        return dl_client_err(c, rc, "list: %s (%s)", err, ec->redacted);
     return stop;
 }
 
@@ -738,7 +1034,10 @@ static int etcd_lock_init(dlock_lock *l)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
     el->l = l;
     dir_of(ec, l->name, el->dir, sizeof el->dir);
-    dl_qkind_format(l, el->kind, sizeof el->kind);
+    if (ec->etcdctl) /* (a semaphore of 1: the mutex it is) */
+        snprintf(el->kind, sizeof el->kind, "x");
+    else
+        dl_qkind_format(l, el->kind, sizeof el->kind);
     /* The client's lease is every lock's: valid for its TTL past the last
      * keep-alive answered (see the top of this file). */
     l->opts.ttl_ms = ec->ttl_s * 1000;
@@ -775,6 +1074,9 @@ static void ecclient_free(ecclient *ec)
         ec->idle = k->next;
         ec_conn_free(k);
     }
+    for (size_t i = 0; i < ec->nbare; i++)
+        free(ec->bare[i]);
+    free(ec->bare);
     for (size_t i = 0; i < ec->norphans; i++)
         free(ec->orphans[i]);
     free(ec->orphans);
@@ -805,6 +1107,7 @@ static void ecclient_free(ecclient *ec)
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static const dl_backend_ops etcd_ops, etcdctl_ops; /* (below) */
 
 /* A readable file named by URL parameter key (NULL when absent). */
 static int file_param(dlock_client *c, const dl_url *u, const char *key, char **out)
@@ -851,9 +1154,17 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
                              "%s: prefix=%s: expected 1..63 characters of A-Z a-z 0-9 _ - . / "
                              "not starting or ending with '/'",
                              u->redacted, prefix);
+    const char *layout = dl_url_param(u, "layout");
+    bool etcdctl = layout && strcmp(layout, "etcdctl") == 0;
+    if (layout && !etcdctl && strcmp(layout, "dlock") != 0)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: layout=%s: expected etcdctl (the keys of etcdctl lock and Go's "
+                             "concurrency.Mutex and Election) or dlock (dlock's own, the default)",
+                             u->redacted, layout);
     ecclient *ec = calloc(1, sizeof *ec);
     if (!ec)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    ec->etcdctl = etcdctl;
     pthread_mutex_init(&ec->mu, NULL);
     pthread_condattr_t ca; /* (monotonic: lease_ensure's wait has a deadline) */
     pthread_condattr_init(&ca);
@@ -920,6 +1231,8 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
         ecclient_free(ec);
         return dl_client_err(c, rc, "%s (%s)", err, u->redacted);
     }
+    c->ops = etcdctl ? &etcdctl_ops : &etcd_ops;
+    c->caps = etcdctl ? ETCDCTL_CAPS : ETCD_CAPS;
     return 0;
 }
 
@@ -966,6 +1279,24 @@ static const dl_backend_ops etcd_ops = {
     .set_value = etcd_set_value,
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
+};
+/* layout=etcdctl: the same operations on the peers' keys (ec->etcdctl),
+ * their names and their list. */
+static const dl_backend_ops etcdctl_ops = {
+    .client_open = etcd_client_open,
+    .client_close = etcd_client_close,
+    .lock_init = etcd_lock_init,
+    .lock_fini = etcd_lock_fini,
+    .acquire = etcd_acquire,
+    .release = etcd_release,
+    .renew = etcd_renew,
+    .abandon = etcd_abandon,
+    .inspect = etcd_inspect,
+    .list = etcdctl_list,
+    .set_value = etcd_set_value,
+    .get_value = etcd_get_value,
+    .break_lock = etcd_break,
+    .name_valid = etcdctl_name_valid,
 };
 #define ETCD_OPS .ops = &etcd_ops
 

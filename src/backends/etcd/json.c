@@ -238,19 +238,40 @@ int64_t ec_entry_lease(const char *dir, const char *key)
 /* The queue in a range reply's kvs, ascending by create revision. */
 int ec_queue_of(const cJSON *range, const char *dir, bool descending, ec_entry **out)
 {
+    return ec_queue_read(range, dir, descending, false, out, NULL, 0);
+}
+
+int ec_queue_read(const cJSON *range, const char *dir, bool descending, bool any_key,
+                  ec_entry **out, char *foreign, size_t flen)
+{
     const cJSON *kvs = ec_jarr(range, "kvs");
     int n = cJSON_GetArraySize(kvs), m = 0;
     ec_entry *q = calloc((size_t)(n ? n : 1), sizeof *q);
     if (!q)
         return -1;
+    if (foreign && flen)
+        foreign[0] = '\0';
+    size_t dl = strlen(dir);
     const cJSON *kv;
     cJSON_ArrayForEach(kv, kvs)
     {
         char key[EC_KEY_MAX];
-        if (ec_kv_key(kv, key, sizeof key) && ec_entry_parse(dir, key, &q[m])) {
-            q[m].rev = ec_jint(kv, "create_revision", 0);
-            m++;
+        if (!ec_kv_key(kv, key, sizeof key) || strncmp(key, dir, dl) != 0)
+            continue;
+        /* (a peer's rule: whatever the key, as the peer sees it) */
+        bool ok = any_key || ec_entry_parse(dir, key, &q[m]);
+        if (any_key) {
+            q[m].pos = (dl_qpos){.kind = 'x', .permits = 1};
+            snprintf(q[m].key, sizeof q[m].key, "%s", key);
         }
+        if (!ok) {
+            if (foreign && flen && !foreign[0])
+                snprintf(foreign, flen, "%s", key);
+            continue;
+        }
+        q[m].rev = ec_jint(kv, "create_revision", 0);
+        q[m].lease = ec_jint(kv, "lease", 0);
+        m++;
     }
     if (descending)
         for (int i = 0; i < m / 2; i++) {
@@ -260,6 +281,15 @@ int ec_queue_of(const cJSON *range, const char *dir, bool descending, ec_entry *
         }
     *out = q;
     return m;
+}
+
+bool ec_mutex_shaped(const char *dir, const char *key)
+{
+    size_t dl = strlen(dir);
+    if (strncmp(key, dir, dl) != 0 || !key[dl])
+        return false;
+    size_t hex = strspn(key + dl, "0123456789abcdef");
+    return hex > 0 && hex <= 16 && !key[dl + hex];
 }
 
 /* ---- streams ----------------------------------------------------------------------- */
