@@ -172,6 +172,10 @@ extern const char rd_lock_script_library[], rd_lock_script_function[];
  * call of the lock script. */
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
 
+/* The same with nkeys (1..4) keys: the key= layout's calls. */
+void rd_script_keys_cmd(rcmd *c, const rconf *cf, int nkeys, const char *const *keys,
+                        const char *op);
+
 /* Point a script call built by rd_script_cmd at the form cf now uses
  * (after rd_load_script found that a server only takes scripts); any
  * other command is left as it is. */
@@ -235,5 +239,36 @@ int rd_lock_key(const char *name, char *buf, size_t len);
 /* The name a key's tag (n bytes) stands for, into name[len]; -1 if it is
  * not one (a raw '}': a key of dlock 0.1.0, which did not encode them). */
 int rd_tag_name(const char *tag, size_t n, char *name, size_t len);
+
+/*
+ * key= templates: the layout of the SET NX family (redis-py's Lock,
+ * node-redlock, redsync, tooz). The lock of NAME is the string key the
+ * template gives with its one {name} replaced by NAME; beside it (same
+ * cluster slot wherever possible) dlock keeps KEY/dlock-token (its
+ * fencing counter), KEY/dlock-wait (its waiters) and KEY/dlock-wake (their
+ * wake-up list). No name holds '/' and no template RD_BESIDE, so no key
+ * beside a lock is ever a lock.
+ */
+#define RD_TEMPLATE_MAX 256
+#define RD_BESIDE "/dlock-"
+/* 0 if t is a template, else -1 and a one-line reason in err. */
+int rd_template_check(const char *t, char *err, size_t errlen);
+/* The key of name under (checked) template t; -1 if buf is too small. */
+int rd_template_key(const char *t, const char *name, char *buf, size_t len);
+/* The key `what` beside lock key: KEY/dlock-WHAT when that shares KEY's
+ * cluster slot (KEY has a hash tag), else {KEY}/dlock-WHAT when that does
+ * (KEY has no '}'); false when neither does (buf then holds the first) or
+ * buf is too small. */
+bool rd_beside_key(const char *key, const char *what, char *buf, size_t len);
+/* The name that key (klen bytes) is the lock of under t, into name[len];
+ * -1 if it is none (another key, or one beside a lock). */
+int rd_template_name(const char *t, const char *key, size_t klen, char *name, size_t len);
+/* SCAN's MATCH pattern for the locks under t whose names start with
+ * prefix (NULL: all); buf of at least 2 * (strlen(t) + strlen(prefix)) + 4. */
+void rd_template_pattern(const char *t, const char *prefix, char *buf, size_t len);
+/* What a reply says is in the way when it is the lock script's "DLOCKTYPE
+ * T" (T: a type, or string for one dlock did not write) or a WRONGTYPE
+ * error: true, T (or "value of another type") into what. */
+bool rd_alien_reply(const redisReply *r, char *what, size_t len);
 
 #endif

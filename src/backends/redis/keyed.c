@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * keyed.c — `redis://...?key=TEMPLATE` (and the same on redis+sentinel and
+ * redis+cluster): locks in the layout of the SET NX family, redis-py's
+ * Lock, node-redlock, redsync, bsm/redislock and tooz, so that dlock and
+ * those clients exclude each other on one key.
+ *
+ * The lock of NAME is the string key the template makes of it, taken with
+ * SET NX PX by whoever finds it missing, renewed (PEXPIRE) and deleted only
+ * by the client whose value it holds; the peers compare the value with
+ * their own token and never read anyone else's. dlock's value is the same
+ * holder string as in its own layout (owner id, token, since, holder), as
+ * opaque and unique to a peer as its random tokens. Every operation is one
+ * call of lock.lua's key= operations (kacq, krel, krenew, kabort, kinfo,
+ * kbrk) on the key and three keys dlock keeps beside it (rd_beside_key):
+ * the fencing counter, the dlock waiters and their wake-up list.
+ *
+ * Peers publish nothing when they release, so a waiter polls with jittered
+ * backoff (5 ms doubling to 50 ms, as Redlock retries), blocked in BLPOP
+ * on the wake-up list meanwhile: a dlock release wakes one dlock waiter at
+ * once. Exclusive locks only; tokens order dlock's holders only (a peer
+ * takes none).
+ */
+#include "internal.h"
+
+#ifdef DLOCK_HAVE_REDIS
+#include "redis_master.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_LEASE_MS 3000 /* a waiter that does not look in this long is gone */
+#define POLL_FIRST_MS 5    /* the first pause of a waiter; doubles ... */
+#define POLL_MAX_MS 50     /* ... to this */
+
+/* The four keys of a lock: itself, then its counter, waiters, wake-ups. */
+enum { K_LOCK, K_TOKEN, K_WAIT, K_WAKE, K_N };
+#define K_MAX (RD_TEMPLATE_MAX + DL_NAME_MAX + 32)
+typedef struct kkeys {
+    char key[K_N][K_MAX];
+} kkeys;
+
+/* The keys of name under the client's template; 0 or an error code with a
+ * one-line reason in err. */
+static int keys_of(const rclient *rc, const char *name, kkeys *k, char *err, size_t errlen)
+{
+    static const char *const what[K_N] = {"", "token", "wait", "wake"};
+    if (rd_template_key(rc->key_template, name, k->key[K_LOCK], K_MAX) != 0) {
+        snprintf(err, errlen, "name too long for a key");
+        return DLOCK_ENAME;
+    }
+    for (int i = K_TOKEN; i < K_N; i++)
+        if (!rd_beside_key(k->key[K_LOCK], what[i], k->key[i], K_MAX) &&
+            rc->mode == MODE_CLUSTER) {
+            snprintf(err, errlen,
+                     "key %s has no hash tag and holds '}': the keys dlock keeps beside it "
+                     "cannot share its cluster slot (put the name in a hash tag: "
+                     "key=lock:{{name}})",
+                     k->key[K_LOCK]);
+            return DLOCK_EURL;
+        }
+    return 0;
+}
+
+static void kcmd(rcmd *c, const rclient *rc, const kkeys *k, const char *op)
+{
+    const char *keys[K_N] = {k->key[K_LOCK], k->key[K_TOKEN], k->key[K_WAIT], k->key[K_WAKE]};
+    rd_script_keys_cmd(c, &rc->cf, K_N, keys, op);
+}
+
+static int k_lock_init(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    if (l->opts.kind != DLOCK_EXCLUSIVE)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": key= locks are exclusive only (a SET NX key has one "
+                           "holder; the peers have no shared or counting form of it)",
+                           l->name);
+    if (l->opts.fair == 1)
+        return dl_lock_err(l, DLOCK_ENOTSUP,
+                           "lock \"%s\": key= locks have no FIFO order (the peers poll, so "
+                           "nobody can keep a place in a queue)",
+                           l->name);
+    kkeys *k = malloc(sizeof *k);
+    if (!k)
+        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    char err[K_MAX + 256];
+    int e = keys_of(rc, l->name, k, err, sizeof err);
+    if (e) {
+        free(k);
+        return dl_lock_err(l, e, "lock \"%s\": %s", l->name, err);
+    }
+    l->bstate = k;
+    return 0;
+}
+
+static void k_lock_fini(dlock_lock *l)
+{
+    free(l->bstate);
+}
+
+/* "op OWNER" on l's keys, within l's bound (safe to repeat: the script
+ * checks the owner). */
+static int owner_op(dlock_lock *l, const char *op, redisReply **r, char *err, size_t errlen)
+{
+    rclient *rc = rc_of(l->c);
+    kkeys *k = l->bstate;
+    rcmd c;
+    kcmd(&c, rc, k, op);
+    rcmd_add(&c, l->owner);
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    return rd_run(rc, k->key[K_LOCK], &c, 1, r, &how, err, errlen);
+}
+
+/* Give up waiting: leave the waiters, and give back a grant whose reply
+ * was lost. Within the acquisition's bound; what is left lapses by itself
+ * (the registration within its wait lease, a grant within its ttl). */
+static void abort_wait(dlock_lock *l)
+{
+    redisReply *r;
+    char err[256];
+    if (owner_op(l, "kabort", &r, err, sizeof err) == RD_OK)
+        freeReplyObject(r);
+}
+
+static void renew_cmd(rcmd *c, dlock_lock *l, char nb[24])
+{
+    kcmd(c, rc_of(l->c), l->bstate, "krenew");
+    rcmd_add(c, l->owner);
+    rcmd_addll(c, l->opts.ttl_ms, nb);
+}
+
+static int k_release(dlock_lock *l)
+{
+    redisReply *r;
+    char err[256];
+    int x = owner_op(l, "krel", &r, err, sizeof err);
+    if (x != RD_OK)
+        return rd_call_failed(l, "release", x, err);
+    int result = 0;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = rd_bad_reply(l, "release", "an integer from the lock script", r);
+    else if (r->integer == 0)
+        result = dl_lock_err(l, DLOCK_ELOST,
+                             "lock \"%s\" had already expired when released (lease %d ms)",
+                             l->name, l->opts.ttl_ms);
+    freeReplyObject(r);
+    return result;
+}
+
+static int k_acquire(dlock_lock *l, int64_t deadline)
+{
+    rclient *rc = rc_of(l->c);
+    kkeys *k = l->bstate;
+    long long wl = deadline == 0 ? 0 : WAIT_LEASE_MS;
+    int64_t step_ns = dl_ms_to_ns(POLL_FIRST_MS);
+    rcmd undo; /* a try whose reply does not come in time is undone */
+    kcmd(&undo, rc, k, "kabort");
+    rcmd_add(&undo, l->owner);
+    int result;
+    for (bool again = false;; again = true) {
+        rcmd c;
+        char nb[2][24];
+        kcmd(&c, rc, k, "kacq");
+        rcmd_add(&c, l->owner);
+        rcmd_addll(&c, l->opts.ttl_ms, nb[0]);
+        rcmd_add(&c, rc->self);
+        rcmd_addll(&c, wl, nb[1]);
+        if (again)
+            rcmd_add(&c, "1"); /* drop the registration if granted */
+        redisReply *r;
+        char err[256];
+        int64_t sent;
+        rcall how = {.l = l,
+                     .timeout_ms = rc->cf.op_timeout_ms,
+                     .cancel_fd = -1,
+                     .sent_ns = &sent,
+                     .undo = &undo};
+        int x = rd_run(rc, k->key[K_LOCK], &c, 1, &r, &how, err, sizeof err);
+        if (x != RD_OK) {
+            result = rd_call_failed(l, again ? "waiting" : "acquire", x, err);
+            break;
+        }
+        long long granted, pttl;
+        if (!rd_pair_reply(r, &granted, &pttl)) {
+            if (!(result = rd_alien(NULL, l, l->name, k->key[K_LOCK], true, r)))
+                result = rd_bad_reply(l, again ? "waiting" : "acquire",
+                                      "an array of 2 integers from the lock script", r);
+            freeReplyObject(r);
+            break;
+        }
+        freeReplyObject(r);
+        if (granted) {
+            atomic_store(&l->token, (uint64_t)pttl);
+            l->lease_start_ns = sent; /* granted by this very call */
+            if (rc->wait_replicas == 0)
+                return 0;
+            rcmd renew;
+            renew_cmd(&renew, l, nb[0]);
+            result = rd_confirm_replicated(l, k->key[K_LOCK], &renew);
+            if (result)
+                (void)k_release(l);
+            return result;
+        }
+        if (deadline == 0)
+            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        int left = dl_ms_left(deadline);
+        if (deadline > 0 && left == 0) {
+            result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            break;
+        }
+        /* Poll, looking again at the latest when the holder's lease ends;
+         * a dlock release wakes one waiter from the list at once. */
+        int64_t pause_ns = dl_backoff_ns(&step_ns, dl_ms_to_ns(POLL_MAX_MS));
+        if (pttl >= 0 && dl_ms_to_ns(pttl + 1) < pause_ns)
+            pause_ns = dl_ms_to_ns(pttl + 1);
+        if (deadline > 0 && dl_ms_to_ns(left) < pause_ns)
+            pause_ns = dl_ms_to_ns(left);
+        char tbuf[32];
+        snprintf(tbuf, sizeof tbuf, "%.3f", (double)(pause_ns < 1000000 ? 1000000 : pause_ns) / 1e9);
+        rcmd b;
+        rcmd_init(&b);
+        rcmd_add(&b, "BLPOP");
+        rcmd_add(&b, k->key[K_WAKE]);
+        rcmd_add(&b, tbuf);
+        rcall bhow = {.l = l,
+                      .timeout_ms = (int)(pause_ns / 1000000) + rc->cf.op_timeout_ms,
+                      .cancel_fd = dl_cancel_fd(l)};
+        x = rd_run(rc, k->key[K_LOCK], &b, 1, &r, &bhow, err, sizeof err);
+        if (x == RD_CANCELED) {
+            result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
+            break;
+        }
+        if (x != RD_OK) {
+            result = rd_call_failed(l, "waiting", x, err);
+            break;
+        }
+        freeReplyObject(r); /* a wake-up or nil: either way, try again */
+    }
+    if (deadline != 0)
+        abort_wait(l);
+    /* A request cut short by the acquisition's bound after its deadline
+     * passed means the wait ran out, not that the server is gone. */
+    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
+        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+    return result;
+}
+
+static int k_renew(dlock_lock *l)
+{
+    rclient *rc = rc_of(l->c);
+    kkeys *k = l->bstate;
+    rcmd c;
+    char nb[24];
+    renew_cmd(&c, l, nb);
+    redisReply *r;
+    char err[256];
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = rd_run(rc, k->key[K_LOCK], &c, 1, &r, &how, err, sizeof err);
+    if (x != RD_OK)
+        return rd_call_failed(l, "renew", x, err);
+    int result = 0;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = rd_bad_reply(l, "renew", "an integer from the lock script", r);
+    else if (r->integer != 1)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
+    freeReplyObject(r);
+    return result;
+}
+
+static void k_abandon(dlock_lock *l)
+{
+    (void)k_release(l); /* best effort: the lease ends by itself anyway */
+}
+
+/* The keys of a name for inspect and break, and the script call op on them. */
+static int name_cmd(dlock_client *cl, const char *name, const char *what, kkeys *k, rcmd *c,
+                    const char *op)
+{
+    rclient *rc = rc_of(cl);
+    char err[K_MAX + 256];
+    int e = keys_of(rc, name, k, err, sizeof err);
+    if (e)
+        return dl_client_err(cl, e, "%s \"%s\": %s", what, name, err);
+    kcmd(c, rc, k, op);
+    return 0;
+}
+
+static int k_inspect(dlock_client *cl, const char *name, dlock_info *info)
+{
+    kkeys *k = malloc(sizeof *k);
+    if (!k)
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    rcmd c;
+    int e = name_cmd(cl, name, "inspect", k, &c, "kinfo");
+    if (!e)
+        e = rd_inspect_with(cl, name, k->key[K_LOCK], &c, true, info);
+    free(k);
+    return e;
+}
+
+static int k_break(dlock_client *cl, const char *name, dlock_info *info)
+{
+    kkeys *k = malloc(sizeof *k);
+    if (!k)
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    rcmd c;
+    int e = name_cmd(cl, name, "break", k, &c, "kbrk");
+    if (!e)
+        e = rd_break_with(cl, name, k->key[K_LOCK], &c, true, info);
+    free(k);
+    return e;
+}
+
+static int k_set_value(dlock_lock *l, const char *value)
+{
+    (void)value;
+    return dl_lock_err(l, DLOCK_ENOTSUP,
+                       "lock \"%s\": key= locks have no leader values (the peers keep only "
+                       "their token in the key)",
+                       l->name);
+}
+
+static int k_get_value(dlock_client *cl, const char *name, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return dl_client_err(cl, DLOCK_ENOTSUP,
+                         "\"%s\": key= locks have no leader values (the peers keep only their "
+                         "token in the key)",
+                         name);
+}
+
+/* dlock list: the keys under the template that exist now (held locks,
+ * dlock's or a peer's). */
+typedef struct klist {
+    const char *tmpl;
+    dlock_list_fn fn;
+    void *arg;
+} klist;
+
+static int list_key(const char *key, size_t len, void *arg)
+{
+    klist *kl = arg;
+    char name[DL_NAME_MAX + 1];
+    if (rd_template_name(kl->tmpl, key, len, name, sizeof name) != 0)
+        return 0;
+    return kl->fn(name, kl->arg);
+}
+
+static int k_list(dlock_client *cl, const char *prefix, dlock_list_fn fn, void *arg)
+{
+    rclient *rc = rc_of(cl);
+    char pattern[2 * (RD_TEMPLATE_MAX + DL_NAME_MAX) + 8];
+    rd_template_pattern(rc->key_template, prefix, pattern, sizeof pattern);
+    klist kl = {.tmpl = rc->key_template, .fn = fn, .arg = arg};
+    return rd_scan(cl, pattern, list_key, &kl);
+}
+
+int rd_keyed_open(dlock_client *cl, rclient *rc, const char *tmpl)
+{
+    char err[400];
+    if (rd_template_check(tmpl, err, sizeof err) != 0)
+        return dl_client_err(cl, DLOCK_EURL, "%s: %s", cl->url->redacted, err);
+    if (!(rc->key_template = strdup(tmpl)))
+        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
+    cl->ops = &rd_keyed_ops;
+    cl->caps = RD_KEYED_CAPS;
+    return 0;
+}
+
+const dl_backend_ops rd_keyed_ops = {
+    .client_open = rd_master_open,
+    .client_close = rd_master_close,
+    .lock_init = k_lock_init,
+    .lock_fini = k_lock_fini,
+    .acquire = k_acquire,
+    .release = k_release,
+    .renew = k_renew,
+    .abandon = k_abandon,
+    .inspect = k_inspect,
+    .break_lock = k_break,
+    .list = k_list,
+    .set_value = k_set_value,
+    .get_value = k_get_value,
+};
+
+#endif /* DLOCK_HAVE_REDIS */
