@@ -8,6 +8,7 @@
 #
 # exports, for what it started:
 #   DLOCK_TEST_REDIS      redis://127.0.0.1:P           one master
+#                         DLOCK_TEST_REDIS_KEY (the same, ?key=lock:{name})
 #   DLOCK_TEST_REDLOCK    redlock://127.0.0.1:P1,...P5  five independent masters
 #   DLOCK_TEST_REDIS6     redis://127.0.0.1:P  (kind redis6) a master that
 #                         answers FUNCTION and FCALL like Redis 6 does (both
@@ -825,6 +826,8 @@ SH
 srv_start_redis() {
   local p; p=$(srv_redis single) || return 1
   export DLOCK_TEST_REDIS=redis://127.0.0.1:$p
+  # the SET NX layout of redis-py, node-redlock and redsync (docs/redis.md)
+  export DLOCK_TEST_REDIS_KEY="redis://127.0.0.1:$p?key=lock:{name}"
 }
 
 srv_start_redis6() {

@@ -331,19 +331,77 @@ static int k_get_value(dlock_client *cl, const char *name, char *buf, size_t len
                          name);
 }
 
-/* dlock list: the keys under the template that exist now (held locks,
- * dlock's or a peer's). */
+/*
+ * dlock list: the names dlock has acquired (their counters stay, as in
+ * dlock's own layout) and then those held now by anyone (the keys under
+ * the template), each once.
+ */
 typedef struct klist {
-    const char *tmpl;
+    const rclient *rc;
     dlock_list_fn fn;
     void *arg;
+    char **seen; /* the names of the first scan, sorted for the second */
+    size_t n, cap;
+    bool nomem;
 } klist;
 
-static int list_key(const char *key, size_t len, void *arg)
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The name whose counter key is key (klen bytes), into name; -1 if none. */
+static int counter_name(const rclient *rc, const char *key, size_t klen, char *name, size_t len)
+{
+    size_t sl = strlen(RD_BESIDE "token");
+    char lock[K_MAX], again[K_MAX];
+    if (klen <= sl || klen - sl >= sizeof lock || memcmp(key + klen - sl, RD_BESIDE "token", sl))
+        return -1;
+    size_t n = klen - sl;
+    memcpy(lock, key, n);
+    lock[n] = '\0';
+    if (n >= 2 && lock[0] == '{' && lock[n - 1] == '}') { /* {KEY}/dlock-token */
+        memmove(lock, lock + 1, n - 2);
+        lock[n -= 2] = '\0';
+    }
+    /* Only the counter dlock would make for that key. */
+    (void)rd_beside_key(lock, "token", again, sizeof again);
+    if (strlen(again) != klen || memcmp(again, key, klen) != 0)
+        return -1;
+    return rd_template_name(rc->key_template, lock, n, name, len);
+}
+
+static int list_counter(const char *key, size_t len, void *arg)
 {
     klist *kl = arg;
     char name[DL_NAME_MAX + 1];
-    if (rd_template_name(kl->tmpl, key, len, name, sizeof name) != 0)
+    if (counter_name(kl->rc, key, len, name, sizeof name) != 0)
+        return 0;
+    if (kl->n == kl->cap) {
+        size_t cap = kl->cap ? 2 * kl->cap : 64;
+        char **v = realloc(kl->seen, cap * sizeof *v);
+        if (!v) {
+            kl->nomem = true;
+            return DLOCK_ENOMEM;
+        }
+        kl->seen = v;
+        kl->cap = cap;
+    }
+    if (!(kl->seen[kl->n] = strdup(name))) {
+        kl->nomem = true;
+        return DLOCK_ENOMEM;
+    }
+    kl->n++;
+    return kl->fn(name, kl->arg);
+}
+
+static int list_held(const char *key, size_t len, void *arg)
+{
+    klist *kl = arg;
+    char name[DL_NAME_MAX + 1];
+    const char *p = name;
+    if (rd_template_name(kl->rc->key_template, key, len, name, sizeof name) != 0 ||
+        (kl->n && bsearch(&p, kl->seen, kl->n, sizeof *kl->seen, by_name)))
         return 0;
     return kl->fn(name, kl->arg);
 }
@@ -351,10 +409,25 @@ static int list_key(const char *key, size_t len, void *arg)
 static int k_list(dlock_client *cl, const char *prefix, dlock_list_fn fn, void *arg)
 {
     rclient *rc = rc_of(cl);
-    char pattern[2 * (RD_TEMPLATE_MAX + DL_NAME_MAX) + 8];
-    rd_template_pattern(rc->key_template, prefix, pattern, sizeof pattern);
-    klist kl = {.tmpl = rc->key_template, .fn = fn, .arg = arg};
-    return rd_scan(cl, pattern, list_key, &kl);
+    char pattern[2 * (RD_TEMPLATE_MAX + DL_NAME_MAX) + 32];
+    klist kl = {.rc = rc, .fn = fn, .arg = arg};
+    /* KEY/dlock-token or {KEY}/dlock-token: a '*' on either side of KEY. */
+    pattern[0] = '*';
+    rd_template_pattern(rc->key_template, prefix, pattern + 1, sizeof pattern - 16);
+    strcat(pattern, "*" RD_BESIDE "token");
+    int x = rd_scan(cl, pattern, list_counter, &kl);
+    if (x == 0) {
+        if (kl.n)
+            qsort(kl.seen, kl.n, sizeof *kl.seen, by_name);
+        rd_template_pattern(rc->key_template, prefix, pattern, sizeof pattern);
+        x = rd_scan(cl, pattern, list_held, &kl);
+    }
+    for (size_t i = 0; i < kl.n; i++)
+        free(kl.seen[i]);
+    free(kl.seen);
+    if (kl.nomem && x == DLOCK_ENOMEM)
+        return dl_client_err(cl, DLOCK_ENOMEM, "list: out of memory");
+    return x;
 }
 
 int rd_keyed_open(dlock_client *cl, rclient *rc, const char *tmpl)
