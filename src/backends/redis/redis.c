@@ -1265,8 +1265,12 @@ const dl_backend dl_backend_redis = {
     .params = "wait wait_timeout key",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
+    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations. "
+                "key=TEMPLATE: the SET NX PX layout of redis-py, node-redlock, redsync and "
+                "tooz, with which it excludes; exclusive locks only (shared, semaphore, fair "
+                "and leader values ENOTSUP); waiters poll, a dlock release wakes one",
     .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
-               "writes can repeat tokens",
+               "writes can repeat tokens. key=TEMPLATE: the counter KEY/dlock-token beside "
+               "the key orders dlock's holders only (peers take no token)",
     REDIS_OPS,
 };
