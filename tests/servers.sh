@@ -17,6 +17,7 @@
 #   DLOCK_TEST_SENTINEL   redis+sentinel://127.0.0.1:S1,S2,S3/dlockmaster
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
+#                         DLOCK_TEST_CLUSTER_KEY (the same, ?key=lock:{name})
 #   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
 #   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
@@ -900,6 +901,8 @@ srv_start_cluster() {
   done
   [ "$ok" = "${#ports[@]}" ] || { echo "servers.sh: the cluster did not come up" >&2; return 1; }
   export DLOCK_TEST_CLUSTER=redis+cluster://$hosts
+  # key= in a cluster: the keys beside a lock must share its slot
+  export DLOCK_TEST_CLUSTER_KEY="redis+cluster://$hosts?key=lock:{name}"
 }
 
 # srv_wait_memcached PORT: until it answers the meta no-op (at most ~10 s)

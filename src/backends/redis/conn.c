@@ -1120,7 +1120,17 @@ bool rd_beside_key(const char *key, const char *what, char *buf, size_t len)
     n = snprintf(buf, len, "{%s}%s%s", key, RD_BESIDE, what);
     if (n >= 0 && (size_t)n < len && rd_key_slot(buf, (size_t)n) == slot)
         return true;
-    snprintf(buf, len, "%s%s%s", key, RD_BESIDE, what);
+    /* A '}' in a key without a tag: a tag of the smallest number in that
+     * slot, {S}KEY/dlock-WHAT (16384 slots: found within a few ten
+     * thousand tries, and only for such keys). */
+    for (unsigned i = 0; i < 1000000; i++) {
+        char tag[16];
+        int tl = snprintf(tag, sizeof tag, "%u", i);
+        if (rd_key_slot(tag, (size_t)tl) != slot)
+            continue;
+        n = snprintf(buf, len, "{%s}%s%s%s", tag, key, RD_BESIDE, what);
+        return n >= 0 && (size_t)n < len;
+    }
     return false;
 }
 

@@ -51,14 +51,9 @@ static int keys_of(const rclient *rc, const char *name, kkeys *k, char *err, siz
         return DLOCK_ENAME;
     }
     for (int i = K_TOKEN; i < K_N; i++)
-        if (!rd_beside_key(k->key[K_LOCK], what[i], k->key[i], K_MAX) &&
-            rc->mode == MODE_CLUSTER) {
-            snprintf(err, errlen,
-                     "key %s has no hash tag and holds '}': the keys dlock keeps beside it "
-                     "cannot share its cluster slot (put the name in a hash tag: "
-                     "key=lock:{{name}})",
-                     k->key[K_LOCK]);
-            return DLOCK_EURL;
+        if (!rd_beside_key(k->key[K_LOCK], what[i], k->key[i], K_MAX)) {
+            snprintf(err, errlen, "name too long for a key");
+            return DLOCK_ENAME;
         }
     return 0;
 }
@@ -360,15 +355,32 @@ static int counter_name(const rclient *rc, const char *key, size_t klen, char *n
     size_t n = klen - sl;
     memcpy(lock, key, n);
     lock[n] = '\0';
-    if (n >= 2 && lock[0] == '{' && lock[n - 1] == '}') { /* {KEY}/dlock-token */
-        memmove(lock, lock + 1, n - 2);
-        lock[n -= 2] = '\0';
+    /* KEY/dlock-token, {KEY}/dlock-token or {S}KEY/dlock-token: whichever
+     * is the counter dlock makes for that KEY. */
+    const char *close = lock[0] == '{' ? strchr(lock, '}') : NULL;
+    for (int form = 0; form < 3; form++) {
+        const char *k = lock;
+        size_t kl = n;
+        if (form > 0 && !close)
+            break;
+        if (form == 1 && (size_t)(close - lock) == n - 1) {
+            k = lock + 1;
+            kl = n - 2;
+        } else if (form == 2) {
+            k = close + 1;
+            kl = n - (size_t)(close + 1 - lock);
+        } else if (form == 1) {
+            continue;
+        }
+        char cand[K_MAX];
+        memcpy(cand, k, kl);
+        cand[kl] = '\0';
+        if (rd_beside_key(cand, "token", again, sizeof again) && strlen(again) == klen &&
+            memcmp(again, key, klen) == 0 &&
+            rd_template_name(rc->key_template, cand, kl, name, len) == 0)
+            return 0;
     }
-    /* Only the counter dlock would make for that key. */
-    (void)rd_beside_key(lock, "token", again, sizeof again);
-    if (strlen(again) != klen || memcmp(again, key, klen) != 0)
-        return -1;
-    return rd_template_name(rc->key_template, lock, n, name, len);
+    return -1;
 }
 
 static int list_counter(const char *key, size_t len, void *arg)

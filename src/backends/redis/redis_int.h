@@ -255,9 +255,9 @@ int rd_tag_name(const char *tag, size_t n, char *name, size_t len);
 int rd_template_check(const char *t, char *err, size_t errlen);
 /* The key of name under (checked) template t; -1 if buf is too small. */
 int rd_template_key(const char *t, const char *name, char *buf, size_t len);
-/* The key `what` beside lock key: KEY/dlock-WHAT when that shares KEY's
- * cluster slot (KEY has a hash tag), else {KEY}/dlock-WHAT when that does
- * (KEY has no '}'); false when neither does (buf then holds the first) or
+/* The key `what` beside lock key, in its cluster slot: KEY/dlock-WHAT
+ * when KEY has a hash tag, else {KEY}/dlock-WHAT when KEY has no '}', else
+ * {S}KEY/dlock-WHAT, S the smallest number whose slot is KEY's. false if
  * buf is too small. */
 bool rd_beside_key(const char *key, const char *what, char *buf, size_t len);
 /* The name that key (klen bytes) is the lock of under t, into name[len];
