@@ -681,6 +681,39 @@ fail:
     return RD_EIO;
 }
 
+int rconn_read(rconn *c, redisReply **out, int timeout_ms, int cancel_fd, char *err,
+               size_t errlen)
+{
+    *out = NULL;
+    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    for (;;) {
+        void *reply = NULL;
+        if (next_reply(c, &reply) != REDIS_OK) {
+            snprintf(err, errlen, "protocol error: %.120s", c->ctx->errstr);
+            return RD_EIO;
+        }
+        if (reply) {
+            *out = reply;
+            return RD_OK;
+        }
+        int w = dl_wait_fd(c->ctx->fd, POLLIN, deadline, cancel_fd, NULL);
+        if (w == DLOCK_ETIMEDOUT)
+            return RD_OK;
+        if (w == DLOCK_ECANCELED) {
+            snprintf(err, errlen, "canceled");
+            return RD_CANCELED;
+        }
+        if (w == DLOCK_EIO) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return RD_EIO;
+        }
+        if (redisBufferRead(c->ctx) != REDIS_OK) {
+            snprintf(err, errlen, "read: %.120s", c->ctx->errstr);
+            return RD_EIO;
+        }
+    }
+}
+
 void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {

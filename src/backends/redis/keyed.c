@@ -13,12 +13,14 @@
  * opaque and unique to a peer as its random tokens. Every operation is one
  * call of lock.lua's key= operations (kacq, krel, krenew, kabort, kinfo,
  * kbrk) on the key and three keys dlock keeps beside it (rd_beside_key):
- * the fencing counter, the dlock waiters and their wake-up list.
+ * the fencing counter, the dlock waiters and their wake-up channel.
  *
  * Peers publish nothing when they release, so a waiter polls with jittered
- * backoff (5 ms doubling to 50 ms, as Redlock retries), blocked in BLPOP
- * on the wake-up list meanwhile: a dlock release wakes one dlock waiter at
- * once. Exclusive locks only; tokens order dlock's holders only (a peer
+ * backoff (5 ms doubling to 50 ms, as Redlock retries), reading meanwhile
+ * a connection subscribed to KEY/dlock-wake, where a dlock release
+ * publishes: dlock waiters wake at once. (Not BLPOP: a blocked command's
+ * timeout is only as precise as the server's event loop, 100 ms at hz 10,
+ * and the peers' releases are only seen by the timeouts.) Exclusive locks only; tokens order dlock's holders only (a peer
  * takes none).
  */
 #include "internal.h"
@@ -126,6 +128,36 @@ static void renew_cmd(rcmd *c, dlock_lock *l, char nb[24])
     rcmd_addll(c, l->opts.ttl_ms, nb);
 }
 
+/* A connection of its own to the master of l's key, subscribed to the
+ * wake-ups of l; NULL (and why in err) if none could be had within l's
+ * bound: the waiter then only polls. */
+static rconn *subscribe(rclient *rc, dlock_lock *l, const kkeys *k, char *err, size_t errlen)
+{
+    rnode *node = rd_node_for(rc, k->key[K_LOCK]);
+    rconn *c = node ? rconn_get(node, &rc->cf, rd_ms(l, rc->cf.connect_timeout_ms), NULL, err,
+                                errlen)
+                    : NULL;
+    if (!c)
+        return NULL;
+    rcmd cmd;
+    rcmd_init(&cmd);
+    rcmd_add(&cmd, "SUBSCRIBE");
+    rcmd_add(&cmd, k->key[K_WAKE]);
+    redisReply *r;
+    int ms = rd_ms(l, rc->cf.op_timeout_ms);
+    if (ms == 0 || rconn_call(c, &cmd, 1, &r, ms, -1, NULL, err, errlen) != RD_OK) {
+        rconn_drop(c);
+        return NULL;
+    }
+    bool ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3; /* subscribe, channel, 1 */
+    freeReplyObject(r);
+    if (!ok) {
+        rconn_drop(c);
+        return NULL;
+    }
+    return c;
+}
+
 static int k_release(dlock_lock *l)
 {
     redisReply *r;
@@ -154,6 +186,7 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
     kcmd(&undo, rc, k, "kabort");
     rcmd_add(&undo, l->owner);
     int result;
+    rconn *sub = NULL; /* subscribed to the wake-ups, once waiting */
     for (bool again = false;; again = true) {
         rcmd c;
         char nb[2][24];
@@ -189,49 +222,66 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
         if (granted) {
             atomic_store(&l->token, (uint64_t)pttl);
             l->lease_start_ns = sent; /* granted by this very call */
-            if (rc->wait_replicas == 0)
-                return 0;
-            rcmd renew;
-            renew_cmd(&renew, l, nb[0]);
-            result = rd_confirm_replicated(l, k->key[K_LOCK], &renew);
-            if (result)
-                (void)k_release(l);
-            return result;
+            result = 0;
+            break;
         }
-        if (deadline == 0)
-            return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+        if (deadline == 0) {
+            result = dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
+            break;
+        }
         int left = dl_ms_left(deadline);
         if (deadline > 0 && left == 0) {
             result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
             break;
         }
-        /* Poll, looking again at the latest when the holder's lease ends;
-         * a dlock release wakes one waiter from the list at once. */
+        /* Poll, looking again at the latest when the holder's lease ends,
+         * subscribed meanwhile to KEY/dlock-wake, where a dlock release
+         * publishes: the first time, subscribe and look again at once (a
+         * release may have come in between). */
+        if (!sub) {
+            sub = subscribe(rc, l, k, err, sizeof err);
+            if (sub)
+                continue;
+        }
         int64_t pause_ns = dl_backoff_ns(&step_ns, dl_ms_to_ns(POLL_MAX_MS));
         if (pttl >= 0 && dl_ms_to_ns(pttl + 1) < pause_ns)
             pause_ns = dl_ms_to_ns(pttl + 1);
         if (deadline > 0 && dl_ms_to_ns(left) < pause_ns)
             pause_ns = dl_ms_to_ns(left);
-        char tbuf[32];
-        snprintf(tbuf, sizeof tbuf, "%.3f", (double)(pause_ns < 1000000 ? 1000000 : pause_ns) / 1e9);
-        rcmd b;
-        rcmd_init(&b);
-        rcmd_add(&b, "BLPOP");
-        rcmd_add(&b, k->key[K_WAKE]);
-        rcmd_add(&b, tbuf);
-        rcall bhow = {.l = l,
-                      .timeout_ms = (int)(pause_ns / 1000000) + rc->cf.op_timeout_ms,
-                      .cancel_fd = dl_cancel_fd(l)};
-        x = rd_run(rc, k->key[K_LOCK], &b, 1, &r, &bhow, err, sizeof err);
+        if (!sub) { /* none to be had: plain polling */
+            if (dl_nap_ns(pause_ns, dl_cancel_fd(l)) == DLOCK_ECANCELED) {
+                result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled",
+                                     l->name);
+                break;
+            }
+            continue;
+        }
+        x = rconn_read(sub, &r, (int)((pause_ns + 999999) / 1000000), dl_cancel_fd(l), err,
+                       sizeof err);
         if (x == RD_CANCELED) {
             result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
             break;
         }
-        if (x != RD_OK) {
-            result = rd_call_failed(l, "waiting", x, err);
-            break;
+        if (x != RD_OK) { /* subscribe again on the next turn */
+            rconn_drop(sub);
+            sub = NULL;
+            continue;
         }
-        freeReplyObject(r); /* a wake-up or nil: either way, try again */
+        if (r)
+            freeReplyObject(r); /* a wake-up: try again */
+    }
+    if (sub)
+        rconn_drop(sub); /* subscribed: never back to the pool */
+    if (result == 0) {
+        if (rc->wait_replicas == 0)
+            return 0;
+        rcmd renew;
+        char nb[24];
+        renew_cmd(&renew, l, nb);
+        result = rd_confirm_replicated(l, k->key[K_LOCK], &renew);
+        if (result)
+            (void)k_release(l);
+        return result;
     }
     if (deadline != 0)
         abort_wait(l);

@@ -91,6 +91,14 @@ local function kget()
   return s
 end
 
+-- key= layout: the dlock waiters may try again. Published, not pushed to
+-- a list they BLPOP: a blocked command's timeout is only as precise as the
+-- server's event loop (hz 10: up to 100 ms late), and the waiters also
+-- poll, for the peers' releases, which publish nothing.
+local function kwake()
+  if count(NFW) > 0 then redis.call('PUBLISH', SIG, '1') end
+end
+
 -- A peer's holder, for people: its value, printable and cut short.
 local function peer(s)
   local v = string.gsub(string.sub(s, 1, 64), '[%z\1-\31\127-\255"\\]', '?')
@@ -249,7 +257,7 @@ local function main(KEYS, ARGV)
   local keyed = KEYS[2] ~= nil
   if keyed then
     -- The key= layout: the lock is KEYS[1] alone; beside it its counter,
-    -- its waiters and their wake-up list (P nil: derive again after).
+    -- its waiters and their wake-up channel (P nil: derive again after).
     LOCK, TOKEN, NFW, SIG, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], nil
   elseif KEYS[1] ~= LOCK or not P then -- a library keeps these between calls
     LOCK = KEYS[1]
@@ -407,7 +415,7 @@ local function main(KEYS, ARGV)
     redis.call('SET', LOCK, xstring(h.owner, tok, h.since, h.holder, h.value), 'KEEPTTL')
     return 1
 
-  -- The key= layout (KEYS: lock, counter, waiters, wake-up list): the lock
+  -- The key= layout (KEYS: lock, counter, waiters, wake-up channel): the lock
   -- is a string set with NX PX, as redis-py's Lock, node-redlock, redsync
   -- and tooz set it, owned by whoever's value it holds; peers compare the
   -- value with their own and never read ours (dlock's holder string, as
@@ -436,7 +444,7 @@ local function main(KEYS, ARGV)
     local s = kget()
     if not s or string.match(s, '^%S+') ~= ARGV[2] then return 0 end
     redis.call('DEL', LOCK)
-    wake_one()
+    kwake()
     return 1
 
   -- krenew OWNER TTL -> 1 extended, 0 no longer ours (never re-created)
@@ -463,7 +471,7 @@ local function main(KEYS, ARGV)
     if t then return alien_reply(t) end
     if not s then return {0, '', 0} end
     redis.call('DEL', LOCK)
-    wake_one()
+    kwake()
     local h = parse(s)
     if h then return {1, h.holder, h.token} end
     return {1, peer(s), 0}

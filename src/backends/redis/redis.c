@@ -123,7 +123,7 @@ static bool failover_error(const redisReply *r)
             strncmp(r->str, "LOADING", 7) == 0);
 }
 
-static rnode *node_for(rclient *rc, const char *key)
+rnode *rd_node_for(rclient *rc, const char *key)
 {
     if (rc->mode == MODE_CLUSTER)
         return rd_cluster_node(rc->cluster, key);
@@ -148,7 +148,7 @@ int rd_run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply 
     if (how->undo)
         undo = *how->undo;
     const dlock_lock *l = how->l;
-    rnode *node = node_for(rc, key);
+    rnode *node = rd_node_for(rc, key);
     bool asking = false;
     for (int attempt = 0; attempt < 4; attempt++) {
         if (!node) {
@@ -176,7 +176,7 @@ int rd_run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply 
             if (rc->mode == MODE_CLUSTER && attempt == 0) {
                 char why[256];
                 if (rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why) == RD_OK) {
-                    node = node_for(rc, key);
+                    node = rd_node_for(rc, key);
                     continue;
                 }
             }
@@ -214,7 +214,7 @@ int rd_run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply 
                     (void)sentinel_resolve(rc, l, why, sizeof why);
                 else if (rc->mode == MODE_CLUSTER)
                     (void)rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why);
-                node = node_for(rc, key);
+                node = rd_node_for(rc, key);
                 continue;
             }
             return rcode;
@@ -825,7 +825,7 @@ static void redis_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs,
         goto done;
     }
     for (size_t i = 0; i < n; i++)
-        g[i] = (by_node){.node = node_for(rc, ((rlock *)ls[i]->bstate)->key), .i = i};
+        g[i] = (by_node){.node = rd_node_for(rc, ((rlock *)ls[i]->bstate)->key), .i = i};
     qsort(g, n, sizeof *g, by_node_cmp);
     for (size_t a = 0, b; a < n; a = b) {
         size_t k = 0;

@@ -141,6 +141,13 @@ enum {
 int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
                int cancel_fd, int64_t *sent_ns, char *err, size_t errlen);
 
+/* Read one reply that comes without a request (a message on a subscribed
+ * connection), waiting at most timeout_ms and watching cancel_fd: RD_OK
+ * with *out, or *out NULL when none came in time; RD_EIO (drop c) or
+ * RD_CANCELED. */
+int rconn_read(rconn *c, redisReply **out, int timeout_ms, int cancel_fd, char *err,
+               size_t errlen);
+
 /*
  * The same on several connections at once: cmds[0..ncmd) are written to
  * every connection first (pipelined), then replies are read as they arrive
@@ -245,8 +252,8 @@ int rd_tag_name(const char *tag, size_t n, char *name, size_t len);
  * node-redlock, redsync, tooz). The lock of NAME is the string key the
  * template gives with its one {name} replaced by NAME; beside it (same
  * cluster slot wherever possible) dlock keeps KEY/dlock-token (its
- * fencing counter), KEY/dlock-wait (its waiters) and KEY/dlock-wake (their
- * wake-up list). No name holds '/' and no template RD_BESIDE, so no key
+ * fencing counter), KEY/dlock-wait (its waiters) and KEY/dlock-wake (the
+ * channel their wake-ups are published on). No name holds '/' and no template RD_BESIDE, so no key
  * beside a lock is ever a lock.
  */
 #define RD_TEMPLATE_MAX 256

@@ -46,6 +46,8 @@ typedef struct rcall {
     const rcmd *undo;
 } rcall;
 
+/* The master owning key (NULL: no cluster node serves its slot). */
+rnode *rd_node_for(rclient *rc, const char *key);
 /* Run cmds (pipelined) on the master owning key (see redis.c). */
 int rd_run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply **out,
            const rcall *how, char *err, size_t errlen);
