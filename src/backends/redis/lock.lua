@@ -18,6 +18,10 @@
 --   nfw    zset    non-fair waiters, scored by expiry of their registration
 --   sig    list    one wake-up for one non-fair waiter
 -- ARGV[1] is the operation; kinds are x (exclusive), r (shared), s (semaphore).
+-- The key= layout (keyed.c, docs/redis.md) passes four keys instead: the
+-- lock key a template made, KEY/dlock-token (counter), KEY/dlock-wait
+-- (waiters, zset) and KEY/dlock-wake (a channel); its operations start
+-- with k, and no operation runs on the other layout's keys.
 -- Times are the server's own clock (TIME), in milliseconds.
 --
 -- The file defines main(KEYS, ARGV) and is loaded one of two ways (conn.c):
