@@ -1109,25 +1109,27 @@ int rd_template_check(const char *t, char *err, size_t errlen)
 {
     size_t n = strnlen(t, RD_TEMPLATE_MAX + 1);
     const char *at = strstr(t, "{name}");
-    if (n == 0 || n > RD_TEMPLATE_MAX)
+    if (n == 0 || n > RD_TEMPLATE_MAX) {
         snprintf(err, errlen, "key template must be 1..%d bytes", RD_TEMPLATE_MAX);
-    else if (!at || strstr(at + 1, "{name}"))
+        return -1;
+    }
+    /* The bytes first: the messages below quote the template. */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c < 0x20 || c >= 0x7f) {
+            snprintf(err, errlen, "key template has byte 0x%02x at offset %zu (printable ASCII "
+                     "only)", c, i);
+            return -1;
+        }
+    }
+    if (!at || strstr(at + 1, "{name}"))
         snprintf(err, errlen, "key template \"%s\" must hold {name} exactly once (e.g. lock:{name})",
                  t);
     else if (strstr(t, RD_BESIDE))
         snprintf(err, errlen, "key template \"%s\" may not contain \"%s\" (dlock's keys beside "
                  "the lock)", t, RD_BESIDE);
-    else {
-        for (size_t i = 0; i < n; i++) {
-            unsigned char c = (unsigned char)t[i];
-            if (c < 0x20 || c >= 0x7f) {
-                snprintf(err, errlen, "key template has byte 0x%02x at offset %zu (printable "
-                         "ASCII only)", c, i);
-                return -1;
-            }
-        }
+    else
         return 0;
-    }
     return -1;
 }
 
@@ -1176,8 +1178,7 @@ int rd_template_name(const char *t, const char *key, size_t klen, char *name, si
         return -1;
     memcpy(name, key + pre, klen - pre - suf);
     name[klen - pre - suf] = '\0';
-    /* dlock's keys beside a lock hold '/', which no name can. */
-    return strlen(name) == klen - pre - suf && dlock_name_valid(name, NULL, 0) == 0 ? 0 : -1;
+    return strlen(name) == klen - pre - suf ? 0 : -1; /* no NUL inside */
 }
 
 /* Copy s (n bytes) into buf at *p with glob characters escaped. */

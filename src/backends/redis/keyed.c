@@ -390,6 +390,15 @@ typedef struct klist {
     bool nomem;
 } klist;
 
+/* The name key (len bytes) is the lock of under t; -1 if none (another
+ * key, or one beside a lock). */
+static int name_of(const char *t, const char *key, size_t len, char *name, size_t nlen)
+{
+    return rd_template_name(t, key, len, name, nlen) == 0 && dlock_name_valid(name, NULL, 0) == 0
+               ? 0
+               : -1;
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -427,7 +436,7 @@ static int counter_name(const rclient *rc, const char *key, size_t klen, char *n
         cand[kl] = '\0';
         if (rd_beside_key(cand, "token", again, sizeof again) && strlen(again) == klen &&
             memcmp(again, key, klen) == 0 &&
-            rd_template_name(rc->key_template, cand, kl, name, len) == 0)
+            name_of(rc->key_template, cand, kl, name, len) == 0)
             return 0;
     }
     return -1;
@@ -462,7 +471,7 @@ static int list_held(const char *key, size_t len, void *arg)
     klist *kl = arg;
     char name[DL_NAME_MAX + 1];
     const char *p = name;
-    if (rd_template_name(kl->rc->key_template, key, len, name, sizeof name) != 0 ||
+    if (name_of(kl->rc->key_template, key, len, name, sizeof name) != 0 ||
         (kl->n && bsearch(&p, kl->seen, kl->n, sizeof *kl->seen, by_name)))
         return 0;
     return kl->fn(name, kl->arg);

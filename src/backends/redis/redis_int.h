@@ -267,8 +267,9 @@ int rd_template_key(const char *t, const char *name, char *buf, size_t len);
  * {S}KEY/dlock-WHAT, S the smallest number whose slot is KEY's. false if
  * buf is too small. */
 bool rd_beside_key(const char *key, const char *what, char *buf, size_t len);
-/* The name that key (klen bytes) is the lock of under t, into name[len];
- * -1 if it is none (another key, or one beside a lock). */
+/* What stands for {name} in key (klen bytes) under t, into name[len]; -1
+ * if key is not one t makes. Not checked as a name (dlock_name_valid):
+ * keys beside a lock give one with a '/', which no name holds. */
 int rd_template_name(const char *t, const char *key, size_t klen, char *name, size_t len);
 /* SCAN's MATCH pattern for the locks under t whose names start with
  * prefix (NULL: all); buf of at least 2 * (strlen(t) + strlen(prefix)) + 4. */
