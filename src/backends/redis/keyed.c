@@ -36,28 +36,43 @@
 #define POLL_FIRST_MS 5    /* the first pause of a waiter; doubles ... */
 #define POLL_MAX_MS 50     /* ... to this */
 
-/* The four keys of a lock: itself, then its counter, waiters, wake-ups. */
+/* The four keys of a lock: itself, then its counter, waiters, wake-ups,
+ * in one allocation of their size (a client may hold many locks). */
 enum { K_LOCK, K_TOKEN, K_WAIT, K_WAKE, K_N };
 #define K_MAX (RD_TEMPLATE_MAX + DL_NAME_MAX + 32)
 typedef struct kkeys {
-    char key[K_N][K_MAX];
+    char *key[K_N];
+    char buf[];
 } kkeys;
 
-/* The keys of name under the client's template; 0 or an error code with a
- * one-line reason in err. */
-static int keys_of(const rclient *rc, const char *name, kkeys *k, char *err, size_t errlen)
+/* The keys of name under the client's template (free them), or NULL with
+ * the error code in *e and a one-line reason in err. */
+static kkeys *keys_new(const rclient *rc, const char *name, int *e, char *err, size_t errlen)
 {
     static const char *const what[K_N] = {"", "token", "wait", "wake"};
-    if (rd_template_key(rc->key_template, name, k->key[K_LOCK], K_MAX) != 0) {
-        snprintf(err, errlen, "name too long for a key");
-        return DLOCK_ENAME;
-    }
+    char tmp[K_N][K_MAX];
+    size_t len[K_N], total = 0;
+    *e = DLOCK_ENAME;
+    snprintf(err, errlen, "name too long for a key");
+    if (rd_template_key(rc->key_template, name, tmp[K_LOCK], K_MAX) != 0)
+        return NULL;
     for (int i = K_TOKEN; i < K_N; i++)
-        if (!rd_beside_key(k->key[K_LOCK], what[i], k->key[i], K_MAX)) {
-            snprintf(err, errlen, "name too long for a key");
-            return DLOCK_ENAME;
-        }
-    return 0;
+        if (!rd_beside_key(tmp[K_LOCK], what[i], tmp[i], K_MAX))
+            return NULL;
+    for (int i = 0; i < K_N; i++)
+        total += (len[i] = strlen(tmp[i]) + 1);
+    kkeys *k = malloc(sizeof *k + total);
+    if (!k) {
+        *e = DLOCK_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    char *p = k->buf;
+    for (int i = 0; i < K_N; i++) {
+        k->key[i] = memcpy(p, tmp[i], len[i]);
+        p += len[i];
+    }
+    return k;
 }
 
 static void kcmd(rcmd *c, const rclient *rc, const kkeys *k, const char *op)
@@ -79,15 +94,11 @@ static int k_lock_init(dlock_lock *l)
                            "lock \"%s\": key= locks have no FIFO order (the peers poll, so "
                            "nobody can keep a place in a queue)",
                            l->name);
-    kkeys *k = malloc(sizeof *k);
+    char err[64];
+    int e;
+    kkeys *k = keys_new(rc, l->name, &e, err, sizeof err);
     if (!k)
-        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    char err[K_MAX + 256];
-    int e = keys_of(rc, l->name, k, err, sizeof err);
-    if (e) {
-        free(k);
         return dl_lock_err(l, e, "lock \"%s\": %s", l->name, err);
-    }
     l->bstate = k;
     return 0;
 }
@@ -319,43 +330,34 @@ static void k_abandon(dlock_lock *l)
     (void)k_release(l); /* best effort: the lease ends by itself anyway */
 }
 
-/* The keys of a name for inspect and break, and the script call op on them. */
-static int name_cmd(dlock_client *cl, const char *name, const char *what, kkeys *k, rcmd *c,
-                    const char *op)
+/* inspect and break: the script call op on the keys of name. */
+static int on_name(dlock_client *cl, const char *name, const char *what, const char *op,
+                   dlock_info *info)
 {
     rclient *rc = rc_of(cl);
-    char err[K_MAX + 256];
-    int e = keys_of(rc, name, k, err, sizeof err);
-    if (e)
+    char err[64];
+    int e;
+    kkeys *k = keys_new(rc, name, &e, err, sizeof err);
+    if (!k)
         return dl_client_err(cl, e, "%s \"%s\": %s", what, name, err);
-    kcmd(c, rc, k, op);
-    return 0;
+    rcmd c;
+    kcmd(&c, rc, k, op);
+    if (strcmp(op, "kinfo") == 0)
+        e = rd_inspect_with(cl, name, k->key[K_LOCK], &c, true, info);
+    else
+        e = rd_break_with(cl, name, k->key[K_LOCK], &c, true, info);
+    free(k);
+    return e;
 }
 
 static int k_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
-    kkeys *k = malloc(sizeof *k);
-    if (!k)
-        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
-    rcmd c;
-    int e = name_cmd(cl, name, "inspect", k, &c, "kinfo");
-    if (!e)
-        e = rd_inspect_with(cl, name, k->key[K_LOCK], &c, true, info);
-    free(k);
-    return e;
+    return on_name(cl, name, "inspect", "kinfo", info);
 }
 
 static int k_break(dlock_client *cl, const char *name, dlock_info *info)
 {
-    kkeys *k = malloc(sizeof *k);
-    if (!k)
-        return dl_client_err(cl, DLOCK_ENOMEM, "out of memory");
-    rcmd c;
-    int e = name_cmd(cl, name, "break", k, &c, "kbrk");
-    if (!e)
-        e = rd_break_with(cl, name, k->key[K_LOCK], &c, true, info);
-    free(k);
-    return e;
+    return on_name(cl, name, "break", "kbrk", info);
 }
 
 static int k_set_value(dlock_lock *l, const char *value)
