@@ -1123,8 +1123,8 @@ int rd_template_check(const char *t, char *err, size_t errlen)
         }
     }
     if (!at || strstr(at + 1, "{name}"))
-        snprintf(err, errlen, "key template \"%s\" must hold {name} exactly once (e.g. lock:{name})",
-                 t);
+        snprintf(err, errlen,
+                 "key template \"%s\" must hold {name} exactly once (e.g. lock:{name})", t);
     else if (strstr(t, RD_BESIDE))
         snprintf(err, errlen, "key template \"%s\" may not contain \"%s\" (dlock's keys beside "
                  "the lock)", t, RD_BESIDE);

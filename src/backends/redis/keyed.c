@@ -20,8 +20,8 @@
  * a connection subscribed to KEY/dlock-wake, where a dlock release
  * publishes: dlock waiters wake at once. (Not BLPOP: a blocked command's
  * timeout is only as precise as the server's event loop, 100 ms at hz 10,
- * and the peers' releases are only seen by the timeouts.) Exclusive locks only; tokens order dlock's holders only (a peer
- * takes none).
+ * and the peers' releases are only seen by the timeouts.) Exclusive locks
+ * only; tokens order dlock's holders only (a peer takes none).
  */
 #include "internal.h"
 

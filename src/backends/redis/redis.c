@@ -289,7 +289,7 @@ int rd_bad_reply(dlock_lock *l, const char *what, const char *expected, const re
 }
 
 int rd_client_bad_reply(dlock_client *cl, const char *what, const char *name,
-                            const char *expected, const redisReply *r)
+                        const char *expected, const redisReply *r)
 {
     char got[160];
     rd_reply_desc(r, got, sizeof got);
@@ -420,8 +420,8 @@ int rd_confirm_replicated(dlock_lock *l, const char *key, const rcmd *renew)
     if (r[0]->type != REDIS_REPLY_INTEGER || r[1]->type != REDIS_REPLY_INTEGER) {
         bool first = r[0]->type != REDIS_REPLY_INTEGER;
         int e = rd_bad_reply(l, first ? "confirming replication" : "WAIT",
-                          first ? INT_EXPECTED : "an integer (replicas reached)",
-                          r[first ? 0 : 1]);
+                             first ? INT_EXPECTED : "an integer (replicas reached)",
+                             r[first ? 0 : 1]);
         freeReplyObject(r[0]);
         freeReplyObject(r[1]);
         return e;
@@ -579,7 +579,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             granted = rd_handoff_reply(r, &value);
             if (!granted) {
                 result = rd_bad_reply(l, "waiting",
-                                   "an array of {list, token} from BLPOP (a hand-over)", r);
+                                      "an array of {list, token} from BLPOP (a hand-over)", r);
                 freeReplyObject(r);
                 abort_wait(l);
                 break;
