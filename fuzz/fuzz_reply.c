@@ -9,6 +9,7 @@
  * (pair, hand-over, info, break), Sentinel's master address, CLUSTER SLOTS
  * and MOVED/ASK redirections. None may crash, and what they accept must hold
  * together: ports in range, slots mapped to known nodes, strings terminated.
+ * The same bytes are also read as a key= template (check_template).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +81,9 @@ static void check_reply(rcluster *cl, const redisReply *r)
         CHECK(memchr(info.holder, '\0', sizeof info.holder) != NULL);
     if (rd_script_missing(r))
         CHECK(r->type == REDIS_REPLY_ERROR);
+    char what[64];
+    if (rd_alien_reply(r, what, sizeof what))
+        CHECK(r->type == REDIS_REPLY_ERROR && strlen(what) < sizeof what);
     int ranges = rd_cluster_apply_slots(cl, r, "127.0.0.1");
     CHECK(ranges < 0 || (size_t)ranges <= r->elements);
     if (ranges > 0) {
@@ -99,8 +103,40 @@ static void check_reply(rcluster *cl, const redisReply *r)
         check_reply(cl, r->element[i]);
 }
 
+/* The input as a key= template (it comes from a URL): whatever
+ * rd_template_check accepts makes keys that read back to their names,
+ * keys beside them in their slot that are never a lock of the template,
+ * and a bounded SCAN pattern. */
+static void check_template(const uint8_t *data, size_t size)
+{
+    char t[RD_TEMPLATE_MAX + 2], err[512];
+    size_t n = size < sizeof t - 1 ? size : sizeof t - 1;
+    memcpy(t, data, n);
+    t[n] = '\0';
+    if (rd_template_check(t, err, sizeof err) != 0) {
+        CHECK(err[0] && !strchr(err, '\n'));
+        return;
+    }
+    CHECK(strlen(t) <= RD_TEMPLATE_MAX && strstr(t, "{name}"));
+    static const char *const names[] = {"x", "}x", "a{b}c", "lock", "}", "{", "*?[]\\"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char key[RD_TEMPLATE_MAX + 64], name[64], beside[RD_TEMPLATE_MAX + 128];
+        CHECK(rd_template_key(t, names[i], key, sizeof key) == 0);
+        CHECK(rd_template_name(t, key, strlen(key), name, sizeof name) == 0);
+        CHECK(strcmp(name, names[i]) == 0);
+        CHECK(rd_beside_key(key, "token", beside, sizeof beside));
+        CHECK(rd_key_slot(beside, strlen(beside)) == rd_key_slot(key, strlen(key)));
+        CHECK(rd_template_name(t, beside, strlen(beside), name, sizeof name) != 0 ||
+              strchr(name, '/'));
+        char pattern[2 * (RD_TEMPLATE_MAX + 64) + 8];
+        rd_template_pattern(t, names[i], pattern, sizeof pattern);
+        CHECK(strlen(pattern) < sizeof pattern);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_template(data, size);
     redisReader *rd = redisReaderCreate();
     rd_bound_reader(rd); /* as every dlock connection's */
     dl_host seed = {.host = (char *)"127.0.0.1", .port = 7000};

@@ -8,6 +8,7 @@
 #
 # exports, for what it started:
 #   DLOCK_TEST_REDIS      redis://127.0.0.1:P           one master
+#                         DLOCK_TEST_REDIS_KEY (the same, ?key=lock:{name})
 #   DLOCK_TEST_REDLOCK    redlock://127.0.0.1:P1,...P5  five independent masters
 #   DLOCK_TEST_REDIS6     redis://127.0.0.1:P  (kind redis6) a master that
 #                         answers FUNCTION and FCALL like Redis 6 does (both
@@ -16,6 +17,7 @@
 #   DLOCK_TEST_SENTINEL   redis+sentinel://127.0.0.1:S1,S2,S3/dlockmaster
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
+#                         DLOCK_TEST_CLUSTER_KEY (the same, ?key=lock:{name})
 #   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
 #   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
@@ -827,6 +829,8 @@ SH
 srv_start_redis() {
   local p; p=$(srv_redis single) || return 1
   export DLOCK_TEST_REDIS=redis://127.0.0.1:$p
+  # the SET NX layout of redis-py, node-redlock and redsync (docs/redis.md)
+  export DLOCK_TEST_REDIS_KEY="redis://127.0.0.1:$p?key=lock:{name}"
 }
 
 srv_start_redis6() {
@@ -899,6 +903,8 @@ srv_start_cluster() {
   done
   [ "$ok" = "${#ports[@]}" ] || { echo "servers.sh: the cluster did not come up" >&2; return 1; }
   export DLOCK_TEST_CLUSTER=redis+cluster://$hosts
+  # key= in a cluster: the keys beside a lock must share its slot
+  export DLOCK_TEST_CLUSTER_KEY="redis+cluster://$hosts?key=lock:{name}"
 }
 
 # srv_wait_memcached PORT: until it answers the meta no-op (at most ~10 s)

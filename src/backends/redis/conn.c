@@ -10,6 +10,7 @@
  * so that one client serves many threads and many lock names.
  */
 #include "redis_int.h"
+#include "redis_cluster.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -680,6 +681,39 @@ fail:
     return RD_EIO;
 }
 
+int rconn_read(rconn *c, redisReply **out, int timeout_ms, int cancel_fd, char *err,
+               size_t errlen)
+{
+    *out = NULL;
+    int64_t deadline = dl_now_ns() + (int64_t)timeout_ms * 1000000LL;
+    for (;;) {
+        void *reply = NULL;
+        if (next_reply(c, &reply) != REDIS_OK) {
+            snprintf(err, errlen, "protocol error: %.120s", c->ctx->errstr);
+            return RD_EIO;
+        }
+        if (reply) {
+            *out = reply;
+            return RD_OK;
+        }
+        int w = dl_wait_fd(c->ctx->fd, POLLIN, deadline, cancel_fd, NULL);
+        if (w == DLOCK_ETIMEDOUT)
+            return RD_OK;
+        if (w == DLOCK_ECANCELED) {
+            snprintf(err, errlen, "canceled");
+            return RD_CANCELED;
+        }
+        if (w == DLOCK_EIO) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return RD_EIO;
+        }
+        if (redisBufferRead(c->ctx) != REDIS_OK) {
+            snprintf(err, errlen, "read: %.120s", c->ctx->errstr);
+            return RD_EIO;
+        }
+    }
+}
+
 void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {
@@ -1018,15 +1052,23 @@ void rd_script_retarget(rcmd *c, const rconf *cf)
     c->len[1] = strlen(c->argv[1]);
 }
 
-void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
+void rd_script_keys_cmd(rcmd *c, const rconf *cf, int nkeys, const char *const *keys,
+                        const char *op)
 {
+    static const char *const counts[] = {"0", "1", "2", "3", "4"};
     rcmd_init(c);
     rcmd_add(c, "FCALL");
     rcmd_add(c, rd_lock_script_function);
     rd_script_retarget(c, cf);
-    rcmd_add(c, "1");
-    rcmd_add(c, key);
+    rcmd_add(c, counts[nkeys]);
+    for (int i = 0; i < nkeys; i++)
+        rcmd_add(c, keys[i]);
     rcmd_add(c, op);
+}
+
+void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
+{
+    rd_script_keys_cmd(c, cf, 1, &key, op);
 }
 
 void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, char nb[24])
@@ -1059,4 +1101,120 @@ int rd_lock_init(dlock_lock *l)
 void rd_lock_fini(dlock_lock *l)
 {
     free(l->bstate);
+}
+
+/* ---- key= templates (the SET NX layout) ---------------------------------- */
+
+int rd_template_check(const char *t, char *err, size_t errlen)
+{
+    size_t n = strnlen(t, RD_TEMPLATE_MAX + 1);
+    const char *at = strstr(t, "{name}");
+    if (n == 0 || n > RD_TEMPLATE_MAX) {
+        snprintf(err, errlen, "key template must be 1..%d bytes", RD_TEMPLATE_MAX);
+        return -1;
+    }
+    /* The bytes first: the messages below quote the template. */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c < 0x20 || c >= 0x7f) {
+            snprintf(err, errlen, "key template has byte 0x%02x at offset %zu (printable ASCII "
+                     "only)", c, i);
+            return -1;
+        }
+    }
+    if (!at || strstr(at + 1, "{name}"))
+        snprintf(err, errlen,
+                 "key template \"%s\" must hold {name} exactly once (e.g. lock:{name})", t);
+    else if (strstr(t, RD_BESIDE))
+        snprintf(err, errlen, "key template \"%s\" may not contain \"%s\" (dlock's keys beside "
+                 "the lock)", t, RD_BESIDE);
+    else
+        return 0;
+    return -1;
+}
+
+int rd_template_key(const char *t, const char *name, char *buf, size_t len)
+{
+    const char *at = strstr(t, "{name}");
+    int n = snprintf(buf, len, "%.*s%s%s", (int)(at - t), t, name, at + 6);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+bool rd_beside_key(const char *key, const char *what, char *buf, size_t len)
+{
+    /* The lock key plus a suffix keeps its slot when the key has a hash tag;
+     * else the whole key becomes the tag; else (a '}' in a key without a
+     * tag) nothing can share its slot. */
+    size_t kl = strlen(key);
+    unsigned slot = rd_key_slot(key, kl);
+    int n = snprintf(buf, len, "%s%s%s", key, RD_BESIDE, what);
+    if (n < 0 || (size_t)n >= len)
+        return false;
+    if (rd_key_slot(buf, (size_t)n) == slot)
+        return true;
+    n = snprintf(buf, len, "{%s}%s%s", key, RD_BESIDE, what);
+    if (n >= 0 && (size_t)n < len && rd_key_slot(buf, (size_t)n) == slot)
+        return true;
+    /* A '}' in a key without a tag: a tag of the smallest number in that
+     * slot, {S}KEY/dlock-WHAT (16384 slots: found within a few ten
+     * thousand tries, and only for such keys). */
+    for (unsigned i = 0; i < 1000000; i++) {
+        char tag[16];
+        int tl = snprintf(tag, sizeof tag, "%u", i);
+        if (rd_key_slot(tag, (size_t)tl) != slot)
+            continue;
+        n = snprintf(buf, len, "{%s}%s%s%s", tag, key, RD_BESIDE, what);
+        return n >= 0 && (size_t)n < len;
+    }
+    return false;
+}
+
+int rd_template_name(const char *t, const char *key, size_t klen, char *name, size_t len)
+{
+    const char *at = strstr(t, "{name}");
+    size_t pre = (size_t)(at - t), suf = strlen(at + 6);
+    if (klen <= pre + suf || memcmp(key, t, pre) != 0 ||
+        memcmp(key + klen - suf, at + 6, suf) != 0 || klen - pre - suf >= len)
+        return -1;
+    memcpy(name, key + pre, klen - pre - suf);
+    name[klen - pre - suf] = '\0';
+    return strlen(name) == klen - pre - suf ? 0 : -1; /* no NUL inside */
+}
+
+/* Copy s (n bytes) into buf at *p with glob characters escaped. */
+static void glob_escaped(char *buf, size_t len, size_t *p, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && *p + 3 < len; i++) {
+        if (strchr("*?[]\\", s[i]))
+            buf[(*p)++] = '\\';
+        buf[(*p)++] = s[i];
+    }
+    buf[*p] = '\0';
+}
+
+void rd_template_pattern(const char *t, const char *prefix, char *buf, size_t len)
+{
+    const char *at = strstr(t, "{name}");
+    size_t p = 0;
+    buf[0] = '\0';
+    glob_escaped(buf, len, &p, t, (size_t)(at - t));
+    if (prefix)
+        glob_escaped(buf, len, &p, prefix, strlen(prefix));
+    if (p + 2 < len)
+        buf[p++] = '*';
+    buf[p] = '\0';
+    glob_escaped(buf, len, &p, at + 6, strlen(at + 6));
+}
+
+bool rd_alien_reply(const redisReply *r, char *what, size_t len)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR || !r->str)
+        return false;
+    if (strncmp(r->str, "DLOCKTYPE ", 10) == 0)
+        snprintf(what, len, "%.40s", r->str + 10);
+    else if (strncmp(r->str, "WRONGTYPE", 9) == 0)
+        snprintf(what, len, "value of another type");
+    else
+        return false;
+    return true;
 }

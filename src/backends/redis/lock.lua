@@ -18,6 +18,10 @@
 --   nfw    zset    non-fair waiters, scored by expiry of their registration
 --   sig    list    one wake-up for one non-fair waiter
 -- ARGV[1] is the operation; kinds are x (exclusive), r (shared), s (semaphore).
+-- The key= layout (keyed.c, docs/redis.md) passes four keys instead: the
+-- lock key a template made, KEY/dlock-token (counter), KEY/dlock-wait
+-- (waiters, zset) and KEY/dlock-wake (a channel); its operations start
+-- with k, and no operation runs on the other layout's keys.
 -- Times are the server's own clock (TIME), in milliseconds.
 --
 -- The file defines main(KEYS, ARGV) and is loaded one of two ways (conn.c):
@@ -56,14 +60,57 @@ local function count(set)
   return redis.call('ZCARD', live(set))
 end
 
+-- The fields of a holder's string s, or nil when s is not one dlock wrote
+-- (another library's value: a key= lock held by a peer).
+local function parse(s)
+  local owner, tok, since, n, at = string.match(s, '^(%x+) (%d+) (%d+) (%d+) ()')
+  if not owner then return nil end
+  n = tonumber(n)
+  return {owner = owner, token = tonumber(tok), since = tonumber(since),
+          holder = string.sub(s, at, at + n - 1), value = string.sub(s, at + n)}
+end
+
 -- The exclusive holder's fields, or nil when nobody holds it exclusively.
 local function xlock()
   local s = redis.call('GET', LOCK)
   if not s then return nil end
-  local owner, tok, since, n, at = string.match(s, '^(%S+) (%d+) (%d+) (%d+) ()')
-  n = tonumber(n)
-  return {owner = owner, token = tonumber(tok), since = tonumber(since),
-          holder = string.sub(s, at, at + n - 1), value = string.sub(s, at + n)}
+  return parse(s)
+end
+
+-- What is at LOCK when dlock did not put it there: its type ('string' for a
+-- string dlock did not write), else nil. In dlock's own layout such a key
+-- is refused, not waited on: another library was pointed at dlock's key.
+local function alien()
+  local t = redis.call('TYPE', LOCK).ok
+  if t == 'none' then return nil end
+  if t ~= 'string' or not parse(redis.call('GET', LOCK)) then return t end
+  return nil
+end
+
+-- key= layout: the lock key's string, or false when there is none, and
+-- the key's type when it is not a string (nobody's lock: refused).
+local function kget()
+  local s = redis.pcall('GET', LOCK)
+  if type(s) == 'table' and s.err then return nil, redis.call('TYPE', LOCK).ok end
+  return s
+end
+
+-- key= layout: the dlock waiters may try again. Published, not pushed to
+-- a list they BLPOP: a blocked command's timeout is only as precise as the
+-- server's event loop (hz 10: up to 100 ms late), and the waiters also
+-- poll, for the peers' releases, which publish nothing.
+local function kwake()
+  if count(NFW) > 0 then redis.call('PUBLISH', SIG, '1') end
+end
+
+-- A peer's holder, for people: its value, printable and cut short.
+local function peer(s)
+  local v = string.gsub(string.sub(s, 1, 64), '[%z\1-\31\127-\255"\\]', '?')
+  return 'a client of another library (value "' .. v .. '")'
+end
+
+local function alien_reply(t)
+  return redis.error_reply('DLOCKTYPE ' .. t)
 end
 
 -- The exclusive holder's owner id only (false when none): the common check.
@@ -132,6 +179,15 @@ local function blocker_ms(kind)
   return ms
 end
 
+-- One non-fair waiter may try again: one wake-up in SIG, which they BLPOP.
+local function wake_one()
+  if count(NFW) > 0 then
+    redis.call('DEL', SIG)
+    redis.call('RPUSH', SIG, 1)
+    redis.call('PEXPIRE', SIG, 60000)
+  end
+end
+
 -- Hand the lock to queued waiters, in order, as far as it can be granted:
 -- one writer, or a run of readers, or as many permits as are free. A waiter
 -- whose registration expired (it died while queued) is skipped.
@@ -178,11 +234,7 @@ local function advance(releasing)
   end
   if releasing then redis.call('DEL', LOCK) end
   -- Non-fair waiters may try again, unless a writer holds it now.
-  if not to_writer and count(NFW) > 0 then
-    redis.call('DEL', SIG)
-    redis.call('RPUSH', SIG, 1)
-    redis.call('PEXPIRE', SIG, 60000)
-  end
+  if not to_writer then wake_one() end
 end
 
 local function give_back(owner, kind)
@@ -206,7 +258,12 @@ end
 -- branches here, not functions in a table: run as a script the whole file
 -- is executed per call, and every function it defines is built anew.
 local function main(KEYS, ARGV)
-  if KEYS[1] ~= LOCK then -- a library keeps these between calls
+  local keyed = KEYS[2] ~= nil
+  if keyed then
+    -- The key= layout: the lock is KEYS[1] alone; beside it its counter,
+    -- its waiters and their wake-up channel (P nil: derive again after).
+    LOCK, TOKEN, NFW, SIG, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], nil
+  elseif KEYS[1] ~= LOCK or not P then -- a library keeps these between calls
     LOCK = KEYS[1]
     P = string.sub(LOCK, 1, #LOCK - 4)
     TOKEN, Q, QI = P .. 'token', P .. 'q', P .. 'qi'
@@ -214,6 +271,9 @@ local function main(KEYS, ARGV)
   end
   now_ms, purged = nil, nil
   local op = ARGV[1]
+  if keyed ~= (string.sub(op, 1, 1) == 'k') then
+    return redis.error_reply('dlock: operation ' .. tostring(op) .. ' of the other layout')
+  end
 
   -- acq OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE [AGAIN]
   -- -> {1, token} granted; {0, ms} not granted (registered as a waiter when
@@ -232,6 +292,10 @@ local function main(KEYS, ARGV)
       -- While a live writer holds the lock, nobody can be granted it: join
       -- the queue at once (the common case under contention).
       local pttl = redis.call('PTTL', LOCK)
+      if pttl ~= -2 then
+        local t = alien()
+        if t then return alien_reply(t) end
+      end
       if pttl > 0 then
         if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
         return {0, pttl}
@@ -247,6 +311,10 @@ local function main(KEYS, ARGV)
     if queued == 0 and free_for(kind, permits, no_writer) then
       if again and not fair then redis.call('ZREM', NFW, owner) end
       return {1, grant(owner, kind, ttl, holder, permits)}
+    end
+    if not fair or kind == 's' then
+      local t = alien()
+      if t then return alien_reply(t) end
     end
     if wl > 0 then
       if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
@@ -313,6 +381,8 @@ local function main(KEYS, ARGV)
 
   -- info -> {owner, holder, since, token, pttl, last token, queued, readers, permits, nonfair, now, value}
   elseif op == 'info' then
+    local t = alien()
+    if t then return alien_reply(t) end
     local h = xlock() or {owner = '', holder = '', since = 0, token = 0, value = ''}
     return {h.owner, h.holder, h.since, h.token,
             redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
@@ -321,6 +391,8 @@ local function main(KEYS, ARGV)
   -- brk: an operator's forced release of every holder; the next waiter gets
   -- the lock. -> {holders broken, holder, token of the exclusive holder}
   elseif op == 'brk' then
+    local t = alien()
+    if t then return alien_reply(t) end
     local h = xlock()
     local broken = (h and 1 or 0) + count(RD) + count(SEM)
     redis.call('DEL', LOCK, RD, SEM, SN)
@@ -346,6 +418,67 @@ local function main(KEYS, ARGV)
     if tonumber(redis.call('GET', TOKEN) or 0) < tok then redis.call('SET', TOKEN, tok) end
     redis.call('SET', LOCK, xstring(h.owner, tok, h.since, h.holder, h.value), 'KEEPTTL')
     return 1
+
+  -- The key= layout (KEYS: lock, counter, waiters, wake-up channel): the lock
+  -- is a string set with NX PX, as redis-py's Lock, node-redlock, redsync
+  -- and tooz set it, owned by whoever's value it holds; peers compare the
+  -- value with their own and never read ours (dlock's holder string, as
+  -- above, is as opaque and unique to them as their random tokens). Peers
+  -- publish nothing on release, so dlock waiters also poll; a dlock release
+  -- wakes one dlock waiter at once.
+
+  -- kacq OWNER TTL HOLDER WAITLEASE [AGAIN] -> {1, token} or {0, pttl of
+  -- the holder (-1: a peer's lock without expiry)}
+  elseif op == 'kacq' then
+    local owner, ttl, holder, wl = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+    local s, t = kget()
+    if t then return alien_reply(t) end
+    if s then
+      if wl > 0 then redis.call('ZADD', NFW, now() + wl, owner) end
+      return {0, redis.call('PTTL', LOCK)}
+    end
+    if ARGV[6] == '1' then redis.call('ZREM', NFW, owner) end
+    local tok = redis.call('INCR', TOKEN)
+    redis.call('SET', LOCK, xstring(owner, tok, now(), holder, ''), 'PX', ttl)
+    return {1, tok}
+
+  -- krel OWNER / kabort OWNER (also leaves the waiters) -> 1 if it was ours
+  elseif op == 'krel' or op == 'kabort' then
+    if op == 'kabort' then redis.call('ZREM', NFW, ARGV[2]) end
+    local s = kget()
+    if not s or string.match(s, '^%S+') ~= ARGV[2] then return 0 end
+    redis.call('DEL', LOCK)
+    kwake()
+    return 1
+
+  -- krenew OWNER TTL -> 1 extended, 0 no longer ours (never re-created)
+  elseif op == 'krenew' then
+    local s = kget()
+    if not s or string.match(s, '^%S+') ~= ARGV[2] then return 0 end
+    redis.call('PEXPIRE', LOCK, tonumber(ARGV[3]))
+    return 1
+
+  -- kinfo -> as info; owner '*' for a peer's holder, described in holder
+  elseif op == 'kinfo' then
+    local s, t = kget()
+    if t then return alien_reply(t) end
+    local h = s and parse(s)
+    if s and not h then h = {owner = '*', holder = peer(s), since = 0, token = 0, value = ''} end
+    h = h or {owner = '', holder = '', since = 0, token = 0, value = ''}
+    return {h.owner, h.holder, h.since, h.token,
+            redis.call('PTTL', LOCK), tonumber(redis.call('GET', TOKEN) or 0),
+            0, 0, 0, count(NFW), now(), h.value}
+
+  -- kbrk: delete the key whoever holds it -> as brk
+  elseif op == 'kbrk' then
+    local s, t = kget()
+    if t then return alien_reply(t) end
+    if not s then return {0, '', 0} end
+    redis.call('DEL', LOCK)
+    kwake()
+    local h = parse(s)
+    if h then return {1, h.holder, h.token} end
+    return {1, peer(s), 0}
   end
   return redis.error_reply('dlock: unknown operation ' .. tostring(op))
 end

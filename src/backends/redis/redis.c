@@ -17,8 +17,7 @@
 
 /* The operations need hiredis; the descriptor's facts at the end do not. */
 #ifdef DLOCK_HAVE_REDIS
-#include "redis_int.h"
-#include "redis_cluster.h"
+#include "redis_master.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -29,27 +28,6 @@
 
 #define WAIT_LEASE_MS 3000   /* a queued waiter that does not look in this long is dead */
 #define WAIT_REFRESH_MS 1000 /* how often a waiter looks (and re-registers) */
-
-enum { MODE_SINGLE, MODE_SENTINEL, MODE_CLUSTER };
-
-typedef struct rclient {
-    rconf cf;
-    int mode;
-    rnode master; /* single and sentinel modes */
-    rnode *sentinels;
-    size_t nsentinels;
-    char *master_name;
-    pthread_mutex_t resolve_mu;
-    rcluster *cluster;
-    int wait_replicas; /* WAIT for this many replicas after acquiring */
-    int wait_timeout_ms;
-    char self[300];
-} rclient;
-
-static rclient *rc_of(dlock_client *c)
-{
-    return c->bstate;
-}
 
 /* ---- finding the master -------------------------------------------------- */
 
@@ -145,25 +123,12 @@ static bool failover_error(const redisReply *r)
             strncmp(r->str, "LOADING", 7) == 0);
 }
 
-static rnode *node_for(rclient *rc, const char *key)
+rnode *rd_node_for(rclient *rc, const char *key)
 {
     if (rc->mode == MODE_CLUSTER)
         return rd_cluster_node(rc->cluster, key);
     return &rc->master;
 }
-
-/* How a call of run() waits and what it may do again. */
-typedef struct rcall {
-    const dlock_lock *l; /* every wait within rd_ms(l, ...); NULL: plain timeouts */
-    int timeout_ms;      /* for the replies, before that bound (-1: forever) */
-    int cancel_fd;       /* -1: none */
-    int64_t *sent_ns;    /* monotonic time just before sending, if not NULL */
-    bool retry;          /* the commands may run twice (idempotent) */
-    /* Written after the commands on their connection when no reply came
-     * in time (rconn_abandon): undoes whatever they did, whenever the
-     * server gets to them. NULL: none. */
-    const rcmd *undo;
-} rcall;
 
 /*
  * Run cmds (pipelined) against the server owning `key`, taking care of what
@@ -174,8 +139,8 @@ typedef struct rcall {
  * command decides. No step waits past how->l's bound: when no time is
  * left, nothing more is sent and RD_EIO is returned.
  */
-static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply **out,
-               const rcall *how, char *err, size_t errlen)
+int rd_run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisReply **out,
+           const rcall *how, char *err, size_t errlen)
 {
     rcmd cmds[n]; /* the script call may have to change form (see below) */
     memcpy(cmds, cmds_in, (size_t)n * sizeof *cmds);
@@ -183,7 +148,7 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
     if (how->undo)
         undo = *how->undo;
     const dlock_lock *l = how->l;
-    rnode *node = node_for(rc, key);
+    rnode *node = rd_node_for(rc, key);
     bool asking = false;
     for (int attempt = 0; attempt < 4; attempt++) {
         if (!node) {
@@ -211,7 +176,7 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
             if (rc->mode == MODE_CLUSTER && attempt == 0) {
                 char why[256];
                 if (rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why) == RD_OK) {
-                    node = node_for(rc, key);
+                    node = rd_node_for(rc, key);
                     continue;
                 }
             }
@@ -249,7 +214,7 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
                     (void)sentinel_resolve(rc, l, why, sizeof why);
                 else if (rc->mode == MODE_CLUSTER)
                     (void)rd_cluster_refresh(rc->cluster, &rc->cf, l, why, sizeof why);
-                node = node_for(rc, key);
+                node = rd_node_for(rc, key);
                 continue;
             }
             return rcode;
@@ -308,14 +273,14 @@ static int run(rclient *rc, const char *key, const rcmd *cmds_in, int n, redisRe
 
 /* A failed call (run's result x) as the lock's error: a server that does
  * not speak Redis is a protocol error, anything else unreachable. */
-static int call_failed(dlock_lock *l, const char *what, int x, const char *err)
+int rd_call_failed(dlock_lock *l, const char *what, int x, const char *err)
 {
     return dl_lock_err(l, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
                        "lock \"%s\": %s: %s (%s)", l->name, what, err, l->c->url->redacted);
 }
 
 /* A reply of the wrong shape: what was expected and what came instead. */
-static int bad_reply(dlock_lock *l, const char *what, const char *expected, const redisReply *r)
+int rd_bad_reply(dlock_lock *l, const char *what, const char *expected, const redisReply *r)
 {
     char got[160];
     rd_reply_desc(r, got, sizeof got);
@@ -323,13 +288,31 @@ static int bad_reply(dlock_lock *l, const char *what, const char *expected, cons
                        what, expected, got, l->c->url->redacted);
 }
 
-static int client_bad_reply(dlock_client *cl, const char *what, const char *name,
-                            const char *expected, const redisReply *r)
+int rd_client_bad_reply(dlock_client *cl, const char *what, const char *name,
+                        const char *expected, const redisReply *r)
 {
     char got[160];
     rd_reply_desc(r, got, sizeof got);
     return dl_client_err(cl, DLOCK_EPROTO, "%s \"%s\": expected %s, got %s (%s)", what, name,
                          expected, got, cl->url->redacted);
+}
+
+int rd_alien(dlock_client *cl, dlock_lock *l, const char *name, const char *key, bool keyed,
+             const redisReply *r)
+{
+    char what[64], own[DL_NAME_MAX + 16];
+    if (!rd_alien_reply(r, what, sizeof what))
+        return 0;
+    if (!keyed) {
+        snprintf(own, sizeof own, "dlock:{%s}:lock", name); /* as people name it */
+        key = own;
+    }
+    const char *url = (l ? l->c : cl)->url->redacted;
+    if (keyed)
+        return l ? dl_lock_err(l, DLOCK_ECONFLICT, ALIEN_KEYED, name, key, what, url)
+                 : dl_client_err(cl, DLOCK_ECONFLICT, ALIEN_KEYED, name, key, what, url);
+    return l ? dl_lock_err(l, DLOCK_ECONFLICT, ALIEN_OWN, name, key, what, url)
+             : dl_client_err(cl, DLOCK_ECONFLICT, ALIEN_OWN, name, key, what, url);
 }
 
 #define PAIR_EXPECTED "an array of 2 integers from the lock script"
@@ -371,7 +354,7 @@ static int owner_op(dlock_lock *l, const char *op, redisReply **r, char *err, si
     rcmd c;
     owner_cmd(l, op, &c);
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    return run(rc, rl->key, &c, 1, r, &how, err, errlen);
+    return rd_run(rc, rl->key, &c, 1, r, &how, err, errlen);
 }
 
 /* Give up waiting: leave the queue, and pass on a lock handed to us. Within
@@ -396,7 +379,7 @@ static long long replicas_of(rclient *rc, const dlock_lock *l, const char *key)
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = false};
-    if (run(rc, key, &c, 1, &r, &how, err, sizeof err) != RD_OK)
+    if (rd_run(rc, key, &c, 1, &r, &how, err, sizeof err) != RD_OK)
         return -1;
     long long n = -1;
     /* {"master", offset, {{ip, port, offset}...}} */
@@ -408,11 +391,9 @@ static long long replicas_of(rclient *rc, const dlock_lock *l, const char *key)
     return n;
 }
 
-/* After acquiring: make sure the grant reached `wait_replicas` replicas. */
-static int confirm_replicated(dlock_lock *l)
+int rd_confirm_replicated(dlock_lock *l, const char *key, const rcmd *renew)
 {
     rclient *rc = rc_of(l->c);
-    rlock *rl = l->bstate;
     /* WAIT counts the writes of its own connection, so write (renew) and
      * WAIT on one connection. WAIT's own timeout fits in the acquisition's
      * bound, leaving a quarter of it for the reply to come back. */
@@ -422,7 +403,7 @@ static int confirm_replicated(dlock_lock *l)
         wt = budget - budget / 4 > 0 ? budget - budget / 4 : 1; /* WAIT 0 would be forever */
     rcmd c[2];
     char nb[3][24];
-    rd_renew_cmd(&c[0], &rc->cf, l, nb[0]);
+    c[0] = *renew;
     rcmd_init(&c[1]);
     rcmd_add(&c[1], "WAIT");
     rcmd_addll(&c[1], rc->wait_replicas, nb[1]);
@@ -433,14 +414,14 @@ static int confirm_replicated(dlock_lock *l)
                  .timeout_ms = rc->cf.op_timeout_ms + rc->wait_timeout_ms,
                  .cancel_fd = -1,
                  .retry = true};
-    int x = run(rc, rl->key, c, 2, r, &how, err, sizeof err);
+    int x = rd_run(rc, key, c, 2, r, &how, err, sizeof err);
     if (x != RD_OK)
-        return call_failed(l, "confirming replication", x, err);
+        return rd_call_failed(l, "confirming replication", x, err);
     if (r[0]->type != REDIS_REPLY_INTEGER || r[1]->type != REDIS_REPLY_INTEGER) {
         bool first = r[0]->type != REDIS_REPLY_INTEGER;
-        int e = bad_reply(l, first ? "confirming replication" : "WAIT",
-                          first ? INT_EXPECTED : "an integer (replicas reached)",
-                          r[first ? 0 : 1]);
+        int e = rd_bad_reply(l, first ? "confirming replication" : "WAIT",
+                             first ? INT_EXPECTED : "an integer (replicas reached)",
+                             r[first ? 0 : 1]);
         freeReplyObject(r[0]);
         freeReplyObject(r[1]);
         return e;
@@ -455,7 +436,7 @@ static int confirm_replicated(dlock_lock *l)
         return 0;
     /* Fewer replicas than the URL asks for is the URL's fault (no wait is
      * long enough); replicas that are there but slow are the network's. */
-    long long have = replicas_of(rc, l, rl->key);
+    long long have = replicas_of(rc, l, key);
     if (have >= 0 && have < rc->wait_replicas)
         return dl_lock_err(l, DLOCK_EURL,
                            "lock \"%s\": wait=%d asks for more replicas than the master has "
@@ -507,14 +488,16 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
                  .sent_ns = &sent,
                  .retry = false,
                  .undo = &undo};
-    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
+    int x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK) {
         abort_wait(l);
-        return call_failed(l, "acquire", x, err);
+        return rd_call_failed(l, "acquire", x, err);
     }
     long long granted, value;
     if (!rd_pair_reply(r, &granted, &value)) {
-        int e = bad_reply(l, "acquire", PAIR_EXPECTED, r);
+        int e;
+        if (!(e = rd_alien(NULL, l, l->name, NULL, false, r)))
+            e = rd_bad_reply(l, "acquire", PAIR_EXPECTED, r);
         freeReplyObject(r);
         abort_wait(l);
         return e;
@@ -573,7 +556,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
                       .cancel_fd = dl_cancel_fd(l),
                       .sent_ns = &sent,
                       .retry = false};
-        x = run(rc, rl->key, &b, 1, &r, &bhow, err, sizeof err);
+        x = rd_run(rc, rl->key, &b, 1, &r, &bhow, err, sizeof err);
         if (x == RD_CANCELED) {
             abort_wait(l);
             result = dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
@@ -581,12 +564,12 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         }
         if (x != RD_OK) {
             abort_wait(l);
-            result = call_failed(l, "waiting", x, err); /* past the deadline: see below */
+            result = rd_call_failed(l, "waiting", x, err); /* past the deadline: see below */
             break;
         }
         bool woken = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
         if (!woken && r->type != REDIS_REPLY_NIL) {
-            result = bad_reply(l, "waiting", "nil or an array of 2 from BLPOP", r);
+            result = rd_bad_reply(l, "waiting", "nil or an array of 2 from BLPOP", r);
             freeReplyObject(r);
             abort_wait(l);
             break;
@@ -595,8 +578,8 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             /* Handed over by the releaser: we hold it already. */
             granted = rd_handoff_reply(r, &value);
             if (!granted) {
-                result = bad_reply(l, "waiting",
-                                   "an array of {list, token} from BLPOP (a hand-over)", r);
+                result = rd_bad_reply(l, "waiting",
+                                      "an array of {list, token} from BLPOP (a hand-over)", r);
                 freeReplyObject(r);
                 abort_wait(l);
                 break;
@@ -612,14 +595,15 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         lock_args(l, &c, fair ? "wait" : "acq", nb, wl);
         if (!fair)
             rcmd_add(&c, "1"); /* again: drop the registration if granted */
-        x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
+        x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
         if (x != RD_OK) {
             abort_wait(l);
-            result = call_failed(l, "waiting", x, err);
+            result = rd_call_failed(l, "waiting", x, err);
             break;
         }
         if (!rd_pair_reply(r, &granted, &value)) {
-            result = bad_reply(l, "waiting", PAIR_EXPECTED, r);
+            if (!(result = rd_alien(NULL, l, l->name, NULL, false, r)))
+                result = rd_bad_reply(l, "waiting", PAIR_EXPECTED, r);
             freeReplyObject(r);
             abort_wait(l);
             break;
@@ -631,7 +615,9 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             safe_start = sent; /* granted by this very call */
     }
     if (result == 0 && rc->wait_replicas > 0) {
-        result = confirm_replicated(l);
+        rcmd renew;
+        rd_renew_cmd(&renew, &rc->cf, l, nb[0]);
+        result = rd_confirm_replicated(l, rl->key, &renew);
         if (result)
             (void)release_quietly(l);
     }
@@ -654,10 +640,10 @@ static int release_quietly(dlock_lock *l)
     char err[256];
     int x = owner_op(l, "rel", &r, err, sizeof err);
     if (x != RD_OK)
-        return call_failed(l, "release", x, err);
+        return rd_call_failed(l, "release", x, err);
     int result = 0;
     if (r->type != REDIS_REPLY_INTEGER)
-        result = bad_reply(l, "release", INT_EXPECTED, r);
+        result = rd_bad_reply(l, "release", INT_EXPECTED, r);
     else if (r->integer == 0)
         /* The lease ran out and maybe someone else holds it now: we must
          * not, and did not, touch their lock. */
@@ -687,12 +673,12 @@ static int redis_renew(dlock_lock *l)
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
+    int x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
-        return call_failed(l, "renew", x, err);
+        return rd_call_failed(l, "renew", x, err);
     int result = 0;
     if (r->type != REDIS_REPLY_INTEGER)
-        result = bad_reply(l, "renew", INT_EXPECTED, r);
+        result = rd_bad_reply(l, "renew", INT_EXPECTED, r);
     else if (r->integer != 1)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
     freeReplyObject(r);
@@ -771,7 +757,7 @@ static void renew_on_node(rclient *rc, rnode *node, dlock_lock *const *ls, int *
             else if (elsewhere(r))
                 rcs[i] = RENEW_ALONE;
             else
-                rcs[i] = bad_reply(l, "renew", INT_EXPECTED, r);
+                rcs[i] = rd_bad_reply(l, "renew", INT_EXPECTED, r);
             freeReplyObject(r);
         }
         nt = again;
@@ -799,7 +785,7 @@ static void renew_on_node(rclient *rc, rnode *node, dlock_lock *const *ls, int *
             (void)rd_cluster_refresh(rc->cluster, &rc->cf, bound, why, sizeof why);
     }
     for (size_t k = 0; k < nt; k++)
-        rcs[todo ? todo[k] : k] = call_failed(ls[todo ? todo[k] : k], "renew", x, err);
+        rcs[todo ? todo[k] : k] = rd_call_failed(ls[todo ? todo[k] : k], "renew", x, err);
     for (size_t i = 0; i < n; i++)
         if (rcs[i] == RENEW_ALONE)
             rcs[i] = redis_renew(ls[i]);
@@ -839,7 +825,7 @@ static void redis_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs,
         goto done;
     }
     for (size_t i = 0; i < n; i++)
-        g[i] = (by_node){.node = node_for(rc, ((rlock *)ls[i]->bstate)->key), .i = i};
+        g[i] = (by_node){.node = rd_node_for(rc, ((rlock *)ls[i]->bstate)->key), .i = i};
     qsort(g, n, sizeof *g, by_node_cmp);
     for (size_t a = 0, b; a < n; a = b) {
         size_t k = 0;
@@ -864,33 +850,43 @@ static void redis_abandon(dlock_lock *l)
 }
 
 /* The script's info reply for name, checked: f points into *out. */
-static int info_call(dlock_client *cl, const char *name, redisReply **out, rd_info *f)
+int rd_info_call(dlock_client *cl, const char *name, const char *key, const rcmd *c, bool keyed,
+                 redisReply **out, rd_info *f)
 {
     rclient *rc = rc_of(cl);
-    rd_key key;
-    rcmd c;
-    rd_name_cmd(&c, &rc->cf, name, key, "info");
     char err[256];
     rcall how = {.timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = run(rc, key, &c, 1, out, &how, err, sizeof err);
+    int x = rd_run(rc, key, c, 1, out, &how, err, sizeof err);
     if (x != RD_OK)
         return dl_client_err(cl, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
                              "inspect \"%s\": %s (%s)", name, err, cl->url->redacted);
     if (rd_info_reply(*out, f) != 0) {
-        int e = client_bad_reply(cl, "inspect", name,
-                                 "an array of 12 strings and integers from the lock script",
-                                 *out);
+        int e;
+        if (!(e = rd_alien(cl, NULL, name, key, keyed, *out)))
+            e = rd_client_bad_reply(cl, "inspect", name,
+                                    "an array of 12 strings and integers from the lock script",
+                                    *out);
         freeReplyObject(*out);
         return e;
     }
     return 0;
 }
 
-static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
+/* The info of a name, by the lock script's info operation. */
+static int info_call(dlock_client *cl, const char *name, redisReply **out, rd_info *f)
+{
+    rd_key key;
+    rcmd c;
+    rd_name_cmd(&c, &rc_of(cl)->cf, name, key, "info");
+    return rd_info_call(cl, name, key, &c, false, out, f);
+}
+
+int rd_inspect_with(dlock_client *cl, const char *name, const char *key, const rcmd *c,
+                    bool keyed, dlock_info *info)
 {
     redisReply *r;
     rd_info f;
-    int x = info_call(cl, name, &r, &f);
+    int x = rd_info_call(cl, name, key, c, keyed, &r, &f);
     if (x)
         return x;
     bool owner = f.owner[0] != '\0';
@@ -900,31 +896,39 @@ static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
     info->token = (uint64_t)f.last_token;
     if (owner) {
         snprintf(info->holder, sizeof info->holder, "%s", f.holder);
-        info->held_ms = f.now - f.since;
+        info->held_ms = f.since > 0 ? f.now - f.since : -1; /* 0: a peer's, unknown */
         info->lease_ms = f.pttl;
     }
     freeReplyObject(r);
     return 0;
 }
 
-static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
+static int redis_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
-    rclient *rc = rc_of(cl);
     rd_key key;
     rcmd c;
-    rd_name_cmd(&c, &rc->cf, name, key, "brk");
+    rd_name_cmd(&c, &rc_of(cl)->cf, name, key, "info");
+    return rd_inspect_with(cl, name, key, &c, false, info);
+}
+
+int rd_break_with(dlock_client *cl, const char *name, const char *key, const rcmd *c, bool keyed,
+                  dlock_info *info)
+{
+    rclient *rc = rc_of(cl);
     redisReply *r;
     char err[256];
     /* Idempotent: breaking twice breaks nothing more. */
     rcall how = {.timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = run(rc, key, &c, 1, &r, &how, err, sizeof err);
+    int x = rd_run(rc, key, c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
         return dl_client_err(cl, x == RD_EPROTO ? DLOCK_EPROTO : DLOCK_EUNREACHABLE,
                              "break \"%s\": %s (%s)", name, err, cl->url->redacted);
     int broken = rd_break_reply(r, info);
     if (broken < 0) {
-        int e = client_bad_reply(cl, "break", name,
-                                 "an array of {count, holder, token} from the lock script", r);
+        int e;
+        if (!(e = rd_alien(cl, NULL, name, key, keyed, r)))
+            e = rd_client_bad_reply(cl, "break", name,
+                                    "an array of {count, holder, token} from the lock script", r);
         freeReplyObject(r);
         return e;
     }
@@ -932,6 +936,14 @@ static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
     if (broken == 0)
         info->held = info->holders = 0; /* the core says nothing was held */
     return 0;
+}
+
+static int redis_break(dlock_client *cl, const char *name, dlock_info *info)
+{
+    rd_key key;
+    rcmd c;
+    rd_name_cmd(&c, &rc_of(cl)->cf, name, key, "brk");
+    return rd_break_with(cl, name, key, &c, false, info);
 }
 
 static int redis_set_value(dlock_lock *l, const char *value)
@@ -945,12 +957,12 @@ static int redis_set_value(dlock_lock *l, const char *value)
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
+    int x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
     if (x != RD_OK)
-        return call_failed(l, "publishing the leader value", x, err);
+        return rd_call_failed(l, "publishing the leader value", x, err);
     int result;
     if (r->type != REDIS_REPLY_INTEGER)
-        result = bad_reply(l, "publishing the leader value", INT_EXPECTED, r);
+        result = rd_bad_reply(l, "publishing the leader value", INT_EXPECTED, r);
     else if (r->integer != 1)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
     else
@@ -973,48 +985,39 @@ static int redis_get_value(dlock_client *cl, const char *name, char *buf, size_t
     return owner ? 0 : dl_client_err(cl, DLOCK_ENOENT, "no leader for \"%s\"", name);
 }
 
-/* SCAN for token keys: a name is listed once it has been acquired. */
-typedef struct list_ctx {
+/* SCAN on every master for the keys matching a pattern. */
+typedef struct scan_ctx {
     dlock_client *cl;
-    const char *prefix;
-    dlock_list_fn fn;
+    const char *pattern;
+    int (*fn)(const char *key, size_t len, void *arg);
     void *arg;
     int stop;
-} list_ctx;
+} scan_ctx;
 
 static int scan_node(rnode *node, void *arg)
 {
-    list_ctx *lc = arg;
-    rclient *rc = rc_of(lc->cl);
-    char pattern[2 * DL_NAME_MAX + 32];
-    size_t p = 0;
-    p += (size_t)snprintf(pattern, sizeof pattern, "dlock:{");
-    for (const char *s = lc->prefix ? lc->prefix : ""; *s && p + 3 < sizeof pattern; s++) {
-        if (strchr("*?[]\\", *s))
-            pattern[p++] = '\\';
-        pattern[p++] = *s == '}' ? RD_BRACE : *s; /* as in the keys (rd_name_key) */
-    }
-    snprintf(pattern + p, sizeof pattern - p, "*}:token");
+    scan_ctx *sc = arg;
+    rclient *rc = rc_of(sc->cl);
     char cursor[32] = "0";
     do {
         rconn *c;
         char err[256];
         if (!(c = rconn_get(node, &rc->cf, rc->cf.connect_timeout_ms, NULL, err, sizeof err)))
-            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: %s (%s)", err,
-                                 lc->cl->url->redacted);
+            return dl_client_err(sc->cl, DLOCK_EUNREACHABLE, "list: %s (%s)", err,
+                                 sc->cl->url->redacted);
         rcmd cmd;
         rcmd_init(&cmd);
         rcmd_add(&cmd, "SCAN");
         rcmd_add(&cmd, cursor);
         rcmd_add(&cmd, "MATCH");
-        rcmd_add(&cmd, pattern);
+        rcmd_add(&cmd, sc->pattern);
         rcmd_add(&cmd, "COUNT");
         rcmd_add(&cmd, "1000");
         redisReply *r;
         if (rconn_call(c, &cmd, 1, &r, rc->cf.op_timeout_ms, -1, NULL, err, sizeof err) != RD_OK) {
             rconn_drop(c);
-            return dl_client_err(lc->cl, DLOCK_EUNREACHABLE, "list: redis %s:%d: %s (%s)",
-                                 node->host, node->port, err, lc->cl->url->redacted);
+            return dl_client_err(sc->cl, DLOCK_EUNREACHABLE, "list: redis %s:%d: %s (%s)",
+                                 node->host, node->port, err, sc->cl->url->redacted);
         }
         rconn_put(c);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -1023,41 +1026,64 @@ static int scan_node(rnode *node, void *arg)
             char got[160];
             rd_reply_desc(r, got, sizeof got);
             freeReplyObject(r);
-            return dl_client_err(lc->cl, DLOCK_EPROTO,
+            return dl_client_err(sc->cl, DLOCK_EPROTO,
                                  "list: redis %s:%d: expected an array of {cursor, keys} from "
                                  "SCAN, got %s",
                                  node->host, node->port, got);
         }
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         redisReply *keys = r->element[1];
-        for (size_t i = 0; i < keys->elements && !lc->stop; i++) {
-            if (keys->element[i]->type != REDIS_REPLY_STRING)
-                continue;
-            const char *k = keys->element[i]->str;
-            size_t n = keys->element[i]->len;
-            /* dlock:{TAG}:token */
-            if (n < 15)
-                continue;
-            char name[DL_NAME_MAX + 1];
-            if (rd_tag_name(k + 7, n - 7 - 7, name, sizeof name) == 0 &&
-                dlock_name_valid(name, NULL, 0) == 0)
-                lc->stop = lc->fn(name, lc->arg);
-        }
+        for (size_t i = 0; i < keys->elements && !sc->stop; i++)
+            if (keys->element[i]->type == REDIS_REPLY_STRING)
+                sc->stop = sc->fn(keys->element[i]->str, keys->element[i]->len, sc->arg);
         freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0 && !lc->stop);
+    } while (strcmp(cursor, "0") != 0 && !sc->stop);
+    return 0;
+}
+
+int rd_scan(dlock_client *cl, const char *pattern,
+            int (*fn)(const char *key, size_t len, void *arg), void *arg)
+{
+    rclient *rc = rc_of(cl);
+    scan_ctx sc = {.cl = cl, .pattern = pattern, .fn = fn, .arg = arg};
+    int x;
+    if (rc->mode == MODE_CLUSTER)
+        x = rd_cluster_each_master(rc->cluster, scan_node, &sc);
+    else
+        x = scan_node(&rc->master, &sc);
+    return x ? x : sc.stop;
+}
+
+/* dlock list: the token keys, so a name is listed once it has been acquired. */
+typedef struct list_ctx {
+    dlock_list_fn fn;
+    void *arg;
+} list_ctx;
+
+static int list_key(const char *k, size_t n, void *arg)
+{
+    list_ctx *lc = arg;
+    char name[DL_NAME_MAX + 1];
+    /* dlock:{TAG}:token */
+    if (n >= 15 && rd_tag_name(k + 7, n - 7 - 7, name, sizeof name) == 0 &&
+        dlock_name_valid(name, NULL, 0) == 0)
+        return lc->fn(name, lc->arg);
     return 0;
 }
 
 static int redis_list(dlock_client *cl, const char *prefix, dlock_list_fn fn, void *arg)
 {
-    rclient *rc = rc_of(cl);
-    list_ctx lc = {.cl = cl, .prefix = prefix, .fn = fn, .arg = arg};
-    int x;
-    if (rc->mode == MODE_CLUSTER)
-        x = rd_cluster_each_master(rc->cluster, scan_node, &lc);
-    else
-        x = scan_node(&rc->master, &lc);
-    return x ? x : lc.stop;
+    char pattern[2 * DL_NAME_MAX + 32];
+    size_t p = 0;
+    p += (size_t)snprintf(pattern, sizeof pattern, "dlock:{");
+    for (const char *s = prefix ? prefix : ""; *s && p + 3 < sizeof pattern; s++) {
+        if (strchr("*?[]\\", *s))
+            pattern[p++] = '\\';
+        pattern[p++] = *s == '}' ? RD_BRACE : *s; /* as in the keys (rd_name_key) */
+    }
+    snprintf(pattern + p, sizeof pattern - p, "*}:token");
+    list_ctx lc = {.fn = fn, .arg = arg};
+    return rd_scan(cl, pattern, list_key, &lc);
 }
 
 /* ---- clients and handles ------------------------------------------------- */
@@ -1074,6 +1100,7 @@ static void rclient_free(rclient *rc)
         rd_cluster_free(rc->cluster);
     pthread_mutex_destroy(&rc->resolve_mu);
     free(rc->master_name);
+    free(rc->key_template);
     rd_conf_free(&rc->cf);
     free(rc);
 }
@@ -1105,7 +1132,7 @@ static int open_ms_left(int64_t until, int op_ms)
     return left < op_ms ? left : op_ms;
 }
 
-static int redis_client_open(dlock_client *cl, const dl_url *u)
+int rd_master_open(dlock_client *cl, const dl_url *u)
 {
     int64_t open_until = dl_deadline_in(cl->opts.connect_timeout_ms);
     rclient *rc = calloc(1, sizeof *rc);
@@ -1127,6 +1154,9 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
     if (!x && rc->mode == MODE_SINGLE && u->path && *u->path)
         rc->cf.db = atoi(u->path);
     dl_self_desc(rc->self, sizeof rc->self);
+    const char *tmpl = dl_url_param(u, "key");
+    if (!x && tmpl)
+        x = rd_keyed_open(cl, rc, tmpl);
     if (x) {
         rclient_free(rc);
         return x;
@@ -1193,7 +1223,7 @@ static int redis_client_open(dlock_client *cl, const dl_url *u)
     return 0;
 }
 
-static void redis_client_close(dlock_client *cl)
+void rd_master_close(dlock_client *cl)
 {
     rclient_free(rc_of(cl));
 }
@@ -1209,8 +1239,8 @@ static const dl_scheme redis_schemes[] = {
 
 #ifdef DLOCK_HAVE_REDIS
 static const dl_backend_ops redis_ops = {
-    .client_open = redis_client_open,
-    .client_close = redis_client_close,
+    .client_open = rd_master_open,
+    .client_close = rd_master_close,
     .lock_init = rd_lock_init,
     .lock_fini = rd_lock_fini,
     .acquire = redis_acquire,
@@ -1232,11 +1262,15 @@ static const dl_backend_ops redis_ops = {
 const dl_backend dl_backend_redis = {
     .name = "redis",
     .schemes = redis_schemes,
-    .params = "wait wait_timeout",
+    .params = "wait wait_timeout key",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
             DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
-    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations",
+    .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations. "
+                "key=TEMPLATE: the SET NX PX layout of redis-py, node-redlock, redsync and "
+                "tooz, with which it excludes; exclusive locks only (shared, semaphore, fair "
+                "and leader values ENOTSUP); waiters poll, a dlock release wakes one",
     .fencing = "per-name INCR counter in the lock's slot; a failover or restart that loses "
-               "writes can repeat tokens",
+               "writes can repeat tokens. key=TEMPLATE: the counter KEY/dlock-token beside "
+               "the key orders dlock's holders only (peers take no token)",
     REDIS_OPS,
 };

@@ -141,6 +141,13 @@ enum {
 int rconn_call(rconn *c, const rcmd *cmds, int n, redisReply **out, int timeout_ms,
                int cancel_fd, int64_t *sent_ns, char *err, size_t errlen);
 
+/* Read one reply that comes without a request (a message on a subscribed
+ * connection), waiting at most timeout_ms and watching cancel_fd: RD_OK
+ * with *out, or *out NULL when none came in time; RD_EIO (drop c) or
+ * RD_CANCELED. */
+int rconn_read(rconn *c, redisReply **out, int timeout_ms, int cancel_fd, char *err,
+               size_t errlen);
+
 /*
  * The same on several connections at once: cmds[0..ncmd) are written to
  * every connection first (pipelined), then replies are read as they arrive
@@ -171,6 +178,10 @@ extern const char rd_lock_script_library[], rd_lock_script_function[];
 /* FCALL dlock_ID 1 KEY op (or EVALSHA SHA 1 KEY op): the start of every
  * call of the lock script. */
 void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op);
+
+/* The same with nkeys (1..4) keys: the key= layout's calls. */
+void rd_script_keys_cmd(rcmd *c, const rconf *cf, int nkeys, const char *const *keys,
+                        const char *op);
 
 /* Point a script call built by rd_script_cmd at the form cf now uses
  * (after rd_load_script found that a server only takes scripts); any
@@ -235,5 +246,37 @@ int rd_lock_key(const char *name, char *buf, size_t len);
 /* The name a key's tag (n bytes) stands for, into name[len]; -1 if it is
  * not one (a raw '}': a key of dlock 0.1.0, which did not encode them). */
 int rd_tag_name(const char *tag, size_t n, char *name, size_t len);
+
+/*
+ * key= templates: the layout of the SET NX family (redis-py's Lock,
+ * node-redlock, redsync, tooz). The lock of NAME is the string key the
+ * template gives with its one {name} replaced by NAME; beside it (same
+ * cluster slot wherever possible) dlock keeps KEY/dlock-token (its
+ * fencing counter), KEY/dlock-wait (its waiters) and KEY/dlock-wake (the
+ * channel their wake-ups are published on). No name holds '/' and no template RD_BESIDE, so no key
+ * beside a lock is ever a lock.
+ */
+#define RD_TEMPLATE_MAX 256
+#define RD_BESIDE "/dlock-"
+/* 0 if t is a template, else -1 and a one-line reason in err. */
+int rd_template_check(const char *t, char *err, size_t errlen);
+/* The key of name under (checked) template t; -1 if buf is too small. */
+int rd_template_key(const char *t, const char *name, char *buf, size_t len);
+/* The key `what` beside lock key, in its cluster slot: KEY/dlock-WHAT
+ * when KEY has a hash tag, else {KEY}/dlock-WHAT when KEY has no '}', else
+ * {S}KEY/dlock-WHAT, S the smallest number whose slot is KEY's. false if
+ * buf is too small. */
+bool rd_beside_key(const char *key, const char *what, char *buf, size_t len);
+/* What stands for {name} in key (klen bytes) under t, into name[len]; -1
+ * if key is not one t makes. Not checked as a name (dlock_name_valid):
+ * keys beside a lock give one with a '/', which no name holds. */
+int rd_template_name(const char *t, const char *key, size_t klen, char *name, size_t len);
+/* SCAN's MATCH pattern for the locks under t whose names start with
+ * prefix (NULL: all); buf of at least 2 * (strlen(t) + strlen(prefix)) + 4. */
+void rd_template_pattern(const char *t, const char *prefix, char *buf, size_t len);
+/* What a reply says is in the way when it is the lock script's "DLOCKTYPE
+ * T" (T: a type, or string for one dlock did not write) or a WRONGTYPE
+ * error: true, T (or "value of another type") into what. */
+bool rd_alien_reply(const redisReply *r, char *what, size_t len);
 
 #endif
