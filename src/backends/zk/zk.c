@@ -56,7 +56,9 @@ static const dl_scheme zk_schemes[] = {
     "(fencing catches it)"
 #define ZK_FENCING                                                                           \
     "creation zxid of the holder's znode: rises with every write of the ensemble, across "   \
-    "leader changes, while a quorum lives"
+    "leader changes, while a quorum lives; in ?layout=curator, curator-rw and kazoo (Curator's " \
+    "and kazoo's lock nodes, no semaphores; curator: no shared locks) it orders the peers' "   \
+    "holders too"
 
 #ifdef DLOCK_HAVE_ZK
 #include "zk_int.h"
@@ -932,15 +934,12 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
         return dl_client_err(c, rc, "list: %s (%s)", err, zc->redacted);
     zk_call *kids = NULL;
     rc = zk_do(&op, CALL_CHILDREN, zk_sync_path(zc), NULL, zk_op_until(zc), &kids);
-    if (rc == ZNONODE) {
-        zk_op_end(&op);
+    zk_op_end(&op);
+    if (rc == ZNONODE)
         return 0;
-    }
-    if (rc != ZOK) {
-        zk_op_end(&op);
+    if (rc != ZOK)
         return dl_client_err(c, zk_code(rc), "list: %s (%s)", zk_why(zc, rc, err, sizeof err),
                              zc->redacted);
-    }
     int stop = 0;
     size_t plen = strlen(prefix);
     for (int i = 0; i < kids->nkids && !stop; i++) {
@@ -948,23 +947,8 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
         if (strncmp(name, prefix, plen) != 0 || dlock_name_valid(name, NULL, 0) != 0 ||
             (!zc->base[0] && strcmp(name, "zookeeper") == 0))
             continue;
-        if (zc->layout != ZK_LAYOUT_DLOCK) {
-            /* CHROOT holds whatever else its users keep there: a name is
-             * listed when it has a contender of the layout's now. */
-            char parent[ZK_PATH_MAX], why[600];
-            zk_call *sub = NULL;
-            zk_node *q = NULL;
-            int n = zk_parent_of(zc, name, parent, sizeof parent) == 0
-                        ? read_queue(&op, parent, &sub, &q, why, sizeof why)
-                        : 0;
-            free(q);
-            zk_call_drop(sub);
-            if (n <= 0)
-                continue;
-        }
         stop = fn(name, arg);
     }
-    zk_op_end(&op);
     zk_call_drop(kids);
     return stop;
 }
