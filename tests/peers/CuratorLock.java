@@ -12,9 +12,6 @@
 // MODE count FILE SECS THREADS: THREADS clients (each its own session) add
 //   one to the number in FILE under the lock until SECS have passed; print
 //   "count N", the increments made.
-// MODE handover N: with one client, wait for the lock N times, printing
-//   "got NS" (System.nanoTime, CLOCK_MONOTONIC) each time, holding it until
-//   a line comes on stdin.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
@@ -116,19 +113,8 @@ public final class CuratorLock {
             in.readLine();
             m.release();
             System.out.println("released");
-        } else if (mode.equals("handover")) {
-            int n = Integer.parseInt(a[5]);
-            System.out.println("ready");
-            System.out.flush();
-            for (int i = 0; i < n; i++) {
-                m.acquire();
-                System.out.println("got " + System.nanoTime());
-                System.out.flush();
-                in.readLine();
-                m.release();
-            }
         } else {
-            throw new IllegalArgumentException("MODE is hold, try, count or handover, not " + mode);
+            throw new IllegalArgumentException("MODE is hold, try or count, not " + mode);
         }
         System.out.flush();
         c.close();
