@@ -19,6 +19,7 @@
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
 #                         DLOCK_TEST_CLUSTER_KEY (the same, ?key=lock:{name})
 #   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
+#   DLOCK_TEST_ZK_CURATOR the same server with ?layout=curator under /curator (zk)
 #   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
 #   DLOCK_TEST_ZK3P       the same for zk3p: a three-member ensemble whose members
@@ -289,6 +290,8 @@ srv_start_zk() {
   srv_zk zk "$p"
   srv_wait_zk "$p" || return 1
   export DLOCK_TEST_ZK="zk://127.0.0.1:$p?session=2000"
+  # the same server in Curator's InterProcessMutex layout (zk.md, issue 27)
+  export DLOCK_TEST_ZK_CURATOR="zk://127.0.0.1:$p/curator?session=2000&layout=curator"
 }
 
 srv_start_zk3() {

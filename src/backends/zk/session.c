@@ -904,7 +904,7 @@ static void on_orphan_children(int rc, const struct String_vector *sv, const voi
     o->searching = false;
     bool found = false;
     for (int i = 0; rc == ZOK && sv && i < sv->count; i++)
-        if (strstr(sv->data[i], o->owner)) {
+        if (strncmp(sv->data[i], o->leaf, strlen(o->leaf)) == 0) {
             char path[ZK_PATH_MAX];
             if (zk_pjoin(path, sizeof path, o->parent, sv->data[i]))
                 delete_unused(zc, o->zh, path);
@@ -939,7 +939,7 @@ static void orphans_purge(zkclient *zc, zhandle_t *zh)
     for (zk_orphan *o = zc->orphans; o; o = o->next) {
         if (o->searching)
             continue;
-        if (!synced && zoo_async(zh, zc->base, on_sync_ignore, zc) != ZOK)
+        if (!synced && zoo_async(zh, zk_sync_path(zc), on_sync_ignore, zc) != ZOK)
             return; /* the session is going: looked for when it is back */
         if (!synced)
             zc->in_flight++;
@@ -951,14 +951,14 @@ static void orphans_purge(zkclient *zc, zhandle_t *zh)
     }
 }
 
-void zk_orphan_add(zkclient *zc, const char *parent, const char *owner)
+void zk_orphan_add(zkclient *zc, const char *parent, const char *leaf)
 {
     zk_orphan *o = calloc(1, sizeof *o);
     if (!o)
         return; /* the node then lives until the session ends */
     o->zc = zc;
     snprintf(o->parent, sizeof o->parent, "%s", parent);
-    snprintf(o->owner, sizeof o->owner, "%s", owner);
+    snprintf(o->leaf, sizeof o->leaf, "%s", leaf);
     pthread_mutex_lock(&zc->mu);
     o->next = zc->orphans;
     zc->orphans = o;
@@ -1088,7 +1088,7 @@ int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent)
 {
     zkclient *zc = op->zc;
     int64_t t = dl_now_ns();
-    int rc = zk_do(op, CALL_SYNC, zc->base, NULL, until_ns, NULL);
+    int rc = zk_do(op, CALL_SYNC, zk_sync_path(zc), NULL, until_ns, NULL);
     if (rc != ZOK)
         return rc;
     *sent = t;
@@ -1113,6 +1113,11 @@ zk_call *zk_watch(zk_op *op, enum call_kind kind, const char *path)
     if (rc != ZOK)
         call_unsent(k, rc);
     return k;
+}
+
+const char *zk_sync_path(const zkclient *zc)
+{
+    return zc->base[0] ? zc->base : "/";
 }
 
 int64_t zk_op_until(zkclient *zc)

@@ -30,6 +30,7 @@ static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
     z2->acl = zc->acl;
     z2->hosts = strdup(zc->hosts);
     z2->base = strdup(zc->base);
+    z2->layout = zc->layout;
     z2->cred = zc->cred ? strdup(zc->cred) : NULL;
     if (!z2->hosts || !z2->base || (zc->cred && !z2->cred)) {
         snprintf(err, errlen, "out of memory");
@@ -53,12 +54,20 @@ static int tool_done(dlock_client *c, int rc, const char *tool, int64_t *v, size
     return dh_done(c, rc == ZOK ? 0 : zk_code(rc), tool, err, v, n, out, what);
 }
 
-/* The scratch node prefix of a tool under the name's node (ignored by the
- * queue: not of the lock nodes' shape). */
+/* The scratch node prefix of a tool under the name's node (left out of
+ * dlock's queue: "tool-" nodes are its own). A peer's layout counts every
+ * child (Curator) or may: there they go beside it, under NAME-dlock-tools. */
 static int tool_prefix(zk_op *op, const char *name, const char *what, char *buf, size_t len)
 {
     char parent[ZK_PATH_MAX];
-    if (zk_parent_of(op->zc, name, parent, sizeof parent) || !zk_pjoin(buf, len, parent, what))
+    if (zk_parent_of(op->zc, name, parent, sizeof parent))
+        return ZBADARGUMENTS;
+    if (op->zc->layout != ZK_LAYOUT_DLOCK &&
+        strlen(parent) + sizeof "-dlock-tools" > sizeof parent)
+        return ZBADARGUMENTS;
+    if (op->zc->layout != ZK_LAYOUT_DLOCK)
+        strcat(parent, "-dlock-tools");
+    if (!zk_pjoin(buf, len, parent, what))
         return ZBADARGUMENTS;
     return zk_ensure_parent(op, parent, zk_op_until(op->zc));
 }

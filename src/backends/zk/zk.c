@@ -56,7 +56,9 @@ static const dl_scheme zk_schemes[] = {
     "(fencing catches it)"
 #define ZK_FENCING                                                                           \
     "creation zxid of the holder's znode: rises with every write of the ensemble, across "   \
-    "leader changes, while a quorum lives"
+    "leader changes, while a quorum lives; in ?layout=curator, curator-rw and kazoo (Curator's " \
+    "and kazoo's lock nodes, no semaphores; curator: no shared locks) it orders the peers' "   \
+    "holders too"
 
 #ifdef DLOCK_HAVE_ZK
 #include "zk_int.h"
@@ -84,6 +86,33 @@ bool zk_pjoin(char *buf, size_t len, const char *dir, const char *name)
 
 /* ---- acquisition ------------------------------------------------------------------ */
 
+/* Why dlock's layout will not lock beside a child it does not make (kid,
+ * of parent): what it is and the layout that would speak it. Another
+ * library's contender there would take the lock by its own rule while we
+ * hold it by ours. */
+static const char *foreign_why(const char *parent, const char *kid, char *buf, size_t len)
+{
+    static const char *const whose[ZK_LAYOUTS] = {
+        [ZK_LAYOUT_CURATOR] = "an Apache Curator InterProcessMutex node",
+        [ZK_LAYOUT_CURATOR_RW] = "an Apache Curator InterProcessReadWriteLock node",
+        [ZK_LAYOUT_KAZOO] = "a kazoo Lock node",
+    };
+    int peer = zk_foreign_layout(kid);
+    if (peer > 0)
+        snprintf(buf, len,
+                 "%s holds \"%.80s\", %s, not one of dlock's: refused rather than ignored; "
+                 "to lock beside %s, use ?layout=%s with the lock's path (docs/zk.md)",
+                 parent, kid, whose[peer], peer == ZK_LAYOUT_KAZOO ? "kazoo" : "Curator",
+                 zk_layout_name(peer));
+    else
+        snprintf(buf, len,
+                 "%s holds \"%.80s\", a node not of dlock's making: refused rather than "
+                 "ignored (?layout=curator, curator-rw or kazoo speak those libraries' "
+                 "nodes; docs/zk.md)",
+                 parent, kid);
+    return buf;
+}
+
 /* Our node, found by the owner id in its name after a create whose reply
  * was lost, if it belongs to this session (a node of an older session is
  * never ours to hold). ZOK with path and czxid, ZNONODE if none. The read
@@ -95,7 +124,7 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
                     int64_t *czxid)
 {
     zklock *zl = l->bstate;
-    zk_call *sync = zk_send(op, CALL_SYNC, op->zc->base, NULL, 0, NULL);
+    zk_call *sync = zk_send(op, CALL_SYNC, zk_sync_path(op->zc), NULL, 0, NULL);
     zk_call *kids = zk_send(op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
     int rc = zk_result(op, kids, until_ns);
     int synced = rc == ZOK ? zk_result(op, sync, until_ns) : rc; /* answered before kids */
@@ -107,8 +136,9 @@ static int find_own(zk_op *op, dlock_lock *l, int64_t until_ns, char *path, size
         return rc;
     }
     int found = -1;
+    size_t leaf_len = strlen(zl->leaf);
     for (int i = 0; i < kids->nkids && found < 0; i++)
-        if (strstr(kids->kids[i], l->owner))
+        if (strncmp(kids->kids[i], zl->leaf, leaf_len) == 0)
             found = i;
     if (found >= 0 && !zk_pjoin(path, len, zl->parent, kids->kids[found]))
         found = -1;
@@ -179,9 +209,14 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, z
     zkclient *zc = op->zc;
     zklock *zl = l->bstate;
     char prefix[ZK_PATH_MAX], data[sizeof zc->self + 2];
-    char leaf[64];
-    snprintf(leaf, sizeof leaf, "%s-%s-", zl->kind, l->owner);
-    if (!zk_pjoin(prefix, sizeof prefix, zl->parent, leaf))
+    /* (A semaphore of one, which every layout takes, is a peer's
+     * exclusive lock.) */
+    char kind = l->opts.kind == DLOCK_SHARED ? 'r'
+                : l->opts.kind == DLOCK_SEMAPHORE && zc->layout == ZK_LAYOUT_DLOCK ? 's'
+                                                                                 : 'x';
+    if (zk_leaf_format(zc->layout, kind, l->opts.permits, l->owner, zl->leaf,
+                       sizeof zl->leaf) < 0 ||
+        !zk_pjoin(prefix, sizeof prefix, zl->parent, zl->leaf))
         return ZBADARGUMENTS;
     snprintf(data, sizeof data, "%s\n", zc->self);
     int parents = 0, lost = 0;
@@ -249,7 +284,7 @@ static void give_up(zk_op *op, dlock_lock *l, bool unknown)
     bool expired = op->zc->expired; /* its nodes went with it */
     pthread_mutex_unlock(&op->zc->mu);
     if (unknown && !expired)
-        zk_orphan_add(op->zc, zl->parent, l->owner);
+        zk_orphan_add(op->zc, zl->parent, zl->leaf);
 }
 
 static const char *base_name(const char *path)
@@ -321,7 +356,7 @@ static int wait_pred(zk_op *op, dlock_lock *l, zk_call *w, zk_call **snap, zk_no
         zk_node *q2 = NULL;
         int n2 = -1, j = 0;
         if (zk_do(op, CALL_CHILDREN, zl->parent, NULL, zk_req_until(l), &kids) == ZOK)
-            n2 = zk_queue_of(kids->kids, kids->nkids, &q2);
+            n2 = zk_queue_of(op->zc->layout, kids->kids, kids->nkids, &q2, NULL);
         while (j < n2 && strcmp(q2[j].name, (*q)[*i].name) != 0)
             j++;
         if (j >= 1 && j < n2 && strcmp(q2[j - 1].name, (*q)[*b].name) == 0) {
@@ -382,9 +417,15 @@ static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
     zk_call_drop(z->snap);
     z->snap = z->kids;
     z->kids = NULL;
-    z->n = zk_queue_of(z->snap->kids, z->snap->nkids, &z->q);
+    int foreign;
+    z->n = zk_queue_of(zc->layout, z->snap->kids, z->snap->nkids, &z->q, &foreign);
     if (z->n < 0)
         return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+    if (foreign >= 0 && zc->layout == ZK_LAYOUT_DLOCK) {
+        char why[600];
+        return dl_lock_err(l, DLOCK_ECONFLICT, "lock \"%s\": %s", l->name,
+                           foreign_why(zl->parent, z->snap->kids[foreign], why, sizeof why));
+    }
     z->i = 0;
     while (z->i < z->n && strcmp(z->q[z->i].name, z->mine) != 0)
         z->i++;
@@ -411,7 +452,7 @@ static int zk_wait_on(void *arg, int b, bool *in)
     if (rc == ZOK && b == WATCH_CHILDREN) {
         /* The reply is the queue as the watch began: it may let us in. */
         zk_node *q2 = NULL;
-        int n2 = zk_queue_of(w->kids, w->nkids, &q2);
+        int n2 = zk_queue_of(zc->layout, w->kids, w->nkids, &q2, NULL);
         int j = 0;
         while (j < n2 && strcmp(q2[j].name, z->mine) != 0)
             j++;
@@ -535,7 +576,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
         zk_op_end(&op);
         return result;
     }
-    if (waited && zl->kind[0] == 's') {
+    if (waited && zl->kind[0] == 's' && zc->layout == ZK_LAYOUT_DLOCK) {
         /* Our successor watches us: a semaphore's next waiter becomes the
          * first, which watches the children. The reply does not matter;
          * the watch does. (Not for an exclusive lock: telling the next
@@ -605,7 +646,7 @@ static int zk_release(dlock_lock *l)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its node was already gone",
                              l->name);
     else if (rc != ZOK) {
-        zk_orphan_add(zc, zl->parent, l->owner);
+        zk_orphan_add(zc, zl->parent, zl->leaf);
         result = dl_lock_err(l, zk_code(rc),
                              "lock \"%s\": release not confirmed: %s; its node is deleted when "
                              "the connection returns, or with the session (%s)",
@@ -680,9 +721,15 @@ static int zk_renew(dlock_lock *l)
 
 /* ---- what is known about a name ----------------------------------------------------- */
 
+/* read_queue's answer for a queue that dlock's layout refuses (foreign_why
+ * says why): not a code of ZooKeeper's. */
+#define ZK_FOREIGN (-9000)
+
 /* The queue of name now: *q (malloc'd, names into *kids), its length, or
- * a negative ZooKeeper code; ZNONODE gives an empty queue. */
-static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q)
+ * a negative ZooKeeper code (ZK_FOREIGN: why says why); ZNONODE gives an
+ * empty queue. */
+static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q, char *why,
+                      size_t whylen)
 {
     *kids = NULL;
     *q = NULL;
@@ -691,7 +738,16 @@ static int read_queue(zk_op *op, const char *parent, zk_call **kids, zk_node **q
         return 0;
     if (rc != ZOK)
         return rc;
-    int n = zk_queue_of((*kids)->kids, (*kids)->nkids, q);
+    int foreign;
+    int n = zk_queue_of(op->zc->layout, (*kids)->kids, (*kids)->nkids, q, &foreign);
+    if (n >= 0 && foreign >= 0 && op->zc->layout == ZK_LAYOUT_DLOCK) {
+        foreign_why(parent, (*kids)->kids[foreign], why, whylen);
+        free(*q);
+        *q = NULL;
+        zk_call_drop(*kids);
+        *kids = NULL;
+        return ZK_FOREIGN;
+    }
     return n < 0 ? ZSYSTEMERROR : n;
 }
 
@@ -700,10 +756,24 @@ int zk_parent_of(zkclient *zc, const char *name, char *buf, size_t len)
     return zk_pjoin(buf, len, zc->base, name) ? 0 : -1;
 }
 
+/* A failure of what ("inspect", ...) on name: rc a ZooKeeper code, or
+ * ZK_FOREIGN with why. */
+static int name_fail(dlock_client *c, const char *what, const char *name, int rc,
+                     const char *why)
+{
+    zkclient *zc = zc_of(c);
+    char err[300];
+    if (rc == ZK_FOREIGN)
+        return dl_client_err(c, DLOCK_ECONFLICT, "%s \"%s\": %s", what, name, why);
+    return dl_client_err(c, zk_code(rc), "%s \"%s\": %s (%s)", what, name,
+                         zk_why(zc, rc, err, sizeof err), zc->redacted);
+}
+
 /* The first holder of name and its node's data/stat (*k, given up by the
- * caller), the counts, or a ZooKeeper code; ZNONODE when nobody holds. */
+ * caller), the counts, or a ZooKeeper code (ZK_FOREIGN: why says why);
+ * ZNONODE when nobody holds. */
 static int first_holder(zk_op *op, const char *name, int *holders, int *waiters, zk_call **k,
-                        char *path, size_t len)
+                        char *path, size_t len, char *why, size_t whylen)
 {
     char parent[ZK_PATH_MAX];
     if (zk_parent_of(op->zc, name, parent, sizeof parent))
@@ -711,7 +781,7 @@ static int first_holder(zk_op *op, const char *name, int *holders, int *waiters,
     for (int tries = 0; tries < 5; tries++) {
         zk_call *kids;
         zk_node *q;
-        int n = read_queue(op, parent, &kids, &q);
+        int n = read_queue(op, parent, &kids, &q, why, whylen);
         if (n < 0)
             return n;
         int first, h = dl_queue_holders(q, sizeof *q, n, &first);
@@ -740,7 +810,8 @@ static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
         return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *k = NULL;
     int holders = 0, waiters = 0;
-    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
+    char why[600];
+    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path, why, sizeof why);
     zk_op_end(&op);
     info->lease_ms = -1;
     info->holders = holders;
@@ -750,8 +821,7 @@ static int zk_inspect(dlock_client *c, const char *name, dlock_info *info)
         return 0;
     }
     if (rc != ZOK)
-        return dl_client_err(c, zk_code(rc), "inspect \"%s\": %s (%s)", name,
-                             zk_why(zc, rc, err, sizeof err), zc->redacted);
+        return name_fail(c, "inspect", name, rc, why);
     info->held = 1;
     info->token = (uint64_t)k->stat.czxid;
     /* The server's clock stamped the node when it queued. */
@@ -774,7 +844,8 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
         return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *kids;
     zk_node *q;
-    int n = read_queue(&op, parent, &kids, &q);
+    char why[600];
+    int n = read_queue(&op, parent, &kids, &q, why, sizeof why);
     int broken = 0, result = 0;
     for (int i = 0; i < n && result == 0; i++) {
         if (zk_blocker(q, i) != HOLDS)
@@ -797,8 +868,7 @@ static int zk_break(dlock_client *c, const char *name, dlock_info *info)
                                    zk_why(zc, rc, err, sizeof err), zc->redacted);
     }
     if (n < 0)
-        result = dl_client_err(c, zk_code(n), "break \"%s\": %s (%s)", name,
-                               zk_why(zc, n, err, sizeof err), zc->redacted);
+        result = name_fail(c, "break", name, n, why);
     free(q);
     zk_call_drop(kids);
     zk_op_end(&op);
@@ -840,13 +910,13 @@ static int zk_get_value(dlock_client *c, const char *name, char *buf, size_t len
         return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, zc->redacted);
     zk_call *k = NULL;
     int holders, waiters;
-    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path);
+    char why[600];
+    rc = first_holder(&op, name, &holders, &waiters, &k, path, sizeof path, why, sizeof why);
     zk_op_end(&op);
     if (rc == ZNONODE)
         return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
     if (rc != ZOK)
-        return dl_client_err(c, zk_code(rc), "leader of \"%s\": %s (%s)", name,
-                             zk_why(zc, rc, err, sizeof err), zc->redacted);
+        return name_fail(c, "leader of", name, rc, why);
     const char *value = zk_split_data(k->data, NULL, 0);
     if (value)
         snprintf(buf, len, "%s", value);
@@ -863,7 +933,7 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
     if (rc)
         return dl_client_err(c, rc, "list: %s (%s)", err, zc->redacted);
     zk_call *kids = NULL;
-    rc = zk_do(&op, CALL_CHILDREN, zc->base, NULL, zk_op_until(zc), &kids);
+    rc = zk_do(&op, CALL_CHILDREN, zk_sync_path(zc), NULL, zk_op_until(zc), &kids);
     zk_op_end(&op);
     if (rc == ZNONODE)
         return 0;
@@ -872,15 +942,29 @@ static int zk_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *
                              zc->redacted);
     int stop = 0;
     size_t plen = strlen(prefix);
-    for (int i = 0; i < kids->nkids && !stop; i++)
-        if (strncmp(kids->kids[i], prefix, plen) == 0 &&
-            dlock_name_valid(kids->kids[i], NULL, 0) == 0)
-            stop = fn(kids->kids[i], arg);
+    for (int i = 0; i < kids->nkids && !stop; i++) {
+        const char *name = kids->kids[i];
+        if (strncmp(name, prefix, plen) != 0 || dlock_name_valid(name, NULL, 0) != 0 ||
+            (!zc->base[0] && strcmp(name, "zookeeper") == 0))
+            continue;
+        stop = fn(name, arg);
+    }
     zk_call_drop(kids);
     return stop;
 }
 
 /* ---- clients and handles --------------------------------------------------------------- */
+
+/* What each layout offers: no peer has dlock's semaphore in a lock's
+ * queue (Curator's InterProcessSemaphoreV2 and kazoo's Semaphore keep
+ * leases in nodes of another shape), and InterProcessMutex has no shared
+ * side (Curator readers do not see its nodes: curator-rw). */
+static const unsigned zk_layout_caps[ZK_LAYOUTS] = {
+    [ZK_LAYOUT_DLOCK] = ZK_CAPS,
+    [ZK_LAYOUT_CURATOR] = ZK_CAPS & ~(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE),
+    [ZK_LAYOUT_CURATOR_RW] = ZK_CAPS & ~DLOCK_CAP_SEMAPHORE,
+    [ZK_LAYOUT_KAZOO] = ZK_CAPS & ~DLOCK_CAP_SEMAPHORE,
+};
 
 static int zk_lock_init(dlock_lock *l)
 {
@@ -892,6 +976,12 @@ static int zk_lock_init(dlock_lock *l)
         free(zl);
         return dl_lock_err(l, DLOCK_ENAME, "lock \"%s\": name too long under the chroot",
                            l->name);
+    }
+    if (!zc->base[0] && strcmp(l->name, "zookeeper") == 0) {
+        free(zl);
+        return dl_lock_err(l, DLOCK_ENAME,
+                           "lock \"zookeeper\": /zookeeper is the server's own tree (give the "
+                           "URL a chroot)");
     }
     dl_qkind_format(l, zl->kind, sizeof zl->kind);
     /* The session is the lease: a lock is valid for 2/3 of its timeout
@@ -952,9 +1042,18 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
                                  "(100..3600000)",
                                  u->redacted, s);
     }
+    const char *lay = dl_url_param(u, "layout");
+    int layout = lay ? zk_layout_named(lay) : ZK_LAYOUT_DLOCK;
+    if (layout < 0)
+        return dl_client_err(c, DLOCK_EURL,
+                             "%s: layout=%s: expected dlock, curator (Apache Curator's "
+                             "InterProcessMutex), curator-rw (its InterProcessReadWriteLock) or "
+                             "kazoo (kazoo's Lock, ReadLock and WriteLock)",
+                             u->redacted, lay);
     zkclient *zc = calloc(1, sizeof *zc);
     if (!zc)
         return dl_client_err(c, DLOCK_ENOMEM, "out of memory");
+    zc->layout = layout;
     pthread_mutex_init(&zc->mu, NULL);
     pthread_cond_init(&zc->cv, NULL);
     dl_teller_init(&zc->teller);
@@ -981,7 +1080,8 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
     for (size_t i = 0; i < u->nhosts; i++)
         at += (size_t)snprintf(zc->hosts + at, hl - at, strchr(u->hosts[i].host, ':') ? "%s[%s]:%d" : "%s%s:%d",
                                i ? "," : "", u->hosts[i].host, u->hosts[i].port);
-    snprintf(zc->base, bl, "%s/dlock", chroot);
+    /* A peer's lock is the znode its own client is given: CHROOT/NAME. */
+    snprintf(zc->base, bl, layout == ZK_LAYOUT_DLOCK ? "%s/dlock" : "%s", chroot);
     if (bl + DL_NAME_MAX + 64 > ZK_PATH_MAX) {
         zkclient_free(zc);
         return dl_client_err(c, DLOCK_EURL, "%s: the chroot is too long", u->redacted);
@@ -996,6 +1096,7 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
     } else {
         zc->acl = ZOO_OPEN_ACL_UNSAFE;
     }
+    c->caps = zk_layout_caps[layout];
     c->bstate = zc;
     char err[400];
     int rc = zk_session_open(zc, err, sizeof err);
@@ -1044,7 +1145,7 @@ static const dl_backend_ops zk_ops = {
 const dl_backend dl_backend_zk = {
     .name = "zk",
     .schemes = zk_schemes,
-    .params = "session",
+    .params = "session layout",
     .caps = ZK_CAPS,
     .liveness = ZK_LIVENESS,
     .fencing = ZK_FENCING,

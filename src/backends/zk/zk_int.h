@@ -21,6 +21,7 @@
 #include "zk_nodes.h"
 
 #define ZK_PATH_MAX 1024
+#define ZK_LEAF_MAX 80
 
 enum call_kind {
     CALL_CREATE,   /* created path and stat */
@@ -70,7 +71,7 @@ typedef struct zk_orphan {
     zkclient *zc;
     zhandle_t *zh; /* the handle of the search in flight */
     char parent[ZK_PATH_MAX];
-    char owner[DL_OWNER_HEX + 1];
+    char leaf[ZK_LEAF_MAX]; /* the start of the node's name (zk_leaf_format) */
     bool searching;
 } zk_orphan;
 
@@ -84,7 +85,8 @@ struct zkclient {
     zhandle_t *closing; /* being closed: no request from callbacks (under mu) */
     char *hosts;        /* "h1:p1,h2:p2" */
     char *live;         /* the hosts the session may use: hosts less the silent ones (under mu) */
-    char *base;         /* CHROOT/dlock */
+    char *base;         /* where names are: CHROOT/dlock, or CHROOT in a peer's layout */
+    int layout;         /* enum zk_layout (?layout=) */
     char *cred;         /* "user:password" for digest auth, or NULL */
     const char *redacted;
     int session_ms; /* asked for */
@@ -165,6 +167,7 @@ typedef struct zklock {
     char parent[ZK_PATH_MAX];
     char path[ZK_PATH_MAX]; /* our node while waiting or holding, "" none */
     char kind[16];          /* "x", "r", "sN" */
+    char leaf[ZK_LEAF_MAX]; /* our node's name before its sequence (zk_leaf_format) */
     zk_call *own;           /* the watch on our node while held */
 } zklock;
 
@@ -178,7 +181,10 @@ void zk_call_free(zk_call *k);
 bool zk_wait_connected(zkclient *zc, int64_t until_ns);
 void zk_session_close(zkclient *zc);
 void zk_session_move(zkclient *zc, zhandle_t *zh);
-void zk_orphan_add(zkclient *zc, const char *parent, const char *owner);
+/* A node of parent whose name starts with leaf, to delete once connected. */
+void zk_orphan_add(zkclient *zc, const char *parent, const char *leaf);
+/* The path a sync is sent on: base, or "/" when base is the root. */
+const char *zk_sync_path(const zkclient *zc);
 int zk_confirm(zk_op *op, int64_t until_ns, int64_t *sent);
 /* A lock's deadline for one request. */
 int64_t zk_req_until(dlock_lock *l);
