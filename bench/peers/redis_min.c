@@ -80,7 +80,9 @@ int main(int argc, char **argv)
     int64_t hold_ns = strtoll(argv[4], NULL, 10) * 1000;
     char key[600], wlist[700], owner[64], holder[128], host[64];
     snprintf(key, sizeof key, "dlock:{%s}:lock", argv[3]);
-    snprintf(owner, sizeof owner, "min%ld", (long)getpid());
+    /* hex, as dlock's owner ids: the script refuses a holder string it
+     * could not have written (another library's) */
+    snprintf(owner, sizeof owner, "%08lx", (unsigned long)getpid());
     snprintf(wlist, sizeof wlist, "dlock:{%s}:w:%s", argv[3], owner);
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "?");
