@@ -100,13 +100,13 @@ static const char *foreign_why(const char *parent, const char *kid, char *buf, s
     int peer = zk_foreign_layout(kid);
     if (peer > 0)
         snprintf(buf, len,
-                 "%s holds \"%.80s\", %s, not one of dlock's: refused rather than ignored; "
+                 "%.250s holds \"%.80s\", %s, not one of dlock's: refused rather than ignored; "
                  "to lock beside %s, use ?layout=%s with the lock's path (docs/zk.md)",
                  parent, kid, whose[peer], peer == ZK_LAYOUT_KAZOO ? "kazoo" : "Curator",
                  zk_layout_name(peer));
     else
         snprintf(buf, len,
-                 "%s holds \"%.80s\", a node not of dlock's making: refused rather than "
+                 "%.250s holds \"%.80s\", a node not of dlock's making: refused rather than "
                  "ignored (?layout=curator, curator-rw or kazoo speak those libraries' "
                  "nodes; docs/zk.md)",
                  parent, kid);
