@@ -174,17 +174,7 @@ static int k_release(dlock_lock *l)
     redisReply *r;
     char err[256];
     int x = owner_op(l, "krel", &r, err, sizeof err);
-    if (x != RD_OK)
-        return rd_call_failed(l, "release", x, err);
-    int result = 0;
-    if (r->type != REDIS_REPLY_INTEGER)
-        result = rd_bad_reply(l, "release", "an integer from the lock script", r);
-    else if (r->integer == 0)
-        result = dl_lock_err(l, DLOCK_ELOST,
-                             "lock \"%s\" had already expired when released (lease %d ms)",
-                             l->name, l->opts.ttl_ms);
-    freeReplyObject(r);
-    return result;
+    return rd_release_result(l, x, r, err);
 }
 
 static int k_acquire(dlock_lock *l, int64_t deadline)

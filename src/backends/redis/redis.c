@@ -634,11 +634,8 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     return result;
 }
 
-static int release_quietly(dlock_lock *l)
+int rd_release_result(dlock_lock *l, int x, redisReply *r, const char *err)
 {
-    redisReply *r;
-    char err[256];
-    int x = owner_op(l, "rel", &r, err, sizeof err);
     if (x != RD_OK)
         return rd_call_failed(l, "release", x, err);
     int result = 0;
@@ -652,6 +649,14 @@ static int release_quietly(dlock_lock *l)
                              l->name, l->opts.ttl_ms);
     freeReplyObject(r);
     return result;
+}
+
+static int release_quietly(dlock_lock *l)
+{
+    redisReply *r;
+    char err[256];
+    int x = owner_op(l, "rel", &r, err, sizeof err);
+    return rd_release_result(l, x, r, err);
 }
 
 static int redis_release(dlock_lock *l)

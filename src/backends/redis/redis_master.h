@@ -55,6 +55,9 @@ int rd_run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply **o
 int rd_call_failed(dlock_lock *l, const char *what, int x, const char *err);
 /* A reply of the wrong shape as l's (or cl's, about name) error. */
 int rd_bad_reply(dlock_lock *l, const char *what, const char *expected, const redisReply *r);
+/* A release's outcome from the call's status x and its reply r (freed):
+ * 0, DLOCK_ELOST when the lock was no longer ours, or the call's error. */
+int rd_release_result(dlock_lock *l, int x, redisReply *r, const char *err);
 int rd_client_bad_reply(dlock_client *cl, const char *what, const char *name,
                         const char *expected, const redisReply *r);
 /* Call fn(key, len, arg) for every key matching pattern on every master
