@@ -2384,6 +2384,27 @@ static double timeout_scale(void)
     return f > 0 ? f : 1.0;
 }
 
+/* Under a slower runner (valgrind: DLOCK_CONFORMANCE_TIMEOUT_SCALE > 1) a
+ * connection's set-up takes longer too: a SCRAM login under valgrind on a
+ * loaded machine passes the default 2 s timeouts (a statement's deadline,
+ * op_timeout_ms, also bounds the connecting that comes before it). The
+ * URL's own timeouts, if any, and the cases' explicit options still rule. */
+static void scale_url_timeouts(void)
+{
+    double f = timeout_scale();
+    if (f <= 1.0)
+        return;
+    int ms = (int)(2000 * (f < 15 ? f : 15));
+    const char *keys[] = {"connect_timeout_ms", "op_timeout_ms"};
+    for (size_t i = 0; i < 2; i++) {
+        if (strstr(T.url, keys[i]))
+            continue;
+        size_t u = strlen(T.url);
+        snprintf(T.url + u, sizeof T.url - u, "%s%s=%d", strchr(T.url, '?') ? "&" : "?", keys[i],
+                 ms);
+    }
+}
+
 /* One case in a child of its own, killed (with its process group) if it
  * overruns. */
 static void run_forked(const struct kase *k, struct tally *t)
@@ -2630,6 +2651,7 @@ int main(int argc, char **argv)
             snprintf(T.url, sizeof T.url, "%s", url);
         else
             snprintf(T.url, sizeof T.url, "file://%s/locks", dir);
+        scale_url_timeouts();
         run_target(nofork, only, nonly, &t);
         ran++;
     }
