@@ -2386,23 +2386,16 @@ static double timeout_scale(void)
 
 /* Under a slower runner (valgrind: DLOCK_CONFORMANCE_TIMEOUT_SCALE > 1) a
  * connection's set-up takes longer too: a SCRAM login under valgrind on a
- * loaded machine passes the default 2 s timeouts (a statement's deadline,
- * op_timeout_ms, also bounds the connecting that comes before it). The
- * URL's own timeouts, if any, and the cases' explicit options still rule. */
-static void scale_url_timeouts(void)
+ * loaded machine passes the default 2 s connect timeout. The URL's own
+ * connect_timeout_ms, if any, and the cases' explicit options still rule. */
+static void scale_connect_timeout(void)
 {
     double f = timeout_scale();
-    if (f <= 1.0)
+    if (f <= 1.0 || strstr(T.url, "connect_timeout_ms="))
         return;
-    int ms = (int)(2000 * (f < 15 ? f : 15));
-    const char *keys[] = {"connect_timeout_ms", "op_timeout_ms"};
-    for (size_t i = 0; i < 2; i++) {
-        if (strstr(T.url, keys[i]))
-            continue;
-        size_t u = strlen(T.url);
-        snprintf(T.url + u, sizeof T.url - u, "%s%s=%d", strchr(T.url, '?') ? "&" : "?", keys[i],
-                 ms);
-    }
+    size_t u = strlen(T.url);
+    snprintf(T.url + u, sizeof T.url - u, "%sconnect_timeout_ms=%d", strchr(T.url, '?') ? "&" : "?",
+             (int)(2000 * (f < 15 ? f : 15)));
 }
 
 /* One case in a child of its own, killed (with its process group) if it
@@ -2651,7 +2644,7 @@ int main(int argc, char **argv)
             snprintf(T.url, sizeof T.url, "%s", url);
         else
             snprintf(T.url, sizeof T.url, "file://%s/locks", dir);
-        scale_url_timeouts();
+        scale_connect_timeout();
         run_target(nofork, only, nonly, &t);
         ran++;
     }

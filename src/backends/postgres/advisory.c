@@ -76,7 +76,7 @@ static void colliding_name(dlock_lock *l, char *buf, size_t len)
     const char *p[] = {key};
     PGresult *r = NULL;
     snprintf(buf, len, "another name");
-    if (pg_pool_run_until(l->c, pg_op_until(pc, l), sql, 1, p, &r, why, sizeof why) == 0 &&
+    if (pg_pool_run_until(l->c, pg_call_until(l), sql, 1, p, &r, why, sizeof why) == 0 &&
         pg_lib.ntuples(r) == 1)
         snprintf(buf, len, "\"%s\"", pg_lib.getvalue(r, 0, 0));
     pg_lib.clear(r);

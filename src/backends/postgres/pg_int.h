@@ -204,7 +204,15 @@ bool pg_time_left(int64_t deadline_ns);
 void pg_conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns);
 /* The bound of a call made while acquiring l (l NULL: op_timeout_ms). */
 int64_t pg_op_until(const pgclient *pc, const dlock_lock *l);
-/* One statement on a pooled session, for the calls that hold no lock. */
+/* The deadline of the call in progress on l, -1 if it has none of its own
+ * (pg_pool_run_until then bounds a connect by connect_timeout_ms and the
+ * statement by op_timeout_ms). */
+static inline int64_t pg_call_until(const dlock_lock *l)
+{
+    return l->op_deadline_ns > 0 ? l->op_deadline_ns : -1;
+}
+/* One statement on a pooled session, for the calls that hold no lock
+ * (until < 0: see pg_call_until). */
 int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
                       const char *const *vals, PGresult **out, char *why, size_t wlen);
 /* vasprintf, NULL when out of memory. */

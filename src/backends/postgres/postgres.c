@@ -596,7 +596,10 @@ int64_t pg_op_until(const pgclient *pc, const dlock_lock *l)
                                       : dl_deadline_in(pc->op_timeout_ms);
 }
 
-/* One statement on a pooled session, for the calls that hold no lock. */
+/* One statement on a pooled session, for the calls that hold no lock.
+ * until < 0: no deadline of the caller's; a new session then has
+ * connect_timeout_ms to connect and the statement op_timeout_ms after it
+ * (a URL's longer connect_timeout_ms is not cut to op_timeout_ms). */
 int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
                           const char *const *vals, PGresult **out, char *why, size_t wlen)
 {
@@ -609,7 +612,8 @@ int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
         if (rc)
             return rc;
         bool reused = k->reused;
-        rc = pg_run(k, sql, n, vals, until, -1, out, why, wlen);
+        rc = pg_run(k, sql, n, vals, until >= 0 ? until : pg_op_until(pc, NULL), -1, out, why,
+                    wlen);
         if (rc)
             pg_conn_close(k);
         if (rc != DLOCK_EUNREACHABLE || !reused)
@@ -631,7 +635,7 @@ int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
 int pg_pool_run(dlock_client *c, const char *sql, int n, const char *const *vals,
                     PGresult **out, char *why, size_t wlen)
 {
-    return pg_pool_run_until(c, pg_op_until(pc_of(c), NULL), sql, n, vals, out, why, wlen);
+    return pg_pool_run_until(c, -1, sql, n, vals, out, why, wlen);
 }
 
 /* ---- sessions that hold locks (advisory, rowlock) ---------------------------------- */
@@ -1124,7 +1128,7 @@ static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, 
                  "SELECT count(*) FROM %s WHERE name = $1 AND " LEASE_HELD, tbl);
     }
     PGresult *r;
-    int rc = pg_pool_run_until(l->c, pg_op_until(pc, l), sql, 1, p, &r, why, wlen);
+    int rc = pg_pool_run_until(l->c, pg_call_until(l), sql, 1, p, &r, why, wlen);
     if (rc)
         return rc;
     int held = atol(pg_lib.getvalue(r, 0, 0)) > 0;

@@ -139,7 +139,7 @@ static int rowlock_draw(dlock_lock *l, void *arg, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(l->c);
     PGresult *r;
-    int rc = pg_pool_run_until(l->c, pg_op_until(pc, l), pc->sql_row_info, 3, arg, &r, why, wlen);
+    int rc = pg_pool_run_until(l->c, pg_call_until(l), pc->sql_row_info, 3, arg, &r, why, wlen);
     if (rc)
         return rc;
     rc = pg_lib.ntuples(r) == 1 ? 0 : 1;
