@@ -1573,6 +1573,16 @@ DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)
                                                                                 : 0;
 }
 
+DLOCK_EXTERN int dlock_peer_env(dlock_lock *lock, dlock_env_fn fn, void *arg)
+{
+    if (!lock || !fn)
+        return DLOCK_EINVAL;
+    if (lock->detached || dlock_state(lock) != DLOCK_STATE_HELD)
+        return DLOCK_ENOTHELD;
+    const dl_backend_ops *ops = lock->c->ops;
+    return ops->peer_env ? ops->peer_env(lock, fn, arg) : 0;
+}
+
 static void *notify_main(void *arg)
 {
     lost_notify(arg);

@@ -142,6 +142,9 @@ typedef struct dl_backend_ops {
      * else than dlock's own (a peer's layout: an etcd key prefix): 0, or
      * DLOCK_ENAME with why. NULL: dlock_name_valid. */
     int (*name_valid)(dlock_client *c, const char *name, char *why, size_t len);
+    /* A held lock's environment for a command, as the layout's own tool
+     * gives it (see dlock_peer_env): fn once per variable. NULL: none. */
+    int (*peer_env)(dlock_lock *l, dlock_env_fn fn, void *arg);
 } dl_backend_ops;
 
 /*
