@@ -1703,11 +1703,17 @@ DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout
                            lock->c->be->name);
     if (lock->opts.kind != DLOCK_EXCLUSIVE)
         return dl_lock_err(lock, DLOCK_EINVAL, "elections need an exclusive lock");
+    lock->campaign_value = value;
+    lock->value_published = false;
     int rc = dlock_acquire(lock, timeout_ms);
+    lock->campaign_value = NULL;
     if (rc)
         return rc;
     handle_lock(lock);
-    rc = lock->c->ops->set_value(lock, value);
+    /* (A re-entry publishes anew: its acquisition wrote nothing.) */
+    if (!lock->value_published || lock->count > 1)
+        rc = lock->c->ops->set_value(lock, value);
+    lock->value_published = false;
     pthread_mutex_unlock(&lock->mu);
     if (rc)
         (void)dlock_release(lock);

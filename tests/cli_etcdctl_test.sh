@@ -161,7 +161,7 @@ pids+=($k)
 for _ in $(seq 100); do [ "$("$DLOCK" --url "$U" leader e1 2>/dev/null)" = v1 ] && break; sleep 0.1; done
 [ "$("$DLOCK" --url "$U" leader e1 2>&1)" = v1 ] && ok "etcdctl elect e1 v1 leads: dlock leader says v1" ||
     bad "dlock leader e1: $("$DLOCK" --url "$U" leader e1 2>&1)"
-"$DLOCK" --url "$U" elect -w 20 --value v2 e1 -- sh -c "touch $TMP/e1.in; sleep 3" & e=$!
+"$DLOCK" --url "$U" elect -w 20 --value v2 e1 -- sh -c "etcdctl --endpoints $EP get --prefix e1/ --sort-by=CREATE -w json >$TMP/e1.json; touch $TMP/e1.in; sleep 3" & e=$!
 sleep 0.5
 [ ! -e "$TMP/e1.in" ] && ok "dlock elect waits while etcdctl leads" || bad "dlock elect led beside etcdctl"
 kill -INT $k # (etcdctl elect resigns on SIGINT)
@@ -169,6 +169,21 @@ until_file "$TMP/e1.in" && ok "etcdctl resigned: dlock elect leads" || bad "dloc
 out=$(timeout 2 etcdctl --endpoints "$EP" elect -l e1)
 grep -qx v2 <<<"$out" && ok "etcdctl elect --listen shows dlock's v2" || bad "etcdctl elect -l e1: '$out'"
 wait $e
+# The leader's value is written with its key, as Election.Campaign does: the
+# key the leader saw first has it at version 1 (never empty in between),
+# after a wait (e1) and uncontended (e3).
+first_kv() { # FILE: "VALUE VERSION" of the first key of an etcdctl get -w json
+    python3 -c 'import base64,json,sys; kv=(json.load(open(sys.argv[1])).get("kvs") or [{}])[0]; print(base64.b64decode(kv.get("value","")).decode() or "-", kv.get("version","-"))' "$1"
+}
+"$DLOCK" --url "$U" elect --value v3 e3 -- sh -c "etcdctl --endpoints $EP get --prefix e3/ -w json >$TMP/e3.json" ||
+    bad "dlock elect e3: exit $?"
+for t in "e1 v2" "e3 v3"; do
+    set -- $t
+    got=$(first_kv "$TMP/$1.json")
+    [ "$got" = "$2 1" ] &&
+        ok "dlock elect $1: its key had the value at its creation (value, version: $got)" ||
+        bad "dlock elect $1: the leader's key (value, version): $got"
+done
 
 # ---- mixed by mistake: etcdctl lock on dlock's own keys ----------------------------------
 etcdctl --endpoints "$EP" lock dlock/m1 -- sh -c "echo \$\$ >$TMP/m1.in; exec sleep 60" >/dev/null & k=$!
