@@ -10,6 +10,8 @@
 //   END_FILE, release. wait: acquire, write the wall clock in ns to
 //   GOT_FILE at once, release. (The wall clock: the other side is a shell's
 //   date +%s%N.)
+// Both first take and release a lock of their own 30 times, so that the
+// measured calls do not run cold in a fresh JVM.
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
@@ -37,6 +39,15 @@ public final class CuratorHandover {
             System.err.println("error: no connection to " + hosts);
             System.exit(1);
         }
+        // A fresh JVM runs acquire and release cold (interpreted, classes
+        // loading): warm them up on a path of their own first, as a
+        // long-running service's would be.
+        InterProcessMutex warm = new InterProcessMutex(c, path + "-warm-" + mode);
+        for (int i = 0; i < 30; i++) {
+            warm.acquire();
+            warm.release();
+        }
+        c.getChildren().forPath(path + "-warm-" + mode);
         InterProcessMutex m = new InterProcessMutex(c, path);
         if (!m.acquire(60, TimeUnit.SECONDS)) {
             System.err.println("error: no lock in 60 s");
