@@ -275,6 +275,18 @@ DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock);
 DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock);
 
 /*
+ * The environment the own tool of the lock's layout gives a command it runs
+ * under the lock, so that a script written for that tool runs unchanged
+ * under dlock run: fn(var, value, arg) once per variable, while the lock is
+ * held (etcd layout=etcdctl: ETCD_LOCK_KEY and ETCD_LOCK_REV, as
+ * `etcdctl lock NAME CMD` sets them). No call where the layout has none.
+ * Returns 0, fn's first non-zero return (which stops the walk), or
+ * DLOCK_ENOTHELD.
+ */
+typedef int (*dlock_env_fn)(const char *var, const char *value, void *arg);
+DLOCK_EXTERN int dlock_peer_env(dlock_lock *lock, dlock_env_fn fn, void *arg);
+
+/*
  * Acquire all n locks or none, in canonical (byte-wise name) order so that
  * two callers never deadlock. The timeout covers the whole set.
  */

@@ -1573,6 +1573,16 @@ DLOCK_EXTERN unsigned dlock_held_count(const dlock_lock *lock)
                                                                                 : 0;
 }
 
+DLOCK_EXTERN int dlock_peer_env(dlock_lock *lock, dlock_env_fn fn, void *arg)
+{
+    if (!lock || !fn)
+        return DLOCK_EINVAL;
+    if (lock->detached || dlock_state(lock) != DLOCK_STATE_HELD)
+        return DLOCK_ENOTHELD;
+    const dl_backend_ops *ops = lock->c->ops;
+    return ops->peer_env ? ops->peer_env(lock, fn, arg) : 0;
+}
+
 static void *notify_main(void *arg)
 {
     lost_notify(arg);
@@ -1693,11 +1703,17 @@ DLOCK_EXTERN int dlock_campaign(dlock_lock *lock, const char *value, int timeout
                            lock->c->be->name);
     if (lock->opts.kind != DLOCK_EXCLUSIVE)
         return dl_lock_err(lock, DLOCK_EINVAL, "elections need an exclusive lock");
+    lock->campaign_value = value;
+    lock->value_published = false;
     int rc = dlock_acquire(lock, timeout_ms);
+    lock->campaign_value = NULL;
     if (rc)
         return rc;
     handle_lock(lock);
-    rc = lock->c->ops->set_value(lock, value);
+    /* (A re-entry publishes anew: its acquisition wrote nothing.) */
+    if (!lock->value_published || lock->count > 1)
+        rc = lock->c->ops->set_value(lock, value);
+    lock->value_published = false;
     pthread_mutex_unlock(&lock->mu);
     if (rc)
         (void)dlock_release(lock);

@@ -142,6 +142,9 @@ typedef struct dl_backend_ops {
      * else than dlock's own (a peer's layout: an etcd key prefix): 0, or
      * DLOCK_ENAME with why. NULL: dlock_name_valid. */
     int (*name_valid)(dlock_client *c, const char *name, char *why, size_t len);
+    /* A held lock's environment for a command, as the layout's own tool
+     * gives it (see dlock_peer_env): fn once per variable. NULL: none. */
+    int (*peer_env)(dlock_lock *l, dlock_env_fn fn, void *arg);
 } dl_backend_ops;
 
 /*
@@ -267,6 +270,13 @@ struct dlock_lock {
      * lost_msg (DL_ERRMSG_MAX) written once, before the state says LOST. */
     char *errmsg, *renew_err, *lost_msg;
     void *bstate; /* backend's per-lock state */
+    /* During dlock_campaign's acquisition, the value it publishes: a backend
+     * whose peers write the value with the queue entry (etcd's
+     * Election.Campaign) writes it there too and sets value_published, so
+     * that no observer sees its leader without a value; the core then
+     * skips set_value. NULL otherwise. */
+    const char *campaign_value;
+    bool value_published;
 
     /* Set by a lease backend's acquire or renew when the lease must be
      * counted from another moment than the call's start: a queued waiter

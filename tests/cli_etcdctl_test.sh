@@ -161,7 +161,7 @@ pids+=($k)
 for _ in $(seq 100); do [ "$("$DLOCK" --url "$U" leader e1 2>/dev/null)" = v1 ] && break; sleep 0.1; done
 [ "$("$DLOCK" --url "$U" leader e1 2>&1)" = v1 ] && ok "etcdctl elect e1 v1 leads: dlock leader says v1" ||
     bad "dlock leader e1: $("$DLOCK" --url "$U" leader e1 2>&1)"
-"$DLOCK" --url "$U" elect -w 20 --value v2 e1 -- sh -c "touch $TMP/e1.in; sleep 3" & e=$!
+"$DLOCK" --url "$U" elect -w 20 --value v2 e1 -- sh -c "etcdctl --endpoints $EP get --prefix e1/ --sort-by=CREATE -w json >$TMP/e1.json; touch $TMP/e1.in; sleep 3" & e=$!
 sleep 0.5
 [ ! -e "$TMP/e1.in" ] && ok "dlock elect waits while etcdctl leads" || bad "dlock elect led beside etcdctl"
 kill -INT $k # (etcdctl elect resigns on SIGINT)
@@ -169,6 +169,21 @@ until_file "$TMP/e1.in" && ok "etcdctl resigned: dlock elect leads" || bad "dloc
 out=$(timeout 2 etcdctl --endpoints "$EP" elect -l e1)
 grep -qx v2 <<<"$out" && ok "etcdctl elect --listen shows dlock's v2" || bad "etcdctl elect -l e1: '$out'"
 wait $e
+# The leader's value is written with its key, as Election.Campaign does: the
+# key the leader saw first has it at version 1 (never empty in between),
+# after a wait (e1) and uncontended (e3).
+first_kv() { # FILE: "VALUE VERSION" of the first key of an etcdctl get -w json
+    python3 -c 'import base64,json,sys; kv=(json.load(open(sys.argv[1])).get("kvs") or [{}])[0]; print(base64.b64decode(kv.get("value","")).decode() or "-", kv.get("version","-"))' "$1"
+}
+"$DLOCK" --url "$U" elect --value v3 e3 -- sh -c "etcdctl --endpoints $EP get --prefix e3/ -w json >$TMP/e3.json" ||
+    bad "dlock elect e3: exit $?"
+for t in "e1 v2" "e3 v3"; do
+    set -- $t
+    got=$(first_kv "$TMP/$1.json")
+    [ "$got" = "$2 1" ] &&
+        ok "dlock elect $1: its key had the value at its creation (value, version: $got)" ||
+        bad "dlock elect $1: the leader's key (value, version): $got"
+done
 
 # ---- mixed by mistake: etcdctl lock on dlock's own keys ----------------------------------
 etcdctl --endpoints "$EP" lock dlock/m1 -- sh -c "echo \$\$ >$TMP/m1.in; exec sleep 60" >/dev/null & k=$!
@@ -196,6 +211,67 @@ until_file "$TMP/m2.in" || bad "dlock run m2 never ran its command"
     bad "layout=etcdctl took dlock/m2 beside dlock's own holder"
 kill -TERM $k
 wait $k 2>/dev/null
+
+# ---- the command's environment: etcdctl lock's ETCD_LOCK_KEY and ETCD_LOCK_REV ----------
+# Each command records its ETCD_LOCK_* variables and reads its key (create
+# revision) and the store's revision; etcdctl's own commands give the
+# reference. dlock replaces an inherited ETCD_LOCK_KEY (etcdctl 3.4 puts
+# its own before the inherited environment, so an inherited one wins there).
+envcmd() { # TAG: a command for sh -c that records TAG.env and TAG.json
+    echo "env | grep '^ETCD_LOCK_' | sort >$TMP/$1.env; etcdctl --endpoints $EP get \"\$ETCD_LOCK_KEY\" -w json >$TMP/$1.json"
+}
+envfacts() { # TAG: "KEY REV CREATE_REV STORE_REV" of what TAG's command saw
+    python3 - "$TMP/$1.env" "$TMP/$1.json" <<'PY'
+import base64, json, sys
+env = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[1]) if "=" in l)
+j = json.load(open(sys.argv[2]))
+kv = j.get("kvs") or [{}]
+key = base64.b64decode(kv[0].get("key", "")).decode()
+ok = key == env.get("ETCD_LOCK_KEY")
+print(env.get("ETCD_LOCK_KEY", "-"), env.get("ETCD_LOCK_REV", "-"),
+      kv[0].get("create_revision", "-") if ok else "nokey", j["header"]["revision"])
+PY
+}
+vars_of() { cut -d= -f1 "$TMP/$1.env" | tr '\n' ' '; }
+# uncontended: REV is the key's create revision on both sides
+etcdctl --endpoints "$EP" lock v1 -- sh -c "$(envcmd ec1)" >/dev/null 2>&1
+ETCD_LOCK_KEY=stale "$DLOCK" --url "$U" run v1 -- sh -c "$(envcmd dl1)"
+read -r ek er ec _ <<<"$(envfacts ec1)"
+read -r dk dr dc _ <<<"$(envfacts dl1)"
+[ "$(vars_of dl1)" = "$(vars_of ec1)" ] && [ "$(vars_of dl1)" = "ETCD_LOCK_KEY ETCD_LOCK_REV " ] &&
+    ok "dlock run v1 exports what etcdctl lock v1 does: $(vars_of dl1)" ||
+    bad "variables: dlock '$(vars_of dl1)', etcdctl '$(vars_of ec1)'"
+[[ $ek =~ ^v1/[0-9a-f]+$ && $dk =~ ^v1/[0-9a-f]+$ ]] &&
+    ok "ETCD_LOCK_KEY is the holder's key on both sides (etcdctl $ek, dlock $dk; dlock's replaced an inherited one)" ||
+    bad "ETCD_LOCK_KEY: etcdctl '$ek', dlock '$dk'"
+[ "$er" = "$ec" ] && [ "$dr" = "$dc" ] &&
+    ok "uncontended, ETCD_LOCK_REV is the key's create revision on both sides (etcdctl $er, dlock $dr)" ||
+    bad "uncontended ETCD_LOCK_REV: etcdctl $er (created $ec), dlock $dr (created $dc)"
+# after a wait: REV is the revision the grant was seen at, past the key's
+# creation and not past the store's (both wait behind a dlock holder)
+"$DLOCK" --url "$U" run v2 -- sh -c "touch $TMP/v2.in; sleep 1" & k=$!
+until_file "$TMP/v2.in" || bad "dlock run v2 never ran its command"
+etcdctl --endpoints "$EP" lock v2 -- sh -c "$(envcmd ec2); touch $TMP/v2.ec; sleep 1" >/dev/null 2>&1 & e=$!
+"$DLOCK" --url "$U" run -w 20 v2 -- sh -c "$(envcmd dl2)" || bad "dlock run -w v2: exit $?"
+wait $k $e
+read -r ek er ec es <<<"$(envfacts ec2)"
+read -r dk dr dc ds <<<"$(envfacts dl2)"
+[ "$ec" != nokey ] && [ "$er" -gt "$ec" ] && [ "$er" -le "$es" ] &&
+    ok "etcdctl lock after a wait: ETCD_LOCK_REV $er, past its key's creation $ec (store at $es)" ||
+    bad "etcdctl after a wait: REV $er, created $ec, store $es"
+[ "$dc" != nokey ] && [ "$dr" -gt "$dc" ] && [ "$dr" -le "$ds" ] &&
+    ok "dlock run after a wait: ETCD_LOCK_REV $dr, past its key's creation $dc, as etcdctl's (store at $ds)" ||
+    bad "dlock after a wait: REV $dr, created $dc, store $ds"
+# dlock's own layout has no such variables; hold's acquired event carries them
+out=$("$DLOCK" --url "$D" run v3 -- sh -c 'env | grep ^ETCD_LOCK_' 2>&1)
+[ -z "$out" ] && ok "dlock's own layout exports no ETCD_LOCK_*" || bad "own layout exported: $out"
+"$DLOCK" --url "$U" hold --json v4 >"$TMP/v4.out" 2>"$TMP/v4.ev" & k=$!
+until_file "$TMP/v4.out" && for _ in $(seq 100); do [ -s "$TMP/v4.out" ] && break; sleep 0.1; done
+kill -TERM $k; wait $k 2>/dev/null
+ev=$(grep '"acquired"' "$TMP/v4.ev")
+python3 -c 'import json,re,sys; e=json.loads(sys.argv[1]); sys.exit(0 if re.fullmatch(r"v4/[0-9a-f]+", e["ETCD_LOCK_KEY"]) and int(e["ETCD_LOCK_REV"]) == e["token"] else 1)' "$ev" 2>/dev/null &&
+    ok "hold --json: the acquired event carries ETCD_LOCK_KEY and ETCD_LOCK_REV: $ev" ||
+    bad "hold --json acquired event: '$ev'"
 
 # ---- bench and check take the layout ---------------------------------------------------
 "$DLOCK" --url "$U" bench -P 2 -D 1 --warmup 0 --json >"$TMP/bench.json" 2>"$TMP/bench.err"

@@ -88,6 +88,8 @@ typedef struct exec_plan {
     char **sh_argv; /* "/bin/sh" FILE ARGS...: for files without #! (ENOEXEC) */
     char **envp;
     char *vars[4];  /* DLOCK_NAME=, DLOCK_TOKEN=, DLOCK_URL=, DLOCK_URL_FD= */
+    char **peer;    /* the layout's own tool's variables (dlock_peer_env) */
+    size_t npeer;
     int url_fd;     /* the whole URL for the command, -1 when it has no secret */
     long fd_limit;  /* for the CLOEXEC fallback on kernels without close_range */
     const int *keep; /* descriptors our caller gave us: the command gets them */
@@ -103,6 +105,9 @@ static void plan_free(exec_plan *ep)
     free(ep->envp);
     for (size_t i = 0; i < 4; i++)
         free(ep->vars[i]);
+    for (size_t i = 0; i < ep->npeer; i++)
+        free(ep->peer[i]);
+    free(ep->peer);
     if (ep->url_fd >= 0)
         close(ep->url_fd);
     memset(ep, 0, sizeof *ep);
@@ -146,10 +151,32 @@ static char *join3(const char *a, const char *b, const char *c)
     return s;
 }
 
-static int env_is_ours(const char *e)
+/* Whether the inherited variable e is one we set (the command gets ours, not
+ * a dlock's or etcdctl's above us). */
+static int env_is_ours(const exec_plan *ep, const char *e)
 {
-    return strncmp(e, "DLOCK_NAME=", 11) == 0 || strncmp(e, "DLOCK_TOKEN=", 12) == 0 ||
-           strncmp(e, "DLOCK_URL=", 10) == 0 || strncmp(e, "DLOCK_URL_FD=", 13) == 0;
+    if (strncmp(e, "DLOCK_NAME=", 11) == 0 || strncmp(e, "DLOCK_TOKEN=", 12) == 0 ||
+        strncmp(e, "DLOCK_URL=", 10) == 0 || strncmp(e, "DLOCK_URL_FD=", 13) == 0)
+        return 1;
+    for (size_t i = 0; i < ep->npeer; i++) {
+        size_t n = strcspn(ep->peer[i], "=") + 1;
+        if (strncmp(e, ep->peer[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int add_peer_var(const char *var, const char *value, void *arg)
+{
+    exec_plan *ep = arg;
+    char **p = realloc(ep->peer, (ep->npeer + 1) * sizeof *p);
+    if (!p)
+        return DLOCK_ENOMEM;
+    ep->peer = p;
+    if (!(p[ep->npeer] = join3(var, "=", value)))
+        return DLOCK_ENOMEM;
+    ep->npeer++;
+    return 0;
 }
 
 static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
@@ -216,18 +243,24 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
         if (!(ep->vars[3] = join3("DLOCK_URL_FD", "=", fdnum)))
             goto oom;
     }
+    int prc = dlock_peer_env(cfg->lock, add_peer_var, ep);
+    if (prc == DLOCK_ENOMEM)
+        goto oom;
+    /* (DLOCK_ENOTHELD: lost already; the supervisor finds out and says so) */
     size_t nenv = 0;
     for (char **e = environ; e && *e; e++)
         nenv++;
-    if (!(ep->envp = calloc(nenv + 5, sizeof *ep->envp)))
+    if (!(ep->envp = calloc(nenv + 5 + ep->npeer, sizeof *ep->envp)))
         goto oom;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
-        if (!env_is_ours(*e))
+        if (!env_is_ours(ep, *e))
             ep->envp[k++] = *e;
     for (size_t i = 0; i < 4; i++)
         if (ep->vars[i])
             ep->envp[k++] = ep->vars[i];
+    for (size_t i = 0; i < ep->npeer; i++)
+        ep->envp[k++] = ep->peer[i];
 
     ep->fd_limit = sysconf(_SC_OPEN_MAX);
     if (ep->fd_limit <= 0 || ep->fd_limit > 65536)

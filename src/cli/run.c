@@ -434,6 +434,15 @@ static void dropped_msg(const run_cfg *cfg, const waiter *w)
     cli_err("%s: the command never ran; dropped %s received while waiting", cfg->cmdname, list);
 }
 
+/* The acquired event carries the variables the command gets from the
+ * layout's own tool (dlock_peer_env): hold has no command, a script reads
+ * them there. */
+static int ev_peer_var(const char *var, const char *value, void *arg)
+{
+    cli_ev_str(arg, var, value);
+    return 0;
+}
+
 /* Take the lock (or leadership). Returns TAKEN when held, else the exit
  * code (*stop_sig: the signal that ended the wait); *remembered gets the
  * signals to deliver to the command. */
@@ -512,6 +521,7 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
         if (cfg->mode == MODE_ELECT)
             cli_ev_str(&e, "value", cfg->published);
         cli_ev_int(&e, "waited_ms", waited_ms);
+        (void)dlock_peer_env(lock, ev_peer_var, &e); /* (etcdctl's ETCD_LOCK_KEY...) */
         cli_ev_end(&e);
     }
     if (cfg->verbose) {

@@ -1220,10 +1220,14 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
                int64_t until_ns, ec_entry **q, int *n, int64_t *rev, bool *unknown,
                char *err, size_t errlen)
 {
-    char value[sizeof ec->self + 32] = ""; /* (etcdctl: empty, as Mutex's) */
+    /* (etcdctl: empty, as Mutex's; a campaign's value, as Election.Campaign
+     * writes it with the key, so the leader is never seen without it) */
+    char value[sizeof ec->self + DL_LEADER_MAX + 32] = "";
     el->since_ms = dl_realtime_ms();
     if (!ec->etcdctl)
         ec_value_format(ec, el->since_ms, NULL, value, sizeof value);
+    else if (l->campaign_value)
+        snprintf(value, sizeof value, "%s", l->campaign_value);
     char b64k[EC_KEY_MAX * 2], b64v[sizeof value * 2], b64d[EC_KEY_MAX * 2], b64e[EC_KEY_MAX * 2];
     char end[EC_KEY_MAX], ckey[EC_KEY_MAX], b64ck[EC_KEY_MAX * 2], b64s[sizeof ec->self * 2];
     ec_b64_encode(el->key, strlen(el->key), b64k);
@@ -1269,6 +1273,8 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
     *unknown = rc != 0 && sent;
     if (rc)
         return rc;
+    /* (a key found there already came from this body, retried) */
+    l->value_published = ec->etcdctl && l->campaign_value;
     bool ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
     const cJSON *resp = ec_jarr(j, "responses");
     int64_t hrev = ec_header_rev(j);

@@ -170,6 +170,7 @@ struct eclock {
     char key[EC_KEY_MAX];  /* our key while queued or holding, "" none */
     char kind[16];
     int64_t rev;  /* its create revision */
+    int64_t grant_rev; /* the store's revision when we learnt it was ours */
     uint64_t gen; /* the lease it is bound to */
     int64_t lease;    /* ... by its id */
     bool bare;        /* etcdctl: it has the dir's bare key (ecclient.bare) */

@@ -248,7 +248,11 @@ typedef struct ec_waiting {
     int n;
     int64_t rev;    /* the revision q was read at */
     int64_t ev_rev; /* the revision of the last wait's event */
-    bool fresh;     /* q is the read that queued us */
+    /* The store's revision when we learnt of the grant: of the read that
+     * found us first, or of the event that let us in (etcdctl's
+     * ETCD_LOCK_REV, Mutex's Header().Revision, is the same moment's). */
+    int64_t grant_rev;
+    bool fresh; /* q is the read that queued us */
 } ec_waiting;
 
 static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
@@ -272,6 +276,7 @@ static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
                                ec->redacted);
     }
     z->fresh = false;
+    z->grant_rev = z->rev;
     int me = z->n - 1; /* ours is the last entry, or gone */
     *queue = z->q;
     *stride = sizeof *z->q;
@@ -311,6 +316,8 @@ static int ec_wait_on(void *arg, int b, bool *in)
      * (changed_since). No read on the hand-over's path. */
     *in = chain && (el->pred_first || w.pred_held) && w.pred_gone && !w.other;
     z->ev_rev = w.ev_rev;
+    if (*in)
+        z->grant_rev = w.ev_rev;
     return 0;
 }
 
@@ -400,6 +407,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
                           .where = ec->redacted};
     int result = dl_queue_acquire(l, deadline, &qw, &waited);
     free(z.q);
+    el->grant_rev = z.grant_rev;
     if (result == 0) {
         pthread_mutex_lock(&ec->mu);
         bool gone = ec->gen != el->gen || ec->lease_gone;
@@ -798,6 +806,19 @@ static int etcd_set_value(dlock_lock *l, const char *value)
     if (!ok)
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
     return 0;
+}
+
+/* etcdctl: what `etcdctl lock NAME CMD` gives CMD (its environLockResponse):
+ * the holder's key and Mutex's Header().Revision, the store's revision when
+ * the grant was learnt, which is the key's create revision only when it did
+ * not wait (the token, its create revision, orders holders; this does not). */
+static int etcdctl_peer_env(dlock_lock *l, dlock_env_fn fn, void *arg)
+{
+    eclock *el = l->bstate;
+    char rev[24];
+    snprintf(rev, sizeof rev, "%" PRId64, el->grant_rev);
+    int rc = fn("ETCD_LOCK_KEY", el->key, arg);
+    return rc ? rc : fn("ETCD_LOCK_REV", rev, arg);
 }
 
 static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t len)
@@ -1297,6 +1318,7 @@ static const dl_backend_ops etcdctl_ops = {
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
     .name_valid = etcdctl_name_valid,
+    .peer_env = etcdctl_peer_env,
 };
 #define ETCD_OPS .ops = &etcd_ops
 
