@@ -20,12 +20,7 @@ set -u
 preamble
 need_zk "$DLOCK"
 PY=/usr/bin/python3
-JARS=
-for j in curator-recipes curator-framework curator-client zookeeper zookeeper-jute guava \
-    slf4j-api slf4j-nop netty-handler netty-transport netty-common netty-buffer netty-codec \
-    netty-resolver netty-transport-native-epoll netty-transport-native-unix-common; do
-    JARS=$JARS:/usr/share/java/$j.jar
-done
+JARS=$(grep -v '^#' "$src/bench/peers/curator.jars" | sed 's|^|:/usr/share/java/|; s|$|.jar|' | tr -d '\n')
 layouts=()
 if command -v javac >/dev/null && [ -e /usr/share/java/curator-recipes.jar ]; then
     layouts+=(curator curator-rw)

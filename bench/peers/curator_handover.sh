@@ -24,12 +24,7 @@ HP=${HP#zk://}
 HP=${HP%%\?*}
 SESSION_MS=4000
 U="zk://$HP/locks?session=$SESSION_MS&layout=curator"
-JARS=
-for j in curator-recipes curator-framework curator-client zookeeper zookeeper-jute guava \
-    slf4j-api slf4j-nop netty-handler netty-transport netty-common netty-buffer netty-codec \
-    netty-resolver netty-transport-native-epoll netty-transport-native-unix-common; do
-    JARS=$JARS:/usr/share/java/$j.jar
-done
+JARS=$(grep -v '^#' "$here/curator.jars" | sed 's|^|:/usr/share/java/|; s|$|.jar|' | tr -d '\n')
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 javac -nowarn -d "$T" -cp "${JARS#:}" "$here/CuratorHandover.java" || exit 1
@@ -58,8 +53,6 @@ for h in ${HO_SIDES:-curator dlock}; do
             wait $hp $wp
             echo $((($(cat "$T/got") - $(cat "$T/end")) / 1000)) >>"$T/$h-$w"
         done
-        sort -n "$T/$h-$w" | awk -v l="$h -> $w" '{ a[NR] = $1 }
-            END { printf "%-18s n=%d median %.1f ms  p90 %.1f ms\n", l, NR,
-                  a[int((NR + 1) / 2)] / 1000, a[int(NR * 0.9 + 0.5)] / 1000 }'
+        sort -n "$T/$h-$w" | awk -v l="$h -> $w" -f "$here/median_p90.awk"
     done
 done

@@ -11,6 +11,7 @@
 # DLOCK_TEST_ETCD and HO_SIDES=dlock, dlock's own layout); HO_SIDES: the
 # sides (default "etcdctl dlock").
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
 N=${1:-15}
 D=${DLOCK:?set DLOCK to the dlock binary}
 U=${HO_URL:-$DLOCK_TEST_ETCD_ETCDCTL}
@@ -38,8 +39,6 @@ for h in ${HO_SIDES:-etcdctl dlock}; do
             wait $hp $wp
             echo $((($(cat "$T/got") - $(cat "$T/end")) / 1000)) >>"$T/$h-$w"
         done
-        sort -n "$T/$h-$w" | awk -v l="$h -> $w" '{ a[NR] = $1 }
-            END { printf "%-18s n=%d median %.1f ms  p90 %.1f ms\n", l, NR,
-                  a[int((NR + 1) / 2)] / 1000, a[int(NR * 0.9 + 0.5)] / 1000 }'
+        sort -n "$T/$h-$w" | awk -v l="$h -> $w" -f "$here/median_p90.awk"
     done
 done

@@ -353,12 +353,9 @@ def available(peer):
 
 
 JAVA = "/usr/share/java/"
-CURATOR_JARS = [JAVA + j for j in (
-    "curator-recipes.jar", "curator-framework.jar", "curator-client.jar", "zookeeper.jar",
-    "zookeeper-jute.jar", "guava.jar", "slf4j-api.jar", "slf4j-nop.jar",
-    "netty-handler.jar", "netty-transport.jar", "netty-common.jar", "netty-buffer.jar",
-    "netty-codec.jar", "netty-resolver.jar", "netty-transport-native-epoll.jar",
-    "netty-transport-native-unix-common.jar")]
+with open(os.path.join(HERE, "curator.jars"), encoding="utf-8") as _f:
+    CURATOR_JARS = [JAVA + j.strip() + ".jar" for j in _f
+                    if j.strip() and not j.startswith("#")]
 NODE_DIR = os.environ.get("DLOCK_PEERS_NODE_DIR", os.path.join(HERE, "node"))
 
 
