@@ -14,7 +14,8 @@
 # dlock-py: the Python package, DLOCK_PY_PATH=its pip --target dir...),
 # each line labelled with its peer's name; CMDS may be '' (peers only); each
 # CMD runs as `CMD --url URL bench ...` (a dlock binary, or `env VAR=V
-# path/dlock`). -D seconds per run from $D (default 3); $AB_P the rows'
+# path/dlock`); words after ` :: ` in a CMD are more bench options, e.g.
+# 'nofair=build/dlock :: --no-fair'. -D seconds per run from $D (default 3); $AB_P the rows'
 # waiter counts (default "1 8"); $AB_CPUS pins every client and peer there
 # (taskset -c: with the server pinned elsewhere, every round trip crosses
 # CPUs, steadier than the scheduler's placement). Example, a durable
@@ -25,7 +26,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 if [ $# -lt 3 ]; then
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 64
 fi
 url=${!1:-}
@@ -63,8 +64,13 @@ for _ in $(seq "$reps"); do
             one "$peer" "$P" "$py" "$here/peer_bench.py" --peer "$peer" --url "$url"
         done
         for c in "${clients[@]}"; do
+            cmd=${c#*=} opts=
+            if [[ $cmd == *' :: '* ]]; then
+                opts=${cmd#* :: }
+                cmd=${cmd%% :: *}
+            fi
             # shellcheck disable=SC2086
-            one "${c%%=*}" "$P" ${c#*=} --url "$url" bench -K 1
+            one "${c%%=*}" "$P" $cmd --url "$url" bench -K 1 $opts
         done
     done
 done
