@@ -144,4 +144,27 @@ else
     sed 's/^/# /' "$rec"
 fi
 
+# --- hold: the same warning event, before the loss ------------------------
+# (the relay's connection from the run above is gone with its dlock)
+"$DLOCK" --url "redis://127.0.0.1:$rport" hold --ttl 3 --json wh >"$TMP/h.out" 2>"$TMP/h.err" &
+pid=$!
+for _ in $(seq 300); do
+    [ -s "$TMP/h.out" ] && break
+    sleep 0.1
+done
+[ -s "$TMP/h.out" ] || bad "hold under the relay never printed its token"
+kill -STOP "$relay"
+wait_bounded $pid 60 "hold behind a frozen relay"
+rc=$?
+kill -CONT "$relay"
+warn=$(events "$TMP/h.err" warning)
+lost=$(events "$TMP/h.err" lost)
+if [ $rc = 75 ] && [ -n "$warn" ] && [ -n "$lost" ] && [ "$warn" -lt "$lost" ] &&
+    grep -q '"event":"warning".*"signal":null' "$TMP/h.err"; then
+    ok "hold behind a frozen server: a warning event (no signal), then the lost one (exit 75)"
+else
+    bad "hold behind a frozen server: exit $rc, warning at line '$warn', lost at line '$lost'"
+    sed 's/^/# /' "$TMP/h.err"
+fi
+
 finish
