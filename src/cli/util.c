@@ -489,10 +489,11 @@ void cli_warned(const char *cmd, const char *name, dlock_lock *lock, uint64_t to
     do
         r = read(fd, &n, sizeof n);
     while (r < 0 && errno == EINTR);
-    /* Told from the library's thread before it could declare the loss; a
-     * lock lost since says so by its own event. */
+    /* Told by the library before the loss it announces, so its event comes
+     * first even when dlock reads both late; but a lock lost meanwhile
+     * needs no signal to checkpoint, its kill signal follows. */
     if (dlock_state(lock) != DLOCK_STATE_HELD)
-        return;
+        sig = 0;
     long long valid_ms = dlock_valid_ms(lock);
     char sname[16], shown[CLI_SHOW_MAX];
     if (say)
