@@ -191,6 +191,12 @@ static bool warned_once(dlock_lock *l)
     return atomic_load(&warns) >= 1;
 }
 
+static bool loss_told(dlock_lock *l)
+{
+    (void)l;
+    return atomic_load(&warns_at_loss) >= 0;
+}
+
 /* A renewal succeeded since the warning: more than half the lease left. */
 static bool renewed(dlock_lock *l)
 {
@@ -234,6 +240,9 @@ static void test_warning_before_loss(void **state)
     (void)lost_seen_at(l, 30000);
     server_signal("single", SIGCONT);
     assert_int_equal(atomic_load(&warns), 2);
+    /* The descriptor is signalled before on_lost runs: wait for it. */
+    if (!wait_for(loss_told, l, 20000))
+        fail_msg("on_lost was not called");
     assert_int_equal(atomic_load(&warns_at_loss), 2);
     assert_int_equal(atomic_load(&warns_in_caller), 0);
     assert_int_equal(atomic_load(&warned_not_held), 0);
