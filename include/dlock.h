@@ -296,7 +296,8 @@ DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
  * but its liveness has no deadline on our clock (kernel lock, database
  * connection); 0
  * when it is not held (or that moment has passed). A supervisor that may be
- * stopped along with its process can use it to stop work in time.
+ * stopped along with its process can use it to stop work in time. A
+ * max_hold_ms cap is not counted: it is known from the start.
  */
 DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock);
 /* Re-entry count (0 when not held). */
