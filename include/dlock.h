@@ -150,6 +150,8 @@ typedef struct dlock_client_opts {
 } dlock_client_opts;
 
 typedef void (*dlock_lost_cb)(dlock_lock *lock, void *arg);
+/* A warning that a held lease may soon be lost (dlock_lock_opts.on_warn). */
+typedef void (*dlock_warn_cb)(dlock_lock *lock, void *arg);
 
 typedef struct dlock_lock_opts {
     dlock_kind kind;
@@ -160,8 +162,34 @@ typedef struct dlock_lock_opts {
      * lost. Must not block; dlock_lost_fd is the poll-friendly alternative. */
     dlock_lost_cb on_lost;
     void *on_lost_arg;
+    /* Called when no renewal has succeeded for so long that less than
+     * warn_ms is left before the lock would be declared lost (what
+     * dlock_valid_ms says), so that the holder can checkpoint first. Never
+     * while renewals succeed; at most once per failing episode: a renewal
+     * that succeeds ends the episode, and renewals that fail again later may
+     * warn again. From the client's background thread, outside the
+     * library's mutexes, as on_lost (it may call dlock_release; it must not
+     * block); dlock_lock_free waits for a warning being told. Only locks the
+     * core renews have it: lease backends, and ZooKeeper, whose session is
+     * confirmed in the same way (the warning then says the session was not
+     * confirmed for a while); a lock held by a database session or a kernel
+     * lock is never warned (nothing on our clock runs out). NULL: none. */
+    dlock_warn_cb on_warn;
+    void *on_warn_arg;
+    /* How long before the loss to warn: 0 is a third of the lease; at most
+     * half of it (ttl_ms / 2), else DLOCK_EINVAL. A warning that long before
+     * the loss would come between two healthy renewals. */
+    int warn_ms;
+    /* Give the lock up max_hold_ms after its acquisition (counted from
+     * before its request was sent), even while renewals succeed: the core
+     * releases it on the server and tells the loss as any other (state
+     * DLOCK_STATE_LOST, dlock_lost_fd, on_lost; dlock_lock_errmsg says the
+     * max-hold cap was reached), so a holder stuck in a loop does not keep
+     * it forever. On every backend. 0: no cap; negative: DLOCK_EINVAL.
+     * Re-entry does not restart it. */
+    int max_hold_ms;
     /* Room for options of later versions (see dlock_client_opts). */
-    uint64_t reserved_[6];
+    uint64_t reserved_[3];
 } dlock_lock_opts;
 
 DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);
@@ -268,7 +296,8 @@ DLOCK_EXTERN int dlock_lost_fd(dlock_lock *lock);
  * but its liveness has no deadline on our clock (kernel lock, database
  * connection); 0
  * when it is not held (or that moment has passed). A supervisor that may be
- * stopped along with its process can use it to stop work in time.
+ * stopped along with its process can use it to stop work in time. A
+ * max_hold_ms cap is not counted: it is known from the start.
  */
 DLOCK_EXTERN long long dlock_valid_ms(const dlock_lock *lock);
 /* Re-entry count (0 when not held). */

@@ -369,6 +369,11 @@ DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts)
     memset(opts, 0, sizeof *opts);
 }
 
+/* Options of later versions take their room from reserved_: a program
+ * built against an older header passes a struct of the same size. */
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_lock_opts) == 80,
+               "dlock_lock_opts changed size: take new fields from reserved_");
+
 DLOCK_EXTERN void dlock_lock_opts_init(dlock_lock_opts *opts)
 {
     if (!opts)
@@ -629,6 +634,7 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 
 static bool lost_publish(dlock_lock *l, const char *why);
 static void lost_notify(dlock_lock *l);
+static bool uses_lease(const dlock_lock *l);
 
 /* Locks handed to the backend in one renewal call at most: 100 000 held
  * locks then cost about a hundred round trips per renewal period, and one
@@ -641,6 +647,33 @@ static void lost_notify(dlock_lock *l);
 static int64_t loss_at(const dlock_lock *l)
 {
     return l->lease_deadline_ns - loss_margin_ns(l->opts.ttl_ms);
+}
+
+/* The deadlines of a lock tracked only for its max-hold cap (no lease):
+ * far enough never to come, far enough from overflow to subtract from. */
+#define NEVER_NS (INT64_MAX / 4)
+
+/* A warning is still to be told in this failing episode (c->mu held). */
+static bool warn_pending(const dlock_lock *l)
+{
+    return l->opts.on_warn && !l->warned;
+}
+
+/* When the watchdog must look at l next: its warning, else its loss. */
+static int64_t watch_at(const dlock_lock *l)
+{
+    return warn_pending(l) ? loss_at(l) - l->warn_ns : loss_at(l);
+}
+
+/* When the renewal thread must look at l next: its renewal or its cap. */
+static int64_t renew_at(const dlock_lock *l)
+{
+    return l->cap_at_ns && l->cap_at_ns < l->next_renew_ns ? l->cap_at_ns : l->next_renew_ns;
+}
+
+static bool cap_due(const dlock_lock *l, int64_t now)
+{
+    return l->cap_at_ns && l->cap_at_ns <= now;
 }
 
 static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t at_ns)
@@ -666,7 +699,7 @@ static int32_t *pos_of(dlock_lock *l, int by)
 
 static int64_t key_of(const dlock_lock *l, int by)
 {
-    return by == BY_RENEWAL ? l->next_renew_ns : loss_at(l);
+    return by == BY_RENEWAL ? renew_at(l) : watch_at(l);
 }
 
 static void heap_put(struct dl_heap *h, int by, size_t i, dlock_lock *l)
@@ -853,6 +886,44 @@ static void tell_loss(dlock_client *c, dlock_lock *const *lost, size_t n)
                    (void *)lost);
 }
 
+static void tell_warned(void *arg, int i)
+{
+    dlock_lock *l = ((dlock_lock *const *)arg)[i];
+    l->opts.on_warn(l, l->opts.on_warn_arg);
+}
+
+/* Retry of a cap whose lock's owner is in a call on it. */
+#define CAP_RETRY_NS 10000000LL
+
+/* Give l up at its cap (renewing set; outside c->mu): release it on the
+ * server as its owner would. */
+static int cap_release(dlock_client *c, dlock_lock *l)
+{
+    if (atomic_load(&l->state) != DLOCK_STATE_HELD)
+        return DLOCK_ENOTHELD; /* lost meanwhile: told already */
+    l->cap_released = true;
+    /* A lease's release is worth nothing once its loss is declared. */
+    l->op_deadline_ns = c->renews ? loss_at(l) : 0;
+    int rc = c->ops->release(l);
+    l->op_deadline_ns = 0;
+    return rc;
+}
+
+/* Why a capped lock was given up (rc: its release's outcome). */
+static void cap_reason(const dlock_lock *l, int rc, char *why, size_t len)
+{
+    if (rc == 0)
+        snprintf(why, len,
+                 "the max-hold cap of %d ms was reached: given up and released",
+                 l->opts.max_hold_ms);
+    else
+        snprintf(why, len,
+                 "the max-hold cap of %d ms was reached: given up, but its release failed "
+                 "(%s)%s",
+                 l->opts.max_hold_ms, l->renew_err ? l->renew_err : dlock_strerror(rc),
+                 l->c->renews ? "; the server lets it go when its lease runs out" : "");
+}
+
 /*
  * The renewal thread renews held leases at about ttl/3, every lock that is
  * due (or nearly) in one call to the backend. It decides a loss only when
@@ -864,23 +935,23 @@ static void *renew_main(void *arg)
 {
     dlock_client *c = arg;
     in_renewal_thread = true;
-    dlock_lock *batch[RENEW_BATCH_MAX], *busy[RENEW_BATCH_MAX];
-    int rcs[RENEW_BATCH_MAX];
+    dlock_lock *batch[RENEW_BATCH_MAX], *busy[RENEW_BATCH_MAX], *capped[RENEW_BATCH_MAX];
+    int rcs[RENEW_BATCH_MAX], caprcs[RENEW_BATCH_MAX];
     int64_t started[RENEW_BATCH_MAX];
     pthread_mutex_lock(&c->mu);
     while (!c->stopping) {
         int64_t now = dl_now_ns();
         struct dl_heap *h = &c->renew_heap;
-        if (h->n == 0 || h->v[0]->next_renew_ns > now) {
-            int64_t wake = h->n ? h->v[0]->next_renew_ns : now + 3600LL * 1000000000LL;
+        if (h->n == 0 || renew_at(h->v[0]) > now) {
+            int64_t wake = h->n ? renew_at(h->v[0]) : now + 3600LL * 1000000000LL;
             c->renew_wake_ns = wake;
             wait_until(&c->renew_cv, &c->mu, wake);
             c->renew_wake_ns = 0; /* awake: new locks are seen without a signal */
             continue;
         }
-        size_t n = 0, nbusy = 0;
-        while (n < RENEW_BATCH_MAX && nbusy < RENEW_BATCH_MAX && h->n &&
-               h->v[0]->next_renew_ns <= now + coalesce_ns(h->v[0])) {
+        size_t n = 0, nbusy = 0, ncap = 0;
+        while (n + ncap < RENEW_BATCH_MAX && nbusy < RENEW_BATCH_MAX && h->n &&
+               (cap_due(h->v[0], now) || h->v[0]->next_renew_ns <= now + coalesce_ns(h->v[0]))) {
             dlock_lock *l = h->v[0];
             heap_remove(c, BY_RENEWAL, l);
             /* A try, not a wait: the owner's thread takes l->mu before
@@ -892,16 +963,25 @@ static void *renew_main(void *arg)
             }
             l->renewing = true;
             pthread_mutex_unlock(&l->mu);
-            batch[n++] = l;
+            /* At its cap a lock is given up, not renewed. */
+            if (cap_due(l, now))
+                capped[ncap++] = l;
+            else
+                batch[n++] = l;
         }
         for (size_t i = 0; i < nbusy; i++) {
-            busy[i]->next_renew_ns = now + (int64_t)busy[i]->opts.ttl_ms * 1000000LL / 10;
+            if (cap_due(busy[i], now))
+                busy[i]->cap_at_ns = now + CAP_RETRY_NS;
+            if (c->renews)
+                busy[i]->next_renew_ns = now + (int64_t)busy[i]->opts.ttl_ms * 1000000LL / 10;
             heap_push(c, BY_RENEWAL, busy[i]);
         }
-        if (n == 0)
+        if (n == 0 && ncap == 0)
             continue;
         pthread_mutex_unlock(&c->mu);
-        size_t calls = renew_locks(c, batch, rcs, started, n);
+        size_t calls = n ? renew_locks(c, batch, rcs, started, n) : 0;
+        for (size_t i = 0; i < ncap; i++)
+            caprcs[i] = cap_release(c, capped[i]);
         pthread_mutex_lock(&c->mu);
         c->renew_calls += calls;
         size_t nlost = 0;
@@ -915,7 +995,11 @@ static void *renew_main(void *arg)
                 c->renewed++;
                 /* A later deadline: the watchdog finds it when it next looks. */
                 l->lease_deadline_ns = started[i] + ttl_ns;
+                l->warned = false; /* a failing episode, if any, is over */
                 heap_sift(&c->watch_heap, BY_LOSS, (size_t)l->watch_pos);
+                /* Its next warning can be due before the watchdog wakes. */
+                if (c->watch_wake_ns && watch_at(l) < c->watch_wake_ns)
+                    pthread_cond_signal(&c->watch_cv);
                 l->next_renew_ns = started[i] + renew_after(c, l);
                 heap_push(c, BY_RENEWAL, l);
             } else if (rcs[i] == DLOCK_ELOST || rcs[i] == DLOCK_ENOTHELD) {
@@ -928,6 +1012,18 @@ static void *renew_main(void *arg)
             }
             free(l->renew_err);
             l->renew_err = NULL;
+        }
+        for (size_t i = 0; i < ncap; i++) {
+            dlock_lock *l = capped[i];
+            char why[DL_ERRMSG_MAX];
+            cap_reason(l, caprcs[i], why, sizeof why);
+            l->renewing = false;
+            free(l->renew_err);
+            l->renew_err = NULL;
+            /* Published whether or not its owner untracked it meanwhile
+             * (a release waiting for this one): it must not release again. */
+            if (unlist_lost(c, l, why))
+                batch[nlost++] = l; /* nlost <= n: batch has room for ncap more */
         }
         pthread_cond_broadcast(&c->renewed_cv);
         tell_loss(c, batch, nlost);
@@ -950,14 +1046,24 @@ static void *watch_main(void *arg)
     while (!c->stopping) {
         int64_t now = dl_now_ns();
         struct dl_heap *h = &c->watch_heap;
-        if (h->n == 0 || loss_at(h->v[0]) > now) {
-            int64_t wake = h->n ? loss_at(h->v[0]) : now + 3600LL * 1000000000LL;
+        if (h->n == 0 || watch_at(h->v[0]) > now) {
+            int64_t wake = h->n ? watch_at(h->v[0]) : now + 3600LL * 1000000000LL;
             c->watch_wake_ns = wake;
             wait_until(&c->watch_cv, &c->mu, wake);
             c->watch_wake_ns = 0;
             continue;
         }
         dlock_lock *due = h->v[0];
+        if (now < loss_at(due)) {
+            /* Its warning: no renewal has succeeded for so long that less
+             * than warn_ns is left. Once per failing episode. */
+            due->warned = true;
+            heap_sift(h, BY_LOSS, (size_t)due->watch_pos);
+            if (atomic_load(&due->state) == DLOCK_STATE_HELD)
+                dl_teller_tell(&c->teller, &c->mu, (const void *const *)&due, 1, tell_warned,
+                               &due);
+            continue;
+        }
         /* A session backend (ZooKeeper) has no lease: its window is the
          * part of the session timeout the server cannot have used up. */
         if (unlist_lost(c, due,
@@ -1006,16 +1112,23 @@ static int lease_track(dlock_lock *l, int64_t started_ns)
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
-    l->lease_deadline_ns = started_ns + ttl_ns;
-    l->next_renew_ns = started_ns + renew_after(c, l);
+    /* A lock without a lease is here only for its cap. */
+    bool lease = uses_lease(l);
+    l->lease_deadline_ns = lease ? started_ns + ttl_ns : NEVER_NS;
+    l->next_renew_ns = lease ? started_ns + renew_after(c, l) : NEVER_NS;
+    l->cap_at_ns = l->opts.max_hold_ms ? started_ns + dl_ms_to_ns(l->opts.max_hold_ms) : 0;
+    l->warned = !lease;
+    /* ZooKeeper's span is its backend's (lock_init): cut to half of it. */
+    int warn_ms = l->opts.warn_ms ? l->opts.warn_ms : l->opts.ttl_ms / 3;
+    l->warn_ns = dl_ms_to_ns(warn_ms < l->opts.ttl_ms / 2 ? warn_ms : l->opts.ttl_ms / 2);
     heap_push(c, BY_RENEWAL, l);
     heap_push(c, BY_LOSS, l);
     /* Wake a thread only if it sleeps past this lease's first renewal or
      * loss: with locks taken and given back all the time, it rarely does,
      * and a wake-up per acquisition would cost more than the acquisition. */
-    if (c->renew_wake_ns && l->next_renew_ns < c->renew_wake_ns)
+    if (c->renew_wake_ns && renew_at(l) < c->renew_wake_ns)
         pthread_cond_signal(&c->renew_cv);
-    if (c->watch_wake_ns && loss_at(l) < c->watch_wake_ns)
+    if (c->watch_wake_ns && watch_at(l) < c->watch_wake_ns)
         pthread_cond_signal(&c->watch_cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
@@ -1058,7 +1171,7 @@ static bool uses_lease(const dlock_lock *l)
 static void handle_lock(dlock_lock *l)
 {
     pthread_mutex_lock(&l->mu);
-    if (!uses_lease(l))
+    if (!uses_lease(l) && !l->opts.max_hold_ms)
         return;
     dlock_client *c = l->c;
     pthread_mutex_lock(&c->mu);
@@ -1153,6 +1266,16 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
                              o.fair);
     if (o.ttl_ms == 0)
         o.ttl_ms = DL_DEFAULT_TTL_MS;
+    if (o.max_hold_ms < 0)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "max_hold_ms must be positive (0: no cap), not %d ms", o.max_hold_ms);
+    /* Renewals come every third of the lease: a warning earlier than half
+     * of it before the loss could come between two that succeed. */
+    if (o.warn_ms < 0 || o.warn_ms > o.ttl_ms / 2)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "warn_ms must be between 0 (a third of the lease) and half the "
+                             "%d ms lease, not %d ms",
+                             o.ttl_ms, o.warn_ms);
     /* Renewal at ttl/3 needs a few milliseconds of room to be meaningful. */
     if (o.ttl_ms < 30)
         return dl_client_err(client, DLOCK_EINVAL, "ttl of %d ms is too short (minimum 30 ms)",
@@ -1362,6 +1485,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     cancel_arm(l);
     drain_lost(l);
     atomic_store(&l->lost_claimed, false);
+    l->cap_released = false;
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started;
     pthread_mutex_lock(&l->mu);
@@ -1404,7 +1528,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
         atomic_store(&l->token, 0);
     }
     pthread_mutex_unlock(&l->mu);
-    if (rc == 0 && uses_lease(l)) {
+    if (rc == 0 && (uses_lease(l) || l->opts.max_hold_ms)) {
         rc = lease_track(l, started);
         if (rc) {
             l->count = 1;
@@ -1440,7 +1564,8 @@ static int release_now(dlock_lock *l)
     int st = atomic_load(&l->state);
     int rc;
     if (st == DLOCK_STATE_LOST) {
-        if (l->c->ops->abandon)
+        /* Not when its cap gave it back already: nothing is left of it. */
+        if (l->c->ops->abandon && !l->cap_released)
             l->c->ops->abandon(l);
         rc = dl_lock_err(l, DLOCK_ELOST, "%s", l->lost_msg ? l->lost_msg : "lock lost");
     } else {

@@ -301,6 +301,17 @@ struct dlock_lock {
     int64_t next_renew_ns;
     int32_t renew_pos, watch_pos;
     bool renewing;
+    /* opts.max_hold_ms: when the renewal thread gives the lock up (0:
+     * never); a lock with a cap is tracked in both heaps whatever its
+     * backend (a lock without a lease has neither deadline nor renewals
+     * there, only the cap). cap_released: the core released it on the
+     * server, so the owner's release has nothing left to abandon. */
+    int64_t cap_at_ns;
+    bool cap_released;
+    /* opts.on_warn: warn_ns before loss_at; warned: this failing episode
+     * was told (reset by a renewal that succeeds). */
+    int64_t warn_ns;
+    bool warned;
 
     dlock_lock *prev_handle, *next_handle; /* in c->handles (guarded by c->mu) */
     bool detached; /* the client was closed: only dlock_lock_free is useful */

@@ -1249,6 +1249,85 @@ static void case_loss_notification(void **state)
     close_client(c2);
 }
 
+/* Warnings told to a holder (on_warn), and whether it came from the
+ * caller's thread (it must not). */
+static atomic_int warn_calls;
+
+static void count_warning(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    atomic_fetch_add(&warn_calls, 1);
+}
+
+/* Issue 28: max_hold_ms gives a lock up at its cap on every backend, even
+ * while its renewals succeed (a 1.5 s lease renewed through three periods
+ * on lease backends): the loss is told as any other (descriptor, state,
+ * on_lost once), its message names the cap, the lock is released on the
+ * server (another client takes it at once, long before a lease left
+ * behind would run out), the owner's release says ELOST, and no warning
+ * (on_warn) comes while renewals succeed. */
+static void case_max_hold(void **state)
+{
+    (void)state;
+    char n[128];
+    nm(n, sizeof n, "cap");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = 1500;
+    o.max_hold_ms = 4500;
+    o.on_lost = on_lost;
+    o.on_warn = count_warning;
+    dlock_lock *l = NULL, *bad = NULL;
+    /* The contract's bounds first: a negative cap, a warning too early. */
+    o.max_hold_ms = -1;
+    assert_int_equal(dlock_lock_new(&bad, c, n, &o), DLOCK_EINVAL);
+    o.max_hold_ms = 4500;
+    o.warn_ms = 751;
+    assert_int_equal(dlock_lock_new(&bad, c, n, &o), DLOCK_EINVAL);
+    o.warn_ms = 0;
+    assert_int_equal(dlock_lock_new(&l, c, n, &o), 0);
+    /* A lease far longer than the test: only a real release lets it in. */
+    dlock_lock_opts ro;
+    dlock_lock_opts_init(&ro);
+    ro.ttl_ms = 60000;
+    dlock_lock *other = NULL;
+    assert_int_equal(dlock_lock_new(&other, c2, n, &ro), 0);
+    atomic_store(&lost_calls, 0);
+    atomic_store(&lost_in_caller, 0);
+    atomic_store(&warn_calls, 0);
+    lost_caller = pthread_self();
+    acquire_ok(l, 5000);
+    acquire_ok(l, 0); /* a re-entry does not restart the cap */
+    struct pollfd p = {.fd = dlock_lost_fd(l), .events = POLLIN};
+    assert_true(p.fd >= 0);
+    /* A bound against a hang, not a measure: the cap comes at 4.5 s. */
+    assert_int_equal(poll(&p, 1, 60000), 1);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_LOST);
+    const char *why = dlock_lock_errmsg(l);
+    if (!strstr(why, "the max-hold cap of 4500 ms was reached: given up and released"))
+        fail_msg("the capped lock's message: %s", why);
+    for (int i = 0; i < 1000 && atomic_load(&lost_calls) == 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(atomic_load(&lost_in_caller), 0);
+    assert_int_equal(atomic_load(&warn_calls), 0);
+    /* Released on the server: another client gets it on its first try. */
+    assert_int_equal(dlock_acquire(other, 0), 0);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    release_ok(other);
+    /* The handle is good for a new holding (and a new cap). */
+    acquire_ok(l, 5000);
+    release_ok(l);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
+    close_client(c);
+    close_client(c2);
+}
+
 /* What the callback of a broken holding saw and did. */
 struct broken_told {
     atomic_int calls;
@@ -2320,6 +2399,7 @@ static const struct kase {
     {"inspect", case_inspect, 0, 60},
     {"list", case_list, 0, 60},
     {"loss_notification", case_loss_notification, 0, 60},
+    {"max_hold", case_max_hold, 0, 90},
     {"broken_holder_told", case_broken_holder_told, 0, 60},
     {"break_hands_to_waiter", case_break_hands_to_waiter, 0, 60},
     {"killed_holder", case_killed_holder, 0, 60},

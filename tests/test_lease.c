@@ -13,7 +13,9 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -153,6 +155,102 @@ static void test_free_waits_for_loss_callback(void **state)
     dlock_client_close(c);
 }
 
+/* What the warning and loss callbacks of test_warning_before_loss saw. */
+static atomic_int warns, warns_in_caller, warned_not_held, warns_at_loss;
+static pthread_t warn_caller;
+
+static void count_warn(dlock_lock *l, void *arg)
+{
+    (void)arg;
+    if (pthread_equal(pthread_self(), warn_caller))
+        atomic_fetch_add(&warns_in_caller, 1);
+    /* Told before the loss it announces: the lock is still held. */
+    if (dlock_state(l) != DLOCK_STATE_HELD)
+        atomic_fetch_add(&warned_not_held, 1);
+    atomic_fetch_add(&warns, 1);
+}
+
+static void warns_then_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    atomic_store(&warns_at_loss, atomic_load(&warns));
+}
+
+/* Until cond() or limit_ms (a bound against a hang): cond() at the end. */
+static bool wait_for(bool (*cond)(dlock_lock *), dlock_lock *l, int limit_ms)
+{
+    for (int64_t until = now_ms() + limit_ms; !cond(l) && now_ms() < until;)
+        sleep_ms(10);
+    return cond(l);
+}
+
+static bool warned_once(dlock_lock *l)
+{
+    (void)l;
+    return atomic_load(&warns) >= 1;
+}
+
+static bool loss_told(dlock_lock *l)
+{
+    (void)l;
+    return atomic_load(&warns_at_loss) >= 0;
+}
+
+/* A renewal succeeded since the warning: more than half the lease left. */
+static bool renewed(dlock_lock *l)
+{
+    return dlock_valid_ms(l) > 3000;
+}
+
+/* Issue 28: on_warn is told while renewals fail, before the loss, from the
+ * background thread, once per failing episode: a renewal that succeeds
+ * (the server continued) ends the episode, and a second freeze warns again
+ * before the loss. Orders only: the 6 s lease warns 2 s before its loss. */
+static void test_warning_before_loss(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open(&c, url, NULL), 0);
+    dlock_lock_opts o;
+    dlock_lock_opts_init(&o);
+    o.ttl_ms = 6000;
+    o.on_warn = count_warn;
+    o.on_lost = warns_then_lost;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, "lease-warned", &o), 0);
+    atomic_store(&warns, 0);
+    atomic_store(&warns_in_caller, 0);
+    atomic_store(&warned_not_held, 0);
+    atomic_store(&warns_at_loss, -1);
+    warn_caller = pthread_self();
+    if (dlock_acquire(l, 0) != 0)
+        fail_msg("acquire: %s", dlock_lock_errmsg(l));
+    server_signal("single", SIGSTOP);
+    bool warned = wait_for(warned_once, l, 20000);
+    server_signal("single", SIGCONT);
+    if (!warned)
+        fail_msg("no warning while the server was frozen (state %d)", (int)dlock_state(l));
+    /* The stuck renewal gets its reply: the episode ends, no loss. */
+    if (!wait_for(renewed, l, 20000))
+        fail_msg("no renewal after the server continued: %s", dlock_lock_errmsg(l));
+    assert_int_equal(dlock_state(l), DLOCK_STATE_HELD);
+    assert_int_equal(atomic_load(&warns), 1);
+    server_signal("single", SIGSTOP);
+    (void)lost_seen_at(l, 30000);
+    server_signal("single", SIGCONT);
+    assert_int_equal(atomic_load(&warns), 2);
+    /* The descriptor is signalled before on_lost runs: wait for it. */
+    if (!wait_for(loss_told, l, 20000))
+        fail_msg("on_lost was not called");
+    assert_int_equal(atomic_load(&warns_at_loss), 2);
+    assert_int_equal(atomic_load(&warns_in_caller), 0);
+    assert_int_equal(atomic_load(&warned_not_held), 0);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* dlock_client_close gives the locks back on a server too (item 3). */
 static void test_close_releases_on_server(void **state)
 {
@@ -185,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_stuck_renewal_does_not_delay_another_loss),
         cmocka_unit_test(test_free_waits_for_loss_callback),
         cmocka_unit_test(test_close_releases_on_server),
+        cmocka_unit_test(test_warning_before_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -959,10 +959,14 @@ static int supervise_loop(sup *s)
         if (s->lease && !s->lost && s->guardian > 0 && (wake < 0 || s->refresh_at < wake))
             wake = s->refresh_at;
 
-        struct pollfd fds[3];
+        struct pollfd fds[4];
         nfds_t n = 0;
         fds[n++] = (struct pollfd){.fd = cli_sig_fd(), .events = POLLIN};
-        int lost_i = -1, err_i = -1;
+        int lost_i = -1, err_i = -1, warn_i = -1;
+        if (!s->lost && cfg->warn_fd >= 0) {
+            warn_i = (int)n;
+            fds[n++] = (struct pollfd){.fd = cfg->warn_fd, .events = POLLIN};
+        }
         if (!s->lost && lost_fd >= 0) {
             lost_i = (int)n;
             fds[n++] = (struct pollfd){.fd = lost_fd, .events = POLLIN};
@@ -989,6 +993,10 @@ static int supervise_loop(sup *s)
             if (!s->failed)
                 deliver_remembered(s);
         }
+        /* A warning is told before its loss: read it first. */
+        if (r > 0 && warn_i >= 0 && fds[warn_i].revents)
+            cli_warned(cfg->cmdname, cfg->name, cfg->lock, cfg->token, cfg->warn_sig, s->pgid,
+                       cfg->warn_fd, cfg->warn_sig || cfg->verbose);
         if (r > 0 && lost_i >= 0 && fds[lost_i].revents)
             on_loss(s);
         int sig;

@@ -99,6 +99,8 @@ typedef struct cli_supervise_cfg {
     dlock_lock *lock;    /* held */
     uint64_t token;      /* its fencing token (dlock_token says 0 once it is lost) */
     int kill_sig;        /* sent to the command's group on loss */
+    int warn_sig;        /* sent to the command's group on a warning, 0 none */
+    int warn_fd;         /* readable on a warning (cli_warn_fd), -1 none */
     int kill_grace_ms;   /* then SIGKILL after this long */
     int verbose;
     int64_t lose_at_ms;  /* test hook: force loss at this cli_now_ms(), -1 never */
@@ -177,6 +179,17 @@ void cli_ev_error(const char *name, const char *code, int exit_code, const char 
 
 /* A "lost" event: the token that was held and why (the library's message). */
 void cli_ev_lost(const char *name, uint64_t token, const char *msg);
+
+/* Warnings before loss (dlock_lock_opts.on_warn): cli_warn_fd() makes a
+ * descriptor (-1 with errno) that cli_on_warn, the callback, with the
+ * descriptor as its argument (cast to intptr_t), makes readable from the
+ * library's thread. cli_warned(cmd, name, lock, token, sig, fd, say) reads
+ * it and tells the warning: a "warning" event, a line on stderr when say,
+ * and sig (0 none) to the process group pgid (0 none). */
+int cli_warn_fd(void);
+void cli_on_warn(dlock_lock *lock, void *arg);
+void cli_warned(const char *cmd, const char *name, dlock_lock *lock, uint64_t token, int sig,
+                int pgid, int fd, int say);
 
 /* Check a lock name; prints the error and returns 64 if invalid, else 0.
  * Under a URL that chooses a layout the library judges it (peers' names). */

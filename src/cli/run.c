@@ -35,6 +35,8 @@ typedef struct run_cfg {
     int conflict_code;
     int quiet, verbose, json;
     int kill_sig, kill_grace_ms;
+    int warn_sig;        /* --warn-signal, 0 none */
+    int warn_given;      /* --warn-before */
     const char *value;   /* elect --value */
     char published[256]; /* elect: the value published (--value, else self_desc) */
     const char *url;
@@ -43,7 +45,8 @@ typedef struct run_cfg {
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
-    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_JSON, R_HELP
+    R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_JSON, R_HELP,
+    R_MAXHOLD, R_WARNSIG, R_WARNBEFORE
 };
 
 static const cli_opt run_opts[] = {
@@ -61,6 +64,9 @@ static const cli_opt run_opts[] = {
     {"verbose", 'v', 0, R_VERBOSE},
     {"kill-signal", 0, 1, R_KILLSIG},
     {"kill-grace", 0, 1, R_GRACE},
+    {"max-hold", 0, 1, R_MAXHOLD},
+    {"warn-signal", 0, 1, R_WARNSIG},
+    {"warn-before", 0, 1, R_WARNBEFORE},
     {"value", 0, 1, R_VALUE},
     {"url", 0, 1, R_URL},
     {"url-file", 0, 1, R_URL_FILE},
@@ -186,6 +192,26 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
                 return cli_usage(cmd, "%s wants seconds (like 5 or 0.5), not %s", p.optname,
                                  cli_show(p.val, shown, sizeof shown));
             break;
+        case R_MAXHOLD:
+            if ((rc = cli_parse_secs(p.val, &cfg->lopts.max_hold_ms)) == CLI_SECS_TOO_LARGE)
+                return too_large(cmd, p.optname, p.val);
+            if (rc < 0 || cfg->lopts.max_hold_ms == 0)
+                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            break;
+        case R_WARNSIG:
+            if ((cfg->warn_sig = cli_parse_signal(p.val)) <= 0)
+                return cli_usage(cmd, "%s wants a signal name or number (like USR1 or 10), not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            break;
+        case R_WARNBEFORE:
+            if ((rc = cli_parse_secs(p.val, &cfg->lopts.warn_ms)) == CLI_SECS_TOO_LARGE)
+                return too_large(cmd, p.optname, p.val);
+            if (rc < 0 || cfg->lopts.warn_ms == 0)
+                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
+                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            cfg->warn_given = 1;
+            break;
         case R_VALUE:
             if (strlen(p.val) > 255)
                 return cli_usage(cmd, "%s is limited to 255 bytes", p.optname);
@@ -226,6 +252,9 @@ done:
         cfg->name = argv[p.idx++];
     if (cfg->mode == MODE_HOLD && p.idx < argc)
         return cli_usage(cmd, "hold takes no command (use 'dlock run NAME -- CMD')");
+    if (cfg->mode == MODE_HOLD && cfg->warn_sig)
+        return cli_usage(cmd, "--warn-signal is for a command: hold has none (--json shows "
+                              "warnings)");
     if (cfg->wait_given && cfg->nonblock)
         return cli_usage(cmd, "-w and -n exclude each other");
     if (cfg->shared && cfg->permits_given)
@@ -537,7 +566,8 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
 
 /* `dlock hold`: print the token, then sleep until a terminating signal or
  * the loss of the lock. Returns the exit code. */
-static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lose_at)
+static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lose_at,
+                int warn_fd)
 {
     char shown[CLI_SHOW_MAX];
     cli_show(cfg->name, shown, sizeof shown);
@@ -548,8 +578,9 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lo
     }
     int lost_fd = dlock_lost_fd(lock);
     for (;;) {
-        struct pollfd fds[2] = {{.fd = cli_sig_fd(), .events = POLLIN},
-                                {.fd = lost_fd, .events = POLLIN}};
+        struct pollfd fds[3] = {{.fd = cli_sig_fd(), .events = POLLIN},
+                                {.fd = lost_fd, .events = POLLIN},
+                                {.fd = warn_fd, .events = POLLIN}}; /* -1: none */
         struct timespec ts, *tsp = NULL;
         if (lose_at >= 0) {
             int64_t left = lose_at - cli_now_ms();
@@ -562,12 +593,15 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lo
             ts.tv_nsec = (left % 1000) * 1000000;
             tsp = &ts;
         }
-        int n = ppoll(fds, 2, tsp, cli_sig_pollmask());
+        int n = ppoll(fds, 3, tsp, cli_sig_pollmask());
         if (n < 0 && errno != EINTR) {
             cli_err("hold: poll: %s", strerror(errno));
             cli_ev_error(cfg->name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
             return CLI_EXIT_SOFTWARE;
         }
+        /* Before the loss: a warning told before it is read before it. */
+        if (n > 0 && fds[2].revents)
+            cli_warned("hold", cfg->name, lock, token, 0, 0, warn_fd, cfg->verbose);
         if (n > 0 && fds[1].revents) {
             cli_lost_ack(lock);
             const char *why = dlock_lock_errmsg(lock);
@@ -618,6 +652,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     dlock_client *c = NULL;
     dlock_lock *lock = NULL;
+    int warn_fd = -1;
     /* A signal that ended the wait or killed the command: dlock dies of it
      * too, once the lock is given back (a shell then acts on it). */
     int die_sig = 0, die_group = 0;
@@ -637,6 +672,19 @@ int cli_run(int argc, char **argv, const cli_global *g)
         int64_t left = cfg.timeout_ms - (cli_now_ms() - opening);
         cfg.acquire_ms = left > 1 ? (int)left : 1;
     }
+    /* Warnings before loss only where someone hears them: --warn-signal,
+     * --json or -v. The descriptor outlives the lock (freed first). */
+    if (cfg.warn_sig || cfg.json || cfg.verbose) {
+        if ((warn_fd = cli_warn_fd()) < 0) {
+            cli_err("%s: cannot create an eventfd for warnings: %s", cfg.cmdname,
+                    strerror(errno));
+            cli_ev_error(cfg.name, "INTERNAL", CLI_EXIT_SOFTWARE, NULL);
+            rc = CLI_EXIT_SOFTWARE;
+            goto out;
+        }
+        cfg.lopts.on_warn = cli_on_warn;
+        cfg.lopts.on_warn_arg = (void *)(intptr_t)warn_fd;
+    }
     if ((rc = dlock_lock_new(&lock, c, cfg.name, &cfg.lopts)) != 0) {
         const char *why = dlock_client_errmsg(c);
         cli_err("%s: cannot create lock %s: %s", cfg.cmdname, shown,
@@ -655,7 +703,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
     uint64_t token = dlock_token(lock);
 
     if (cfg.mode == MODE_HOLD) {
-        rc = hold(&cfg, lock, token, lose_at);
+        rc = hold(&cfg, lock, token, lose_at, warn_fd);
     } else {
         /* Do not start the command if we were told to stop while the lock
          * was being taken. */
@@ -678,6 +726,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .lock = lock,
                 .token = token,
                 .kill_sig = cfg.kill_sig,
+                .warn_sig = cfg.warn_sig,
+                .warn_fd = warn_fd,
                 .kill_grace_ms = cfg.kill_grace_ms,
                 .verbose = cfg.verbose,
                 .lose_at_ms = lose_at,
@@ -731,6 +781,8 @@ out:
         dlock_lock_free(lock);
     if (c)
         dlock_client_close(c);
+    if (warn_fd >= 0)
+        close(warn_fd);
     cli_sig_teardown();
     /* Not when the exit status says something else (the lock was lost, or
      * giving it back failed). */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -464,6 +465,53 @@ void cli_lost_ack(dlock_lock *lock)
         r = read(dlock_lost_fd(lock), &n, sizeof n);
     while (r < 0 && errno == EINTR);
     /* EAGAIN (already read) and the like change nothing: the loss is known. */
+}
+
+int cli_warn_fd(void)
+{
+    return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+void cli_on_warn(dlock_lock *lock, void *arg)
+{
+    (void)lock;
+    uint64_t one = 1;
+    if (write((int)(intptr_t)arg, &one, sizeof one) < 0) {
+        /* only on counter overflow: a warning is pending anyway */
+    }
+}
+
+void cli_warned(const char *cmd, const char *name, dlock_lock *lock, uint64_t token, int sig,
+                int pgid, int fd, int say)
+{
+    uint64_t n;
+    ssize_t r;
+    do
+        r = read(fd, &n, sizeof n);
+    while (r < 0 && errno == EINTR);
+    /* Told by the library before the loss it announces, so its event comes
+     * first even when dlock reads both late; but a lock lost meanwhile
+     * needs no signal to checkpoint, its kill signal follows. */
+    if (dlock_state(lock) != DLOCK_STATE_HELD)
+        sig = 0;
+    long long valid_ms = dlock_valid_ms(lock);
+    char sname[16], shown[CLI_SHOW_MAX];
+    if (say)
+        cli_err("%s: lock %s: no renewal has succeeded for a while; it will be declared lost "
+                "in %lld ms unless one does%s%s",
+                cmd, cli_show(name, shown, sizeof shown), valid_ms,
+                sig && pgid > 0 ? "; sending it " : "",
+                sig && pgid > 0 ? cli_signal_name(sig, sname, sizeof sname) : "");
+    cli_event e;
+    if (cli_ev_begin(&e, "warning", name)) {
+        cli_ev_u64(&e, "token", token);
+        cli_ev_int(&e, "valid_ms", valid_ms);
+        cli_ev_str(&e, "signal", sig && pgid > 0 ? cli_signal_name(sig, sname, sizeof sname)
+                                                 : NULL);
+        cli_ev_end(&e);
+    }
+    if (sig && pgid > 0 && kill(-pgid, sig) < 0 && errno != ESRCH)
+        cli_err("%s: cannot send the warning signal: %s", cmd, strerror(errno));
 }
 
 int64_t cli_now_ms(void)
