@@ -1257,7 +1257,8 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
     char marker[EC_KEY_MAX], b64m[EC_KEY_MAX * 2];
     snprintf(marker, sizeof marker, "%s/%s%s", ec->prefix, ec_names_dir(ec), l->name);
     ec_b64_encode(marker, strlen(marker), b64m);
-    char body[EC_KEY_MAX * 24];
+    /* Room for every part (a leader's value may be long), and the JSON around them. */
+    char body[sizeof b64k * 3 + sizeof b64v + sizeof range + sizeof cput + sizeof b64m * 2 + 512];
     snprintf(body, sizeof body,
              "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
              "\"create_revision\":\"0\"}],"
