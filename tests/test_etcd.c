@@ -947,7 +947,7 @@ static int expect_open_fails(const char *url, int want, const char *what)
     if (want)
         assert_int_equal(rc, want);
     assert_null(c);
-    assert_true(took < 5000);
+    assert_true(took < 15000); /* a hang, not a speed: see TLS_CONNECT */
     assert_non_null(msg);
     assert_true(msg[0] != '\0');
     assert_null(strchr(msg, '\n'));
@@ -955,7 +955,9 @@ static int expect_open_fails(const char *url, int want, const char *what)
     return rc;
 }
 
-#define TLS_CONNECT "connect_timeout_ms=4000"
+/* A TLS handshake under valgrind on a loaded machine took 3.7 s: room for
+ * a refused certificate to be told as such, not as a timeout. */
+#define TLS_CONNECT "connect_timeout_ms=12000"
 
 static void test_auth_and_tls(void **state)
 {
