@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -87,6 +88,26 @@ static int too_large(const char *cmd, const char *opt, const char *val)
                      cli_clean(val, shown, sizeof shown), CLI_SECS_MAX);
 }
 
+/* An option in seconds into *ms: -1, or the exit code of its usage error.
+ * like: a bad value's examples (NULL: "a positive number of seconds");
+ * positive: 0 is refused too. */
+static int secs_opt(const char *cmd, const cli_parser *p, int *ms, const char *like,
+                    bool positive)
+{
+    char shown[CLI_SHOW_MAX];
+    int rc = cli_parse_secs(p->val, ms);
+    if (rc == CLI_SECS_TOO_LARGE)
+        return too_large(cmd, p->optname, p->val);
+    if (rc < 0 || (positive && *ms == 0)) {
+        if (like)
+            return cli_usage(cmd, "%s wants seconds (like %s), not %s", p->optname, like,
+                             cli_show(p->val, shown, sizeof shown));
+        return cli_usage(cmd, "%s wants a positive number of seconds, not %s", p->optname,
+                         cli_show(p->val, shown, sizeof shown));
+    }
+    return -1;
+}
+
 /* Returns -1 to go on, else an exit code (0 after --help). */
 static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
 {
@@ -130,22 +151,16 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             cfg->name = p.val;
             break;
         case R_WAIT:
-            if ((rc = cli_parse_secs(p.val, &cfg->timeout_ms)) == CLI_SECS_TOO_LARGE)
-                return too_large(cmd, p.optname, p.val);
-            if (rc < 0)
-                return cli_usage(cmd, "%s wants seconds (like 10 or 0.5), not %s", p.optname,
-                                 cli_show(p.val, shown, sizeof shown));
+            if ((rc = secs_opt(cmd, &p, &cfg->timeout_ms, "10 or 0.5", false)) >= 0)
+                return rc;
             cfg->wait_given = 1;
             break;
         case R_NONBLOCK:
             cfg->nonblock = 1;
             break;
         case R_TTL:
-            if ((rc = cli_parse_secs(p.val, &cfg->lopts.ttl_ms)) == CLI_SECS_TOO_LARGE)
-                return too_large(cmd, p.optname, p.val);
-            if (rc < 0)
-                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
-                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            if ((rc = secs_opt(cmd, &p, &cfg->lopts.ttl_ms, NULL, false)) >= 0)
+                return rc;
             /* Checked here, on what the user wrote: the library would only
              * see the value rounded up to whole milliseconds ("1 ms"). */
             if (strtod(p.val, NULL) < TTL_MIN_SECS)
@@ -186,18 +201,12 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
                                  p.optname, cli_show(p.val, shown, sizeof shown));
             break;
         case R_GRACE:
-            if ((rc = cli_parse_secs(p.val, &cfg->kill_grace_ms)) == CLI_SECS_TOO_LARGE)
-                return too_large(cmd, p.optname, p.val);
-            if (rc < 0)
-                return cli_usage(cmd, "%s wants seconds (like 5 or 0.5), not %s", p.optname,
-                                 cli_show(p.val, shown, sizeof shown));
+            if ((rc = secs_opt(cmd, &p, &cfg->kill_grace_ms, "5 or 0.5", false)) >= 0)
+                return rc;
             break;
         case R_MAXHOLD:
-            if ((rc = cli_parse_secs(p.val, &cfg->lopts.max_hold_ms)) == CLI_SECS_TOO_LARGE)
-                return too_large(cmd, p.optname, p.val);
-            if (rc < 0 || cfg->lopts.max_hold_ms == 0)
-                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
-                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            if ((rc = secs_opt(cmd, &p, &cfg->lopts.max_hold_ms, NULL, true)) >= 0)
+                return rc;
             break;
         case R_WARNSIG:
             if ((cfg->warn_sig = cli_parse_signal(p.val)) <= 0)
@@ -205,11 +214,8 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
                                  p.optname, cli_show(p.val, shown, sizeof shown));
             break;
         case R_WARNBEFORE:
-            if ((rc = cli_parse_secs(p.val, &cfg->lopts.warn_ms)) == CLI_SECS_TOO_LARGE)
-                return too_large(cmd, p.optname, p.val);
-            if (rc < 0 || cfg->lopts.warn_ms == 0)
-                return cli_usage(cmd, "%s wants a positive number of seconds, not %s",
-                                 p.optname, cli_show(p.val, shown, sizeof shown));
+            if ((rc = secs_opt(cmd, &p, &cfg->lopts.warn_ms, NULL, true)) >= 0)
+                return rc;
             cfg->warn_given = 1;
             break;
         case R_VALUE:
