@@ -145,6 +145,24 @@ typedef struct dl_backend_ops {
     /* A held lock's environment for a command, as the layout's own tool
      * gives it (see dlock_peer_env): fn once per variable. NULL: none. */
     int (*peer_env)(dlock_lock *l, dlock_env_fn fn, void *arg);
+    /*
+     * Claims (dlock once): one small durable record per claim key, which
+     * outlives every lock and process. The core keeps the rules (one runner
+     * at a time, under an exclusive lock on the key; attempts, retention,
+     * fingerprints) and the record's format; a backend keeps only the bytes,
+     * and where it can keep data durably. All three NULL: no claims here
+     * (memcached evicts). Keys are dlock_name_valid names; each backend puts
+     * them apart from its lock names (a table, a prefix, a folder).
+     * record_get: 0 with *val (malloc'd, NUL-terminated, *len without the
+     *   NUL) or *val NULL when there is none or its time is over.
+     * record_put: store val[0..len) for ttl_ms from now, replacing any;
+     *   after ttl_ms it is gone (record_get says none).
+     * record_del: forget it (0 too when there was none).
+     */
+    int (*record_get)(dlock_client *c, const char *key, char **val, size_t *len);
+    int (*record_put)(dlock_client *c, const char *key, const char *val, size_t len,
+                      int64_t ttl_ms);
+    int (*record_del)(dlock_client *c, const char *key);
 } dl_backend_ops;
 
 /*
