@@ -29,6 +29,7 @@ packages=(
   libmariadb-dev mariadb-server           # the mysql backend (libmariadb is loaded at run time) and its test server
   memcached                               # the memcached backend's test servers (its client is ours)
   valgrind                                # memcheck run of the suite
+  gdb                                     # a hanging test's stacks (tests/testlib.sh hang_guard)
   python3 util-linux procps               # test scripts parse JSON; flock(1) for comparisons
   python3-dev python3-setuptools python3-pip python3-venv  # the Python package (python/), built offline
   python3-pytest                          # its tests (tests/python_test.sh)

@@ -17,6 +17,52 @@ preamble() {
     DLOCK=${DLOCK:?set DLOCK to the dlock binary}
     here=$(cd "$(dirname "$0")" && pwd)
     src=$(cd "$here/.." && pwd)
+    hang_guard "${DLOCK_HANG_GUARD_S:-540}"
+}
+
+# hang_guard SECS: if this test still runs after SECS (ctest kills shell
+# tests at 600 s and shows only their output), print what each of its
+# processes is waiting in — the kernel's wait channel and, with gdb, every
+# thread's stack — so that a rare hang says where it is the first time it
+# happens. One guard per test (the run again inside servers.sh shares it);
+# it looks once a second and goes when the test does.
+hang_guard() {
+    [ -n "${DLOCK_HANG_GUARDED:-}" ] && return
+    export DLOCK_HANG_GUARDED=$$
+    local top=$$ secs=$1
+    # A grandchild, so that a test's bare `wait` does not wait for it.
+    ( (
+        exec </dev/null
+        for ((i = 0; i < secs; i++)); do
+            kill -0 "$top" 2>/dev/null || exit 0
+            sleep 1
+        done
+        echo "# hang_guard: still running after $secs s; its processes:"
+        local p pids
+        pids=$(hang_descendants "$top")
+        # shellcheck disable=SC2086 # a list of pids
+        ps -o pid,ppid,pgid,stat,etime,wchan:24,args -p "$(echo $pids | tr ' ' ,)" 2>/dev/null
+        for p in $pids; do
+            case $(cat "/proc/$p/comm" 2>/dev/null) in dlock* | test_*) ;; *) continue ;; esac
+            echo "# hang_guard: $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+            if command -v gdb >/dev/null; then
+                timeout 30 gdb -p "$p" -batch -ex 'thread apply all bt' 2>/dev/null |
+                    grep -E '^(#|Thread)'
+            else
+                cat /proc/"$p"/task/*/stack 2>/dev/null
+            fi
+        done
+    ) & )
+}
+
+# hang_descendants PID: PID's descendants, one per line (ps's table walked
+# from PID down).
+hang_descendants() {
+    ps -e -o pid=,ppid= | awk -v top="$1" '
+        { kids[$2] = kids[$2] " " $1 }
+        END { n = split(kids[top], q, " ")
+              for (i = 1; i <= n; i++) { print q[i]; m = split(kids[q[i]], more, " ")
+                  for (j = 1; j <= m; j++) q[++n] = more[j] } }'
 }
 
 # in_servers KIND...: run this test again inside `tests/servers.sh run
