@@ -6,7 +6,8 @@
  * for an unknown key, bytes back exactly (NUL bytes, 70 KiB), replacement,
  * expiry, deletion, two clients writing one new key at once (the first
  * claims on a fresh server: both make the table or folder at once), and
- * keys of every character a name may have, kept apart. Run under
+ * keys of every character a name may have, kept apart, and apart from the
+ * lock of the same name. Run under
  * tests/servers.sh (the ctest entry does), which exports the URLs.
  */
 #include <stdarg.h>
@@ -35,7 +36,7 @@ static const struct target_def {
 struct target {
     const char *label;
     char url[1100];
-    char names[4][80];
+    char names[5][80];
 };
 
 static char prefix[32]; /* keys of this run: "r<pid>-" */
@@ -232,6 +233,39 @@ static void test_expiry(void **state)
     dlock_client_close(c);
 }
 
+/* ---- a claim and a lock of one name --------------------------------------------------- */
+
+/* The record is apart from the name's lock (a table, a prefix, a folder of
+ * its own): neither disturbs the other. */
+static void test_apart(void **state)
+{
+    const struct target *t = *state;
+    dlock_client *c = open_client(t);
+    char key[100];
+    key_of(key, sizeof key, "apart");
+    put_ok(c, key, "rec", 3, 600000);
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(&l, c, key, NULL), 0);
+    if (dlock_acquire(l, 10000))
+        fail_msg("acquire \"%s\": %s", key, dlock_lock_errmsg(l));
+    expect(c, key, "rec", 3);
+    dlock_info info;
+    if (dlock_inspect(c, key, &info))
+        fail_msg("inspect \"%s\": %s", key, dlock_client_errmsg(c));
+    assert_int_equal(info.held, 1);
+    put_ok(c, key, "rec2", 4, 600000);
+    del_ok(c, key);
+    expect_none(c, key);
+    /* the lock lived through it all */
+    if (dlock_release(l))
+        fail_msg("release \"%s\": %s", key, dlock_lock_errmsg(l));
+    dlock_lock_free(l);
+    put_ok(c, key, "rec3", 4, 600000);
+    expect(c, key, "rec3", 4);
+    del_ok(c, key);
+    dlock_client_close(c);
+}
+
 /* ---- keys of every character a name may have ------------------------------------------- */
 
 static void test_hostile(void **state)
@@ -280,13 +314,13 @@ int main(void)
 {
     snprintf(prefix, sizeof prefix, "r%ld-", (long)getpid());
     static struct target targets[NTARGETS];
-    static struct CMUnitTest tests[4 * NTARGETS];
+    static struct CMUnitTest tests[5 * NTARGETS];
     static const struct {
         const char *name;
         CMUnitTestFunction fn;
-    } cases[4] = {
-        {"race", test_race}, {"bytes", test_bytes}, {"expiry", test_expiry},
-        {"hostile", test_hostile},
+    } cases[5] = {
+        {"race", test_race},       {"bytes", test_bytes}, {"expiry", test_expiry},
+        {"hostile", test_hostile}, {"apart", test_apart},
     };
     char dir[] = "/tmp/dlock-records-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -323,7 +357,7 @@ int main(void)
             printf("[ SKIP ] %s: no claim records on this backend\n", t->label);
             continue;
         }
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             snprintf(t->names[i], sizeof t->names[i], "%s[%s]", cases[i].name, t->label);
             tests[n++] = (struct CMUnitTest){t->names[i], cases[i].fn, NULL, NULL, t};
         }
