@@ -32,6 +32,12 @@ int dl_nap_ns(int64_t ns, int cancel_fd);
  * doubles up to max_ns. Start *step_ns at the first pause wanted. */
 int64_t dl_backoff_ns(int64_t *step_ns, int64_t max_ns);
 
+/* n bytes of s as lowercase hex digits into out (2n+1 bytes). */
+void dl_hex_encode(const void *s, size_t n, char *out);
+/* Hex digits back into bytes: 0 with *out (malloc'd, NUL-terminated) and
+ * *len, DLOCK_EPROTO for a string that is not hex, or DLOCK_ENOMEM. */
+int dl_hex_decode(const char *s, char **out, size_t *len);
+
 /* The struct of type whose field member ptr points at. */
 #define dl_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 

@@ -1300,6 +1300,7 @@ static const dl_backend_ops etcd_ops = {
     .set_value = etcd_set_value,
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
+    EC_RECORD_OPS,
 };
 /* layout=etcdctl: the same operations on the peers' keys (ec->etcdctl),
  * their names and their list. */
@@ -1319,6 +1320,7 @@ static const dl_backend_ops etcdctl_ops = {
     .break_lock = etcd_break,
     .name_valid = etcdctl_name_valid,
     .peer_env = etcdctl_peer_env,
+    EC_RECORD_OPS,
 };
 #define ETCD_OPS .ops = &etcd_ops
 

@@ -360,4 +360,5 @@ const dl_backend_ops my_getlock_ops = {
     .set_value = getlock_set_value,
     .get_value = getlock_get_value,
     .break_lock = getlock_break,
+    MY_RECORD_OPS,
 };

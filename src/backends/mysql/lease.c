@@ -572,4 +572,5 @@ const dl_backend_ops my_lease_ops = {
     .set_value = lease_set_value,
     .get_value = lease_get_value,
     .break_lock = lease_break,
+    MY_RECORD_OPS,
 };

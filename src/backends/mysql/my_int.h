@@ -41,7 +41,7 @@
     X(stmt_affected_rows, affected_rows) X(stmt_insert_id, insert_id)                        \
     X(stmt_errno, stmt_errno) X(stmt_error, stmt_error)                                      \
     X(stmt_more_results, more_results) X(stmt_next_result_start, next_start)                 \
-    X(stmt_next_result_cont, next_cont)
+    X(stmt_next_result_cont, next_cont) X(stmt_fetch_column, fetch_column)
 
 typedef struct my_api {
 #define MY_API_FIELD(f, m) __typeof__(mysql_##f) *m;
@@ -56,7 +56,7 @@ extern my_api my_lib;
 #define MY_IDENT_MAX 48     /* our table names (the token table adds "_token") */
 
 #define MY_POOL_IDLE_MAX 8 /* idle connections a client keeps */
-#define MY_PREPARED_MAX 32 /* statements a connection keeps prepared */
+#define MY_PREPARED_MAX 40 /* statements a connection keeps prepared */
 
 /* One server connection; `sess` is its place on the client's watch list
  * while it holds a lock (getlock, rowlock). */
@@ -120,6 +120,7 @@ typedef struct myclient {
     char *sql_lease_live;       /* getlock, rowlock: lease holders of the name */
     char *sql_ddl[5];           /* the tables (kept: prepared statements are known by address) */
     atomic_bool lease_live_off; /* getlock, rowlock: no dlock_lease to read (lease_holds) */
+    atomic_bool claims_ready;   /* the claims table is there (records.c) */
     char table[MY_IDENT_MAX + 3], tokens[MY_IDENT_MAX + 9]; /* quoted */
     char table_bare[MY_IDENT_MAX + 1], tokens_bare[MY_IDENT_MAX + 7];
     char live[MY_IDENT_MAX + 8], live_bare[MY_IDENT_MAX + 6]; /* TABLE_live (getlock, rowlock) */
@@ -248,6 +249,13 @@ int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs
  * else "dlock:" and 128 bits of two FNV-1a hashes (the table catches a
  * collision). prefix distinguishes the lease waiters' names. */
 void my_key_of(const char *prefix, const char *name, char *out, size_t len);
+
+/* Claims' records, in every mode's table (records.c). */
+int my_record_get(dlock_client *c, const char *key, char **val, size_t *len);
+int my_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int my_record_del(dlock_client *c, const char *key);
+#define MY_RECORD_OPS                                                                        \
+    .record_get = my_record_get, .record_put = my_record_put, .record_del = my_record_del
 
 /* ---- what the modes share (mysql.c) ---- */
 

@@ -394,7 +394,8 @@ int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res
     res->ncols = (int)nf;
     size_t cap = 0;
     int f;
-    while ((f = my_lib.fetch(st)) == 0) {
+    /* (a cell longer than the buffer, a claim's record: fetched whole below) */
+    while ((f = my_lib.fetch(st)) == 0 || f == MYSQL_DATA_TRUNCATED) {
         if ((size_t)(res->nrows + 1) * nf > cap) {
             size_t nc = cap ? cap * 2 : nf * 4;
             char **ncell = realloc(res->cell, nc * sizeof *ncell);
@@ -407,12 +408,25 @@ int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res
         }
         for (unsigned i = 0; i < nf; i++) {
             char *v = NULL;
-            if (!isnull[i]) {
-                size_t n = blen[i] < MY_CELL_MAX - 1 ? blen[i] : MY_CELL_MAX - 1;
-                v = malloc(n + 1);
+            if (!isnull[i] && blen[i] > MY_CELL_MAX - 1) {
+                MYSQL_BIND whole;
+                memset(&whole, 0, sizeof whole);
+                unsigned long whole_len = 0;
+                whole.buffer_type = MYSQL_TYPE_STRING;
+                whole.buffer = v = malloc(blen[i] + 1);
+                whole.buffer_length = blen[i];
+                whole.length = &whole_len;
+                if (!v)
+                    rc = DLOCK_ENOMEM;
+                else if (my_lib.fetch_column(st, &whole, i, 0) || whole_len != blen[i])
+                    rc = DLOCK_EIO;
+                else
+                    v[blen[i]] = '\0';
+            } else if (!isnull[i]) {
+                v = malloc(blen[i] + 1);
                 if (v) {
-                    memcpy(v, buf[i], n);
-                    v[n] = '\0';
+                    memcpy(v, buf[i], blen[i]);
+                    v[blen[i]] = '\0';
                 } else {
                     rc = DLOCK_ENOMEM;
                 }
@@ -423,11 +437,11 @@ int my_q_exec(my_conn *k, const char *sql, const my_arg *args, int nargs, my_res
     }
     (void)my_lib.free_result(st);
     if (!rc && f != MYSQL_NO_DATA) {
-        rc = f == MYSQL_DATA_TRUNCATED ? DLOCK_EPROTO : DLOCK_EIO;
-        snprintf(why, wlen, "%s", f == MYSQL_DATA_TRUNCATED ? "a value was longer than expected"
-                                                           : my_lib.stmt_error(st));
+        rc = DLOCK_EIO;
+        snprintf(why, wlen, "%s", my_lib.stmt_error(st));
     } else if (rc) {
-        snprintf(why, wlen, "out of memory");
+        snprintf(why, wlen, "%s",
+                 rc == DLOCK_ENOMEM ? "out of memory" : "a long value could not be read whole");
     }
     /* a CALL's rows are followed by the CALL's own OK: read it (also after
      * an error of ours), or the connection's next statement would be out

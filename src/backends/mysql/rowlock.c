@@ -360,4 +360,5 @@ const dl_backend_ops my_rowlock_ops = {
     .set_value = rowlock_set_value,
     .get_value = rowlock_get_value,
     .break_lock = rowlock_break,
+    MY_RECORD_OPS,
 };

@@ -432,5 +432,6 @@ const dl_backend_ops pg_advisory_ops = {
     .set_value = advisory_set_value,
     .get_value = advisory_get_value,
     .break_lock = advisory_break,
+    PG_RECORD_OPS,
 };
 

@@ -684,4 +684,5 @@ const dl_backend_ops pg_lease_ops = {
     .set_value = lease_set_value,
     .get_value = lease_get_value,
     .break_lock = lease_break,
+    PG_RECORD_OPS,
 };

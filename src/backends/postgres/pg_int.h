@@ -79,6 +79,8 @@ typedef struct pgclient {
     char *sql_setvalue;                                 /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                 /* lease: TABLE_wait */
     char names[2 * PG_IDENT_MAX + 8]; /* dlock_names: the mode and table each name is used in */
+    char claims[2 * PG_IDENT_MAX + 8]; /* dlock_claims: claims' records (records.c) */
+    atomic_bool claims_ready;          /* the claims table is there */
     const char *mode;                 /* "advisory", "lease" or "rowlock" */
     char *sql_names_get, *sql_names_add, *sql_names_drop;
     const char *redacted;
@@ -174,6 +176,13 @@ void pg_conn_put(pgclient *pc, pg_conn *k);
 int pg_pool_run(dlock_client *c, const char *sql, int n, const char *const *vals, PGresult **out,
                 char *why, size_t wlen);
 int64_t pg_key_of(const pgclient *pc, const char *name);
+
+/* Claims' records, in every mode's table (records.c). */
+int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len);
+int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int pg_record_del(dlock_client *c, const char *key);
+#define PG_RECORD_OPS                                                                        \
+    .record_get = pg_record_get, .record_put = pg_record_put, .record_del = pg_record_del
 
 /* ---- what the modes share (postgres.c) ---- */
 

@@ -1551,6 +1551,7 @@ int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
         snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
         snprintf(pc->names, sizeof pc->names, "\"%s\".\"dlock_names\"", schema);
+        snprintf(pc->claims, sizeof pc->claims, "\"%s\".\"dlock_claims\"", schema);
         snprintf(pc->runs, sizeof pc->runs, "\"%s\".\"dlock_token_run\"", schema);
         snprintf(pc->epochs, sizeof pc->epochs, "\"%s\".\"dlock_token_epoch\"", schema);
     } else {
@@ -1559,6 +1560,7 @@ int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
         snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
         snprintf(pc->names, sizeof pc->names, "\"dlock_names\"");
+        snprintf(pc->claims, sizeof pc->claims, "\"dlock_claims\"");
         snprintf(pc->runs, sizeof pc->runs, "\"dlock_token_run\"");
         snprintf(pc->epochs, sizeof pc->epochs, "\"dlock_token_epoch\"");
     }

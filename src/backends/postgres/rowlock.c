@@ -318,4 +318,5 @@ const dl_backend_ops pg_rowlock_ops = {
     .set_value = row_set_value,
     .get_value = rowlock_get_value,
     .break_lock = rowlock_break,
+    PG_RECORD_OPS,
 };

@@ -1018,11 +1018,16 @@ void zk_op_end(zk_op *op)
 zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *data,
                         int flags, const struct ACL_vector *acl)
 {
+    return zk_send_data(op, kind, path, data, data ? (int)strlen(data) : -1, -1, flags, acl);
+}
+
+zk_call *zk_send_data(zk_op *op, enum call_kind kind, const char *path, const char *data, int len,
+                      int version, int flags, const struct ACL_vector *acl)
+{
     zk_call *k = call_new(op->zc, op->zh, kind, op->evfd);
     if (!k)
         return NULL;
     call_arm(k, false);
-    int len = data ? (int)strlen(data) : -1;
     int rc;
     switch (kind) {
     case CALL_CREATE:
@@ -1038,10 +1043,10 @@ zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *d
         rc = zoo_aget(op->zh, path, 0, on_data, k);
         break;
     case CALL_SET:
-        rc = zoo_aset(op->zh, path, data, len, -1, on_stat, k);
+        rc = zoo_aset(op->zh, path, data, len, version, on_stat, k);
         break;
     case CALL_VOID:
-        rc = zoo_adelete(op->zh, path, -1, on_void, k);
+        rc = zoo_adelete(op->zh, path, version, on_void, k);
         break;
     case CALL_SYNC:
         rc = zoo_async(op->zh, path, on_sync, k);

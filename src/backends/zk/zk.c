@@ -1132,6 +1132,9 @@ static const dl_backend_ops zk_ops = {
     .set_value = zk_set_value,
     .get_value = zk_get_value,
     .break_lock = zk_break,
+    .record_get = zk_record_get,
+    .record_put = zk_record_put,
+    .record_del = zk_record_del,
 };
 #define ZK_OPS .ops = &zk_ops
 

@@ -143,6 +143,10 @@ void zk_op_end(zk_op *op);
  * the call, done at once if it could not be sent; NULL when out of memory. */
 zk_call *zk_send(zk_op *op, enum call_kind kind, const char *path, const char *data, int flags,
                  const struct ACL_vector *acl);
+/* The same with data of len bytes (-1: none; any bytes) and, for SET and
+ * VOID (delete), the node's version expected (-1: any). */
+zk_call *zk_send_data(zk_op *op, enum call_kind kind, const char *path, const char *data, int len,
+                      int version, int flags, const struct ACL_vector *acl);
 /* Wait for k's reply until until_ns: its result (ZOPERATIONTIMEOUT when the
  * bound came first). The call stays the caller's. */
 int zk_result(zk_op *op, zk_call *k, int64_t until_ns);
@@ -161,6 +165,11 @@ const char *zk_why(zkclient *zc, int rc, char *buf, size_t len);
 int zk_ensure_parent(zk_op *op, const char *parent, int64_t until_ns);
 int zk_parent_of(zkclient *zc, const char *name, char *buf, size_t len);
 void zkclient_free(zkclient *zc);
+
+/* Claims' records (records.c). */
+int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len);
+int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int zk_record_del(dlock_client *c, const char *key);
 
 /* A lock's backend state. */
 typedef struct zklock {

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * records.c — claims (dlock once) on etcd: one key PREFIX/.claims/KEY per
+ * claim, in dlock's own key space in every layout (lock names never start
+ * with '.', and layout=etcdctl refuses names under PREFIX/.), on a lease
+ * of its own granted by each write: etcd deletes it when its time is over,
+ * on the cluster's clock. A write's lease is the record's whole time, so
+ * it is never kept alive; the lease of the record it replaced (put's
+ * prev_kv) is revoked, so that a day-long lease does not outlive its key.
+ */
+#include "ec_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
+                       const char *why)
+{
+    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, ec_of(c)->redacted);
+}
+
+/* The record's key, base64 into b64 (EC_KEY_MAX * 2 bytes). */
+static void claim_key_b64(const ecclient *ec, const char *key, char *b64)
+{
+    char k[EC_KEY_MAX];
+    int n = snprintf(k, sizeof k, "%s/.claims/%s", ec->prefix, key);
+    ec_b64_encode(k, (size_t)n, b64);
+}
+
+/* A lease no key needs any more, revoked; best effort: it ends by its TTL
+ * anyway. */
+static void lease_drop(ecclient *ec, int64_t lease)
+{
+    if (lease <= 0)
+        return;
+    char body[64], err[200];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
+}
+
+/* The lease of a reply's prev_kv, 0 when none. */
+static int64_t prev_lease(const cJSON *j)
+{
+    const cJSON *prev = ec_jobj(j, "prev_kv");
+    if (!prev) { /* deleterange: prev_kvs[] */
+        const cJSON *arr = ec_jarr(j, "prev_kvs");
+        prev = arr ? cJSON_GetArrayItem(arr, 0) : NULL;
+    }
+    return prev ? ec_jint(prev, "lease", 0) : 0;
+}
+
+int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+{
+    ecclient *ec = ec_of(c);
+    *val = NULL;
+    *len = 0;
+    char b64k[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 32], err[300];
+    claim_key_b64(ec, key, b64k);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64k);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err);
+    if (rc)
+        return claims_fail(c, rc, "reading", key, err);
+    const cJSON *kvs = ec_jarr(j, "kvs");
+    const cJSON *kv = kvs ? cJSON_GetArrayItem(kvs, 0) : NULL;
+    if (kv) {
+        /* the gateway leaves an empty value out */
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+        const char *s = cJSON_IsString(v) ? v->valuestring : "";
+        size_t cap = strlen(s) / 4 * 3 + 1;
+        char *out = malloc(cap);
+        long n = out ? ec_b64_decode(s, out, cap) : 0;
+        if (!out || n < 0) {
+            free(out);
+            rc = out ? DLOCK_EPROTO : DLOCK_ENOMEM;
+        } else {
+            *val = out;
+            *len = (size_t)n;
+        }
+    }
+    cJSON_Delete(j);
+    if (rc)
+        return claims_fail(c, rc, "reading", key,
+                           rc == DLOCK_ENOMEM ? "out of memory" : "etcd sent a value not base64");
+    return 0;
+}
+
+int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t len,
+                           int64_t ttl_ms)
+{
+    ecclient *ec = ec_of(c);
+    char b64k[EC_KEY_MAX * 2], grant[64], err[300];
+    if (ttl_ms <= 0)
+        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
+                             key);
+    /* whole seconds, rounded up (and the cluster may grant more: its
+     * minimum TTL) */
+    snprintf(grant, sizeof grant, "{\"TTL\":\"%" PRId64 "\"}", (ttl_ms + 999) / 1000);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/lease/grant", grant, -1, -1, &j, NULL, err, sizeof err);
+    int64_t lease = rc ? 0 : ec_jint(j, "ID", 0);
+    cJSON_Delete(j);
+    if (rc)
+        return claims_fail(c, rc, "granting its lease", key, err);
+    if (lease <= 0)
+        return claims_fail(c, DLOCK_EPROTO, "granting its lease", key, "etcd granted no lease");
+    claim_key_b64(ec, key, b64k);
+    size_t cap = strlen(b64k) + (len + 2) / 3 * 4 + 128;
+    char *body = malloc(cap);
+    if (!body) {
+        lease_drop(ec, lease);
+        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+    }
+    int at = snprintf(body, cap, "{\"key\":\"%s\",\"value\":\"", b64k);
+    ec_b64_encode(val, len, body + at);
+    at += (int)strlen(body + at);
+    snprintf(body + at, cap - (size_t)at, "\",\"lease\":\"%" PRId64 "\",\"prev_kv\":true}",
+             lease);
+    j = NULL;
+    rc = ec_post(ec, "/v3/kv/put", body, -1, -1, &j, NULL, err, sizeof err);
+    free(body);
+    int64_t old = rc ? 0 : prev_lease(j);
+    cJSON_Delete(j);
+    if (rc) {
+        lease_drop(ec, lease);
+        return claims_fail(c, rc, "writing", key, err);
+    }
+    if (old != lease)
+        lease_drop(ec, old);
+    return 0;
+}
+
+int etcd_record_del(dlock_client *c, const char *key)
+{
+    ecclient *ec = ec_of(c);
+    char b64k[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 64], err[300];
+    claim_key_b64(ec, key, b64k);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"prev_kv\":true}", b64k);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/kv/deleterange", body, -1, -1, &j, NULL, err, sizeof err);
+    int64_t old = rc ? 0 : prev_lease(j);
+    cJSON_Delete(j);
+    if (rc)
+        return claims_fail(c, rc, "deleting", key, err);
+    lease_drop(ec, old);
+    return 0;
+}

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * records.c — claims (dlock once) on PostgreSQL: one row per claim key in
+ * the table dlock_claims of the lock table's schema, the seeds' unique-index
+ * design with an expiry. Every mode's operations table has them (the
+ * claims table is the same whatever the mode: a claim is not a lock). The
+ * expiry is the server's clock, as the lease mode's; a read ignores a row
+ * whose time is over, and each write deletes a few such rows of other keys
+ * (SKIP LOCKED: it never waits for another writer). The table is made on
+ * the first claim, not at open: a client that never claims needs no
+ * CREATE right.
+ */
+#include "pg_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Expired rows of other keys a write deletes. */
+#define PG_CLAIMS_SWEEP 16
+
+static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
+                       const char *why)
+{
+    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, pc_of(c)->redacted);
+}
+
+/* The claims table, made when missing. Two clients making it at once:
+ * CREATE ... IF NOT EXISTS can still fail on the catalog's unique index
+ * for the slower one, which looks again (as ensure_table does for the
+ * lock tables). */
+static int claims_ensure(dlock_client *c, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(c);
+    if (atomic_load(&pc->claims_ready))
+        return 0;
+    /* the index in the table's schema: "s"."dlock_claims_expires_at" */
+    char idx[sizeof pc->claims + 16];
+    const char *dot = strchr(pc->claims, '.');
+    snprintf(idx, sizeof idx, "%.*s\"dlock_claims_expires_at\"",
+             dot ? (int)(dot - pc->claims + 1) : 0, pc->claims);
+    char ddl[2][300];
+    snprintf(ddl[0], sizeof ddl[0],
+             "CREATE TABLE IF NOT EXISTS %s (key text PRIMARY KEY, val bytea NOT NULL, "
+             "expires_at timestamptz NOT NULL)",
+             pc->claims);
+    snprintf(ddl[1], sizeof ddl[1],
+             "CREATE INDEX IF NOT EXISTS dlock_claims_expires_at ON %s (expires_at)", pc->claims);
+    const char *p[] = {pc->claims, idx};
+    int rc = 0;
+    for (int i = 0; i < 5; i++) {
+        PGresult *r;
+        rc = pg_pool_run(c, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", 2, p, &r, why, wlen);
+        if (rc == 0) {
+            bool there = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
+            pg_lib.clear(r);
+            if (there)
+                break;
+            for (int d = 0; d < 2 && rc == 0; d++) {
+                rc = pg_pool_run(c, ddl[d], 0, NULL, &r, why, wlen);
+                pg_lib.clear(r);
+            }
+            if (rc == 0)
+                break;
+        }
+        if (rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM ||
+            rc == DLOCK_ETIMEDOUT)
+            break;
+        struct timespec pause = {0, 20 * 1000000};
+        nanosleep(&pause, NULL);
+    }
+    if (rc == DLOCK_EPERM) {
+        char detail[200];
+        snprintf(detail, sizeof detail, "%.199s", why);
+        snprintf(why, wlen,
+                 "the claims table %s does not exist and this role may not create it (%s): "
+                 "create it as its owner (see docs/postgres.md) or grant CREATE",
+                 pc->claims, detail);
+    }
+    if (rc == 0)
+        atomic_store(&pc->claims_ready, true);
+    return rc;
+}
+
+int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+{
+    pgclient *pc = pc_of(c);
+    *val = NULL;
+    *len = 0;
+    char why[600], sql[300];
+    int rc = claims_ensure(c, why, sizeof why);
+    if (rc)
+        return claims_fail(c, rc, "reading", key, why);
+    snprintf(sql, sizeof sql,
+             "SELECT encode(val, 'hex') FROM %s WHERE key = $1 AND expires_at > clock_timestamp()",
+             pc->claims);
+    const char *p[] = {key};
+    PGresult *r;
+    rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return claims_fail(c, rc, "reading", key, why);
+    if (pg_lib.ntuples(r) > 0)
+        rc = dl_hex_decode(pg_lib.getvalue(r, 0, 0), val, len);
+    pg_lib.clear(r);
+    if (rc)
+        return claims_fail(c, rc, "reading",  key,
+                           rc == DLOCK_ENOMEM ? "out of memory" : "the server sent no hex");
+    return 0;
+}
+
+int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
+{
+    pgclient *pc = pc_of(c);
+    char why[600], sql[900], ttl[24];
+    if (ttl_ms <= 0)
+        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
+                             key);
+    int rc = claims_ensure(c, why, sizeof why);
+    if (rc)
+        return claims_fail(c, rc, "writing", key, why);
+    /* The sweep's rows are other keys' (key <> $1), so it and the upsert
+     * never touch one row twice. */
+    snprintf(sql, sizeof sql,
+             "WITH swept AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %s WHERE "
+             "expires_at < clock_timestamp() AND key <> $1 LIMIT %d FOR UPDATE SKIP LOCKED))) "
+             "INSERT INTO %s (key, val, expires_at) VALUES ($1, decode($2, 'hex'), "
+             "clock_timestamp() + $3::bigint * interval '1 millisecond') ON CONFLICT (key) DO "
+             "UPDATE SET val = EXCLUDED.val, expires_at = EXCLUDED.expires_at",
+             pc->claims, pc->claims, PG_CLAIMS_SWEEP, pc->claims);
+    char *hex = malloc(2 * len + 1);
+    if (!hex)
+        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+    dl_hex_encode(val, len, hex);
+    snprintf(ttl, sizeof ttl, "%" PRId64, ttl_ms);
+    const char *p[] = {key, hex, ttl};
+    PGresult *r;
+    rc = pg_pool_run_until(c, -1, sql, 3, p, &r, why, sizeof why);
+    free(hex);
+    if (rc)
+        return claims_fail(c, rc, "writing", key, why);
+    pg_lib.clear(r);
+    return 0;
+}
+
+int pg_record_del(dlock_client *c, const char *key)
+{
+    pgclient *pc = pc_of(c);
+    char why[600], sql[200];
+    int rc = claims_ensure(c, why, sizeof why);
+    if (rc)
+        return claims_fail(c, rc, "deleting", key, why);
+    snprintf(sql, sizeof sql, "DELETE FROM %s WHERE key = $1", pc->claims);
+    const char *p[] = {key};
+    PGresult *r;
+    rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
+    if (rc)
+        return claims_fail(c, rc, "deleting", key, why);
+    pg_lib.clear(r);
+    return 0;
+}
