@@ -535,6 +535,10 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         return rc;
     }
     c->renews = c->ops->renew != NULL; /* (the ops of the URL's mode) */
+    /* Claims where the URL's mode keeps records (redis key= does, as the
+     * descriptor says; a mode without them says so here). */
+    if (!(c->ops->record_get && c->ops->record_put && c->ops->record_del))
+        c->caps &= ~(unsigned)DLOCK_CAP_CLAIMS;
     *out = c;
     return 0;
 }

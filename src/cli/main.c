@@ -734,6 +734,7 @@ static const struct {
     {DLOCK_CAP_LEASE, "lease"},
     {DLOCK_CAP_NATIVE_BLOCKING, "native blocking"},
     {DLOCK_CAP_ELECTION, "election"},
+    {DLOCK_CAP_CLAIMS, "claims"},
 };
 
 static void json_words(FILE *f, const char *s)
