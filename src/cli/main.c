@@ -67,6 +67,7 @@ static const char usage_tail[] =
     "  64   usage error: bad option, lock name or URL\n"
     "  69   backend unreachable\n"
     "  70   internal or backend failure\n"
+    "  73   once: another caller is running it (-n, or -w ran out), or -E CODE\n"
     "  75   lock lost (or no longer protected) while the command ran; the command\n"
     "       was killed\n"
     "  126  command not executable\n"
@@ -137,6 +138,41 @@ static const char run_help[] =
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
     "127 not found; 128+N CMD (or dlock while waiting) killed by signal N.\n";
+
+static const char once_help[] =
+    "usage: dlock [--url URL] [-v] once [-w SECS | -n] [--retain SECS]\n"
+    "             [--retry-failed] [--fingerprint STR] [-t TTL] [-E CODE] [-q]\n"
+    "             [--kill-signal SIG] [--kill-grace SECS] [--max-hold SECS]\n"
+    "             [--warn-signal SIG] [--warn-before SECS] [--json] KEY -- CMD [ARGS...]\n"
+    "\n"
+    "Run CMD once for KEY: the first caller takes the exclusive lock KEY (the\n"
+    "same lock as 'dlock run KEY'), runs CMD as 'dlock run' does and records its\n"
+    "outcome on the backend: exit status, when, by whom, and what CMD wrote to\n"
+    "the file named by $DLOCK_RESULT (at most 65536 bytes; more is cut, and said).\n"
+    "Every later caller within --retain does not run CMD: it prints the recorded\n"
+    "result on stdout, says on stderr that it replayed, and exits with the\n"
+    "recorded status. A concurrent caller waits for the first (-w) or exits 73\n"
+    "at once (-n). CMD gets DLOCK_ONCE_ATTEMPT=N: a runner that died (or lost\n"
+    "its lock) leaves the claim unfinished and the next caller runs CMD again\n"
+    "as attempt N+1 -- at most once while the runner lives, at least once across\n"
+    "crashes. 'dlock status KEY' shows the claim, 'dlock break --force KEY'\n"
+    "forgets it. Backends: file, redis (one master, Sentinel, cluster); not\n"
+    "memcached (it may evict a claim) nor redlock.\n"
+    "\n"
+    "  -w, --wait SECS       wait at most SECS for a running caller (default: forever)\n"
+    "  -n, --nonblock        exit 73 at once when another caller runs it\n"
+    "      --retain SECS     keep (and replay) the outcome SECS (default 86400)\n"
+    "      --retry-failed    a recorded non-zero status runs again (next attempt)\n"
+    "      --fingerprint STR what this request is: a caller with another one is\n"
+    "                        refused (exit 64), naming both\n"
+    "  -E, --conflict-exit-code CODE  exit code instead of 73\n"
+    "  (-t, -q, -v, --kill-signal, --kill-grace, --max-hold, --warn-signal,\n"
+    "  --warn-before, --name, --json: as for 'dlock run'; --json adds the event\n"
+    "  \"replayed\" with attempt, status, finished_ms, by)\n"
+    "\n"
+    "exit status: CMD's (or the recorded) status; 73 (or -E) running elsewhere;\n"
+    "64 usage or another fingerprint; 69 backend unreachable; 70 internal failure\n"
+    "(a backend without claims); 75 lock lost (nothing recorded).\n";
 
 static const char hold_help[] =
     "usage: dlock [--url URL] [-v] hold [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
@@ -898,6 +934,8 @@ typedef struct command {
 static const command commands[] = {
     {"run", "run [OPTIONS] NAME -- CMD [ARGS...]",
      "take lock NAME, run CMD while holding it, release it", 1, run_help, NULL, cmd_run},
+    {"once", "once [OPTIONS] KEY -- CMD [ARGS...]",
+     "run CMD once for KEY; duplicates replay its outcome", 1, once_help, NULL, cmd_run},
     {"hold", "hold [OPTIONS] NAME",
      "print the fencing token, hold NAME until SIGINT/SIGTERM", 1, hold_help, NULL, cmd_run},
     {"elect", "elect [OPTIONS] NAME -- CMD [ARGS...]",
