@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 /* `dlock --help` is usage_head, the command list built from the command
@@ -375,6 +376,92 @@ static int finish_stdout(const char *cmd)
     return 0;
 }
 
+/* A claim of `dlock once` under the same name (where the backend keeps
+ * claims): *out, NULL when there is none; 0, or the library's code (said). */
+static int read_claim(const char *cmd, dlock_client *c, const char *name, dlock_claim **out)
+{
+    *out = NULL;
+    if (!(dlock_client_caps(c) & DLOCK_CAP_CLAIMS))
+        return 0;
+    int rc = dlock_claim_inspect(c, name, out);
+    if (rc == DLOCK_ENOENT)
+        return 0;
+    if (rc) {
+        char shown[CLI_SHOW_MAX];
+        const char *why = dlock_client_errmsg(c);
+        cli_err("%s: cannot read the claim %s: %s", cmd, cli_show(name, shown, sizeof shown),
+                why && *why ? why : dlock_strerror(rc));
+    }
+    return rc;
+}
+
+static const char *claim_state_word(const dlock_claim *cl)
+{
+    switch (dlock_claim_state(cl)) {
+    case DLOCK_CLAIM_DONE:
+        return "done";
+    case DLOCK_CLAIM_ABANDONED:
+        return "abandoned";
+    default:
+        return "running";
+    }
+}
+
+/* "done, attempt 1, exit 0, by pid 1 on h, finished 2026-...Z, result 5 bytes" */
+static void claim_line(const dlock_claim *cl, char *buf, size_t len)
+{
+    char who[CLI_SHOW_MAX], when[40] = "";
+    long long ms = dlock_claim_finished_ms(cl);
+    if (!ms)
+        ms = dlock_claim_started_ms(cl);
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !gmtime_r(&t, &tm) || !strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(when, sizeof when, "unknown");
+    size_t rlen;
+    (void)dlock_claim_result(cl, &rlen);
+    int n = snprintf(buf, len, "%s, attempt %u", claim_state_word(cl), dlock_claim_attempt(cl));
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (dlock_claim_state(cl) == DLOCK_CLAIM_DONE)
+        n += snprintf(buf + n, len - (size_t)n, ", exit %d", dlock_claim_status(cl));
+    if (n < 0 || (size_t)n >= len)
+        return;
+    snprintf(buf + n, len - (size_t)n, ", by %s, %s %s, result %zu bytes",
+             cli_clean(dlock_claim_by(cl), who, sizeof who),
+             dlock_claim_finished_ms(cl) ? "finished" : "started", when, rlen);
+}
+
+static void claim_json(FILE *f, const dlock_claim *cl)
+{
+    if (!cl) {
+        fputs("null", f);
+        return;
+    }
+    size_t rlen;
+    const char *res = dlock_claim_result(cl, &rlen);
+    fputs("{\"state\":", f);
+    cli_json_str(f, claim_state_word(cl));
+    fprintf(f, ",\"attempt\":%u,", dlock_claim_attempt(cl));
+    json_int(f, "status", dlock_claim_status(cl), dlock_claim_state(cl) == DLOCK_CLAIM_DONE, 1);
+    json_int(f, "started_ms", dlock_claim_started_ms(cl), dlock_claim_started_ms(cl) > 0, 1);
+    json_int(f, "finished_ms", dlock_claim_finished_ms(cl), dlock_claim_finished_ms(cl) > 0, 1);
+    fputs("\"by\":", f);
+    cli_json_str(f, dlock_claim_by(cl));
+    fputs(",\"fingerprint\":", f);
+    if (*dlock_claim_fingerprint(cl))
+        cli_json_str(f, dlock_claim_fingerprint(cl));
+    else
+        fputs("null", f);
+    /* The result as text when it is one, else only its length. */
+    fprintf(f, ",\"result_bytes\":%zu,\"result\":", rlen);
+    if (strlen(res) == rlen)
+        cli_json_str(f, res);
+    else
+        fputs("null", f);
+    fputc('}', f);
+}
+
 static int cmd_status(int argc, char **argv, cli_global *g)
 {
     const char *name;
@@ -407,6 +494,11 @@ static int cmd_status(int argc, char **argv, cli_global *g)
         return cli_exit_for(rc);
     }
     info.holder[sizeof info.holder - 1] = '\0';
+    dlock_claim *claim;
+    if ((rc = read_claim("status", c, name, &claim)) != 0) {
+        dlock_client_close(c);
+        return cli_exit_for(rc);
+    }
     if (json) {
         fputs("{\"name\":", stdout);
         cli_json_str(stdout, name);
@@ -422,6 +514,10 @@ static int cmd_status(int argc, char **argv, cli_global *g)
             cli_json_str(stdout, info.holder);
         else
             fputs("null", stdout);
+        if (dlock_client_caps(c) & DLOCK_CAP_CLAIMS) { /* dlock once's record */
+            fputs(",\"claim\":", stdout);
+            claim_json(stdout, claim);
+        }
         fputs("}\n", stdout);
     } else {
         printf("name:     %s\n", name);
@@ -450,7 +546,14 @@ static int cmd_status(int argc, char **argv, cli_global *g)
             printf("token:    %llu (last issued)\n", (unsigned long long)info.token);
         else
             puts("token:    unknown");
+        if (dlock_client_caps(c) & DLOCK_CAP_CLAIMS) {
+            char line[600];
+            if (claim)
+                claim_line(claim, line, sizeof line);
+            printf("claim:    %s\n", claim ? line : "none");
+        }
     }
+    dlock_claim_free(claim);
     dlock_client_close(c);
     return finish_stdout("status");
 }
@@ -475,17 +578,48 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     cli_show(name, shown, sizeof shown);
     dlock_info info;
     rc = dlock_break(c, name, &info);
+    /* dlock once's claim of the name goes too, once nobody holds the lock
+     * (a runner still holding it would record its outcome over nothing). */
+    dlock_claim *claim = NULL;
+    if (rc == 0 || rc == DLOCK_ENOTHELD) {
+        int crc = read_claim("break", c, name, &claim);
+        if (crc == 0 && claim && (crc = dlock_claim_forget(c, name)) == DLOCK_ENOENT)
+            crc = 0; /* gone meanwhile (expired) */
+        if (crc) {
+            const char *why = dlock_client_errmsg(c);
+            cli_err("break: cannot forget the claim %s: %s", shown,
+                    why && *why ? why : dlock_strerror(crc));
+            dlock_claim_free(claim);
+            dlock_client_close(c);
+            return cli_exit_for(crc);
+        }
+        if (claim) {
+            char line[600];
+            claim_line(claim, line, sizeof line);
+            openlog("dlock", LOG_PID, LOG_USER);
+            syslog(LOG_NOTICE, "uid %ld forgot claim %s on %s: %s", (long)getuid(), shown,
+                   dlock_client_url(c), line);
+            closelog();
+            cli_err("break: forgot claim %s (%s): the next 'dlock once' runs it", shown, line);
+        }
+    }
     if (rc == DLOCK_ENOTHELD) {
-        cli_err("break: lock %s is not held: nothing to break", shown);
+        if (!claim)
+            cli_err("break: lock %s is not held: nothing to break", shown);
         if (json) {
             fputs("{\"name\":", stdout);
             cli_json_str(stdout, name);
-            fputs(",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null}\n", stdout);
+            fprintf(stdout, ",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null%s}\n",
+                    claim ? ",\"claim_forgotten\":true" : "");
         }
         dlock_client_close(c);
         rc = finish_stdout("break");
-        return rc ? rc : CLI_EXIT_NOT_ACQUIRED;
+        int forgot = claim != NULL;
+        dlock_claim_free(claim);
+        return rc ? rc : forgot ? 0 : CLI_EXIT_NOT_ACQUIRED;
     }
+    int forgot = claim != NULL;
+    dlock_claim_free(claim);
     if (rc) {
         const char *why = dlock_client_errmsg(c);
         cli_err("break: %s", why && *why ? why : dlock_strerror(rc));
@@ -514,7 +648,7 @@ static int cmd_break(int argc, char **argv, cli_global *g)
             cli_json_str(stdout, info.holder);
         else
             fputs("null", stdout);
-        fputs("}\n", stdout);
+        fputs(forgot ? ",\"claim_forgotten\":true}\n" : "}\n", stdout);
     }
     dlock_client_close(c);
     return finish_stdout("break");
