@@ -535,9 +535,11 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         return rc;
     }
     c->renews = c->ops->renew != NULL; /* (the ops of the URL's mode) */
-    /* Claims where the URL's mode keeps records (redis key= does, as the
-     * descriptor says; a mode without them says so here). */
-    if (!(c->ops->record_get && c->ops->record_put && c->ops->record_del))
+    /* Claims exactly where the URL's mode keeps records: the ops decide,
+     * the descriptor's bit is what dlock backends shows. */
+    if (c->ops->record_get && c->ops->record_put && c->ops->record_del)
+        c->caps |= DLOCK_CAP_CLAIMS;
+    else
         c->caps &= ~(unsigned)DLOCK_CAP_CLAIMS;
     *out = c;
     return 0;
