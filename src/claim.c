@@ -165,6 +165,7 @@ int dlock_claim_begin(dlock_lock *l, const dlock_claim_opts *opts, int timeout_m
     cl->rec.started_ms = dl_realtime_ms();
     dl_self_desc(cl->rec.by, sizeof cl->rec.by);
     snprintf(cl->rec.owner, sizeof cl->rec.owner, "%s", l->owner);
+    cl->rec.token = dlock_token(l);
     snprintf(cl->rec.fingerprint, sizeof cl->rec.fingerprint, "%s",
              opts->fingerprint ? opts->fingerprint : "");
     if ((rc = rec_write(c, l->name, &cl->rec, running_ttl_ms(cl))) != 0) {

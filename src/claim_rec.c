@@ -48,9 +48,9 @@ int dl_claim_rec_format(const dl_claim_rec *r, char **out, size_t *len)
     char head[1024];
     int n = snprintf(head, sizeof head,
                      MAGIC "state %s\nattempt %u\nstatus %d\nstarted_ms %lld\nfinished_ms %lld\n"
-                           "by %s\nowner %s\nfingerprint %s\nresult %zu\n",
+                           "token %" PRIu64 "\nby %s\nowner %s\nfingerprint %s\nresult %zu\n",
                      state_word(r->state), r->attempt, r->status, r->started_ms, r->finished_ms,
-                     by, r->owner, r->fingerprint, r->result_len);
+                     r->token, by, r->owner, r->fingerprint, r->result_len);
     if (n < 0 || (size_t)n >= sizeof head)
         return DLOCK_EINVAL;
     char *b = malloc((size_t)n + r->result_len + 1);
@@ -144,6 +144,13 @@ int dl_claim_rec_parse(const char *buf, size_t len, dl_claim_rec *r, char *why, 
         } else if (strcmp(line, "finished_ms") == 0) {
             if (!num(val, 0, LLONG_MAX, &r->finished_ms))
                 return BAD("finished_ms is not a time");
+        } else if (strcmp(line, "token") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long t = strtoull(val, &end, 10);
+            if (!*val || *val == '-' || errno || *end)
+                return BAD("token is not a number");
+            r->token = t;
         } else if (strcmp(line, "by") == 0) {
             if (!text(val, r->by, sizeof r->by))
                 return BAD("by is too long or not text");

@@ -10,6 +10,7 @@
 #include "dlock.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define DL_CLAIM_OWNER_MAX 64 /* bytes of the runner's lock owner id */
 
@@ -20,6 +21,7 @@ typedef struct dl_claim_rec {
     unsigned attempt; /* >= 1 */
     int status;       /* DONE: the exit status */
     long long started_ms, finished_ms;
+    uint64_t token; /* the runner's fencing token (0 unknown) */
     char by[DLOCK_HOLDER_MAX];
     char owner[DL_CLAIM_OWNER_MAX + 1]; /* the runner's lock owner id */
     char fingerprint[DLOCK_FINGERPRINT_MAX + 1];
