@@ -160,14 +160,16 @@ int dlock_claim_begin(dlock_lock *l, const dlock_claim_opts *opts, int timeout_m
      * we hold the lock). */
     cl->rec.state = DL_REC_RUNNING;
     cl->rec.attempt = found ? (old.attempt < UINT_MAX ? old.attempt + 1 : old.attempt) : 1;
-    if (found)
-        dl_claim_rec_free(&old);
     cl->rec.started_ms = dl_realtime_ms();
     dl_self_desc(cl->rec.by, sizeof cl->rec.by);
     snprintf(cl->rec.owner, sizeof cl->rec.owner, "%s", l->owner);
     cl->rec.token = dlock_token(l);
+    /* A caller without a fingerprint keeps the recorded one: the next
+     * caller with one is still compared to it. */
     snprintf(cl->rec.fingerprint, sizeof cl->rec.fingerprint, "%s",
-             opts->fingerprint ? opts->fingerprint : "");
+             opts->fingerprint ? opts->fingerprint : found ? old.fingerprint : "");
+    if (found)
+        dl_claim_rec_free(&old);
     if ((rc = rec_write(c, l->name, &cl->rec, running_ttl_ms(cl))) != 0) {
         rc = onto_lock(l, rc);
         goto fail;
