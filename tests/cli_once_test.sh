@@ -9,7 +9,8 @@
 # claim; kill -9 of the runner's dlock gives the next caller
 # DLOCK_ONCE_ATTEMPT=2; another fingerprint is refused naming both; -n
 # against a running claim exits 73 and runs nothing; status shows the claim
-# and break --force forgets it. Then memcached's one-line refusal. No
+# and break --force forgets it; a result past 64 KiB is cut, and said. Then
+# memcached's one-line refusal. No
 # timing is asserted: waits are bounds, and expiry is waited past.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -116,6 +117,15 @@ once_suite() {
     out=$("${dl[@]}" once --retain 1 "$key" -- sh -c 'echo "ran $DLOCK_ONCE_ATTEMPT"' 2>"$d/err")
     [[ $out == "ran 1" ]] && ok "$label: past --retain the command runs again, attempt 1" ||
         bad "$label: past --retain: out '$out', err $(cat "$d/err")"
+
+    # -- a result past 65536 bytes is cut to that, and said --
+    key=big-$run
+    "${dl[@]}" once "$key" -- sh -c 'head -c 70000 /dev/zero | tr "\\0" x >"$DLOCK_RESULT"' \
+        >/dev/null 2>"$d/err"
+    n=$("${dl[@]}" once "$key" -- true 2>/dev/null | wc -c)
+    [[ $n == 65536 ]] && grep -q 'longer than 65536 bytes' "$d/err" &&
+        ok "$label: a result of 70000 bytes is recorded cut to 65536, and said" ||
+        bad "$label: big result: replayed $n bytes; $(cat "$d/err")"
 
     # -- --retry-failed reruns only a failed claim --
     key=retry-$run
