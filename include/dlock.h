@@ -135,7 +135,8 @@ enum {
     DLOCK_CAP_LEASE = 1 << 5,         /* liveness by lease + background renewal */
     DLOCK_CAP_NATIVE_BLOCKING = 1 << 6, /* waiters sleep in the server/kernel */
     DLOCK_CAP_ELECTION = 1 << 7,      /* native leader election */
-    DLOCK_CAP_FENCING_WEAK = 1 << 8   /* tokens can go back after server failure */
+    DLOCK_CAP_FENCING_WEAK = 1 << 8,  /* tokens can go back after server failure */
+    DLOCK_CAP_CLAIMS = 1 << 9         /* keeps claims (dlock_claim_begin) */
 };
 
 /* Timeouts: 0 takes the URL's connect_timeout_ms= / op_timeout_ms=
@@ -366,6 +367,112 @@ DLOCK_EXTERN int dlock_break(dlock_client *client, const char *name, dlock_info 
 typedef int (*dlock_list_fn)(const char *name, void *arg);
 DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_fn fn,
                             void *arg);
+
+/*
+ * Claims: work that must happen once (dlock once). A claim is a small
+ * record on the backend, under the lock name KEY, that outlives the lock
+ * and the process: the first caller runs the work under an exclusive lock
+ * on KEY and records its outcome (a status and up to DLOCK_CLAIM_RESULT_MAX
+ * bytes of result); every later caller within the retention time gets that
+ * outcome instead of running it. The claim and the lock share KEY's name:
+ * `dlock run KEY` and a claim on KEY exclude each other while one runs.
+ *
+ * At most once while the runner lives, at least once across crashes: a
+ * runner that dies (or loses its lock) leaves a "running" record, and the
+ * next caller runs the work again as attempt N+1 (dlock_claim_attempt), so
+ * that it can check its own side effects first.
+ *
+ * Backends without DLOCK_CAP_CLAIMS (memcached: it may evict a record at
+ * any moment; redlock) answer DLOCK_ENOTSUP with the reason.
+ */
+#define DLOCK_CLAIM_RESULT_MAX 65536  /* bytes of a recorded result */
+#define DLOCK_FINGERPRINT_MAX 255     /* bytes of a fingerprint */
+
+typedef struct dlock_claim dlock_claim;
+
+typedef enum dlock_claim_state_t {
+    DLOCK_CLAIM_RUN = 0,       /* begin: you run it (the lock is held) */
+    DLOCK_CLAIM_DONE = 1,      /* it ran: here is its outcome */
+    DLOCK_CLAIM_RUNNING = 2,   /* inspect: a runner started it (alive or dead) */
+    DLOCK_CLAIM_ABANDONED = 3  /* inspect: its last runner gave it up */
+} dlock_claim_state_t;
+
+typedef struct dlock_claim_opts {
+    /* How long a finished claim is kept (and replayed): 0 is one day. A
+     * running record is kept at least a day, so that a crash is noticed. */
+    long long retain_ms;
+    /* 1: a claim whose recorded status is not 0 runs again (attempt N+1). */
+    int retry_failed;
+    /* What the work is (a hash of the request, say): a caller whose
+     * fingerprint differs from the recorded one gets DLOCK_ECONFLICT with a
+     * message naming both. Printable ASCII, at most DLOCK_FINGERPRINT_MAX
+     * bytes; copied. NULL: none (never compared). */
+    const char *fingerprint;
+    /* Room for options of later versions (see dlock_client_opts). */
+    uint64_t reserved_[6];
+} dlock_claim_opts;
+
+DLOCK_EXTERN void dlock_claim_opts_init(dlock_claim_opts *opts);
+
+/*
+ * Begin the claim on lock's name. lock: an idle EXCLUSIVE handle (any
+ * other kind, or a held one, is DLOCK_EINVAL). Takes it as dlock_acquire
+ * does (timeout_ms 0: DLOCK_EBUSY at once while another runs it; -1
+ * forever; DLOCK_ETIMEDOUT; dlock_cancel works), then reads the record:
+ *   - none, expired, abandoned, failed with retry_failed, or "running"
+ *     (its runner died): *out is a claim in state DLOCK_CLAIM_RUN, the lock
+ *     stays held (renewed as any lock) until dlock_claim_finish or
+ *     dlock_claim_abandon, and a "running" record names this attempt.
+ *   - finished: state DLOCK_CLAIM_DONE, the lock released at once.
+ * Errors (the lock then not held, the reason in dlock_lock_errmsg):
+ * DLOCK_ECONFLICT for a fingerprint other than the recorded one; DLOCK_EPROTO
+ * for a record that is not one; DLOCK_ENOTSUP where the backend keeps no
+ * claims; any of dlock_acquire's.
+ */
+DLOCK_EXTERN int dlock_claim_begin(dlock_lock *lock, const dlock_claim_opts *opts,
+                                   int timeout_ms, dlock_claim **out);
+/* Record the outcome of a claim in state RUN (status: your exit status;
+ * result: len <= DLOCK_CLAIM_RESULT_MAX bytes, copied; NULL when len is 0),
+ * kept for retain_ms, then release the lock. DLOCK_ELOST (nothing written)
+ * if the lock was lost meanwhile or the record is no longer this attempt's:
+ * another runner may have started. The claim is then DONE (on success) and
+ * its accessors give what was written. Messages on the lock's handle. */
+DLOCK_EXTERN int dlock_claim_finish(dlock_claim *claim, int status, const void *result,
+                                    size_t len);
+/* Give a claim in state RUN up without an outcome: the record says
+ * "abandoned" (its attempt number kept, so that the next caller runs
+ * attempt N+1 and knows an earlier one started), then the lock is
+ * released. DLOCK_ELOST as dlock_claim_finish. */
+DLOCK_EXTERN int dlock_claim_abandon(dlock_claim *claim);
+/* Free a claim. One still in state RUN (neither finished nor abandoned)
+ * is left as a crashed runner leaves it: its lock is released and the
+ * record still says running, so the next caller runs attempt N+1. */
+DLOCK_EXTERN void dlock_claim_free(dlock_claim *claim);
+
+/* What a claim says. Strings live until dlock_claim_free. */
+DLOCK_EXTERN dlock_claim_state_t dlock_claim_state(const dlock_claim *claim);
+/* Attempt number: for RUN, this caller's (1 the first); else the recorded one. */
+DLOCK_EXTERN unsigned dlock_claim_attempt(const dlock_claim *claim);
+/* The recorded exit status (DONE), else 0. */
+DLOCK_EXTERN int dlock_claim_status(const dlock_claim *claim);
+/* The recorded result (DONE; *len its length, may be 0), NUL-terminated
+ * past *len; "" otherwise. len may be NULL. */
+DLOCK_EXTERN const char *dlock_claim_result(const dlock_claim *claim, size_t *len);
+/* Who ran it ("pid 123 on host"), when it started and finished (ms since
+ * the epoch; 0 unknown or not finished), its fingerprint ("" none). */
+DLOCK_EXTERN const char *dlock_claim_by(const dlock_claim *claim);
+DLOCK_EXTERN long long dlock_claim_started_ms(const dlock_claim *claim);
+DLOCK_EXTERN long long dlock_claim_finished_ms(const dlock_claim *claim);
+DLOCK_EXTERN const char *dlock_claim_fingerprint(const dlock_claim *claim);
+
+/* Read KEY's record without taking its lock: *out a claim in state DONE,
+ * RUNNING or ABANDONED (free it with dlock_claim_free); DLOCK_ENOENT when
+ * there is none. Messages: dlock_client_errmsg(client). */
+DLOCK_EXTERN int dlock_claim_inspect(dlock_client *client, const char *key, dlock_claim **out);
+/* An operator's reset: forget KEY's record, so that the next caller runs
+ * it as attempt 1 (a runner still running is not stopped: break its lock
+ * too). DLOCK_ENOENT when there was none. */
+DLOCK_EXTERN int dlock_claim_forget(dlock_client *client, const char *key);
 
 /* The registry of backends, built or not. */
 typedef struct dlock_backend_info {

@@ -20,8 +20,8 @@ esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-fuzz
-# The memcached and ZooKeeper targets need no library: the parsers are ours.
-targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk)
+# The memcached, ZooKeeper and claim targets need no library: the parsers are ours.
+targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk fuzz_claim)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
 # The etcd target needs libcurl and cJSON (as the backend does).

@@ -535,6 +535,12 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
         return rc;
     }
     c->renews = c->ops->renew != NULL; /* (the ops of the URL's mode) */
+    /* Claims exactly where the URL's mode keeps records: the ops decide,
+     * the descriptor's bit is what dlock backends shows. */
+    if (c->ops->record_get && c->ops->record_put && c->ops->record_del)
+        c->caps |= DLOCK_CAP_CLAIMS;
+    else
+        c->caps &= ~(unsigned)DLOCK_CAP_CLAIMS;
     *out = c;
     return 0;
 }

@@ -193,6 +193,9 @@ typedef struct dl_backend {
      * core's own, DL_CORE_PARAMS). Any other is a malformed URL: a typo
      * must not be silently ignored. */
     const char *params;
+    /* Why it keeps no claims (no record ops), for the message: "it may
+     * evict it at any moment". NULL: a plain default. */
+    const char *no_claims;
     const dl_backend_ops *ops; /* NULL: not built (missing says why) */
     const char *missing;       /* NULL when built */
 } dl_backend;

@@ -154,6 +154,8 @@ cat >"$TMP/list.want" <<'LIST'
 commands:
   run [OPTIONS] NAME -- CMD [ARGS...]
                       take lock NAME, run CMD while holding it, release it
+  once [OPTIONS] KEY -- CMD [ARGS...]
+                      run CMD once for KEY; duplicates replay its outcome
   hold [OPTIONS] NAME print the fencing token, hold NAME until SIGINT/SIGTERM
   elect [OPTIONS] NAME -- CMD [ARGS...]
                       become leader of NAME, run CMD while leader

@@ -2377,6 +2377,122 @@ static void warm_up(void)
         waitpid(pid, NULL, 0);
 }
 
+/* Claims (dlock once): one runner, the outcome kept and given to every
+ * later caller, attempts counted across abandons and dead runners,
+ * fingerprints compared, a forgotten record not overwritten. A backend
+ * without claims refuses with its reason (then the case is skipped). */
+static void begin_ok(dlock_lock *l, const dlock_claim_opts *o, dlock_claim **cl,
+                     dlock_claim_state_t want, unsigned attempt)
+{
+    int rc = dlock_claim_begin(l, o, 5000, cl);
+    if (rc != 0)
+        fail_msg("claim begin \"%s\": %s: %s", dlock_lock_name(l), dlock_err_name(rc),
+                 dlock_lock_errmsg(l));
+    assert_int_equal(dlock_claim_state(*cl), want);
+    assert_int_equal(dlock_claim_attempt(*cl), attempt);
+    assert_int_equal(dlock_state(l), want == DLOCK_CLAIM_RUN ? DLOCK_STATE_HELD
+                                                             : DLOCK_STATE_IDLE);
+}
+
+static void case_claims(void **state)
+{
+    (void)state;
+    char n[128], n2[128];
+    nm(n, sizeof n, "claim");
+    nm(n2, sizeof n2, "claim-fp");
+    dlock_client *c = open_client(), *c2 = open_client();
+    dlock_lock *a = ex(c, n), *b = ex(c2, n);
+    dlock_claim *cl = NULL, *cl2 = NULL;
+    dlock_claim_opts o;
+    dlock_claim_opts_init(&o);
+    o.retain_ms = 60000;
+    if (!(dlock_client_caps(c) & DLOCK_CAP_CLAIMS)) {
+        assert_int_equal(dlock_claim_begin(a, &o, 0, &cl), DLOCK_ENOTSUP);
+        assert_null(cl);
+        assert_non_null(strstr(dlock_lock_errmsg(a), "cannot keep a claim"));
+        assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+        assert_int_equal(dlock_claim_inspect(c, n, &cl), DLOCK_ENOTSUP);
+        close_client(c);
+        close_client(c2);
+        dlock_lock_free(a);
+        dlock_lock_free(b);
+        skip_because("%s keeps no claims: refused with its reason", T.backend);
+    }
+    /* The first caller runs it; a second is told it is in progress. */
+    begin_ok(a, &o, &cl, DLOCK_CLAIM_RUN, 1);
+    assert_int_equal(dlock_claim_begin(b, &o, 0, &cl2), DLOCK_EBUSY);
+    assert_null(cl2);
+    assert_int_equal(dlock_claim_inspect(c2, n, &cl2), 0);
+    assert_int_equal(dlock_claim_state(cl2), DLOCK_CLAIM_RUNNING);
+    assert_int_equal(dlock_claim_attempt(cl2), 1);
+    dlock_claim_free(cl2);
+    /* Bounds: a result too long, a second finish. */
+    static char big[DLOCK_CLAIM_RESULT_MAX + 1];
+    assert_int_equal(dlock_claim_finish(cl, 0, big, sizeof big), DLOCK_EINVAL);
+    assert_int_equal(dlock_claim_finish(cl, 3, "out\0put", 7), 0);
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_claim_finish(cl, 0, NULL, 0), DLOCK_EINVAL);
+    dlock_claim_free(cl);
+    /* Every later caller gets the outcome, binary result and all. */
+    begin_ok(b, &o, &cl2, DLOCK_CLAIM_DONE, 1);
+    size_t len;
+    const char *res = dlock_claim_result(cl2, &len);
+    assert_int_equal(len, 7);
+    assert_memory_equal(res, "out\0put", 7);
+    assert_int_equal(dlock_claim_status(cl2), 3);
+    assert_true(dlock_claim_finished_ms(cl2) >= dlock_claim_started_ms(cl2));
+    assert_true(dlock_claim_started_ms(cl2) > 0);
+    assert_non_null(strstr(dlock_claim_by(cl2), "pid "));
+    dlock_claim_free(cl2);
+    /* A failure runs again only when asked; an abandon and a dead runner
+     * (freed while running) still count as attempts. */
+    o.retry_failed = 1;
+    begin_ok(b, &o, &cl2, DLOCK_CLAIM_RUN, 2);
+    assert_int_equal(dlock_claim_abandon(cl2), 0);
+    assert_int_equal(dlock_state(b), DLOCK_STATE_IDLE);
+    dlock_claim_free(cl2);
+    begin_ok(a, &o, &cl, DLOCK_CLAIM_RUN, 3);
+    dlock_claim_free(cl); /* as if it died: the record still says running */
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    begin_ok(b, &o, &cl2, DLOCK_CLAIM_RUN, 4);
+    assert_int_equal(dlock_claim_finish(cl2, 0, "ok", 2), 0);
+    dlock_claim_free(cl2);
+    begin_ok(a, &o, &cl, DLOCK_CLAIM_DONE, 4); /* a success is never rerun */
+    dlock_claim_free(cl);
+    /* An operator forgets it while it runs: the runner records nothing. */
+    assert_int_equal(dlock_claim_forget(c2, n), 0);
+    assert_int_equal(dlock_claim_inspect(c2, n, &cl2), DLOCK_ENOENT);
+    assert_int_equal(dlock_claim_forget(c2, n), DLOCK_ENOENT);
+    begin_ok(a, &o, &cl, DLOCK_CLAIM_RUN, 1);
+    assert_int_equal(dlock_claim_forget(c2, n), 0);
+    assert_int_equal(dlock_claim_finish(cl, 0, NULL, 0), DLOCK_ELOST);
+    assert_non_null(strstr(dlock_lock_errmsg(a), "no longer attempt 1's"));
+    assert_int_equal(dlock_state(a), DLOCK_STATE_IDLE);
+    assert_int_equal(dlock_claim_inspect(c2, n, &cl2), DLOCK_ENOENT);
+    dlock_claim_free(cl);
+    /* Another fingerprint is refused, naming both; the lock is left free. */
+    dlock_lock *f = ex(c, n2), *g = ex(c2, n2);
+    o.fingerprint = "req-1";
+    begin_ok(f, &o, &cl, DLOCK_CLAIM_RUN, 1);
+    assert_int_equal(dlock_claim_finish(cl, 0, NULL, 0), 0);
+    dlock_claim_free(cl);
+    o.fingerprint = "req-2";
+    assert_int_equal(dlock_claim_begin(g, &o, 5000, &cl2), DLOCK_ECONFLICT);
+    assert_null(cl2);
+    assert_non_null(strstr(dlock_lock_errmsg(g), "\"req-1\""));
+    assert_non_null(strstr(dlock_lock_errmsg(g), "\"req-2\""));
+    assert_int_equal(dlock_state(g), DLOCK_STATE_IDLE);
+    o.fingerprint = "bad\nline";
+    assert_int_equal(dlock_claim_begin(g, &o, 5000, &cl2), DLOCK_EINVAL);
+    assert_int_equal(dlock_claim_forget(c, n2), 0);
+    dlock_lock_free(f);
+    dlock_lock_free(g);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    close_client(c);
+    close_client(c2);
+}
+
 static const struct kase {
     const char *name;
     void (*fn)(void **);
@@ -2414,11 +2530,13 @@ static const struct kase {
     {"wrong_credentials", case_wrong_credentials, 0, 60},
     {"release_frees_at_once", case_release_frees_at_once, 0, 90},
     {"cancel_leaves_nothing", case_cancel_leaves_nothing, 0, 60},
+    {"claims", case_claims, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
 static const char *const CAP_NAMES[] = {"FENCING", "FAIR", "SHARED", "SEMAPHORE", "SESSION",
-                                        "LEASE", "NATIVE_BLOCKING", "ELECTION", "FENCING_WEAK"};
+                                        "LEASE", "NATIVE_BLOCKING", "ELECTION", "FENCING_WEAK",
+                                        "CLAIMS"};
 
 static void caps_str(unsigned caps, char *buf, size_t len)
 {

@@ -80,6 +80,7 @@ class Caps(enum.IntFlag):
     NATIVE_BLOCKING = 1 << 6  #: waiters sleep in the server or kernel
     ELECTION = 1 << 7         #: native leader election
     FENCING_WEAK = 1 << 8     #: tokens can go back after a server failure
+    CLAIMS = 1 << 9           #: keeps claims (dlock once, dlock_claim_begin)
 
 
 class Info(NamedTuple):

@@ -90,6 +90,7 @@ typedef struct exec_plan {
     char *vars[4];  /* DLOCK_NAME=, DLOCK_TOKEN=, DLOCK_URL=, DLOCK_URL_FD= */
     char **peer;    /* the layout's own tool's variables (dlock_peer_env) */
     size_t npeer;
+    char *const *extra; /* the caller's (cli_supervise_cfg.extra_env), not owned */
     int url_fd;     /* the whole URL for the command, -1 when it has no secret */
     long fd_limit;  /* for the CLOEXEC fallback on kernels without close_range */
     const int *keep; /* descriptors our caller gave us: the command gets them */
@@ -161,6 +162,11 @@ static int env_is_ours(const exec_plan *ep, const char *e)
     for (size_t i = 0; i < ep->npeer; i++) {
         size_t n = strcspn(ep->peer[i], "=") + 1;
         if (strncmp(e, ep->peer[i], n) == 0)
+            return 1;
+    }
+    for (char *const *x = ep->extra; x && *x; x++) {
+        size_t n = strcspn(*x, "=") + 1;
+        if (strncmp(e, *x, n) == 0)
             return 1;
     }
     return 0;
@@ -247,10 +253,13 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
     if (prc == DLOCK_ENOMEM)
         goto oom;
     /* (DLOCK_ENOTHELD: lost already; the supervisor finds out and says so) */
-    size_t nenv = 0;
+    ep->extra = cfg->extra_env;
+    size_t nenv = 0, nextra = 0;
     for (char **e = environ; e && *e; e++)
         nenv++;
-    if (!(ep->envp = calloc(nenv + 5 + ep->npeer, sizeof *ep->envp)))
+    for (char *const *x = ep->extra; x && *x; x++)
+        nextra++;
+    if (!(ep->envp = calloc(nenv + 5 + ep->npeer + nextra, sizeof *ep->envp)))
         goto oom;
     size_t k = 0;
     for (char **e = environ; e && *e; e++)
@@ -261,6 +270,8 @@ static int plan_build(const cli_supervise_cfg *cfg, exec_plan *ep)
             ep->envp[k++] = ep->vars[i];
     for (size_t i = 0; i < ep->npeer; i++)
         ep->envp[k++] = ep->peer[i];
+    for (size_t i = 0; i < nextra; i++)
+        ep->envp[k++] = ep->extra[i];
 
     ep->fd_limit = sysconf(_SC_OPEN_MAX);
     if (ep->fd_limit <= 0 || ep->fd_limit > 65536)

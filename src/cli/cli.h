@@ -16,6 +16,7 @@ enum {
     CLI_EXIT_USAGE = 64,       /* EX_USAGE */
     CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable */
     CLI_EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: other internal failure */
+    CLI_EXIT_IN_PROGRESS = 73, /* once: another caller runs it (-n, -w ran out) */
     CLI_EXIT_LOST = 75,        /* the lock was lost while the command ran */
     CLI_EXIT_CANNOT_EXEC = 126,
     CLI_EXIT_NOT_FOUND = 127
@@ -43,7 +44,7 @@ typedef struct cli_global {
 
 /* ---- run, hold, elect (run.c) ----------------------------------------- */
 
-/* argv[0] is "run", "hold" or "elect". Returns the exit code. */
+/* argv[0] is "run", "hold", "elect" or "once". Returns the exit code. */
 int cli_run(int argc, char **argv, const cli_global *g);
 
 /* ---- signals (signals.c) ---------------------------------------------- */
@@ -109,6 +110,9 @@ typedef struct cli_supervise_cfg {
      * WINCH): sent to the command's group once it has started. */
     const int *deliver;
     size_t ndeliver;
+    /* More "VAR=value" strings for the command's environment, NULL-ended
+     * (once: DLOCK_ONCE_ATTEMPT, DLOCK_RESULT); NULL: none. */
+    char *const *extra_env;
     /* Out: the signal the command died of (0: it did not), and whether its
      * group had the terminal then (see cli_sig_die). */
     int *died_sig, *died_with_tty;

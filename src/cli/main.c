@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 /* `dlock --help` is usage_head, the command list built from the command
@@ -67,6 +68,7 @@ static const char usage_tail[] =
     "  64   usage error: bad option, lock name or URL\n"
     "  69   backend unreachable\n"
     "  70   internal or backend failure\n"
+    "  73   once: another caller is running it (-n, or -w ran out), or -E CODE\n"
     "  75   lock lost (or no longer protected) while the command ran; the command\n"
     "       was killed\n"
     "  126  command not executable\n"
@@ -137,6 +139,41 @@ static const char run_help[] =
     "exit status: CMD's status; 1 (or -E) not acquired; 64 usage; 69 backend\n"
     "unreachable; 70 internal failure; 75 lock lost; 126 not executable;\n"
     "127 not found; 128+N CMD (or dlock while waiting) killed by signal N.\n";
+
+static const char once_help[] =
+    "usage: dlock [--url URL] [-v] once [-w SECS | -n] [--retain SECS]\n"
+    "             [--retry-failed] [--fingerprint STR] [-t TTL] [-E CODE] [-q]\n"
+    "             [--kill-signal SIG] [--kill-grace SECS] [--max-hold SECS]\n"
+    "             [--warn-signal SIG] [--warn-before SECS] [--json] KEY -- CMD [ARGS...]\n"
+    "\n"
+    "Run CMD once for KEY: the first caller takes the exclusive lock KEY (the\n"
+    "same lock as 'dlock run KEY'), runs CMD as 'dlock run' does and records its\n"
+    "outcome on the backend: exit status, when, by whom, and what CMD wrote to\n"
+    "the file named by $DLOCK_RESULT (at most 65536 bytes; more is cut, and said).\n"
+    "Every later caller within --retain does not run CMD: it prints the recorded\n"
+    "result on stdout, says on stderr that it replayed, and exits with the\n"
+    "recorded status. A concurrent caller waits for the first (-w) or exits 73\n"
+    "at once (-n). CMD gets DLOCK_ONCE_ATTEMPT=N: a runner that died (or lost\n"
+    "its lock) leaves the claim unfinished and the next caller runs CMD again\n"
+    "as attempt N+1 -- at most once while the runner lives, at least once across\n"
+    "crashes. 'dlock status KEY' shows the claim, 'dlock break --force KEY'\n"
+    "forgets it. Backends: file, redis (one master, Sentinel, cluster); not\n"
+    "memcached (it may evict a claim) nor redlock.\n"
+    "\n"
+    "  -w, --wait SECS       wait at most SECS for a running caller (default: forever)\n"
+    "  -n, --nonblock        exit 73 at once when another caller runs it\n"
+    "      --retain SECS     keep (and replay) the outcome SECS (default 86400)\n"
+    "      --retry-failed    a recorded non-zero status runs again (next attempt)\n"
+    "      --fingerprint STR what this request is: a caller with another one is\n"
+    "                        refused (exit 64), naming both\n"
+    "  -E, --conflict-exit-code CODE  exit code instead of 73\n"
+    "  (-t, -q, -v, --kill-signal, --kill-grace, --max-hold, --warn-signal,\n"
+    "  --warn-before, --name, --json: as for 'dlock run'; --json adds the event\n"
+    "  \"replayed\" with attempt, status, finished_ms, by)\n"
+    "\n"
+    "exit status: CMD's (or the recorded) status; 73 (or -E) running elsewhere;\n"
+    "64 usage or another fingerprint; 69 backend unreachable; 70 internal failure\n"
+    "(a backend without claims); 75 lock lost (nothing recorded).\n";
 
 static const char hold_help[] =
     "usage: dlock [--url URL] [-v] hold [-w SECS | -n] [-t TTL] [-s | --permits N]\n"
@@ -339,6 +376,92 @@ static int finish_stdout(const char *cmd)
     return 0;
 }
 
+/* A claim of `dlock once` under the same name (where the backend keeps
+ * claims): *out, NULL when there is none; 0, or the library's code (said). */
+static int read_claim(const char *cmd, dlock_client *c, const char *name, dlock_claim **out)
+{
+    *out = NULL;
+    if (!(dlock_client_caps(c) & DLOCK_CAP_CLAIMS))
+        return 0;
+    int rc = dlock_claim_inspect(c, name, out);
+    if (rc == DLOCK_ENOENT)
+        return 0;
+    if (rc) {
+        char shown[CLI_SHOW_MAX];
+        const char *why = dlock_client_errmsg(c);
+        cli_err("%s: cannot read the claim %s: %s", cmd, cli_show(name, shown, sizeof shown),
+                why && *why ? why : dlock_strerror(rc));
+    }
+    return rc;
+}
+
+static const char *claim_state_word(const dlock_claim *cl)
+{
+    switch (dlock_claim_state(cl)) {
+    case DLOCK_CLAIM_DONE:
+        return "done";
+    case DLOCK_CLAIM_ABANDONED:
+        return "abandoned";
+    default:
+        return "running";
+    }
+}
+
+/* "done, attempt 1, exit 0, by pid 1 on h, finished 2026-...Z, result 5 bytes" */
+static void claim_line(const dlock_claim *cl, char *buf, size_t len)
+{
+    char who[CLI_SHOW_MAX], when[40] = "";
+    long long ms = dlock_claim_finished_ms(cl);
+    if (!ms)
+        ms = dlock_claim_started_ms(cl);
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !gmtime_r(&t, &tm) || !strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(when, sizeof when, "unknown");
+    size_t rlen;
+    (void)dlock_claim_result(cl, &rlen);
+    int n = snprintf(buf, len, "%s, attempt %u", claim_state_word(cl), dlock_claim_attempt(cl));
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (dlock_claim_state(cl) == DLOCK_CLAIM_DONE)
+        n += snprintf(buf + n, len - (size_t)n, ", exit %d", dlock_claim_status(cl));
+    if (n < 0 || (size_t)n >= len)
+        return;
+    snprintf(buf + n, len - (size_t)n, ", by %s, %s %s, result %zu bytes",
+             cli_clean(dlock_claim_by(cl), who, sizeof who),
+             dlock_claim_finished_ms(cl) ? "finished" : "started", when, rlen);
+}
+
+static void claim_json(FILE *f, const dlock_claim *cl)
+{
+    if (!cl) {
+        fputs("null", f);
+        return;
+    }
+    size_t rlen;
+    const char *res = dlock_claim_result(cl, &rlen);
+    fputs("{\"state\":", f);
+    cli_json_str(f, claim_state_word(cl));
+    fprintf(f, ",\"attempt\":%u,", dlock_claim_attempt(cl));
+    json_int(f, "status", dlock_claim_status(cl), dlock_claim_state(cl) == DLOCK_CLAIM_DONE, 1);
+    json_int(f, "started_ms", dlock_claim_started_ms(cl), dlock_claim_started_ms(cl) > 0, 1);
+    json_int(f, "finished_ms", dlock_claim_finished_ms(cl), dlock_claim_finished_ms(cl) > 0, 1);
+    fputs("\"by\":", f);
+    cli_json_str(f, dlock_claim_by(cl));
+    fputs(",\"fingerprint\":", f);
+    if (*dlock_claim_fingerprint(cl))
+        cli_json_str(f, dlock_claim_fingerprint(cl));
+    else
+        fputs("null", f);
+    /* The result as text when it is one, else only its length. */
+    fprintf(f, ",\"result_bytes\":%zu,\"result\":", rlen);
+    if (strlen(res) == rlen)
+        cli_json_str(f, res);
+    else
+        fputs("null", f);
+    fputc('}', f);
+}
+
 static int cmd_status(int argc, char **argv, cli_global *g)
 {
     const char *name;
@@ -371,6 +494,11 @@ static int cmd_status(int argc, char **argv, cli_global *g)
         return cli_exit_for(rc);
     }
     info.holder[sizeof info.holder - 1] = '\0';
+    dlock_claim *claim;
+    if ((rc = read_claim("status", c, name, &claim)) != 0) {
+        dlock_client_close(c);
+        return cli_exit_for(rc);
+    }
     if (json) {
         fputs("{\"name\":", stdout);
         cli_json_str(stdout, name);
@@ -386,6 +514,10 @@ static int cmd_status(int argc, char **argv, cli_global *g)
             cli_json_str(stdout, info.holder);
         else
             fputs("null", stdout);
+        if (dlock_client_caps(c) & DLOCK_CAP_CLAIMS) { /* dlock once's record */
+            fputs(",\"claim\":", stdout);
+            claim_json(stdout, claim);
+        }
         fputs("}\n", stdout);
     } else {
         printf("name:     %s\n", name);
@@ -414,7 +546,14 @@ static int cmd_status(int argc, char **argv, cli_global *g)
             printf("token:    %llu (last issued)\n", (unsigned long long)info.token);
         else
             puts("token:    unknown");
+        if (dlock_client_caps(c) & DLOCK_CAP_CLAIMS) {
+            char line[600];
+            if (claim)
+                claim_line(claim, line, sizeof line);
+            printf("claim:    %s\n", claim ? line : "none");
+        }
     }
+    dlock_claim_free(claim);
     dlock_client_close(c);
     return finish_stdout("status");
 }
@@ -439,17 +578,48 @@ static int cmd_break(int argc, char **argv, cli_global *g)
     cli_show(name, shown, sizeof shown);
     dlock_info info;
     rc = dlock_break(c, name, &info);
+    /* dlock once's claim of the name goes too, once nobody holds the lock
+     * (a runner still holding it would record its outcome over nothing). */
+    dlock_claim *claim = NULL;
+    if (rc == 0 || rc == DLOCK_ENOTHELD) {
+        int crc = read_claim("break", c, name, &claim);
+        if (crc == 0 && claim && (crc = dlock_claim_forget(c, name)) == DLOCK_ENOENT)
+            crc = 0; /* gone meanwhile (expired) */
+        if (crc) {
+            const char *why = dlock_client_errmsg(c);
+            cli_err("break: cannot forget the claim %s: %s", shown,
+                    why && *why ? why : dlock_strerror(crc));
+            dlock_claim_free(claim);
+            dlock_client_close(c);
+            return cli_exit_for(crc);
+        }
+        if (claim) {
+            char line[600];
+            claim_line(claim, line, sizeof line);
+            openlog("dlock", LOG_PID, LOG_USER);
+            syslog(LOG_NOTICE, "uid %ld forgot claim %s on %s: %s", (long)getuid(), shown,
+                   dlock_client_url(c), line);
+            closelog();
+            cli_err("break: forgot claim %s (%s): the next 'dlock once' runs it", shown, line);
+        }
+    }
     if (rc == DLOCK_ENOTHELD) {
-        cli_err("break: lock %s is not held: nothing to break", shown);
+        if (!claim)
+            cli_err("break: lock %s is not held: nothing to break", shown);
         if (json) {
             fputs("{\"name\":", stdout);
             cli_json_str(stdout, name);
-            fputs(",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null}\n", stdout);
+            fprintf(stdout, ",\"broken\":false,\"holders\":0,\"token\":null,\"holder\":null%s}\n",
+                    claim ? ",\"claim_forgotten\":true" : "");
         }
         dlock_client_close(c);
         rc = finish_stdout("break");
-        return rc ? rc : CLI_EXIT_NOT_ACQUIRED;
+        int forgot = claim != NULL;
+        dlock_claim_free(claim);
+        return rc ? rc : forgot ? 0 : CLI_EXIT_NOT_ACQUIRED;
     }
+    int forgot = claim != NULL;
+    dlock_claim_free(claim);
     if (rc) {
         const char *why = dlock_client_errmsg(c);
         cli_err("break: %s", why && *why ? why : dlock_strerror(rc));
@@ -478,7 +648,7 @@ static int cmd_break(int argc, char **argv, cli_global *g)
             cli_json_str(stdout, info.holder);
         else
             fputs("null", stdout);
-        fputs("}\n", stdout);
+        fputs(forgot ? ",\"claim_forgotten\":true}\n" : "}\n", stdout);
     }
     dlock_client_close(c);
     return finish_stdout("break");
@@ -734,6 +904,7 @@ static const struct {
     {DLOCK_CAP_LEASE, "lease"},
     {DLOCK_CAP_NATIVE_BLOCKING, "native blocking"},
     {DLOCK_CAP_ELECTION, "election"},
+    {DLOCK_CAP_CLAIMS, "claims"},
 };
 
 static void json_words(FILE *f, const char *s)
@@ -897,6 +1068,8 @@ typedef struct command {
 static const command commands[] = {
     {"run", "run [OPTIONS] NAME -- CMD [ARGS...]",
      "take lock NAME, run CMD while holding it, release it", 1, run_help, NULL, cmd_run},
+    {"once", "once [OPTIONS] KEY -- CMD [ARGS...]",
+     "run CMD once for KEY; duplicates replay its outcome", 1, once_help, NULL, cmd_run},
     {"hold", "hold [OPTIONS] NAME",
      "print the fencing token, hold NAME until SIGINT/SIGTERM", 1, hold_help, NULL, cmd_run},
     {"elect", "elect [OPTIONS] NAME -- CMD [ARGS...]",

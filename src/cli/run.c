@@ -7,12 +7,14 @@
 #include "dlock_debug.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -21,7 +23,7 @@
 
 /* ---- options ------------------------------------------------------------ */
 
-typedef enum { MODE_RUN, MODE_HOLD, MODE_ELECT } run_mode;
+typedef enum { MODE_RUN, MODE_HOLD, MODE_ELECT, MODE_ONCE } run_mode;
 
 typedef struct run_cfg {
     run_mode mode;
@@ -42,12 +44,14 @@ typedef struct run_cfg {
     char published[256]; /* elect: the value published (--value, else self_desc) */
     const char *url;
     int64_t lose_after_ms; /* DLOCK_TEST_LOSE_AFTER_MS, -1 unset */
+    dlock_claim_opts copts; /* once: --retain, --retry-failed, --fingerprint */
+    int conflict_given;
 } run_cfg;
 
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
     R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_JSON, R_HELP,
-    R_MAXHOLD, R_WARNSIG, R_WARNBEFORE
+    R_MAXHOLD, R_WARNSIG, R_WARNBEFORE, R_RETAIN, R_RETRYFAILED, R_FINGERPRINT
 };
 
 static const cli_opt run_opts[] = {
@@ -69,6 +73,9 @@ static const cli_opt run_opts[] = {
     {"warn-signal", 0, 1, R_WARNSIG},
     {"warn-before", 0, 1, R_WARNBEFORE},
     {"value", 0, 1, R_VALUE},
+    {"retain", 0, 1, R_RETAIN},
+    {"retry-failed", 0, 0, R_RETRYFAILED},
+    {"fingerprint", 0, 1, R_FINGERPRINT},
     {"url", 0, 1, R_URL},
     {"url-file", 0, 1, R_URL_FILE},
     {"name", 0, 1, R_NAME},
@@ -117,6 +124,7 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
     cfg->cmdname = cmd;
     cfg->mode = strcmp(cmd, "hold") == 0    ? MODE_HOLD
                 : strcmp(cmd, "elect") == 0 ? MODE_ELECT
+                : strcmp(cmd, "once") == 0  ? MODE_ONCE
                                             : MODE_RUN;
     cfg->timeout_ms = -1;
     cfg->conflict_code = CLI_EXIT_NOT_ACQUIRED;
@@ -126,6 +134,8 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
     cfg->url = g->url;
     cfg->lose_after_ms = -1;
     dlock_lock_opts_init(&cfg->lopts);
+    dlock_claim_opts_init(&cfg->copts);
+    int once_opt = 0, retain_ms = 0;
 
     cli_parser p;
     cli_parser_init(&p, argc, argv, cmd);
@@ -188,6 +198,7 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
                 return cli_usage(cmd, "%s wants an exit code from 0 to 255, not %s", p.optname,
                                  cli_show(p.val, shown, sizeof shown));
             cfg->conflict_code = (int)n;
+            cfg->conflict_given = 1;
             break;
         case R_QUIET:
             cfg->quiet = 1;
@@ -217,6 +228,27 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             if ((rc = secs_opt(cmd, &p, &cfg->lopts.warn_ms, NULL, true)) >= 0)
                 return rc;
             cfg->warn_given = 1;
+            break;
+        case R_RETAIN:
+            if ((rc = secs_opt(cmd, &p, &retain_ms, NULL, true)) >= 0)
+                return rc;
+            cfg->copts.retain_ms = retain_ms;
+            once_opt = 1;
+            break;
+        case R_RETRYFAILED:
+            cfg->copts.retry_failed = 1;
+            once_opt = 1;
+            break;
+        case R_FINGERPRINT:
+            if (!*p.val || strlen(p.val) > DLOCK_FINGERPRINT_MAX)
+                return cli_usage(cmd, "%s wants 1 to %d bytes of printable ASCII", p.optname,
+                                 DLOCK_FINGERPRINT_MAX);
+            for (const char *f = p.val; *f; f++)
+                if (*f < 0x20 || *f > 0x7e)
+                    return cli_usage(cmd, "%s wants printable ASCII, not %s", p.optname,
+                                     cli_show(p.val, shown, sizeof shown));
+            cfg->copts.fingerprint = p.val;
+            once_opt = 1;
             break;
         case R_VALUE:
             if (strlen(p.val) > 255)
@@ -251,6 +283,13 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
 done:
     if (cfg->mode != MODE_ELECT && cfg->value)
         return cli_usage(cmd, "--value is an option of 'dlock elect'");
+    if (cfg->mode != MODE_ONCE && once_opt)
+        return cli_usage(cmd, "--retain, --retry-failed and --fingerprint are options of "
+                              "'dlock once'");
+    if (cfg->mode == MODE_ONCE && (cfg->shared || cfg->permits_given))
+        return cli_usage(cmd, "a claim's lock is exclusive: -s and --permits do not apply");
+    if (cfg->mode == MODE_ONCE && !cfg->conflict_given)
+        cfg->conflict_code = CLI_EXIT_IN_PROGRESS;
     if (cfg->mode == MODE_ELECT && (cfg->shared || cfg->permits_given))
         return cli_usage(cmd, "leadership is exclusive: -s and --permits do not apply");
     /* hold -- NAME: a name that starts with '-' */
@@ -482,7 +521,7 @@ static int ev_peer_var(const char *var, const char *value, void *arg)
  * code (*stop_sig: the signal that ended the wait); *remembered gets the
  * signals to deliver to the command. */
 static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *remembered,
-                size_t *nremembered, int *stop_sig)
+                size_t *nremembered, int *stop_sig, dlock_claim **claim)
 {
     waiter w = {.cfg = cfg, .client = c, .lock = lock, .started_ms = cli_now_ms()};
     atomic_init(&w.sig, 0);
@@ -501,6 +540,8 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
     int rc;
     if (cfg->mode == MODE_ELECT) {
         rc = dlock_campaign(lock, cfg->published, cfg->acquire_ms);
+    } else if (cfg->mode == MODE_ONCE) {
+        rc = dlock_claim_begin(lock, &cfg->copts, cfg->acquire_ms, claim);
     } else {
         rc = dlock_acquire(lock, cfg->acquire_ms);
     }
@@ -515,8 +556,13 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
     int sig = atomic_load(&w.sig);
     if (sig) {
         /* Interrupted while waiting: leave nothing behind. */
-        if (rc == 0)
+        if (rc == 0 && cfg->mode == MODE_ONCE) {
+            /* nothing ran: the next caller may, as this attempt's */
+            if (dlock_claim_state(*claim) == DLOCK_CLAIM_RUN)
+                (void)dlock_claim_abandon(*claim);
+        } else if (rc == 0) {
             (void)(cfg->mode == MODE_ELECT ? dlock_resign(lock) : dlock_release(lock));
+        }
         dropped_msg(cfg, &w);
         char sname[16], msg[96];
         snprintf(msg, sizeof msg, "%s: %s received while waiting", cfg->cmdname,
@@ -536,11 +582,18 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
     }
     if (rc) {
         const char *why = dlock_lock_errmsg(lock);
-        cli_err("%s: cannot acquire lock %s: %s", cfg->cmdname, shown,
-                why && *why ? why : dlock_strerror(rc));
+        if (cfg->mode == MODE_ONCE) /* the claim's reason names it */
+            cli_err("%s: %s", cfg->cmdname, why && *why ? why : dlock_strerror(rc));
+        else
+            cli_err("%s: cannot acquire lock %s: %s", cfg->cmdname, shown,
+                    why && *why ? why : dlock_strerror(rc));
         cli_ev_error(cfg->name, dlock_err_name(rc), cli_exit_for(rc), NULL);
         dropped_msg(cfg, &w);
         return cli_exit_for(rc);
+    }
+    if (cfg->mode == MODE_ONCE && dlock_claim_state(*claim) == DLOCK_CLAIM_DONE) {
+        dropped_msg(cfg, &w); /* nothing runs: a replay */
+        return TAKEN;
     }
     memcpy(remembered, w.remembered, w.nremembered * sizeof *remembered);
     *nremembered = w.nremembered;
@@ -631,6 +684,161 @@ static int hold(const run_cfg *cfg, dlock_lock *lock, uint64_t token, int64_t lo
     }
 }
 
+/* ---- once ------------------------------------------------------------------ */
+
+/* What `once` adds to a run: the result file and the command's variables. */
+typedef struct once_run {
+    char path[PATH_MAX];
+    int result_fd; /* open on path while the command runs; -1 none */
+    char attempt_var[48], *result_var;
+    char *env[3];
+} once_run;
+
+static void once_cleanup(once_run *o)
+{
+    if (o->result_fd >= 0) {
+        close(o->result_fd);
+        (void)unlink(o->path);
+        o->result_fd = -1;
+    }
+    free(o->result_var);
+    o->result_var = NULL;
+}
+
+/* The result file (empty, the command's to write) and the variables. */
+static int once_prepare(const run_cfg *cfg, dlock_claim *claim, once_run *o)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    int n = snprintf(o->path, sizeof o->path, "%s/dlock-once-XXXXXX", tmp);
+    if (n < 0 || (size_t)n >= sizeof o->path || (o->result_fd = mkstemp(o->path)) < 0) {
+        cli_err("%s: cannot create the result file in %s: %s", cfg->cmdname, tmp,
+                n < 0 || (size_t)n >= sizeof o->path ? strerror(ENAMETOOLONG) : strerror(errno));
+        o->result_fd = -1;
+        return -1;
+    }
+    (void)fcntl(o->result_fd, F_SETFD, FD_CLOEXEC);
+    snprintf(o->attempt_var, sizeof o->attempt_var, "DLOCK_ONCE_ATTEMPT=%u",
+             dlock_claim_attempt(claim));
+    size_t len = strlen("DLOCK_RESULT=") + strlen(o->path) + 1;
+    if (!(o->result_var = malloc(len))) {
+        cli_err("%s: out of memory", cfg->cmdname);
+        return -1;
+    }
+    snprintf(o->result_var, len, "DLOCK_RESULT=%s", o->path);
+    o->env[0] = o->attempt_var;
+    o->env[1] = o->result_var;
+    o->env[2] = NULL;
+    if (cfg->verbose)
+        cli_err("%s: running %s as attempt %u", cfg->cmdname, cfg->name,
+                dlock_claim_attempt(claim));
+    return 0;
+}
+
+/* "2026-12-04T19:07:34Z" */
+static void fmt_utc(char *buf, size_t len, long long ms)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "an unknown time");
+}
+
+/* A duplicate: the recorded result on stdout, the recorded status. */
+static int once_replay(const run_cfg *cfg, const dlock_claim *claim)
+{
+    size_t len;
+    const char *res = dlock_claim_result(claim, &len);
+    char when[40], who[CLI_SHOW_MAX], shown[CLI_SHOW_MAX];
+    fmt_utc(when, sizeof when, dlock_claim_finished_ms(claim));
+    int status = dlock_claim_status(claim);
+    if (!cfg->quiet)
+        cli_err("%s: %s already ran (attempt %u, exit %d, at %s by %s): replayed", cfg->cmdname,
+                cli_show(cfg->name, shown, sizeof shown), dlock_claim_attempt(claim), status,
+                when, cli_clean(dlock_claim_by(claim), who, sizeof who));
+    cli_event e;
+    if (cli_ev_begin(&e, "replayed", cfg->name)) {
+        cli_ev_int(&e, "attempt", dlock_claim_attempt(claim));
+        cli_ev_int(&e, "status", status);
+        cli_ev_int(&e, "finished_ms", dlock_claim_finished_ms(claim));
+        cli_ev_str(&e, "by", dlock_claim_by(claim));
+        cli_ev_end(&e);
+    }
+    if ((len && fwrite(res, 1, len, stdout) != len) || fflush(stdout) != 0) {
+        cli_err("%s: cannot write the recorded result: %s", cfg->cmdname, strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    return status >= 0 && status <= 255 ? status : CLI_EXIT_SOFTWARE;
+}
+
+/* Read what the command left in $DLOCK_RESULT: at most
+ * DLOCK_CLAIM_RESULT_MAX bytes (more is cut, and said). */
+static char *once_result(const run_cfg *cfg, once_run *o, size_t *len)
+{
+    *len = 0;
+    char *buf = malloc(DLOCK_CLAIM_RESULT_MAX + 1);
+    if (!buf)
+        return NULL;
+    /* The command may have replaced the file: read it by name. */
+    int fd = open(o->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno != ENOENT)
+            cli_err("%s: cannot read the result file %s: %s (recording none)", cfg->cmdname,
+                    o->path, strerror(errno));
+        return buf;
+    }
+    size_t got = 0;
+    while (got < DLOCK_CLAIM_RESULT_MAX + 1) {
+        ssize_t r = read(fd, buf + got, DLOCK_CLAIM_RESULT_MAX + 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got > DLOCK_CLAIM_RESULT_MAX) {
+        cli_err("%s: the result is longer than %d bytes: recording its first %d", cfg->cmdname,
+                DLOCK_CLAIM_RESULT_MAX, DLOCK_CLAIM_RESULT_MAX);
+        got = DLOCK_CLAIM_RESULT_MAX;
+    }
+    *len = got;
+    return buf;
+}
+
+/* The command ended (dlock's exit code rc): record its outcome, unless the
+ * lock was lost (then nothing is written: the next caller runs it again as
+ * the next attempt). Returns the exit code. */
+static int once_finish(const run_cfg *cfg, dlock_claim *claim, dlock_lock *lock, once_run *o,
+                       int rc)
+{
+    if (rc == CLI_EXIT_LOST)
+        return rc; /* said by the supervisor; dlock_claim_free leaves it running */
+    char shown[CLI_SHOW_MAX];
+    cli_show(cfg->name, shown, sizeof shown);
+    size_t len;
+    char *res = once_result(cfg, o, &len);
+    if (!res) {
+        cli_err("%s: out of memory", cfg->cmdname);
+        return CLI_EXIT_SOFTWARE;
+    }
+    int fin = dlock_claim_finish(claim, rc, res, len);
+    free(res);
+    if (fin == 0) {
+        if (cfg->verbose)
+            cli_err("%s: recorded %s: attempt %u, exit %d", cfg->cmdname, shown,
+                    dlock_claim_attempt(claim), rc);
+        return rc;
+    }
+    const char *why = dlock_lock_errmsg(lock);
+    cli_err("%s: cannot record the outcome of %s: %s", cfg->cmdname, shown,
+            why && *why ? why : dlock_strerror(fin));
+    cli_ev_error(cfg->name, dlock_err_name(fin), fin == DLOCK_ELOST ? CLI_EXIT_LOST
+                                                                     : cli_exit_for(fin), NULL);
+    return fin == DLOCK_ELOST ? CLI_EXIT_LOST : cli_exit_for(fin);
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 int cli_run(int argc, char **argv, const cli_global *g)
@@ -658,6 +866,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     dlock_client *c = NULL;
     dlock_lock *lock = NULL;
+    dlock_claim *claim = NULL;
+    once_run once = {.result_fd = -1};
     int warn_fd = -1;
     /* A signal that ended the wait or killed the command: dlock dies of it
      * too, once the lock is given back (a shell then acts on it). */
@@ -702,8 +912,16 @@ int cli_run(int argc, char **argv, const cli_global *g)
     }
     int remembered[MAX_REMEMBERED];
     size_t nremembered = 0;
-    if ((rc = take(&cfg, c, lock, remembered, &nremembered, &die_sig)) != TAKEN)
+    if ((rc = take(&cfg, c, lock, remembered, &nremembered, &die_sig, &claim)) != TAKEN)
         goto out;
+    if (claim && dlock_claim_state(claim) == DLOCK_CLAIM_DONE) {
+        rc = once_replay(&cfg, claim);
+        goto out;
+    }
+    if (claim && once_prepare(&cfg, claim, &once) != 0) {
+        rc = CLI_EXIT_SOFTWARE;
+        goto out;
+    }
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
     /* For the events: once the lock is lost, dlock_token says 0. */
     uint64_t token = dlock_token(lock);
@@ -722,6 +940,10 @@ int cli_run(int argc, char **argv, const cli_global *g)
         if (stop) {
             rc = 128 + stop;
             die_sig = stop;
+            if (claim) { /* it never ran: the next caller runs it, as the next attempt */
+                (void)dlock_claim_abandon(claim);
+                goto out;
+            }
         } else {
             cli_supervise_cfg sc = {
                 .cmdname = cfg.cmdname,
@@ -741,6 +963,7 @@ int cli_run(int argc, char **argv, const cli_global *g)
                 .ttl_ms = cfg.lopts.ttl_ms > 0 ? cfg.lopts.ttl_ms : 30000,
                 .deliver = remembered,
                 .ndeliver = nremembered,
+                .extra_env = claim ? once.env : NULL,
                 .died_sig = &die_sig,
                 .died_with_tty = &die_group,
             };
@@ -748,6 +971,10 @@ int cli_run(int argc, char **argv, const cli_global *g)
         }
     }
 
+    if (claim) {
+        rc = once_finish(&cfg, claim, lock, &once, rc);
+        goto out;
+    }
     /* Give the lock back. A loss discovered only now still means the
      * command may have run unprotected: say so, exit 75. */
     int lost = dlock_state(lock) == DLOCK_STATE_LOST;
@@ -783,6 +1010,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
             cli_err("%s: released lock %s", cfg.cmdname, shown);
     }
 out:
+    dlock_claim_free(claim); /* (before its lock) */
+    once_cleanup(&once);
     if (lock)
         dlock_lock_free(lock);
     if (c)

@@ -1599,6 +1599,163 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
     return rc ? dl_client_err(c, rc, "no leader for \"%s\"", name) : 0;
 }
 
+/* ---- claim records ------------------------------------------------------ */
+
+/* A claim's record is the file NAME.once beside NAME.lock (no lock file
+ * ends in ".once"), replaced whole by a rename, so that a reader sees the
+ * old bytes or the new, never half: "expires_ms T\n" (wall clock, so that
+ * it holds across processes and reboots) then the core's bytes. */
+#define REC_SUFFIX ".once"
+#define REC_HEAD_MAX 40
+#define REC_FILE_MAX (DLOCK_CLAIM_RESULT_MAX + 4096)
+
+static int file_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+{
+    file_client *fc = fc_of(c);
+    *val = NULL;
+    *len = 0;
+    char err[PATH_MAX + 200], path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s" REC_SUFFIX, key);
+    int dirfd;
+    int rc = dir_get(fc, false, err, sizeof err, &dirfd);
+    if (rc == DLOCK_ENOENT)
+        return 0; /* no directory yet: no claims */
+    if (rc)
+        return dl_client_err(c, rc, "%s", err);
+    int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd < 0)
+        return dl_client_err(c, errno_code(errno), "cannot open claim record %s/%s: %s",
+                             fc->dir, path, strerror(errno));
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) != 0) {
+        rc = dl_client_err(c, DLOCK_EIO, "cannot stat %s/%s: %s", fc->dir, path,
+                           strerror(errno));
+    } else if (!S_ISREG(st.st_mode) || st.st_size > REC_FILE_MAX) {
+        rc = dl_client_err(c, DLOCK_EPROTO, "claim record %s/%s: %s", fc->dir, path,
+                           S_ISREG(st.st_mode) ? "too large to be one" : "not a plain file");
+    } else if (!(buf = malloc((size_t)st.st_size + 1))) {
+        rc = dl_client_err(c, DLOCK_ENOMEM, "claim record %s/%s: out of memory", fc->dir, path);
+    } else {
+        ssize_t got = pread(fd, buf, (size_t)st.st_size + 1, 0);
+        if (got < 0)
+            rc = dl_client_err(c, DLOCK_EIO, "cannot read %s/%s: %s", fc->dir, path,
+                               strerror(errno));
+        else if (got != st.st_size) /* never, for a file only renamed into place */
+            rc = dl_client_err(c, DLOCK_EIO, "claim record %s/%s changed while read", fc->dir,
+                               path);
+        else
+            buf[got] = '\0';
+    }
+    close(fd);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    size_t n = (size_t)st.st_size;
+    const char *nl = memchr(buf, '\n', n < REC_HEAD_MAX ? n : REC_HEAD_MAX);
+    char *end;
+    long long expires_ms = 0;
+    if (nl && strncmp(buf, "expires_ms ", 11) == 0) {
+        errno = 0;
+        expires_ms = strtoll(buf + 11, &end, 10);
+        if (errno || end != nl)
+            nl = NULL;
+    }
+    if (!nl) {
+        free(buf);
+        return dl_client_err(c, DLOCK_EPROTO, "claim record %s/%s: no expiry line", fc->dir,
+                             path);
+    }
+    if (expires_ms <= dl_realtime_ms()) {
+        free(buf); /* its time is over; the next put replaces it */
+        return 0;
+    }
+    size_t skip = (size_t)(nl - buf) + 1;
+    memmove(buf, buf + skip, n - skip + 1);
+    *val = buf;
+    *len = n - skip;
+    return 0;
+}
+
+static int file_record_put(dlock_client *c, const char *key, const char *val, size_t len,
+                           int64_t ttl_ms)
+{
+    file_client *fc = fc_of(c);
+    char err[PATH_MAX + 200], path[DL_NAME_MAX + 8], tmp[DL_NAME_MAX + 64];
+    snprintf(path, sizeof path, "%s" REC_SUFFIX, key);
+    uint64_t rnd;
+    if (dl_random(&rnd, sizeof rnd) != 0)
+        return dl_client_err(c, DLOCK_EIO, "cannot read random bytes for a temporary name");
+    /* A leading dot: no lock name makes it, and listings skip it. */
+    snprintf(tmp, sizeof tmp, ".%s.%016" PRIx64 ".tmp", path, rnd);
+    int dirfd;
+    int rc = dir_get(fc, true, err, sizeof err, &dirfd);
+    if (rc)
+        return dl_client_err(c, rc, "%s", err);
+    char head[REC_HEAD_MAX];
+    int hn = snprintf(head, sizeof head, "expires_ms %lld\n",
+                      (long long)(dl_realtime_ms() + ttl_ms));
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    fc->filemode);
+    if (fd < 0)
+        return dl_client_err(c, errno_code(errno), "cannot create %s/%s: %s", fc->dir, tmp,
+                             strerror(errno));
+    if (fchmod(fd, fc->filemode) != 0) {
+        /* not fatal: readable by us */
+    }
+    const char *parts[2] = {head, val};
+    size_t lens[2] = {(size_t)hn, len};
+    for (int i = 0; i < 2 && rc == 0; i++)
+        for (size_t done = 0; done < lens[i];) {
+            ssize_t w = write(fd, parts[i] + done, lens[i] - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                rc = dl_client_err(c, DLOCK_EIO, "cannot write %s/%s: %s", fc->dir, tmp,
+                                   strerror(w < 0 ? errno : ENOSPC));
+                break;
+            }
+            done += (size_t)w;
+        }
+    if (rc == 0 && fc->sync && fdatasync(fd) != 0)
+        rc = dl_client_err(c, DLOCK_EIO, "cannot sync %s/%s: %s", fc->dir, tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = dl_client_err(c, DLOCK_EIO, "cannot write %s/%s: %s", fc->dir, tmp, strerror(errno));
+    if (rc == 0 && renameat(dirfd, tmp, dirfd, path) != 0)
+        rc = dl_client_err(c, errno_code(errno),
+                           "cannot put claim record %s/%s in place: %s%s", fc->dir, path,
+                           strerror(errno),
+                           errno == EPERM ? " (another user's record in a shared directory)"
+                                          : "");
+    if (rc) {
+        (void)unlinkat(dirfd, tmp, 0);
+        return rc;
+    }
+    if (fc->sync && fsync(dirfd) != 0)
+        return dl_client_err(c, DLOCK_EIO, "cannot sync %s: %s", fc->dir, strerror(errno));
+    return 0;
+}
+
+static int file_record_del(dlock_client *c, const char *key)
+{
+    file_client *fc = fc_of(c);
+    char err[PATH_MAX + 200], path[DL_NAME_MAX + 8];
+    snprintf(path, sizeof path, "%s" REC_SUFFIX, key);
+    int dirfd;
+    int rc = dir_get(fc, false, err, sizeof err, &dirfd);
+    if (rc == DLOCK_ENOENT)
+        return 0;
+    if (rc)
+        return dl_client_err(c, rc, "%s", err);
+    if (unlinkat(dirfd, path, 0) != 0 && errno != ENOENT)
+        return dl_client_err(c, errno_code(errno), "cannot remove %s/%s: %s", fc->dir, path,
+                             strerror(errno));
+    return 0;
+}
+
 static const dl_scheme file_schemes[] = {
     {"file", "file", 0, false, DL_PATH_FILE},
     {NULL, NULL, 0, false, DL_PATH_NONE},
@@ -1617,6 +1774,9 @@ static const dl_backend_ops file_ops = {
     .list = file_list,
     .set_value = file_set_value,
     .get_value = file_get_value,
+    .record_get = file_record_get,
+    .record_put = file_record_put,
+    .record_del = file_record_del,
 };
 
 const dl_backend dl_backend_file = {
@@ -1624,7 +1784,7 @@ const dl_backend dl_backend_file = {
     .schemes = file_schemes,
     .params = "sync",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
+            DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_CLAIMS,
     .liveness = "kernel releases the lock when the holder's process dies",
     .fencing = "counter in the lock file; survives crashes of processes, and of the host "
                "only with ?sync=1",

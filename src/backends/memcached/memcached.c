@@ -1084,5 +1084,6 @@ const dl_backend dl_backend_memcached = {
     .liveness = MC_LIVENESS,
     .fencing = MC_FENCING,
     .params = MC_PARAMS,
+    .no_claims = "it may evict it at any moment",
     MC_OPS,
 };

@@ -519,6 +519,9 @@ const dl_backend_ops rd_keyed_ops = {
     .list = k_list,
     .set_value = k_set_value,
     .get_value = k_get_value,
+    .record_get = rd_record_get,
+    .record_put = rd_record_put,
+    .record_del = rd_record_del,
 };
 
 #endif /* DLOCK_HAVE_REDIS */

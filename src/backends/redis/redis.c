@@ -1258,6 +1258,9 @@ static const dl_backend_ops redis_ops = {
     .list = redis_list,
     .set_value = redis_set_value,
     .get_value = redis_get_value,
+    .record_get = rd_record_get,
+    .record_put = rd_record_put,
+    .record_del = rd_record_del,
 };
 #define REDIS_OPS .ops = &redis_ops
 #else
@@ -1269,7 +1272,8 @@ const dl_backend dl_backend_redis = {
     .schemes = redis_schemes,
     .params = "wait wait_timeout key",
     .caps = DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK,
+            DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_FENCING_WEAK |
+            DLOCK_CAP_CLAIMS,
     .liveness = "lease (PEXPIRE) renewed every ttl/3; waiters hold short registrations. "
                 "key=TEMPLATE: the SET NX PX layout of redis-py, node-redlock, redsync and "
                 "tooz, with which it excludes; exclusive locks only (shared, semaphore, fair "

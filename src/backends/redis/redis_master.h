@@ -89,6 +89,12 @@ int rd_inspect_with(dlock_client *cl, const char *name, const char *key, const r
 int rd_break_with(dlock_client *cl, const char *name, const char *key, const rcmd *c, bool keyed,
                   dlock_info *info);
 
+/* Claim records (records.c), for either layout's ops. */
+int rd_record_get(dlock_client *cl, const char *name, char **val, size_t *len);
+int rd_record_put(dlock_client *cl, const char *name, const char *val, size_t len,
+                  int64_t ttl_ms);
+int rd_record_del(dlock_client *cl, const char *name);
+
 /* Open and close a client of either layout (the key= layout's when the
  * URL has key=: rd_keyed_open). */
 int rd_master_open(dlock_client *cl, const dl_url *u);
@@ -96,7 +102,8 @@ void rd_master_close(dlock_client *cl);
 
 /* The key= layout's operations and capabilities (keyed.c). */
 extern const dl_backend_ops rd_keyed_ops;
-#define RD_KEYED_CAPS (DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK)
+#define RD_KEYED_CAPS \
+    (DLOCK_CAP_FENCING | DLOCK_CAP_LEASE | DLOCK_CAP_FENCING_WEAK | DLOCK_CAP_CLAIMS)
 /* 0, or the error (on cl) of a key= template that cannot be used. */
 int rd_keyed_open(dlock_client *cl, rclient *rc, const char *tmpl);
 

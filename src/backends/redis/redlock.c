@@ -811,5 +811,7 @@ const dl_backend dl_backend_redlock = {
     .fencing = "max of the quorum's counters, written back when they differ; a master that "
                "restarts without its data within a ttl can break exclusion and repeat tokens "
                "(use persistence or delayed restarts)",
+    .no_claims = "a record on several independent masters has no single truth to read "
+                 "back (use redis:// or redis+sentinel:// for claims)",
     RL_OPS,
 };
