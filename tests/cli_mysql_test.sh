@@ -56,7 +56,7 @@ until_file() { echo "echo \$DLOCK_TOKEN >$1.tok; while [ ! -e $1 ]; do sleep 0.0
 "$DLOCK" backends >"$TMP/backends.out" 2>&1
 b=$(sed -n '/^mysql /,/^[a-z]/p' "$TMP/backends.out")
 if echo "$b" | grep -Eq '^mysql +mysql mariadb +yes$' &&
-    echo "$b" | grep -q 'capabilities: fencing, fair, semaphore, session, lease, native blocking$' &&
+    echo "$b" | grep -q 'capabilities: fencing, fair, semaphore, session, lease, native blocking, claims$' &&
     echo "$b" | grep -q 'mode=getlock: GET_LOCK, held while the holder.s connection lives' &&
     echo "$b" | grep -q 'a paused holder keeps its lock' &&
     echo "$b" | grep -q 'mode=rowlock: the same' &&

@@ -62,7 +62,7 @@ static const dl_scheme etcd_schemes[] = {
 /* The facts, the same whether the client libraries are built in or not. */
 #define ETCD_CAPS                                                                            \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |           \
-     DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
+     DLOCK_CAP_LEASE | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION | DLOCK_CAP_CLAIMS)
 #define ETCD_LIVENESS                                                                        \
     "one lease per client, kept alive at ttl/4; linearizable; the holder is told on its own " \
     "clock before the lease can expire, at once when the lease is revoked or the key "       \

@@ -47,7 +47,7 @@ static const dl_scheme mysql_schemes[] = {
 #define MY_CAPS_LEASE (DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE)
 #define MY_CAPS_ROWLOCK                                                                      \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
-#define MY_CAPS (MY_CAPS_GETLOCK | MY_CAPS_LEASE | MY_CAPS_ROWLOCK) /* a client: its mode's */
+#define MY_CAPS (MY_CAPS_GETLOCK | MY_CAPS_LEASE | MY_CAPS_ROWLOCK | DLOCK_CAP_CLAIMS) /* a client: its mode's */
 #define MY_LIVENESS                                                                          \
     "mode=getlock: GET_LOCK, held while the holder's connection lives; the holder is told "  \
     "at once when the server ends the connection, and within ~5 s (TCP keepalives) when "   \

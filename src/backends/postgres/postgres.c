@@ -33,7 +33,7 @@ static const dl_scheme postgres_schemes[] = {
      DLOCK_CAP_NATIVE_BLOCKING)
 #define PG_CAPS_ROWLOCK                                                                      \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING)
-#define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE | PG_CAPS_ROWLOCK) /* a client: its mode's */
+#define PG_CAPS (PG_CAPS_ADVISORY | PG_CAPS_LEASE | PG_CAPS_ROWLOCK | DLOCK_CAP_CLAIMS) /* a client: its mode's */
 #define PG_LIVENESS                                                                          \
     "mode=advisory: a session advisory lock, held while the holder's connection lives; the " \
     "holder is told at once when the server ends the session, and within ~5 s (TCP "         \

@@ -48,7 +48,7 @@ static const dl_scheme zk_schemes[] = {
 /* The facts, the same whether the client library is built in or not. */
 #define ZK_CAPS                                                                              \
     (DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |           \
-     DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION)
+     DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING | DLOCK_CAP_ELECTION | DLOCK_CAP_CLAIMS)
 #define ZK_LIVENESS                                                                          \
     "ephemeral znode of the client's session: gone when the session ends or expires; the "  \
     "holder is told before the leader can expire it (no sync answered through the leader "  \
