@@ -427,7 +427,7 @@ static int rl_renew(dlock_lock *l)
     int ttl = l->opts.ttl_ms;
     rcmd c;
     char nb[24];
-    rd_renew_cmd(&c, &rc->cf, l, nb); /* kind "x": redlock locks are exclusive */
+    rd_renew_cmd(&c, &rc->cf, l, ttl, nb); /* kind "x": redlock locks are exclusive */
     redisReply *r[rc->n];
     int64_t t0 = dl_now_ns();
     /* Within the moment the lease will be declared lost (the core's bound):
@@ -482,7 +482,7 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
     }
     int min_ttl = ls[0]->opts.ttl_ms;
     for (int j = 0; j < m; j++) {
-        rd_renew_cmd(&cmds[j], &rc->cf, ls[j], nb[j]);
+        rd_renew_cmd(&cmds[j], &rc->cf, ls[j], ls[j]->opts.ttl_ms, nb[j]);
         if (ls[j]->opts.ttl_ms < min_ttl)
             min_ttl = ls[j]->opts.ttl_ms;
     }
