@@ -189,13 +189,14 @@ typedef struct dlock_lock_opts {
      * Re-entry does not restart it. */
     int max_hold_ms;
     /* Keep the lock taken until min_hold_ms after its acquisition (counted
-     * as max_hold_ms is), even when released sooner (ShedLock's
+     * from when dlock_acquire returned, the latest the grant can have
+     * come), even when released sooner (ShedLock's
      * lockAtLeastFor: a job run from several hosts' cron, whose clocks
      * differ, must not run twice). A release before then, where the
-     * backend has a lease on the server (Redis, memcached, the SQL lease
-     * modes), sets that lease to end at the minimum and returns at once:
-     * the lock outlives the process. Elsewhere (a session: ZooKeeper, an
-     * SQL connection, a kernel lock; and etcd, Redlock) dlock_release,
+     * backend has a lease on the server (Redis, Redlock, memcached, the SQL
+     * lease modes), sets that lease to end at the minimum and returns at
+     * once: the lock outlives the process. Elsewhere (a session: ZooKeeper,
+     * an SQL connection, a kernel lock; and etcd) dlock_release,
      * and what releases for you (dlock_lock_free, dlock_client_close),
      * waits until the minimum has passed, the lock held and renewed as
      * usual, then releases. A lock lost before it is lost all the same.

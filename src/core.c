@@ -1529,7 +1529,9 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     l->op_deadline_ns = 0;
     cancel_disarm(l);
     if (rc == 0) {
-        l->acquired_ns = started;
+        /* Not started: the grant may have come as late as its reply, and a
+         * minimum must not end early (a cap counts from the earliest). */
+        l->acquired_ns = dl_now_ns();
         l->count = 1;
         atomic_store(&l->state, DLOCK_STATE_HELD);
     } else {

@@ -332,8 +332,8 @@ struct dlock_lock {
      * server, so the owner's release has nothing left to abandon. */
     int64_t cap_at_ns;
     bool cap_released;
-    /* When the held lock was acquired (CLOCK_MONOTONIC ns, counted as the
-     * cap is): opts.min_hold_ms runs from here. */
+    /* When the acquisition of the held lock returned (CLOCK_MONOTONIC ns):
+     * opts.min_hold_ms runs from here, the latest the grant can have come. */
     int64_t acquired_ns;
     /* opts.on_warn: warn_ns before loss_at; warned: this failing episode
      * was told (reset by a renewal that succeeds). */

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # cli_atleast_test.sh — `dlock run --at-least SECS` (issue 28) on real
 # servers: a command that ends at once keeps its lock taken until SECS after
-# the acquisition. On lease backends (redis, its key= layout, memcached,
+# the acquisition. On lease backends (redis, its key= layout, redlock, memcached,
 # postgres mode=lease) dlock has exited already and a rival `run -n` is
 # refused, `dlock status` says held; on session backends (file, zk, postgres
 # advisory, etcd) dlock itself stays, holding, and a rival is refused
@@ -20,7 +20,7 @@ need_backend "$DLOCK" postgres
 need_backend "$DLOCK" memcached
 command -v memcached >/dev/null || skip "memcached not installed"
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || skip "PostgreSQL not installed"
-in_servers redis zk postgres memcached etcd
+in_servers redis redlock zk postgres memcached etcd
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-atleast.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -124,6 +124,7 @@ lease_case redis "$DLOCK_TEST_REDIS"
 lease_case redis-key "$DLOCK_TEST_REDIS_KEY"
 lease_case memcached "$DLOCK_TEST_MEMCACHED"
 lease_case pg-lease "$DLOCK_TEST_POSTGRES_LEASE"
+lease_case redlock "$DLOCK_TEST_REDLOCK"
 session_case file "$FURL"
 session_case zk "$DLOCK_TEST_ZK"
 session_case pg-advisory "$DLOCK_TEST_POSTGRES"
