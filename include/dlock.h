@@ -189,8 +189,22 @@ typedef struct dlock_lock_opts {
      * it forever. On every backend. 0: no cap; negative: DLOCK_EINVAL.
      * Re-entry does not restart it. */
     int max_hold_ms;
+    /* Keep the lock taken until min_hold_ms after its acquisition (counted
+     * from when dlock_acquire returned, the latest the grant can have
+     * come), even when released sooner (ShedLock's
+     * lockAtLeastFor: a job run from several hosts' cron, whose clocks
+     * differ, must not run twice). A release before then, where the
+     * backend has a lease on the server (Redis, Redlock, memcached, the SQL
+     * lease modes), sets that lease to end at the minimum and returns at
+     * once: the lock outlives the process. Elsewhere (a session: ZooKeeper,
+     * an SQL connection, a kernel lock; and etcd) dlock_release,
+     * and what releases for you (dlock_lock_free, dlock_client_close),
+     * waits until the minimum has passed, the lock held and renewed as
+     * usual, then releases. A lock lost before it is lost all the same.
+     * 0: none; negative or above a max_hold_ms cap: DLOCK_EINVAL. */
+    int min_hold_ms;
     /* Room for options of later versions (see dlock_client_opts). */
-    uint64_t reserved_[3];
+    uint64_t reserved_[2];
 } dlock_lock_opts;
 
 DLOCK_EXTERN void dlock_client_opts_init(dlock_client_opts *opts);

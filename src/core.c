@@ -1275,6 +1275,14 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     if (o.max_hold_ms < 0)
         return dl_client_err(client, DLOCK_EINVAL,
                              "max_hold_ms must be positive (0: no cap), not %d ms", o.max_hold_ms);
+    if (o.min_hold_ms < 0)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "min_hold_ms must be positive (0: none), not %d ms", o.min_hold_ms);
+    /* The cap would end the holding before its minimum. */
+    if (o.max_hold_ms && o.min_hold_ms > o.max_hold_ms)
+        return dl_client_err(client, DLOCK_EINVAL,
+                             "min_hold_ms (%d ms) is longer than the max_hold_ms cap (%d ms)",
+                             o.min_hold_ms, o.max_hold_ms);
     /* Renewals come every third of the lease: a warning earlier than half
      * of it before the loss could come between two that succeed. */
     if (o.warn_ms < 0 || o.warn_ms > o.ttl_ms / 2)
@@ -1527,6 +1535,9 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     l->op_deadline_ns = 0;
     cancel_disarm(l);
     if (rc == 0) {
+        /* Not started: the grant may have come as late as its reply, and a
+         * minimum must not end early (a cap counts from the earliest). */
+        l->acquired_ns = dl_now_ns();
         l->count = 1;
         atomic_store(&l->state, DLOCK_STATE_HELD);
     } else {
@@ -1563,17 +1574,46 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *lock, int timeout_ms)
     return acquire_until(lock, deadline_from(timeout_ms));
 }
 
+/* Milliseconds (rounded up) until opts.min_hold_ms has passed for the held
+ * lock l; 0 when it has, or when there is none. */
+static int64_t min_hold_left_ms(const dlock_lock *l)
+{
+    if (!l->opts.min_hold_ms || atomic_load(&l->state) != DLOCK_STATE_HELD)
+        return 0;
+    int64_t left = l->acquired_ns + dl_ms_to_ns(l->opts.min_hold_ms) - dl_now_ns();
+    return left > 0 ? (left + 999999) / 1000000 : 0;
+}
+
+/* Where the lease cannot be left to the server: keep the lock, renewed as
+ * usual, until its minimum has passed or it is lost (its lost descriptor
+ * wakes us; without one we only sleep). */
+static void min_hold_wait(dlock_lock *l)
+{
+    int fd = dlock_lost_fd(l);
+    int64_t ms;
+    while ((ms = min_hold_left_ms(l)) > 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, ms > 1000 ? 1000 : (int)ms) > 0)
+            break; /* lost: released below as a loss */
+    }
+}
+
 static int release_now(dlock_lock *l)
 {
+    if (!l->c->ops->release_at && min_hold_left_ms(l) > 0)
+        min_hold_wait(l);
     lease_untrack(l);
     handle_lock(l);
     int st = atomic_load(&l->state);
+    int64_t keep_ms;
     int rc;
     if (st == DLOCK_STATE_LOST) {
         /* Not when its cap gave it back already: nothing is left of it. */
         if (l->c->ops->abandon && !l->cap_released)
             l->c->ops->abandon(l);
         rc = dl_lock_err(l, DLOCK_ELOST, "%s", l->lost_msg ? l->lost_msg : "lock lost");
+    } else if (l->c->ops->release_at && (keep_ms = min_hold_left_ms(l)) > 0) {
+        rc = l->c->ops->release_at(l, keep_ms);
     } else {
         rc = l->c->ops->release(l);
     }

@@ -163,6 +163,12 @@ typedef struct dl_backend_ops {
     int (*record_put)(dlock_client *c, const char *key, const char *val, size_t len,
                       int64_t ttl_ms);
     int (*record_del)(dlock_client *c, const char *key);
+    /* Release, but leave the lock taken on the server for ms more (ms > 0;
+     * opts.min_hold_ms): set the owner's lease to end ms from now, checking
+     * it is still ours (DLOCK_ELOST if not), and forget it here. Only where
+     * the lease outlives this client and process. NULL: the core waits,
+     * holding, until the minimum has passed, then calls release. */
+    int (*release_at)(dlock_lock *l, int64_t ms);
 } dl_backend_ops;
 
 /*
@@ -329,6 +335,9 @@ struct dlock_lock {
      * server, so the owner's release has nothing left to abandon. */
     int64_t cap_at_ns;
     bool cap_released;
+    /* When the acquisition of the held lock returned (CLOCK_MONOTONIC ns):
+     * opts.min_hold_ms runs from here, the latest the grant can have come. */
+    int64_t acquired_ns;
     /* opts.on_warn: warn_ns before loss_at; warned: this failing episode
      * was told (reset by a renewal that succeeds). */
     int64_t warn_ns;

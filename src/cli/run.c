@@ -51,7 +51,7 @@ typedef struct run_cfg {
 enum {
     R_WAIT = 1, R_NONBLOCK, R_TTL, R_SHARED, R_PERMITS, R_FAIR, R_NOFAIR, R_CONFLICT,
     R_QUIET, R_VERBOSE, R_KILLSIG, R_GRACE, R_VALUE, R_URL, R_URL_FILE, R_NAME, R_JSON, R_HELP,
-    R_MAXHOLD, R_WARNSIG, R_WARNBEFORE, R_RETAIN, R_RETRYFAILED, R_FINGERPRINT
+    R_MAXHOLD, R_WARNSIG, R_WARNBEFORE, R_ATLEAST, R_RETAIN, R_RETRYFAILED, R_FINGERPRINT
 };
 
 static const cli_opt run_opts[] = {
@@ -70,6 +70,7 @@ static const cli_opt run_opts[] = {
     {"kill-signal", 0, 1, R_KILLSIG},
     {"kill-grace", 0, 1, R_GRACE},
     {"max-hold", 0, 1, R_MAXHOLD},
+    {"at-least", 0, 1, R_ATLEAST},
     {"warn-signal", 0, 1, R_WARNSIG},
     {"warn-before", 0, 1, R_WARNBEFORE},
     {"value", 0, 1, R_VALUE},
@@ -219,6 +220,10 @@ static int parse_run(int argc, char **argv, const cli_global *g, run_cfg *cfg)
             if ((rc = secs_opt(cmd, &p, &cfg->lopts.max_hold_ms, NULL, true)) >= 0)
                 return rc;
             break;
+        case R_ATLEAST:
+            if ((rc = secs_opt(cmd, &p, &cfg->lopts.min_hold_ms, NULL, true)) >= 0)
+                return rc;
+            break;
         case R_WARNSIG:
             if ((cfg->warn_sig = cli_parse_signal(p.val)) <= 0)
                 return cli_usage(cmd, "%s wants a signal name or number (like USR1 or 10), not %s",
@@ -300,6 +305,10 @@ done:
     if (cfg->mode == MODE_HOLD && cfg->warn_sig)
         return cli_usage(cmd, "--warn-signal is for a command: hold has none (--json shows "
                               "warnings)");
+    if (cfg->mode == MODE_ELECT && cfg->lopts.min_hold_ms)
+        return cli_usage(cmd, "--at-least is an option of 'dlock run' and 'dlock hold'");
+    if (cfg->lopts.max_hold_ms && cfg->lopts.min_hold_ms > cfg->lopts.max_hold_ms)
+        return cli_usage(cmd, "--at-least is longer than --max-hold: the cap would end it first");
     if (cfg->wait_given && cfg->nonblock)
         return cli_usage(cmd, "-w and -n exclude each other");
     if (cfg->shared && cfg->permits_given)
@@ -841,6 +850,14 @@ static int once_finish(const run_cfg *cfg, dlock_claim *claim, dlock_lock *lock,
 
 /* ---- the command -------------------------------------------------------- */
 
+/* Milliseconds since the epoch, as the events' ts_ms. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int cli_run(int argc, char **argv, const cli_global *g)
 {
     run_cfg cfg;
@@ -923,6 +940,9 @@ int cli_run(int argc, char **argv, const cli_global *g)
         goto out;
     }
     int64_t lose_at = cfg.lose_after_ms >= 0 ? cli_now_ms() + cfg.lose_after_ms : -1;
+    /* --at-least: the lock stays taken until about then (the library counts
+     * from before its request, a little earlier), for the released event. */
+    int64_t held_until_ms = cfg.lopts.min_hold_ms ? wall_ms() + cfg.lopts.min_hold_ms : 0;
     /* For the events: once the lock is lost, dlock_token says 0. */
     uint64_t token = dlock_token(lock);
 
@@ -1004,9 +1024,14 @@ int cli_run(int argc, char **argv, const cli_global *g)
             cli_ev_u64(&e, "token", token);
             if (cfg.mode == MODE_ELECT)
                 cli_ev_str(&e, "value", cfg.published);
+            if (held_until_ms > wall_ms())
+                cli_ev_int(&e, "held_until_ms", held_until_ms);
             cli_ev_end(&e);
         }
-        if (cfg.verbose)
+        if (cfg.verbose && held_until_ms > wall_ms())
+            cli_err("%s: released lock %s; it stays taken %.1f s more (--at-least)", cfg.cmdname,
+                    shown, (double)(held_until_ms - wall_ms()) / 1000);
+        else if (cfg.verbose)
             cli_err("%s: released lock %s", cfg.cmdname, shown);
     }
 out:

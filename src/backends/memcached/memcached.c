@@ -362,7 +362,7 @@ mc_server *mc_server_of(const mcclient *mc, const char *name)
 
 /* Seconds an item lives for a lease of ttl_ms: rounded up, and one more,
  * so that the server's whole-second clock can only keep it longer. */
-static long ttl_seconds(int ttl_ms)
+static long ttl_seconds(int64_t ttl_ms)
 {
     long long s = ((long long)ttl_ms + 999) / 1000 + 1;
     return s > MC_TTL_MAX_S ? MC_TTL_MAX_S : (long)s;
@@ -670,8 +670,10 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
 
 /* A compare-and-swap write (or delete, del) of our item: the request for l
  * at req[0..len), its length (0 when it does not fit). The value is
- * the one renewals keep writing, with value as the leader's if not NULL. */
-static size_t own_request(dlock_lock *l, bool del, const char *value, char *req, size_t len)
+ * the one renewals keep writing, with value as the leader's if not NULL; a
+ * write makes the item live for a lease of ttl_ms. */
+static size_t own_request(dlock_lock *l, bool del, const char *value, int64_t ttl_ms, char *req,
+                          size_t len)
 {
     mclock *ml = l->bstate;
     char k[MC_KEY_MAX + 16];
@@ -683,7 +685,7 @@ static size_t own_request(dlock_lock *l, bool del, const char *value, char *req,
         char val[MC_VALUE_MAX + 1];
         item_value(l, value ? value : ml->leader, val);
         n = snprintf(req, len, "ms %s %zu T%ld C%" PRIu64 " c\r\n%s\r\n", k, strlen(val),
-                     ttl_seconds(l->opts.ttl_ms), ml->cas, val);
+                     ttl_seconds(ttl_ms), ml->cas, val);
     }
     return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
@@ -713,12 +715,12 @@ static int own_reply(dlock_lock *l, bool del, const mc_reply *r)
 /* Compare-and-swap on our item: write it again with a new expiry (and
  * value: the leader's, kept for later renewals), or delete it. 0,
  * DLOCK_ELOST when it is no longer ours, or a code. */
-static int own_item(dlock_lock *l, bool del, const char *value)
+static int own_item(dlock_lock *l, bool del, const char *value, int64_t ttl_ms)
 {
     mcclient *mc = mcc_of(l->c);
     mclock *ml = l->bstate;
     char req[MC_OWN_REQ_MAX], why[400];
-    size_t n = own_request(l, del, value, req, sizeof req);
+    size_t n = own_request(l, del, value, ttl_ms, req, sizeof req);
     mc_reply r;
     int rc = mc_call(mc, ml->srv, req, n, &r, 1, op_until(l, mc), -1, why, sizeof why);
     if (rc)
@@ -755,7 +757,7 @@ static void mc_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, siz
                                      ls[i]->name);
                 continue;
             }
-            off += own_request(ls[i], false, NULL, req + off, MC_OWN_REQ_MAX);
+            off += own_request(ls[i], false, NULL, ls[i]->opts.ttl_ms, req + off, MC_OWN_REQ_MAX);
             idx[k++] = i;
         }
         if (k == 0)
@@ -777,22 +779,29 @@ static void mc_renew_batch(dlock_client *c, dlock_lock *const *ls, int *rcs, siz
 
 static int mc_release(dlock_lock *l)
 {
-    return own_item(l, true, NULL);
+    return own_item(l, true, NULL, 0);
 }
 
 static int mc_renew(dlock_lock *l)
 {
-    return own_item(l, false, NULL);
+    return own_item(l, false, NULL, l->opts.ttl_ms);
+}
+
+/* The item, written again to live ms more (whole seconds, rounded up, as
+ * every lease here), is the release: takers add it again once it is gone. */
+static int mc_release_at(dlock_lock *l, int64_t ms)
+{
+    return own_item(l, false, NULL, ms);
 }
 
 static void mc_abandon(dlock_lock *l)
 {
-    (void)own_item(l, true, NULL); /* the owner check leaves anyone else's alone */
+    (void)own_item(l, true, NULL, 0); /* the owner check leaves anyone else's alone */
 }
 
 static int mc_set_value(dlock_lock *l, const char *value)
 {
-    return own_item(l, false, value);
+    return own_item(l, false, value, l->opts.ttl_ms);
 }
 
 /* What the items of a name say: its lock item, or a semaphore's slots
@@ -1074,6 +1083,7 @@ static const dl_backend_ops mc_ops = {
     .set_value = mc_set_value,
     .get_value = mc_get_value,
     .break_lock = mc_break,
+    .release_at = mc_release_at,
 };
 #define MC_OPS .ops = &mc_ops
 

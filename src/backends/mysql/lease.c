@@ -337,16 +337,17 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, mc->redacted);
 }
 
-/* A statement about the held row (release, renewal): its affected count. */
-static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned long long *affected)
+/* A statement about the held row (release, renewal): its affected count.
+ * ttl_ms > 0: the statement's first argument, the lease's new length. */
+static int lease_row(dlock_lock *l, const char *sql, int64_t ttl_ms, unsigned long long *affected)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     char why[300];
     my_arg a[4];
     int n = 0;
-    if (with_ttl)
-        a[n++] = A_I((long long)l->opts.ttl_ms * 1000);
+    if (ttl_ms > 0)
+        a[n++] = A_I((long long)ttl_ms * 1000);
     a[n++] = A_S(l->name);
     a[n++] = A_I(ml->slot);
     a[n++] = A_S(l->owner);
@@ -365,7 +366,17 @@ static int lease_row(dlock_lock *l, const char *sql, bool with_ttl, unsigned lon
 static int lease_release(dlock_lock *l)
 {
     unsigned long long n = 0;
-    int rc = lease_row(l, mc_of(l->c)->sql_lease_free, false, &n);
+    int rc = lease_row(l, mc_of(l->c)->sql_lease_free, 0, &n);
+    if (rc)
+        return rc;
+    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
+}
+
+/* The row, still ours, now ends ttl_ms from now. */
+static int lease_renew_for(dlock_lock *l, int64_t ttl_ms)
+{
+    unsigned long long n = 0;
+    int rc = lease_row(l, mc_of(l->c)->sql_lease_renew, ttl_ms, &n);
     if (rc)
         return rc;
     return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
@@ -373,11 +384,14 @@ static int lease_release(dlock_lock *l)
 
 static int lease_renew(dlock_lock *l)
 {
-    unsigned long long n = 0;
-    int rc = lease_row(l, mc_of(l->c)->sql_lease_renew, true, &n);
-    if (rc)
-        return rc;
-    return n ? 0 : dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": its lease had ended", l->name);
+    return lease_renew_for(l, l->opts.ttl_ms);
+}
+
+/* The row's end, set to ms from now, is the release (waiters take an
+ * ended lease as a dead holder's). */
+static int lease_release_at(dlock_lock *l, int64_t ms)
+{
+    return lease_renew_for(l, ms);
 }
 
 static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
@@ -573,4 +587,5 @@ const dl_backend_ops my_lease_ops = {
     .get_value = lease_get_value,
     .break_lock = lease_break,
     MY_RECORD_OPS,
+    .release_at = lease_release_at,
 };

@@ -456,10 +456,11 @@ static int lease_release(dlock_lock *l)
                                  "lock \"%s\": its row had expired or been taken over", l->name);
 }
 
-static int lease_renew(dlock_lock *l)
+/* The row, still ours, now ends ttl_ms from now. */
+static int lease_renew_for(dlock_lock *l, int64_t ttl_ms)
 {
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", l->opts.ttl_ms);
+    char ttl[24];
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     int touched = 0;
     int rc = lease_row(l, pc_of(l->c)->sql_renew, ttl, &touched);
     if (rc)
@@ -467,6 +468,18 @@ static int lease_renew(dlock_lock *l)
     return touched ? 0
                    : dl_lock_err(l, DLOCK_ELOST,
                                  "lock \"%s\": its row had expired or been taken over", l->name);
+}
+
+static int lease_renew(dlock_lock *l)
+{
+    return lease_renew_for(l, l->opts.ttl_ms);
+}
+
+/* The row's expiry, set to ms from now, is the release: a waiter takes an
+ * expired row as it takes a dead holder's. */
+static int lease_release_at(dlock_lock *l, int64_t ms)
+{
+    return lease_renew_for(l, ms);
 }
 
 /* Append s to the array literal at *b as one quoted element ("..." with
@@ -685,4 +698,5 @@ const dl_backend_ops pg_lease_ops = {
     .get_value = lease_get_value,
     .break_lock = lease_break,
     PG_RECORD_OPS,
+    .release_at = lease_release_at,
 };

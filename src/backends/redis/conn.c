@@ -1071,13 +1071,13 @@ void rd_script_cmd(rcmd *c, const rconf *cf, const char *key, const char *op)
     rd_script_keys_cmd(c, cf, 1, &key, op);
 }
 
-void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, char nb[24])
+void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, int64_t ttl_ms, char nb[24])
 {
     const rlock *rl = l->bstate;
     rd_script_cmd(c, cf, rl->key, "renew");
     rcmd_add(c, l->owner);
     rcmd_add(c, rl->kind);
-    rcmd_addll(c, l->opts.ttl_ms, nb);
+    rcmd_addll(c, ttl_ms, nb);
 }
 
 void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const char *op)

@@ -132,11 +132,11 @@ static void abort_wait(dlock_lock *l)
         freeReplyObject(r);
 }
 
-static void renew_cmd(rcmd *c, dlock_lock *l, char nb[24])
+static void renew_cmd(rcmd *c, dlock_lock *l, int64_t ttl_ms, char nb[24])
 {
     kcmd(c, rc_of(l->c), l->bstate, "krenew");
     rcmd_add(c, l->owner);
-    rcmd_addll(c, l->opts.ttl_ms, nb);
+    rcmd_addll(c, ttl_ms, nb);
 }
 
 /* A connection of its own to the master of l's key, subscribed to the
@@ -278,7 +278,7 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
             return 0;
         rcmd renew;
         char nb[24];
-        renew_cmd(&renew, l, nb);
+        renew_cmd(&renew, l, l->opts.ttl_ms, nb);
         result = rd_confirm_replicated(l, k->key[K_LOCK], &renew);
         if (result)
             (void)k_release(l);
@@ -293,13 +293,13 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
     return result;
 }
 
-static int k_renew(dlock_lock *l)
+static int k_renew_for(dlock_lock *l, int64_t ttl_ms)
 {
     rclient *rc = rc_of(l->c);
     kkeys *k = l->bstate;
     rcmd c;
     char nb[24];
-    renew_cmd(&c, l, nb);
+    renew_cmd(&c, l, ttl_ms, nb);
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
@@ -313,6 +313,18 @@ static int k_renew(dlock_lock *l)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
     freeReplyObject(r);
     return result;
+}
+
+static int k_renew(dlock_lock *l)
+{
+    return k_renew_for(l, l->opts.ttl_ms);
+}
+
+/* As redis.c's: the key's PX, set to ms, is the release (peers and dlock
+ * waiters poll for a key that expires). */
+static int k_release_at(dlock_lock *l, int64_t ms)
+{
+    return k_renew_for(l, ms);
 }
 
 static void k_abandon(dlock_lock *l)
@@ -522,6 +534,7 @@ const dl_backend_ops rd_keyed_ops = {
     .record_get = rd_record_get,
     .record_put = rd_record_put,
     .record_del = rd_record_del,
+    .release_at = k_release_at,
 };
 
 #endif /* DLOCK_HAVE_REDIS */

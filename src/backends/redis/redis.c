@@ -616,7 +616,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     }
     if (result == 0 && rc->wait_replicas > 0) {
         rcmd renew;
-        rd_renew_cmd(&renew, &rc->cf, l, nb[0]);
+        rd_renew_cmd(&renew, &rc->cf, l, l->opts.ttl_ms, nb[0]);
         result = rd_confirm_replicated(l, rl->key, &renew);
         if (result)
             (void)release_quietly(l);
@@ -668,13 +668,13 @@ static int redis_release(dlock_lock *l)
  * will be declared lost), so a stalled server cannot hold the renewal past
  * the point where it could help; running out of time is a transient
  * failure (EUNREACHABLE): the core, not the backend, decides the loss. */
-static int redis_renew(dlock_lock *l)
+static int renew_for(dlock_lock *l, int64_t ttl_ms)
 {
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
     rcmd c;
     char nb[24];
-    rd_renew_cmd(&c, &rc->cf, l, nb);
+    rd_renew_cmd(&c, &rc->cf, l, ttl_ms, nb);
     redisReply *r;
     char err[256];
     rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
@@ -688,6 +688,18 @@ static int redis_renew(dlock_lock *l)
         result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
     freeReplyObject(r);
     return result;
+}
+
+static int redis_renew(dlock_lock *l)
+{
+    return renew_for(l, l->opts.ttl_ms);
+}
+
+/* The lease, shortened or lengthened to ms, is the release: the key goes
+ * by itself then, and waiters see its PTTL (they look again when it ends). */
+static int redis_release_at(dlock_lock *l, int64_t ms)
+{
+    return renew_for(l, ms);
 }
 
 /* ---- renewing many locks at once ------------------------------------------------------ */
@@ -737,7 +749,7 @@ static void renew_on_node(rclient *rc, rnode *node, dlock_lock *const *ls, int *
         todo[i] = i;
     for (int attempt = 0; c && nt > 0 && attempt < 2; attempt++) {
         for (size_t k = 0; k < nt; k++)
-            rd_renew_cmd(&cmds[k], &rc->cf, ls[todo[k]], nb[k]);
+            rd_renew_cmd(&cmds[k], &rc->cf, ls[todo[k]], ls[todo[k]]->opts.ttl_ms, nb[k]);
         int ms = rd_ms(bound, rc->cf.op_timeout_ms);
         if (ms == 0)
             snprintf(err, sizeof err, "no time left before the deadline");
@@ -1261,6 +1273,7 @@ static const dl_backend_ops redis_ops = {
     .record_get = rd_record_get,
     .record_put = rd_record_put,
     .record_del = rd_record_del,
+    .release_at = redis_release_at,
 };
 #define REDIS_OPS .ops = &redis_ops
 #else

@@ -193,8 +193,10 @@ void rd_script_retarget(rcmd *c, const rconf *cf);
 bool rd_script_missing(const redisReply *r);
 
 /* "renew OWNER KIND TTL" of the lock script for held lock l (its key and
- * kind from its rlock), the TTL's digits in nb (kept alive by the caller). */
-void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, char nb[24]);
+ * kind from its rlock), the TTL's digits in nb (kept alive by the caller):
+ * its lease then ends ttl_ms from now (l->opts.ttl_ms, or what is left of
+ * its min_hold_ms, see release_at). */
+void rd_renew_cmd(rcmd *c, const rconf *cf, const dlock_lock *l, int64_t ttl_ms, char nb[24]);
 
 /* The same for an operation on a name rather than a held lock (inspect,
  * break): key (kept alive by the caller) is the name's lock key. */

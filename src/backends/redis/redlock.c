@@ -421,13 +421,17 @@ static int rl_release(dlock_lock *l)
                        l->name);
 }
 
-static int rl_renew(dlock_lock *l)
+/* Set the lease to ttl_ms on every master that still has it: a quorum must
+ * say yes, in time for the lease to be worth holding on (a renewal), or at
+ * all (handing: the release before a minimum, whose lease may be a few
+ * milliseconds and is not held on to). */
+static int rl_renew_for(dlock_lock *l, int64_t ttl_ms, bool handing)
 {
     rlclient *rc = rl_of(l->c);
-    int ttl = l->opts.ttl_ms;
+    int ttl = (int)ttl_ms;
     rcmd c;
     char nb[24];
-    rd_renew_cmd(&c, &rc->cf, l, nb); /* kind "x": redlock locks are exclusive */
+    rd_renew_cmd(&c, &rc->cf, l, ttl, nb); /* kind "x": redlock locks are exclusive */
     redisReply *r[rc->n];
     int64_t t0 = dl_now_ns();
     /* Within the moment the lease will be declared lost (the core's bound):
@@ -446,6 +450,8 @@ static int rl_renew(dlock_lock *l)
         no += int_is(r[i], 0);
     }
     free_all(rc, r);
+    if (yes >= rc->quorum && handing)
+        return 0;
     int64_t validity = (int64_t)ttl * 1000000LL - (dl_now_ns() - t0) - dl_drift_ns(ttl);
     if (yes >= rc->quorum && validity > 0) {
         l->lease_start_ns = t0 - dl_drift_ns(ttl);
@@ -457,6 +463,19 @@ static int rl_renew(dlock_lock *l)
     return dl_lock_err(l, DLOCK_EUNREACHABLE,
                        "lock \"%s\": renewal reached only %d of %d masters (quorum %d)%s%s",
                        l->name, yes, rc->n, rc->quorum, why[0] ? "; last failure: " : "", why);
+}
+
+static int rl_renew(dlock_lock *l)
+{
+    return rl_renew_for(l, l->opts.ttl_ms, false);
+}
+
+/* A quorum's leases set to end at the minimum keep every rival short of a
+ * quorum until then: that is the release (the masters that did not answer
+ * keep at most a ttl's lease, as after any release that missed them). */
+static int rl_release_at(dlock_lock *l, int64_t ms)
+{
+    return rl_renew_for(l, ms, true);
 }
 
 /*
@@ -482,7 +501,7 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
     }
     int min_ttl = ls[0]->opts.ttl_ms;
     for (int j = 0; j < m; j++) {
-        rd_renew_cmd(&cmds[j], &rc->cf, ls[j], nb[j]);
+        rd_renew_cmd(&cmds[j], &rc->cf, ls[j], ls[j]->opts.ttl_ms, nb[j]);
         if (ls[j]->opts.ttl_ms < min_ttl)
             min_ttl = ls[j]->opts.ttl_ms;
     }
@@ -797,6 +816,7 @@ static const dl_backend_ops rl_ops = {
     .abandon = rl_abandon,
     .inspect = rl_inspect,
     .break_lock = rl_break,
+    .release_at = rl_release_at,
 };
 #define RL_OPS .ops = &rl_ops
 #else
