@@ -155,8 +155,8 @@ typedef struct dl_backend_ops {
      * them apart from its lock names (a table, a prefix, a folder).
      * record_get: 0 with *val (malloc'd, NUL-terminated, *len without the
      *   NUL) or *val NULL when there is none or its time is over.
-     * record_put: store val[0..len) for ttl_ms from now, replacing any;
-     *   after ttl_ms it is gone (record_get says none).
+     * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms from
+     *   now, replacing any; after ttl_ms it is gone (record_get says none).
      * record_del: forget it (0 too when there was none).
      */
     int (*record_get)(dlock_client *c, const char *key, char **val, size_t *len);
@@ -205,6 +205,10 @@ typedef struct dl_backend {
     const dl_backend_ops *ops; /* NULL: not built (missing says why) */
     const char *missing;       /* NULL when built */
 } dl_backend;
+
+/* The largest claim record the core writes (its header, then a result of
+ * at most DLOCK_CLAIM_RESULT_MAX bytes): every backend stores that much. */
+#define DL_RECORD_MAX (DLOCK_CLAIM_RESULT_MAX + 4096)
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields
  * the caller left at 0, so that a CLI user can set them too. */

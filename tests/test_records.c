@@ -3,7 +3,7 @@
  * test_records.c — claims' records (dlock once, issue 28) through the
  * backend operations record_get/put/del, on every target URL of
  * tests/targets.list whose client has them (the others are skipped): none
- * for an unknown key, bytes back exactly (NUL bytes, 70 KiB), replacement,
+ * for an unknown key, bytes back exactly (NUL bytes, DL_RECORD_MAX of them), replacement,
  * expiry, deletion, two clients writing one new key at once (the first
  * claims on a fresh server: both make the table or folder at once), and
  * keys of every character a name may have, kept apart, and apart from the
@@ -175,8 +175,8 @@ static void test_bytes(void **state)
     put_ok(c, key, "hello", 5, 600000);
     expect(c, key, "hello", 5);
 
-    /* NUL bytes and every other byte value, 70 KiB */
-    size_t big = 70 * 1024;
+    /* NUL bytes and every other byte value, as large as a record gets */
+    size_t big = DL_RECORD_MAX;
     char *v = malloc(big);
     assert_non_null(v);
     for (size_t i = 0; i < big; i++)

@@ -1607,7 +1607,7 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
  * it holds across processes and reboots) then the core's bytes. */
 #define REC_SUFFIX ".once"
 #define REC_HEAD_MAX 40
-#define REC_FILE_MAX (DLOCK_CLAIM_RESULT_MAX + 4096)
+#define REC_FILE_MAX (DL_RECORD_MAX + REC_HEAD_MAX)
 
 static int file_record_get(dlock_client *c, const char *key, char **val, size_t *len)
 {
