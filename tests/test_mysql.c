@@ -1643,10 +1643,13 @@ static void test_malformed_url_parameters(void **state)
 static void test_mode_capabilities(void **state)
 {
     (void)state;
+    /* Claims in every mode: one table of records whatever the mode. */
     static const unsigned want[NMODES] = {
-        DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
-        DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE,
-        DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING,
+        DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING |
+            DLOCK_CAP_CLAIMS,
+        DLOCK_CAP_FENCING | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_LEASE | DLOCK_CAP_CLAIMS,
+        DLOCK_CAP_FENCING | DLOCK_CAP_FAIR | DLOCK_CAP_SESSION | DLOCK_CAP_NATIVE_BLOCKING |
+            DLOCK_CAP_CLAIMS,
     };
     for (int m = 0; m < NMODES; m++) {
         char name[64];
