@@ -374,6 +374,15 @@ static bool gate(chk_shm *sh, chk_slot *me)
     return !atomic_load(&sh->stop);
 }
 
+/* A server that did not answer (a connect, a request) within an
+ * acquisition's short timeout (begun at start_ns) is slow, not gone, unless
+ * a fault says otherwise: on a loaded machine a new PostgreSQL session has
+ * taken longer than the 250 ms a worker waits. The worker tries again. */
+static bool cut_by_deadline(int rc, int64_t start_ns, int timeout_ms)
+{
+    return rc == DLOCK_EUNREACHABLE && ms_now_ns() - start_ns >= (int64_t)timeout_ms * 1000000;
+}
+
 /* ---- claims (the claims scenario) --------------------------------------- */
 
 #define CLAIM_KEYS_MAX 1000000
@@ -425,9 +434,8 @@ static int claim_loop(chk_run *r, chk_slot *me, int slot, int id, dlock_client *
         int64_t t0 = ms_now_ns();
         rc = dlock_claim_begin(l, &co, acq_timeout, &cl);
         if (rc) {
-            bool cut_by_deadline =
-                rc == DLOCK_EUNREACHABLE && ms_now_ns() - t0 >= (int64_t)acq_timeout * 1000000;
-            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EBUSY || cut_by_deadline ||
+            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EBUSY ||
+                cut_by_deadline(rc, t0, acq_timeout) ||
                 backend_fault_error(r, rc)) {
                 dlock_lock_free(l);
                 continue; /* someone runs it: again, until it is done or free */
@@ -532,19 +540,14 @@ static int worker_main(void *arg)
         int64_t acq_start = ms_now_ns();
         rc = dlock_acquire(l, acq_timeout);
         atomic_store(&me->in_acquire, 0);
-        /* A server that did not answer (a connect, a request) within the
-         * acquisition's short timeout is slow, not gone, unless a fault
-         * says otherwise: on a loaded machine a new PostgreSQL session
-         * has taken longer than the 250 ms a worker waits. Try again. */
-        bool cut_by_deadline =
-            rc == DLOCK_EUNREACHABLE && ms_now_ns() - acq_start >= (int64_t)acq_timeout * 1000000;
+        bool slow = cut_by_deadline(rc, acq_start, acq_timeout);
         if (watched) {
             atomic_store(&me->acq_state, (int)dlock_state(l));
             atomic_store(&me->acq_outcome, rc == 0 ? 1 : 2);
         }
         if (rc) {
             chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, rc);
-            if (rc == DLOCK_ETIMEDOUT || cut_by_deadline)
+            if (rc == DLOCK_ETIMEDOUT || slow)
                 continue;
             if (backend_fault_error(r, rc) || (watched && rc == DLOCK_EUNREACHABLE)) {
                 ms_sleep_ns(BACKEND_RETRY_NS);
