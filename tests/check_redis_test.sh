@@ -35,6 +35,18 @@ jcheck "$TMP/redis.json" "redis restart: expected-violation (weak fencing), caug
 jcheck "$TMP/redis.json" "redis restart: the canary lost updates, tokens went back" \
     'sc("restart")["canary"]["lost_increments"] > 0 and sc("restart")["fenced"]["token_regressions_expected"] > 0'
 
+# --- claims on one master: runners killed (the lease frees the key) and
+#     stopped past their lease (another runs the key again; the stopped
+#     one's record is refused)
+check_json redis-claims "$DLOCK_TEST_REDIS" -P 3 -D 1 --ttl 0.5 --scenario claims
+jcheck "$TMP/redis-claims.json" "redis claims: pass, no duplicate, attempts in order, replays equal the records" \
+    'sc("claims")["verdict"] == "pass" and sc("claims")["claim_duplicates"] == 0 and sc("claims")["claim_attempts_out_of_order"] == 0 and sc("claims")["claim_replay_mismatches"] == 0 and sc("claims")["claim_recorded_twice"] == 0'
+jcheck "$TMP/redis-claims.json" "redis claims: runners killed, their keys ran again (runs > keys, attempt > 1)" \
+    'sc("claims")["claim_kills"] > 0 and sc("claims")["claim_runs"] > sc("claims")["claim_keys"] and sc("claims")["claim_reruns"] > 0'
+check_json redlock-claims "$DLOCK_TEST_REDLOCK" -P 2 -D 0.3 --scenario claims
+jcheck "$TMP/redlock-claims.json" "redlock claims: n/a (no claims), not run" \
+    'sc("claims")["verdict"] == "n/a" and sc("claims")["fenced"] is None and "keeps no claims" in sc("claims")["note"]'
+
 # --- Redlock: a minority of masters killed, one restarted, a stopped client
 check_json redlock "$DLOCK_TEST_REDLOCK" -P 3 -D 1 --ttl 1 \
     --scenario kill-minority --scenario restart --scenario pause-acquire

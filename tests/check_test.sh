@@ -154,14 +154,42 @@ grep -v lost_notified "$TMP/cut.hist" >"$TMP/cutnever.hist"
 jcheck "$TMP/cutnever.json" "cut off, never told: fail, its holding lasts until its release" \
     'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["overlaps"] == 1 and d["scenarios"][0]["loss_untold"] == 1 and d["scenarios"][0]["told_before_expiry_min_ms"] is None'
 
+# --- 1d. the checker on claims: per key, a run while another runner lives
+#         and holds it, a re-run whose attempt does not grow, a replay of a
+#         result nobody recorded and a second record all fail; a re-run after
+#         the runner was killed, as attempt 2, replayed as recorded, passes
+cat >"$TMP/claims.hist" <<'EOF'
+run scenario=claims mode=fenced backend=file caps=0x201 ttl_ms=0 fencing=1
+2000 claim_run w=1 token=4 value=1
+2100 killed w=1
+2200 claim_run w=2 token=4 value=2
+2300 claim_finish w=2 token=4 value=5
+2400 claim_finished w=2 token=4 value=5
+2500 claim_replay w=3 token=4 value=5 rc=2
+EOF
+"$DLOCK" check --check-history "$TMP/claims.hist" --json >"$TMP/claims.json"
+jcheck "$TMP/claims.json" "claims: a re-run after a kill as attempt 2, replayed as recorded: pass" \
+    'd["scenarios"][0]["verdict"] == "pass" and d["scenarios"][0]["claim_runs"] == 2 and d["scenarios"][0]["claim_reruns"] == 1 and d["scenarios"][0]["claim_kills"] == 1'
+sed 's/^2100 killed w=1/2100 paused w=1/' "$TMP/claims.hist" >"$TMP/claimsdup.hist"
+"$DLOCK" check --check-history "$TMP/claimsdup.hist" --json >"$TMP/claimsdup.json"
+jcheck "$TMP/claimsdup.json" "claims: a run while the runner lives and holds its lock (no expiry): fail" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["claim_duplicates"] == 1 and "still ran it" in d["scenarios"][0]["note"]'
+sed -e 's/^2200 claim_run w=2 token=4 value=2/2200 claim_run w=2 token=4 value=1/' \
+    -e 's/^2500 claim_replay w=3 token=4 value=5/2500 claim_replay w=3 token=4 value=6/' \
+    "$TMP/claims.hist" >"$TMP/claimsbad.hist"
+printf '2600 claim_finished w=1 token=4 value=7\n' >>"$TMP/claimsbad.hist"
+"$DLOCK" check --check-history "$TMP/claimsbad.hist" --json >"$TMP/claimsbad.json"
+jcheck "$TMP/claimsbad.json" "claims: attempt not above, replay of no record, a second record: fail" \
+    'd["scenarios"][0]["verdict"] == "fail" and d["scenarios"][0]["claim_attempts_out_of_order"] == 1 and d["scenarios"][0]["claim_replay_mismatches"] == 1 and d["scenarios"][0]["claim_recorded_twice"] == 1'
+
 # --- 2. every scenario on the file backend, with the raw history kept
 "$DLOCK" --url "$URL" check -P 3 -D 0.6 --json --history "$TMP/run.hist" >"$TMP/run.json"
 rc=$?
 [ $rc -eq 0 ] && ok "check on file backend: exit 0" || bad "check on file backend: exit $rc"
 jcheck "$TMP/run.json" "check: one object with a scenarios array" \
-    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority", "partition", "kill-leader", "partition-member"]'
+    'd["backend"] == "file" and [s["name"] for s in d["scenarios"]] == ["none", "kill", "pause", "pause-lost", "pause-acquire", "restart", "failover-cut", "kill-minority", "partition", "kill-leader", "partition-member", "claims"]'
 jcheck "$TMP/run.json" "check: server faults are n/a on the file backend, and not run" \
-    'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:8] + d["scenarios"][9:])'
+    'all(s["verdict"] == "n/a" and s["fenced"] is None and "no servers" in s["note"] for s in d["scenarios"][4:8] + d["scenarios"][9:11])'
 jcheck "$TMP/run.json" "check: partition is n/a on the file backend, and not run" \
     'd["scenarios"][8]["verdict"] == "n/a" and d["scenarios"][8]["fenced"] is None and "do not expire" in d["scenarios"][8]["note"]'
 jcheck "$TMP/run.json" "check: counts present in every scenario" \
@@ -177,7 +205,11 @@ jcheck "$TMP/run.json" "check: pause-lost passes, fencing rejected the stale wri
     'd["scenarios"][3]["verdict"] == "pass" and d["scenarios"][3]["stale_writes_rejected"] > 0'
 jcheck "$TMP/run.json" "check: pause-lost canary lost updates (the fault took effect)" \
     'd["scenarios"][3]["canary"]["lost_increments"] > 0 and d["scenarios"][3]["canary"]["stale_writes_accepted"] > 0'
-[ -z "$(ls -A "$TMP/locks" 2>/dev/null)" ] && ok "check: lock files removed" ||
+jcheck "$TMP/run.json" "check: claims passes, no duplicate, attempts in order, replays equal the records" \
+    'sc("claims")["verdict"] == "pass" and sc("claims")["claim_duplicates"] == 0 and sc("claims")["claim_attempts_out_of_order"] == 0 and sc("claims")["claim_replay_mismatches"] == 0 and sc("claims")["claim_recorded_twice"] == 0 and "at most once while the holder lives, at least once across crashes" in sc("claims")["note"]'
+jcheck "$TMP/run.json" "check: claims runners were killed, their keys ran again (runs > keys, attempt > 1)" \
+    'sc("claims")["claim_kills"] > 0 and sc("claims")["claim_runs"] > sc("claims")["claim_keys"] and sc("claims")["claim_reruns"] > 0 and sc("claims")["claim_replays"] > 0'
+[ -z "$(ls -A "$TMP/locks" 2>/dev/null)" ] && ok "check: lock files and claim records removed" ||
     bad "check left files: $(ls "$TMP/locks")"
 
 # The dumped history checks to the same counts.

@@ -49,6 +49,14 @@ const char cli_check_help[] =
     "it of the loss, which must come before the lease runs out on the servers\n"
     "(reported: how long before, min and median); --ttl 30 runs it with the\n"
     "default lease.\n"
+    "The claims scenario (backends that keep claims) has the workers run claims\n"
+    "(dlock_claim_begin, as dlock once does) on one key after another instead:\n"
+    "the first caller of a key runs it and records a result, the others replay\n"
+    "it. Runners are killed or stopped inside a run; per key it counts runs,\n"
+    "re-runs (attempt > 1) and replays, and fails on a run while an earlier\n"
+    "runner still lived and held the key, a re-run whose attempt is not above\n"
+    "the last, a replay of a result no runner recorded, or a second record: at\n"
+    "most once while the holder lives, at least once across crashes.\n"
     "\n"
     "  --scenario NAME   run this scenario (repeatable; default all; see --list)\n"
     "  -P, --workers N   worker processes (2..64, default 4)\n"
@@ -246,6 +254,19 @@ static void partition_summary(char *buf, size_t len, const sc_out *o)
                  f->state_lost_seen, f->state_looks, f->fd_lost_seen);
 }
 
+/* What the claims scenario counted (its violations are in the verdict's
+ * reason when there are any). */
+static void claims_summary(char *buf, size_t len, const hist_result *h)
+{
+    snprintf(buf, len,
+             "%" PRIu64 " keys, %" PRIu64 " runs (%" PRIu64 " re-runs, attempt > 1), %" PRIu64
+             " replays; %" PRIu64 " runners killed and %" PRIu64 " stopped inside a run, %" PRIu64
+             " records refused (lock lost); 0 duplicates, 0 attempts out of order, every replay "
+             "the recorded result; %" PRIu64 " keys run but never recorded",
+             h->claim_keys, h->claim_runs, h->claim_reruns, h->claim_replays, h->claim_kills,
+             h->claim_pauses, h->claim_finish_lost, h->claim_unfinished);
+}
+
 static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_meta *cm)
 {
     char why[600], more[700];
@@ -369,6 +390,19 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
         }
         return;
     }
+    case CHK_VALID_CLAIMS:
+        claims_summary(more, sizeof more, &o->fenced);
+        if (o->fenced.claim_runs > 0 && o->fenced_faults > 0 && o->fenced.claim_reruns > 0) {
+            o->verdict = "pass";
+            snprintf(o->note, sizeof o->note, "%s; at most once while the holder lives, at "
+                     "least once across crashes%s%s", more, r->note[0] ? "; " : "", r->note);
+        } else {
+            o->verdict = "invalid";
+            snprintf(o->note, sizeof o->note, "the fault did not take effect (%d faults, no key "
+                     "ran again): %s%s%s", o->fenced_faults, more, r->note[0] ? "; " : "",
+                     r->note);
+        }
+        return;
     case CHK_VALID_STOPACQ:
         stopacq_summary(more, sizeof more, o);
         if (o->acq_stopped > 0) {
@@ -513,6 +547,18 @@ static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int 
                     h->partitions, h->loss_late, h->loss_untold, h->state_held_late);
             json_told(f, h);
         }
+        if (h->claim_keys > 0 || (o->sc && o->sc->validity == CHK_VALID_CLAIMS))
+            fprintf(f,
+                    ",\"claim_keys\":%" PRIu64 ",\"claim_runs\":%" PRIu64
+                    ",\"claim_reruns\":%" PRIu64 ",\"claim_replays\":%" PRIu64
+                    ",\"claim_kills\":%" PRIu64 ",\"claim_pauses\":%" PRIu64
+                    ",\"claim_records_refused\":%" PRIu64 ",\"claim_unfinished\":%" PRIu64
+                    ",\"claim_duplicates\":%" PRIu64 ",\"claim_attempts_out_of_order\":%" PRIu64
+                    ",\"claim_replay_mismatches\":%" PRIu64 ",\"claim_recorded_twice\":%" PRIu64,
+                    h->claim_keys, h->claim_runs, h->claim_reruns, h->claim_replays,
+                    h->claim_kills, h->claim_pauses, h->claim_finish_lost, h->claim_unfinished,
+                    h->claim_dups, h->claim_attempt_bad, h->claim_replay_bad,
+                    h->claim_finished_twice);
         if (o->sc && o->sc->validity == CHK_VALID_STOPACQ)
             fprintf(f,
                     ",\"acquisitions_stopped\":%d,\"acquisitions_failed\":%d,"

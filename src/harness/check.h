@@ -82,6 +82,8 @@ typedef struct chk_shm {
     _Atomic int claimed; /* 1 + slot of the worker that took the fault */
     _Atomic uint64_t nev;
     _Atomic uint64_t lost_events; /* log full */
+    _Atomic int claim_keys;   /* claims scenario: keys begun (0..claim_keys-1) */
+    _Atomic int claim_reruns; /* ... runs with attempt > 1 */
     chk_slot slot[CHK_MAX_WORKERS];
     chk_ev ev[CHK_EVENT_CAP];
 } chk_shm;
@@ -260,6 +262,7 @@ struct chk_run {
     int ttl_ms;       /* the lock ttl of this run (the scenario may want longer) */
     bool server_faults; /* workers ride out backend errors (servers come and go) */
     bool relayed;     /* each worker reaches the servers through its relay */
+    bool claims;      /* workers run claims on keys LOCK-kN (chk_scenario.claims) */
     chk_upstreams up; /* ... these */
     chk_relay relay[CHK_MAX_WORKERS];
     int split_member;        /* the server worker 0 alone reaches (-1: none) */
@@ -334,7 +337,8 @@ typedef enum chk_validity {
     CHK_VALID_SERVER,   /* servers were faulted; the lock must stay available */
     CHK_VALID_DATALOSS, /* the lock service lost data; the backend's claim decides */
     CHK_VALID_STOPACQ,  /* a client stopped with its acquisition in flight */
-    CHK_VALID_PARTITION /* holders cut off from the servers; the canary must lose updates */
+    CHK_VALID_PARTITION, /* holders cut off from the servers; the canary must lose updates */
+    CHK_VALID_CLAIMS    /* claim runners faulted; some key must have run again */
 } chk_validity;
 
 typedef struct chk_scenario {
@@ -356,6 +360,10 @@ typedef struct chk_scenario {
      * cut off from the others, chk_run.split_member), the others every
      * other member. */
     bool split;
+    /* Workers run claims (dlock_claim_begin) on keys LOCK-k0, LOCK-k1, ...
+     * instead of the locked read and write; the fault point is inside a
+     * claim's run. */
+    bool claims;
 } chk_scenario;
 
 extern const chk_scenario chk_scenarios[];

@@ -37,6 +37,10 @@ static const char *const type_names[H_NTYPES] = {
     [H_HEALED] = "healed",
     [H_VALID] = "valid",
     [H_KEPT] = "kept",
+    [H_CLAIM_RUN] = "claim_run",
+    [H_CLAIM_FINISH] = "claim_finish",
+    [H_CLAIM_FINISHED] = "claim_finished",
+    [H_CLAIM_REPLAY] = "claim_replay",
 };
 
 const char *hist_type_name(int type)
@@ -134,6 +138,10 @@ int hist_write(FILE *f, const hist_run *r)
         case H_DATA_LOSS:
         case H_PARTITIONED:
         case H_VALID:
+        case H_CLAIM_RUN:
+        case H_CLAIM_FINISH:
+        case H_CLAIM_FINISHED:
+        case H_CLAIM_REPLAY:
             fprintf(f, " value=%" PRId64, e->value);
             break;
         case H_ACQUIRED: /* the promised end, where the library gave one */
@@ -603,6 +611,172 @@ static void loss_untold(checker *c, wstate *w, int64_t t)
                  w->worker, t, (double)(t - w->cut_expiry) / 1e6);
 }
 
+/* ---- claims ------------------------------------------------------------- */
+
+#define CLAIM_HASHES 16 /* results recorded per key that a replay may match */
+
+typedef struct claim_key {
+    uint64_t runs, finished_ok;
+    uint64_t last_attempt;
+    int runner;      /* worker of the run in progress, 0 none */
+    bool let_go;     /* ... which may have lost its lock (stopped, told) */
+    int nhash;
+    int64_t hash[CLAIM_HASHES];
+    bool replayed;
+} claim_key;
+
+typedef struct claim_worker {
+    int64_t key; /* the key it runs, -1 none */
+} claim_worker;
+
+/* Grow a zeroed array to hold index i. */
+static int grow(void **p, size_t *cap, size_t i, size_t size)
+{
+    if (i < *cap)
+        return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n <= i)
+        n *= 2;
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -1;
+    memset((char *)q + *cap * size, 0, (n - *cap) * size);
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* Count what the claim events of a sorted run say (hist_result.claim_*).
+ * A run in progress ends when its runner records or is refused, is killed,
+ * or is told of a loss; a runner stopped (SIGSTOP) on a backend whose
+ * holdings expire (ttl_ms > 0) may lose its lock meanwhile, so a run by
+ * another after that is a takeover, not a duplicate: its own late finish
+ * must then be refused (a second recorded finish is a violation). */
+static int check_claims(const hist_run *r, hist_result *res)
+{
+    claim_key *key = NULL;
+    claim_worker *wk = NULL;
+    size_t nkey = 0, nwk = 0;
+    int rc = 0;
+    for (size_t i = 0; i < r->n && rc == 0; i++) {
+        const hist_event *e = &r->ev[i];
+        bool claim_ev = e->type >= H_CLAIM_RUN && e->type <= H_CLAIM_REPLAY;
+        if (e->worker <= 0 || (!claim_ev && e->type != H_KILLED && e->type != H_PAUSED &&
+                               e->type != H_LOST_NOTIFIED))
+            continue;
+        size_t oldw = nwk;
+        if (grow((void **)&wk, &nwk, (size_t)e->worker, sizeof *wk) != 0 ||
+            (claim_ev && grow((void **)&key, &nkey, (size_t)e->token, sizeof *key) != 0)) {
+            rc = -1;
+            break;
+        }
+        for (size_t j = oldw; j < nwk; j++)
+            wk[j].key = -1;
+        claim_worker *w = &wk[e->worker];
+        claim_key *k = claim_ev ? &key[e->token] : w->key >= 0 ? &key[w->key] : NULL;
+        switch (e->type) {
+        case H_KILLED:
+        case H_PAUSED:
+        case H_LOST_NOTIFIED:
+            if (!k || k->runner != e->worker)
+                break;
+            if (e->type == H_KILLED) {
+                res->claim_kills++;
+                k->runner = 0;
+                w->key = -1;
+            } else if (e->type == H_PAUSED) {
+                res->claim_pauses++;
+                k->let_go |= r->meta.ttl_ms > 0;
+            } else {
+                k->let_go = true;
+            }
+            break;
+        case H_CLAIM_RUN:
+            res->claim_runs++;
+            if (e->value > 1)
+                res->claim_reruns++;
+            if (k->runner && !k->let_go) {
+                res->claim_dups++;
+                if (!res->first_claim[0])
+                    snprintf(res->first_claim, sizeof res->first_claim,
+                             "w=%d ran key %" PRIu64 " at %" PRId64
+                             " while w=%d still ran it and held its lock",
+                             e->worker, e->token, e->t, k->runner);
+            } else if (k->finished_ok) {
+                res->claim_dups++;
+                if (!res->first_claim[0])
+                    snprintf(res->first_claim, sizeof res->first_claim,
+                             "w=%d ran key %" PRIu64 " at %" PRId64 " after it was recorded done",
+                             e->worker, e->token, e->t);
+            }
+            if (k->runs > 0 && (uint64_t)e->value <= k->last_attempt) {
+                res->claim_attempt_bad++;
+                if (!res->first_claim[0])
+                    snprintf(res->first_claim, sizeof res->first_claim,
+                             "w=%d re-ran key %" PRIu64 " at %" PRId64 " as attempt %" PRId64
+                             ", not above the previous attempt %" PRIu64,
+                             e->worker, e->token, e->t, e->value, k->last_attempt);
+            }
+            k->runs++;
+            if ((uint64_t)e->value > k->last_attempt)
+                k->last_attempt = (uint64_t)e->value;
+            k->runner = e->worker;
+            k->let_go = false;
+            w->key = (int64_t)e->token;
+            break;
+        case H_CLAIM_FINISH:
+            if (k->nhash < CLAIM_HASHES)
+                k->hash[k->nhash++] = e->value;
+            break;
+        case H_CLAIM_FINISHED:
+            if (e->rc == 0) {
+                if (k->finished_ok) {
+                    res->claim_finished_twice++;
+                    if (!res->first_claim[0])
+                        snprintf(res->first_claim, sizeof res->first_claim,
+                                 "w=%d recorded key %" PRIu64 " at %" PRId64
+                                 " although another run had recorded it",
+                                 e->worker, e->token, e->t);
+                }
+                k->finished_ok++;
+            } else {
+                res->claim_finish_lost++;
+            }
+            if (k->runner == e->worker)
+                k->runner = 0;
+            w->key = -1;
+            break;
+        case H_CLAIM_REPLAY: {
+            res->claim_replays++;
+            k->replayed = true;
+            bool known = k->nhash == CLAIM_HASHES; /* more than kept: not judged */
+            for (int j = 0; j < k->nhash && !known; j++)
+                known = k->hash[j] == e->value;
+            if (!known) {
+                res->claim_replay_bad++;
+                if (!res->first_claim[0])
+                    snprintf(res->first_claim, sizeof res->first_claim,
+                             "w=%d replayed key %" PRIu64 " at %" PRId64
+                             " with a result no runner recorded",
+                             e->worker, e->token, e->t);
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    for (size_t i = 0; i < nkey && rc == 0; i++) {
+        if (key[i].runs > 0 || key[i].replayed)
+            res->claim_keys++;
+        if (key[i].runs > 0 && key[i].finished_ok == 0)
+            res->claim_unfinished++;
+    }
+    free(key);
+    free(wk);
+    return rc;
+}
+
 int hist_check(hist_run *r, hist_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -881,6 +1055,8 @@ int hist_check(hist_run *r, hist_result *res)
         rc = count_overlaps(&c);
     if (rc == 0)
         rc = check_tokens(&c);
+    if (rc == 0)
+        rc = check_claims(r, res);
     if (!res->has_final)
         res->final_value = last_accepted_value;
     /* Each accepted write is value read + 1: every write that did not add
@@ -904,6 +1080,17 @@ const char *hist_verdict(const hist_result *res, const hist_meta *m, char *why, 
     uint64_t regressions = res->token_regressions - res->token_regressions_expected;
     uint64_t stale =
         res->stale_accepted - res->stale_accepted_expected - res->stale_accepted_unopposed;
+    uint64_t claim_bad = res->claim_dups + res->claim_attempt_bad + res->claim_replay_bad +
+                         res->claim_finished_twice;
+    if (claim_bad > 0) {
+        snprintf(why, len,
+                 "claims: %" PRIu64 " duplicate runs, %" PRIu64 " re-runs whose attempt was not "
+                 "above the previous one, %" PRIu64 " replays of a result never recorded, %" PRIu64
+                 " second records (first: %s)",
+                 res->claim_dups, res->claim_attempt_bad, res->claim_replay_bad,
+                 res->claim_finished_twice, res->first_claim);
+        return "fail";
+    }
     if (res->late_grants > 0) {
         snprintf(why, len,
                  "%" PRIu64 " acquisitions returned success after their validity deadline "

@@ -67,6 +67,13 @@ typedef enum hist_type {
                          the servers kept its session (an etcd leader elected after
                          the servers went on renews every lease). Its grant is not
                          judged late. */
+    /* added with the claims scenario (dlock_claim_begin): token = the key's
+     * number, worker = the caller */
+    H_CLAIM_RUN,      /* begin said RUN: value = the attempt */
+    H_CLAIM_FINISH,   /* the runner is about to record: value = its result's hash */
+    H_CLAIM_FINISHED, /* ... and recorded it (rc 0) or not (rc: the error) */
+    H_CLAIM_REPLAY,   /* begin said DONE: value = the replayed result's hash,
+                         rc = the recorded attempt */
     H_NTYPES
 } hist_type;
 
@@ -139,6 +146,18 @@ typedef struct hist_result {
     int64_t told_before_min_ns, told_before_median_ns;
     char first_overlap[256], first_stale[256], first_token[256], first_late[256];
     char first_loss_late[256];
+    /* Claims (H_CLAIM_*), per key: runs, re-runs (attempt > 1), replays;
+     * runners killed or stopped while running one; finishes refused
+     * (DLOCK_ELOST). Violations: a run while an earlier runner of the key
+     * still lived and held it (not killed, not told of a loss, not stopped
+     * on a backend whose holdings expire), or after the key was done; a
+     * re-run whose attempt is not above the previous one; a replay whose
+     * result is none a runner recorded; a second successful finish of a
+     * key. Unfinished: keys run but never recorded (reported). */
+    uint64_t claim_keys, claim_runs, claim_reruns, claim_replays;
+    uint64_t claim_kills, claim_pauses, claim_finish_lost, claim_unfinished;
+    uint64_t claim_dups, claim_attempt_bad, claim_replay_bad, claim_finished_twice;
+    char first_claim[256];
 } hist_result;
 
 const char *hist_type_name(int type);

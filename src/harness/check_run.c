@@ -374,6 +374,110 @@ static bool gate(chk_shm *sh, chk_slot *me)
     return !atomic_load(&sh->stop);
 }
 
+/* A server that did not answer (a connect, a request) within an
+ * acquisition's short timeout (begun at start_ns) is slow, not gone, unless
+ * a fault says otherwise: on a loaded machine a new PostgreSQL session has
+ * taken longer than the 250 ms a worker waits. The worker tries again. */
+static bool cut_by_deadline(int rc, int64_t start_ns, int timeout_ms)
+{
+    return rc == DLOCK_EUNREACHABLE && ms_now_ns() - start_ns >= (int64_t)timeout_ms * 1000000;
+}
+
+/* ---- claims (the claims scenario) --------------------------------------- */
+
+#define CLAIM_KEYS_MAX 1000000
+#define CLAIM_WORK_NS 1000000LL      /* a claim's work: 1 ms ... */
+#define CLAIM_WORK_SPREAD_NS 4000000LL /* ... up to 5 ms */
+
+/* What the history keeps of a result (FNV-1a, 63 bits: a value). */
+static int64_t claim_hash(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+    return (int64_t)(h >> 1);
+}
+
+static void claim_key_name(const chk_run *r, int k, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s-k%d", r->lock, k);
+}
+
+/* Keys 0, 1, 2, ... in turn, every worker alike: on each, begin the claim;
+ * the first caller runs it (logs the attempt, may be parked at the fault
+ * point, works a little, records a result naming key, attempt and worker),
+ * the others replay what it recorded. A busy key is begun again until it
+ * is done or runnable. A worker started in place of a killed one begins
+ * with the last key begun. Returns the worker's exit status. */
+static int claim_loop(chk_run *r, chk_slot *me, int slot, int id, dlock_client *client,
+                      const dlock_lock_opts *lo, int acq_timeout, uint64_t *seed)
+{
+    chk_shm *sh = r->sh;
+    dlock_claim_opts co;
+    dlock_claim_opts_init(&co);
+    int k = atomic_load(&sh->claim_keys) - 1;
+    if (k < 0)
+        k = 0;
+    while (!atomic_load(&sh->stop) && k < CLAIM_KEYS_MAX) {
+        int seen = atomic_load(&sh->claim_keys);
+        while (seen < k + 1 && !atomic_compare_exchange_weak(&sh->claim_keys, &seen, k + 1)) {
+        }
+        char name[160];
+        claim_key_name(r, k, name, sizeof name);
+        dlock_lock *l = NULL;
+        int rc = dlock_lock_new(&l, client, name, lo);
+        if (rc) {
+            worker_fail(me, id, "cannot make the claim's lock handle", dlock_client_errmsg(client));
+            return 1;
+        }
+        dlock_claim *cl = NULL;
+        int64_t t0 = ms_now_ns();
+        rc = dlock_claim_begin(l, &co, acq_timeout, &cl);
+        if (rc) {
+            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_EBUSY ||
+                cut_by_deadline(rc, t0, acq_timeout) ||
+                backend_fault_error(r, rc)) {
+                dlock_lock_free(l);
+                continue; /* someone runs it: again, until it is done or free */
+            }
+            worker_fail(me, id, "dlock_claim_begin", dlock_lock_errmsg(l));
+            dlock_lock_free(l);
+            return 1;
+        }
+        char res[96];
+        size_t len;
+        if (dlock_claim_state(cl) == DLOCK_CLAIM_RUN) {
+            unsigned attempt = dlock_claim_attempt(cl);
+            atomic_store(&lost_arg.token, (uint64_t)k);
+            chk_log(sh, H_CLAIM_RUN, id, (uint64_t)k, attempt, 0);
+            if (attempt > 1)
+                atomic_fetch_add(&sh->claim_reruns, 1);
+            (void)fault_point(r, me, slot, id, l, (uint64_t)k);
+            ms_sleep_ns(CLAIM_WORK_NS + (int64_t)(rnd(seed) % (uint64_t)CLAIM_WORK_SPREAD_NS));
+            int n = snprintf(res, sizeof res, "key %d attempt %u by w=%d", k, attempt, id);
+            len = n > 0 ? (size_t)n : 0;
+            chk_log(sh, H_CLAIM_FINISH, id, (uint64_t)k, claim_hash(res, len), 0);
+            rc = dlock_claim_finish(cl, 0, res, len);
+            chk_log(sh, H_CLAIM_FINISHED, id, (uint64_t)k, claim_hash(res, len), rc);
+            if (rc && rc != DLOCK_ELOST && !backend_fault_error(r, rc)) {
+                worker_fail(me, id, "dlock_claim_finish", dlock_lock_errmsg(l));
+                dlock_claim_free(cl);
+                dlock_lock_free(l);
+                return 1;
+            }
+            atomic_fetch_add(&me->writes, 1);
+        } else {
+            const char *got = dlock_claim_result(cl, &len);
+            chk_log(sh, H_CLAIM_REPLAY, id, (uint64_t)k, claim_hash(got, len),
+                    (int)dlock_claim_attempt(cl));
+        }
+        dlock_claim_free(cl);
+        dlock_lock_free(l);
+        k++;
+    }
+    return 0;
+}
+
 static int worker_main(void *arg)
 {
     worker_arg *wa = arg;
@@ -425,8 +529,8 @@ static int worker_main(void *arg)
     if (acq_timeout < 5)
         acq_timeout = 5;
     uint64_t seed = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)getpid() << 17) ^ (uint64_t)ms_now_ns();
-    int status = 0;
-    while (!atomic_load(&sh->stop)) {
+    int status = r->claims ? claim_loop(r, me, wa->slot, id, client, &o, acq_timeout, &seed) : 0;
+    while (!r->claims && !atomic_load(&sh->stop)) {
         if (!gate(sh, me))
             break;
         atomic_store(&me->pass_gate, 0);
@@ -436,19 +540,14 @@ static int worker_main(void *arg)
         int64_t acq_start = ms_now_ns();
         rc = dlock_acquire(l, acq_timeout);
         atomic_store(&me->in_acquire, 0);
-        /* A server that did not answer (a connect, a request) within the
-         * acquisition's short timeout is slow, not gone, unless a fault
-         * says otherwise: on a loaded machine a new PostgreSQL session
-         * has taken longer than the 250 ms a worker waits. Try again. */
-        bool cut_by_deadline =
-            rc == DLOCK_EUNREACHABLE && ms_now_ns() - acq_start >= (int64_t)acq_timeout * 1000000;
+        bool slow = cut_by_deadline(rc, acq_start, acq_timeout);
         if (watched) {
             atomic_store(&me->acq_state, (int)dlock_state(l));
             atomic_store(&me->acq_outcome, rc == 0 ? 1 : 2);
         }
         if (rc) {
             chk_log(sh, H_ACQUIRE_FAILED, id, 0, 0, rc);
-            if (rc == DLOCK_ETIMEDOUT || cut_by_deadline)
+            if (rc == DLOCK_ETIMEDOUT || slow)
                 continue;
             if (backend_fault_error(r, rc) || (watched && rc == DLOCK_EUNREACHABLE)) {
                 ms_sleep_ns(BACKEND_RETRY_NS);
@@ -1054,16 +1153,27 @@ static void stop_all(chk_run *r)
 }
 
 /* Remove what the run's lock name left behind (the file backend's lock
- * file), where the backend's harness operations know what it is: through
- * a client of its own, opened only then (the file backend's starts no
- * thread, and no worker is forked now). */
+ * file), where the backend's harness operations know what it is, and the
+ * claims scenario's records and lock files: through a client of its own,
+ * opened only then (the file backend's starts no thread, and no worker is
+ * forked now). */
 static void forget_lock(const chk_run *r)
 {
     const struct dh_tools *t = dh_tools_for(r->cfg->backend);
+    bool files = t && t->forget;
+    int keys = r->claims ? atomic_load(&r->sh->claim_keys) : 0;
     dlock_client *c = NULL;
-    if (!t || !t->forget || dlock_client_open(&c, r->cfg->url, NULL) != 0)
+    if ((!files && keys == 0) || dlock_client_open(&c, r->cfg->url, NULL) != 0)
         return;
-    (void)dh_forget(c, r->lock);
+    if (files)
+        (void)dh_forget(c, r->lock);
+    for (int k = 0; k < keys; k++) {
+        char name[160];
+        claim_key_name(r, k, name, sizeof name);
+        (void)dlock_claim_forget(c, name); /* DLOCK_ENOENT: nothing recorded */
+        if (files)
+            (void)dh_forget(c, name);
+    }
     dlock_client_close(c);
 }
 
@@ -1087,6 +1197,8 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
     atomic_store(&sh->gate, 0);
     atomic_store(&sh->fault, CHK_FAULT_NONE);
     atomic_store(&sh->claimed, 0);
+    atomic_store(&sh->claim_keys, 0);
+    atomic_store(&sh->claim_reruns, 0);
 
     r->cfg = cfg;
     r->ctl = &local_ctl;
@@ -1096,6 +1208,7 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const chk_scenario *sc, bool
                                               : sc->min_ttl_ms;
     r->server_faults = sc->needs_servers != 0;
     r->relayed = sc->relayed;
+    r->claims = sc->claims;
     for (int i = 0; i < CHK_MAX_WORKERS; i++)
         r->relay[i] = (chk_relay){.pid = 0, .ctl = -1};
     if (r->relayed) {

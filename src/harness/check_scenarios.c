@@ -807,12 +807,79 @@ static const char *partition_member_cannot_run(const chk_config *cfg, char *why,
     return NULL;
 }
 
+/* ---- claims ----------------------------------------------------------------- */
+
+/*
+ * Claim runners faulted (chk_scenario.claims: the workers run claims on one
+ * key after another, the fault point inside a claim's run), in turn: a
+ * runner killed (SIGKILL) and replaced, its key then run again by another
+ * worker once its lock is free, as attempt N+1; and a runner stopped
+ * (SIGSTOP), past the span its holding lives on the servers where holdings
+ * expire (another worker runs the key again, and the stopped one's record
+ * must be refused), else for a moment (nobody may run it meanwhile).
+ */
+static int inject_claims(chk_run *r)
+{
+    int64_t span_ns = chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000
+                                               : 0;
+    int64_t pause_ns = span_ns ? span_ns + MS(500) : MS(300);
+    /* at least one kill however short the run or slow the workers' start */
+    int64_t until = r->end_ns > ms_now_ns() + MS(10000) ? r->end_ns : ms_now_ns() + MS(10000);
+    int turn = 0;
+    while (!chk_time_up(r) || r->faults_injected == 0) {
+        chk_arm(r, CHK_FAULT_PARK);
+        int a = chk_wait_claim(r, until);
+        if (a < 0)
+            break;
+        r->faults_injected++;
+        int e;
+        if (turn++ % 2 == 0) {
+            e = r->ctl->kill(r, CHK_CLIENT, a);
+            if (e == 0)
+                e = r->ctl->start(r, CHK_CLIENT, a);
+            if (e)
+                return harness_error(r, "claims scenario: cannot kill or restart a worker", e);
+        } else {
+            e = r->ctl->pause(r, CHK_CLIENT, a);
+            if (e)
+                return harness_error(r, "claims scenario: cannot stop a worker", e);
+            if (chk_sleep(r, pause_ns))
+                return -1;
+            e = r->ctl->resume(r, CHK_CLIENT, a);
+            chk_let_go(r, a);
+            if (e)
+                return harness_error(r, "claims scenario: cannot continue a worker", e);
+        }
+        r->faults_effective++;
+        if (chk_sleep(r, FAULT_INTERVAL_NS))
+            return -1;
+    }
+    /* The killed runner's key runs again once its lock is free (a span
+     * later where holdings expire): the run lasts until one did. */
+    int64_t rerun_until = ms_now_ns() + 2 * span_ns + MS(10000);
+    while (atomic_load(&r->sh->claim_reruns) == 0 && r->faults_injected > 0 &&
+           ms_now_ns() < rerun_until)
+        if (chk_sleep(r, MS(5)))
+            return -1;
+    if (atomic_load(&r->sh->claim_reruns) == 0)
+        snprintf(r->note, sizeof r->note, "no key ran again after its runner was killed");
+    return 0;
+}
+
+static const char *claims_cannot_run(const chk_config *cfg, char *why, size_t len)
+{
+    if (cfg->caps & DLOCK_CAP_CLAIMS)
+        return NULL;
+    snprintf(why, len, "this backend keeps no claims (DLOCK_CAP_CLAIMS)");
+    return why;
+}
+
 const chk_scenario chk_scenarios[] = {
     {"none", "no fault: workers contend for the lock", 0, NULL, 0, 0, CHK_VALID_RUNS, false, 0,
-     inject_none, false, NULL, false},
+     inject_none, false, NULL, false, false},
     {"kill",
      "SIGKILL of the holder between its read and its write; a new worker replaces it", 0, NULL,
-     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill, false, NULL, false},
+     0, 0, CHK_VALID_TAKEOVER, true, 0, inject_kill, false, NULL, false, false},
     {"pause",
      "SIGSTOP of the holder between read and write for longer than a lease (ttl + 0.5 s), "
      "then SIGCONT while another holder is inside its section; the holder's first look at "
@@ -820,12 +887,12 @@ const chk_scenario chk_scenarios[] = {
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives (released only by the holder, "
      "its death or its session's end), so a stopped holder keeps the lock",
-     0, 0, CHK_VALID_CANARY, true, 0, inject_pause, false, NULL, false},
+     0, 0, CHK_VALID_CANARY, true, 0, inject_pause, false, NULL, false, false},
     {"pause-lost",
      "the holder loses the lock between read and write (dlock_debug_force_loss, as an expired "
      "lease would), is stopped while another worker takes the lock and reads, then continued "
      "to make its stale write",
-     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL, false},
+     0, NULL, 0, 0, CHK_VALID_CANARY, true, 0, inject_pause_lost, false, NULL, false, false},
     {"pause-acquire",
      "a client stopped between sending its acquisition and reading the replies, for "
      "min(ttl/2, 0.5 s) past the lease's end on the servers (a session: 1.5 ttl), or until "
@@ -834,24 +901,25 @@ const chk_scenario chk_scenarios[] = {
      "ensemble, and the client waits in poll): the acquisition must fail",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire, so a late reply still grants a valid lock", 1,
-     CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL, false},
+     CHK_TOPO_ANY, CHK_VALID_STOPACQ, true, 0, inject_pause_acquire, false, NULL, false, false},
     {"restart",
      "a server of the lock killed and started again at once, without persistence, while the "
      "holder is inside its section; another worker takes the lock, then the holder writes",
-     0, NULL, 1, CHK_TOPO_ANY, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL, false},
+     0, NULL, 1, CHK_TOPO_ANY, CHK_VALID_DATALOSS, true, 1000, inject_restart, false, NULL, false,
+     false},
     {"failover-cut",
      "failover after replication to the replicas was cut (e.g. Sentinel): a holder takes the "
      "lock from the master alone, the master is killed, a stale replica is promoted and another "
      "worker takes the lock there (ttl at least 8 s, so that the first holding outlives the "
      "failover)",
      0, NULL, 1, CHK_TOPO_REPLICAS_FAILOVER, CHK_VALID_DATALOSS, true, 8000, inject_failover_cut,
-     false, NULL, false},
+     false, NULL, false, false},
     {"kill-minority",
      "a minority of the data servers (two of five Redlock masters, one of a three-member "
      "ensemble) killed while the holder is inside its section: nobody else may take the lock, "
      "and it must go on working",
      0, NULL, 1, CHK_TOPO_QUORUM | CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0,
-     inject_kill_minority, false, NULL, false},
+     inject_kill_minority, false, NULL, false, false},
     {"partition",
      "the holder cut off from the servers inside its section (its TCP relay frozen) for ttl "
      "+ max(ttl/4, 0.25 s) up to 2 s more: it must be told of the loss before its lease runs "
@@ -861,12 +929,13 @@ const chk_scenario chk_scenarios[] = {
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives, so a holder cut off from "
      "the servers keeps the lock",
-     0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run, false},
+     0, 0, CHK_VALID_PARTITION, true, 0, inject_partition, true, partition_cannot_run, false,
+     false},
     {"kill-leader",
      "the leader of a consensus ensemble killed while the holder is inside its section: a "
      "new leader is elected, nobody else may take the lock, and it must go on working",
      0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_SERVER, false, 0, inject_kill_leader, false,
-     NULL, false},
+     NULL, false, false},
     {"partition-member",
      "a member of a consensus ensemble cut off from the other members (its links to them "
      "frozen), with worker 0 on it alone and the others on the rest: worker 0 takes the "
@@ -874,7 +943,14 @@ const chk_scenario chk_scenarios[] = {
      "from the cut, before the majority's side grants the lock to another worker; then it "
      "makes its stale write",
      0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_PARTITION, true, 0, inject_partition_member,
-     false, partition_member_cannot_run, true},
+     false, partition_member_cannot_run, true, false},
+    {"claims",
+     "workers run claims (dlock_claim_begin) on one key after another; runners killed "
+     "(SIGKILL) inside a claim's run, or stopped (SIGSTOP) past their lease where holdings "
+     "expire: per key, no run while an earlier runner lives and holds it, every re-run after a "
+     "crash a higher attempt, every replay the recorded result",
+     DLOCK_CAP_CLAIMS, "this backend keeps no claims", 0, 0, CHK_VALID_CLAIMS, false, 0,
+     inject_claims, false, claims_cannot_run, false, true},
 };
 
 const size_t chk_nscenarios = sizeof chk_scenarios / sizeof chk_scenarios[0];
