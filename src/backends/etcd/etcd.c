@@ -514,13 +514,13 @@ static void release_begin(ecclient *ec, eclock *el)
 /*
  * A release's end, whatever it did to the key (deleted it, or handed it
  * to a lease of its own): rc the request's outcome, done whether the key
- * was still ours. Failed: the key is deleted by the client's thread later
- * (with how, in the message, `unconfirmed`), its bare key staying taken;
- * else the bare key is free again (`done` or not: the key is gone, or
- * someone else's). The key is forgotten.
+ * was still ours. Failed: the message says what did not happen (`what`),
+ * and the client's thread deletes the key later, its bare key staying
+ * taken; else the bare key is free again (`done` or not: the key is gone,
+ * or someone else's). The key is forgotten.
  */
 static int release_end(ecclient *ec, dlock_lock *l, int rc, bool done, const char *err,
-                       const char *unconfirmed)
+                       const char *what)
 {
     eclock *el = l->bstate;
     int result = 0;
@@ -535,7 +535,7 @@ static int release_end(ecclient *ec, dlock_lock *l, int rc, bool done, const cha
         el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
         result = dl_lock_err(l, rc, "lock \"%s\": %s: %s; its key is deleted when etcd "
                              "answers again, or with the lease (%s)",
-                             l->name, unconfirmed, err, ec->redacted);
+                             l->name, what, err, ec->redacted);
     }
     el->key[0] = '\0';
     return result;
