@@ -1336,9 +1336,24 @@ static int64_t key_lease(const char *key, char *value, size_t len)
  * again, makes a new key (a new owner) and waits behind the handed one: a
  * try is refused, as is another handle's of the same client, and a wait
  * is granted only once the handed key is gone, with a higher token. A
+ * waiter of another client queued before the hand-over (watching the key
+ * as it moves: a put, not its creation) is not let in by it. A
  * round whose tries came after the minimum (a starved machine) proves
  * nothing of the refusals: run again with a longer minimum.
  */
+/* A waiter of test_min_hold_handed, queued before the hand-over. */
+struct handed_waiter {
+    dlock_lock *l;
+    int rc;
+};
+
+static void *handed_wait(void *arg)
+{
+    struct handed_waiter *w = arg;
+    w->rc = dlock_acquire(w->l, 60000); /* a bound against a hang */
+    return NULL;
+}
+
 static void test_min_hold_handed(void **state)
 {
     (void)state;
@@ -1358,12 +1373,21 @@ static void test_min_hold_handed(void **state)
         lease_of_key(key, hex, sizeof hex);
         int64_t client_lease = (int64_t)strtoull(hex, NULL, 16);
         assert_int_equal(key_lease(key, before, sizeof before), client_lease);
+        dlock_client *c2 = open_url(etcd_url);
+        struct handed_waiter w = {.l = mk(c2, name, NULL, NULL), .rc = -1};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, handed_wait, &w), 0);
+        if (!wait_nkeys(name, 2, 10000)) /* (a bound, not a measure) */
+            fail_msg("%s: the waiter did not queue", name);
         assert_int_equal(dlock_release(l), 0);
         assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
         int rc1 = dlock_acquire(l, 0), rc2 = dlock_acquire(l2, 0);
+        dlock_state_t wst = dlock_state(w.l);
         int64_t tried = now_ms();
         if (tried < t0 + min_ms) {
             judged = true;
+            if (wst != DLOCK_STATE_WAITING)
+                fail_msg("the earlier waiter is in state %d before the minimum", (int)wst);
             if (rc1 != DLOCK_EBUSY || rc2 != DLOCK_EBUSY)
                 fail_msg("tries %lld ms after the acquisition, before the %d ms minimum: the "
                          "same handle %s, another handle %s",
@@ -1376,7 +1400,7 @@ static void test_min_hold_handed(void **state)
                          (long long)client_lease);
             assert_int_equal(create_revision(key), token);
             assert_string_equal(after, before);
-            assert_int_equal(nkeys(name), 1); /* (the tries left no key) */
+            assert_int_equal(nkeys(name), 2); /* (the waiter's; the tries left none) */
         } else {
             fprintf(stderr, "# round %d: tried %lld ms in, past its %d ms minimum\n", round,
                     (long long)(tried - t0), min_ms);
@@ -1385,6 +1409,15 @@ static void test_min_hold_handed(void **state)
             assert_int_equal(dlock_release(l), 0);
         if (rc2 == 0)
             assert_int_equal(dlock_release(l2), 0);
+        pthread_join(th, NULL);
+        if (w.rc != 0)
+            fail_msg("the earlier waiter: %s: %s", dlock_err_name(w.rc),
+                     dlock_lock_errmsg(w.l));
+        assert_true(dlock_token(w.l) > token);
+        assert_int_equal(key_lease(key, NULL, 0), -1);
+        assert_int_equal(dlock_release(w.l), 0);
+        dlock_lock_free(w.l);
+        dlock_client_close(c2);
         /* A bound against a hang, not a measure: granted only once the
          * handed key has gone (it cannot come back). */
         acquire_ok(l, 60000);
