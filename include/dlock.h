@@ -195,9 +195,10 @@ typedef struct dlock_lock_opts {
      * lockAtLeastFor: a job run from several hosts' cron, whose clocks
      * differ, must not run twice). A release before then, where the
      * backend has a lease on the server (Redis, Redlock, memcached, the SQL
-     * lease modes), sets that lease to end at the minimum and returns at
-     * once: the lock outlives the process. Elsewhere (a session: ZooKeeper,
-     * an SQL connection, a kernel lock; and etcd) dlock_release,
+     * lease modes; etcd, on a lease of the key's own, in whole seconds),
+     * sets that lease to end at the minimum and returns at once: the lock
+     * outlives the process. Elsewhere (a session: ZooKeeper, an SQL
+     * connection, a kernel lock; and etcd's layout=etcdctl) dlock_release,
      * and what releases for you (dlock_lock_free, dlock_client_close),
      * waits until the minimum has passed, the lock held and renewed as
      * usual, then releases. A lock lost before it is lost all the same.

@@ -3,9 +3,10 @@
 # cli_atleast_test.sh — `dlock run --at-least SECS` (issue 28) on real
 # servers: a command that ends at once keeps its lock taken until SECS after
 # the acquisition. On lease backends (redis, its key= layout, redlock, memcached,
-# postgres mode=lease) dlock has exited already and a rival `run -n` is
-# refused, `dlock status` says held; on session backends (file, zk, postgres
-# advisory, etcd) dlock itself stays, holding, and a rival is refused
+# postgres mode=lease, etcd: its key moved to a lease of its own) dlock has
+# exited already and a rival `run -n` is refused, `dlock status` says held;
+# on session backends (file, zk, postgres advisory, etcd's layout=etcdctl)
+# dlock itself stays, holding, and a rival is refused
 # meanwhile. After the minimum a rival gets the lock (polled, generous
 # bound); without --at-least nothing changes. No timed assertion: a round
 # that took longer than its minimum (a starved machine) proves nothing and
@@ -125,12 +126,13 @@ lease_case redis-key "$DLOCK_TEST_REDIS_KEY"
 lease_case memcached "$DLOCK_TEST_MEMCACHED"
 lease_case pg-lease "$DLOCK_TEST_POSTGRES_LEASE"
 lease_case redlock "$DLOCK_TEST_REDLOCK"
+lease_case etcd "$DLOCK_TEST_ETCD"
 session_case file "$FURL"
 session_case zk "$DLOCK_TEST_ZK"
 session_case pg-advisory "$DLOCK_TEST_POSTGRES"
-session_case etcd "$DLOCK_TEST_ETCD"
+session_case etcdctl "$DLOCK_TEST_ETCD_ETCDCTL"
 for b in redis:"$DLOCK_TEST_REDIS" memcached:"$DLOCK_TEST_MEMCACHED" file:"$FURL" \
-    zk:"$DLOCK_TEST_ZK" pg-advisory:"$DLOCK_TEST_POSTGRES"; do
+    zk:"$DLOCK_TEST_ZK" pg-advisory:"$DLOCK_TEST_POSTGRES" etcd:"$DLOCK_TEST_ETCD"; do
     unchanged "${b%%:*}" "${b#*:}"
 done
 

@@ -1310,6 +1310,128 @@ static void test_token_is_create_revision(void **state)
     dlock_client_close(c);
 }
 
+/* The lease KEY is bound to (etcdctl get -w json), 0 for none, -1 when
+ * KEY does not exist; its value into value (may be NULL). */
+static int64_t key_lease(const char *key, char *value, size_t len)
+{
+    char out[1 << 14];
+    int rc = run(out, sizeof out, ETCDCTL " get %s -w json 2>&1", etcd_port, key);
+    if (rc != 0)
+        fail_msg("etcdctl get %s: exit %d: %s", key, rc, out);
+    if (!strstr(out, "\"kvs\""))
+        return -1;
+    if (value) {
+        rc = run(value, len, ETCDCTL " get %s --print-value-only 2>&1", etcd_port, key);
+        if (rc != 0)
+            fail_msg("etcdctl get %s: exit %d: %s", key, rc, value);
+    }
+    const char *p = strstr(out, "\"lease\":");
+    return p ? strtoll(p + strlen("\"lease\":"), NULL, 10) : 0;
+}
+
+/*
+ * Issue 28: a release before min_hold_ms hands the rest to etcd: the key
+ * moves to a lease of its own, with its create revision (the token) and
+ * its value kept. The handle that released it, acquiring the same name
+ * again, makes a new key (a new owner) and waits behind the handed one: a
+ * try is refused, as is another handle's of the same client, and a wait
+ * is granted only once the handed key is gone, with a higher token. A
+ * waiter of another client queued before the hand-over (watching the key
+ * as it moves: a put, not its creation) is not let in by it. A
+ * round whose tries came after the minimum (a starved machine) proves
+ * nothing of the refusals: run again with a longer minimum.
+ */
+/* A waiter of test_min_hold_handed, queued before the hand-over. */
+struct handed_waiter {
+    dlock_lock *l;
+    int rc;
+};
+
+static void *handed_wait(void *arg)
+{
+    struct handed_waiter *w = arg;
+    w->rc = dlock_acquire(w->l, 60000); /* a bound against a hang */
+    return NULL;
+}
+
+static void test_min_hold_handed(void **state)
+{
+    (void)state;
+    char name[64], key[512], hex[32], before[1024], after[1024];
+    bool judged = false;
+    for (int round = 0, min_ms = 3000; round < 3 && !judged; round++, min_ms *= 2) {
+        unique(name, sizeof name, "handed");
+        dlock_client *c = open_url(etcd_url);
+        dlock_lock_opts o;
+        dlock_lock_opts_init(&o);
+        o.min_hold_ms = min_ms;
+        dlock_lock *l = lock_with(c, name, &o), *l2 = mk(c, name, NULL, NULL);
+        int64_t t0 = now_ms();
+        acquire_ok(l, 5000);
+        uint64_t token = dlock_token(l);
+        only_key(name, key, sizeof key);
+        lease_of_key(key, hex, sizeof hex);
+        int64_t client_lease = (int64_t)strtoull(hex, NULL, 16);
+        assert_int_equal(key_lease(key, before, sizeof before), client_lease);
+        dlock_client *c2 = open_url(etcd_url);
+        struct handed_waiter w = {.l = mk(c2, name, NULL, NULL), .rc = -1};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, handed_wait, &w), 0);
+        if (!wait_nkeys(name, 2, 10000)) /* (a bound, not a measure) */
+            fail_msg("%s: the waiter did not queue", name);
+        assert_int_equal(dlock_release(l), 0);
+        assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+        int rc1 = dlock_acquire(l, 0), rc2 = dlock_acquire(l2, 0);
+        dlock_state_t wst = dlock_state(w.l);
+        int64_t tried = now_ms();
+        if (tried < t0 + min_ms) {
+            judged = true;
+            if (wst != DLOCK_STATE_WAITING)
+                fail_msg("the earlier waiter is in state %d before the minimum", (int)wst);
+            if (rc1 != DLOCK_EBUSY || rc2 != DLOCK_EBUSY)
+                fail_msg("tries %lld ms after the acquisition, before the %d ms minimum: the "
+                         "same handle %s, another handle %s",
+                         (long long)(tried - t0), min_ms, dlock_err_name(rc1),
+                         dlock_err_name(rc2));
+            /* still there, on another lease, same revision and value */
+            int64_t lease = key_lease(key, after, sizeof after);
+            if (lease <= 0 || lease == client_lease)
+                fail_msg("handed key %s: lease %lld, the client's %lld", key, (long long)lease,
+                         (long long)client_lease);
+            assert_int_equal(create_revision(key), token);
+            assert_string_equal(after, before);
+            assert_int_equal(nkeys(name), 2); /* (the waiter's; the tries left none) */
+        } else {
+            fprintf(stderr, "# round %d: tried %lld ms in, past its %d ms minimum\n", round,
+                    (long long)(tried - t0), min_ms);
+        }
+        if (rc1 == 0)
+            assert_int_equal(dlock_release(l), 0);
+        if (rc2 == 0)
+            assert_int_equal(dlock_release(l2), 0);
+        pthread_join(th, NULL);
+        if (w.rc != 0)
+            fail_msg("the earlier waiter: %s: %s", dlock_err_name(w.rc),
+                     dlock_lock_errmsg(w.l));
+        assert_true(dlock_token(w.l) > token);
+        assert_int_equal(key_lease(key, NULL, 0), -1);
+        assert_int_equal(dlock_release(w.l), 0);
+        dlock_lock_free(w.l);
+        dlock_client_close(c2);
+        /* A bound against a hang, not a measure: granted only once the
+         * handed key has gone (it cannot come back). */
+        acquire_ok(l, 60000);
+        assert_int_equal(key_lease(key, NULL, 0), -1);
+        assert_true(dlock_token(l) > token);
+        assert_int_equal(dlock_release(l), 0);
+        dlock_lock_free(l);
+        dlock_lock_free(l2);
+        dlock_client_close(c);
+    }
+    if (!judged)
+        fail_msg("every round's tries came after its minimum: the machine is too slow to tell");
+}
+
 /* ---- 10. inspect ------------------------------------------------------------------------ */
 
 static void test_inspect(void **state)
@@ -1453,6 +1575,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_not_etcd, teardown_processes),
         cmocka_unit_test_teardown(test_bounds_against_stopped_server, teardown_cont_etcd),
         cmocka_unit_test(test_token_is_create_revision),
+        cmocka_unit_test(test_min_hold_handed),
         cmocka_unit_test(test_inspect),
         cmocka_unit_test(test_keepalive),
     };

@@ -532,6 +532,36 @@ int ec_keepalive(ecclient *ec, int64_t until_ns, char *err, size_t errlen)
     return 0;
 }
 
+/* A lease of its own for something that outlives the client's (a claim's
+ * record, a lock's minimum): ttl_ms in whole seconds, rounded up; the
+ * cluster may grant more (its minimum TTL, 2 s on default settings). */
+int ec_lease_grant(ecclient *ec, int64_t ttl_ms, int64_t until_ns, int64_t *lease, char *err,
+                   size_t errlen)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"TTL\":\"%" PRId64 "\"}", (ttl_ms + 999) / 1000);
+    cJSON *j = NULL;
+    int rc = ec_post(ec, "/v3/lease/grant", body, until_ns, -1, &j, NULL, err, errlen);
+    *lease = rc ? 0 : ec_jint(j, "ID", 0);
+    cJSON_Delete(j);
+    if (rc == 0 && *lease <= 0) {
+        snprintf(err, errlen, "etcd granted no lease");
+        rc = DLOCK_EPROTO;
+    }
+    return rc;
+}
+
+/* A lease no key needs any more, revoked; best effort: it ends by its TTL
+ * anyway. */
+void ec_lease_drop(ecclient *ec, int64_t lease)
+{
+    if (lease <= 0)
+        return;
+    char body[64], err[200];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
+}
+
 /*
  * The client's lease, granted when there is none (first use, or after it
  * was lost): *lease, *gen and whether the client key still has to be made

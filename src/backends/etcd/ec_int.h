@@ -161,6 +161,12 @@ int ec_post(ecclient *ec, const char *path, const char *body, int64_t until_ns, 
 int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *gen, bool *make_ckey,
                     char *err, size_t errlen);
 
+/* A lease of its own (whole seconds of ttl_ms, rounded up), and its
+ * revocation (best effort). */
+int ec_lease_grant(ecclient *ec, int64_t ttl_ms, int64_t until_ns, int64_t *lease, char *err,
+                   size_t errlen);
+void ec_lease_drop(ecclient *ec, int64_t lease);
+
 /* Claims' records, in both layouts' operations (records.c). */
 int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len);
 int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t len,

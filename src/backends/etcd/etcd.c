@@ -496,10 +496,10 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
     return 0;
 }
 
-static int etcd_release(dlock_lock *l)
+/* A release begins: el leaves the client's held keys (its watch) and its
+ * grant-time write, if still due, is dropped. */
+static void release_begin(ecclient *ec, eclock *el)
 {
-    ecclient *ec = ec_of(l->c);
-    eclock *el = l->bstate;
     ec_held_drop(ec, el);
     pthread_mutex_lock(&ec->mu);
     for (size_t i = 0; i < ec->ntouches; i++)
@@ -509,6 +509,43 @@ static int etcd_release(dlock_lock *l)
             ec->touches[i--] = ec->touches[--ec->ntouches];
         }
     pthread_mutex_unlock(&ec->mu);
+}
+
+/*
+ * A release's end, whatever it did to the key (deleted it, or handed it
+ * to a lease of its own): rc the request's outcome, done whether the key
+ * was still ours. Failed: the message says what did not happen (`what`),
+ * and the client's thread deletes the key later, its bare key staying
+ * taken; else the bare key is free again (`done` or not: the key is gone,
+ * or someone else's). The key is forgotten.
+ */
+static int release_end(ecclient *ec, dlock_lock *l, int rc, bool done, const char *err,
+                       const char *what)
+{
+    eclock *el = l->bstate;
+    int result = 0;
+    if (rc == 0)
+        bare_drop(ec, el);
+    if (rc == 0 && !done)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "
+                             "or not its own any more",
+                             l->name);
+    else if (rc) {
+        ec_orphan_add(ec, el->key);
+        el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
+        result = dl_lock_err(l, rc, "lock \"%s\": %s: %s; its key is deleted when etcd "
+                             "answers again, or with the lease (%s)",
+                             l->name, what, err, ec->redacted);
+    }
+    el->key[0] = '\0';
+    return result;
+}
+
+static int etcd_release(dlock_lock *l)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    release_begin(ec, el);
     char err[300];
     int64_t deleted = 0;
     int rc;
@@ -531,23 +568,59 @@ static int etcd_release(dlock_lock *l)
         rc = ec_delete_key(ec, el->key, el->rev, el->lease, req_until(l), &deleted, err,
                            sizeof err);
     }
-    if (rc == 0)
-        bare_drop(ec, el);
-    int result = 0;
-    if (rc == 0 && deleted == 0)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" was lost: its key was already gone, "
-                             "or not its own any more",
-                             l->name);
-    else if (rc) {
-        ec_orphan_add(ec, el->key);
-        el->bare = false; /* (its name's bare key stays taken: see bare_drop) */
-        result = dl_lock_err(l, rc,
-                             "lock \"%s\": release not confirmed: %s; its key is deleted when "
-                             "etcd answers again, or with the lease (%s)",
-                             l->name, err, ec->redacted);
-    }
-    el->key[0] = '\0';
-    return result;
+    return release_end(ec, l, rc, deleted != 0, err, "release not confirmed");
+}
+
+/*
+ * dlock's own layout: release, leaving the lock taken for ms more. The
+ * client's lease is shared by its locks and revoked when it closes, and an
+ * etcd lease cannot be shortened, so the key moves to a lease of its own
+ * granted for the rest (whole seconds, rounded up; the cluster may grant
+ * its minimum TTL, 2 s on default settings): one transaction, only while
+ * the key is still ours (made at its revision, on the client's lease, as
+ * ec_delete_key's compare), puts it there with its value kept
+ * (ignore_value). The create revision stays, so the token and the queue
+ * are unchanged: the waiter behind it watches its deletion, and a put
+ * that is not its creation only tells an exclusive waiter that it holds
+ * (ec_wait_line), a semaphore waiter to read the queue again. The key's
+ * name keeps the client's lease in hex: nothing reads a lease out of a
+ * name (inspect and break take the key's own: lease_ms is the rest of the
+ * minimum). A later acquisition of the handle draws a new owner, so a new
+ * key, and queues behind this one (test_etcd's test_min_hold_handed).
+ */
+static int etcd_release_at(dlock_lock *l, int64_t ms)
+{
+    ecclient *ec = ec_of(l->c);
+    eclock *el = l->bstate;
+    release_begin(ec, el);
+    char err[300];
+    int64_t lease = 0;
+    int rc = ec_lease_grant(ec, ms, req_until(l), &lease, err, sizeof err);
+    if (rc)
+        return release_end(ec, l, rc, false, err,
+                           "its minimum could not be handed to etcd (granting a lease), so it "
+                           "goes early");
+    char b64[EC_KEY_MAX * 2], body[EC_KEY_MAX * 6 + 400];
+    ec_b64_encode(el->key, strlen(el->key), b64);
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+             "\"create_revision\":\"%" PRId64 "\"},{\"key\":\"%s\",\"target\":\"LEASE\","
+             "\"result\":\"EQUAL\",\"lease\":\"%" PRId64 "\"}],\"success\":["
+             "{\"request_put\":{\"key\":\"%s\",\"lease\":\"%" PRId64 "\","
+             "\"ignore_value\":true}}]}",
+             b64, el->rev, b64, el->lease, b64, lease);
+    cJSON *j = NULL;
+    rc = ec_post(ec, "/v3/kv/txn", body, req_until(l), -1, &j, NULL, err, sizeof err);
+    bool moved = rc == 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
+    cJSON_Delete(j);
+    /* Not moved (not ours any more), or not known to be (then the lease's
+     * revocation deletes the key if it did move, and the client's thread
+     * deletes it if it did not: early, as the message says). */
+    if (!moved)
+        ec_lease_drop(ec, lease);
+    return release_end(ec, l, rc, moved, err,
+                       "its minimum could not be handed to etcd (moving its key to a lease of "
+                       "its own), so it goes early");
 }
 
 static void etcd_abandon(dlock_lock *l)
@@ -1300,6 +1373,7 @@ static const dl_backend_ops etcd_ops = {
     .set_value = etcd_set_value,
     .get_value = etcd_get_value,
     .break_lock = etcd_break,
+    .release_at = etcd_release_at,
     EC_RECORD_OPS,
 };
 /* layout=etcdctl: the same operations on the peers' keys (ec->etcdctl),

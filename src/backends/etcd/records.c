@@ -29,17 +29,6 @@ static void claim_key_b64(const ecclient *ec, const char *key, char *b64)
     ec_b64_encode(k, (size_t)n, b64);
 }
 
-/* A lease no key needs any more, revoked; best effort: it ends by its TTL
- * anyway. */
-static void lease_drop(ecclient *ec, int64_t lease)
-{
-    if (lease <= 0)
-        return;
-    char body[64], err[200];
-    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
-    (void)ec_post(ec, "/v3/lease/revoke", body, -1, -1, NULL, NULL, err, sizeof err);
-}
-
 /* The lease of a reply's prev_kv, 0 when none. */
 static int64_t prev_lease(const cJSON *j)
 {
@@ -91,26 +80,19 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
                            int64_t ttl_ms)
 {
     ecclient *ec = ec_of(c);
-    char b64k[EC_KEY_MAX * 2], grant[64], err[300];
+    char b64k[EC_KEY_MAX * 2], err[300];
     if (ttl_ms <= 0)
         return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
                              key);
-    /* whole seconds, rounded up (and the cluster may grant more: its
-     * minimum TTL) */
-    snprintf(grant, sizeof grant, "{\"TTL\":\"%" PRId64 "\"}", (ttl_ms + 999) / 1000);
-    cJSON *j = NULL;
-    int rc = ec_post(ec, "/v3/lease/grant", grant, -1, -1, &j, NULL, err, sizeof err);
-    int64_t lease = rc ? 0 : ec_jint(j, "ID", 0);
-    cJSON_Delete(j);
+    int64_t lease;
+    int rc = ec_lease_grant(ec, ttl_ms, -1, &lease, err, sizeof err);
     if (rc)
         return claims_fail(c, rc, "granting its lease", key, err);
-    if (lease <= 0)
-        return claims_fail(c, DLOCK_EPROTO, "granting its lease", key, "etcd granted no lease");
     claim_key_b64(ec, key, b64k);
     size_t cap = strlen(b64k) + (len + 2) / 3 * 4 + 128;
     char *body = malloc(cap);
     if (!body) {
-        lease_drop(ec, lease);
+        ec_lease_drop(ec, lease);
         return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     }
     int at = snprintf(body, cap, "{\"key\":\"%s\",\"value\":\"", b64k);
@@ -118,17 +100,17 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
     at += (int)strlen(body + at);
     snprintf(body + at, cap - (size_t)at, "\",\"lease\":\"%" PRId64 "\",\"prev_kv\":true}",
              lease);
-    j = NULL;
+    cJSON *j = NULL;
     rc = ec_post(ec, "/v3/kv/put", body, -1, -1, &j, NULL, err, sizeof err);
     free(body);
     int64_t old = rc ? 0 : prev_lease(j);
     cJSON_Delete(j);
     if (rc) {
-        lease_drop(ec, lease);
+        ec_lease_drop(ec, lease);
         return claims_fail(c, rc, "writing", key, err);
     }
     if (old != lease)
-        lease_drop(ec, old);
+        ec_lease_drop(ec, old);
     return 0;
 }
 
@@ -144,6 +126,6 @@ int etcd_record_del(dlock_client *c, const char *key)
     cJSON_Delete(j);
     if (rc)
         return claims_fail(c, rc, "deleting", key, err);
-    lease_drop(ec, old);
+    ec_lease_drop(ec, old);
     return 0;
 }
