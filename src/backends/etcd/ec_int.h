@@ -162,9 +162,9 @@ int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *ge
                     char *err, size_t errlen);
 
 /* Claims' records, in both layouts' operations (records.c). */
-int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len);
+int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver);
 int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t len,
-                    int64_t ttl_ms);
+                    int64_t ttl_ms, uint64_t ver);
 int etcd_record_del(dlock_client *c, const char *key);
 #define EC_RECORD_OPS                                                                        \
     .record_get = etcd_record_get, .record_put = etcd_record_put,                            \
