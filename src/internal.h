@@ -160,7 +160,7 @@ typedef struct dl_backend_ops {
      * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms from
      *   now, only if the stored record's version is still ver (0: only if
      *   there is none, or its time is over), in one atomic step on the
-     *   server; DL_RECORD_CHANGED (no message) when it is not. So a runner
+     *   server (file: two, under the key's kernel lock); DL_RECORD_CHANGED (no message) when it is not. So a runner
      *   that checked the record and then paused past its lease cannot
      *   write over the next attempt's (docs/claims.md). After ttl_ms it is
      *   gone (record_get says none).
