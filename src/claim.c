@@ -3,7 +3,9 @@
  * claim.c — claims (dlock once): the rules, once for every backend. A
  * backend keeps only a record's bytes with an expiry (record_get/put/del);
  * its format is claim_rec.c's. One runner at a time is the exclusive lock
- * on the key's name; the record says what happened across runners.
+ * on the key's name; the record says what happened across runners. Every
+ * write is conditional on the version read just before it: a lock lost
+ * between the two cannot let a late runner write over the next one's.
  */
 #include "claim_rec.h"
 #include "internal.h"
@@ -49,13 +51,14 @@ static int onto_lock(dlock_lock *l, int rc)
     return dl_lock_err(l, rc, "%s", dlock_client_errmsg(l->c));
 }
 
-/* Read name's record into *r: 1 found, 0 none, else the error (on the
- * client). */
-static int rec_read(dlock_client *c, const char *name, dl_claim_rec *r)
+/* Read name's record into *r and its version into *ver: 1 found, 0 none
+ * (*ver 0), else the error (on the client). */
+static int rec_read(dlock_client *c, const char *name, dl_claim_rec *r, uint64_t *ver)
 {
     char *val = NULL;
     size_t len = 0;
-    int rc = c->ops->record_get(c, name, &val, &len);
+    *ver = 0;
+    int rc = c->ops->record_get(c, name, &val, &len, ver);
     if (rc)
         return rc;
     if (!val)
@@ -71,14 +74,17 @@ static int rec_read(dlock_client *c, const char *name, dl_claim_rec *r)
     return 1;
 }
 
-static int rec_write(dlock_client *c, const char *name, const dl_claim_rec *r, long long ttl_ms)
+/* Write r where the record is still version ver: 0, DL_RECORD_CHANGED, or
+ * the error (on the client). */
+static int rec_write(dlock_client *c, const char *name, const dl_claim_rec *r, long long ttl_ms,
+                     uint64_t ver)
 {
     char *buf;
     size_t len;
     int rc = dl_claim_rec_format(r, &buf, &len);
     if (rc)
         return dl_client_err(c, rc, "claim \"%s\": cannot make its record", name);
-    rc = c->ops->record_put(c, name, buf, len, ttl_ms);
+    rc = c->ops->record_put(c, name, buf, len, ttl_ms, ver);
     free(buf);
     return rc;
 }
@@ -129,7 +135,8 @@ int dlock_claim_begin(dlock_lock *l, const dlock_claim_opts *opts, int timeout_m
         return rc;
     }
     dl_claim_rec old;
-    int found = rec_read(c, l->name, &old);
+    uint64_t ver;
+    int found = rec_read(c, l->name, &old, &ver);
     if (found < 0) {
         rc = onto_lock(l, found);
         goto fail;
@@ -170,7 +177,17 @@ int dlock_claim_begin(dlock_lock *l, const dlock_claim_opts *opts, int timeout_m
              opts->fingerprint ? opts->fingerprint : found ? old.fingerprint : "");
     if (found)
         dl_claim_rec_free(&old);
-    if ((rc = rec_write(c, l->name, &cl->rec, running_ttl_ms(cl))) != 0) {
+    /* Conditional although the lock is held: it costs nothing, and a lock
+     * lost just now cannot let us write over the next runner's record. */
+    rc = rec_write(c, l->name, &cl->rec, running_ttl_ms(cl), ver);
+    if (rc == DL_RECORD_CHANGED) {
+        rc = dl_lock_err(l, DLOCK_ELOST,
+                         "claim \"%s\": its record changed while attempt %u began (the lock "
+                         "was lost, or it was forgotten); nothing run",
+                         l->name, cl->rec.attempt);
+        goto fail;
+    }
+    if (rc) {
         rc = onto_lock(l, rc);
         goto fail;
     }
@@ -185,9 +202,18 @@ fail:
     return rc;
 }
 
+static int not_ours(dlock_claim *cl)
+{
+    return dl_lock_err(cl->l, DLOCK_ELOST,
+                       "claim \"%s\": its record is no longer attempt %u's (forgotten, or "
+                       "another runner started); nothing recorded",
+                       cl->l->name, cl->rec.attempt);
+}
+
 /* Whether the claim is still this attempt's: the lock held and the record
- * the one begin wrote. 0, or DLOCK_ELOST (or a read's error) on the lock. */
-static int still_ours(dlock_claim *cl)
+ * the one begin wrote, whose version goes in *ver for the write that
+ * follows. 0, or DLOCK_ELOST (or a read's error) on the lock. */
+static int still_ours(dlock_claim *cl, uint64_t *ver)
 {
     dlock_lock *l = cl->l;
     if (dlock_state(l) != DLOCK_STATE_HELD)
@@ -196,28 +222,27 @@ static int still_ours(dlock_claim *cl)
                            "recorded (another runner may have started)",
                            l->name, cl->rec.attempt);
     dl_claim_rec now;
-    int found = rec_read(l->c, l->name, &now);
+    int found = rec_read(l->c, l->name, &now, ver);
     if (found < 0)
         return onto_lock(l, found);
     bool same = found && now.state == DL_REC_RUNNING && now.attempt == cl->rec.attempt &&
                 strcmp(now.owner, cl->rec.owner) == 0;
     if (found)
         dl_claim_rec_free(&now);
-    if (!same)
-        return dl_lock_err(l, DLOCK_ELOST,
-                           "claim \"%s\": its record is no longer attempt %u's (forgotten, or "
-                           "another runner started); nothing recorded",
-                           l->name, cl->rec.attempt);
-    return 0;
+    return same ? 0 : not_ours(cl);
 }
 
 /* Write the record's end (done or abandoned) and release the lock. */
 static int end_claim(dlock_claim *cl, long long ttl_ms)
 {
     dlock_lock *l = cl->l;
-    int rc = still_ours(cl);
-    if (rc == 0 && (rc = rec_write(l->c, l->name, &cl->rec, ttl_ms)) != 0)
-        rc = onto_lock(l, rc);
+    uint64_t ver;
+    int rc = still_ours(cl, &ver);
+    /* Only over the version just checked: a runner paused between the
+     * check and the write past its lease finds the next attempt's record
+     * there instead, and writes nothing. */
+    if (rc == 0 && (rc = rec_write(l->c, l->name, &cl->rec, ttl_ms, ver)) != 0)
+        rc = rc == DL_RECORD_CHANGED ? not_ours(cl) : onto_lock(l, rc);
     cl->open = false;
     if (rc) {
         (void)dlock_release(l);
@@ -347,7 +372,8 @@ int dlock_claim_inspect(dlock_client *c, const char *key, dlock_claim **out)
     dlock_claim *cl = calloc(1, sizeof *cl);
     if (!cl)
         return dl_client_err(c, DLOCK_ENOMEM, "claim \"%s\": out of memory", key);
-    int found = rec_read(c, key, &cl->rec);
+    uint64_t ver;
+    int found = rec_read(c, key, &cl->rec, &ver);
     if (found <= 0) {
         free(cl);
         return found < 0 ? found : dl_client_err(c, DLOCK_ENOENT, "no claim \"%s\"", key);
@@ -366,7 +392,8 @@ int dlock_claim_forget(dlock_client *c, const char *key)
         return rc;
     char *val = NULL;
     size_t len = 0;
-    if ((rc = c->ops->record_get(c, key, &val, &len)) != 0)
+    uint64_t ver;
+    if ((rc = c->ops->record_get(c, key, &val, &len, &ver)) != 0)
         return rc;
     if (!val)
         return dl_client_err(c, DLOCK_ENOENT, "no claim \"%s\"", key);

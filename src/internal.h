@@ -154,14 +154,22 @@ typedef struct dl_backend_ops {
      * (memcached evicts). Keys are dlock_name_valid names; each backend puts
      * them apart from its lock names (a table, a prefix, a folder).
      * record_get: 0 with *val (malloc'd, NUL-terminated, *len without the
-     *   NUL) or *val NULL when there is none or its time is over.
+     *   NUL) or *val NULL when there is none or its time is over; *ver the
+     *   record's version, an opaque number that changes with every write
+     *   (0: none).
      * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms from
-     *   now, replacing any; after ttl_ms it is gone (record_get says none).
+     *   now, only if the stored record's version is still ver (0: only if
+     *   there is none, or its time is over), in one atomic step on the
+     *   server (file: two, under the key's kernel lock); DL_RECORD_CHANGED (no message) when it is not. So a runner
+     *   that checked the record and then paused past its lease cannot
+     *   write over the next attempt's (docs/claims.md). After ttl_ms it is
+     *   gone (record_get says none).
      * record_del: forget it (0 too when there was none).
      */
-    int (*record_get)(dlock_client *c, const char *key, char **val, size_t *len);
+    int (*record_get)(dlock_client *c, const char *key, char **val, size_t *len,
+                      uint64_t *ver);
     int (*record_put)(dlock_client *c, const char *key, const char *val, size_t len,
-                      int64_t ttl_ms);
+                      int64_t ttl_ms, uint64_t ver);
     int (*record_del)(dlock_client *c, const char *key);
     /* Release, but leave the lock taken on the server for ms more (ms > 0;
      * opts.min_hold_ms): set the owner's lease to end ms from now, checking
@@ -209,6 +217,10 @@ typedef struct dl_backend {
 /* The largest claim record the core writes (its header, then a result of
  * at most DLOCK_CLAIM_RESULT_MAX bytes): every backend stores that much. */
 #define DL_RECORD_MAX (DLOCK_CLAIM_RESULT_MAX + 4096)
+
+/* record_put's answer when the record is no longer the version it was
+ * given: positive, so that no error code is confused with it. */
+#define DL_RECORD_CHANGED 1
 
 /* Query parameters every backend takes: they fill dlock_client_opts fields
  * the caller left at 0, so that a CLI user can set them too. */

@@ -5,9 +5,10 @@
  * tests/targets.list whose client has them (the others are skipped): none
  * for an unknown key, bytes back exactly (NUL bytes, DL_RECORD_MAX of them), replacement,
  * expiry, deletion, two clients writing one new key at once (the first
- * claims on a fresh server: both make the table or folder at once), and
- * keys of every character a name may have, kept apart, and apart from the
- * lock of the same name. Run under
+ * claims on a fresh server: both make the table or folder at once; one
+ * wins), writes conditional on the version read (a stale one changes
+ * nothing), and keys of every character a name may have, kept apart, and
+ * apart from the lock of the same name. Run under
  * tests/servers.sh (the ctest entry does), which exports the URLs.
  */
 #include <stdarg.h>
@@ -32,11 +33,13 @@ static const struct target_def {
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
 
+#define NCASES 6
+
 /* One target under test: its URL and the names of its cases. */
 struct target {
     const char *label;
     char url[1100];
-    char names[5][80];
+    char names[NCASES][80];
 };
 
 static char prefix[32]; /* keys of this run: "r<pid>-" */
@@ -60,24 +63,53 @@ static void key_of(char *buf, size_t len, const char *base)
     snprintf(buf, len, "%s%s", prefix, base);
 }
 
-static void put_ok(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
-{
-    int rc = c->ops->record_put(c, key, val, len, ttl_ms);
-    if (rc)
-        fail_msg("put \"%s\": %s", key, dlock_client_errmsg(c));
-}
-
-/* The record of key: NULL when none (*len then 0). */
-static char *get_ok(dlock_client *c, const char *key, size_t *len)
+/* The record of key: NULL when none (*len then 0); its version in *ver
+ * (0 exactly when none). */
+static char *get_ver(dlock_client *c, const char *key, size_t *len, uint64_t *ver)
 {
     char *v = (char *)1;
     *len = 99;
-    int rc = c->ops->record_get(c, key, &v, len);
+    *ver = 99;
+    int rc = c->ops->record_get(c, key, &v, len, ver);
     if (rc)
         fail_msg("get \"%s\": %s", key, dlock_client_errmsg(c));
     if (v)
         assert_int_equal(v[*len], '\0');
+    if ((*ver == 0) != (v == NULL))
+        fail_msg("get \"%s\": version %llu with %s", key, (unsigned long long)*ver,
+                 v ? "a record" : "none");
     return v;
+}
+
+static char *get_ok(dlock_client *c, const char *key, size_t *len)
+{
+    uint64_t ver;
+    return get_ver(c, key, len, &ver);
+}
+
+static uint64_t ver_of(dlock_client *c, const char *key)
+{
+    size_t len;
+    uint64_t ver;
+    free(get_ver(c, key, &len, &ver));
+    return ver;
+}
+
+/* A write at version ver: its answer, failing on an error. */
+static int put_at(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver)
+{
+    int rc = c->ops->record_put(c, key, val, len, ttl_ms, ver);
+    if (rc != 0 && rc != DL_RECORD_CHANGED)
+        fail_msg("put \"%s\" at %llu: %s", key, (unsigned long long)ver, dlock_client_errmsg(c));
+    return rc;
+}
+
+/* A write over whatever is there (the version read just before). */
+static void put_ok(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
+{
+    if (put_at(c, key, val, len, ttl_ms, ver_of(c, key)) != 0)
+        fail_msg("put \"%s\": changed since read (nobody else writes it)", key);
 }
 
 static void expect(dlock_client *c, const char *key, const char *want, size_t wlen)
@@ -121,14 +153,15 @@ static void *racer_main(void *p)
 {
     struct racer *r = p;
     pthread_barrier_wait(r->start);
-    r->rc = r->c->ops->record_put(r->c, r->key, r->val, strlen(r->val), 600000);
-    if (r->rc)
+    r->rc = r->c->ops->record_put(r->c, r->key, r->val, strlen(r->val), 600000, 0);
+    if (r->rc < 0)
         snprintf(r->msg, sizeof r->msg, "%s", dlock_client_errmsg(r->c));
     return NULL;
 }
 
 /* First case of each target: on a fresh server the two first writes also
- * make the table (postgres, mysql) or the folder (zk) at once. */
+ * make the table (postgres, mysql) or the folder (zk) at once. Both write
+ * "only if none": one lands, the other is told it changed. */
 static void test_race(void **state)
 {
     const struct target *t = *state;
@@ -148,14 +181,16 @@ static void test_race(void **state)
         pthread_join(th[i], NULL);
     pthread_barrier_destroy(&start);
     for (int i = 0; i < 2; i++)
-        if (r[i].rc)
+        if (r[i].rc < 0)
             fail_msg("racer %d: put: %s", i, r[i].msg);
-    /* the record is one of the two, whole */
+    if ((r[0].rc == 0) == (r[1].rc == 0))
+        fail_msg("racers' puts: %d and %d, expected one 0 and one %d", r[0].rc, r[1].rc,
+                 DL_RECORD_CHANGED);
+    /* the record is the winner's, whole */
     size_t len;
     char *v = get_ok(r[0].c, key, &len);
     assert_non_null(v);
-    if (strcmp(v, r[0].val) != 0 && strcmp(v, r[1].val) != 0)
-        fail_msg("after the race: \"%s\"", v);
+    assert_string_equal(v, r[r[0].rc == 0 ? 0 : 1].val);
     free(v);
     del_ok(r[1].c, key);
     expect_none(r[0].c, key);
@@ -200,6 +235,52 @@ static void test_bytes(void **state)
     dlock_client_close(c);
 }
 
+/* ---- writes conditional on the version ------------------------------------------------ */
+
+static void test_cas(void **state)
+{
+    const struct target *t = *state;
+    dlock_client *c = open_client(t);
+    char key[100];
+    key_of(key, sizeof key, "cas");
+    size_t len;
+    uint64_t v0;
+    free(get_ver(c, key, &len, &v0));
+    assert_true(v0 == 0);
+    /* none: version 0 writes, and only once */
+    assert_int_equal(put_at(c, key, "one", 3, 600000, 0), 0);
+    uint64_t v1 = ver_of(c, key);
+    assert_true(v1 != 0);
+    assert_int_equal(put_at(c, key, "zero", 4, 600000, 0), DL_RECORD_CHANGED);
+    expect(c, key, "one", 3);
+    assert_true(ver_of(c, key) == v1);
+    /* the current version writes, and the version changes */
+    assert_int_equal(put_at(c, key, "two", 3, 600000, v1), 0);
+    uint64_t v2 = ver_of(c, key);
+    assert_true(v2 != 0 && v2 != v1);
+    expect(c, key, "two", 3);
+    /* a stale one, or one never given, changes nothing */
+    assert_int_equal(put_at(c, key, "stale", 5, 600000, v1), DL_RECORD_CHANGED);
+    assert_int_equal(put_at(c, key, "made-up", 7, 600000, v2 + 1000), DL_RECORD_CHANGED);
+    expect(c, key, "two", 3);
+    assert_true(ver_of(c, key) == v2);
+    /* another client's write makes this one's version stale */
+    dlock_client *d = open_client(t);
+    assert_int_equal(put_at(d, key, "other", 5, 600000, v2), 0);
+    assert_int_equal(put_at(c, key, "late", 4, 600000, v2), DL_RECORD_CHANGED);
+    expect(c, key, "other", 5);
+    dlock_client_close(d);
+    /* gone: a version is stale (nothing made), 0 writes */
+    uint64_t v3 = ver_of(c, key);
+    del_ok(c, key);
+    assert_int_equal(put_at(c, key, "ghost", 5, 600000, v3), DL_RECORD_CHANGED);
+    expect_none(c, key);
+    assert_int_equal(put_at(c, key, "new", 3, 600000, 0), 0);
+    expect(c, key, "new", 3);
+    del_ok(c, key);
+    dlock_client_close(c);
+}
+
 /* ---- expiry ---------------------------------------------------------------------------- */
 
 static void test_expiry(void **state)
@@ -211,6 +292,7 @@ static void test_expiry(void **state)
     key_of(other, sizeof other, "expiry-kept");
     put_ok(c, other, "kept", 4, 600000);
     put_ok(c, key, "short", 5, 1000);
+    uint64_t old = ver_of(c, key);
     /* gone within its second and a generous margin (etcd rounds a lease up
      * to its minimum; a loaded machine is slow): no bound on speed here */
     size_t len;
@@ -224,8 +306,11 @@ static void test_expiry(void **state)
     }
     if (v)
         fail_msg("\"%s\" still there a minute after its second", key);
-    /* a replacement after expiry is a fresh record; the other key is kept */
-    put_ok(c, key, "again", 5, 600000);
+    /* an expired record's version is not current; a replacement after
+     * expiry is a fresh record (version 0); the other key is kept */
+    assert_int_equal(put_at(c, key, "stale", 5, 600000, old), DL_RECORD_CHANGED);
+    expect_none(c, key);
+    assert_int_equal(put_at(c, key, "again", 5, 600000, 0), 0);
     expect(c, key, "again", 5);
     expect(c, other, "kept", 4);
     del_ok(c, key);
@@ -314,13 +399,13 @@ int main(void)
 {
     snprintf(prefix, sizeof prefix, "r%ld-", (long)getpid());
     static struct target targets[NTARGETS];
-    static struct CMUnitTest tests[5 * NTARGETS];
+    static struct CMUnitTest tests[NCASES * NTARGETS];
     static const struct {
         const char *name;
         CMUnitTestFunction fn;
-    } cases[5] = {
-        {"race", test_race},       {"bytes", test_bytes}, {"expiry", test_expiry},
-        {"hostile", test_hostile}, {"apart", test_apart},
+    } cases[NCASES] = {
+        {"race", test_race},       {"bytes", test_bytes}, {"cas", test_cas},
+        {"expiry", test_expiry},   {"hostile", test_hostile}, {"apart", test_apart},
     };
     char dir[] = "/tmp/dlock-records-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -357,7 +442,7 @@ int main(void)
             printf("[ SKIP ] %s: no claim records on this backend\n", t->label);
             continue;
         }
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < NCASES; i++) {
             snprintf(t->names[i], sizeof t->names[i], "%s[%s]", cases[i].name, t->label);
             tests[n++] = (struct CMUnitTest){t->names[i], cases[i].fn, NULL, NULL, t};
         }

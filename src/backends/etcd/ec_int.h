@@ -168,9 +168,9 @@ int ec_lease_grant(ecclient *ec, int64_t ttl_ms, int64_t until_ns, int64_t *leas
 void ec_lease_drop(ecclient *ec, int64_t lease);
 
 /* Claims' records, in both layouts' operations (records.c). */
-int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len);
+int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver);
 int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t len,
-                    int64_t ttl_ms);
+                    int64_t ttl_ms, uint64_t ver);
 int etcd_record_del(dlock_client *c, const char *key);
 #define EC_RECORD_OPS                                                                        \
     .record_get = etcd_record_get, .record_put = etcd_record_put,                            \

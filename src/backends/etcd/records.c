@@ -7,6 +7,9 @@
  * on the cluster's clock. A write's lease is the record's whole time, so
  * it is never kept alive; the lease of the record it replaced (put's
  * prev_kv) is revoked, so that a day-long lease does not outlive its key.
+ * A record's version is its key's mod_revision (0: none); a write is a txn
+ * comparing it (create_revision 0 for none), so that it lands only on the
+ * version its writer read.
  */
 #include "ec_int.h"
 
@@ -32,7 +35,10 @@ static void claim_key_b64(const ecclient *ec, const char *key, char *b64)
 /* The lease of a reply's prev_kv, 0 when none. */
 static int64_t prev_lease(const cJSON *j)
 {
-    const cJSON *prev = ec_jobj(j, "prev_kv");
+    const cJSON *resps = ec_jarr(j, "responses"); /* txn: its put's */
+    if (resps)
+        j = ec_jobj(cJSON_GetArrayItem(resps, 0), "response_put");
+    const cJSON *prev = j ? ec_jobj(j, "prev_kv") : NULL;
     if (!prev) { /* deleterange: prev_kvs[] */
         const cJSON *arr = ec_jarr(j, "prev_kvs");
         prev = arr ? cJSON_GetArrayItem(arr, 0) : NULL;
@@ -40,11 +46,12 @@ static int64_t prev_lease(const cJSON *j)
     return prev ? ec_jint(prev, "lease", 0) : 0;
 }
 
-int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver)
 {
     ecclient *ec = ec_of(c);
     *val = NULL;
     *len = 0;
+    *ver = 0;
     char b64k[EC_KEY_MAX * 2], body[EC_KEY_MAX * 2 + 32], err[300];
     claim_key_b64(ec, key, b64k);
     snprintf(body, sizeof body, "{\"key\":\"%s\"}", b64k);
@@ -61,23 +68,26 @@ int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len)
         size_t cap = strlen(s) / 4 * 3 + 1;
         char *out = malloc(cap);
         long n = out ? ec_b64_decode(s, out, cap) : 0;
-        if (!out || n < 0) {
+        int64_t mod = ec_jint(kv, "mod_revision", 0);
+        if (!out || n < 0 || mod <= 0) {
             free(out);
             rc = out ? DLOCK_EPROTO : DLOCK_ENOMEM;
         } else {
             *val = out;
             *len = (size_t)n;
+            *ver = (uint64_t)mod;
         }
     }
     cJSON_Delete(j);
     if (rc)
         return claims_fail(c, rc, "reading", key,
-                           rc == DLOCK_ENOMEM ? "out of memory" : "etcd sent a value not base64");
+                           rc == DLOCK_ENOMEM ? "out of memory"
+                                              : "etcd sent a value not base64, or no revision");
     return 0;
 }
 
 int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t len,
-                           int64_t ttl_ms)
+                    int64_t ttl_ms, uint64_t ver)
 {
     ecclient *ec = ec_of(c);
     char b64k[EC_KEY_MAX * 2], err[300];
@@ -89,25 +99,36 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
     if (rc)
         return claims_fail(c, rc, "granting its lease", key, err);
     claim_key_b64(ec, key, b64k);
-    size_t cap = strlen(b64k) + (len + 2) / 3 * 4 + 128;
+    size_t cap = 2 * strlen(b64k) + (len + 2) / 3 * 4 + 320;
     char *body = malloc(cap);
     if (!body) {
         ec_lease_drop(ec, lease);
         return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     }
-    int at = snprintf(body, cap, "{\"key\":\"%s\",\"value\":\"", b64k);
+    /* none: never created (create_revision 0); else still the revision read */
+    int at = ver ? snprintf(body, cap,
+                            "{\"compare\":[{\"key\":\"%s\",\"target\":\"MOD\",\"result\":"
+                            "\"EQUAL\",\"mod_revision\":\"%" PRIu64 "\"}]",
+                            b64k, ver)
+                 : snprintf(body, cap,
+                            "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"result\":"
+                            "\"EQUAL\",\"create_revision\":\"0\"}]",
+                            b64k);
+    at += snprintf(body + at, cap - (size_t)at,
+                   ",\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"", b64k);
     ec_b64_encode(val, len, body + at);
     at += (int)strlen(body + at);
-    snprintf(body + at, cap - (size_t)at, "\",\"lease\":\"%" PRId64 "\",\"prev_kv\":true}",
-             lease);
+    snprintf(body + at, cap - (size_t)at,
+             "\",\"lease\":\"%" PRId64 "\",\"prev_kv\":true}}]}", lease);
     cJSON *j = NULL;
-    rc = ec_post(ec, "/v3/kv/put", body, -1, -1, &j, NULL, err, sizeof err);
+    rc = ec_post(ec, "/v3/kv/txn", body, -1, -1, &j, NULL, err, sizeof err);
     free(body);
-    int64_t old = rc ? 0 : prev_lease(j);
+    bool done = rc == 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "succeeded"));
+    int64_t old = done ? prev_lease(j) : 0;
     cJSON_Delete(j);
-    if (rc) {
+    if (rc || !done) {
         ec_lease_drop(ec, lease);
-        return claims_fail(c, rc, "writing", key, err);
+        return rc ? claims_fail(c, rc, "writing", key, err) : DL_RECORD_CHANGED;
     }
     if (old != lease)
         ec_lease_drop(ec, old);

@@ -1603,17 +1603,29 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
 
 /* A claim's record is the file NAME.once beside NAME.lock (no lock file
  * ends in ".once"), replaced whole by a rename, so that a reader sees the
- * old bytes or the new, never half: "expires_ms T\n" (wall clock, so that
- * it holds across processes and reboots) then the core's bytes. */
+ * old bytes or the new, never half: "expires_ms T ver V\n" (wall clock, so
+ * that it holds across processes and reboots; V a random version, new with
+ * each write, hex) then the core's bytes.
+ *
+ * A put looks at the version, then renames: two steps, not one. The core
+ * writes only under the key's lock, a kernel lock that never expires
+ * while its process lives, so no other runner writes between them; the
+ * check still refuses a writer whose version is stale. A first record
+ * (version 0, no file) is linked into place, which fails if another
+ * writer's came first; one over an expired file is renamed over it. */
 #define REC_SUFFIX ".once"
-#define REC_HEAD_MAX 40
+#define REC_HEAD_MAX 64
 #define REC_FILE_MAX (DL_RECORD_MAX + REC_HEAD_MAX)
 
-static int file_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+/* As record_get, and *expired: a file is there whose time is over. */
+static int record_read(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver,
+                       bool *expired)
 {
     file_client *fc = fc_of(c);
     *val = NULL;
     *len = 0;
+    *ver = 0;
+    *expired = false;
     char err[PATH_MAX + 200], path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s" REC_SUFFIX, key);
     int dirfd;
@@ -1658,21 +1670,26 @@ static int file_record_get(dlock_client *c, const char *key, char **val, size_t 
     const char *nl = memchr(buf, '\n', n < REC_HEAD_MAX ? n : REC_HEAD_MAX);
     char *end;
     long long expires_ms = 0;
+    uint64_t v = 0;
     if (nl && strncmp(buf, "expires_ms ", 11) == 0) {
         errno = 0;
         expires_ms = strtoll(buf + 11, &end, 10);
-        if (errno || end != nl)
+        if (!errno && strncmp(end, " ver ", 5) == 0)
+            v = strtoull(end + 5, &end, 16);
+        if (errno || end != nl || v == 0)
             nl = NULL;
     }
     if (!nl) {
         free(buf);
-        return dl_client_err(c, DLOCK_EPROTO, "claim record %s/%s: no expiry line", fc->dir,
-                             path);
+        return dl_client_err(c, DLOCK_EPROTO, "claim record %s/%s: no expiry and version line",
+                             fc->dir, path);
     }
     if (expires_ms <= dl_realtime_ms()) {
         free(buf); /* its time is over; the next put replaces it */
+        *expired = true;
         return 0;
     }
+    *ver = v;
     size_t skip = (size_t)(nl - buf) + 1;
     memmove(buf, buf + skip, n - skip + 1);
     *val = buf;
@@ -1680,24 +1697,43 @@ static int file_record_get(dlock_client *c, const char *key, char **val, size_t 
     return 0;
 }
 
+static int file_record_get(dlock_client *c, const char *key, char **val, size_t *len,
+                           uint64_t *ver)
+{
+    bool expired;
+    return record_read(c, key, val, len, ver, &expired);
+}
+
 static int file_record_put(dlock_client *c, const char *key, const char *val, size_t len,
-                           int64_t ttl_ms)
+                           int64_t ttl_ms, uint64_t ver)
 {
     file_client *fc = fc_of(c);
     char err[PATH_MAX + 200], path[DL_NAME_MAX + 8], tmp[DL_NAME_MAX + 64];
     snprintf(path, sizeof path, "%s" REC_SUFFIX, key);
-    uint64_t rnd;
-    if (dl_random(&rnd, sizeof rnd) != 0)
-        return dl_client_err(c, DLOCK_EIO, "cannot read random bytes for a temporary name");
+    /* the version now, and whether a file is there (expired: version 0) */
+    char *cur;
+    size_t curlen;
+    uint64_t curver;
+    bool expired;
+    int rc = record_read(c, key, &cur, &curlen, &curver, &expired);
+    if (rc)
+        return rc;
+    free(cur);
+    if (curver != ver)
+        return DL_RECORD_CHANGED;
+    uint64_t rnd, newver = 0;
+    while (newver == 0)
+        if (dl_random(&rnd, sizeof rnd) != 0 || dl_random(&newver, sizeof newver) != 0)
+            return dl_client_err(c, DLOCK_EIO, "cannot read random bytes for a record");
     /* A leading dot: no lock name makes it, and listings skip it. */
     snprintf(tmp, sizeof tmp, ".%s.%016" PRIx64 ".tmp", path, rnd);
     int dirfd;
-    int rc = dir_get(fc, true, err, sizeof err, &dirfd);
+    rc = dir_get(fc, true, err, sizeof err, &dirfd);
     if (rc)
         return dl_client_err(c, rc, "%s", err);
     char head[REC_HEAD_MAX];
-    int hn = snprintf(head, sizeof head, "expires_ms %lld\n",
-                      (long long)(dl_realtime_ms() + ttl_ms));
+    int hn = snprintf(head, sizeof head, "expires_ms %lld ver %" PRIx64 "\n",
+                      (long long)(dl_realtime_ms() + ttl_ms), newver);
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     fc->filemode);
     if (fd < 0)
@@ -1724,16 +1760,25 @@ static int file_record_put(dlock_client *c, const char *key, const char *val, si
         rc = dl_client_err(c, DLOCK_EIO, "cannot sync %s/%s: %s", fc->dir, tmp, strerror(errno));
     if (close(fd) != 0 && rc == 0)
         rc = dl_client_err(c, DLOCK_EIO, "cannot write %s/%s: %s", fc->dir, tmp, strerror(errno));
-    if (rc == 0 && renameat(dirfd, tmp, dirfd, path) != 0)
-        rc = dl_client_err(c, errno_code(errno),
-                           "cannot put claim record %s/%s in place: %s%s", fc->dir, path,
-                           strerror(errno),
-                           errno == EPERM ? " (another user's record in a shared directory)"
-                                          : "");
-    if (rc) {
+    /* none there: linked, so that of two first writers one fails; else
+     * (a version, or an expired file) renamed over */
+    bool first = ver == 0 && !expired;
+    int perr = 0;
+    if (rc == 0 && first && linkat(dirfd, tmp, dirfd, path, 0) != 0)
+        perr = errno;
+    /* a file system without hard links: renamed, as a later write is */
+    if (rc == 0 && (!first || (perr && perr != EEXIST)))
+        perr = renameat(dirfd, tmp, dirfd, path) != 0 ? errno : 0;
+    if (rc == 0 && perr == EEXIST && first)
+        rc = DL_RECORD_CHANGED;
+    else if (rc == 0 && perr)
+        rc = dl_client_err(c, errno_code(perr), "cannot put claim record %s/%s in place: %s%s",
+                           fc->dir, path, strerror(perr),
+                           perr == EPERM ? " (another user's record in a shared directory)" : "");
+    if (rc || first)
         (void)unlinkat(dirfd, tmp, 0);
+    if (rc)
         return rc;
-    }
     if (fc->sync && fsync(dirfd) != 0)
         return dl_client_err(c, DLOCK_EIO, "cannot sync %s: %s", fc->dir, strerror(errno));
     return 0;

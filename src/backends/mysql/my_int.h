@@ -251,8 +251,9 @@ int my_pool_exec(dlock_client *c, const char *sql, const my_arg *args, int nargs
 void my_key_of(const char *prefix, const char *name, char *out, size_t len);
 
 /* Claims' records, in every mode's table (records.c). */
-int my_record_get(dlock_client *c, const char *key, char **val, size_t *len);
-int my_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int my_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver);
+int my_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver);
 int my_record_del(dlock_client *c, const char *key);
 #define MY_RECORD_OPS                                                                        \
     .record_get = my_record_get, .record_put = my_record_put, .record_del = my_record_del

@@ -7,7 +7,11 @@
  * clock (UTC_TIMESTAMP, as the lease mode's); a read ignores a row whose
  * time is over, and each write deletes a few such rows of other keys. The
  * table is made on the first claim, not at open: a client that never
- * claims needs no CREATE right.
+ * claims needs no CREATE right. A row's ver counts its writes; a write
+ * names the ver it read and lands only there (UPDATE ... WHERE ver = ?, one
+ * statement: InnoDB re-reads the row's newest version under its lock), or,
+ * for ver 0, only where no live row is (an expired row updated in place,
+ * else an INSERT that a row made meanwhile turns into nothing).
  *
  * The statements are fixed strings: a connection keeps its prepared
  * statements by the address of their text (my_stmt_of).
@@ -26,13 +30,21 @@
 
 static const char sql_ddl[] =
     "CREATE TABLE IF NOT EXISTS " CLAIMS " (name VARBINARY(200) NOT NULL PRIMARY KEY, "
-    "val MEDIUMBLOB NOT NULL, expires_at DATETIME(6) NOT NULL, KEY (expires_at)) ENGINE=InnoDB";
+    "val MEDIUMBLOB NOT NULL, expires_at DATETIME(6) NOT NULL, ver BIGINT NOT NULL, "
+    "KEY (expires_at)) ENGINE=InnoDB";
 static const char sql_get[] =
-    "SELECT HEX(val) FROM " CLAIMS " WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)";
-static const char sql_put[] =
-    "INSERT INTO " CLAIMS " (name, val, expires_at) VALUES (?, UNHEX(?), UTC_TIMESTAMP(6) + "
-    "INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE val = VALUES(val), expires_at = "
-    "VALUES(expires_at)";
+    "SELECT HEX(val), ver FROM " CLAIMS " WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)";
+/* (the WHERE sees the row before the SET) */
+static const char sql_put_ver[] =
+    "UPDATE " CLAIMS " SET val = UNHEX(?), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? "
+    "MICROSECOND, ver = ver + 1 WHERE name = ? AND ver = ? AND expires_at > UTC_TIMESTAMP(6)";
+static const char sql_put_expired[] =
+    "UPDATE " CLAIMS " SET val = UNHEX(?), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? "
+    "MICROSECOND, ver = ver + 1 WHERE name = ? AND expires_at <= UTC_TIMESTAMP(6)";
+/* a duplicate changes nothing: 0 rows affected */
+static const char sql_put_new[] =
+    "INSERT INTO " CLAIMS " (name, val, expires_at, ver) VALUES (?, UNHEX(?), "
+    "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 1) ON DUPLICATE KEY UPDATE name = name";
 static const char sql_del[] = "DELETE FROM " CLAIMS " WHERE name = ?";
 /* The sweep: a plain read (no locks), then each row by its key, the
  * expiry looked at again: a range DELETE would take gap locks that a
@@ -82,10 +94,11 @@ static int claims_ensure(dlock_client *c, char *why, size_t wlen)
     return rc;
 }
 
-int my_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+int my_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver)
 {
     *val = NULL;
     *len = 0;
+    *ver = 0;
     char why[600];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
@@ -95,13 +108,17 @@ int my_record_get(dlock_client *c, const char *key, char **val, size_t *len)
     rc = my_pool_exec(c, sql_get, a, 1, &r, why, sizeof why);
     if (rc)
         return claims_fail(c, rc, "reading", key, why);
-    const char *hex = my_cell(&r, 0, 0);
-    if (hex)
-        rc = dl_hex_decode(hex, val, len);
+    const char *hex = my_cell(&r, 0, 0), *vs = my_cell(&r, 0, 1);
+    if (hex) {
+        char *end = NULL;
+        *ver = vs ? strtoull(vs, &end, 10) : 0;
+        rc = !vs || *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(hex, val, len);
+    }
     my_res_free(&r);
     if (rc)
         return claims_fail(c, rc, "reading", key,
-                           rc == DLOCK_ENOMEM ? "out of memory" : "the server sent no hex");
+                           rc == DLOCK_ENOMEM ? "out of memory"
+                                              : "the server sent no hex, or no version");
     return 0;
 }
 
@@ -127,7 +144,8 @@ static void claims_sweep(dlock_client *c, const char *key)
     my_res_free(&r);
 }
 
-int my_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
+int my_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver)
 {
     char why[600];
     if (ttl_ms <= 0)
@@ -141,12 +159,22 @@ int my_record_put(dlock_client *c, const char *key, const char *val, size_t len,
         return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     dl_hex_encode(val, len, hex);
     my_res r;
-    my_arg a[] = {A_S(key), A_S(hex), A_I(ttl_ms * 1000)};
-    rc = my_pool_exec(c, sql_put, a, 3, &r, why, sizeof why);
+    my_arg a[] = {A_S(hex), A_I(ttl_ms * 1000), A_S(key), A_I(ver)};
+    rc = my_pool_exec(c, ver ? sql_put_ver : sql_put_expired, a, ver ? 4 : 3, &r, why,
+                      sizeof why);
+    unsigned long long landed = r.affected;
     my_res_free(&r);
+    if (rc == 0 && !ver && !landed) { /* no expired row: a new one */
+        my_arg n[] = {A_S(key), A_S(hex), A_I(ttl_ms * 1000)};
+        rc = my_pool_exec(c, sql_put_new, n, 3, &r, why, sizeof why);
+        landed = r.affected;
+        my_res_free(&r);
+    }
     free(hex);
     if (rc)
         return claims_fail(c, rc, "writing", key, why);
+    if (!landed)
+        return DL_RECORD_CHANGED;
     claims_sweep(c, key);
     return 0;
 }

@@ -178,8 +178,9 @@ int pg_pool_run(dlock_client *c, const char *sql, int n, const char *const *vals
 int64_t pg_key_of(const pgclient *pc, const char *name);
 
 /* Claims' records, in every mode's table (records.c). */
-int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len);
-int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver);
+int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver);
 int pg_record_del(dlock_client *c, const char *key);
 #define PG_RECORD_OPS                                                                        \
     .record_get = pg_record_get, .record_put = pg_record_put, .record_del = pg_record_del

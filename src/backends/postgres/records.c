@@ -8,7 +8,10 @@
  * whose time is over, and each write deletes a few such rows of other keys
  * (SKIP LOCKED: it never waits for another writer). The table is made on
  * the first claim, not at open: a client that never claims needs no
- * CREATE right.
+ * CREATE right. A row's ver counts its writes; a write names the ver it
+ * read and lands only there (an UPDATE ... WHERE ver = $4, re-checked on
+ * the row's newest version by the server), or only where no live row is
+ * (ver 0: an INSERT whose conflict updates only an expired row).
  */
 #include "pg_int.h"
 
@@ -44,7 +47,7 @@ static int claims_ensure(dlock_client *c, char *why, size_t wlen)
     char ddl[2][300];
     snprintf(ddl[0], sizeof ddl[0],
              "CREATE TABLE IF NOT EXISTS %s (key text PRIMARY KEY, val bytea NOT NULL, "
-             "expires_at timestamptz NOT NULL)",
+             "expires_at timestamptz NOT NULL, ver bigint NOT NULL)",
              pc->claims);
     snprintf(ddl[1], sizeof ddl[1],
              "CREATE INDEX IF NOT EXISTS dlock_claims_expires_at ON %s (expires_at)", pc->claims);
@@ -84,64 +87,87 @@ static int claims_ensure(dlock_client *c, char *why, size_t wlen)
     return rc;
 }
 
-int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver)
 {
     pgclient *pc = pc_of(c);
     *val = NULL;
     *len = 0;
+    *ver = 0;
     char why[600], sql[300];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
         return claims_fail(c, rc, "reading", key, why);
     snprintf(sql, sizeof sql,
-             "SELECT encode(val, 'hex') FROM %s WHERE key = $1 AND expires_at > clock_timestamp()",
+             "SELECT encode(val, 'hex'), ver FROM %s WHERE key = $1 AND expires_at > "
+             "clock_timestamp()",
              pc->claims);
     const char *p[] = {key};
     PGresult *r;
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return claims_fail(c, rc, "reading", key, why);
-    if (pg_lib.ntuples(r) > 0)
-        rc = dl_hex_decode(pg_lib.getvalue(r, 0, 0), val, len);
+    if (pg_lib.ntuples(r) > 0) {
+        char *end;
+        *ver = strtoull(pg_lib.getvalue(r, 0, 1), &end, 10);
+        rc = *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(pg_lib.getvalue(r, 0, 0), val, len);
+    }
     pg_lib.clear(r);
     if (rc)
         return claims_fail(c, rc, "reading",  key,
-                           rc == DLOCK_ENOMEM ? "out of memory" : "the server sent no hex");
+                           rc == DLOCK_ENOMEM ? "out of memory"
+                                              : "the server sent no hex, or no version");
     return 0;
 }
 
-int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
+int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver)
 {
     pgclient *pc = pc_of(c);
-    char why[600], sql[900], ttl[24];
+    char why[600], sql[1200], ttl[24], vers[24];
     if (ttl_ms <= 0)
         return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
                              key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
         return claims_fail(c, rc, "writing", key, why);
-    /* The sweep's rows are other keys' (key <> $1), so it and the upsert
-     * never touch one row twice. */
-    snprintf(sql, sizeof sql,
-             "WITH swept AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %s WHERE "
-             "expires_at < clock_timestamp() AND key <> $1 LIMIT %d FOR UPDATE SKIP LOCKED))) "
-             "INSERT INTO %s (key, val, expires_at) VALUES ($1, decode($2, 'hex'), "
-             "clock_timestamp() + $3::bigint * interval '1 millisecond') ON CONFLICT (key) DO "
-             "UPDATE SET val = EXCLUDED.val, expires_at = EXCLUDED.expires_at",
-             pc->claims, pc->claims, PG_CLAIMS_SWEEP, pc->claims);
+    /* The sweep's rows are other keys' (key <> $1), so it and the write
+     * never touch one row twice. A row comes back where the write landed. */
+    int at = snprintf(sql, sizeof sql,
+                      "WITH swept AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %s "
+                      "WHERE expires_at < clock_timestamp() AND key <> $1 LIMIT %d FOR UPDATE "
+                      "SKIP LOCKED))) ",
+                      pc->claims, pc->claims, PG_CLAIMS_SWEEP);
+    if (ver)
+        snprintf(sql + at, sizeof sql - (size_t)at,
+                 "UPDATE %s SET val = decode($2, 'hex'), expires_at = clock_timestamp() + "
+                 "$3::bigint * interval '1 millisecond', ver = ver + 1 WHERE key = $1 AND ver = "
+                 "$4::bigint AND expires_at > clock_timestamp() RETURNING 1",
+                 pc->claims);
+    else /* $4 is 0: one of a row that expired goes on counting */
+        snprintf(sql + at, sizeof sql - (size_t)at,
+                 "INSERT INTO %s AS t (key, val, expires_at, ver) VALUES ($1, decode($2, 'hex'), "
+                 "clock_timestamp() + $3::bigint * interval '1 millisecond', $4::bigint + 1) ON "
+                 "CONFLICT (key) DO UPDATE SET val = EXCLUDED.val, expires_at = "
+                 "EXCLUDED.expires_at, ver = t.ver + 1 WHERE t.expires_at <= clock_timestamp() "
+                 "RETURNING 1",
+                 pc->claims);
     char *hex = malloc(2 * len + 1);
     if (!hex)
         return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     dl_hex_encode(val, len, hex);
     snprintf(ttl, sizeof ttl, "%" PRId64, ttl_ms);
-    const char *p[] = {key, hex, ttl};
+    /* bigint is signed: a version past its top would be refused, and a
+     * count of writes never gets there */
+    snprintf(vers, sizeof vers, "%" PRIu64, ver);
+    const char *p[] = {key, hex, ttl, vers};
     PGresult *r;
-    rc = pg_pool_run_until(c, -1, sql, 3, p, &r, why, sizeof why);
+    rc = pg_pool_run_until(c, -1, sql, 4, p, &r, why, sizeof why);
     free(hex);
     if (rc)
         return claims_fail(c, rc, "writing", key, why);
+    bool landed = pg_lib.ntuples(r) > 0;
     pg_lib.clear(r);
-    return 0;
+    return landed ? 0 : DL_RECORD_CHANGED;
 }
 
 int pg_record_del(dlock_client *c, const char *key)

@@ -399,6 +399,17 @@ local function main(KEYS, ARGV)
     advance()
     return {broken, h and h.holder or '', h and h.token or 0}
 
+  -- A claim's record (records.c), KEYS[1] its key, a hash {v = bytes, ver =
+  -- version}, in either layout (one key: no lock key is touched):
+  -- recput VER NEWVER TTL BYTES -> 1 written, 0 its version is not VER
+  -- ('0': none). One step, so that a runner whose lease ran out between its
+  -- check and its write cannot write over the next attempt's record.
+  elseif op == 'recput' then
+    if (redis.call('HGET', LOCK, 'ver') or '0') ~= ARGV[2] then return 0 end
+    redis.call('HSET', LOCK, 'v', ARGV[5], 'ver', ARGV[3])
+    redis.call('PEXPIRE', LOCK, tonumber(ARGV[4]))
+    return 1
+
   -- Redlock, on each of N independent masters (exclusive locks only):
   -- racq OWNER TTL HOLDER -> {1, node's token} or {0, pttl}
   elseif op == 'racq' then

@@ -90,9 +90,10 @@ int rd_break_with(dlock_client *cl, const char *name, const char *key, const rcm
                   dlock_info *info);
 
 /* Claim records (records.c), for either layout's ops. */
-int rd_record_get(dlock_client *cl, const char *name, char **val, size_t *len);
+int rd_record_get(dlock_client *cl, const char *name, char **val, size_t *len,
+                  uint64_t *ver);
 int rd_record_put(dlock_client *cl, const char *name, const char *val, size_t len,
-                  int64_t ttl_ms);
+                  int64_t ttl_ms, uint64_t ver);
 int rd_record_del(dlock_client *cl, const char *name);
 
 /* Open and close a client of either layout (the key= layout's when the

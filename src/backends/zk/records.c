@@ -9,7 +9,11 @@
  * mtime (the leader's clock at the write) plus TTL_MS, read on the
  * reader's clock. A read that finds it over deletes that version of it.
  * The folder .claims is a container node: the server removes it once it
- * is empty, and a write makes it again.
+ * is empty, and a write makes it again. A record's version is its node's
+ * stat.version + 1 (0 is a real ZooKeeper version; ours means none): a
+ * write is a setData with that version, or for none a create, which the
+ * server refuses when the node changed or exists (ZBADVERSION,
+ * ZNODEEXISTS).
  */
 #include "zk_int.h"
 
@@ -44,11 +48,12 @@ static int call_run(zk_op *op, enum call_kind kind, const char *path, const char
     return rc;
 }
 
-int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len)
+int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver)
 {
     zkclient *zc = zc_of(c);
     *val = NULL;
     *len = 0;
+    *ver = 0;
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
     if (!claim_paths(zc, key, dir, path))
         return claims_fail(c, DLOCK_ENAME, "reading", key, "its node's path is too long");
@@ -95,13 +100,15 @@ int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len)
         out[n] = '\0';
         *val = out;
         *len = n;
+        *ver = (uint64_t)(uint32_t)k->stat.version + 1;
     }
     zk_call_drop(k);
     zk_op_end(&op);
     return 0;
 }
 
-int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms)
+int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver)
 {
     zkclient *zc = zc_of(c);
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
@@ -122,25 +129,28 @@ int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len,
         free(data);
         return claims_fail(c, rc, "writing", key, err);
     }
-    /* set, else create (the folder first when it is missing, or the server
-     * removed it empty meanwhile), else set again (another writer created
-     * it first): a few rounds at most */
+    /* a version: set there (gone or changed: not ours); none: create, the
+     * folder first when it is missing (or the server removed it empty
+     * meanwhile), a few rounds at most */
     int zrc = ZNONODE;
-    for (int i = 0; i < 6; i++) {
-        zrc = call_run(&op, CALL_SET, path, data, dlen, -1, 0);
-        if (zrc != ZNONODE)
-            break;
-        zrc = call_run(&op, CALL_CREATE, path, data, dlen, -1, ZOO_PERSISTENT);
-        if (zrc == ZNONODE)
-            zrc = zk_ensure_parent(&op, dir, zk_op_until(zc));
-        else if (zrc == ZOK)
-            break;
-        if (zrc != ZOK && zrc != ZNODEEXISTS)
-            break;
-        zrc = ZNONODE; /* (rounds run out: say so) */
+    if (ver > (uint64_t)INT32_MAX + 1) {
+        zrc = ZBADVERSION; /* never one of ours */
+    } else if (ver) {
+        zrc = call_run(&op, CALL_SET, path, data, dlen, (int)(ver - 1), 0);
+    } else {
+        for (int i = 0; i < 6; i++) {
+            zrc = call_run(&op, CALL_CREATE, path, data, dlen, -1, ZOO_PERSISTENT);
+            if (zrc != ZNONODE)
+                break;
+            if ((zrc = zk_ensure_parent(&op, dir, zk_op_until(zc))) != ZOK)
+                break;
+            zrc = ZNONODE; /* (rounds run out: say so) */
+        }
     }
     zk_op_end(&op);
     free(data);
+    if (zrc == ZBADVERSION || zrc == ZNODEEXISTS || (ver && zrc == ZNONODE))
+        return DL_RECORD_CHANGED;
     if (zrc != ZOK)
         return claims_fail(c, zk_code(zrc), "writing", key, zk_why(zc, zrc, err, sizeof err));
     return 0;

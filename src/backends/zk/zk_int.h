@@ -167,8 +167,9 @@ int zk_parent_of(zkclient *zc, const char *name, char *buf, size_t len);
 void zkclient_free(zkclient *zc);
 
 /* Claims' records (records.c). */
-int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len);
-int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms);
+int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uint64_t *ver);
+int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
+                  uint64_t ver);
 int zk_record_del(dlock_client *c, const char *key);
 
 /* A lock's backend state. */
