@@ -97,6 +97,17 @@ fi
 # that very port as its own and connect to itself, and then the server
 # cannot start there again.
 srv_free_port() {
+  local p
+  while :; do
+    p=$(srv_pick_port) || return 1
+    # Kinds start at once (below): a port two of them picked before either
+    # bound it goes to the first to claim it here.
+    [ -z "$srv_dir" ] || mkdir "$srv_dir/.port-$p" 2>/dev/null || continue
+    echo "$p"
+    return 0
+  done
+}
+srv_pick_port() {
   python3 - <<'PY'
 import random, socket
 try:
@@ -962,29 +973,44 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   [ "${1:-}" = run ] || { echo "usage: $0 run KIND... -- CMD ARGS..." >&2; exit 64; }
   shift
   srv_init
+  kinds=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     case $1 in
-      redis) srv_start_redis ;;
-      redlock) srv_start_redlock ;;
-      redis6) srv_start_redis6 ;;
-      sentinel) srv_start_sentinel ;;
-      cluster) srv_start_cluster ;;
-      zk) srv_start_zk ;;
-      zk3) srv_start_zk3 ;;
-      zk3p) srv_start_zk3p ;;
-      etcd) srv_start_etcd ;;
-      etcd3) srv_start_etcd3 ;;
-      etcd3n) srv_start_etcd3n ;;
-      etcds) srv_start_etcds ;;
-      postgres) srv_start_postgres ;;
-      pgbouncer) srv_start_pgbouncer ;;
-      mariadb) srv_start_mariadb ;;
-      memcached) srv_start_memcached ;;
+      redis|redlock|redis6|sentinel|cluster|zk|zk3|zk3p|etcd|etcd3|etcd3n|etcds|postgres|pgbouncer|mariadb|memcached)
+        kinds+=("$1") ;;
       *) echo "servers.sh: unknown server kind $1" >&2; exit 64 ;;
     esac
     shift
   done
   [ "${1:-}" = -- ] && shift
+  # pgbouncer fronts the postgres of this run: it starts after the rest.
+  later=()
+  for i in "${!kinds[@]}"; do
+    [ "${kinds[$i]}" = pgbouncer ] && { later+=(pgbouncer); unset "kinds[$i]"; }
+  done
+  kinds=("${kinds[@]}")
+  if [ ${#kinds[@]} = 1 ]; then
+    "srv_start_${kinds[0]}"
+  elif [ ${#kinds[@]} -gt 1 ]; then
+    # Every kind at once, each in a subshell: a test waits for its slowest
+    # server, not for the sum of them (they mostly wait: a JVM, initdb, an
+    # etcd election). A subshell's exports come back through a file: the
+    # lines of `export -p` it added.
+    before=$(export -p)
+    starters=()
+    for k in "${kinds[@]}"; do
+      (
+        "srv_start_$k"
+        export -p | { grep -vxF -f <(printf '%s\n' "$before") || true; } >"$srv_dir/.env-$k"
+      ) &
+      starters+=($!)
+    done
+    failed=0
+    for p in "${starters[@]}"; do wait "$p" || failed=1; done
+    [ $failed = 0 ] || exit 1
+    for k in "${kinds[@]}"; do . "$srv_dir/.env-$k"; done
+  fi
+  for k in "${later[@]}"; do "srv_start_$k"; done
   set +e
   "$@"
   status=$?
