@@ -1528,7 +1528,10 @@ static void test_waiter_session_ended(void **state)
         dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
         acquire_ok(h, 0);
         struct waiter ws;
-        waiter_start(&ws, w, 8000, true);
+        /* A bound for a hang only: under load the sleeps and psql runs
+         * below took 8 s (a CI-like run, three tests at a time beside
+         * other builds), and the waiter's grant then ran out of time. */
+        waiter_start(&ws, w, 60000, true);
         /* twice: the first session may be a pooled one, which was always
          * replaced; the second is the waiter's own new session */
         for (int i = 0; i < 2; i++) {
