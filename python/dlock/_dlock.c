@@ -1539,7 +1539,6 @@ static PyObject *Claim_finish(ClaimObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"result", "status", NULL};
     Py_buffer buf = {0};
     int status = 0;
-    buf.buf = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|y*i:finish", kwlist, &buf, &status))
         return NULL;
     if (buf.len > DLOCK_CLAIM_RESULT_MAX) {

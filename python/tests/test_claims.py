@@ -114,7 +114,8 @@ def test_once_exclusion_across_processes(few_url, name, tmp_path):
     assert all(o[1] == ran[0][1] and o[2] == "1" for o in outs), outs  # one result for all
 
 
-def test_once_refused_without_claims(name):
+def test_once_refused_without_claims(request, name):
+    request.node.user_properties.append(("label", "memcached"))
     if "memcached" not in LABELS:
         pytest.skip("memcached is not among the labels of this run")
     with dlock.Client(_url("memcached")) as c:
