@@ -985,7 +985,8 @@ static int Lock_init(LockObject *self, PyObject *args, PyObject *kw)
         return -1;
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
-    if (seconds_opt(ttl, "ttl", &o.ttl_ms) < 0 || seconds_opt(max_hold, "max_hold", &o.max_hold_ms) < 0 ||
+    if (seconds_opt(ttl, "ttl", &o.ttl_ms) < 0 ||
+        seconds_opt(max_hold, "max_hold", &o.max_hold_ms) < 0 ||
         seconds_opt(min_hold, "min_hold", &o.min_hold_ms) < 0 ||
         seconds_opt(warn_before, "warn_before", &o.warn_ms) < 0)
         return -1;
