@@ -16,7 +16,16 @@ lost (callback, event, descriptor), and waiters sleep instead of polling::
 ``dlock.Client()`` with no URL takes ``$DLOCK_URL``, else the embedded file
 backend. Errors are ``dlock.Error`` subclasses, one per library code
 (``Busy``, ``Timeout``, ``Lost``, ``Unreachable``, ``InvalidURL`` ...).
-``async with client.lock(...)`` works in asyncio. See docs/python.md.
+``async with client.lock(...)`` works in asyncio. Work that must happen
+once, even when several processes are asked to do it (a claim)::
+
+    with client.once("refund-42") as job:
+        if job.replayed:             # it ran already: its recorded outcome
+            reply(job.result)
+        else:                        # this caller runs it (job.attempt > 1: a retry)
+            job.finish(result=refund())
+
+See docs/python.md.
 """
 from __future__ import annotations
 
@@ -48,7 +57,7 @@ from ._dlock import (  # noqa: F401  (the exception classes, one per DLOCK_E* co
 )
 
 __all__ = [
-    "Client", "Lock", "State", "Caps", "Info", "Backend", "backends", "version",
+    "Client", "Lock", "Claim", "ClaimState", "State", "Caps", "Info", "Backend", "backends", "version",
     "Error", "InvalidArgument", "NotSupported", "Busy", "Timeout", "Lost", "NotHeld",
     "Unreachable", "ProtocolError", "OutOfMemory", "Cancelled", "IOFailure",
     "PermissionDenied", "NotFound", "InvalidURL", "InvalidName", "Conflict",
@@ -65,6 +74,15 @@ class State(enum.IntEnum):
     WAITING = 1  #: inside acquire()
     HELD = 2     #: held
     LOST = 3     #: was held; its lease or session is gone (or it was broken)
+
+
+class ClaimState(enum.IntEnum):
+    """The state of a claim (dlock_claim_state)."""
+
+    RUN = 0        #: this caller runs it (the lock is held)
+    DONE = 1       #: it ran: its outcome is recorded
+    RUNNING = 2    #: a runner started it (alive or dead)
+    ABANDONED = 3  #: its last runner gave it up
 
 
 class Caps(enum.IntFlag):
@@ -310,7 +328,10 @@ class Client(_dlock.Client):
     def lock(self, name: str, *, ttl: Optional[float] = None, fair: Optional[bool] = None,
              shared: bool = False, permits: Optional[int] = None,
              on_lost: Optional[Callable[[Lock], Any]] = None,
-             timeout: Optional[float] = None) -> Lock:
+             timeout: Optional[float] = None, max_hold: Optional[float] = None,
+             min_hold: Optional[float] = None,
+             on_warn: Optional[Callable[[Lock], Any]] = None,
+             warn_before: Optional[float] = None) -> Lock:
         """A new :class:`Lock` handle on ``name`` (not yet acquired).
 
         ttl: lease seconds on lease backends (default 30); fair: FIFO (True),
@@ -319,9 +340,60 @@ class Client(_dlock.Client):
         on_lost(lock): called from a library thread when the held lock is
         lost (must not block); timeout: how long ``with`` waits (None: for
         ever, 0: try once).
+
+        max_hold: seconds after which the lock is given up even while
+        renewals succeed (told as a loss: ``on_lost``, ``lost``, ``Lost``
+        from release), so that a stuck holder does not keep it for ever.
+        min_hold: seconds the lock stays taken at least, counted from the
+        acquisition, even when released sooner (a job run from several
+        hosts' cron runs once): where the backend has a lease, an early
+        release shortens it to end then and returns at once; elsewhere
+        release() waits until then. on_warn(lock): called from a library
+        thread when renewals have failed for so long that the lease may be
+        lost within warn_before seconds (default a third of ttl, at most
+        half of it): checkpoint; lease backends and ZooKeeper only.
         """
         return Lock(self, name, ttl=ttl, fair=fair, shared=shared, permits=permits,
-                    on_lost=on_lost, timeout=_timeout_default(timeout))
+                    on_lost=on_lost, timeout=_timeout_default(timeout), max_hold=max_hold,
+                    min_hold=min_hold, on_warn=on_warn, warn_before=warn_before)
+
+    def once(self, key: str, *, keep: Optional[float] = None, timeout: Optional[float] = None,
+             retry_failed: bool = False, fingerprint: Optional[str] = None,
+             ttl: Optional[float] = None, max_hold: Optional[float] = None,
+             on_lost: Optional[Callable[[Lock], Any]] = None) -> Claim:
+        """A :class:`Claim` on ``key``: work that must happen once (``dlock once``).
+
+        ``with client.once(key) as job:`` begins it. The first caller runs
+        it (``job.replayed`` False, ``job.attempt`` 1) under the exclusive
+        lock ``key`` and records its outcome with ``job.finish(result=...)``
+        (leaving the block normally finishes it with b"" if you did not);
+        every later caller within ``keep`` seconds (default one day) gets
+        that outcome (``job.replayed`` True, ``job.result``) without
+        running it; one that comes while it runs waits (``timeout``: None
+        for ever, 0 ``Busy`` at once, seconds ``Timeout``). A block left by
+        an exception abandons it: the next caller runs it as attempt N+1, as
+        after a crash. retry_failed: a recorded non-zero status runs again.
+        fingerprint: what the work is (a hash of the request); a caller with
+        another gets ``Conflict``. ttl, max_hold, on_lost: the lock's, as in
+        :meth:`lock`. ``NotSupported`` where the backend keeps no claims
+        (memcached, redlock).
+        """
+        return Claim(self, key, keep=keep, timeout=_timeout_default(timeout),
+                     retry_failed=retry_failed, fingerprint=fingerprint, ttl=ttl,
+                     max_hold=max_hold, on_lost=on_lost)
+
+    def run_once(self, key: str, fn: Callable[[Claim], Any], **opts: Any) -> bytes:
+        """Run ``fn(job)`` once for ``key`` and return its result (bytes or
+        str, recorded), or the result recorded by the caller who ran it.
+        opts: as :meth:`once`. An exception from fn abandons the claim and
+        propagates."""
+        with self.once(key, **opts) as job:
+            if job.replayed:
+                return job.result
+            r = fn(job)
+            if job.open:
+                job.finish(result=b"" if r is None else r)
+        return job.result
 
     def campaign(self, name: str, value: Optional[str] = None, *,
                  timeout: Optional[float] = None, ttl: Optional[float] = None,
@@ -387,3 +459,145 @@ class Client(_dlock.Client):
             return "<dlock.Client %s>" % self.url
         except Error:
             return "<dlock.Client of process %d>" % self.pid
+
+
+class Claim:
+    """Work that must happen once: made by :meth:`Client.once`, never directly.
+
+    A context manager: ``with client.once("refund-42") as job:`` begins the
+    claim (:meth:`begin`). Then either ``job.replayed`` is True (it ran
+    already: ``job.result``, ``job.status``, ``job.by``, ``job.attempt`` are
+    the recorded ones, nothing to do) or this caller runs it
+    (``job.state`` RUN, the lock ``job.lock`` held, ``job.token`` its
+    fencing token, ``job.attempt`` > 1 when an earlier runner died or gave
+    up: check your own side effects first). ``job.finish(result=b"...",
+    status=0)`` records the outcome and releases the lock; leaving the
+    block normally does it for you (b"", status 0); leaving it by an
+    exception abandons (``job.abandon()``): the next caller runs it again
+    as the next attempt. ``Lost`` (nothing recorded) when the lock was lost
+    meanwhile (its lease ran out, ``max_hold``, ``dlock break``).
+    """
+
+    __slots__ = ("key", "lock", "keep", "timeout", "retry_failed", "fingerprint_arg", "_c",
+                 "_ran")
+
+    def __init__(self, client: Client, key: str, *, keep: Optional[float] = None,
+                 timeout: Optional[float] = None, retry_failed: bool = False,
+                 fingerprint: Optional[str] = None, ttl: Optional[float] = None,
+                 max_hold: Optional[float] = None,
+                 on_lost: Optional[Callable[[Lock], Any]] = None) -> None:
+        self.key = key
+        self.lock = Lock(client, key, ttl=ttl, max_hold=max_hold, on_lost=on_lost)
+        self.keep = keep
+        self.timeout = timeout
+        self.retry_failed = bool(retry_failed)
+        self.fingerprint_arg = fingerprint
+        self._c: Optional[_dlock._Claim] = None
+        self._ran = False
+
+    def begin(self, timeout: Any = ...) -> Claim:
+        """Take the lock ``key`` and read the record (``dlock_claim_begin``);
+        returns self. Once per Claim."""
+        if self._c is not None:
+            raise InvalidArgument("claim %r was already begun: make another with "
+                                  "client.once()" % self.key)
+        tmo = self.timeout if timeout is ... else _timeout_default(timeout)
+        self._c = self.lock._claim_begin(self.keep, self.retry_failed, self.fingerprint_arg, tmo)
+        self._ran = self._c.open
+        return self
+
+    def _begun(self) -> _dlock._Claim:
+        if self._c is None:
+            raise InvalidArgument("claim %r was not begun (use `with` or begin())" % self.key)
+        return self._c
+
+    @property
+    def state(self) -> ClaimState:
+        """RUN while this caller runs it; DONE once it ran (replayed, or
+        finished here); ABANDONED after abandon()."""
+        return ClaimState(self._begun().state_code)
+
+    @property
+    def replayed(self) -> bool:
+        """True when it had run already: its recorded outcome is here, nothing to do."""
+        return not self._ran and self._begun().state_code == ClaimState.DONE
+
+    @property
+    def open(self) -> bool:
+        """True while this caller runs it (begun, neither finished nor abandoned)."""
+        return self._c is not None and self._c.open
+
+    @property
+    def attempt(self) -> int:
+        """This run's attempt number while running (1 the first), else the recorded one."""
+        return self._begun().attempt
+
+    @property
+    def result(self) -> bytes:
+        """The recorded result (b"" until it is finished)."""
+        return self._begun().result
+
+    @property
+    def status(self) -> int:
+        """The recorded status (0: success)."""
+        return self._begun().status
+
+    @property
+    def by(self) -> str:
+        """Who ran it ("pid 123 on host")."""
+        return self._begun().by
+
+    @property
+    def started_at(self) -> Optional[float]:
+        """When its run started, seconds since the epoch (None unknown)."""
+        ms = self._begun().started_ms
+        return ms / 1000.0 if ms > 0 else None
+
+    @property
+    def finished_at(self) -> Optional[float]:
+        """When it finished, seconds since the epoch (None not finished)."""
+        ms = self._begun().finished_ms
+        return ms / 1000.0 if ms > 0 else None
+
+    @property
+    def fingerprint(self) -> Optional[str]:
+        """The recorded fingerprint (None: none)."""
+        return self._begun().fingerprint or None
+
+    @property
+    def token(self) -> int:
+        """The lock's fencing token while running (0 otherwise)."""
+        return self.lock.token
+
+    def finish(self, result: Any = b"", status: int = 0) -> None:
+        """Record the outcome (result: bytes, or str as UTF-8, at most 65536
+        bytes; status: 0 success, else a failure that ``retry_failed``
+        callers run again) and release the lock. ``Lost`` (nothing
+        recorded) if the lock was lost or another runner started meanwhile."""
+        if isinstance(result, str):
+            result = result.encode()
+        self._begun().finish(result, status)
+
+    def abandon(self) -> None:
+        """Give it up without an outcome and release the lock: the next
+        caller runs it as the next attempt. ``Lost`` as finish()."""
+        self._begun().abandon()
+
+    def __enter__(self) -> Claim:
+        return self.begin()
+
+    def __exit__(self, et, ev, tb) -> None:
+        if not self.open:
+            return None
+        if et is None:
+            self.finish()
+            return None
+        try:
+            self.abandon()
+        except Error:
+            pass  # the body's exception wins; the record still names this attempt
+
+    def __repr__(self) -> str:
+        if self._c is None:
+            return "<dlock.Claim %r not begun>" % self.key
+        return "<dlock.Claim %r %s attempt %d>" % (self.key, self.state.name, self.attempt)

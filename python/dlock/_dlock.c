@@ -144,7 +144,7 @@ static int timeout_ms_of(PyObject *o, int *out)
 
 /* ---- the wait pool ---------------------------------------------------------- */
 
-enum { JOB_ACQUIRE, JOB_CAMPAIGN, JOB_ACQUIRE_ALL };
+enum { JOB_ACQUIRE, JOB_CAMPAIGN, JOB_ACQUIRE_ALL, JOB_CLAIM };
 
 typedef struct job {
     struct job *next;
@@ -154,6 +154,8 @@ typedef struct job {
     dlock_lock *one;
     int timeout_ms;
     char value[256];
+    dlock_claim_opts claim_opts; /* JOB_CLAIM: in */
+    dlock_claim *claim;          /* JOB_CLAIM: out */
     int rc;
     int done_fd; /* eventfd, written once the call has returned */
     atomic_int done;
@@ -173,6 +175,9 @@ static void job_run(job *j)
         break;
     case JOB_ACQUIRE_ALL:
         rc = dlock_acquire_all(j->locks, j->n, j->timeout_ms);
+        break;
+    case JOB_CLAIM:
+        rc = dlock_claim_begin(j->one, &j->claim_opts, j->timeout_ms, &j->claim);
         break;
     default:
         rc = dlock_acquire(j->one, j->timeout_ms);
@@ -337,12 +342,19 @@ static void job_undo(job *j)
 {
     if (j->rc != 0)
         return;
-    if (j->op == JOB_CAMPAIGN)
+    if (j->op == JOB_CAMPAIGN) {
         (void)dlock_resign(j->one);
-    else if (j->op == JOB_ACQUIRE_ALL)
+    } else if (j->op == JOB_CLAIM) {
+        /* an attempt began: say so (the next caller runs attempt N+1) */
+        if (dlock_claim_state(j->claim) == DLOCK_CLAIM_RUN)
+            (void)dlock_claim_abandon(j->claim);
+        dlock_claim_free(j->claim);
+        j->claim = NULL;
+    } else if (j->op == JOB_ACQUIRE_ALL) {
         (void)dlock_release_all(j->locks, j->n);
-    else
+    } else {
         (void)dlock_release(j->one);
+    }
 }
 
 /* With the GIL: run j on a worker and wait for it, signals checked. 0 when
@@ -807,6 +819,7 @@ typedef struct {
     unsigned long gen;
     PyObject *name;
     PyObject *on_lost;    /* callable or NULL */
+    PyObject *on_warn;    /* callable or NULL */
     PyObject *lost_event; /* threading.Event, made when first asked for */
     PyObject *timeout;    /* the default of `with` (None: forever) */
     PyObject *weakrefs;
@@ -820,25 +833,28 @@ typedef struct {
 static PyTypeObject LockType;
 static PyObject *threading_Event;
 
-/* The library's loss callback, from one of its threads. */
-static void lost_cb(dlock_lock *l, void *arg)
+/* Call cb(self) from a library thread: the GIL taken here (the library
+ * holds none of its mutexes then); an exception in cb is printed as an
+ * unraisable one, never carried into the library. event: a
+ * threading.Event to set first, or NULL. */
+static void tell_python(LockObject *self, PyObject **cbp, PyObject **eventp)
 {
-    (void)l;
-    LockObject *self = arg;
-    atomic_store(&self->was_lost, 1);
     if (atomic_load(&self->dying) || atomic_load(&shutting_down) || is_finalizing())
         return;
     PyGILState_STATE g = PyGILState_Ensure();
     if (!atomic_load(&self->dying) && !atomic_load(&shutting_down)) {
         Py_INCREF(self);
-        if (self->lost_event) {
-            PyObject *r = PyObject_CallMethod(self->lost_event, "set", NULL);
+        if (eventp && *eventp) {
+            PyObject *ev = *eventp;
+            Py_INCREF(ev);
+            PyObject *r = PyObject_CallMethod(ev, "set", NULL);
             if (!r)
-                PyErr_WriteUnraisable(self->lost_event);
+                PyErr_WriteUnraisable(ev);
             Py_XDECREF(r);
+            Py_DECREF(ev);
         }
-        if (self->on_lost) {
-            PyObject *cb = self->on_lost;
+        if (*cbp) {
+            PyObject *cb = *cbp;
             Py_INCREF(cb);
             PyObject *r = PyObject_CallOneArg(cb, (PyObject *)self);
             if (!r)
@@ -849,6 +865,23 @@ static void lost_cb(dlock_lock *l, void *arg)
         Py_DECREF(self);
     }
     PyGILState_Release(g);
+}
+
+/* The library's loss callback, from one of its threads. */
+static void lost_cb(dlock_lock *l, void *arg)
+{
+    (void)l;
+    LockObject *self = arg;
+    atomic_store(&self->was_lost, 1);
+    tell_python(self, &self->on_lost, &self->lost_event);
+}
+
+/* The library's warning that the held lease may soon be lost (on_warn). */
+static void warn_cb(dlock_lock *l, void *arg)
+{
+    (void)l;
+    LockObject *self = arg;
+    tell_python(self, &self->on_warn, NULL);
 }
 
 static int lock_usable(LockObject *self)
@@ -901,16 +934,35 @@ static int lock_fresh(LockObject *self)
     return 0;
 }
 
+/* An optional duration in seconds (None: leave *ms_out as it is): > 0,
+ * rounded up to whole milliseconds. */
+static int seconds_opt(PyObject *o, const char *what, int *ms_out)
+{
+    if (o == Py_None)
+        return 0;
+    double s = PyFloat_AsDouble(o);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(s > 0) || s * 1000.0 > (double)INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s must be None or a number of seconds > 0", what);
+        return -1;
+    }
+    *ms_out = (int)ceil(s * 1000.0);
+    return 0;
+}
+
 static int Lock_init(LockObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"client", "name", "ttl", "fair", "shared", "permits",
-                             "on_lost", "timeout", NULL};
+    static char *kwlist[] = {"client",   "name",     "ttl",     "fair",        "shared",
+                             "permits",  "on_lost",  "timeout", "max_hold",    "min_hold",
+                             "on_warn",  "warn_before", NULL};
     PyObject *client, *name, *ttl = Py_None, *fair = Py_None, *permits = Py_None;
-    PyObject *on_lost = Py_None, *timeout = Py_None;
+    PyObject *on_lost = Py_None, *timeout = Py_None, *max_hold = Py_None, *min_hold = Py_None;
+    PyObject *on_warn = Py_None, *warn_before = Py_None;
     int shared = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|$OOpOOO:Lock", kwlist, &ClientType, &client,
-                                     &name, &ttl, &fair, &shared, &permits, &on_lost,
-                                     &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|$OOpOOOOOOO:Lock", kwlist, &ClientType,
+                                     &client, &name, &ttl, &fair, &shared, &permits, &on_lost,
+                                     &timeout, &max_hold, &min_hold, &on_warn, &warn_before))
         return -1;
     if (self->l) {
         PyErr_SetString(PyExc_RuntimeError, "Lock is already initialised");
@@ -920,21 +972,24 @@ static int Lock_init(LockObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "on_lost must be callable (it gets the Lock)");
         return -1;
     }
+    if (on_warn != Py_None && !PyCallable_Check(on_warn)) {
+        PyErr_SetString(PyExc_TypeError, "on_warn must be callable (it gets the Lock)");
+        return -1;
+    }
+    if (warn_before != Py_None && on_warn == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "warn_before needs on_warn");
+        return -1;
+    }
     int tmo;
     if (timeout_ms_of(timeout, &tmo) < 0)
         return -1;
     dlock_lock_opts o;
     dlock_lock_opts_init(&o);
-    if (ttl != Py_None) {
-        double s = PyFloat_AsDouble(ttl);
-        if (s == -1.0 && PyErr_Occurred())
-            return -1;
-        if (!(s > 0) || s * 1000.0 > (double)INT_MAX) {
-            PyErr_SetString(PyExc_ValueError, "ttl must be a number of seconds > 0");
-            return -1;
-        }
-        o.ttl_ms = (int)ceil(s * 1000.0);
-    }
+    if (seconds_opt(ttl, "ttl", &o.ttl_ms) < 0 ||
+        seconds_opt(max_hold, "max_hold", &o.max_hold_ms) < 0 ||
+        seconds_opt(min_hold, "min_hold", &o.min_hold_ms) < 0 ||
+        seconds_opt(warn_before, "warn_before", &o.warn_ms) < 0)
+        return -1;
     if (fair == Py_None) {
         o.fair = -1;
     } else {
@@ -962,6 +1017,10 @@ static int Lock_init(LockObject *self, PyObject *args, PyObject *kw)
     }
     o.on_lost = lost_cb;
     o.on_lost_arg = self;
+    if (on_warn != Py_None) {
+        o.on_warn = warn_cb;
+        o.on_warn_arg = self;
+    }
     ClientObject *cl = (ClientObject *)client;
     if (client_usable(cl) < 0)
         return -1;
@@ -990,6 +1049,10 @@ static int Lock_init(LockObject *self, PyObject *args, PyObject *kw)
         Py_INCREF(on_lost);
         self->on_lost = on_lost;
     }
+    if (on_warn != Py_None) {
+        Py_INCREF(on_warn);
+        self->on_warn = on_warn;
+    }
     Py_INCREF(timeout);
     self->timeout = timeout;
     return 0;
@@ -999,6 +1062,7 @@ static int Lock_traverse(LockObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->client);
     Py_VISIT(self->on_lost);
+    Py_VISIT(self->on_warn);
     Py_VISIT(self->lost_event);
     Py_VISIT(self->timeout);
     return 0;
@@ -1007,6 +1071,7 @@ static int Lock_traverse(LockObject *self, visitproc visit, void *arg)
 static int Lock_clear(LockObject *self)
 {
     Py_CLEAR(self->on_lost);
+    Py_CLEAR(self->on_warn);
     Py_CLEAR(self->lost_event);
     Py_CLEAR(self->timeout);
     return 0;
@@ -1224,6 +1289,8 @@ static PyMemberDef Lock_members[] = {
      "The Client this lock was made from."},
     {"on_lost", T_OBJECT, offsetof(LockObject, on_lost), READONLY,
      "The loss callback given to client.lock() (None if none)."},
+    {"on_warn", T_OBJECT, offsetof(LockObject, on_warn), READONLY,
+     "The warning callback given to client.lock() (None if none)."},
     {"timeout", T_OBJECT, offsetof(LockObject, timeout), READONLY,
      "The timeout `with` uses (None: wait for ever)."},
     {NULL, 0, 0, 0, NULL},
@@ -1370,6 +1437,256 @@ static PyTypeObject WaitType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "An acquisition running on a worker thread (for asyncio): made by Lock._start().",
     .tp_methods = Wait_methods,
+};
+
+/* ---- _Claim: work that must happen once (dlock_claim_*) ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    dlock_claim *cl;
+    LockObject *lock; /* the handle the claim runs on */
+    int open;         /* begun in state RUN, neither finished nor abandoned */
+} ClaimObject;
+
+static PyTypeObject ClaimType;
+
+/* Lock._claim_begin(retain, retry_failed, fingerprint, timeout) -> _Claim:
+ * dlock_claim_begin on this (idle, exclusive) handle. retain: seconds or
+ * None (a day). A wait from the main thread runs on the pool: Ctrl-C
+ * cancels it and abandons an attempt it had begun. */
+static PyObject *Lock_claim_begin(LockObject *self, PyObject *args)
+{
+    PyObject *retain, *timeout;
+    int retry_failed;
+    const char *fingerprint;
+    if (!PyArg_ParseTuple(args, "OpzO:_claim_begin", &retain, &retry_failed, &fingerprint,
+                          &timeout))
+        return NULL;
+    int tmo;
+    if (timeout_ms_of(timeout, &tmo) < 0)
+        return NULL;
+    job j;
+    if (job_init(&j, JOB_CLAIM, tmo) < 0)
+        return NULL;
+    dlock_claim_opts_init(&j.claim_opts);
+    j.claim_opts.retry_failed = retry_failed;
+    j.claim_opts.fingerprint = fingerprint; /* args keeps it alive */
+    if (retain != Py_None) {
+        double s = PyFloat_AsDouble(retain);
+        if (s == -1.0 && PyErr_Occurred())
+            goto fail_fd;
+        if (!(s > 0) || s > 1e12) {
+            PyErr_SetString(PyExc_ValueError, "keep must be None or a number of seconds > 0");
+            goto fail_fd;
+        }
+        j.claim_opts.retain_ms = (long long)ceil(s * 1000.0);
+    }
+    ClaimObject *co = PyObject_New(ClaimObject, &ClaimType);
+    if (!co)
+        goto fail_fd;
+    co->cl = NULL;
+    co->lock = NULL;
+    co->open = 0;
+    if (lock_enter(self) < 0) {
+        Py_DECREF(co);
+        goto fail_fd;
+    }
+    j.one = self->l;
+    if (tmo == 0 || !on_main_thread()) {
+        Py_BEGIN_ALLOW_THREADS
+        job_run(&j);
+        Py_END_ALLOW_THREADS
+    } else if (job_wait(&j) < 0) {
+        lock_leave(self);
+        Py_DECREF(co);
+        goto fail_fd;
+    }
+    close(j.done_fd);
+    lock_leave(self);
+    if (j.rc) {
+        Py_DECREF(co);
+        return lock_raise(self, j.rc);
+    }
+    co->cl = j.claim;
+    co->open = dlock_claim_state(j.claim) == DLOCK_CLAIM_RUN;
+    Py_INCREF(self);
+    co->lock = self;
+    if (co->open && lock_fresh(self) < 0) {
+        Py_DECREF(co); /* frees the claim: the next caller runs attempt N+1 */
+        return NULL;
+    }
+    return (PyObject *)co;
+fail_fd:
+    close(j.done_fd);
+    return NULL;
+}
+
+static int claim_enter(ClaimObject *self)
+{
+    if (!self->cl || !self->lock) {
+        PyErr_SetString(PyExc_RuntimeError, "_Claim was not begun");
+        return -1;
+    }
+    if (!self->open) {
+        raise_code(DLOCK_EINVAL, "this claim is not running here (it was replayed, finished "
+                                 "or abandoned)");
+        return -1;
+    }
+    return lock_enter(self->lock);
+}
+
+static PyObject *Claim_finish(ClaimObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"result", "status", NULL};
+    Py_buffer buf = {0};
+    int status = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|y*i:finish", kwlist, &buf, &status))
+        return NULL;
+    if (buf.len > DLOCK_CLAIM_RESULT_MAX) {
+        PyErr_Format(PyExc_ValueError, "a claim's result is at most %d bytes, not %zd",
+                     DLOCK_CLAIM_RESULT_MAX, buf.len);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (claim_enter(self) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    dlock_claim *cl = self->cl;
+    const void *p = buf.len ? buf.buf : NULL;
+    size_t n = (size_t)buf.len;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dlock_claim_finish(cl, status, p, n);
+    Py_END_ALLOW_THREADS
+    self->open = 0; /* finished or not, it is over here (dlock.h) */
+    lock_leave(self->lock);
+    PyBuffer_Release(&buf);
+    if (rc)
+        return lock_raise(self->lock, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Claim_abandon(ClaimObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (claim_enter(self) < 0)
+        return NULL;
+    dlock_claim *cl = self->cl;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dlock_claim_abandon(cl);
+    Py_END_ALLOW_THREADS
+    self->open = 0;
+    lock_leave(self->lock);
+    if (rc)
+        return lock_raise(self->lock, rc);
+    Py_RETURN_NONE;
+}
+
+static void Claim_dealloc(ClaimObject *self)
+{
+    if (self->cl) {
+        dlock_claim *cl = self->cl;
+        self->cl = NULL;
+        if (self->lock && self->lock->gen == atomic_load(&fork_gen)) {
+            /* one still running is left as a crash leaves it (released;
+             * the next caller runs attempt N+1) */
+            Py_BEGIN_ALLOW_THREADS
+            dlock_claim_free(cl);
+            Py_END_ALLOW_THREADS
+        } /* else a forked child's copy: its parent's to free */
+    }
+    Py_CLEAR(self->lock);
+    PyObject_Free(self);
+}
+
+#define CLAIM_GETTER(fname, expr)                                          \
+    static PyObject *fname(ClaimObject *self, void *unused)                \
+    {                                                                      \
+        (void)unused;                                                      \
+        if (!self->cl) {                                                   \
+            PyErr_SetString(PyExc_RuntimeError, "_Claim was not begun");   \
+            return NULL;                                                   \
+        }                                                                  \
+        const dlock_claim *cl = self->cl;                                  \
+        return expr;                                                       \
+    }
+
+CLAIM_GETTER(Claim_get_state_code, PyLong_FromLong((long)dlock_claim_state(cl)))
+CLAIM_GETTER(Claim_get_attempt, PyLong_FromUnsignedLong(dlock_claim_attempt(cl)))
+CLAIM_GETTER(Claim_get_status, PyLong_FromLong(dlock_claim_status(cl)))
+CLAIM_GETTER(Claim_get_started_ms, PyLong_FromLongLong(dlock_claim_started_ms(cl)))
+CLAIM_GETTER(Claim_get_finished_ms, PyLong_FromLongLong(dlock_claim_finished_ms(cl)))
+CLAIM_GETTER(Claim_get_by, PyUnicode_DecodeUTF8(dlock_claim_by(cl),
+                                                (Py_ssize_t)strlen(dlock_claim_by(cl)),
+                                                "replace"))
+CLAIM_GETTER(Claim_get_fingerprint, PyUnicode_FromString(dlock_claim_fingerprint(cl)))
+
+static PyObject *Claim_get_result(ClaimObject *self, void *unused)
+{
+    (void)unused;
+    if (!self->cl) {
+        PyErr_SetString(PyExc_RuntimeError, "_Claim was not begun");
+        return NULL;
+    }
+    size_t n = 0;
+    const char *r = dlock_claim_result(self->cl, &n);
+    return PyBytes_FromStringAndSize(r, (Py_ssize_t)n);
+}
+
+static PyObject *Claim_get_open(ClaimObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->open);
+}
+
+static PyMethodDef Claim_methods[] = {
+    {"finish", (PyCFunction)(void (*)(void))Claim_finish, METH_VARARGS | METH_KEYWORDS,
+     "finish($self, /, result=b'', status=0)\n--\n\nRecord the outcome (result: at most 65536 "
+     "bytes; status: 0 for success) and release the lock. Lost (nothing recorded) if the lock "
+     "was lost meanwhile or another runner started."},
+    {"abandon", (PyCFunction)Claim_abandon, METH_NOARGS,
+     "abandon($self, /)\n--\n\nGive the claim up without an outcome: the next caller runs it "
+     "as the next attempt. Lost as finish()."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Claim_getset[] = {
+    {"state_code", (getter)Claim_get_state_code, NULL, "dlock_claim_state() as an int.", NULL},
+    {"attempt", (getter)Claim_get_attempt, NULL,
+     "The attempt number: this run's (1 the first) while running, else the recorded one.",
+     NULL},
+    {"status", (getter)Claim_get_status, NULL, "The recorded status (0 unless finished).", NULL},
+    {"result", (getter)Claim_get_result, NULL, "The recorded result (b'' unless finished).",
+     NULL},
+    {"by", (getter)Claim_get_by, NULL, "Who ran it (\"pid 123 on host\").", NULL},
+    {"started_ms", (getter)Claim_get_started_ms, NULL,
+     "When its run started, ms since the epoch (0 unknown).", NULL},
+    {"finished_ms", (getter)Claim_get_finished_ms, NULL,
+     "When it finished, ms since the epoch (0 not finished).", NULL},
+    {"fingerprint", (getter)Claim_get_fingerprint, NULL, "The recorded fingerprint (\"\" none).",
+     NULL},
+    {"open", (getter)Claim_get_open, NULL,
+     "True while this caller runs it (neither finished nor abandoned).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Claim_members[] = {
+    {"lock", T_OBJECT, offsetof(ClaimObject, lock), READONLY,
+     "The Lock the claim runs under (held while open)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ClaimType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dlock._dlock._Claim",
+    .tp_basicsize = sizeof(ClaimObject),
+    .tp_dealloc = (destructor)Claim_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A begun claim (dlock_claim): made by Lock._claim_begin().",
+    .tp_methods = Claim_methods,
+    .tp_getset = Claim_getset,
+    .tp_members = Claim_members,
 };
 
 /* ---- acquire_all ---------------------------------------------------------- */
@@ -1586,6 +1903,8 @@ static PyMethodDef Lock_methods[] = {
     {"resign", (PyCFunction)Lock_resign, METH_NOARGS,
      "resign($self, /)\n--\n\nGive leadership up (after Client.campaign())."},
     {"_campaign", (PyCFunction)Lock_campaign, METH_VARARGS, "dlock_campaign(value, timeout)."},
+    {"_claim_begin", (PyCFunction)Lock_claim_begin, METH_VARARGS,
+     "_claim_begin(keep, retry_failed, fingerprint, timeout) -> _Claim (dlock_claim_begin)."},
     {"_start", (PyCFunction)Lock_start, METH_VARARGS,
      "_start(timeout) -> _Wait: an acquisition on a worker thread (asyncio)."},
     {"_force_loss", (PyCFunction)Lock_force_loss, METH_NOARGS,
@@ -1647,7 +1966,7 @@ PyMODINIT_FUNC PyInit__dlock(void)
         atfork_done = 1;
     }
     if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&LockType) < 0 ||
-        PyType_Ready(&WaitType) < 0)
+        PyType_Ready(&WaitType) < 0 || PyType_Ready(&ClaimType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m)
@@ -1707,7 +2026,8 @@ PyMODINIT_FUNC PyInit__dlock(void)
     }
     if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
-        PyModule_AddObjectRef(m, "_Wait", (PyObject *)&WaitType) < 0)
+        PyModule_AddObjectRef(m, "_Wait", (PyObject *)&WaitType) < 0 ||
+        PyModule_AddObjectRef(m, "_Claim", (PyObject *)&ClaimType) < 0)
         goto fail;
     PyModule_AddStringConstant(m, "HEADER_VERSION", DLOCK_VERSION_STRING);
     return m;
