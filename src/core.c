@@ -141,6 +141,11 @@ int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     return code;
 }
 
+int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, const char *why)
+{
+    return dl_client_err(c, code, "claim \"%s\": %s: %s (%s)", key, what, why, c->url->redacted);
+}
+
 /* ---- small utilities --------------------------------------------------- */
 
 int64_t dl_now_ns(void)

@@ -375,6 +375,9 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A claim record operation's failure, in the one form every backend gives:
+ * claim "key": what (reading, writing...): why (the client's URL). */
+int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, const char *why);
 const char *dl_lock_msg(const dlock_lock *l);
 /* A fresh random owner id for l (every acquisition; Redlock every try, so
  * that a late give-back of one try cannot remove the next try's grant);

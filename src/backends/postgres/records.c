@@ -24,12 +24,6 @@
 /* Expired rows of other keys a write deletes. */
 #define PG_CLAIMS_SWEEP 16
 
-static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
-                       const char *why)
-{
-    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, pc_of(c)->redacted);
-}
-
 /* The claims table, made when missing. Two clients making it at once:
  * CREATE ... IF NOT EXISTS can still fail on the catalog's unique index
  * for the slower one, which looks again (as ensure_table does for the
@@ -96,7 +90,7 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     char why[600], sql[300];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
+        return dl_claim_err(c, rc, "reading", key, why);
     snprintf(sql, sizeof sql,
              "SELECT encode(val, 'hex'), ver FROM %s WHERE key = $1 AND expires_at > "
              "clock_timestamp()",
@@ -105,7 +99,7 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     PGresult *r;
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
+        return dl_claim_err(c, rc, "reading", key, why);
     if (pg_lib.ntuples(r) > 0) {
         char *end;
         *ver = strtoull(pg_lib.getvalue(r, 0, 1), &end, 10);
@@ -113,9 +107,9 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     }
     pg_lib.clear(r);
     if (rc)
-        return claims_fail(c, rc, "reading",  key,
-                           rc == DLOCK_ENOMEM ? "out of memory"
-                                              : "the server sent no hex, or no version");
+        return dl_claim_err(c, rc, "reading", key,
+                            rc == DLOCK_ENOMEM ? "out of memory"
+                                               : "the server sent no hex, or no version");
     return 0;
 }
 
@@ -129,7 +123,7 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
                              key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     /* The sweep's rows are other keys' (key <> $1), so it and the write
      * never touch one row twice. A row comes back where the write landed. */
     int at = snprintf(sql, sizeof sql,
@@ -153,7 +147,7 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
                  pc->claims);
     char *hex = malloc(2 * len + 1);
     if (!hex)
-        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+        return dl_claim_err(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     dl_hex_encode(val, len, hex);
     snprintf(ttl, sizeof ttl, "%" PRId64, ttl_ms);
     /* bigint is signed: a version past its top would be refused, and a
@@ -164,7 +158,7 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
     rc = pg_pool_run_until(c, -1, sql, 4, p, &r, why, sizeof why);
     free(hex);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     bool landed = pg_lib.ntuples(r) > 0;
     pg_lib.clear(r);
     return landed ? 0 : DL_RECORD_CHANGED;
@@ -176,13 +170,13 @@ int pg_record_del(dlock_client *c, const char *key)
     char why[600], sql[200];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     snprintf(sql, sizeof sql, "DELETE FROM %s WHERE key = $1", pc->claims);
     const char *p[] = {key};
     PGresult *r;
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     pg_lib.clear(r);
     return 0;
 }
