@@ -157,24 +157,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         *lease_held = true;
         return 0;
     }
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* lets go of the GET_LOCK */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return my_key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = my_watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
+    return my_session_hold(l, k, rc, token, why, sizeof why);
 }
 
 static int getlock_acquire(dlock_lock *l, int64_t deadline_ns)

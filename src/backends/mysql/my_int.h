@@ -327,6 +327,10 @@ int my_lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
 void my_key_give_back(dlock_lock *l, my_conn *k);
 /* A grant whose key's row is another name's: let go, and say which. */
 int my_key_collision(dlock_lock *l, my_conn *k);
+/* A session mode's grant on k, its token drawn (drew: my_draw_token's
+ * answer, not 2): held and watched (0), or k closed or given back and the
+ * error set on l (why: the draw's message). */
+int my_session_hold(dlock_lock *l, my_conn *k, int drew, uint64_t token, char *why, size_t wlen);
 /* The lease marks of the default table's holders (see mysql.c). */
 int my_ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen);
 

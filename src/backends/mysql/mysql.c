@@ -1298,6 +1298,29 @@ int my_key_collision(dlock_lock *l, my_conn *k)
                        l->name, ml->key, other);
 }
 
+int my_session_hold(dlock_lock *l, my_conn *k, int drew, uint64_t token, char *why, size_t wlen)
+{
+    mylock *ml = l->bstate;
+    if (drew < 0) {
+        k->failed = true;
+        my_conn_close(k); /* lets go of the GET_LOCK (rowlock: ends the row's transaction) */
+        return dl_lock_err(l, drew, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
+                           mc_of(l->c)->redacted);
+    }
+    if (drew == 1)
+        return my_key_collision(l, k);
+    atomic_store(&l->token, token);
+    ml->conn = k;
+    int rc = my_watch_conn(l, k, why, wlen);
+    if (rc) {
+        ml->conn = NULL;
+        k->failed = true;
+        my_conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
+    return 0;
+}
+
 int my_session_release(dlock_lock *l, my_unlock_fn unlock)
 {
     myclient *mc = mc_of(l->c);

@@ -167,24 +167,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
      * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
     rc = my_draw_token(l, k, false, false, NULL, &token, why, sizeof why);
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* its transaction ends, and the row is free */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return my_key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = my_watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
+    return my_session_hold(l, k, rc, token, why, sizeof why);
 }
 
 /* Whether name's row is locked, by a shared-lock read that does not wait
