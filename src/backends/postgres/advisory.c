@@ -265,12 +265,8 @@ static int advisory_inspect(dlock_client *c, const char *name, dlock_info *info)
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 7), NULL, 10);
     } else if (holders > 0 && !pg_lib.getisnull(r, 0, 2)) { /* a holder of an older version */
         info->token = strtoull(pg_lib.getvalue(r, 0, 2), NULL, 10);
-        if (!pg_lib.getisnull(r, 0, 3)) {
-            /* "OWNER pid N on HOST": the last to write it */
-            const char *h = pg_lib.getvalue(r, 0, 3);
-            const char *sp = strchr(h, ' ');
-            snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
-        }
+        if (!pg_lib.getisnull(r, 0, 3)) /* the last to write it */
+            pg_holder_into(r, 3, info);
         if (!pg_lib.getisnull(r, 0, 4))
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }

@@ -445,10 +445,11 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     }
 }
 
-static int lease_release(dlock_lock *l)
+/* lease_row on a row that must still be ours: DLOCK_ELOST when it was not. */
+static int lease_row_kept(dlock_lock *l, const char *sql, const char *extra)
 {
     int touched = 0;
-    int rc = lease_row(l, pc_of(l->c)->sql_free, NULL, &touched);
+    int rc = lease_row(l, sql, extra, &touched);
     if (rc)
         return rc;
     return touched ? 0
@@ -456,18 +457,17 @@ static int lease_release(dlock_lock *l)
                                  "lock \"%s\": its row had expired or been taken over", l->name);
 }
 
+static int lease_release(dlock_lock *l)
+{
+    return lease_row_kept(l, pc_of(l->c)->sql_free, NULL);
+}
+
 /* The row, still ours, now ends ttl_ms from now. */
 static int lease_renew_for(dlock_lock *l, int64_t ttl_ms)
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    int touched = 0;
-    int rc = lease_row(l, pc_of(l->c)->sql_renew, ttl, &touched);
-    if (rc)
-        return rc;
-    return touched ? 0
-                   : dl_lock_err(l, DLOCK_ELOST,
-                                 "lock \"%s\": its row had expired or been taken over", l->name);
+    return lease_row_kept(l, pc_of(l->c)->sql_renew, ttl);
 }
 
 static int lease_renew(dlock_lock *l)
@@ -609,9 +609,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->held_ms = -1;
     info->lease_ms = -1;
     if (holders > 0) {
-        const char *h = pg_lib.getvalue(r, 0, 2);
-        const char *sp = strchr(h, ' ');
-        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        pg_holder_into(r, 2, info);
         info->held_ms = pg_lib.getisnull(r, 0, 3) ? -1 : strtoll(pg_lib.getvalue(r, 0, 3), NULL, 10);
         info->lease_ms = pg_lib.getisnull(r, 0, 4) ? -1 : strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }

@@ -283,6 +283,9 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
  * first n parameters. */
 int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char *buf,
                 size_t len);
+/* inspect: the holder in r's row 0, column col, written "OWNER pid N on
+ * HOST" by the holder (the owner id is left out), into info->holder. */
+void pg_holder_into(const PGresult *r, int col, dlock_info *info);
 /* The start of a break's statement that ends the sessions holding a lock
  * (pg_locks l): "PG_BREAK_ENDED <from l ...>) AS t". */
 #define PG_BREAK_ENDED                                                                       \

@@ -1235,6 +1235,13 @@ int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
     return stop;
 }
 
+void pg_holder_into(const PGresult *r, int col, dlock_info *info)
+{
+    const char *h = pg_lib.getvalue(r, 0, col);
+    const char *sp = strchr(h, ' ');
+    snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+}
+
 int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char *buf,
                 size_t len)
 {

@@ -105,10 +105,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->lease_ms = -1;
     info->held_ms = -1;
     if (held && !pg_lib.getisnull(r, 0, 1)) {
-        /* "OWNER pid N on HOST", written by the holder once it had the row */
-        const char *h = pg_lib.getvalue(r, 0, 1);
-        const char *sp = strchr(h, ' ');
-        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        pg_holder_into(r, 1, info); /* written by the holder once it had the row */
         if (!pg_lib.getisnull(r, 0, 2))
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 2), NULL, 10);
     }
