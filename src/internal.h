@@ -378,6 +378,10 @@ int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
 /* A claim record operation's failure, in the one form every backend gives:
  * claim "key": what (reading, writing...): why (the client's URL). */
 int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, const char *why);
+/* A break_lock's inspect of the name came back rc: whether the break ends
+ * there (return rc): on an error, or when nobody holds it (broken then says
+ * no holders, and the core answers DLOCK_ENOTHELD in one way for all). */
+bool dl_nothing_to_break(int rc, dlock_info *broken);
 const char *dl_lock_msg(const dlock_lock *l);
 /* A fresh random owner id for l (every acquisition; Redlock every try, so
  * that a late give-back of one try cannot remove the next try's grant);

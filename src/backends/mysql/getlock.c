@@ -250,12 +250,8 @@ static int getlock_break(dlock_client *c, const char *name, dlock_info *broken)
     myclient *mc = mc_of(c);
     char why[300], id[24] = "";
     int rc = getlock_inspect(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     my_res r = {0};
     char key[MY_KEY_MAX + 1];
     my_key_of("", name, key, sizeof key);

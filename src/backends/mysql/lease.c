@@ -476,12 +476,8 @@ static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
     myclient *mc = mc_of(c);
     char why[300];
     int rc = lease_inspect_op(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     my_res r = {0};
     my_arg a[] = {A_S(name)};
     rc = my_pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);

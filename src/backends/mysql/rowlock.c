@@ -283,12 +283,8 @@ static int rowlock_break(dlock_client *c, const char *name, dlock_info *broken)
     char id[24] = "";
     memset(broken, 0, sizeof *broken);
     int rc = row_inspect(c, name, broken, id, sizeof id);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     return my_kill_holder(c, name, id);
 }
 

@@ -1267,12 +1267,8 @@ int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const cha
 {
     pgclient *pc = pc_of(c);
     int rc = c->ops->inspect(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     char why[300];
     const char *p[] = {param};
     PGresult *r;
