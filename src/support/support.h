@@ -38,6 +38,13 @@ void dl_hex_encode(const void *s, size_t n, char *out);
  * *len, DLOCK_EPROTO for a string that is not hex, or DLOCK_ENOMEM. */
 int dl_hex_decode(const char *s, char **out, size_t *len);
 
+/* printf into a malloc'd string (NULL: out of memory). */
+char *dl_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A LIKE pattern into pat (len >= 2: 2 * the name limit + 2 holds any
+ * name) matching the names that start with prefix (NULL: all): its own %,
+ * _ and \ escaped with \ (both servers' default LIKE escape), then %. */
+void dl_like_prefix(const char *prefix, char *pat, size_t len);
+
 /* The struct of type whose field member ptr points at. */
 #define dl_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 

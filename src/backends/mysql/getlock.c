@@ -271,16 +271,16 @@ int my_getlock_build_sql(myclient *mc)
     const char *lv = mc->live;
     /* the holder is the row's only while the connection that wrote it holds
      * the key: another program's GET_LOCK of the same name is not ours */
-    mc->sql_inspect = my_fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
+    mc->sql_inspect = dl_fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
                                    "IF(t.conn = u.id, " HELD_MS ", NULL) FROM (SELECT "
                                    "IS_USED_LOCK(?) AS id) AS u LEFT JOIN %s AS t ON t.k = ? AND "
                                    "t.name = ?",
                                    "t.since", lv);
-    mc->sql_setvalue = my_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
-    mc->sql_getvalue = my_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
+    mc->sql_setvalue = dl_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
+    mc->sql_getvalue = dl_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
                                     "conn = IS_USED_LOCK(k) AND value IS NOT NULL",
                                     lv);
-    mc->sql_list = my_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
+    mc->sql_list = dl_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
                                 lv);
     return mc->sql_inspect && mc->sql_setvalue && mc->sql_getvalue && mc->sql_list ? 0 : -1;
 }

@@ -282,8 +282,6 @@ int my_q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen);
 void my_conn_spare(myclient *mc, int64_t until_ns);
 int my_pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
                        int nargs, my_res *res, char *why, size_t wlen);
-/* vasprintf, NULL when out of memory. */
-char *my_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Waits and their outcomes (see mysql.c). */
 double my_wait_seconds(int64_t deadline_ns);

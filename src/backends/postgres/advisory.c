@@ -351,8 +351,8 @@ int pg_advisory_build_sql(pgclient *pc)
     "%s, f AS (SELECT d.v, " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d, c) "        \
     "SELECT l.ok, (SELECT f.v FROM f) FROM l"
     char *tok = pg_token_ctes(pc, "l", "l.ok");
-    char *tail = tok ? pg_fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
-    char *bare = tok ? pg_fmt_alloc(BARE_TAIL, tok) : NULL;
+    char *tail = tok ? dl_fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
+    char *bare = tok ? dl_fmt_alloc(BARE_TAIL, tok) : NULL;
 #undef GRANT_TAIL
 #undef BARE_TAIL
     free(tok);
@@ -367,16 +367,16 @@ int pg_advisory_build_sql(pgclient *pc)
         "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
         "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s";
     if (tail && bare) {
-        pc->sql_try_x = pg_fmt_alloc(try_x, tail);
-        pc->sql_try_r = pg_fmt_alloc(try_r, tail);
-        pc->sql_wait_x = pg_fmt_alloc(wait_x, 4, tail);
-        pc->sql_wait_r = pg_fmt_alloc(wait_r, 4, tail);
-        pc->sql_bare[0][0] = pg_fmt_alloc(try_x, bare);
-        pc->sql_bare[0][1] = pg_fmt_alloc(try_r, bare);
-        pc->sql_bare[1][0] = pg_fmt_alloc(wait_x, 2, bare);
-        pc->sql_bare[1][1] = pg_fmt_alloc(wait_r, 2, bare);
+        pc->sql_try_x = dl_fmt_alloc(try_x, tail);
+        pc->sql_try_r = dl_fmt_alloc(try_r, tail);
+        pc->sql_wait_x = dl_fmt_alloc(wait_x, 4, tail);
+        pc->sql_wait_r = dl_fmt_alloc(wait_r, 4, tail);
+        pc->sql_bare[0][0] = dl_fmt_alloc(try_x, bare);
+        pc->sql_bare[0][1] = dl_fmt_alloc(try_r, bare);
+        pc->sql_bare[1][0] = dl_fmt_alloc(wait_x, 2, bare);
+        pc->sql_bare[1][1] = dl_fmt_alloc(wait_r, 2, bare);
         /* the draw alone, on the session holding the lock (after run_ensure) */
-        pc->sql_redraw = pg_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
+        pc->sql_redraw = dl_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
     free(tail);
     free(bare);

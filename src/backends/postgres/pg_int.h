@@ -225,8 +225,6 @@ static inline int64_t pg_call_until(const dlock_lock *l)
  * (until < 0: see pg_call_until). */
 int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
                       const char *const *vals, PGresult **out, char *why, size_t wlen);
-/* vasprintf, NULL when out of memory. */
-char *pg_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The session modes (advisory, rowlock): a held lock's session watched. */
 int pg_watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen);

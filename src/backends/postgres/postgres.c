@@ -769,7 +769,7 @@ void pg_lock_fini(dlock_lock *l)
  */
 char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond)
 {
-    return pg_fmt_alloc(
+    return dl_fmt_alloc(
         "n AS (SELECT r.epoch AS e, nextval('%s') - r.base AS off FROM %s AS r, %s WHERE %s "
         "AND r.seq = '%s'), "
         "d AS (SELECT (n.e << %d) + n.off AS v FROM n WHERE n.off > 0 AND n.off < %lld), "
@@ -780,9 +780,9 @@ char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond)
 /* The statements of run_ensure (see pg_token_ctes). */
 int pg_run_build_sql(pgclient *pc)
 {
-    pc->sql_run_get = pg_fmt_alloc("SELECT epoch FROM %s WHERE seq = $1", pc->runs);
+    pc->sql_run_get = dl_fmt_alloc("SELECT epoch FROM %s WHERE seq = $1", pc->runs);
     /* committed with a flush before any token of it */
-    pc->sql_epoch_bump = pg_fmt_alloc(
+    pc->sql_epoch_bump = dl_fmt_alloc(
         "WITH c AS (SELECT set_config('synchronous_commit', CASE WHEN "
         "current_setting('synchronous_commit') = 'off' THEN 'local' ELSE "
         "current_setting('synchronous_commit') END, true) AS sc) "
@@ -790,7 +790,7 @@ int pg_run_build_sql(pgclient *pc)
         "AS q) FROM c ON CONFLICT (seq) DO UPDATE SET epoch = GREATEST(e.epoch + 1, "
         "excluded.epoch) RETURNING e.epoch",
         pc->epochs, PG_EPOCH_SHIFT, pc->seq);
-    pc->sql_run_put = pg_fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
+    pc->sql_run_put = dl_fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
                                    "nextval('%s') ON CONFLICT (seq) DO NOTHING",
                                    pc->runs, pc->seq);
     return pc->sql_run_get && pc->sql_epoch_bump && pc->sql_run_put ? 0 : DLOCK_ENOMEM;
@@ -1068,12 +1068,12 @@ static const pg_mode *mode_named(const char *name)
 
 static int names_build_sql(pgclient *pc)
 {
-    pc->sql_names_get = pg_fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
-    pc->sql_names_add = pg_fmt_alloc(
+    pc->sql_names_get = dl_fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
+    pc->sql_names_add = dl_fmt_alloc(
         "INSERT INTO %s (name, mode, tbl) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         pc->names);
     pc->sql_names_drop =
-        pg_fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
+        dl_fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
     return pc->sql_names_get && pc->sql_names_add && pc->sql_names_drop ? 0 : DLOCK_ENOMEM;
 }
 
@@ -1210,16 +1210,8 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
 int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     pgclient *pc = pc_of(c);
-    /* prefix as a LIKE pattern: its own %, _ and \ escaped */
     char pat[2 * DL_NAME_MAX + 2], sql[300], why[300];
-    size_t j = 0;
-    for (const char *s = prefix ? prefix : ""; *s && j + 3 < sizeof pat; s++) {
-        if (*s == '%' || *s == '_' || *s == '\\')
-            pat[j++] = '\\';
-        pat[j++] = *s;
-    }
-    pat[j++] = '%';
-    pat[j] = '\0';
+    dl_like_prefix(prefix, pat, sizeof pat);
     snprintf(sql, sizeof sql, "SELECT DISTINCT name FROM %s WHERE name LIKE $1 ORDER BY name",
              pc->table);
     const char *p[] = {pat};
@@ -1283,17 +1275,6 @@ int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const cha
                              "holding it (a superuser's, or this role lacks pg_signal_backend)",
                              name, all - done, all);
     return 0;
-}
-
-char *pg_fmt_alloc(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
 }
 
 /* ---- clients --------------------------------------------------------------------- */
