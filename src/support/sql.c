@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sql.c — what the SQL backends (postgres, mysql) share beyond hex: their
- * statements, formatted once at open with the client's table names, and
- * a name prefix as a LIKE pattern for dlock list.
+ * statements, formatted once at open with the client's table names, a
+ * name prefix as a LIKE pattern for dlock list, and a claim's row read.
  */
 #include "support/support.h"
 
@@ -31,4 +31,19 @@ void dl_like_prefix(const char *prefix, char *pat, size_t len)
     }
     pat[j++] = '%';
     pat[j] = '\0';
+}
+
+int dl_sql_claim_read(dlock_client *c, const char *key, const char *hex, const char *ver_s,
+                      char **val, size_t *len, uint64_t *ver)
+{
+    if (!hex)
+        return 0; /* none */
+    char *end = NULL;
+    *ver = ver_s ? strtoull(ver_s, &end, 10) : 0;
+    int rc = !ver_s || *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(hex, val, len);
+    if (rc)
+        return dl_claim_err(c, rc, "reading", key,
+                            rc == DLOCK_ENOMEM ? "out of memory"
+                                               : "the server sent no hex, or no version");
+    return 0;
 }

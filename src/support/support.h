@@ -44,6 +44,11 @@ char *dl_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * name) matching the names that start with prefix (NULL: all): its own %,
  * _ and \ escaped with \ (both servers' default LIKE escape), then %. */
 void dl_like_prefix(const char *prefix, char *pat, size_t len);
+/* A claim record's row as a SQL backend reads it (hex: its value as hex
+ * digits, NULL when there is no row; ver: its version in decimal) into
+ * *val (malloc'd), *len and *ver: 0, or the error set on c about key. */
+int dl_sql_claim_read(dlock_client *c, const char *key, const char *hex, const char *ver_s,
+                      char **val, size_t *len, uint64_t *ver);
 
 /* The struct of type whose field member ptr points at. */
 #define dl_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))

@@ -102,18 +102,9 @@ int my_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     rc = my_pool_exec(c, sql_get, a, 1, &r, why, sizeof why);
     if (rc)
         return dl_claim_err(c, rc, "reading", key, why);
-    const char *hex = my_cell(&r, 0, 0), *vs = my_cell(&r, 0, 1);
-    if (hex) {
-        char *end = NULL;
-        *ver = vs ? strtoull(vs, &end, 10) : 0;
-        rc = !vs || *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(hex, val, len);
-    }
+    rc = dl_sql_claim_read(c, key, my_cell(&r, 0, 0), my_cell(&r, 0, 1), val, len, ver);
     my_res_free(&r);
-    if (rc)
-        return dl_claim_err(c, rc, "reading", key,
-                            rc == DLOCK_ENOMEM ? "out of memory"
-                                               : "the server sent no hex, or no version");
-    return 0;
+    return rc;
 }
 
 /* A few expired rows of other keys deleted, best effort: a failure here

@@ -100,17 +100,11 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
         return dl_claim_err(c, rc, "reading", key, why);
-    if (pg_lib.ntuples(r) > 0) {
-        char *end;
-        *ver = strtoull(pg_lib.getvalue(r, 0, 1), &end, 10);
-        rc = *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(pg_lib.getvalue(r, 0, 0), val, len);
-    }
+    bool row = pg_lib.ntuples(r) > 0;
+    rc = dl_sql_claim_read(c, key, row ? pg_lib.getvalue(r, 0, 0) : NULL,
+                           row ? pg_lib.getvalue(r, 0, 1) : NULL, val, len, ver);
     pg_lib.clear(r);
-    if (rc)
-        return dl_claim_err(c, rc, "reading", key,
-                            rc == DLOCK_ENOMEM ? "out of memory"
-                                               : "the server sent no hex, or no version");
-    return 0;
+    return rc;
 }
 
 int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
