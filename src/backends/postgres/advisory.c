@@ -410,7 +410,7 @@ int pg_advisory_tables(dlock_client *c, char *why, size_t wlen)
              "END IF; END$$",
              pc->seq, pc->seq, pc->seq, pc->table);
     const char *ddl[] = {table, seq};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
                             2, p, ddl, 2, why, wlen);
 }

@@ -672,7 +672,7 @@ int pg_lease_tables(dlock_client *c, char *why, size_t wlen)
     /* a table of an older version: the waiter's session pid */
     snprintf(pid, sizeof pid, "ALTER TABLE %s ADD COLUMN IF NOT EXISTS pid int", pc->waiters);
     const char *ddl[] = {table, seq, waiters, pid};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
                             "NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
                             "attrelid = to_regclass($3) AND attname = 'pid' AND NOT "

@@ -293,9 +293,16 @@ void pg_holder_into(const PGresult *r, int col, dlock_info *info);
  * param; its two columns: sessions ended, sessions to end. */
 int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const char *sql,
                 const char *param);
-/* A mode's lock tables: check (n parameters p) says "t" when they are all
- * there; else the ddl statements run in order. */
-int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
-                     const char *const *ddl, size_t nddl, char *why, size_t wlen);
+/* Tables a client needs (the kind: "lock" for a mode's, "claims"; table:
+ * the one named when this role may not create it): check (n parameters p)
+ * says "t" when they are all there; else the ddl statements run in order. */
+int pg_tables_ensure(dlock_client *c, const char *kind, const char *table, const char *check,
+                     int n, const char *const *p, const char *const *ddl, size_t nddl, char *why,
+                     size_t wlen);
+/* once, retried while it fails on what another try may change: two clients
+ * creating the same tables at once, CREATE ... IF NOT EXISTS can still fail
+ * on the catalog's unique index for the slower one, which looks again. */
+int pg_ensure_retry(dlock_client *c, int (*once)(dlock_client *c, char *why, size_t wlen),
+                    char *why, size_t wlen);
 
 #endif

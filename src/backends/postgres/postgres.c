@@ -1440,10 +1440,10 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     return pc->m->tables(c, why, wlen);
 }
 
-int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
-                     const char *const *ddl, size_t nddl, char *why, size_t wlen)
+int pg_tables_ensure(dlock_client *c, const char *kind, const char *table, const char *check,
+                     int n, const char *const *p, const char *const *ddl, size_t nddl, char *why,
+                     size_t wlen)
 {
-    pgclient *pc = pc_of(c);
     PGresult *r;
     int rc = pg_pool_run(c, check, n, p, &r, why, wlen);
     if (rc)
@@ -1462,22 +1462,22 @@ int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *cons
         char detail[200];
         snprintf(detail, sizeof detail, "%.199s", why);
         snprintf(why, wlen,
-                 "the lock table %s does not exist and this role may not create it (%s): "
+                 "the %s table %s does not exist and this role may not create it (%s): "
                  "create it as its owner (see docs/postgres.md) or grant CREATE",
-                 pc->table, detail);
+                 kind, table, detail);
     }
     return rc;
 }
 
-/* The lock tables, created when missing. Two clients creating them at the
- * same moment: CREATE ... IF NOT EXISTS can still fail on the catalog's
- * unique index for the slower one, which looks again. */
-static int ensure_table(dlock_client *c, char *why, size_t wlen)
+int pg_ensure_retry(dlock_client *c, int (*once)(dlock_client *c, char *why, size_t wlen),
+                    char *why, size_t wlen)
 {
     int rc = 0;
     for (int i = 0; i < 5; i++) {
-        rc = ensure_table_once(c, why, wlen);
-        if (rc == 0 || rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM)
+        rc = once(c, why, wlen);
+        /* a server that did not answer in time would not the next time either */
+        if (rc == 0 || rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM ||
+            rc == DLOCK_ETIMEDOUT)
             break;
         struct timespec pause = {0, 20 * 1000000};
         nanosleep(&pause, NULL);
@@ -1563,7 +1563,7 @@ int pg_client_open(dlock_client *c, const dl_url *u)
     }
     /* The first session: the server is there, the role may log in, and the
      * table exists. */
-    rc = ensure_table(c, why, sizeof why);
+    rc = pg_ensure_retry(c, ensure_table_once, why, sizeof why);
     if (rc) {
         pg_client_close(c);
         return dl_client_err(c, rc, "%s: %s", u->redacted, why);

@@ -19,20 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Expired rows of other keys a write deletes. */
 #define PG_CLAIMS_SWEEP 16
 
-/* The claims table, made when missing. Two clients making it at once:
- * CREATE ... IF NOT EXISTS can still fail on the catalog's unique index
- * for the slower one, which looks again (as ensure_table does for the
- * lock tables). */
-static int claims_ensure(dlock_client *c, char *why, size_t wlen)
+/* The claims table and its index, made when missing (pg_ensure_retry). */
+static int claims_ensure_once(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
-    if (atomic_load(&pc->claims_ready))
-        return 0;
     /* the index in the table's schema: "s"."dlock_claims_expires_at" */
     char idx[sizeof pc->claims + 16];
     const char *dot = strchr(pc->claims, '.');
@@ -46,36 +40,18 @@ static int claims_ensure(dlock_client *c, char *why, size_t wlen)
     snprintf(ddl[1], sizeof ddl[1],
              "CREATE INDEX IF NOT EXISTS dlock_claims_expires_at ON %s (expires_at)", pc->claims);
     const char *p[] = {pc->claims, idx};
-    int rc = 0;
-    for (int i = 0; i < 5; i++) {
-        PGresult *r;
-        rc = pg_pool_run(c, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", 2, p, &r, why, wlen);
-        if (rc == 0) {
-            bool there = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
-            pg_lib.clear(r);
-            if (there)
-                break;
-            for (int d = 0; d < 2 && rc == 0; d++) {
-                rc = pg_pool_run(c, ddl[d], 0, NULL, &r, why, wlen);
-                pg_lib.clear(r);
-            }
-            if (rc == 0)
-                break;
-        }
-        if (rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM ||
-            rc == DLOCK_ETIMEDOUT)
-            break;
-        struct timespec pause = {0, 20 * 1000000};
-        nanosleep(&pause, NULL);
-    }
-    if (rc == DLOCK_EPERM) {
-        char detail[200];
-        snprintf(detail, sizeof detail, "%.199s", why);
-        snprintf(why, wlen,
-                 "the claims table %s does not exist and this role may not create it (%s): "
-                 "create it as its owner (see docs/postgres.md) or grant CREATE",
-                 pc->claims, detail);
-    }
+    const char *const d[] = {ddl[0], ddl[1]};
+    return pg_tables_ensure(c, "claims", pc->claims,
+                            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                            2, p, d, 2, why, wlen);
+}
+
+static int claims_ensure(dlock_client *c, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(c);
+    if (atomic_load(&pc->claims_ready))
+        return 0;
+    int rc = pg_ensure_retry(c, claims_ensure_once, why, wlen);
     if (rc == 0)
         atomic_store(&pc->claims_ready, true);
     return rc;

@@ -296,7 +296,7 @@ int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
              "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
              pc->values);
     const char *ddl[] = {table, seq, values};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
                             "NULL AND to_regclass($3) IS NOT NULL",
                             3, p, ddl, 3, why, wlen);
