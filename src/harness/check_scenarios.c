@@ -619,6 +619,16 @@ static int inject_pause_acquire(chk_run *r)
  */
 static const int cut_permille[] = {500, 100, 300, 450, 200, 400, 50, 350, 150, 250};
 
+/* A partition scenario's next holder, parked before its write: its slot,
+ * or < 0 when none came by the run's end (and at least 5 s from now, so
+ * that a run's last fault still has its holder). */
+static int park_next_holder(chk_run *r)
+{
+    chk_arm(r, CHK_FAULT_PARK);
+    int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
+    return chk_wait_claim(r, until);
+}
+
 /* The cut-off holder a (parked before its write; before: its writes then)
  * while another worker takes the lock by until_ns: that worker (b, or < 0
  * when none did); a let go to its write, and *w 0 when it wrote within 5 s
@@ -649,9 +659,7 @@ static int inject_partition(chk_run *r)
     /* at least one cut, however short the run */
     while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 3)) {
         tries++;
-        chk_arm(r, CHK_FAULT_PARK);
-        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
-        int a = chk_wait_claim(r, until);
+        int a = park_next_holder(r);
         if (a < 0)
             break;
         int64_t hold = ttl * cut_permille[turn++ % 10] / 1000;
@@ -729,9 +737,7 @@ static int inject_partition_member(chk_run *r)
         return -1;
     while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 6)) {
         tries++;
-        chk_arm(r, CHK_FAULT_PARK);
-        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
-        int a = chk_wait_claim(r, until);
+        int a = park_next_holder(r);
         if (a < 0)
             break;
         if (a != 0) { /* a holder on the majority's side: not the case */
