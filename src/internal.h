@@ -157,7 +157,7 @@ typedef struct dl_backend_ops {
      *   NUL) or *val NULL when there is none or its time is over; *ver the
      *   record's version, an opaque number that changes with every write
      *   (0: none).
-     * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms from
+     * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms (> 0) from
      *   now, only if the stored record's version is still ver (0: only if
      *   there is none, or its time is over), in one atomic step on the
      *   server (file: two, under the key's kernel lock); DL_RECORD_CHANGED (no message) when it is not. So a runner

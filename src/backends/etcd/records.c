@@ -85,9 +85,6 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
 {
     ecclient *ec = ec_of(c);
     char b64k[EC_KEY_MAX * 2], err[300];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int64_t lease;
     int rc = ec_lease_grant(ec, ttl_ms, -1, &lease, err, sizeof err);
     if (rc)

@@ -133,9 +133,6 @@ int my_record_put(dlock_client *c, const char *key, const char *val, size_t len,
                   uint64_t ver)
 {
     char why[600];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
         return dl_claim_err(c, rc, "writing", key, why);

@@ -88,9 +88,6 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
 {
     pgclient *pc = pc_of(c);
     char why[600], sql[1200], ttl[24], vers[24];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
         return dl_claim_err(c, rc, "writing", key, why);

@@ -106,9 +106,6 @@ int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len,
 {
     zkclient *zc = zc_of(c);
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     if (!claim_paths(zc, key, dir, path))
         return dl_claim_err(c, DLOCK_ENAME, "writing", key, "its node's path is too long");
     char *data = malloc(ZK_CLAIM_HEAD_MAX + len);
