@@ -131,6 +131,11 @@ typedef struct dl_session_watch {
     int wake_fd, epoll_fd;
 } dl_session_watch;
 
+/* Whether a call may use l's session s (NULL: l holds none), taken off the
+ * watch list for it: 0, or the error set on l (DLOCK_ENOTHELD; DLOCK_ELOST
+ * when the watcher found the server ended it). */
+int dl_session_usable(dlock_lock *l, const dl_session *s);
+
 /* 0, or DLOCK_EIO when no eventfd or epoll set can be made. */
 int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));
 /* Stops the thread; hands each session still watched (its lock's loss

@@ -219,14 +219,12 @@ static int getlock_set_value(dlock_lock *l, const char *value)
     char why[300];
     my_res r = {0};
     my_conn *k = my_unwatch_conn(l);
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost)
-        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                           l->name, k->sess.why);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc)
+        return rc;
     my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    int rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
+    rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
     my_rewatch_conn(l, k);
     my_res_free(&r);
     if (rc)

@@ -1327,19 +1327,18 @@ int my_session_release(dlock_lock *l, my_unlock_fn unlock)
     mylock *ml = l->bstate;
     my_conn *k = my_unwatch_conn(l);
     ml->conn = NULL;
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost) {
-        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                             l->name, k->sess.why);
-        k->failed = true;
-        my_conn_close(k);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc) {
+        if (k) {
+            k->failed = true;
+            my_conn_close(k);
+        }
         return rc;
     }
     char why[300];
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     bool was_held = false;
-    int rc = unlock(l, k, until, &was_held, why, sizeof why);
+    rc = unlock(l, k, until, &was_held, why, sizeof why);
     if (rc) {
         /* Closing the connection lets go of the lock as soon as the server
          * sees it closed. */

@@ -281,11 +281,9 @@ static int advisory_set_value(dlock_lock *l, const char *value)
 {
     pgclient *pc = pc_of(l->c);
     pg_conn *k = pg_unwatch_conn(l);
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost)
-        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                           l->name, k->sess.why);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc)
+        return rc;
     char sql[200], why[300];
     char tok[24]; /* (whose value it is: see advisory_get_value) */
     snprintf(tok, sizeof tok, "%" PRIu64, (uint64_t)atomic_load(&l->token));
@@ -294,7 +292,7 @@ static int advisory_set_value(dlock_lock *l, const char *value)
     const char *p[] = {l->name, value, tok};
     PGresult *r;
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
-    int rc = pg_run(k, sql, 3, p, until, -1, &r, why, sizeof why);
+    rc = pg_run(k, sql, 3, p, until, -1, &r, why, sizeof why);
     if (!rc && *pg_sqlstate(r)) {
         char line[200];
         rc = pg_code_of_state(pg_sqlstate(r));

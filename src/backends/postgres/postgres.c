@@ -966,12 +966,10 @@ int pg_session_release(dlock_lock *l, const char *sql, int n, bool says_held, co
     pglock *pl = l->bstate;
     pg_conn *k = pg_unwatch_conn(l);
     pl->conn = NULL;
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost) {
-        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                             l->name, k->sess.why);
-        pg_conn_close(k);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc) {
+        if (k)
+            pg_conn_close(k);
         return rc;
     }
     char key[24], tok[24], why[300];
@@ -980,7 +978,7 @@ int pg_session_release(dlock_lock *l, const char *sql, int n, bool says_held, co
     const char *p[] = {key, tok};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     PGresult *r;
-    int rc = pg_run_fixed(k, sql, n, p, until, -1, &r, why, sizeof why);
+    rc = pg_run_fixed(k, sql, n, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
