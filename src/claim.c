@@ -79,6 +79,9 @@ static int rec_read(dlock_client *c, const char *name, dl_claim_rec *r, uint64_t
 static int rec_write(dlock_client *c, const char *name, const dl_claim_rec *r, long long ttl_ms,
                      uint64_t ver)
 {
+    if (ttl_ms <= 0) /* (every backend's record_put may count on it) */
+        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
+                             name);
     char *buf;
     size_t len;
     int rc = dl_claim_rec_format(r, &buf, &len);

@@ -141,6 +141,21 @@ int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     return code;
 }
 
+int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, const char *why)
+{
+    return dl_client_err(c, code, "claim \"%s\": %s: %s (%s)", key, what, why, c->url->redacted);
+}
+
+bool dl_nothing_to_break(int rc, dlock_info *broken)
+{
+    if (rc)
+        return true;
+    if (broken->held == 1)
+        return false;
+    broken->held = broken->holders = 0;
+    return true;
+}
+
 /* ---- small utilities --------------------------------------------------- */
 
 int64_t dl_now_ns(void)

@@ -157,7 +157,7 @@ typedef struct dl_backend_ops {
      *   NUL) or *val NULL when there is none or its time is over; *ver the
      *   record's version, an opaque number that changes with every write
      *   (0: none).
-     * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms from
+     * record_put: store val[0..len) (len <= DL_RECORD_MAX) for ttl_ms (> 0) from
      *   now, only if the stored record's version is still ver (0: only if
      *   there is none, or its time is over), in one atomic step on the
      *   server (file: two, under the key's kernel lock); DL_RECORD_CHANGED (no message) when it is not. So a runner
@@ -375,6 +375,13 @@ int dl_lock_err(dlock_lock *l, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dl_client_err(dlock_client *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A claim record operation's failure, in the one form every backend gives:
+ * claim "key": what (reading, writing...): why (the client's URL). */
+int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, const char *why);
+/* A break_lock's inspect of the name came back rc: whether the break ends
+ * there (return rc): on an error, or when nobody holds it (broken then says
+ * no holders, and the core answers DLOCK_ENOTHELD in one way for all). */
+bool dl_nothing_to_break(int rc, dlock_info *broken);
 const char *dl_lock_msg(const dlock_lock *l);
 /* A fresh random owner id for l (every acquisition; Redlock every try, so
  * that a late give-back of one try cannot remove the next try's grant);

@@ -214,17 +214,6 @@ typedef struct waiter {
     uint64_t rng;
 } waiter;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    /* xorshift64*: cheap, and good enough to spread names */
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
 static void waiter_fail(waiter *w, const char *what, int rc, const char *msg)
 {
     bwaiter *bw = &w->x->sh->w[w->index];
@@ -284,7 +273,7 @@ static void *waiter_main(void *arg)
         else if (x->c.pick_rr)
             name = rr++ % K;
         else
-            name = (uint32_t)(next_rand(&w->rng) % K);
+            name = (uint32_t)(ms_rand(&w->rng) % K);
 
         int64_t a = ms_now_ns();
         if (a >= end)

@@ -267,6 +267,16 @@ int64_t ms_pct(const int64_t *sorted, size_t n, unsigned permille)
     return sorted[rank - 1];
 }
 
+uint64_t ms_rand(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
 long ms_raise_nofile(void)
 {
     struct rlimit rl;

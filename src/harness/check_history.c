@@ -545,17 +545,18 @@ static int check_tokens(checker *c)
     return 0;
 }
 
-static int push_loss(checker *c, int64_t t)
+/* t appended to the growing array *v (*n used of *cap): 0, or -1 out of memory. */
+static int push_i64(int64_t **v, size_t *n, size_t *cap, int64_t t)
 {
-    if (c->nloss == c->caploss) {
-        size_t cap = c->caploss ? c->caploss * 2 : 16;
-        int64_t *n = realloc(c->loss, cap * sizeof *n);
-        if (!n)
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        int64_t *nv = realloc(*v, ncap * sizeof *nv);
+        if (!nv)
             return -1;
-        c->loss = n;
-        c->caploss = cap;
+        *v = nv;
+        *cap = ncap;
     }
-    c->loss[c->nloss++] = t;
+    (*v)[(*n)++] = t;
     return 0;
 }
 
@@ -580,16 +581,7 @@ static int loss_told(checker *c, wstate *w, int64_t t)
                      "on the servers",
                      w->worker, t, (double)-before / 1e6);
     }
-    if (c->ntold == c->captold) {
-        size_t cap = c->captold ? c->captold * 2 : 16;
-        int64_t *n = realloc(c->told, cap * sizeof *n);
-        if (!n)
-            return -1;
-        c->told = n;
-        c->captold = cap;
-    }
-    c->told[c->ntold++] = before;
-    return 0;
+    return push_i64(&c->told, &c->ntold, &c->captold, before);
 }
 
 /* A partitioned holder's holding ended at t (release, death, a new
@@ -796,7 +788,7 @@ int hist_check(hist_run *r, hist_result *res)
      * but stale writes look back to their window's start). */
     for (size_t i = 0; i < r->n && rc == 0; i++)
         if (r->ev[i].type == H_DATA_LOSS && r->ev[i].value != 0)
-            rc = push_loss(&c, r->ev[i].t);
+            rc = push_i64(&c.loss, &c.nloss, &c.caploss, r->ev[i].t);
     bool faulted = false;
     for (size_t i = 0; i < r->n && rc == 0; i++) {
         const hist_event *e = &r->ev[i];

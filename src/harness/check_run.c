@@ -241,16 +241,6 @@ static void worker_fail(chk_slot *me, int id, const char *what, const char *why)
         snprintf(me->err, sizeof me->err, "worker w=%d: %s: %s", id, what, why);
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
 /* What the holder itself can see of its lock: dlock_state(), and whether
  * the lost descriptor is readable. */
 static void log_state(chk_shm *sh, int id, dlock_lock *l, uint64_t tk)
@@ -453,7 +443,7 @@ static int claim_loop(chk_run *r, chk_slot *me, int slot, int id, dlock_client *
             if (attempt > 1)
                 atomic_fetch_add(&sh->claim_reruns, 1);
             (void)fault_point(r, me, slot, id, l, (uint64_t)k);
-            ms_sleep_ns(CLAIM_WORK_NS + (int64_t)(rnd(seed) % (uint64_t)CLAIM_WORK_SPREAD_NS));
+            ms_sleep_ns(CLAIM_WORK_NS + (int64_t)(ms_rand(seed) % (uint64_t)CLAIM_WORK_SPREAD_NS));
             int n = snprintf(res, sizeof res, "key %d attempt %u by w=%d", k, attempt, id);
             len = n > 0 ? (size_t)n : 0;
             chk_log(sh, H_CLAIM_FINISH, id, (uint64_t)k, claim_hash(res, len), 0);
@@ -586,7 +576,7 @@ static int worker_main(void *arg)
         if (fault_point(r, me, wa->slot, id, l, tk))
             log_state(sh, id, l, tk); /* what it could know, had it looked */
         if (r->cfg->max_pause_us > 0)
-            ms_sleep_ns((int64_t)(rnd(&seed) % (uint64_t)r->cfg->max_pause_us) * 1000);
+            ms_sleep_ns((int64_t)(ms_rand(&seed) % (uint64_t)r->cfg->max_pause_us) * 1000);
         /* No check of dlock_state here, on purpose: this is the window in
          * which a holder that was paused does not know it lost the lock.
          * What the library promises now is logged, not acted on: renewals

@@ -619,6 +619,33 @@ static int inject_pause_acquire(chk_run *r)
  */
 static const int cut_permille[] = {500, 100, 300, 450, 200, 400, 50, 350, 150, 250};
 
+/* A partition scenario's next holder, parked before its write: its slot,
+ * or < 0 when none came by the run's end (and at least 5 s from now, so
+ * that a run's last fault still has its holder). */
+static int park_next_holder(chk_run *r)
+{
+    chk_arm(r, CHK_FAULT_PARK);
+    int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
+    return chk_wait_claim(r, until);
+}
+
+/* The cut-off holder a (parked before its write; before: its writes then)
+ * while another worker takes the lock by until_ns: that worker (b, or < 0
+ * when none did); a let go to its write, and *w 0 when it wrote within 5 s
+ * while b still held (-1 when it did not, or there was no b). */
+static int takeover_then_write(chk_run *r, int a, uint64_t before, int64_t until_ns, int *w)
+{
+    chk_arm(r, CHK_FAULT_PARK);
+    int b = chk_wait_claim(r, until_ns);
+    chk_let_go(r, a);
+    *w = -1;
+    if (b >= 0) {
+        *w = chk_wait_writes(r, a, before, ms_now_ns() + MS(5000));
+        chk_let_go(r, b);
+    }
+    return b;
+}
+
 static int inject_partition(chk_run *r)
 {
     int64_t ttl = MS(r->ttl_ms);
@@ -632,9 +659,7 @@ static int inject_partition(chk_run *r)
     /* at least one cut, however short the run */
     while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 3)) {
         tries++;
-        chk_arm(r, CHK_FAULT_PARK);
-        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
-        int a = chk_wait_claim(r, until);
+        int a = park_next_holder(r);
         if (a < 0)
             break;
         int64_t hold = ttl * cut_permille[turn++ % 10] / 1000;
@@ -651,15 +676,8 @@ static int inject_partition(chk_run *r)
         int64_t t_cut = ms_now_ns();
         r->faults_injected++;
         /* The lease runs out on the servers; someone else takes the lock. */
-        chk_arm(r, CHK_FAULT_PARK);
-        int b = chk_wait_claim(r, t_cut + ttl + margin);
         /* A goes on to its write, still cut off from the servers */
-        chk_let_go(r, a);
-        int w = -1;
-        if (b >= 0) {
-            w = chk_wait_writes(r, a, before, ms_now_ns() + MS(5000));
-            chk_let_go(r, b);
-        }
+        int w, b = takeover_then_write(r, a, before, t_cut + ttl + margin, &w);
         int64_t left = t_cut + ttl + margin - ms_now_ns();
         if (left > 0 && chk_sleep(r, left))
             return -1;
@@ -719,9 +737,7 @@ static int inject_partition_member(chk_run *r)
         return -1;
     while (!chk_time_up(r) || (r->faults_effective == 0 && tries < 6)) {
         tries++;
-        chk_arm(r, CHK_FAULT_PARK);
-        int64_t until = r->end_ns > ms_now_ns() + MS(5000) ? r->end_ns : ms_now_ns() + MS(5000);
-        int a = chk_wait_claim(r, until);
+        int a = park_next_holder(r);
         if (a < 0)
             break;
         if (a != 0) { /* a holder on the majority's side: not the case */
@@ -758,14 +774,7 @@ static int inject_partition_member(chk_run *r)
         chk_log(r->sh, H_PARTITIONED, atomic_load(&r->sh->slot[a].id), 0, t_cut + ttl, 0);
         chk_server_event(r, H_SERVER_PAUSED, m);
         r->faults_injected++;
-        chk_arm(r, CHK_FAULT_PARK);
-        int b = chk_wait_claim(r, t_cut + takeover);
-        chk_let_go(r, a);
-        int w = -1;
-        if (b >= 0) {
-            w = chk_wait_writes(r, a, before, ms_now_ns() + MS(5000));
-            chk_let_go(r, b);
-        }
+        int w, b = takeover_then_write(r, a, before, t_cut + takeover, &w);
         e = r->ctl->partition(r, CHK_SERVER, m, 0);
         chk_server_event(r, H_SERVER_RESUMED, m);
         if (e)

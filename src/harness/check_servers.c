@@ -845,29 +845,31 @@ static int op_cut_replication(void *state, int m)
     return n < 0 ? neg_errno(n) : n;
 }
 
-static int op_wait_failover(void *state, const char *name, int old, int64_t until_ns)
+/* The adapter's answer to q naming one server: its index, or -errno
+ * (-ENOENT: a server not in the set). */
+static int ad_call_server(srvset *ss, ad_req *q)
 {
-    srvset *ss = ss_of(state);
-    ad_req q = {.op = AD_FAILOVER, .until_ns = until_ns, .addr = ss->s[old].m.addr};
-    snprintf(q.name, sizeof q.name, "%s", name);
     ad_rep r;
-    int rc = ad_call(ss, &q, &r);
+    int rc = ad_call(ss, q, &r);
     if (rc)
         return neg_errno(rc);
     int j = by_addr(ss, &r.sv[0]);
     return j >= 0 ? j : -ENOENT;
 }
 
+static int op_wait_failover(void *state, const char *name, int old, int64_t until_ns)
+{
+    srvset *ss = ss_of(state);
+    ad_req q = {.op = AD_FAILOVER, .until_ns = until_ns, .addr = ss->s[old].m.addr};
+    snprintf(q.name, sizeof q.name, "%s", name);
+    return ad_call_server(ss, &q);
+}
+
 static int op_leader(void *state)
 {
     srvset *ss = ss_of(state);
     ad_req q = {.op = AD_LEADER};
-    ad_rep r;
-    int rc = ad_call(ss, &q, &r);
-    if (rc)
-        return neg_errno(rc);
-    int j = by_addr(ss, &r.sv[0]);
-    return j >= 0 ? j : -ENOENT;
+    return ad_call_server(ss, &q);
 }
 
 /* Start what was killed, continue what was stopped, then let the backend

@@ -78,6 +78,9 @@ size_t ms_alive(const ms_group *g);
 void ms_sort_i64(int64_t *v, size_t n);
 /* Nearest-rank percentile of sorted v, permille (500 = p50), in ns. */
 int64_t ms_pct(const int64_t *sorted, size_t n, unsigned permille);
+/* The next of a cheap pseudo-random sequence (xorshift64*) from *s (never
+ * 0): enough to spread names and pauses, not for anything secret. */
+uint64_t ms_rand(uint64_t *s);
 
 /* ---- the embedded backend ---------------------------------------------- */
 

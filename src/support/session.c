@@ -178,3 +178,13 @@ void dl_swatch_fini(dl_session_watch *w, void (*drop)(dl_session *s))
     pthread_mutex_destroy(&w->mu);
     dl_teller_fini(&w->teller);
 }
+
+int dl_session_usable(dlock_lock *l, const dl_session *s)
+{
+    if (!s)
+        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
+    if (s->lost)
+        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
+                           l->name, s->why);
+    return 0;
+}

@@ -38,6 +38,18 @@ void dl_hex_encode(const void *s, size_t n, char *out);
  * *len, DLOCK_EPROTO for a string that is not hex, or DLOCK_ENOMEM. */
 int dl_hex_decode(const char *s, char **out, size_t *len);
 
+/* printf into a malloc'd string (NULL: out of memory). */
+char *dl_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A LIKE pattern into pat (len >= 2: 2 * the name limit + 2 holds any
+ * name) matching the names that start with prefix (NULL: all): its own %,
+ * _ and \ escaped with \ (both servers' default LIKE escape), then %. */
+void dl_like_prefix(const char *prefix, char *pat, size_t len);
+/* A claim record's row as a SQL backend reads it (hex: its value as hex
+ * digits, NULL when there is no row; ver: its version in decimal) into
+ * *val (malloc'd), *len and *ver: 0, or the error set on c about key. */
+int dl_sql_claim_read(dlock_client *c, const char *key, const char *hex, const char *ver_s,
+                      char **val, size_t *len, uint64_t *ver);
+
 /* The struct of type whose field member ptr points at. */
 #define dl_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -118,6 +130,11 @@ typedef struct dl_session_watch {
     bool started, stopping;
     int wake_fd, epoll_fd;
 } dl_session_watch;
+
+/* Whether a call may use l's session s (NULL: l holds none), taken off the
+ * watch list for it: 0, or the error set on l (DLOCK_ENOTHELD; DLOCK_ELOST
+ * when the watcher found the server ended it). */
+int dl_session_usable(dlock_lock *l, const dl_session *s);
 
 /* 0, or DLOCK_EIO when no eventfd or epoll set can be made. */
 int dl_swatch_init(dl_session_watch *w, bool (*gone)(dl_session *, char *, size_t));

@@ -721,6 +721,23 @@ static int read_all(ecclient *ec, const char *dir, ec_entry **q, char (**values)
     return 0;
 }
 
+/* read_all of name's folder for the client call what ("inspect", "break",
+ * "leader of"): 0, or the error set on c. */
+static int read_name(dlock_client *c, const char *name, const char *what, ec_entry **q,
+                     char (**values)[320], int *n)
+{
+    ecclient *ec = ec_of(c);
+    char dir[EC_KEY_MAX], err[300];
+    dir_of(ec, name, dir, sizeof dir);
+    *q = NULL;
+    *values = NULL;
+    *n = 0;
+    int rc = read_all(ec, dir, q, values, n, err, sizeof err);
+    if (rc)
+        return dl_client_err(c, rc, "%s \"%s\": %s (%s)", what, name, err, ec->redacted);
+    return 0;
+}
+
 /* etcdctl: who holds entry e, into buf: a dlock client says who it is in
  * its client key (PREFIX/.clients/LEASE); a peer is its lease. ckval: that
  * key's value ("" none). */
@@ -750,14 +767,13 @@ static void peer_holder(ecclient *ec, const ec_entry *e, char *buf, size_t len, 
 static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
 {
     ecclient *ec = ec_of(c);
-    char dir[EC_KEY_MAX], err[300];
-    dir_of(ec, name, dir, sizeof dir);
-    ec_entry *q = NULL;
-    char(*values)[320] = NULL;
-    int n = 0;
-    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    char err[300];
+    ec_entry *q;
+    char(*values)[320];
+    int n;
+    int rc = read_name(c, name, "inspect", &q, &values, &n);
     if (rc)
-        return dl_client_err(c, rc, "inspect \"%s\": %s (%s)", name, err, ec->redacted);
+        return rc;
     int first, holders = dl_queue_holders(q, sizeof *q, n, &first);
     info->held = holders > 0;
     info->holders = holders;
@@ -795,14 +811,13 @@ static int etcd_inspect(dlock_client *c, const char *name, dlock_info *info)
 static int etcd_break(dlock_client *c, const char *name, dlock_info *info)
 {
     ecclient *ec = ec_of(c);
-    char dir[EC_KEY_MAX], err[300];
-    dir_of(ec, name, dir, sizeof dir);
-    ec_entry *q = NULL;
-    char(*values)[320] = NULL;
-    int n = 0;
-    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    char err[300];
+    ec_entry *q;
+    char(*values)[320];
+    int n;
+    int rc = read_name(c, name, "break", &q, &values, &n);
     if (rc)
-        return dl_client_err(c, rc, "break \"%s\": %s (%s)", name, err, ec->redacted);
+        return rc;
     int broken = 0, result = 0;
     for (int i = 0; i < n && result == 0; i++) {
         if (dl_queue_blocker(q, sizeof *q, i) != DL_Q_HOLDS)
@@ -897,14 +912,12 @@ static int etcdctl_peer_env(dlock_lock *l, dlock_env_fn fn, void *arg)
 static int etcd_get_value(dlock_client *c, const char *name, char *buf, size_t len)
 {
     ecclient *ec = ec_of(c);
-    char dir[EC_KEY_MAX], err[300];
-    dir_of(ec, name, dir, sizeof dir);
-    ec_entry *q = NULL;
-    char(*values)[320] = NULL;
-    int n = 0;
-    int rc = read_all(ec, dir, &q, &values, &n, err, sizeof err);
+    ec_entry *q;
+    char(*values)[320];
+    int n;
+    int rc = read_name(c, name, "leader of", &q, &values, &n);
     if (rc)
-        return dl_client_err(c, rc, "leader of \"%s\": %s (%s)", name, err, ec->redacted);
+        return rc;
     int first;
     (void)dl_queue_holders(q, sizeof *q, n, &first);
     const char *value = NULL;

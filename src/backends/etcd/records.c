@@ -18,12 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
-                       const char *why)
-{
-    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, ec_of(c)->redacted);
-}
-
 /* The record's key, base64 into b64 (EC_KEY_MAX * 2 bytes). */
 static void claim_key_b64(const ecclient *ec, const char *key, char *b64)
 {
@@ -58,7 +52,7 @@ int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len, u
     cJSON *j = NULL;
     int rc = ec_post(ec, "/v3/kv/range", body, -1, -1, &j, NULL, err, sizeof err);
     if (rc)
-        return claims_fail(c, rc, "reading", key, err);
+        return dl_claim_err(c, rc, "reading", key, err);
     const cJSON *kvs = ec_jarr(j, "kvs");
     const cJSON *kv = kvs ? cJSON_GetArrayItem(kvs, 0) : NULL;
     if (kv) {
@@ -80,9 +74,9 @@ int etcd_record_get(dlock_client *c, const char *key, char **val, size_t *len, u
     }
     cJSON_Delete(j);
     if (rc)
-        return claims_fail(c, rc, "reading", key,
-                           rc == DLOCK_ENOMEM ? "out of memory"
-                                              : "etcd sent a value not base64, or no revision");
+        return dl_claim_err(c, rc, "reading", key,
+                            rc == DLOCK_ENOMEM ? "out of memory"
+                                               : "etcd sent a value not base64, or no revision");
     return 0;
 }
 
@@ -91,19 +85,16 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
 {
     ecclient *ec = ec_of(c);
     char b64k[EC_KEY_MAX * 2], err[300];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int64_t lease;
     int rc = ec_lease_grant(ec, ttl_ms, -1, &lease, err, sizeof err);
     if (rc)
-        return claims_fail(c, rc, "granting its lease", key, err);
+        return dl_claim_err(c, rc, "granting its lease", key, err);
     claim_key_b64(ec, key, b64k);
     size_t cap = 2 * strlen(b64k) + (len + 2) / 3 * 4 + 320;
     char *body = malloc(cap);
     if (!body) {
         ec_lease_drop(ec, lease);
-        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+        return dl_claim_err(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     }
     /* none: never created (create_revision 0); else still the revision read */
     int at = ver ? snprintf(body, cap,
@@ -128,7 +119,7 @@ int etcd_record_put(dlock_client *c, const char *key, const char *val, size_t le
     cJSON_Delete(j);
     if (rc || !done) {
         ec_lease_drop(ec, lease);
-        return rc ? claims_fail(c, rc, "writing", key, err) : DL_RECORD_CHANGED;
+        return rc ? dl_claim_err(c, rc, "writing", key, err) : DL_RECORD_CHANGED;
     }
     if (old != lease)
         ec_lease_drop(ec, old);
@@ -146,7 +137,7 @@ int etcd_record_del(dlock_client *c, const char *key)
     int64_t old = rc ? 0 : prev_lease(j);
     cJSON_Delete(j);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, err);
+        return dl_claim_err(c, rc, "deleting", key, err);
     ec_lease_drop(ec, old);
     return 0;
 }

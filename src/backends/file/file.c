@@ -1508,12 +1508,8 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
 static int file_break(dlock_client *c, const char *name, dlock_info *info)
 {
     int rc = file_inspect(c, name, info);
-    if (rc)
+    if (dl_nothing_to_break(rc, info))
         return rc;
-    if (info->held <= 0) {
-        info->held = info->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     return dl_client_err(c, DLOCK_ENOTSUP,
                          "lock \"%s\" is a kernel lock held by %s: only its holder can release "
                          "it (stop that process and the kernel frees the lock at once)",

@@ -916,12 +916,8 @@ static int mc_break(dlock_client *c, const char *name, dlock_info *broken)
 {
     mcclient *mc = mcc_of(c);
     int rc = mc_inspect(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     char key[MC_KEY_MAX + 1], why[400];
     key_of(mc, name, key, sizeof key);
     /* the base key, and the slots up to the permits the semaphore wrote */

@@ -157,24 +157,7 @@ static int get_acquire(dlock_lock *l, int64_t deadline_ns, bool *lease_held)
         *lease_held = true;
         return 0;
     }
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* lets go of the GET_LOCK */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return my_key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = my_watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
+    return my_session_hold(l, k, rc, token, why, sizeof why);
 }
 
 static int getlock_acquire(dlock_lock *l, int64_t deadline_ns)
@@ -236,14 +219,12 @@ static int getlock_set_value(dlock_lock *l, const char *value)
     char why[300];
     my_res r = {0};
     my_conn *k = my_unwatch_conn(l);
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost)
-        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                           l->name, k->sess.why);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc)
+        return rc;
     my_arg a[] = {A_S(value), A_S(ml->key), A_S(l->name)};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
-    int rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
+    rc = my_q_exec(k, mc->sql_setvalue, a, 3, &r, until, -1, why, sizeof why);
     my_rewatch_conn(l, k);
     my_res_free(&r);
     if (rc)
@@ -267,12 +248,8 @@ static int getlock_break(dlock_client *c, const char *name, dlock_info *broken)
     myclient *mc = mc_of(c);
     char why[300], id[24] = "";
     int rc = getlock_inspect(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     my_res r = {0};
     char key[MY_KEY_MAX + 1];
     my_key_of("", name, key, sizeof key);
@@ -292,16 +269,16 @@ int my_getlock_build_sql(myclient *mc)
     const char *lv = mc->live;
     /* the holder is the row's only while the connection that wrote it holds
      * the key: another program's GET_LOCK of the same name is not ours */
-    mc->sql_inspect = my_fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
+    mc->sql_inspect = dl_fmt_alloc("SELECT u.id, t.token, IF(t.conn = u.id, t.holder, NULL), "
                                    "IF(t.conn = u.id, " HELD_MS ", NULL) FROM (SELECT "
                                    "IS_USED_LOCK(?) AS id) AS u LEFT JOIN %s AS t ON t.k = ? AND "
                                    "t.name = ?",
                                    "t.since", lv);
-    mc->sql_setvalue = my_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
-    mc->sql_getvalue = my_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
+    mc->sql_setvalue = dl_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ?", lv);
+    mc->sql_getvalue = dl_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ? AND "
                                     "conn = IS_USED_LOCK(k) AND value IS NOT NULL",
                                     lv);
-    mc->sql_list = my_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
+    mc->sql_list = dl_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
                                 lv);
     return mc->sql_inspect && mc->sql_setvalue && mc->sql_getvalue && mc->sql_list ? 0 : -1;
 }

@@ -476,12 +476,8 @@ static int lease_break(dlock_client *c, const char *name, dlock_info *broken)
     myclient *mc = mc_of(c);
     char why[300];
     int rc = lease_inspect_op(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     my_res r = {0};
     my_arg a[] = {A_S(name)};
     rc = my_pool_exec(c, mc->sql_lease_free_all, a, 1, &r, why, sizeof why);
@@ -500,7 +496,7 @@ int my_lease_build_sql(myclient *mc)
      * or expired becomes ours and the name's counter rises with it. A
      * multiple-table UPDATE's assignments have no set order, so none reads
      * a column another one sets. */
-    mc->sql_lease_take = my_fmt_alloc(
+    mc->sql_lease_take = dl_fmt_alloc(
         "UPDATE %s AS l JOIN %s AS tk ON tk.name = l.name SET l.owner = ?, "
         "l.expires = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, l.holder = ?, "
         "l.since = UTC_TIMESTAMP(6), l.value = NULL, tk.token = LAST_INSERT_ID(tk.token + 1), "
@@ -509,47 +505,47 @@ int my_lease_build_sql(myclient *mc)
         t, tk);
     /* the rows a take needs, made free where missing (a new name, or rows an
      * older dlock deleted); an existing row is left as it is */
-    mc->sql_lease_make = my_fmt_alloc(
+    mc->sql_lease_make = dl_fmt_alloc(
         "INSERT INTO %s (name, slot, owner, expires) VALUES (?, ?, '', "
         "'" MY_LEASE_FREE "') ON DUPLICATE KEY UPDATE name = name",
         t);
-    mc->sql_lease_make_token = my_fmt_alloc("INSERT INTO %s (name, token) VALUES (?, 0) ON "
+    mc->sql_lease_make_token = dl_fmt_alloc("INSERT INTO %s (name, token) VALUES (?, 0) ON "
                                             "DUPLICATE KEY UPDATE name = name",
                                             tk);
-    mc->sql_lease_renew = my_fmt_alloc("UPDATE %s SET expires = UTC_TIMESTAMP(6) + INTERVAL ? "
+    mc->sql_lease_renew = dl_fmt_alloc("UPDATE %s SET expires = UTC_TIMESTAMP(6) + INTERVAL ? "
                                        "MICROSECOND WHERE name = ? AND slot = ? AND owner = ? AND "
                                        "expires >= UTC_TIMESTAMP(6)",
                                        t);
     /* released rows are kept, free, for the next take (see above) */
-    mc->sql_lease_free = my_fmt_alloc(
+    mc->sql_lease_free = dl_fmt_alloc(
         "UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
         "holder = NULL, since = NULL, value = NULL WHERE name = ? "
         "AND slot = ? AND owner = ?",
         t);
-    mc->sql_lease_other = my_fmt_alloc(
+    mc->sql_lease_other = dl_fmt_alloc(
         "SELECT (SELECT MIN(slot) FROM %s WHERE name = ? AND (slot < "
         "? OR slot >= ?) AND expires >= UTC_TIMESTAMP(6)), "
         "IS_FREE_LOCK(?)",
         t);
-    mc->sql_lease_free_all = my_fmt_alloc(
+    mc->sql_lease_free_all = dl_fmt_alloc(
         "UPDATE %s SET owner = '', expires = '" MY_LEASE_FREE "', "
         "holder = NULL, since = NULL, value = NULL WHERE name = ? "
         "AND owner <> ''",
         t);
-    mc->sql_lease_value = my_fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
+    mc->sql_lease_value = dl_fmt_alloc("UPDATE %s SET value = ? WHERE name = ? AND slot = ? AND "
                                        "owner = ? AND expires >= UTC_TIMESTAMP(6)",
                                        t);
-    mc->sql_lease_getvalue = my_fmt_alloc("SELECT value FROM %s WHERE name = ? AND expires >= "
+    mc->sql_lease_getvalue = dl_fmt_alloc("SELECT value FROM %s WHERE name = ? AND expires >= "
                                           "UTC_TIMESTAMP(6) AND value IS NOT NULL ORDER BY since "
                                           "DESC LIMIT 1",
                                           t);
-    mc->sql_lease_info = my_fmt_alloc(
+    mc->sql_lease_info = dl_fmt_alloc(
         "SELECT IS_USED_LOCK(?), tk.token, l.holder, " HELD_MS ", "
         "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires) DIV 1000 "
         "FROM (SELECT 1) AS one LEFT JOIN %s AS tk ON tk.name = ? "
         "LEFT JOIN %s AS l ON l.name = ? AND l.expires >= UTC_TIMESTAMP(6) ORDER BY l.since",
         "l.since", tk, t);
-    mc->sql_list = my_fmt_alloc("SELECT DISTINCT name FROM %s WHERE name LIKE ? ORDER BY name",
+    mc->sql_list = dl_fmt_alloc("SELECT DISTINCT name FROM %s WHERE name LIKE ? ORDER BY name",
                                 tk);
     return mc->sql_lease_take && mc->sql_lease_renew && mc->sql_lease_free &&
                    mc->sql_lease_free_all && mc->sql_lease_value && mc->sql_lease_getvalue &&
@@ -562,8 +558,8 @@ int my_lease_build_sql(myclient *mc)
 /* The table of rows (name, slot) and TABLE_token, the names' counters. */
 int my_lease_tables(myclient *mc, char **ddl, const char **bare)
 {
-    ddl[0] = my_fmt_alloc(MY_LEASE_DDL, mc->table, MY_HOLDER_COLS);
-    ddl[1] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
+    ddl[0] = dl_fmt_alloc(MY_LEASE_DDL, mc->table, MY_HOLDER_COLS);
+    ddl[1] = dl_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL PRIMARY "
                           "KEY, token BIGINT UNSIGNED NOT NULL, conn BIGINT UNSIGNED, %s) "
                           "ENGINE=InnoDB",
                           mc->tokens, MY_HOLDER_COLS);

@@ -282,8 +282,6 @@ int my_q_simple(my_conn *k, int what, int64_t until_ns, char *why, size_t wlen);
 void my_conn_spare(myclient *mc, int64_t until_ns);
 int my_pool_exec_until(dlock_client *c, int64_t until, const char *sql, const my_arg *args,
                        int nargs, my_res *res, char *why, size_t wlen);
-/* vasprintf, NULL when out of memory. */
-char *my_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Waits and their outcomes (see mysql.c). */
 double my_wait_seconds(int64_t deadline_ns);
@@ -327,6 +325,10 @@ int my_lease_holds(dlock_lock *l, my_conn *k, char *why, size_t wlen);
 void my_key_give_back(dlock_lock *l, my_conn *k);
 /* A grant whose key's row is another name's: let go, and say which. */
 int my_key_collision(dlock_lock *l, my_conn *k);
+/* A session mode's grant on k, its token drawn (drew: my_draw_token's
+ * answer, not 2): held and watched (0), or k closed or given back and the
+ * error set on l (why: the draw's message). */
+int my_session_hold(dlock_lock *l, my_conn *k, int drew, uint64_t token, char *why, size_t wlen);
 /* The lease marks of the default table's holders (see mysql.c). */
 int my_ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen);
 

@@ -1298,25 +1298,47 @@ int my_key_collision(dlock_lock *l, my_conn *k)
                        l->name, ml->key, other);
 }
 
+int my_session_hold(dlock_lock *l, my_conn *k, int drew, uint64_t token, char *why, size_t wlen)
+{
+    mylock *ml = l->bstate;
+    if (drew < 0) {
+        k->failed = true;
+        my_conn_close(k); /* lets go of the GET_LOCK (rowlock: ends the row's transaction) */
+        return dl_lock_err(l, drew, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
+                           mc_of(l->c)->redacted);
+    }
+    if (drew == 1)
+        return my_key_collision(l, k);
+    atomic_store(&l->token, token);
+    ml->conn = k;
+    int rc = my_watch_conn(l, k, why, wlen);
+    if (rc) {
+        ml->conn = NULL;
+        k->failed = true;
+        my_conn_close(k);
+        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
+    }
+    return 0;
+}
+
 int my_session_release(dlock_lock *l, my_unlock_fn unlock)
 {
     myclient *mc = mc_of(l->c);
     mylock *ml = l->bstate;
     my_conn *k = my_unwatch_conn(l);
     ml->conn = NULL;
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost) {
-        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                             l->name, k->sess.why);
-        k->failed = true;
-        my_conn_close(k);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc) {
+        if (k) {
+            k->failed = true;
+            my_conn_close(k);
+        }
         return rc;
     }
     char why[300];
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, mc->op_timeout_ms));
     bool was_held = false;
-    int rc = unlock(l, k, until, &was_held, why, sizeof why);
+    rc = unlock(l, k, until, &was_held, why, sizeof why);
     if (rc) {
         /* Closing the connection lets go of the lock as soon as the server
          * sees it closed. */
@@ -1387,16 +1409,8 @@ int my_key_waiters(dlock_client *c, const char *key)
 int my_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     myclient *mc = mc_of(c);
-    /* prefix as a LIKE pattern: its own %, _ and \ escaped */
     char pat[2 * DL_NAME_MAX + 2], why[300];
-    size_t j = 0;
-    for (const char *s = prefix ? prefix : ""; *s && j + 3 < sizeof pat; s++) {
-        if (*s == '%' || *s == '_' || *s == '\\')
-            pat[j++] = '\\';
-        pat[j++] = *s;
-    }
-    pat[j++] = '%';
-    pat[j] = '\0';
+    dl_like_prefix(prefix, pat, sizeof pat);
     my_arg a[] = {A_S(pat)};
     my_res r = {0};
     int rc = my_pool_exec(c, mc->sql_list, a, 1, &r, why, sizeof why);
@@ -1494,17 +1508,6 @@ static bool ident_ok(const char *s)
     return true;
 }
 
-char *my_fmt_alloc(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 static int build_sql(myclient *mc)
 {
     const char *lv = mc->live;
@@ -1531,13 +1534,13 @@ static int build_sql(myclient *mc)
     "AND UUID_SHORT() >= m.base%s " DRAW_HOLDER                                              \
     "token = IF(name = VALUES(name), LAST_INSERT_ID(VALUES(token)), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551615))"
-    mc->sql_draw = my_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
+    mc->sql_draw = dl_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT, "");
     /* getlock's grant: the lease table read (my_lease_holds) in the draw, one
      * round trip fewer (an autocommit statement: its shared locks on
      * dlock_lease end with it). Nothing drawn: a lease holder, or no epoch
      * in force; my_draw_token tells which. */
     mc->sql_draw_unleased =
-        my_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT,
+        dl_fmt_alloc(DRAW, lv, MY_EPOCH_SHIFT,
                      " AND NOT EXISTS (SELECT 1 FROM `dlock_lease` AS x WHERE x.name = ? AND "
                      "x.expires >= UTC_TIMESTAMP(6))");
 #undef DRAW
@@ -1558,7 +1561,7 @@ static int build_sql(myclient *mc)
     "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
     "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
 #define DRAW_FAST(TOKEN) DRAW_FAST_OF("?", "?", "?", TOKEN)
-    mc->sql_draw_fast = my_fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
+    mc->sql_draw_fast = dl_fmt_alloc(DRAW_FAST(RUN_TOKEN), lv, MY_EPOCH_SHIFT);
     /* getlock's first ask for a name: its GET_LOCK with no wait and the
      * draw above in one statement, a round trip fewer for a lock nobody
      * holds (bare GET_LOCK's two per cycle). A lock that is another's
@@ -1567,7 +1570,7 @@ static int build_sql(myclient *mc)
      * a GET_LOCK that waits: it would hold the MEMORY table's lock, and
      * every other draw, for its length. */
     mc->sql_try_draw =
-        my_fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
+        dl_fmt_alloc(DRAW_FAST("IF(GET_LOCK(?, 0) = 1, " RUN_TOKEN ", NULL)"), lv, MY_EPOCH_SHIFT);
     /* getlock's queued take: GET_LOCK that waits, then, granted, the draw
      * above, in one round trip: a procedure runs its statements one by
      * one, each opening its tables only when it runs, so no table is held
@@ -1578,7 +1581,7 @@ static int build_sql(myclient *mc)
      * caller's rights (INVOKER): no definer that may vanish. Versioned by
      * name: a later dlock with another body makes another. */
     snprintf(mc->take_proc_bare, sizeof mc->take_proc_bare, "%s_take1", mc->live_bare);
-    mc->sql_take_proc = my_fmt_alloc(
+    mc->sql_take_proc = dl_fmt_alloc(
         "CREATE PROCEDURE `%s` (IN pk VARBINARY(" MY_KEY_MAX_STR "), IN pname VARBINARY("
         MY_KEY_MAX_STR "), IN pwait DOUBLE, IN pholder VARBINARY(255)) SQL SECURITY INVOKER "
         "BEGIN DECLARE g INT DEFAULT NULL; DECLARE n BIGINT DEFAULT NULL; "
@@ -1587,8 +1590,8 @@ static int build_sql(myclient *mc)
         DRAW_FAST_OF("pk", "pname", "pholder", RUN_TOKEN) "; SET n = ROW_COUNT(); END; END IF; "
         "SELECT g, n, IF(n IS NULL, NULL, LAST_INSERT_ID()); END",
         mc->take_proc_bare, lv, MY_EPOCH_SHIFT);
-    mc->sql_take_call = my_fmt_alloc("CALL `%s`(?, ?, ?, ?)", mc->take_proc_bare);
-    mc->sql_proc_exists = my_fmt_alloc("SELECT 1 FROM information_schema.ROUTINES WHERE "
+    mc->sql_take_call = dl_fmt_alloc("CALL `%s`(?, ?, ?, ?)", mc->take_proc_bare);
+    mc->sql_proc_exists = dl_fmt_alloc("SELECT 1 FROM information_schema.ROUTINES WHERE "
                                        "ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND "
                                        "ROUTINE_TYPE = 'PROCEDURE'");
 #undef RUN_TOKEN
@@ -1607,19 +1610,19 @@ static int build_sql(myclient *mc)
     "CREATE TRIGGER `dlock_lease_live_" WHAT "` AFTER " EVENT " ON `dlock_lease` FOR EACH "     \
     "ROW IF LENGTH(NEW.name) <= " MY_KEY_MAX_STR " THEN " MARK_UPSERT("NEW.name",             \
                                                                       "NEW.expires") "; END IF"
-    mc->sql_mark_ddl[0] = my_fmt_alloc(MARK_TRIGGER("ins", "INSERT"));
-    mc->sql_mark_ddl[1] = my_fmt_alloc(MARK_TRIGGER("upd", "UPDATE"));
+    mc->sql_mark_ddl[0] = dl_fmt_alloc(MARK_TRIGGER("ins", "INSERT"));
+    mc->sql_mark_ddl[1] = dl_fmt_alloc(MARK_TRIGGER("upd", "UPDATE"));
 #undef MARK_TRIGGER
 #undef MARK_UPSERT
-    mc->sql_mark_count = my_fmt_alloc("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE "
+    mc->sql_mark_count = dl_fmt_alloc("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE "
                                       "TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME IN "
                                       "('dlock_lease_live_ins', 'dlock_lease_live_upd')");
-    mc->sql_mark_col = my_fmt_alloc("SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+    mc->sql_mark_col = dl_fmt_alloc("SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
                                     "DATABASE() AND TABLE_NAME = 'dlock_live' AND COLUMN_NAME = "
                                     "'lease_until'");
-    mc->sql_mark_col_add = my_fmt_alloc("ALTER TABLE `dlock_live` ADD COLUMN lease_until "
+    mc->sql_mark_col_add = dl_fmt_alloc("ALTER TABLE `dlock_live` ADD COLUMN lease_until "
                                         "DATETIME(6)");
-    mc->sql_mark_live = my_fmt_alloc(
+    mc->sql_mark_live = dl_fmt_alloc(
         "INSERT INTO `dlock_live` (k, name, token, lease_until) SELECT name, name, 0, "
         "MAX(expires) FROM `dlock_lease` WHERE expires >= UTC_TIMESTAMP(6) AND LENGTH(name) <= "
         MY_KEY_MAX_STR " GROUP BY name ON DUPLICATE KEY UPDATE lease_until = IF(name = "
@@ -1627,41 +1630,41 @@ static int build_sql(myclient *mc)
         "VALUES(lease_until)), lease_until)");
     /* the key '' (no lock's: names are not empty): the live rows were
      * marked in this server run */
-    mc->sql_mark_run = my_fmt_alloc("INSERT INTO `dlock_live` (k, name, token) VALUES ('', '', 0) "
+    mc->sql_mark_run = dl_fmt_alloc("INSERT INTO `dlock_live` (k, name, token) VALUES ('', '', 0) "
                                     "ON DUPLICATE KEY UPDATE token = 0");
-    mc->sql_mark_run_get = my_fmt_alloc("SELECT COUNT(*) FROM `dlock_live` WHERE k = ''");
+    mc->sql_mark_run_get = dl_fmt_alloc("SELECT COUNT(*) FROM `dlock_live` WHERE k = ''");
     /* a full TABLE_live (max_heap_table_size): the rows of names nobody
      * holds and no lease marks (the IF: GET_LOCK's functions refuse '') */
 #define EVICT                                                                                 \
     "DELETE FROM %s WHERE k <> '' AND (lease_until IS NULL OR lease_until < "                 \
     "UTC_TIMESTAMP(6)) AND IS_USED_LOCK(IF(k = '', 'dlock:-', k)) IS NULL"
-    mc->sql_mark_evict = my_fmt_alloc(EVICT, "`dlock_live`");
-    mc->sql_run_get = my_fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
+    mc->sql_mark_evict = dl_fmt_alloc(EVICT, "`dlock_live`");
+    mc->sql_run_get = dl_fmt_alloc("SELECT epoch FROM `dlock_run` WHERE id = 1");
     /* committed (flushed, on a durable server) before any token of it */
-    mc->sql_epoch_bump = my_fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
+    mc->sql_epoch_bump = dl_fmt_alloc("INSERT INTO `dlock_epoch` (id, epoch) VALUES (1, "
                                       "LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE epoch = "
                                       "LAST_INSERT_ID(epoch + 1)");
     /* the run's epoch in force: only the latest epoch counted (a locking
      * read: the newest committed), by the client that counted it; an
      * epoch in force is replaced only by a renewal (the second and third
      * parameters 1), and never by a lower one */
-    mc->sql_run_set = my_fmt_alloc(
+    mc->sql_run_set = dl_fmt_alloc(
         "INSERT INTO `dlock_run` (id, epoch, base) SELECT 1, e.epoch, UUID_SHORT() FROM "
         "`dlock_epoch` AS e WHERE e.id = 1 AND e.epoch = ? ON DUPLICATE KEY UPDATE "
         "base = IF(? = 1 AND VALUES(epoch) > `dlock_run`.epoch, VALUES(base), `dlock_run`.base), "
         "epoch = IF(? = 1, GREATEST(`dlock_run`.epoch, VALUES(epoch)), `dlock_run`.epoch)");
-    mc->sql_evict = my_fmt_alloc(EVICT, lv);
+    mc->sql_evict = dl_fmt_alloc(EVICT, lv);
 #undef EVICT
-    mc->sql_release = my_fmt_alloc("SELECT RELEASE_LOCK(?)");
-    mc->sql_waiters = my_fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
+    mc->sql_release = dl_fmt_alloc("SELECT RELEASE_LOCK(?)");
+    mc->sql_waiters = dl_fmt_alloc("SELECT COUNT(*) FROM performance_schema.metadata_locks WHERE "
                                    "OBJECT_TYPE = 'USER LEVEL LOCK' AND OBJECT_NAME = ? AND "
                                    "LOCK_STATUS = 'PENDING'");
-    mc->sql_name_of = my_fmt_alloc("SELECT name FROM %s WHERE k = ?", lv);
-    mc->sql_queue = my_fmt_alloc("SELECT GET_LOCK(?, ?)");
+    mc->sql_name_of = dl_fmt_alloc("SELECT name FROM %s WHERE k = ?", lv);
+    mc->sql_queue = dl_fmt_alloc("SELECT GET_LOCK(?, ?)");
     /* getlock, rowlock: live lease-mode holders of a name (see my_lease_holds) */
-    mc->sql_lease_live = my_fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
+    mc->sql_lease_live = dl_fmt_alloc("SELECT COUNT(*) FROM `dlock_lease` WHERE name = ? AND "
                                       "expires >= UTC_TIMESTAMP(6)");
-    mc->sql_table_exists = my_fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
+    mc->sql_table_exists = dl_fmt_alloc("SELECT 1 FROM information_schema.TABLES WHERE "
                                         "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?");
     return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump &&
                    mc->sql_run_set && mc->sql_evict && mc->sql_release && mc->sql_waiters &&
@@ -1775,7 +1778,7 @@ int my_ensure_marks(myclient *mc, my_conn *k, int64_t until, char *why, size_t w
  * utf8mb4's four per character). */
 char *my_live_ddl(myclient *mc)
 {
-    return my_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
+    return dl_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
                         "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
                         "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
                         "value VARBINARY(1000), lease_until DATETIME(6)) ENGINE=MEMORY",
@@ -1787,10 +1790,10 @@ char *my_live_ddl(myclient *mc)
  * their tokens: counted in InnoDB, the one in force in MEMORY. */
 int my_session_tables(char **ddl, const char **bare)
 {
-    ddl[2] = my_fmt_alloc(MY_LEASE_DDL, "`dlock_lease`", MY_HOLDER_COLS);
-    ddl[3] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_epoch` (id TINYINT UNSIGNED NOT "
+    ddl[2] = dl_fmt_alloc(MY_LEASE_DDL, "`dlock_lease`", MY_HOLDER_COLS);
+    ddl[3] = dl_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_epoch` (id TINYINT UNSIGNED NOT "
                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB");
-    ddl[4] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_run` (id TINYINT UNSIGNED NOT "
+    ddl[4] = dl_fmt_alloc("CREATE TABLE IF NOT EXISTS `dlock_run` (id TINYINT UNSIGNED NOT "
                           "NULL PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, base BIGINT "
                           "UNSIGNED NOT NULL) ENGINE=MEMORY");
     bare[2] = "dlock_lease";

@@ -55,12 +55,6 @@ static const char sql_expired[] = "SELECT name FROM " CLAIMS
 static const char sql_sweep[] =
     "DELETE FROM " CLAIMS " WHERE name = ? AND expires_at < UTC_TIMESTAMP(6)";
 
-static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
-                       const char *why)
-{
-    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, mc_of(c)->redacted);
-}
-
 /* The claims table, made when missing (a concurrent maker's CREATE may race
  * ours: IF NOT EXISTS, and a retry, as ensure_tables does). */
 static int claims_ensure(dlock_client *c, char *why, size_t wlen)
@@ -102,24 +96,15 @@ int my_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     char why[600];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
+        return dl_claim_err(c, rc, "reading", key, why);
     my_res r;
     my_arg a[] = {A_S(key)};
     rc = my_pool_exec(c, sql_get, a, 1, &r, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
-    const char *hex = my_cell(&r, 0, 0), *vs = my_cell(&r, 0, 1);
-    if (hex) {
-        char *end = NULL;
-        *ver = vs ? strtoull(vs, &end, 10) : 0;
-        rc = !vs || *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(hex, val, len);
-    }
+        return dl_claim_err(c, rc, "reading", key, why);
+    rc = dl_sql_claim_read(c, key, my_cell(&r, 0, 0), my_cell(&r, 0, 1), val, len, ver);
     my_res_free(&r);
-    if (rc)
-        return claims_fail(c, rc, "reading", key,
-                           rc == DLOCK_ENOMEM ? "out of memory"
-                                              : "the server sent no hex, or no version");
-    return 0;
+    return rc;
 }
 
 /* A few expired rows of other keys deleted, best effort: a failure here
@@ -148,15 +133,12 @@ int my_record_put(dlock_client *c, const char *key, const char *val, size_t len,
                   uint64_t ver)
 {
     char why[600];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     char *hex = malloc(2 * len + 1);
     if (!hex)
-        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+        return dl_claim_err(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     dl_hex_encode(val, len, hex);
     my_res r;
     my_arg a[] = {A_S(hex), A_I(ttl_ms * 1000), A_S(key), A_I(ver)};
@@ -172,7 +154,7 @@ int my_record_put(dlock_client *c, const char *key, const char *val, size_t len,
     }
     free(hex);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     if (!landed)
         return DL_RECORD_CHANGED;
     claims_sweep(c, key);
@@ -184,12 +166,12 @@ int my_record_del(dlock_client *c, const char *key)
     char why[600];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     my_res r;
     my_arg a[] = {A_S(key)};
     rc = my_pool_exec(c, sql_del, a, 1, &r, why, sizeof why);
     my_res_free(&r);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     return 0;
 }

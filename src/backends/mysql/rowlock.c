@@ -167,24 +167,7 @@ again: /* (the session ended while we waited for the name's GET_LOCK) */
      * not undone by a rollback, and the draw needs the session alive) */
     uint64_t token = 0;
     rc = my_draw_token(l, k, false, false, NULL, &token, why, sizeof why);
-    if (rc < 0) {
-        k->failed = true;
-        my_conn_close(k); /* its transaction ends, and the row is free */
-        return dl_lock_err(l, rc, "lock \"%s\": drawing its token: %s (%s)", l->name, why,
-                           mc->redacted);
-    }
-    if (rc == 1)
-        return my_key_collision(l, k);
-    atomic_store(&l->token, token);
-    ml->conn = k;
-    rc = my_watch_conn(l, k, why, sizeof why);
-    if (rc) {
-        ml->conn = NULL;
-        k->failed = true;
-        my_conn_close(k);
-        return dl_lock_err(l, rc, "lock \"%s\": %s", l->name, why);
-    }
-    return 0;
+    return my_session_hold(l, k, rc, token, why, sizeof why);
 }
 
 /* Whether name's row is locked, by a shared-lock read that does not wait
@@ -300,12 +283,8 @@ static int rowlock_break(dlock_client *c, const char *name, dlock_info *broken)
     char id[24] = "";
     memset(broken, 0, sizeof *broken);
     int rc = row_inspect(c, name, broken, id, sizeof id);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     return my_kill_holder(c, name, id);
 }
 
@@ -313,20 +292,20 @@ static int rowlock_break(dlock_client *c, const char *name, dlock_info *broken)
 int my_rowlock_build_sql(myclient *mc)
 {
     const char *t = mc->table, *lv = mc->live;
-    mc->sql_row_lock = my_fmt_alloc(
+    mc->sql_row_lock = dl_fmt_alloc(
         "INSERT INTO %s (name) VALUES (?) ON DUPLICATE KEY UPDATE name = VALUES(name)", t);
-    mc->sql_row_probe = my_fmt_alloc(mc->mariadb ? "SELECT name FROM %s WHERE name = ? LOCK IN "
+    mc->sql_row_probe = dl_fmt_alloc(mc->mariadb ? "SELECT name FROM %s WHERE name = ? LOCK IN "
                                                 "SHARE MODE NOWAIT"
                                               : "SELECT name FROM %s WHERE name = ? FOR SHARE "
                                                 "NOWAIT",
                                   t);
-    mc->sql_row_info = my_fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE k = ? "
+    mc->sql_row_info = dl_fmt_alloc("SELECT token, holder, " HELD_MS ", conn FROM %s WHERE k = ? "
                                     "AND name = ?",
                                     "since", lv);
     mc->sql_row_value =
-        my_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ? AND token = ?", lv);
-    mc->sql_row_getvalue = my_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ?", lv);
-    mc->sql_list = my_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
+        dl_fmt_alloc("UPDATE %s SET value = ? WHERE k = ? AND name = ? AND token = ?", lv);
+    mc->sql_row_getvalue = dl_fmt_alloc("SELECT value FROM %s WHERE k = ? AND name = ?", lv);
+    mc->sql_list = dl_fmt_alloc("SELECT name FROM %s WHERE name LIKE ? AND token > 0 ORDER BY name",
                                 lv);
     return mc->sql_row_lock && mc->sql_row_probe && mc->sql_row_info && mc->sql_row_value &&
                    mc->sql_row_getvalue && mc->sql_list
@@ -338,7 +317,7 @@ int my_rowlock_build_sql(myclient *mc)
  * my_session_tables). */
 int my_rowlock_tables(myclient *mc, char **ddl, const char **bare)
 {
-    ddl[0] = my_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
+    ddl[0] = dl_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (name VARBINARY(200) NOT NULL "
                           "PRIMARY KEY) ENGINE=InnoDB",
                           mc->table);
     ddl[1] = my_live_ddl(mc);

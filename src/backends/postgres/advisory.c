@@ -265,12 +265,8 @@ static int advisory_inspect(dlock_client *c, const char *name, dlock_info *info)
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 7), NULL, 10);
     } else if (holders > 0 && !pg_lib.getisnull(r, 0, 2)) { /* a holder of an older version */
         info->token = strtoull(pg_lib.getvalue(r, 0, 2), NULL, 10);
-        if (!pg_lib.getisnull(r, 0, 3)) {
-            /* "OWNER pid N on HOST": the last to write it */
-            const char *h = pg_lib.getvalue(r, 0, 3);
-            const char *sp = strchr(h, ' ');
-            snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
-        }
+        if (!pg_lib.getisnull(r, 0, 3)) /* the last to write it */
+            pg_holder_into(r, 3, info);
         if (!pg_lib.getisnull(r, 0, 4))
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }
@@ -285,11 +281,9 @@ static int advisory_set_value(dlock_lock *l, const char *value)
 {
     pgclient *pc = pc_of(l->c);
     pg_conn *k = pg_unwatch_conn(l);
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost)
-        return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                           l->name, k->sess.why);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc)
+        return rc;
     char sql[200], why[300];
     char tok[24]; /* (whose value it is: see advisory_get_value) */
     snprintf(tok, sizeof tok, "%" PRIu64, (uint64_t)atomic_load(&l->token));
@@ -298,7 +292,7 @@ static int advisory_set_value(dlock_lock *l, const char *value)
     const char *p[] = {l->name, value, tok};
     PGresult *r;
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
-    int rc = pg_run(k, sql, 3, p, until, -1, &r, why, sizeof why);
+    rc = pg_run(k, sql, 3, p, until, -1, &r, why, sizeof why);
     if (!rc && *pg_sqlstate(r)) {
         char line[200];
         rc = pg_code_of_state(pg_sqlstate(r));
@@ -355,8 +349,8 @@ int pg_advisory_build_sql(pgclient *pc)
     "%s, f AS (SELECT d.v, " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d, c) "        \
     "SELECT l.ok, (SELECT f.v FROM f) FROM l"
     char *tok = pg_token_ctes(pc, "l", "l.ok");
-    char *tail = tok ? pg_fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
-    char *bare = tok ? pg_fmt_alloc(BARE_TAIL, tok) : NULL;
+    char *tail = tok ? dl_fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
+    char *bare = tok ? dl_fmt_alloc(BARE_TAIL, tok) : NULL;
 #undef GRANT_TAIL
 #undef BARE_TAIL
     free(tok);
@@ -371,16 +365,16 @@ int pg_advisory_build_sql(pgclient *pc)
         "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
         "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s";
     if (tail && bare) {
-        pc->sql_try_x = pg_fmt_alloc(try_x, tail);
-        pc->sql_try_r = pg_fmt_alloc(try_r, tail);
-        pc->sql_wait_x = pg_fmt_alloc(wait_x, 4, tail);
-        pc->sql_wait_r = pg_fmt_alloc(wait_r, 4, tail);
-        pc->sql_bare[0][0] = pg_fmt_alloc(try_x, bare);
-        pc->sql_bare[0][1] = pg_fmt_alloc(try_r, bare);
-        pc->sql_bare[1][0] = pg_fmt_alloc(wait_x, 2, bare);
-        pc->sql_bare[1][1] = pg_fmt_alloc(wait_r, 2, bare);
+        pc->sql_try_x = dl_fmt_alloc(try_x, tail);
+        pc->sql_try_r = dl_fmt_alloc(try_r, tail);
+        pc->sql_wait_x = dl_fmt_alloc(wait_x, 4, tail);
+        pc->sql_wait_r = dl_fmt_alloc(wait_r, 4, tail);
+        pc->sql_bare[0][0] = dl_fmt_alloc(try_x, bare);
+        pc->sql_bare[0][1] = dl_fmt_alloc(try_r, bare);
+        pc->sql_bare[1][0] = dl_fmt_alloc(wait_x, 2, bare);
+        pc->sql_bare[1][1] = dl_fmt_alloc(wait_r, 2, bare);
         /* the draw alone, on the session holding the lock (after run_ensure) */
-        pc->sql_redraw = pg_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
+        pc->sql_redraw = dl_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
     free(tail);
     free(bare);
@@ -414,7 +408,7 @@ int pg_advisory_tables(dlock_client *c, char *why, size_t wlen)
              "END IF; END$$",
              pc->seq, pc->seq, pc->seq, pc->table);
     const char *ddl[] = {table, seq};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
                             2, p, ddl, 2, why, wlen);
 }

@@ -56,7 +56,7 @@
 int pg_lease_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
-    pc->sql_take = pg_fmt_alloc(
+    pc->sql_take = dl_fmt_alloc(
         "WITH free AS (SELECT s FROM generate_series($6::int, $6::int + $5::int - 1) AS s "
         "WHERE NOT EXISTS (SELECT 1 FROM %s AS o WHERE o.name = $1 AND (o.slot = s OR "
         PG_LEASE_SLOTS_OF("o") ") AND o.owner IS NOT NULL AND "
@@ -80,7 +80,7 @@ int pg_lease_build_sql(pgclient *pc)
      * taken, the name's rows in the names table (see pg_names_check), one a
      * row, beside it; and a held slot of another kind than the taker's
      * ($2 its first slot, $3 its permits), if any. */
-    pc->sql_expiry = pg_fmt_alloc(
+    pc->sql_expiry = dl_fmt_alloc(
         "SELECT e.ms, n.mode, n.tbl, (SELECT min(k.slot) FROM %s AS k WHERE k.name = $1 AND "
         "(k.slot < $2::int OR k.slot >= $2::int + $3::int) AND k.owner IS NOT NULL AND "
         "k.expires >= clock_timestamp()) FROM (SELECT floor(greatest(0, extract(epoch FROM "
@@ -92,7 +92,7 @@ int pg_lease_build_sql(pgclient *pc)
      * flushed commit after it, covers it): a release a crash forgets leaves
      * the row to expire, which delays the next holder by at most the lease
      * after a crash, and never makes two. */
-    pc->sql_free = pg_fmt_alloc(
+    pc->sql_free = dl_fmt_alloc(
         "WITH a AS (SELECT set_config('synchronous_commit', 'off', true)), "
         "r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND slot = $2 "
         "AND owner = $3 AND (SELECT count(*) FROM a) = 1 RETURNING name), "
@@ -107,30 +107,30 @@ int pg_lease_build_sql(pgclient *pc)
     /* A waiter queues with its session's pid (its liveness beside the
      * stamp; none behind a transaction pooler, whose server sessions are
      * not the waiter's), and removes the dead rows of the name it finds. */
-    pc->sql_enqueue = pg_fmt_alloc(
+    pc->sql_enqueue = dl_fmt_alloc(
         "WITH d AS (DELETE FROM %s AS q WHERE q.name = $1 AND q.owner <> $2 AND NOT ("
         LEASE_WAITER_LIVE("q") ")) "
         "INSERT INTO %s (name, owner, since, alive, pid) VALUES ($1, $2, clock_timestamp(), "
         "clock_timestamp() + interval '3 seconds', %s) ON CONFLICT (name, owner) "
         "DO UPDATE SET alive = excluded.alive, pid = excluded.pid",
         pc->waiters, pc->waiters, pc->txpool ? "NULL::int" : "pg_backend_pid()");
-    pc->sql_refresh = pg_fmt_alloc(
+    pc->sql_refresh = dl_fmt_alloc(
         "UPDATE %s SET alive = clock_timestamp() + interval '3 seconds' WHERE name = $1 AND "
         "owner = $2",
         pc->waiters);
-    pc->sql_dequeue = pg_fmt_alloc("DELETE FROM %s WHERE name = $1 AND owner = $2", pc->waiters);
-    pc->sql_setvalue = pg_fmt_alloc(
+    pc->sql_dequeue = dl_fmt_alloc("DELETE FROM %s WHERE name = $1 AND owner = $2", pc->waiters);
+    pc->sql_setvalue = dl_fmt_alloc(
         "UPDATE %s SET value = $4 WHERE name = $1 AND slot = $2::int AND owner = $3 AND "
         "expires >= clock_timestamp() RETURNING 1",
         t);
-    pc->sql_renew = pg_fmt_alloc(
+    pc->sql_renew = dl_fmt_alloc(
         "UPDATE %s SET expires = clock_timestamp() + $4::int * interval '1 millisecond' "
         "WHERE name = $1 AND slot = $2 AND owner = $3 AND expires >= clock_timestamp() "
         "RETURNING 1",
         t);
     /* Many renewals in one statement: arrays of names, slots, owners and
      * leases; the rows still ours come back by their place in the arrays. */
-    pc->sql_renew_many = pg_fmt_alloc(
+    pc->sql_renew_many = dl_fmt_alloc(
         "UPDATE %s AS t SET expires = clock_timestamp() + b.ttl * interval '1 millisecond' "
         "FROM unnest($1::text[], $2::int[], $3::text[], $4::int[]) WITH ORDINALITY "
         "AS b(name, slot, owner, ttl, i) WHERE t.name = b.name AND t.slot = b.slot AND "
@@ -445,10 +445,11 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     }
 }
 
-static int lease_release(dlock_lock *l)
+/* lease_row on a row that must still be ours: DLOCK_ELOST when it was not. */
+static int lease_row_kept(dlock_lock *l, const char *sql, const char *extra)
 {
     int touched = 0;
-    int rc = lease_row(l, pc_of(l->c)->sql_free, NULL, &touched);
+    int rc = lease_row(l, sql, extra, &touched);
     if (rc)
         return rc;
     return touched ? 0
@@ -456,18 +457,17 @@ static int lease_release(dlock_lock *l)
                                  "lock \"%s\": its row had expired or been taken over", l->name);
 }
 
+static int lease_release(dlock_lock *l)
+{
+    return lease_row_kept(l, pc_of(l->c)->sql_free, NULL);
+}
+
 /* The row, still ours, now ends ttl_ms from now. */
 static int lease_renew_for(dlock_lock *l, int64_t ttl_ms)
 {
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    int touched = 0;
-    int rc = lease_row(l, pc_of(l->c)->sql_renew, ttl, &touched);
-    if (rc)
-        return rc;
-    return touched ? 0
-                   : dl_lock_err(l, DLOCK_ELOST,
-                                 "lock \"%s\": its row had expired or been taken over", l->name);
+    return lease_row_kept(l, pc_of(l->c)->sql_renew, ttl);
 }
 
 static int lease_renew(dlock_lock *l)
@@ -609,9 +609,7 @@ static int lease_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->held_ms = -1;
     info->lease_ms = -1;
     if (holders > 0) {
-        const char *h = pg_lib.getvalue(r, 0, 2);
-        const char *sp = strchr(h, ' ');
-        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        pg_holder_into(r, 2, info);
         info->held_ms = pg_lib.getisnull(r, 0, 3) ? -1 : strtoll(pg_lib.getvalue(r, 0, 3), NULL, 10);
         info->lease_ms = pg_lib.getisnull(r, 0, 4) ? -1 : strtoll(pg_lib.getvalue(r, 0, 4), NULL, 10);
     }
@@ -674,7 +672,7 @@ int pg_lease_tables(dlock_client *c, char *why, size_t wlen)
     /* a table of an older version: the waiter's session pid */
     snprintf(pid, sizeof pid, "ALTER TABLE %s ADD COLUMN IF NOT EXISTS pid int", pc->waiters);
     const char *ddl[] = {table, seq, waiters, pid};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
                             "NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE "
                             "attrelid = to_regclass($3) AND attname = 'pid' AND NOT "

@@ -225,8 +225,6 @@ static inline int64_t pg_call_until(const dlock_lock *l)
  * (until < 0: see pg_call_until). */
 int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
                       const char *const *vals, PGresult **out, char *why, size_t wlen);
-/* vasprintf, NULL when out of memory. */
-char *pg_fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The session modes (advisory, rowlock): a held lock's session watched. */
 int pg_watch_conn(dlock_lock *l, pg_conn *k, char *why, size_t wlen);
@@ -283,6 +281,9 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
  * first n parameters. */
 int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char *buf,
                 size_t len);
+/* inspect: the holder in r's row 0, column col, written "OWNER pid N on
+ * HOST" by the holder (the owner id is left out), into info->holder. */
+void pg_holder_into(const PGresult *r, int col, dlock_info *info);
 /* The start of a break's statement that ends the sessions holding a lock
  * (pg_locks l): "PG_BREAK_ENDED <from l ...>) AS t". */
 #define PG_BREAK_ENDED                                                                       \
@@ -292,9 +293,16 @@ int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char 
  * param; its two columns: sessions ended, sessions to end. */
 int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const char *sql,
                 const char *param);
-/* A mode's lock tables: check (n parameters p) says "t" when they are all
- * there; else the ddl statements run in order. */
-int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
-                     const char *const *ddl, size_t nddl, char *why, size_t wlen);
+/* Tables a client needs (the kind: "lock" for a mode's, "claims"; table:
+ * the one named when this role may not create it): check (n parameters p)
+ * says "t" when they are all there; else the ddl statements run in order. */
+int pg_tables_ensure(dlock_client *c, const char *kind, const char *table, const char *check,
+                     int n, const char *const *p, const char *const *ddl, size_t nddl, char *why,
+                     size_t wlen);
+/* once, retried while it fails on what another try may change: two clients
+ * creating the same tables at once, CREATE ... IF NOT EXISTS can still fail
+ * on the catalog's unique index for the slower one, which looks again. */
+int pg_ensure_retry(dlock_client *c, int (*once)(dlock_client *c, char *why, size_t wlen),
+                    char *why, size_t wlen);
 
 #endif

@@ -769,7 +769,7 @@ void pg_lock_fini(dlock_lock *l)
  */
 char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond)
 {
-    return pg_fmt_alloc(
+    return dl_fmt_alloc(
         "n AS (SELECT r.epoch AS e, nextval('%s') - r.base AS off FROM %s AS r, %s WHERE %s "
         "AND r.seq = '%s'), "
         "d AS (SELECT (n.e << %d) + n.off AS v FROM n WHERE n.off > 0 AND n.off < %lld), "
@@ -780,9 +780,9 @@ char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond)
 /* The statements of run_ensure (see pg_token_ctes). */
 int pg_run_build_sql(pgclient *pc)
 {
-    pc->sql_run_get = pg_fmt_alloc("SELECT epoch FROM %s WHERE seq = $1", pc->runs);
+    pc->sql_run_get = dl_fmt_alloc("SELECT epoch FROM %s WHERE seq = $1", pc->runs);
     /* committed with a flush before any token of it */
-    pc->sql_epoch_bump = pg_fmt_alloc(
+    pc->sql_epoch_bump = dl_fmt_alloc(
         "WITH c AS (SELECT set_config('synchronous_commit', CASE WHEN "
         "current_setting('synchronous_commit') = 'off' THEN 'local' ELSE "
         "current_setting('synchronous_commit') END, true) AS sc) "
@@ -790,7 +790,7 @@ int pg_run_build_sql(pgclient *pc)
         "AS q) FROM c ON CONFLICT (seq) DO UPDATE SET epoch = GREATEST(e.epoch + 1, "
         "excluded.epoch) RETURNING e.epoch",
         pc->epochs, PG_EPOCH_SHIFT, pc->seq);
-    pc->sql_run_put = pg_fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
+    pc->sql_run_put = dl_fmt_alloc("INSERT INTO %s (seq, epoch, base) SELECT $1, $2::bigint, "
                                    "nextval('%s') ON CONFLICT (seq) DO NOTHING",
                                    pc->runs, pc->seq);
     return pc->sql_run_get && pc->sql_epoch_bump && pc->sql_run_put ? 0 : DLOCK_ENOMEM;
@@ -966,12 +966,10 @@ int pg_session_release(dlock_lock *l, const char *sql, int n, bool says_held, co
     pglock *pl = l->bstate;
     pg_conn *k = pg_unwatch_conn(l);
     pl->conn = NULL;
-    if (!k)
-        return dl_lock_err(l, DLOCK_ENOTHELD, "lock \"%s\" is not held", l->name);
-    if (k->sess.lost) {
-        int rc = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the session holding it ended: %s",
-                             l->name, k->sess.why);
-        pg_conn_close(k);
+    int rc = dl_session_usable(l, k ? &k->sess : NULL);
+    if (rc) {
+        if (k)
+            pg_conn_close(k);
         return rc;
     }
     char key[24], tok[24], why[300];
@@ -980,7 +978,7 @@ int pg_session_release(dlock_lock *l, const char *sql, int n, bool says_held, co
     const char *p[] = {key, tok};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     PGresult *r;
-    int rc = pg_run_fixed(k, sql, n, p, until, -1, &r, why, sizeof why);
+    rc = pg_run_fixed(k, sql, n, p, until, -1, &r, why, sizeof why);
     if (rc) {
         /* Closing the session lets go of the lock as soon as the server
          * sees it closed. */
@@ -1068,12 +1066,12 @@ static const pg_mode *mode_named(const char *name)
 
 static int names_build_sql(pgclient *pc)
 {
-    pc->sql_names_get = pg_fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
-    pc->sql_names_add = pg_fmt_alloc(
+    pc->sql_names_get = dl_fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
+    pc->sql_names_add = dl_fmt_alloc(
         "INSERT INTO %s (name, mode, tbl) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         pc->names);
     pc->sql_names_drop =
-        pg_fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
+        dl_fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
     return pc->sql_names_get && pc->sql_names_add && pc->sql_names_drop ? 0 : DLOCK_ENOMEM;
 }
 
@@ -1210,16 +1208,8 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
 int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
 {
     pgclient *pc = pc_of(c);
-    /* prefix as a LIKE pattern: its own %, _ and \ escaped */
     char pat[2 * DL_NAME_MAX + 2], sql[300], why[300];
-    size_t j = 0;
-    for (const char *s = prefix ? prefix : ""; *s && j + 3 < sizeof pat; s++) {
-        if (*s == '%' || *s == '_' || *s == '\\')
-            pat[j++] = '\\';
-        pat[j++] = *s;
-    }
-    pat[j++] = '%';
-    pat[j] = '\0';
+    dl_like_prefix(prefix, pat, sizeof pat);
     snprintf(sql, sizeof sql, "SELECT DISTINCT name FROM %s WHERE name LIKE $1 ORDER BY name",
              pc->table);
     const char *p[] = {pat};
@@ -1233,6 +1223,13 @@ int pg_list(dlock_client *c, const char *prefix, dlock_list_fn fn, void *arg)
             stop = fn(pg_lib.getvalue(r, i, 0), arg);
     pg_lib.clear(r);
     return stop;
+}
+
+void pg_holder_into(const PGresult *r, int col, dlock_info *info)
+{
+    const char *h = pg_lib.getvalue(r, 0, col);
+    const char *sp = strchr(h, ' ');
+    snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
 }
 
 int pg_value_by(dlock_client *c, const char *name, const char *sql, int n, char *buf,
@@ -1260,12 +1257,8 @@ int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const cha
 {
     pgclient *pc = pc_of(c);
     int rc = c->ops->inspect(c, name, broken);
-    if (rc)
+    if (dl_nothing_to_break(rc, broken))
         return rc;
-    if (broken->held != 1) {
-        broken->held = broken->holders = 0; /* the core says nothing was held */
-        return 0;
-    }
     char why[300];
     const char *p[] = {param};
     PGresult *r;
@@ -1280,17 +1273,6 @@ int pg_break_by(dlock_client *c, const char *name, dlock_info *broken, const cha
                              "holding it (a superuser's, or this role lacks pg_signal_backend)",
                              name, all - done, all);
     return 0;
-}
-
-char *pg_fmt_alloc(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
 }
 
 /* ---- clients --------------------------------------------------------------------- */
@@ -1456,10 +1438,10 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
     return pc->m->tables(c, why, wlen);
 }
 
-int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
-                     const char *const *ddl, size_t nddl, char *why, size_t wlen)
+int pg_tables_ensure(dlock_client *c, const char *kind, const char *table, const char *check,
+                     int n, const char *const *p, const char *const *ddl, size_t nddl, char *why,
+                     size_t wlen)
 {
-    pgclient *pc = pc_of(c);
     PGresult *r;
     int rc = pg_pool_run(c, check, n, p, &r, why, wlen);
     if (rc)
@@ -1478,22 +1460,22 @@ int pg_tables_ensure(dlock_client *c, const char *check, int n, const char *cons
         char detail[200];
         snprintf(detail, sizeof detail, "%.199s", why);
         snprintf(why, wlen,
-                 "the lock table %s does not exist and this role may not create it (%s): "
+                 "the %s table %s does not exist and this role may not create it (%s): "
                  "create it as its owner (see docs/postgres.md) or grant CREATE",
-                 pc->table, detail);
+                 kind, table, detail);
     }
     return rc;
 }
 
-/* The lock tables, created when missing. Two clients creating them at the
- * same moment: CREATE ... IF NOT EXISTS can still fail on the catalog's
- * unique index for the slower one, which looks again. */
-static int ensure_table(dlock_client *c, char *why, size_t wlen)
+int pg_ensure_retry(dlock_client *c, int (*once)(dlock_client *c, char *why, size_t wlen),
+                    char *why, size_t wlen)
 {
     int rc = 0;
     for (int i = 0; i < 5; i++) {
-        rc = ensure_table_once(c, why, wlen);
-        if (rc == 0 || rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM)
+        rc = once(c, why, wlen);
+        /* a server that did not answer in time would not the next time either */
+        if (rc == 0 || rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM ||
+            rc == DLOCK_ETIMEDOUT)
             break;
         struct timespec pause = {0, 20 * 1000000};
         nanosleep(&pause, NULL);
@@ -1579,7 +1561,7 @@ int pg_client_open(dlock_client *c, const dl_url *u)
     }
     /* The first session: the server is there, the role may log in, and the
      * table exists. */
-    rc = ensure_table(c, why, sizeof why);
+    rc = pg_ensure_retry(c, ensure_table_once, why, sizeof why);
     if (rc) {
         pg_client_close(c);
         return dl_client_err(c, rc, "%s: %s", u->redacted, why);

@@ -19,26 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Expired rows of other keys a write deletes. */
 #define PG_CLAIMS_SWEEP 16
 
-static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
-                       const char *why)
-{
-    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, pc_of(c)->redacted);
-}
-
-/* The claims table, made when missing. Two clients making it at once:
- * CREATE ... IF NOT EXISTS can still fail on the catalog's unique index
- * for the slower one, which looks again (as ensure_table does for the
- * lock tables). */
-static int claims_ensure(dlock_client *c, char *why, size_t wlen)
+/* The claims table and its index, made when missing (pg_ensure_retry). */
+static int claims_ensure_once(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
-    if (atomic_load(&pc->claims_ready))
-        return 0;
     /* the index in the table's schema: "s"."dlock_claims_expires_at" */
     char idx[sizeof pc->claims + 16];
     const char *dot = strchr(pc->claims, '.');
@@ -52,36 +40,18 @@ static int claims_ensure(dlock_client *c, char *why, size_t wlen)
     snprintf(ddl[1], sizeof ddl[1],
              "CREATE INDEX IF NOT EXISTS dlock_claims_expires_at ON %s (expires_at)", pc->claims);
     const char *p[] = {pc->claims, idx};
-    int rc = 0;
-    for (int i = 0; i < 5; i++) {
-        PGresult *r;
-        rc = pg_pool_run(c, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", 2, p, &r, why, wlen);
-        if (rc == 0) {
-            bool there = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
-            pg_lib.clear(r);
-            if (there)
-                break;
-            for (int d = 0; d < 2 && rc == 0; d++) {
-                rc = pg_pool_run(c, ddl[d], 0, NULL, &r, why, wlen);
-                pg_lib.clear(r);
-            }
-            if (rc == 0)
-                break;
-        }
-        if (rc == DLOCK_EPERM || rc == DLOCK_EUNREACHABLE || rc == DLOCK_ENOMEM ||
-            rc == DLOCK_ETIMEDOUT)
-            break;
-        struct timespec pause = {0, 20 * 1000000};
-        nanosleep(&pause, NULL);
-    }
-    if (rc == DLOCK_EPERM) {
-        char detail[200];
-        snprintf(detail, sizeof detail, "%.199s", why);
-        snprintf(why, wlen,
-                 "the claims table %s does not exist and this role may not create it (%s): "
-                 "create it as its owner (see docs/postgres.md) or grant CREATE",
-                 pc->claims, detail);
-    }
+    const char *const d[] = {ddl[0], ddl[1]};
+    return pg_tables_ensure(c, "claims", pc->claims,
+                            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                            2, p, d, 2, why, wlen);
+}
+
+static int claims_ensure(dlock_client *c, char *why, size_t wlen)
+{
+    pgclient *pc = pc_of(c);
+    if (atomic_load(&pc->claims_ready))
+        return 0;
+    int rc = pg_ensure_retry(c, claims_ensure_once, why, wlen);
     if (rc == 0)
         atomic_store(&pc->claims_ready, true);
     return rc;
@@ -96,7 +66,7 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     char why[600], sql[300];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
+        return dl_claim_err(c, rc, "reading", key, why);
     snprintf(sql, sizeof sql,
              "SELECT encode(val, 'hex'), ver FROM %s WHERE key = $1 AND expires_at > "
              "clock_timestamp()",
@@ -105,18 +75,12 @@ int pg_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     PGresult *r;
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "reading", key, why);
-    if (pg_lib.ntuples(r) > 0) {
-        char *end;
-        *ver = strtoull(pg_lib.getvalue(r, 0, 1), &end, 10);
-        rc = *end || *ver == 0 ? DLOCK_EPROTO : dl_hex_decode(pg_lib.getvalue(r, 0, 0), val, len);
-    }
+        return dl_claim_err(c, rc, "reading", key, why);
+    bool row = pg_lib.ntuples(r) > 0;
+    rc = dl_sql_claim_read(c, key, row ? pg_lib.getvalue(r, 0, 0) : NULL,
+                           row ? pg_lib.getvalue(r, 0, 1) : NULL, val, len, ver);
     pg_lib.clear(r);
-    if (rc)
-        return claims_fail(c, rc, "reading",  key,
-                           rc == DLOCK_ENOMEM ? "out of memory"
-                                              : "the server sent no hex, or no version");
-    return 0;
+    return rc;
 }
 
 int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len, int64_t ttl_ms,
@@ -124,12 +88,9 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
 {
     pgclient *pc = pc_of(c);
     char why[600], sql[1200], ttl[24], vers[24];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     /* The sweep's rows are other keys' (key <> $1), so it and the write
      * never touch one row twice. A row comes back where the write landed. */
     int at = snprintf(sql, sizeof sql,
@@ -153,7 +114,7 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
                  pc->claims);
     char *hex = malloc(2 * len + 1);
     if (!hex)
-        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+        return dl_claim_err(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     dl_hex_encode(val, len, hex);
     snprintf(ttl, sizeof ttl, "%" PRId64, ttl_ms);
     /* bigint is signed: a version past its top would be refused, and a
@@ -164,7 +125,7 @@ int pg_record_put(dlock_client *c, const char *key, const char *val, size_t len,
     rc = pg_pool_run_until(c, -1, sql, 4, p, &r, why, sizeof why);
     free(hex);
     if (rc)
-        return claims_fail(c, rc, "writing", key, why);
+        return dl_claim_err(c, rc, "writing", key, why);
     bool landed = pg_lib.ntuples(r) > 0;
     pg_lib.clear(r);
     return landed ? 0 : DL_RECORD_CHANGED;
@@ -176,13 +137,13 @@ int pg_record_del(dlock_client *c, const char *key)
     char why[600], sql[200];
     int rc = claims_ensure(c, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     snprintf(sql, sizeof sql, "DELETE FROM %s WHERE key = $1", pc->claims);
     const char *p[] = {key};
     PGresult *r;
     rc = pg_pool_run_until(c, -1, sql, 1, p, &r, why, sizeof why);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, why);
+        return dl_claim_err(c, rc, "deleting", key, why);
     pg_lib.clear(r);
     return 0;
 }

@@ -28,7 +28,7 @@
 int pg_rowlock_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
-    pc->sql_row_ensure = pg_fmt_alloc("INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t);
+    pc->sql_row_ensure = dl_fmt_alloc("INSERT INTO %s (name) VALUES ($1) ON CONFLICT DO NOTHING", t);
     /* The waiters queue first on a transaction advisory lock on the name's
      * key (FIFO in the server's lock manager), then lock the row, which is
      * free by then: on the row alone, a newcomer could take it between a
@@ -37,28 +37,28 @@ int pg_rowlock_build_sql(pgclient *pc)
     /* The transaction only locks: its commit (the release) loses nothing a
      * crash would not end anyway, so it is not flushed (synchronous_commit
      * off, for this transaction). The token is drawn by sql_row_info. */
-    pc->sql_row_try = pg_fmt_alloc(
+    pc->sql_row_try = dl_fmt_alloc(
         "WITH a AS (SELECT pg_try_advisory_xact_lock($2::bigint) AS ok), l AS (SELECT t.name "
         "FROM %s AS t, a WHERE a.ok AND t.name = $1 FOR UPDATE OF t NOWAIT) "
         "SELECT set_config('synchronous_commit', 'off', true) FROM l",
         t);
     /* set_config first (the join reads s before the row is locked) */
-    pc->sql_row_wait = pg_fmt_alloc(
+    pc->sql_row_wait = dl_fmt_alloc(
         "WITH s AS (SELECT set_config('lock_timeout', $3, true) AS v), a AS (SELECT "
         "pg_advisory_xact_lock($2::bigint) AS q FROM s), l AS (SELECT t.name FROM "
         "%s AS t, a WHERE t.name = $1 FOR UPDATE OF t) "
         "SELECT set_config('synchronous_commit', 'off', true) FROM l",
         t);
     /* (only when there is one: a write per release made its commit a flush) */
-    pc->sql_row_unvalue = pg_fmt_alloc(
+    pc->sql_row_unvalue = dl_fmt_alloc(
         "UPDATE %s SET value = NULL WHERE name = $1 AND owner = $2 AND value IS NOT NULL",
         pc->values);
-    pc->sql_row_value = pg_fmt_alloc(
+    pc->sql_row_value = dl_fmt_alloc(
         "UPDATE %s SET value = $3 WHERE name = $1 AND owner = $2 RETURNING 1", pc->values);
     /* who took the row, with its token (drawn here, once the row is ours:
      * see pg_token_ctes) */
     char *tok = pg_token_ctes(pc, "(SELECT 1) AS one", "true");
-    pc->sql_row_info = tok ? pg_fmt_alloc(
+    pc->sql_row_info = tok ? dl_fmt_alloc(
         "WITH %s INSERT INTO %s AS h (name, owner, token, holder, since) SELECT $1, $2, d.v, $3, "
         "clock_timestamp() FROM d, c ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
         "token = excluded.token, holder = excluded.holder, since = excluded.since, value = NULL "
@@ -105,10 +105,7 @@ static int row_inspect(dlock_client *c, const char *name, dlock_info *info)
     info->lease_ms = -1;
     info->held_ms = -1;
     if (held && !pg_lib.getisnull(r, 0, 1)) {
-        /* "OWNER pid N on HOST", written by the holder once it had the row */
-        const char *h = pg_lib.getvalue(r, 0, 1);
-        const char *sp = strchr(h, ' ');
-        snprintf(info->holder, sizeof info->holder, "%s", sp ? sp + 1 : h);
+        pg_holder_into(r, 1, info); /* written by the holder once it had the row */
         if (!pg_lib.getisnull(r, 0, 2))
             info->held_ms = strtoll(pg_lib.getvalue(r, 0, 2), NULL, 10);
     }
@@ -299,7 +296,7 @@ int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
              "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
              pc->values);
     const char *ddl[] = {table, seq, values};
-    return pg_tables_ensure(c,
+    return pg_tables_ensure(c, "lock", pc->table,
                             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
                             "NULL AND to_regclass($3) IS NOT NULL",
                             3, p, ddl, 3, why, wlen);

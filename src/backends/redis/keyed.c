@@ -295,24 +295,11 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
 
 static int k_renew_for(dlock_lock *l, int64_t ttl_ms)
 {
-    rclient *rc = rc_of(l->c);
     kkeys *k = l->bstate;
     rcmd c;
     char nb[24];
     renew_cmd(&c, l, ttl_ms, nb);
-    redisReply *r;
-    char err[256];
-    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = rd_run(rc, k->key[K_LOCK], &c, 1, &r, &how, err, sizeof err);
-    if (x != RD_OK)
-        return rd_call_failed(l, "renew", x, err);
-    int result = 0;
-    if (r->type != REDIS_REPLY_INTEGER)
-        result = rd_bad_reply(l, "renew", "an integer from the lock script", r);
-    else if (r->integer != 1)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
-    freeReplyObject(r);
-    return result;
+    return rd_owned_call(l, k->key[K_LOCK], &c, "renew", ": lease expired or taken over");
 }
 
 static int k_renew(dlock_lock *l)

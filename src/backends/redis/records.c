@@ -38,6 +38,19 @@ static int record_key(dlock_client *cl, const char *name, char *buf, size_t len)
                : 0;
 }
 
+/* The record's key into key, and c a plain command verb on it. */
+static int record_cmd(dlock_client *cl, const char *name, char *key, size_t klen, rcmd *c,
+                      const char *verb)
+{
+    int e = record_key(cl, name, key, klen);
+    if (e)
+        return e;
+    rcmd_init(c);
+    rcmd_add(c, verb);
+    rcmd_add(c, key);
+    return 0;
+}
+
 /* One command on the key's master; *r its reply (free it) or the error. */
 static int record_call(dlock_client *cl, const char *name, const char *key, const rcmd *c,
                        redisReply **r)
@@ -64,13 +77,10 @@ int rd_record_get(dlock_client *cl, const char *name, char **val, size_t *len,
     *len = 0;
     *ver = 0;
     char key[DL_NAME_MAX + RD_TEMPLATE_MAX + 64];
-    int e = record_key(cl, name, key, sizeof key);
+    rcmd c;
+    int e = record_cmd(cl, name, key, sizeof key, &c, "HMGET");
     if (e)
         return e;
-    rcmd c;
-    rcmd_init(&c);
-    rcmd_add(&c, "HMGET");
-    rcmd_add(&c, key);
     rcmd_add(&c, "v");
     rcmd_add(&c, "ver");
     redisReply *all;
@@ -147,13 +157,10 @@ int rd_record_put(dlock_client *cl, const char *name, const char *val, size_t le
 int rd_record_del(dlock_client *cl, const char *name)
 {
     char key[DL_NAME_MAX + RD_TEMPLATE_MAX + 64];
-    int e = record_key(cl, name, key, sizeof key);
+    rcmd c;
+    int e = record_cmd(cl, name, key, sizeof key, &c, "DEL");
     if (e)
         return e;
-    rcmd c;
-    rcmd_init(&c);
-    rcmd_add(&c, "DEL");
-    rcmd_add(&c, key);
     redisReply *r;
     if ((e = record_call(cl, name, key, &c, &r)) != 0)
         return e;

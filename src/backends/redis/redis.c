@@ -318,6 +318,25 @@ int rd_alien(dlock_client *cl, dlock_lock *l, const char *name, const char *key,
 #define PAIR_EXPECTED "an array of 2 integers from the lock script"
 #define INT_EXPECTED "an integer from the lock script"
 
+int rd_owned_call(dlock_lock *l, const char *key, const rcmd *c, const char *what,
+                  const char *lost)
+{
+    rclient *rc = rc_of(l->c);
+    redisReply *r;
+    char err[256];
+    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
+    int x = rd_run(rc, key, c, 1, &r, &how, err, sizeof err);
+    if (x != RD_OK)
+        return rd_call_failed(l, what, x, err);
+    int result = 0;
+    if (r->type != REDIS_REPLY_INTEGER)
+        result = rd_bad_reply(l, what, INT_EXPECTED, r);
+    else if (r->integer != 1)
+        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\"%s", l->name, lost);
+    freeReplyObject(r);
+    return result;
+}
+
 /* ---- operations ---------------------------------------------------------- */
 
 static int lock_args(dlock_lock *l, rcmd *c, const char *op, char nb[][24], long long wl)
@@ -675,19 +694,7 @@ static int renew_for(dlock_lock *l, int64_t ttl_ms)
     rcmd c;
     char nb[24];
     rd_renew_cmd(&c, &rc->cf, l, ttl_ms, nb);
-    redisReply *r;
-    char err[256];
-    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
-    if (x != RD_OK)
-        return rd_call_failed(l, "renew", x, err);
-    int result = 0;
-    if (r->type != REDIS_REPLY_INTEGER)
-        result = rd_bad_reply(l, "renew", INT_EXPECTED, r);
-    else if (r->integer != 1)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": lease expired or taken over", l->name);
-    freeReplyObject(r);
-    return result;
+    return rd_owned_call(l, rl->key, &c, "renew", ": lease expired or taken over");
 }
 
 static int redis_renew(dlock_lock *l)
@@ -971,21 +978,7 @@ static int redis_set_value(dlock_lock *l, const char *value)
     rd_script_cmd(&c, &rc->cf, rl->key, "setval");
     rcmd_add(&c, l->owner);
     rcmd_add(&c, value);
-    redisReply *r;
-    char err[256];
-    rcall how = {.l = l, .timeout_ms = rc->cf.op_timeout_ms, .cancel_fd = -1, .retry = true};
-    int x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
-    if (x != RD_OK)
-        return rd_call_failed(l, "publishing the leader value", x, err);
-    int result;
-    if (r->type != REDIS_REPLY_INTEGER)
-        result = rd_bad_reply(l, "publishing the leader value", INT_EXPECTED, r);
-    else if (r->integer != 1)
-        result = dl_lock_err(l, DLOCK_ELOST, "lock \"%s\" is no longer held", l->name);
-    else
-        result = 0;
-    freeReplyObject(r);
-    return result;
+    return rd_owned_call(l, rl->key, &c, "publishing the leader value", " is no longer held");
 }
 
 static int redis_get_value(dlock_client *cl, const char *name, char *buf, size_t len)

@@ -55,6 +55,12 @@ int rd_run(rclient *rc, const char *key, const rcmd *cmds, int n, redisReply **o
 int rd_call_failed(dlock_lock *l, const char *what, int x, const char *err);
 /* A reply of the wrong shape as l's (or cl's, about name) error. */
 int rd_bad_reply(dlock_lock *l, const char *what, const char *expected, const redisReply *r);
+/* A script call c on key's master that the lock's owner alone may make
+ * (renew, set a value), which may run twice: 0 when the script answers 1,
+ * DLOCK_ELOST ("lock NAME" then lost) when it answers another integer,
+ * else the call's or the reply's error, about what. */
+int rd_owned_call(dlock_lock *l, const char *key, const rcmd *c, const char *what,
+                  const char *lost);
 /* A release's outcome from the call's status x and its reply r (freed):
  * 0, DLOCK_ELOST when the lock was no longer ours, or the call's error. */
 int rd_release_result(dlock_lock *l, int x, redisReply *r, const char *err);

@@ -25,12 +25,6 @@
 #define ZK_CLAIMS_DIR ".claims"
 #define ZK_CLAIM_HEAD_MAX 24 /* "TTL_MS\n" */
 
-static int claims_fail(dlock_client *c, int rc, const char *what, const char *key,
-                       const char *why)
-{
-    return dl_client_err(c, rc, "claim \"%s\": %s: %s (%s)", key, what, why, zc_of(c)->redacted);
-}
-
 /* The folder and the record's node: false if they do not fit. */
 static bool claim_paths(const zkclient *zc, const char *key, char *dir, char *path)
 {
@@ -56,11 +50,11 @@ int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     *ver = 0;
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
     if (!claim_paths(zc, key, dir, path))
-        return claims_fail(c, DLOCK_ENAME, "reading", key, "its node's path is too long");
+        return dl_claim_err(c, DLOCK_ENAME, "reading", key, "its node's path is too long");
     zk_op op;
     int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
-        return claims_fail(c, rc, "reading", key, err);
+        return dl_claim_err(c, rc, "reading", key, err);
     zk_call *k = NULL;
     int zrc = zk_do(&op, CALL_DATA, path, NULL, zk_op_until(zc), &k);
     if (zrc == ZNONODE) {
@@ -69,7 +63,7 @@ int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     }
     if (zrc != ZOK) {
         zk_op_end(&op);
-        return claims_fail(c, zk_code(zrc), "reading", key, zk_why(zc, zrc, err, sizeof err));
+        return dl_claim_err(c, zk_code(zrc), "reading", key, zk_why(zc, zrc, err, sizeof err));
     }
     const char *nl = k->data ? memchr(k->data, '\n', (size_t)k->datalen < ZK_CLAIM_HEAD_MAX
                                                          ? (size_t)k->datalen
@@ -80,8 +74,8 @@ int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
     if (!nl || end != nl || ttl_ms <= 0) {
         zk_call_drop(k);
         zk_op_end(&op);
-        return claims_fail(c, DLOCK_EPROTO, "reading", key,
-                           "its node's data is not a claim record (TTL_MS, newline, bytes)");
+        return dl_claim_err(c, DLOCK_EPROTO, "reading", key,
+                            "its node's data is not a claim record (TTL_MS, newline, bytes)");
     }
     if (k->stat.mtime + ttl_ms <= dl_realtime_ms()) {
         /* over: this version deleted, unless a write replaced it since
@@ -94,7 +88,7 @@ int zk_record_get(dlock_client *c, const char *key, char **val, size_t *len, uin
         if (!out) {
             zk_call_drop(k);
             zk_op_end(&op);
-            return claims_fail(c, DLOCK_ENOMEM, "reading", key, "out of memory");
+            return dl_claim_err(c, DLOCK_ENOMEM, "reading", key, "out of memory");
         }
         memcpy(out, nl + 1, n);
         out[n] = '\0';
@@ -112,14 +106,11 @@ int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len,
 {
     zkclient *zc = zc_of(c);
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
-    if (ttl_ms <= 0)
-        return dl_client_err(c, DLOCK_EINVAL, "claim \"%s\": a record's time must be positive",
-                             key);
     if (!claim_paths(zc, key, dir, path))
-        return claims_fail(c, DLOCK_ENAME, "writing", key, "its node's path is too long");
+        return dl_claim_err(c, DLOCK_ENAME, "writing", key, "its node's path is too long");
     char *data = malloc(ZK_CLAIM_HEAD_MAX + len);
     if (!data)
-        return claims_fail(c, DLOCK_ENOMEM, "writing", key, "out of memory");
+        return dl_claim_err(c, DLOCK_ENOMEM, "writing", key, "out of memory");
     int head = snprintf(data, ZK_CLAIM_HEAD_MAX, "%" PRId64 "\n", ttl_ms);
     memcpy(data + head, val, len);
     int dlen = head + (int)len;
@@ -127,7 +118,7 @@ int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len,
     int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc) {
         free(data);
-        return claims_fail(c, rc, "writing", key, err);
+        return dl_claim_err(c, rc, "writing", key, err);
     }
     /* a version: set there (gone or changed: not ours); none: create, the
      * folder first when it is missing (or the server removed it empty
@@ -152,7 +143,7 @@ int zk_record_put(dlock_client *c, const char *key, const char *val, size_t len,
     if (zrc == ZBADVERSION || zrc == ZNODEEXISTS || (ver && zrc == ZNONODE))
         return DL_RECORD_CHANGED;
     if (zrc != ZOK)
-        return claims_fail(c, zk_code(zrc), "writing", key, zk_why(zc, zrc, err, sizeof err));
+        return dl_claim_err(c, zk_code(zrc), "writing", key, zk_why(zc, zrc, err, sizeof err));
     return 0;
 }
 
@@ -161,14 +152,14 @@ int zk_record_del(dlock_client *c, const char *key)
     zkclient *zc = zc_of(c);
     char dir[ZK_PATH_MAX], path[ZK_PATH_MAX], err[300];
     if (!claim_paths(zc, key, dir, path))
-        return claims_fail(c, DLOCK_ENAME, "deleting", key, "its node's path is too long");
+        return dl_claim_err(c, DLOCK_ENAME, "deleting", key, "its node's path is too long");
     zk_op op;
     int rc = zk_op_begin(zc, true, &op, err, sizeof err);
     if (rc)
-        return claims_fail(c, rc, "deleting", key, err);
+        return dl_claim_err(c, rc, "deleting", key, err);
     int zrc = call_run(&op, CALL_VOID, path, NULL, -1, -1, 0);
     zk_op_end(&op);
     if (zrc != ZOK && zrc != ZNONODE)
-        return claims_fail(c, zk_code(zrc), "deleting", key, zk_why(zc, zrc, err, sizeof err));
+        return dl_claim_err(c, zk_code(zrc), "deleting", key, zk_why(zc, zrc, err, sizeof err));
     return 0;
 }
