@@ -84,6 +84,16 @@ bool dl_pool_put(dl_pool *p, dl_pooled *it);
 void dl_pool_drain(dl_pool *p, void (*close)(dl_pooled *));
 /* From now on put refuses; every idle connection is handed to close. */
 void dl_pool_stop(dl_pool *p, void (*close)(dl_pooled *));
+/* Whether a call that failed with rc on a connection the pool gave
+ * (reused) goes again, on the next one: a connection that died while it
+ * idled (a server restart, its idle limit, a KILL) fails as unreachable,
+ * which says nothing of the server. A new connection is never reused, so
+ * the pool's size bounds the tries. The callers' calls may run twice (a
+ * read, a token draw, a take whose dead session the server let go). */
+static inline bool dl_pool_again(int rc, bool reused)
+{
+    return rc == DLOCK_EUNREACHABLE && reused;
+}
 /* After dl_pool_stop, with no caller left. */
 void dl_pool_fini(dl_pool *p);
 

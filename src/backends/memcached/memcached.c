@@ -238,7 +238,7 @@ void mc_put_conn(mc_server *s, mc_conn *k)
 int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_reply *rep,
                    int nrep, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
 {
-    for (int attempt = 0;; attempt++) {
+    for (;;) {
         mc_conn *k;
         bool reused;
         int rc = mc_get_conn(mc, s, until_ns, cancel_fd, &k, &reused, why, wlen);
@@ -294,10 +294,10 @@ int mc_call(mcclient *mc, mc_server *s, const char *req, size_t len, mc_reply *r
             return 0;
         }
         mc_conn_close(k);
-        /* a pooled connection the server closed while it idled: once more
-         * on a new one (nothing came back, so nothing was done twice that
-         * a lock item would mind: an add is refused the second time) */
-        if (rc == DLOCK_EUNREACHABLE && reused && sent_nothing_back && attempt == 0)
+        /* a pooled connection the server closed while it idled: again
+         * (nothing came back, so nothing was done twice that a lock item
+         * would mind: an add is refused the second time) */
+        if (dl_pool_again(rc, reused) && sent_nothing_back)
             continue;
         if (!rc)
             rc = DLOCK_EPROTO; /* more bytes than replies */

@@ -616,9 +616,9 @@ int pg_pool_run_until(dlock_client *c, int64_t until, const char *sql, int n,
                     wlen);
         if (rc)
             pg_conn_close(k);
-        if (rc != DLOCK_EUNREACHABLE || !reused)
+        if (!dl_pool_again(rc, reused))
             break;
-    } while (1); /* a pooled session that died idle: again on another */
+    } while (1);
     if (rc)
         return rc;
     if (*pg_sqlstate(*out)) {
