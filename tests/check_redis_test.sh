@@ -60,7 +60,10 @@ jcheck "$TMP/redlock.json" "redlock pause-acquire: pass, every stopped acquisiti
 
 # --- a holder cut off from the servers (its relay frozen past the lease):
 #     told of the loss before its lease ran out there, no overlap, the
-#     stale write rejected by fencing, the canary lost an increment
+#     stale write rejected by fencing, the canary lost an increment. A cut
+#     that nobody took over in time (a loaded machine: 3 cuts, one without
+#     a takeover) lets its holder's write through unopposed, its token still
+#     the highest: accepted by the fence rightly, and not a violation
 for b in redis redlock; do
     [ $b = redis ] && u=$DLOCK_TEST_REDIS || u=$DLOCK_TEST_REDLOCK
     # ttl 4: the loss is told ttl/100 + 2 ms (42 ms) before the servers'
@@ -70,7 +73,7 @@ for b in redis redlock; do
     jcheck "$TMP/$b-cut.json" "$b partition: pass, no overlap, told before the lease ran out on the servers" \
         'sc("partition")["verdict"] == "pass" and sc("partition")["overlaps"] == 0 and sc("partition")["canary"]["overlaps"] == 0 and sc("partition")["partitions"] > 0 and sc("partition")["loss_told_late"] == 0 and sc("partition")["told_before_expiry_min_ms"] is not None'
     jcheck "$TMP/$b-cut.json" "$b partition: stale writes rejected by fencing, the canary lost updates" \
-        'sc("partition")["stale_writes_rejected"] > 0 and sc("partition")["stale_writes_accepted"] == 0 and sc("partition")["canary"]["lost_increments"] > 0'
+        'sc("partition")["stale_writes_rejected"] > 0 and sc("partition")["canary"]["lost_increments"] > 0 and sc("partition")["stale_writes_accepted"] == sc("partition")["fenced"]["stale_writes_accepted_unopposed"] + sc("partition")["fenced"]["stale_writes_accepted_expected"]'
 done
 check_json sentinel-cut "$DLOCK_TEST_SENTINEL" -P 2 -D 0.3 --scenario partition
 jcheck "$TMP/sentinel-cut.json" "sentinel partition: n/a (Sentinel names the master to its clients), not run" \

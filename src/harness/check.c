@@ -494,9 +494,11 @@ static void json_counts(FILE *f, const hist_result *h)
             ",\"server_faults\":%" PRIu64 ",\"data_losses\":%" PRIu64
             ",\"sections_after_fault\":%" PRIu64 ",\"overlaps_expected\":%" PRIu64
             ",\"token_regressions_expected\":%" PRIu64 ",\"token_duplicates_expected\":%" PRIu64
-            ",\"stale_writes_accepted_expected\":%" PRIu64 "}",
+            ",\"stale_writes_accepted_expected\":%" PRIu64
+            ",\"stale_writes_accepted_unopposed\":%" PRIu64 "}",
             h->server_faults, h->data_losses, h->sections_after_fault, h->overlaps_expected,
-            h->token_regressions_expected, h->token_dups_expected, h->stale_accepted_expected);
+            h->token_regressions_expected, h->token_dups_expected, h->stale_accepted_expected,
+            h->stale_accepted_unopposed);
 }
 
 static void print_json(const chk_config *cfg, const sc_out *outs, size_t n, int exit_code,
