@@ -25,8 +25,10 @@ rc=$?
 [ $rc = 0 ] && ok "a 3 s run on a 1.3 s span keeps its lock" ||
     bad "a 3 s run on a 1.3 s span: exit $rc: $(cat "$TMP/long.err")"
 
-# Conflicts: nothing runs, whatever the exit code asked for.
-"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+# Conflicts: nothing runs, whatever the exit code asked for. The holder
+# holds until told (a fixed 4 s ran out under TSan at three tests at a
+# time, and the SIGTERM case's waiter then got the lock and ran).
+"$DLOCK" --url "$U" run held -- sh -c 'while [ ! -e "$0" ]; do sleep 0.05; done' "$TMP/held.stop" & holder=$!
 for _ in $(seq 50); do "$DLOCK" --url "$U" status held 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
@@ -49,6 +51,7 @@ rc=$?
     bad "SIGTERM while waiting: exit $rc, ran: $(cat "$TMP/int.out")"
 "$DLOCK" --url "$U" status held 2>/dev/null | grep -q 'waiters: *0' &&
     ok "SIGTERM while waiting: no queue node left" || bad "SIGTERM while waiting: a waiter is left"
+touch "$TMP/held.stop"
 wait $holder
 
 # A waiter stopped past its session (SIGSTOP of dlock itself): the server
