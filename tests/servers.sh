@@ -6,6 +6,8 @@
 #
 #   tests/servers.sh run redis redlock sentinel cluster -- CMD ARGS...
 #
+# (the kinds start at once, each in a subshell; pgbouncer after the rest)
+#
 # exports, for what it started:
 #   DLOCK_TEST_REDIS      redis://127.0.0.1:P           one master
 #                         DLOCK_TEST_REDIS_KEY (the same, ?key=lock:{name})
