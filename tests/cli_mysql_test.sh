@@ -166,16 +166,20 @@ if sys.argv[5] == "lease":
 
     # ---- lease: a run three times as long as its lease keeps the lock ------------------
     if [ $m = lease ]; then
-        "$DLOCK" --url "$U" run -t 1 $m-long -- sleep 3 2>"$TMP/$m-long.err" & h=$!
+        # (it holds until told: the other client's try must fall inside
+        # the hold however slow this machine is)
+        "$DLOCK" --url "$U" run -t 1 $m-long -- sh -c "$(until_file "$TMP/$m-long.go")" \
+            2>"$TMP/$m-long.err" & h=$!
         wait_held "$U" $m-long || bad "$m-long: the holder never held its lock"
         sleep 2 # two leases
         out=$("$DLOCK" --url "$U" run -n $m-long -- echo RAN 2>/dev/null)
         rc2=$?
+        touch "$TMP/$m-long.go"
         wait $h
         rc=$?
         [ $rc = 0 ] && [ $rc2 = 1 ] && [ -z "$out" ] &&
-            ok "$m: a 3 s run on a 1 s lease kept its lock (another client's -n after 2 s: exit 1), exit 0" ||
-            bad "$m: a 3 s run on a 1 s lease: exit $rc ($(cat "$TMP/$m-long.err")); the other client's -n: exit $rc2 '$out'"
+            ok "$m: a run over two 1 s leases kept its lock (another client's -n after 2 s: exit 1), exit 0" ||
+            bad "$m: a run over two 1 s leases: exit $rc ($(cat "$TMP/$m-long.err")); the other client's -n: exit $rc2 '$out'"
     fi
 
     # ---- kill -9 of a holder: the next waiter gets the lock — at once when the
@@ -237,14 +241,18 @@ if sys.argv[5] == "lease":
         fi
     else
         # lease: the row is the lock; a killed connection is replaced at the
-        # next renewal and the holder keeps its lease.
-        "$DLOCK" --url "$U" run -t 1 $m-ended -- sleep 2.5 2>"$TMP/$m-ended.err" & h=$!
+        # next renewal and the holder keeps its lease. It holds until told,
+        # so the other client's try falls inside its hold however slow the
+        # KILLs are under load.
+        "$DLOCK" --url "$U" run -t 1 $m-ended -- sh -c "$(until_file "$TMP/$m-ended.go")" \
+            2>"$TMP/$m-ended.err" & h=$!
         wait_held "$U" $m-ended || bad "$m-ended: the holder never held its lock"
         ids=$(sql "SELECT id FROM information_schema.processlist WHERE user = 'dlock'")
         for id in $ids; do sql "KILL $id" 2>/dev/null; done
         sleep 1.2 # more than a lease
         out=$("$DLOCK" --url "$U" run -n $m-ended -- echo RAN 2>/dev/null)
         rc2=$?
+        touch "$TMP/$m-ended.go"
         wait $h
         rc=$?
         [ -n "$ids" ] && [ $rc = 0 ] && [ $rc2 = 1 ] && [ -z "$out" ] &&
