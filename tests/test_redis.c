@@ -216,6 +216,11 @@ static void test_long_wait_then_handover(void **state)
     dlock_client_close(c);
 }
 
+static int64_t ms_since(int64_t t0)
+{
+    return (now_ns() - t0) / 1000000;
+}
+
 /* test_dead_waiter_and_dead_holder's holder: on its go byte, takes NAME
  * with a 500 ms lease, says so on ready, and waits to be killed. */
 __attribute__((noreturn)) static void dead_holder_child(int go[2], int ready[2], const char *name)
@@ -245,8 +250,10 @@ __attribute__((noreturn)) static void dead_holder_child(int go[2], int ready[2],
     _exit(0);
 }
 
-/* A waiter that dies in the queue blocks it only for its short lease; a
- * holder that dies blocks only until its lease runs out. */
+/* A waiter that dies in the queue and is then handed the lock (its lease
+ * 30 s) blocks it only until its registration lapses (3 s after its last
+ * look), when a live waiter takes the uncollected hand-over back; a holder
+ * that dies blocks only until its lease runs out. */
 static void test_dead_waiter_and_dead_holder(void **state)
 {
     (void)state;
@@ -273,7 +280,7 @@ static void test_dead_waiter_and_dead_holder(void **state)
         if (read(go1[0], &g, 1) != 1)
             _exit(0);
         dlock_client *kc = open_url(redis_url);
-        dlock_lock *kl = mk_lock(kc, name, DLOCK_EXCLUSIVE, 1, 500, 1);
+        dlock_lock *kl = mk_lock(kc, name, DLOCK_EXCLUSIVE, 1, 30000, 1);
         dlock_acquire(kl, -1); /* queued first; then killed */
         _exit(0);
     }
@@ -294,9 +301,15 @@ static void test_dead_waiter_and_dead_holder(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &ws), 0);
     usleep(100 * 1000);
-    assert_int_equal(dlock_release(h), 0);
+    int64_t t0 = now_ns();
+    assert_int_equal(dlock_release(h), 0); /* handed to the dead waiter */
     pthread_join(t, NULL);
-    assert_int_equal(atomic_load(&ws.rc), 0);
+    print_message("the dead waiter's hand-over taken back: the live waiter had the lock %lld ms "
+                  "after the release\n",
+                  (long long)ms_since(t0));
+    if (atomic_load(&ws.rc) != 0) /* 15 s: half the dead waiter's lease */
+        fail_msg("the live waiter did not get the lock a dead waiter was handed: %s",
+                 dlock_lock_errmsg(w));
     assert_int_equal(dlock_release(w), 0);
 
     /* A holder killed while holding a 500 ms lease. */
@@ -1070,11 +1083,6 @@ static void test_redlock_blackholed_master(void **state)
 /* The library's own slot computation (src/backends/redis/cluster.c), to compare with
  * the server's CLUSTER KEYSLOT. */
 unsigned rd_key_slot(const char *key, size_t len);
-
-static int64_t ms_since(int64_t t0)
-{
-    return (now_ns() - t0) / 1000000;
-}
 
 struct name_seen {
     const char *want;

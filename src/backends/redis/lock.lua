@@ -10,6 +10,8 @@
 --   q      list    fair waiters in arrival order (owner ids)
 --   qi     hash    owner -> "expiry kind ttl permits holder" of each queued waiter
 --   w:ID   list    where the release hands waiter ID its token (it BLPOPs here)
+--   ho     zset    hand-overs, "ID KIND" scored by the registration expiry of
+--                  waiter ID when it was handed the lock (see take_back)
 --   rd     zset    shared holders, scored by lease expiry
 --   sem    zset    semaphore holders, scored by lease expiry
 --   sn     string  the permits of the semaphore in force (meaningful while
@@ -31,7 +33,7 @@
 -- main(KEYS, ARGV)" appended, where the whole file runs on every call.
 -- So the state of one call lives in the variables below, set by main.
 
-local P, LOCK, TOKEN, Q, QI, RD, SEM, NFW, SIG, SN
+local P, LOCK, TOKEN, Q, QI, RD, SEM, NFW, SIG, SN, HO
 -- The server's clock in ms, read on first use (release and renew of an
 -- exclusive lock never need it).
 local now_ms
@@ -224,6 +226,8 @@ local function advance(releasing)
       local w = P .. 'w:' .. head
       redis.call('RPUSH', w, grant(head, kind, tonumber(ttl), holder, tonumber(permits)))
       redis.call('PEXPIRE', w, 60000)
+      redis.call('ZADD', HO, exp, head .. ' ' .. kind)
+      redis.call('PEXPIRE', HO, 60000)
       if kind == 'x' then
         to_writer = true
         break
@@ -248,6 +252,46 @@ local function give_back(owner, kind)
   return 1
 end
 
+-- Hand-overs (advance) nobody collected by the grantee's registration
+-- expiry are taken back: the grantee stopped looking (it died, or gave up
+-- and its abort never came), and the lock would otherwise stand idle for a
+-- whole ttl while live waiters wait behind it. A live grantee collects at
+-- its next look, which comes before that expiry, and collecting (BLPOP, or
+-- the wait operation's LPOP) empties w:ID in one step: a grant taken back
+-- was never collected, and its grantee, should it look again, only finds
+-- itself a waiter.
+local function take_back()
+  if redis.call('EXISTS', HO) == 0 then return end
+  local due = redis.call('ZRANGEBYSCORE', HO, '-inf', '(' .. now())
+  if #due == 0 then return end
+  for _, m in ipairs(due) do
+    local owner, kind = string.match(m, '^(%S+) (%a)$')
+    if owner and redis.call('LLEN', P .. 'w:' .. owner) > 0 then
+      redis.call('DEL', P .. 'w:' .. owner)
+      give_back(owner, kind)
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', HO, '-inf', '(' .. now())
+end
+
+-- Milliseconds until the exclusive holder's grant may be taken back
+-- (take_back), or nil when it is no hand-over or was collected: a waiter
+-- looks again then.
+local function uncollected_ms()
+  local x = xowner()
+  if not x or redis.call('LLEN', P .. 'w:' .. x) == 0 then return nil end
+  local exp = redis.call('ZSCORE', HO, x .. ' x')
+  if not exp then return nil end
+  return math.max(tonumber(exp) - now() + 1, 1)
+end
+
+-- How long a waiter of kind may sleep before looking again.
+local function look_ms(kind)
+  local ms, u = blocker_ms(kind), uncollected_ms()
+  if u and u < ms then return u end
+  return ms
+end
+
 -- new: the owner id cannot be queued yet (its first try), so skip the look.
 local function enqueue(owner, kind, ttl, permits, holder, wl, new)
   if new or redis.call('HEXISTS', QI, owner) == 0 then redis.call('RPUSH', Q, owner) end
@@ -268,6 +312,7 @@ local function main(KEYS, ARGV)
     P = string.sub(LOCK, 1, #LOCK - 4)
     TOKEN, Q, QI = P .. 'token', P .. 'q', P .. 'qi'
     RD, SEM, NFW, SIG, SN = P .. 'rd', P .. 'sem', P .. 'nfw', P .. 'sig', P .. 'sn'
+    HO = P .. 'ho'
   end
   now_ms, purged = nil, nil
   local op = ARGV[1]
@@ -287,6 +332,7 @@ local function main(KEYS, ARGV)
     local again = ARGV[9] == '1' -- a waiter's retry (may be registered)
     local other = kind == 's' and sem_other(permits)
     if other then return {-1, other} end
+    take_back()
     local no_writer = false
     if fair and kind ~= 's' then
       -- While a live writer holds the lock, nobody can be granted it: join
@@ -298,7 +344,7 @@ local function main(KEYS, ARGV)
       end
       if pttl > 0 then
         if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
-        return {0, pttl}
+        return {0, math.min(pttl, uncollected_ms() or pttl)}
       end
       no_writer = pttl == -2
     end
@@ -320,22 +366,26 @@ local function main(KEYS, ARGV)
       if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
       else redis.call('ZADD', NFW, now() + wl, owner) end
     end
-    return {0, blocker_ms(kind)}
+    return {0, look_ms(kind)}
 
   -- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
-  -- periodic look: keep its place, hand over a lock whose holder vanished.
+  -- periodic look: collect a hand-over (first: one come late is still ours
+  -- while not taken back), keep its place, take back what others did not
+  -- collect, hand over a lock whose holder vanished.
   elseif op == 'wait' then
     local owner, kind, ttl, permits = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
     local holder, wl = ARGV[7], tonumber(ARGV[8])
-    local other = kind == 's' and redis.call('LLEN', P .. 'w:' .. owner) == 0 and sem_other(permits)
-    if other then return {-1, other} end
-    if redis.call('HEXISTS', QI, owner) == 1 or redis.call('LLEN', P .. 'w:' .. owner) == 0 then
-      enqueue(owner, kind, ttl, permits, holder, wl)
-    end
-    advance()
-    local handed = redis.call('LPOP', P .. 'w:' .. owner)
+    local w = P .. 'w:' .. owner
+    local handed = redis.call('LPOP', w)
     if handed then return {1, tonumber(handed)} end
-    return {0, blocker_ms(kind)}
+    local other = kind == 's' and sem_other(permits)
+    if other then return {-1, other} end
+    enqueue(owner, kind, ttl, permits, holder, wl)
+    take_back()
+    advance()
+    handed = redis.call('LPOP', w)
+    if handed then return {1, tonumber(handed)} end
+    return {0, look_ms(kind)}
 
   -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
   elseif op == 'rel' then

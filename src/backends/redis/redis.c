@@ -469,6 +469,19 @@ int rd_confirm_replicated(dlock_lock *l, const char *key, const rcmd *renew)
 
 static int release_quietly(dlock_lock *l);
 
+/* A timed waiter's registration (wl) lasts no longer than its wait, so
+ * that one whose abort never reaches the server (its bound spent on a
+ * loaded machine, its process gone) stops being handed the lock when its
+ * deadline passes, and a hand-over it did not collect is taken back then
+ * (lock.lua, take_back) instead of standing idle for a whole ttl. */
+static long long wait_lease_ms(int64_t deadline, long long wl)
+{
+    if (deadline <= 0 || wl == 0)
+        return wl;
+    long long left = dl_ms_left(deadline);
+    return left >= wl ? wl : left > 0 ? left : 1;
+}
+
 static int redis_acquire(dlock_lock *l, int64_t deadline)
 {
     rclient *rc = rc_of(l->c);
@@ -497,7 +510,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     owner_cmd(l, "abort", &undo);
     rcmd c;
     char nb[3][24];
-    lock_args(l, &c, "acq", nb, wl);
+    lock_args(l, &c, "acq", nb, wait_lease_ms(deadline, wl));
     redisReply *r;
     char err[256];
     int64_t sent;
@@ -611,7 +624,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
             safe_start = sent; /* nothing was handed to us before this BLPOP ran */
         /* Look again: a non-fair waiter tries to take the lock; a fair one
          * keeps its place and collects a lock whose holder vanished. */
-        lock_args(l, &c, fair ? "wait" : "acq", nb, wl);
+        lock_args(l, &c, fair ? "wait" : "acq", nb, wait_lease_ms(deadline, wl));
         if (!fair)
             rcmd_add(&c, "1"); /* again: drop the registration if granted */
         x = rd_run(rc, rl->key, &c, 1, &r, &how, err, sizeof err);
