@@ -25,7 +25,8 @@ once, even when several processes are asked to do it (a claim)::
         else:                        # this caller runs it (job.attempt > 1: a retry)
             job.finish(result=refund())
 
-See docs/python.md.
+``async with client.once(...)`` is the same in asyncio; ``client.inspect_claim``
+reads a claim's record and ``client.forget_claim`` resets it. See docs/python.md.
 """
 from __future__ import annotations
 
@@ -413,7 +414,7 @@ class Client(_dlock.Client):
         fingerprint: what the work is (a hash of the request); a caller with
         another gets ``Conflict``. ttl, max_hold, on_lost: the lock's, as in
         :meth:`lock`. ``NotSupported`` where the backend keeps no claims
-        (memcached, redlock).
+        (memcached, redlock). ``async with`` works too (asyncio).
         """
         return Claim(self, key, keep=keep, timeout=_timeout_default(timeout),
                      retry_failed=retry_failed, fingerprint=fingerprint, ttl=ttl,
@@ -544,6 +545,13 @@ class Claim:
     exception abandons (``job.abandon()``): the next caller runs it again
     as the next attempt. ``Lost`` (nothing recorded) when the lock was lost
     meanwhile (its lease ran out, ``max_hold``, ``dlock break``).
+
+    In asyncio, ``async with client.once(key) as job:`` waits on a worker
+    thread (the loop runs on; cancelling the task cancels the wait and
+    leaves nothing behind), then behaves as ``with``; a loss of the lock
+    cancels the body and raises ``Lost``, as in ``async with
+    client.lock()``. ``begin_async``, ``finish_async`` and
+    ``abandon_async`` are the awaitable forms.
     """
 
     __slots__ = ("key", "lock", "keep", "timeout", "retry_failed", "fingerprint_arg", "_c",
