@@ -1635,8 +1635,20 @@ static PyObject *Lock_start_claim(LockObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OpOO:_start_claim", &retain, &retry_failed, &fp, &timeout))
         return NULL;
     const char *fingerprint = NULL;
-    if (fp != Py_None && !(fingerprint = PyUnicode_AsUTF8(fp)))
-        return NULL;
+    if (fp != Py_None) {
+        Py_ssize_t n;
+        if (!PyUnicode_Check(fp)) {
+            PyErr_Format(PyExc_TypeError, "fingerprint must be a str or None, not %s",
+                         Py_TYPE(fp)->tp_name);
+            return NULL;
+        }
+        if (!(fingerprint = PyUnicode_AsUTF8AndSize(fp, &n)))
+            return NULL;
+        if (strlen(fingerprint) != (size_t)n) { /* as _claim_begin's "z" */
+            PyErr_SetString(PyExc_ValueError, "fingerprint contains a NUL character");
+            return NULL;
+        }
+    }
     int tmo;
     if (timeout_ms_of(timeout, &tmo) < 0)
         return NULL;

@@ -87,15 +87,22 @@ def test_once_fingerprint_conflict(few_client, name):
 
 def test_async_once_replays_abandons_and_loses(few_url, few_client, name):
     async def main():
-        async with few_client.once(name) as job:  # a normal exit finishes
+        async with few_client.once(name, fingerprint="req-1") as job:
             assert job.open and job.attempt == 1 and job.lock.held
             await job.finish_async(result=b"sent")
         async with dlock.Client(few_url) as c2:
-            async with c2.once(name) as again:
+            async with c2.once(name, fingerprint="req-1") as again:
                 assert again.replayed and again.result == b"sent" and not again.lock.held
+            with pytest.raises(dlock.Conflict):
+                async with c2.once(name, fingerprint="req-2"):
+                    pytest.fail("the body of a refused claim ran")
             assert await c2.run_once_async(name, lambda job: b"never") == b"sent"
 
         other = name + "-b"
+        async with few_client.once(other):  # a normal exit finishes (b"")
+            pass
+        assert few_client.inspect_claim(other).state == dlock.ClaimState.DONE
+        few_client.forget_claim(other)
         with pytest.raises(RuntimeError):
             async with few_client.once(other) as job:  # an exception abandons
                 raise RuntimeError("down")
