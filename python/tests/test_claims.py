@@ -122,7 +122,10 @@ def test_async_once_replays_abandons_and_loses(few_url, few_client, name):
                 await asyncio.sleep(60)
                 reached.append(True)
         assert not reached and not job.open
-        async with few_client.once(third, timeout=0) as job:  # nothing recorded, nothing held
+        # nothing recorded, nothing held (a generous wait: a PostgreSQL
+        # session's end, which lets its locks go, completes on the server
+        # after the client has closed it)
+        async with few_client.once(third, timeout=60) as job:
             assert not job.replayed and job.attempt == 2
     asyncio.run(main())
 
@@ -148,8 +151,10 @@ def test_async_once_cancel_while_waiting_leaves_nothing(few_url, few_client, nam
             assert not entered and waiting.lock.state == dlock.State.IDLE
             runner.abandon()
             # the cancelled wait began nothing and holds nothing: the next
-            # caller runs it at once, as the attempt after the runner's
-            async with c2.once(name, timeout=0) as job:
+            # caller runs it, as the attempt after the runner's (not Busy
+            # for ever; timeout generous as above: a cancelled PostgreSQL
+            # waiter's session ends on the server a moment later)
+            async with c2.once(name, timeout=60) as job:
                 assert job.open and job.attempt == 2
     asyncio.run(main())
 
