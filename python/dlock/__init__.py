@@ -25,13 +25,15 @@ once, even when several processes are asked to do it (a claim)::
         else:                        # this caller runs it (job.attempt > 1: a retry)
             job.finish(result=refund())
 
-See docs/python.md.
+``async with client.once(...)`` is the same in asyncio; ``client.inspect_claim``
+reads a claim's record and ``client.forget_claim`` resets it. See docs/python.md.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
 import enum
+import inspect as _inspect
 import os
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
 
@@ -57,7 +59,7 @@ from ._dlock import (  # noqa: F401  (the exception classes, one per DLOCK_E* co
 )
 
 __all__ = [
-    "Client", "Lock", "Claim", "ClaimState", "State", "Caps", "Info", "Backend", "backends", "version",
+    "Client", "Lock", "Claim", "ClaimState", "ClaimInfo", "State", "Caps", "Info", "Backend", "backends", "version",
     "Error", "InvalidArgument", "NotSupported", "Busy", "Timeout", "Lost", "NotHeld",
     "Unreachable", "ProtocolError", "OutOfMemory", "Cancelled", "IOFailure",
     "PermissionDenied", "NotFound", "InvalidURL", "InvalidName", "Conflict",
@@ -120,6 +122,26 @@ class Info(NamedTuple):
                    token or None, unk(held_ms), unk(lease_ms), holder or None)
 
 
+class ClaimInfo(NamedTuple):
+    """A claim's record read without its lock (:meth:`Client.inspect_claim`)."""
+
+    state: ClaimState             #: DONE, RUNNING (alive or dead) or ABANDONED
+    attempt: int                  #: the last attempt begun (1 the first)
+    status: int                   #: the recorded status (DONE; else 0)
+    result: bytes                 #: the recorded result (DONE; else b"")
+    by: str                       #: who ran it ("pid 123 on host")
+    started_at: Optional[float]   #: when its run started, seconds since the epoch
+    finished_at: Optional[float]  #: when it finished (None: not finished)
+    fingerprint: Optional[str]    #: the recorded fingerprint (None: none)
+
+    @classmethod
+    def _of(cls, t: tuple) -> ClaimInfo:
+        state, attempt, status, result, by, started_ms, finished_ms, fp = t
+        return cls(ClaimState(state), attempt, status, result, by,
+                   started_ms / 1000.0 if started_ms > 0 else None,
+                   finished_ms / 1000.0 if finished_ms > 0 else None, fp or None)
+
+
 class Backend(NamedTuple):
     """One entry of the backend registry (dlock.backends())."""
 
@@ -147,6 +169,31 @@ def _uncancel(task: Any) -> None:
     """Take back the cancellation a loss asked for (Python >= 3.11)."""
     if task is not None and hasattr(task, "uncancel"):
         task.uncancel()
+
+
+async def _wait_done(w: Any) -> Any:
+    """Await a _Wait (an acquisition or a claim's begin on a worker thread)
+    through its descriptor, without blocking the loop; returns what its
+    finish() returns. Cancelled (or the loop going): the wait is cancelled
+    (dlock_cancel) and whatever it took given back, so nothing is left."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    fd = w.fileno()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+    loop.add_reader(fd, ready)
+    try:
+        if not w.done():
+            await fut
+    except BaseException:
+        loop.remove_reader(fd)
+        w.cancel()
+        w.finish(undo=True)
+        raise
+    loop.remove_reader(fd)
+    return w.finish()
 
 
 def _timeout_default(timeout: Any) -> Any:
@@ -225,26 +272,8 @@ class Lock(_dlock.Lock):
         (dlock_cancel) and gives back anything it took: nothing is left on
         the server.
         """
-        loop = asyncio.get_running_loop()
-        w = self._start(self.timeout if timeout is ... else _timeout_default(timeout))
-        fut = loop.create_future()
-        fd = w.fileno()
-
-        def ready() -> None:
-            if not fut.done():
-                fut.set_result(None)
-        loop.add_reader(fd, ready)
-        try:
-            if not w.done():
-                await fut
-        except BaseException:
-            # Cancelled (or the loop is going): stop the wait, undo it.
-            loop.remove_reader(fd)
-            w.cancel()
-            w.finish(undo=True)
-            raise
-        loop.remove_reader(fd)
-        w.finish()
+        await _wait_done(self._start(self.timeout if timeout is ... else
+                                     _timeout_default(timeout)))
         return True
 
     async def release_async(self) -> None:
@@ -268,8 +297,8 @@ class Lock(_dlock.Lock):
         finally:
             loop.remove_reader(fd)
 
-    async def __aenter__(self) -> Lock:
-        await self.acquire_async()
+    def _watch_loss(self) -> None:
+        """While held in ``async with``: a loss cancels the current task."""
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         self._aio = [loop, task, False, self.fileno()]
@@ -280,12 +309,21 @@ class Lock(_dlock.Lock):
                 self._aio[2] = True
                 task.cancel("dlock: lock %r lost" % self.name)
         loop.add_reader(self._aio[3], on_loss)
-        return self
 
-    async def __aexit__(self, et, ev, tb) -> None:
+    def _unwatch_loss(self) -> tuple:
+        """End _watch_loss: (the task, whether a loss cancelled it)."""
         loop, task, cancelled_by_loss, fd = self._aio
         loop.remove_reader(fd)
         del self._aio
+        return task, cancelled_by_loss
+
+    async def __aenter__(self) -> Lock:
+        await self.acquire_async()
+        self._watch_loss()
+        return self
+
+    async def __aexit__(self, et, ev, tb) -> None:
+        task, cancelled_by_loss = self._unwatch_loss()
         try:
             await self.release_async()
         except Lost as e:
@@ -376,7 +414,7 @@ class Client(_dlock.Client):
         fingerprint: what the work is (a hash of the request); a caller with
         another gets ``Conflict``. ttl, max_hold, on_lost: the lock's, as in
         :meth:`lock`. ``NotSupported`` where the backend keeps no claims
-        (memcached, redlock).
+        (memcached, redlock). ``async with`` works too (asyncio).
         """
         return Claim(self, key, keep=keep, timeout=_timeout_default(timeout),
                      retry_failed=retry_failed, fingerprint=fingerprint, ttl=ttl,
@@ -393,6 +431,20 @@ class Client(_dlock.Client):
             r = fn(job)
             if job.open:
                 job.finish(result=b"" if r is None else r)
+        return job.result
+
+    async def run_once_async(self, key: str, fn: Callable[[Claim], Any], **opts: Any) -> bytes:
+        """:meth:`run_once` for asyncio: ``fn(job)`` may be a coroutine
+        function; waiting for a running claim does not block the loop and
+        cancelling the task cancels the wait (``async with client.once()``)."""
+        async with self.once(key, **opts) as job:
+            if job.replayed:
+                return job.result
+            r = fn(job)
+            if _inspect.isawaitable(r):
+                r = await r
+            if job.open:
+                await job.finish_async(result=b"" if r is None else r)
         return job.result
 
     def campaign(self, name: str, value: Optional[str] = None, *,
@@ -427,6 +479,23 @@ class Client(_dlock.Client):
     def inspect(self, name: str) -> Info:
         """What is known about ``name`` without taking it."""
         return Info._of(self._inspect(name))
+
+    def inspect_claim(self, key: str) -> Optional[ClaimInfo]:
+        """The claim record of ``key`` read without its lock
+        (``dlock_claim_inspect``): a :class:`ClaimInfo` whose state is DONE
+        (its outcome), RUNNING (a runner began it: alive, or dead and the next
+        caller runs attempt N+1) or ABANDONED; None when there is none (never
+        begun, expired, forgotten). ``NotSupported`` where the backend keeps
+        no claims."""
+        t = self._claim_inspect(key)
+        return None if t is None else ClaimInfo._of(t)
+
+    def forget_claim(self, key: str) -> None:
+        """An operator's reset (``dlock_claim_forget``): forget the claim
+        record of ``key``, so that the next caller runs it again as attempt 1.
+        A runner still running is not stopped (break its lock too:
+        :meth:`break_`). ``NotFound`` when there was no record."""
+        self._claim_forget(key)
 
     def break_(self, name: str) -> Info:
         """An operator's forced release: every holder of ``name`` loses it now
@@ -476,6 +545,13 @@ class Claim:
     exception abandons (``job.abandon()``): the next caller runs it again
     as the next attempt. ``Lost`` (nothing recorded) when the lock was lost
     meanwhile (its lease ran out, ``max_hold``, ``dlock break``).
+
+    In asyncio, ``async with client.once(key) as job:`` waits on a worker
+    thread (the loop runs on; cancelling the task cancels the wait and
+    leaves nothing behind), then behaves as ``with``; a loss of the lock
+    cancels the body and raises ``Lost``, as in ``async with
+    client.lock()``. ``begin_async``, ``finish_async`` and
+    ``abandon_async`` are the awaitable forms.
     """
 
     __slots__ = ("key", "lock", "keep", "timeout", "retry_failed", "fingerprint_arg", "_c",
@@ -498,13 +574,38 @@ class Claim:
     def begin(self, timeout: Any = ...) -> Claim:
         """Take the lock ``key`` and read the record (``dlock_claim_begin``);
         returns self. Once per Claim."""
-        if self._c is not None:
-            raise InvalidArgument("claim %r was already begun: make another with "
-                                  "client.once()" % self.key)
+        self._check_new()
         tmo = self.timeout if timeout is ... else _timeout_default(timeout)
         self._c = self.lock._claim_begin(self.keep, self.retry_failed, self.fingerprint_arg, tmo)
         self._ran = self._c.open
         return self
+
+    async def begin_async(self, timeout: Any = ...) -> Claim:
+        """:meth:`begin` without blocking the event loop: the wait runs on a
+        worker thread. Cancelling the awaiting task cancels the wait
+        (dlock_cancel) and abandons an attempt it had begun meanwhile: the
+        next caller runs it at once, nothing is left held."""
+        self._check_new()
+        tmo = self.timeout if timeout is ... else _timeout_default(timeout)
+        self._c = await _wait_done(self.lock._start_claim(self.keep, self.retry_failed,
+                                                          self.fingerprint_arg, tmo))
+        self._ran = self._c.open
+        return self
+
+    async def finish_async(self, result: Any = b"", status: int = 0) -> None:
+        """:meth:`finish` without blocking the loop (a network round trip)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.finish, result, status)
+
+    async def abandon_async(self) -> None:
+        """:meth:`abandon` without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.abandon)
+
+    def _check_new(self) -> None:
+        if self._c is not None:
+            raise InvalidArgument("claim %r was already begun: make another with "
+                                  "client.once()" % self.key)
 
     def _begun(self) -> _dlock._Claim:
         if self._c is None:
@@ -596,6 +697,30 @@ class Claim:
             self.abandon()
         except Error:
             pass  # the body's exception wins; the record still names this attempt
+
+    async def __aenter__(self) -> Claim:
+        await self.begin_async()
+        if self.open:
+            self.lock._watch_loss()
+        return self
+
+    async def __aexit__(self, et, ev, tb) -> None:
+        task, cancelled_by_loss = (self.lock._unwatch_loss() if hasattr(self.lock, "_aio")
+                                   else (None, False))
+        lost_here = cancelled_by_loss and et is asyncio.CancelledError
+        if lost_here:
+            _uncancel(task)
+        if self.open:
+            if et is None:
+                await self.finish_async()
+            else:
+                try:
+                    await self.abandon_async()
+                except Error:
+                    pass  # the body's exception (or the loss) wins
+        if lost_here:
+            raise Lost("claim %r: its lock was lost (nothing recorded; the next caller runs "
+                       "it again)" % self.key)
 
     def __repr__(self) -> str:
         if self._c is None:

@@ -735,6 +735,49 @@ static PyObject *Client_break(ClientObject *self, PyObject *args)
     return client_info_call(self, args, "s:_break", dlock_break);
 }
 
+/* Client._claim_inspect(key): KEY's claim record as a tuple (state,
+ * attempt, status, result, by, started_ms, finished_ms, fingerprint),
+ * None when there is none (dlock_claim_inspect's DLOCK_ENOENT). */
+static PyObject *Client_claim_inspect(ClientObject *self, PyObject *args)
+{
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s:_claim_inspect", &key) || client_usable(self) < 0)
+        return NULL;
+    dlock_claim *cl = NULL;
+    int rc;
+    char msg[512] = "";
+    CLIENT_CALL(self, rc, msg, dlock_claim_inspect(c_, key, &cl));
+    if (rc == DLOCK_ENOENT)
+        Py_RETURN_NONE;
+    if (rc)
+        return raise_code(rc, msg);
+    size_t n = 0;
+    const char *res = dlock_claim_result(cl, &n);
+    const char *by = dlock_claim_by(cl);
+    PyObject *t = Py_BuildValue("(iIiy#NLLs)", (int)dlock_claim_state(cl),
+                                dlock_claim_attempt(cl), dlock_claim_status(cl), res,
+                                (Py_ssize_t)n,
+                                PyUnicode_DecodeUTF8(by, (Py_ssize_t)strlen(by), "replace"),
+                                dlock_claim_started_ms(cl), dlock_claim_finished_ms(cl),
+                                dlock_claim_fingerprint(cl));
+    dlock_claim_free(cl); /* a record read, no lock: frees without a round trip */
+    return t;
+}
+
+/* Client._claim_forget(key): dlock_claim_forget; NotFound when there was none. */
+static PyObject *Client_claim_forget(ClientObject *self, PyObject *args)
+{
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s:_claim_forget", &key) || client_usable(self) < 0)
+        return NULL;
+    int rc;
+    char msg[512] = "";
+    CLIENT_CALL(self, rc, msg, dlock_claim_forget(c_, key));
+    if (rc)
+        return raise_code(rc, msg);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Client_leader(ClientObject *self, PyObject *args)
 {
     const char *name;
@@ -1298,22 +1341,26 @@ static PyMemberDef Lock_members[] = {
 
 /* ---- _Wait: an acquisition in the background (asyncio) ---------------------- */
 
+struct ClaimObject;
+
 typedef struct {
     PyObject_HEAD
     job j;
     LockObject *lock;
     int started, finished;
+    struct ClaimObject *co; /* JOB_CLAIM: made before the call, filled by finish() */
+    PyObject *fp_ref;       /* JOB_CLAIM: keeps j.claim_opts.fingerprint alive */
 } WaitObject;
 
 static PyTypeObject WaitType;
 
-static PyObject *Lock_start(LockObject *self, PyObject *args)
+static struct ClaimObject *claim_alloc(void);
+static PyObject *claim_wrap(struct ClaimObject *co, LockObject *lock, dlock_claim *cl);
+
+/* A _Wait for op on this handle, not yet running (the handle entered). */
+static WaitObject *wait_new(LockObject *self, int op, int tmo)
 {
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTuple(args, "|O:_start", &timeout))
-        return NULL;
-    int tmo;
-    if (timeout_ms_of(timeout, &tmo) < 0 || lock_enter(self) < 0)
+    if (lock_enter(self) < 0)
         return NULL;
     WaitObject *w = PyObject_New(WaitObject, &WaitType);
     if (!w) {
@@ -1322,7 +1369,9 @@ static PyObject *Lock_start(LockObject *self, PyObject *args)
     }
     w->started = w->finished = 0;
     w->lock = NULL;
-    if (job_init(&w->j, JOB_ACQUIRE, tmo) < 0) {
+    w->co = NULL;
+    w->fp_ref = NULL;
+    if (job_init(&w->j, op, tmo) < 0) {
         w->j.done_fd = -1;
         lock_leave(self);
         Py_DECREF(w);
@@ -1331,6 +1380,12 @@ static PyObject *Lock_start(LockObject *self, PyObject *args)
     w->j.one = self->l;
     Py_INCREF(self);
     w->lock = self;
+    return w;
+}
+
+/* Run w's job on the pool; w itself, or NULL (w freed: the handle left). */
+static PyObject *wait_submit(WaitObject *w)
+{
     int err = pool_submit(&w->j);
     if (err) {
         errno = err;
@@ -1340,6 +1395,18 @@ static PyObject *Lock_start(LockObject *self, PyObject *args)
     }
     w->started = 1;
     return (PyObject *)w;
+}
+
+static PyObject *Lock_start(LockObject *self, PyObject *args)
+{
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:_start", &timeout))
+        return NULL;
+    int tmo;
+    if (timeout_ms_of(timeout, &tmo) < 0)
+        return NULL;
+    WaitObject *w = wait_new(self, JOB_ACQUIRE, tmo);
+    return w ? wait_submit(w) : NULL;
 }
 
 static PyObject *Wait_fileno(WaitObject *self, PyObject *unused)
@@ -1363,7 +1430,9 @@ static PyObject *Wait_cancel(WaitObject *self, PyObject *unused)
 }
 
 /* The end of the acquisition: blocks (without the GIL) until it returned;
- * raises as acquire() does. undo=True: give back what it took. */
+ * raises as acquire() does (a claim's: as _claim_begin, returning the
+ * _Claim). undo=True: give back what it took (an attempt it began is
+ * abandoned). */
 static PyObject *Wait_finish(WaitObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"undo", NULL};
@@ -1393,6 +1462,13 @@ static PyObject *Wait_finish(WaitObject *self, PyObject *args, PyObject *kw)
         Py_RETURN_NONE;
     if (rc)
         return lock_raise(lk, rc);
+    if (self->j.op == JOB_CLAIM) {
+        struct ClaimObject *co = self->co;
+        dlock_claim *cl = self->j.claim;
+        self->co = NULL;
+        self->j.claim = NULL;
+        return claim_wrap(co, lk, cl);
+    }
     if (lock_fresh(lk) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -1413,6 +1489,8 @@ static void Wait_dealloc(WaitObject *self)
             lock_leave(self->lock);
         Py_CLEAR(self->lock);
     }
+    Py_XDECREF((PyObject *)self->co); /* unused: holds no claim */
+    Py_CLEAR(self->fp_ref);          /* after the call has returned */
     if (self->j.done_fd >= 0)
         close(self->j.done_fd);
     PyObject_Free(self);
@@ -1441,7 +1519,7 @@ static PyTypeObject WaitType = {
 
 /* ---- _Claim: work that must happen once (dlock_claim_*) ------------------------ */
 
-typedef struct {
+typedef struct ClaimObject {
     PyObject_HEAD
     dlock_claim *cl;
     LockObject *lock; /* the handle the claim runs on */
@@ -1449,6 +1527,54 @@ typedef struct {
 } ClaimObject;
 
 static PyTypeObject ClaimType;
+
+/* An empty _Claim, made before dlock_claim_begin: once a claim has begun,
+ * nothing but lock_fresh can fail. */
+static ClaimObject *claim_alloc(void)
+{
+    ClaimObject *co = PyObject_New(ClaimObject, &ClaimType);
+    if (co) {
+        co->cl = NULL;
+        co->lock = NULL;
+        co->open = 0;
+    }
+    return co;
+}
+
+/* co (stolen) holding cl, begun on lock; NULL if lock_fresh failed (co and
+ * cl freed: the next caller runs attempt N+1). */
+static PyObject *claim_wrap(ClaimObject *co, LockObject *lock, dlock_claim *cl)
+{
+    co->cl = cl;
+    co->open = dlock_claim_state(cl) == DLOCK_CLAIM_RUN;
+    Py_INCREF(lock);
+    co->lock = lock;
+    if (co->open && lock_fresh(lock) < 0) {
+        Py_DECREF(co);
+        return NULL;
+    }
+    return (PyObject *)co;
+}
+
+/* The options of dlock_claim_begin into j: retain seconds or None (a
+ * day); fingerprint NULL (none) or a string the caller keeps alive. */
+static int claim_opts_set(job *j, PyObject *retain, int retry_failed, const char *fingerprint)
+{
+    dlock_claim_opts_init(&j->claim_opts);
+    j->claim_opts.retry_failed = retry_failed;
+    j->claim_opts.fingerprint = fingerprint;
+    if (retain != Py_None) {
+        double s = PyFloat_AsDouble(retain);
+        if (s == -1.0 && PyErr_Occurred())
+            return -1;
+        if (!(s > 0) || s > 1e12) {
+            PyErr_SetString(PyExc_ValueError, "keep must be None or a number of seconds > 0");
+            return -1;
+        }
+        j->claim_opts.retain_ms = (long long)ceil(s * 1000.0);
+    }
+    return 0;
+}
 
 /* Lock._claim_begin(retain, retry_failed, fingerprint, timeout) -> _Claim:
  * dlock_claim_begin on this (idle, exclusive) handle. retain: seconds or
@@ -1468,25 +1594,12 @@ static PyObject *Lock_claim_begin(LockObject *self, PyObject *args)
     job j;
     if (job_init(&j, JOB_CLAIM, tmo) < 0)
         return NULL;
-    dlock_claim_opts_init(&j.claim_opts);
-    j.claim_opts.retry_failed = retry_failed;
-    j.claim_opts.fingerprint = fingerprint; /* args keeps it alive */
-    if (retain != Py_None) {
-        double s = PyFloat_AsDouble(retain);
-        if (s == -1.0 && PyErr_Occurred())
-            goto fail_fd;
-        if (!(s > 0) || s > 1e12) {
-            PyErr_SetString(PyExc_ValueError, "keep must be None or a number of seconds > 0");
-            goto fail_fd;
-        }
-        j.claim_opts.retain_ms = (long long)ceil(s * 1000.0);
-    }
-    ClaimObject *co = PyObject_New(ClaimObject, &ClaimType);
+    /* args keeps the fingerprint alive */
+    if (claim_opts_set(&j, retain, retry_failed, fingerprint) < 0)
+        goto fail_fd;
+    ClaimObject *co = claim_alloc();
     if (!co)
         goto fail_fd;
-    co->cl = NULL;
-    co->lock = NULL;
-    co->open = 0;
     if (lock_enter(self) < 0) {
         Py_DECREF(co);
         goto fail_fd;
@@ -1507,18 +1620,49 @@ static PyObject *Lock_claim_begin(LockObject *self, PyObject *args)
         Py_DECREF(co);
         return lock_raise(self, j.rc);
     }
-    co->cl = j.claim;
-    co->open = dlock_claim_state(j.claim) == DLOCK_CLAIM_RUN;
-    Py_INCREF(self);
-    co->lock = self;
-    if (co->open && lock_fresh(self) < 0) {
-        Py_DECREF(co); /* frees the claim: the next caller runs attempt N+1 */
-        return NULL;
-    }
-    return (PyObject *)co;
+    return claim_wrap(co, self, j.claim);
 fail_fd:
     close(j.done_fd);
     return NULL;
+}
+
+/* Lock._start_claim(retain, retry_failed, fingerprint, timeout) -> _Wait:
+ * dlock_claim_begin on a worker (asyncio); its finish() returns the _Claim. */
+static PyObject *Lock_start_claim(LockObject *self, PyObject *args)
+{
+    PyObject *retain, *fp, *timeout;
+    int retry_failed;
+    if (!PyArg_ParseTuple(args, "OpOO:_start_claim", &retain, &retry_failed, &fp, &timeout))
+        return NULL;
+    const char *fingerprint = NULL;
+    if (fp != Py_None) {
+        Py_ssize_t n;
+        if (!PyUnicode_Check(fp)) {
+            PyErr_Format(PyExc_TypeError, "fingerprint must be a str or None, not %s",
+                         Py_TYPE(fp)->tp_name);
+            return NULL;
+        }
+        if (!(fingerprint = PyUnicode_AsUTF8AndSize(fp, &n)))
+            return NULL;
+        if (strlen(fingerprint) != (size_t)n) { /* as _claim_begin's "z" */
+            PyErr_SetString(PyExc_ValueError, "fingerprint contains a NUL character");
+            return NULL;
+        }
+    }
+    int tmo;
+    if (timeout_ms_of(timeout, &tmo) < 0)
+        return NULL;
+    WaitObject *w = wait_new(self, JOB_CLAIM, tmo);
+    if (!w)
+        return NULL;
+    if (claim_opts_set(&w->j, retain, retry_failed, fingerprint) < 0 ||
+        !(w->co = claim_alloc())) {
+        Py_DECREF(w); /* not started: leaves the handle */
+        return NULL;
+    }
+    Py_INCREF(fp);
+    w->fp_ref = fp;
+    return wait_submit(w);
 }
 
 static int claim_enter(ClaimObject *self)
@@ -1848,6 +1992,10 @@ static PyMethodDef Client_methods[] = {
      "client does nothing."},
     {"_inspect", (PyCFunction)Client_inspect, METH_VARARGS, "dlock_inspect: an info tuple."},
     {"_break", (PyCFunction)Client_break, METH_VARARGS, "dlock_break: an info tuple."},
+    {"_claim_inspect", (PyCFunction)Client_claim_inspect, METH_VARARGS,
+     "dlock_claim_inspect: a record tuple, or None when there is none."},
+    {"_claim_forget", (PyCFunction)Client_claim_forget, METH_VARARGS,
+     "dlock_claim_forget (NotFound when there was none)."},
     {"leader", (PyCFunction)Client_leader, METH_VARARGS,
      "leader($self, name, /)\n--\n\nThe value the current leader of NAME published (None when "
      "there is no leader)."},
@@ -1905,6 +2053,9 @@ static PyMethodDef Lock_methods[] = {
     {"_campaign", (PyCFunction)Lock_campaign, METH_VARARGS, "dlock_campaign(value, timeout)."},
     {"_claim_begin", (PyCFunction)Lock_claim_begin, METH_VARARGS,
      "_claim_begin(keep, retry_failed, fingerprint, timeout) -> _Claim (dlock_claim_begin)."},
+    {"_start_claim", (PyCFunction)Lock_start_claim, METH_VARARGS,
+     "_start_claim(keep, retry_failed, fingerprint, timeout) -> _Wait: dlock_claim_begin on a "
+     "worker thread (asyncio); its finish() returns the _Claim."},
     {"_start", (PyCFunction)Lock_start, METH_VARARGS,
      "_start(timeout) -> _Wait: an acquisition on a worker thread (asyncio)."},
     {"_force_loss", (PyCFunction)Lock_force_loss, METH_NOARGS,

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""Claims (client.once) and the lock options max_hold, min_hold, on_warn.
+"""Claims (client.once, sync and asyncio; inspect_claim, forget_claim) and
+the lock options max_hold, min_hold, on_warn.
 
 On a few URLs only (CI time): file, redis and postgres (advisory locks)
 keep claims; memcached keeps none and must refuse them clearly."""
+import asyncio
 import os
+import signal
 import sys
 import threading
 import time
@@ -82,6 +85,116 @@ def test_once_fingerprint_conflict(few_client, name):
     assert "req-a" in str(ei.value) and "req-b" in str(ei.value)
 
 
+def test_async_once_replays_abandons_and_loses(few_url, few_client, name):
+    async def main():
+        async with few_client.once(name, fingerprint="req-1") as job:
+            assert job.open and job.attempt == 1 and job.lock.held
+            await job.finish_async(result=b"sent")
+        async with dlock.Client(few_url) as c2:
+            async with c2.once(name, fingerprint="req-1") as again:
+                assert again.replayed and again.result == b"sent" and not again.lock.held
+            with pytest.raises(dlock.Conflict):
+                async with c2.once(name, fingerprint="req-2"):
+                    pytest.fail("the body of a refused claim ran")
+            assert await c2.run_once_async(name, lambda job: b"never") == b"sent"
+
+        other = name + "-b"
+        async with few_client.once(other):  # a normal exit finishes (b"")
+            pass
+        assert few_client.inspect_claim(other).state == dlock.ClaimState.DONE
+        few_client.forget_claim(other)
+        with pytest.raises(RuntimeError):
+            async with few_client.once(other) as job:  # an exception abandons
+                raise RuntimeError("down")
+        assert job.state == dlock.ClaimState.ABANDONED and not job.lock.held
+
+        async def work(job):
+            assert job.attempt == 2
+            await asyncio.sleep(0)
+            return "second"
+        assert await few_client.run_once_async(other, work) == b"second"
+
+        third = name + "-c"
+        reached = []
+        with pytest.raises(dlock.Lost):
+            async with few_client.once(third) as job:  # a loss cancels the body
+                job.lock._force_loss()
+                await asyncio.sleep(60)
+                reached.append(True)
+        assert not reached and not job.open
+        # nothing recorded, nothing held (a generous wait: a PostgreSQL
+        # session's end, which lets its locks go, completes on the server
+        # after the client has closed it)
+        async with few_client.once(third, timeout=60) as job:
+            assert not job.replayed and job.attempt == 2
+    asyncio.run(main())
+
+
+def test_async_once_cancel_while_waiting_leaves_nothing(few_url, few_client, name):
+    runner = few_client.once(name).begin()  # runs it (open) while the task waits
+    assert runner.open
+
+    async def main():
+        async with dlock.Client(few_url) as c2:
+            waiting = c2.once(name)
+            entered = []
+
+            async def body():
+                async with waiting:
+                    entered.append(True)
+            task = asyncio.create_task(body())
+            await asyncio.wait_for(_until(lambda: waiting.lock.state == dlock.State.WAITING),
+                                   60)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not entered and waiting.lock.state == dlock.State.IDLE
+            runner.abandon()
+            # the cancelled wait began nothing and holds nothing: the next
+            # caller runs it, as the attempt after the runner's (not Busy
+            # for ever; timeout generous as above: a cancelled PostgreSQL
+            # waiter's session ends on the server a moment later)
+            async with c2.once(name, timeout=60) as job:
+                assert job.open and job.attempt == 2
+    asyncio.run(main())
+
+
+async def _until(cond):
+    """Yield to the loop (which the waits must not block) until cond()."""
+    while not cond():
+        await asyncio.sleep(0.01)
+
+
+def test_inspect_and_forget_claim(few_url, few_client, name):
+    c = few_client
+    assert c.inspect_claim(name) is None
+    with pytest.raises(dlock.NotFound):
+        c.forget_claim(name)
+    with c.once(name, fingerprint="req-1") as job:
+        with dlock.Client(few_url) as c2:  # read without the lock, while it runs
+            running = c2.inspect_claim(name)
+        assert running.state == dlock.ClaimState.RUNNING and running.attempt == 1
+        assert running.finished_at is None and running.started_at is not None
+        job.finish(result=b"out", status=3)
+    info = c.inspect_claim(name)
+    assert isinstance(info, dlock.ClaimInfo)
+    assert info.state == dlock.ClaimState.DONE and info.attempt == 1
+    assert info.status == 3 and info.result == b"out" and info.fingerprint == "req-1"
+    assert "pid %d" % os.getpid() in info.by and info.finished_at >= info.started_at
+    with c.once(name, fingerprint="req-1") as job:
+        assert job.replayed  # inspect changed nothing
+    with pytest.raises(RuntimeError):
+        with c.once(name, retry_failed=True, fingerprint="req-1") as job:
+            assert job.attempt == 2
+            raise RuntimeError("gave up")
+    ab = c.inspect_claim(name)
+    assert ab.state == dlock.ClaimState.ABANDONED and ab.attempt == 2 and ab.result == b""
+    c.forget_claim(name)
+    assert c.inspect_claim(name) is None
+    with c.once(name, fingerprint="req-2") as job:  # no record: no conflict either
+        assert not job.replayed and job.attempt == 1
+
+
 ONCE_CHILD = r"""
 import os, sys, time, dlock
 url, key, path = sys.argv[1:4]
@@ -124,6 +237,10 @@ def test_once_refused_without_claims(request, name):
             with c.once(name):
                 pytest.fail("the body of a refused claim ran")
         assert "claim" in str(ei.value)
+        with pytest.raises(dlock.NotSupported):
+            c.inspect_claim(name)
+        with pytest.raises(dlock.NotSupported):
+            c.forget_claim(name)
         lk = c.lock(name)  # the refusal left nothing held
         lk.acquire(timeout=0)
         lk.release()
@@ -206,3 +323,42 @@ def test_lock_option_errors(few_client, name):
     assert lk.on_warn is not None
     with lk:
         assert lk.held
+
+
+def test_on_warn_comes_before_on_lost_when_renewals_fail(request, name):
+    """The Redis server stops answering (SIGSTOP): renewals fail, the warning
+    comes first, then the loss, each with the lock. No timing is asserted:
+    the order of the two callbacks is, and the wait for them is generous."""
+    request.node.user_properties.append(("label", "redis"))
+    if "redis" not in LABELS:
+        pytest.skip("redis is not among the labels of this run")
+    url = _url("redis")
+    pidfile = os.path.join(os.environ.get("DLOCK_TEST_SERVERS", ""), "single.pid")
+    if not os.path.exists(pidfile):
+        pytest.skip("no %s: the redis server was not started by tests/servers.sh" % pidfile)
+    pid = int(open(pidfile).read())
+    events = []
+    lost = threading.Event()
+
+    def on_warn(lk):
+        events.append(("warn", lk))
+
+    def on_lost(lk):
+        events.append(("lost", lk))
+        lost.set()
+    with dlock.Client(url, op_timeout=0.5) as c:
+        # warn_before: as early as allowed (half the lease), so that a late
+        # wake-up of the watchdog under load still finds the warning due
+        # before the loss
+        lk = c.lock(name, ttl=1.5, on_warn=on_warn, warn_before=0.75, on_lost=on_lost)
+        lk.acquire()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert lost.wait(60), "the lease was not declared lost with its server stopped"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert [what for what, _ in events] == ["warn", "lost"], events
+        assert all(got is lk for _, got in events)
+        assert lk.state == dlock.State.LOST
+        with pytest.raises(dlock.Lost):
+            lk.release()

@@ -606,7 +606,11 @@ def test_backends_and_docs():
                 dlock.Lock.release, dlock.Lock.fileno, dlock.Lock.lost, dlock.Lock.token,
                 dlock.Client.lock, dlock.Client.campaign, dlock.Client.acquire_all,
                 dlock.Client.inspect, dlock.Client.list, dlock.Client.break_,
-                dlock.Client.leader, dlock.backends, dlock.State, dlock.Caps, dlock.Info):
+                dlock.Client.leader, dlock.backends, dlock.State, dlock.Caps, dlock.Info,
+                dlock.Client.once, dlock.Client.run_once, dlock.Client.run_once_async,
+                dlock.Client.inspect_claim, dlock.Client.forget_claim, dlock.Claim,
+                dlock.Claim.begin_async, dlock.Claim.finish_async, dlock.Claim.abandon_async,
+                dlock.ClaimInfo, dlock.ClaimState):
         assert obj.__doc__ and obj.__doc__.strip(), obj
 
 
