@@ -155,13 +155,19 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     const char *const *vals[] = {bare ? pb : p, mine, mine};
     PGresult **outs[] = {&t->r, NULL, &t->names};
     if (pl->named) {
+        /* The read alone after the grant: one segment, so one transaction
+         * and one reply of the server's, one send of ours. (Read committed,
+         * see pg_conn_open: the read's snapshot is still taken after the
+         * grant.) The row's add is committed in its own. */
         seq[1] = seq[2];
         ns[1] = ns[2];
         vals[1] = vals[2];
         outs[1] = outs[2];
+        return pg_run_fixed_joint(t->k, 2, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
+                                  sizeof t->why);
     }
-    return pg_run_fixed_seq(t->k, pl->named ? 2 : 3, seq, ns, vals, t->until, t->cancel_fd,
-                            outs, t->why, sizeof t->why);
+    return pg_run_fixed_seq(t->k, 3, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
+                            sizeof t->why);
 }
 
 /* The grant's result (column ok: whether it was one; the token, or none

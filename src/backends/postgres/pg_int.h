@@ -199,10 +199,17 @@ int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *va
  * read and dropped). */
 int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
                  size_t wlen);
-/* Fixed statements sent in one flight; their replies in outs. */
+/* Fixed statements sent in one flight, each with a sync point of its own;
+ * their replies in outs. */
 int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
                      const char *const *const *vals, int64_t until_ns, int cancel_fd,
                      PGresult **const *outs, char *why, size_t wlen);
+/* The same in one segment (one sync point: one transaction of the
+ * server's, one reply), at most 4: an error skips the statements after it
+ * (PGRES_PIPELINE_ABORTED). */
+int pg_run_fixed_joint(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                       const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                       PGresult **const *outs, char *why, size_t wlen);
 /* A waiter whose session ended waits on, on a new one: connecting is
  * tried again until retry_until (see pg_retry_until_of). */
 int64_t pg_retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns);
