@@ -249,7 +249,7 @@ typedef struct pg_try {
     PGresult *r;             /* the grant statement's result */
     PGresult *names;         /* the name's rows in the names table (see pg_names_check) */
     char key[24];            /* the name's advisory key */
-    char holder[300];        /* "OWNER pid N on HOST" */
+    char holder[300];        /* "OWNER pid N on HOST" (pg_try_holder), "" until used */
     char timeout[24];        /* ms, for lock_timeout (a wait) */
     char why[300];
 } pg_try;
@@ -266,6 +266,8 @@ typedef struct pg_grant {
 } pg_grant;
 
 int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g);
+/* t->holder, made at its first use. */
+const char *pg_try_holder(dlock_lock *l, pg_try *t);
 /* The release of a session mode: sql (n parameters: key, token) on the
  * holding session; says_held: its first column says whether it held the
  * lock; then (name, owner; NULL: none) sent after it, not waited for. */

@@ -937,6 +937,18 @@ int pg_draw_under_epoch(dlock_lock *l, pg_draw_fn draw, void *arg, char *why, si
  * one), then the grant (g->took: the token, the names table), after which
  * the session is watched until the release.
  */
+/* t's holder, made at its first use: an advisory grant after a handle's
+ * first writes none, and the host's name and the pid cost two calls. */
+const char *pg_try_holder(dlock_lock *l, pg_try *t)
+{
+    if (!t->holder[0]) {
+        char self[200];
+        dl_self_desc(self, sizeof self);
+        snprintf(t->holder, sizeof t->holder, "%s %s", l->owner, self);
+    }
+    return t->holder;
+}
+
 int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g)
 {
     pgclient *pc = pc_of(l->c);
@@ -963,9 +975,6 @@ again:
         return dl_connect_err(l, deadline_ns, rc, t.why, pc->redacted);
     t.reused = t.k->reused;
     snprintf(t.key, sizeof t.key, "%" PRId64, pl->key);
-    char self[200];
-    dl_self_desc(self, sizeof self);
-    snprintf(t.holder, sizeof t.holder, "%s %s", l->owner, self);
     if (deadline_ns != 0) {
         int ms = deadline_ns < 0 ? 0 : dl_ms_left(deadline_ns);
         if (deadline_ns > 0 && ms == 0)
