@@ -133,13 +133,13 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     pglock *pl = l->bstate;
     bool shared = l->opts.kind == DLOCK_SHARED;
     const char *sql;
-    const char *p[4] = {t->key, l->name, t->holder, t->timeout};
     const char *mine[] = {l->name, pc->mode, pc->table}; /* the names table's row */
     int np;
     /* The holder's row is written by a handle's first grant: that write
      * catches a name whose key another's has (see key_collision) and lists
      * the name. Later grants leave it out (see TOKEN_LOCK). */
     bool bare = pl->rowed;
+    const char *p[4] = {t->key, l->name, bare ? "" : pg_try_holder(l, t), t->timeout};
     if (t->deadline_ns == 0) {
         sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
         np = bare ? 1 : 3;
@@ -155,13 +155,19 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     const char *const *vals[] = {bare ? pb : p, mine, mine};
     PGresult **outs[] = {&t->r, NULL, &t->names};
     if (pl->named) {
+        /* The read alone after the grant: one segment, so one transaction
+         * and one reply of the server's, one send of ours. (Read committed,
+         * see pg_conn_open: the read's snapshot is still taken after the
+         * grant.) The row's add is committed in its own. */
         seq[1] = seq[2];
         ns[1] = ns[2];
         vals[1] = vals[2];
         outs[1] = outs[2];
+        return pg_run_fixed_joint(t->k, 2, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
+                                  sizeof t->why);
     }
-    return pg_run_fixed_seq(t->k, pl->named ? 2 : 3, seq, ns, vals, t->until, t->cancel_fd,
-                            outs, t->why, sizeof t->why);
+    return pg_run_fixed_seq(t->k, 3, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
+                            sizeof t->why);
 }
 
 /* The grant's result (column ok: whether it was one; the token, or none
@@ -185,7 +191,7 @@ static int advisory_took(dlock_lock *l, pg_try *t)
     int rc = pg_names_check(l, t->names, 0, t->why, sizeof t->why);
     pg_lib.clear(t->names);
     if (!rc && !drawn) { /* the lock is ours, and no epoch was in force */
-        const char *p[] = {t->key, l->name, t->holder};
+        const char *p[] = {t->key, l->name, pg_try_holder(l, t)};
         struct advisory_draw a = {k, p};
         rc = pg_draw_under_epoch(l, advisory_draw, &a, t->why, sizeof t->why);
         if (rc == DLOCK_ENAME) {

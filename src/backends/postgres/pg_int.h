@@ -199,10 +199,17 @@ int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *va
  * read and dropped). */
 int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
                  size_t wlen);
-/* Fixed statements sent in one flight; their replies in outs. */
+/* Fixed statements sent in one flight, each with a sync point of its own;
+ * their replies in outs. */
 int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
                      const char *const *const *vals, int64_t until_ns, int cancel_fd,
                      PGresult **const *outs, char *why, size_t wlen);
+/* The same in one segment (one sync point: one transaction of the
+ * server's, one reply), at most 4: an error skips the statements after it
+ * (PGRES_PIPELINE_ABORTED). */
+int pg_run_fixed_joint(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                       const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                       PGresult **const *outs, char *why, size_t wlen);
 /* A waiter whose session ended waits on, on a new one: connecting is
  * tried again until retry_until (see pg_retry_until_of). */
 int64_t pg_retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns);
@@ -242,7 +249,7 @@ typedef struct pg_try {
     PGresult *r;             /* the grant statement's result */
     PGresult *names;         /* the name's rows in the names table (see pg_names_check) */
     char key[24];            /* the name's advisory key */
-    char holder[300];        /* "OWNER pid N on HOST" */
+    char holder[300];        /* "OWNER pid N on HOST" (pg_try_holder), "" until used */
     char timeout[24];        /* ms, for lock_timeout (a wait) */
     char why[300];
 } pg_try;
@@ -259,6 +266,8 @@ typedef struct pg_grant {
 } pg_grant;
 
 int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g);
+/* t->holder, made at its first use. */
+const char *pg_try_holder(dlock_lock *l, pg_try *t);
 /* The release of a session mode: sql (n parameters: key, token) on the
  * holding session; says_held: its first column says whether it held the
  * lock; then (name, owner; NULL: none) sent after it, not waited for. */

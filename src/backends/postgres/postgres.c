@@ -64,6 +64,7 @@ static const dl_scheme postgres_schemes[] = {
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,32 +179,46 @@ int pg_stmt_send(pg_conn *k, const char *sql, int n, const char *const *vals,
  * prepared once per session, then executed by name. Planning the lock
  * statements' CTEs cost more than a round trip each time. A session on
  * which any statement failed is not pooled again, so that no statement it
- * believes prepared can be missing.
+ * believes prepared can be missing. Queued, not synced nor flushed:
+ * *units says how many replies it makes (its Prepare's, its own).
  */
-int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
-                           int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+static int stmt_queue_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+                            int *units, char *why, size_t wlen)
 {
+    char name[16], line[200];
+    int i = 0;
+    while (!k->unnamed && i < k->nprepared && k->prepared[i] != sql)
+        i++;
+    *units = 1;
     /* Behind a transaction pooler, a session's statements run on whichever
      * server session is free: one prepared on one is missing (or already
      * there, another client's) on the next. */
-    if (k->unnamed)
-        return pg_stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
-    int i = 0;
-    while (i < k->nprepared && k->prepared[i] != sql)
-        i++;
-    if (i == PG_PREPARED_MAX)
-        return pg_stmt_send(k, sql, n, vals, until_ns, cancel_fd, why, wlen);
-    char name[16], line[200];
+    if (k->unnamed || i == PG_PREPARED_MAX) {
+        if (!pg_lib.sendQueryParams(k->pg, sql, n, NULL, vals, NULL, NULL, 0))
+            goto failed;
+        return 0;
+    }
     snprintf(name, sizeof name, "dlock%d", i);
     if (i == k->nprepared) {
-        /* (one segment with the execution: one reply, read as one) */
-        if (!pg_lib.sendPrepare(k->pg, name, sql, n, NULL)) {
-            snprintf(why, wlen, "%s", pg_one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
-            return DLOCK_EUNREACHABLE;
-        }
+        if (!pg_lib.sendPrepare(k->pg, name, sql, n, NULL))
+            goto failed;
         k->prepared[k->nprepared++] = sql;
+        *units = 2;
     }
-    if (!pg_lib.sendQueryPrepared(k->pg, name, n, vals, NULL, NULL, 0) || !pg_lib.pipelineSync(k->pg)) {
+    if (!pg_lib.sendQueryPrepared(k->pg, name, n, vals, NULL, NULL, 0))
+        goto failed;
+    return 0;
+failed:
+    snprintf(why, wlen, "%s", pg_one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
+    return DLOCK_EUNREACHABLE;
+}
+
+/* The sync point that ends what was queued on k (one segment: one reply
+ * to read), sent with it. */
+static int stmt_sync(pg_conn *k, int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    char line[200];
+    if (!pg_lib.pipelineSync(k->pg)) {
         snprintf(why, wlen, "%s", pg_one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
         return DLOCK_EUNREACHABLE;
     }
@@ -211,17 +226,35 @@ int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *va
     return stmt_flush(k, until_ns, cancel_fd, why, wlen);
 }
 
-/* The reply to the oldest statement sent on k and not read yet: its first
- * result in *out (NULL when out is NULL: read and dropped), up to its sync
- * point (see run for the codes). */
-int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
-                     size_t wlen)
+int pg_stmt_send_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
+                           int64_t until_ns, int cancel_fd, char *why, size_t wlen)
+{
+    int units; /* (one segment with the execution: one reply, read as one) */
+    int rc = stmt_queue_fixed(k, sql, n, vals, &units, why, wlen);
+    return rc ? rc : stmt_sync(k, until_ns, cancel_fd, why, wlen);
+}
+
+/*
+ * The reply to the oldest segment sent on k and not read yet, up to its
+ * sync point (see run for the codes): count statements, the i-th making
+ * units[i] replies (a Prepare's, its own; the last takes whatever else
+ * comes), each statement's result in *outs[i] (outs[i] NULL: read and
+ * dropped) — its last, unless one before it failed: that one. After a
+ * failure the server skips the segment's other statements: theirs say
+ * PGRES_PIPELINE_ABORTED.
+ */
+#define PG_SEGMENT_MAX 4 /* statements in one segment */
+static int stmt_read_segment(pg_conn *k, int64_t until_ns, int cancel_fd, int count,
+                             const int *units, PGresult **const *outs, char *why, size_t wlen)
 {
     char line[200];
-    PGresult *first = NULL;
-    if (out)
-        *out = NULL;
-    if (k->pending <= 0) {
+    PGresult *got[PG_SEGMENT_MAX] = {NULL};
+    int s = 0, u = 0; /* the statement whose replies come, and its replies read */
+    int rc = 0;
+    for (int i = 0; i < count; i++)
+        if (outs[i])
+            *outs[i] = NULL;
+    if (k->pending <= 0 || count < 1 || count > PG_SEGMENT_MAX) {
         snprintf(why, wlen, "no statement to read a reply to");
         return DLOCK_EPROTO;
     }
@@ -231,38 +264,45 @@ int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, ch
             if (!r) {
                 if (pg_lib.status(k->pg) != CONNECTION_OK) {
                     snprintf(why, wlen, "%s", pg_one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
-                    pg_lib.clear(first);
-                    return DLOCK_EUNREACHABLE;
+                    rc = DLOCK_EUNREACHABLE;
+                    goto out;
                 }
-                continue; /* the end of one statement's results */
+                if (++u >= units[s] && s < count - 1) { /* the end of one reply */
+                    s++;
+                    u = 0;
+                }
+                continue;
             }
             if (pg_lib.resultStatus(r) == PGRES_PIPELINE_SYNC) {
                 pg_lib.clear(r);
                 k->pending--;
-                if (!first) {
-                    snprintf(why, wlen, "the server sent no result");
-                    return DLOCK_EPROTO;
+                for (int i = 0; i < count; i++) {
+                    if (!got[i]) {
+                        snprintf(why, wlen, "the server sent no result");
+                        rc = DLOCK_EPROTO;
+                        goto out;
+                    }
                 }
-                if (out)
-                    *out = first;
-                else
-                    pg_lib.clear(first);
-                return 0;
+                for (int i = 0; i < count; i++) {
+                    if (outs[i]) {
+                        *outs[i] = got[i];
+                        got[i] = NULL;
+                    }
+                }
+                goto out;
             }
             ExecStatusType st = pg_lib.resultStatus(r);
             if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
                 k->failed = true;
-            /* A segment's last result is its statement's (a Prepare's comes
-             * first), unless an earlier one failed. */
-            ExecStatusType fs = first ? pg_lib.resultStatus(first) : PGRES_COMMAND_OK;
+            ExecStatusType fs = got[s] ? pg_lib.resultStatus(got[s]) : PGRES_COMMAND_OK;
             if (fs == PGRES_TUPLES_OK || fs == PGRES_COMMAND_OK) {
-                pg_lib.clear(first);
-                first = r;
+                pg_lib.clear(got[s]);
+                got[s] = r;
             } else {
                 pg_lib.clear(r);
             }
         }
-        int rc = dl_wait_fd(pg_lib.socket(k->pg), POLLIN, until_ns, cancel_fd, NULL);
+        rc = dl_wait_fd(pg_lib.socket(k->pg), POLLIN, until_ns, cancel_fd, NULL);
         if (rc == 0 && !pg_lib.consumeInput(k->pg))
             rc = DLOCK_EUNREACHABLE;
         if (rc) {
@@ -270,10 +310,24 @@ int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, ch
                 snprintf(why, wlen, "%s", pg_one_line(pg_lib.errorMessage(k->pg), line, sizeof line));
             else
                 snprintf(why, wlen, "%s", rc == DLOCK_ECANCELED ? "canceled" : "no answer in time");
-            pg_lib.clear(first);
-            return rc;
+            goto out;
         }
     }
+out:
+    for (int i = 0; i < count; i++)
+        pg_lib.clear(got[i]);
+    return rc;
+}
+
+/* The reply to the oldest statement sent on k and not read yet: its
+ * result in *out (NULL when out is NULL: read and dropped), up to its sync
+ * point (see run for the codes). */
+int pg_stmt_read(pg_conn *k, int64_t until_ns, int cancel_fd, PGresult **out, char *why,
+                     size_t wlen)
+{
+    static const int all[] = {INT_MAX}; /* (a Prepare's reply first, then its own) */
+    PGresult **const outs[] = {out};
+    return stmt_read_segment(k, until_ns, cancel_fd, 1, all, outs, why, wlen);
 }
 
 /* The reply to the statement sent last on k; the replies still unread
@@ -318,20 +372,33 @@ int pg_run_fixed(pg_conn *k, const char *sql, int n, const char *const *vals,
 
 /* Fixed statements sent in one flight, each run once the one before it is
  * done; their replies in outs (an entry NULL: read and dropped), the
- * replies left from the session's last use read and dropped first. */
-int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
-                         const char *const *const *vals, int64_t until_ns, int cancel_fd,
-                         PGresult **const *outs, char *why, size_t wlen)
+ * replies left from the session's last use read and dropped first. joint:
+ * in one segment (one sync point: one transaction of the server's, one
+ * reply flushed), else each in its own. */
+static int run_fixed_flight(pg_conn *k, bool joint, int count, const char *const *sqls,
+                            const int *ns, const char *const *const *vals, int64_t until_ns,
+                            int cancel_fd, PGresult **const *outs, char *why, size_t wlen)
 {
-    int rc = 0;
+    int rc = 0, units[PG_SEGMENT_MAX];
+    if (joint && count > PG_SEGMENT_MAX) {
+        snprintf(why, wlen, "%d statements in one segment (at most %d)", count, PG_SEGMENT_MAX);
+        return DLOCK_EINVAL;
+    }
     for (int i = 0; i < count; i++)
         if (outs[i])
             *outs[i] = NULL;
     for (int i = 0; i < count && !rc; i++)
-        rc = pg_stmt_send_fixed(k, sqls[i], ns[i], vals[i], until_ns, cancel_fd, why, wlen);
-    while (!rc && k->pending > count)
+        rc = joint ? stmt_queue_fixed(k, sqls[i], ns[i], vals[i], &units[i], why, wlen)
+                   : pg_stmt_send_fixed(k, sqls[i], ns[i], vals[i], until_ns, cancel_fd, why,
+                                        wlen);
+    if (!rc && joint)
+        rc = stmt_sync(k, until_ns, cancel_fd, why, wlen);
+    int mine = joint ? 1 : count; /* segments */
+    while (!rc && k->pending > mine)
         rc = pg_stmt_read(k, until_ns, cancel_fd, NULL, why, wlen);
-    for (int i = 0; i < count && !rc; i++)
+    if (joint && !rc)
+        rc = stmt_read_segment(k, until_ns, cancel_fd, count, units, outs, why, wlen);
+    for (int i = 0; i < count && !rc && !joint; i++)
         rc = pg_stmt_read(k, until_ns, cancel_fd, outs[i], why, wlen);
     for (int i = 0; i < count && rc; i++) {
         if (outs[i]) {
@@ -340,6 +407,22 @@ int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *
         }
     }
     return rc;
+}
+
+int pg_run_fixed_seq(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                         const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                         PGresult **const *outs, char *why, size_t wlen)
+{
+    return run_fixed_flight(k, false, count, sqls, ns, vals, until_ns, cancel_fd, outs, why,
+                            wlen);
+}
+
+int pg_run_fixed_joint(pg_conn *k, int count, const char *const *sqls, const int *ns,
+                       const char *const *const *vals, int64_t until_ns, int cancel_fd,
+                       PGresult **const *outs, char *why, size_t wlen)
+{
+    return run_fixed_flight(k, true, count, sqls, ns, vals, until_ns, cancel_fd, outs, why,
+                            wlen);
 }
 
 /* The SQLSTATE of a failed result ("" for success). */
@@ -854,6 +937,18 @@ int pg_draw_under_epoch(dlock_lock *l, pg_draw_fn draw, void *arg, char *why, si
  * one), then the grant (g->took: the token, the names table), after which
  * the session is watched until the release.
  */
+/* t's holder, made at its first use: an advisory grant after a handle's
+ * first writes none, and the host's name and the pid cost two calls. */
+const char *pg_try_holder(dlock_lock *l, pg_try *t)
+{
+    if (!t->holder[0]) {
+        char self[200];
+        dl_self_desc(self, sizeof self);
+        snprintf(t->holder, sizeof t->holder, "%s %s", l->owner, self);
+    }
+    return t->holder;
+}
+
 int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g)
 {
     pgclient *pc = pc_of(l->c);
@@ -880,9 +975,6 @@ again:
         return dl_connect_err(l, deadline_ns, rc, t.why, pc->redacted);
     t.reused = t.k->reused;
     snprintf(t.key, sizeof t.key, "%" PRId64, pl->key);
-    char self[200];
-    dl_self_desc(self, sizeof self);
-    snprintf(t.holder, sizeof t.holder, "%s %s", l->owner, self);
     if (deadline_ns != 0) {
         int ms = deadline_ns < 0 ? 0 : dl_ms_left(deadline_ns);
         if (deadline_ns > 0 && ms == 0)

@@ -228,7 +228,7 @@ static int rowlock_took(dlock_lock *l, pg_try *t)
     }
     /* the token, and who took the row for dlock_inspect and the leader's
      * value: the row itself stays locked until the release */
-    const char *ip[] = {l->name, l->owner, t->holder};
+    const char *ip[] = {l->name, l->owner, pg_try_holder(l, t)};
     rc = rowlock_draw(l, (void *)ip, t->why, sizeof t->why);
     if (rc == 1) /* no epoch in force */
         rc = pg_draw_under_epoch(l, rowlock_draw, (void *)ip, t->why, sizeof t->why);
