@@ -171,28 +171,34 @@ def _uncancel(task: Any) -> None:
         task.uncancel()
 
 
-async def _wait_done(w: Any) -> Any:
-    """Await a _Wait (an acquisition or a claim's begin on a worker thread)
-    through its descriptor, without blocking the loop; returns what its
-    finish() returns. Cancelled (or the loop going): the wait is cancelled
-    (dlock_cancel) and whatever it took given back, so nothing is left."""
+async def _readable(fd: int, already: Callable[[], bool]) -> None:
+    """Return once fd is readable (read by the loop, which is not blocked),
+    at once if already() says so."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
-    fd = w.fileno()
 
     def ready() -> None:
         if not fut.done():
             fut.set_result(None)
     loop.add_reader(fd, ready)
     try:
-        if not w.done():
+        if not already():
             await fut
-    except BaseException:
+    finally:
         loop.remove_reader(fd)
+
+
+async def _wait_done(w: Any) -> Any:
+    """Await a _Wait (an acquisition or a claim's begin on a worker thread)
+    through its descriptor, without blocking the loop; returns what its
+    finish() returns. Cancelled (or the loop going): the wait is cancelled
+    (dlock_cancel) and whatever it took given back, so nothing is left."""
+    try:
+        await _readable(w.fileno(), w.done)
+    except BaseException:
         w.cancel()
         w.finish(undo=True)
         raise
-    loop.remove_reader(fd)
     return w.finish()
 
 
@@ -283,19 +289,7 @@ class Lock(_dlock.Lock):
 
     async def wait_lost(self) -> None:
         """Return when the held lock is lost (the lost descriptor, read by the loop)."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        fd = self.fileno()
-
-        def ready() -> None:
-            if not fut.done():
-                fut.set_result(None)
-        loop.add_reader(fd, ready)
-        try:
-            if self.state != State.LOST:
-                await fut
-        finally:
-            loop.remove_reader(fd)
+        await _readable(self.fileno(), lambda: self.state == State.LOST)
 
     def _watch_loss(self) -> None:
         """While held in ``async with``: a loss cancels the current task."""
