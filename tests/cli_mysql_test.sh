@@ -369,13 +369,15 @@ rc=$?
 rport=$(srv_free_port)
 start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "mysql://dlock:$(pw_of "$G")@127.0.0.1:$rport/dlock" run frozen -- \
-    sh -c "date +%s%3N >$TMP/began; sleep 8; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
+    sh -c "date +%s%3N >$TMP/began; while [ ! -e $TMP/thawed ]; do sleep 0.05; done; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
 wait_held "$G" frozen || bad "frozen: the holder never held its lock"
 kill -STOP $relay
 frozen_at=$(now_ms)
 "$DLOCK" --url "$G" run -w 6 frozen -- echo RAN >"$TMP/other.out" 2>/dev/null
 rc=$?
 kill -CONT $relay
+touch "$TMP/thawed" # (the command runs until the relay flows again: its
+# release must not meet the frozen relay, whatever this machine's load)
 thawed=$(( $(now_ms) - frozen_at ))
 wait $h
 hrc=$?

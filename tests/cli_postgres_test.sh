@@ -88,12 +88,14 @@ fi
 rport=$(srv_free_port)
 start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "postgres://dlock:s3cret@127.0.0.1:$rport/dlock" run frozen -- \
-    sh -c "date +%s%3N >$TMP/began; sleep 4; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
+    sh -c "date +%s%3N >$TMP/began; while [ ! -e $TMP/thawed ]; do sleep 0.05; done; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
 wait_held frozen || bad "frozen: the holder never held its lock"
 kill -STOP $relay
 "$DLOCK" --url "$U" run -w 2 frozen -- echo RAN >"$TMP/other.out" 2>/dev/null
 rc=$?
 kill -CONT $relay
+touch "$TMP/thawed" # (the command runs until the relay flows again: its
+# release must not meet the frozen relay, whatever this machine's load)
 wait $h
 hrc=$?
 if [ $rc = 1 ] && [ ! -s "$TMP/other.out" ] && [ $hrc = 0 ] && [ -s "$TMP/finished" ]; then
