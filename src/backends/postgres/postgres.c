@@ -929,14 +929,6 @@ int pg_draw_under_epoch(dlock_lock *l, pg_draw_fn draw, void *arg, char *why, si
 
 /* ---- the session modes' acquisition and release (advisory, rowlock) --------------- */
 
-/*
- * A lock held by a session (advisory, rowlock): a session from the pool,
- * the mode's statements on it (g->send), what went wrong on the way, said
- * alike for both modes (a pooled session that had died idle: again on
- * another; a waiter's session the server ended: it waits on, on a new
- * one), then the grant (g->took: the token, the names table), after which
- * the session is watched until the release.
- */
 /* t's holder, made at its first use: an advisory grant after a handle's
  * first writes none, and the host's name and the pid cost two calls. */
 const char *pg_try_holder(dlock_lock *l, pg_try *t)
@@ -949,6 +941,14 @@ const char *pg_try_holder(dlock_lock *l, pg_try *t)
     return t->holder;
 }
 
+/*
+ * A lock held by a session (advisory, rowlock): a session from the pool,
+ * the mode's statements on it (g->send), what went wrong on the way, said
+ * alike for both modes (a pooled session that had died idle: again on
+ * another; a waiter's session the server ended: it waits on, on a new
+ * one), then the grant (g->took: the token, the names table), after which
+ * the session is watched until the release.
+ */
 int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g)
 {
     pgclient *pc = pc_of(l->c);

@@ -285,9 +285,10 @@ local function uncollected_ms()
   return math.max(tonumber(exp) - now() + 1, 1)
 end
 
--- How long a waiter of kind may sleep before looking again.
-local function look_ms(kind)
-  local ms, u = blocker_ms(kind), uncollected_ms()
+-- How long a waiter may sleep before looking again: ms (until what blocks
+-- it may lapse), or less when the holder's uncollected hand-over lapses first.
+local function look_ms(ms)
+  local u = uncollected_ms()
   if u and u < ms then return u end
   return ms
 end
@@ -344,7 +345,7 @@ local function main(KEYS, ARGV)
       end
       if pttl > 0 then
         if wl > 0 then enqueue(owner, kind, ttl, permits, holder, wl, not again) end
-        return {0, math.min(pttl, uncollected_ms() or pttl)}
+        return {0, look_ms(pttl)}
       end
       no_writer = pttl == -2
     end
@@ -366,7 +367,7 @@ local function main(KEYS, ARGV)
       if fair then enqueue(owner, kind, ttl, permits, holder, wl, not again)
       else redis.call('ZADD', NFW, now() + wl, owner) end
     end
-    return {0, look_ms(kind)}
+    return {0, look_ms(blocker_ms(kind))}
 
   -- wait OWNER KIND TTL PERMITS FAIR HOLDER WAITLEASE: a queued waiter's
   -- periodic look: collect a hand-over (first: one come late is still ours
@@ -385,7 +386,7 @@ local function main(KEYS, ARGV)
     advance()
     handed = redis.call('LPOP', w)
     if handed then return {1, tonumber(handed)} end
-    return {0, look_ms(kind)}
+    return {0, look_ms(blocker_ms(kind))}
 
   -- rel OWNER KIND -> 1 released, 0 not held (expired or never ours)
   elseif op == 'rel' then
