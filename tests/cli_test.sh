@@ -665,30 +665,46 @@ usage_error --url "$URL" leader
 usage_error --url "$URL" leader chief --force
 pass
 # --watch from before there is a leader: an empty line, then each leader's
-# value as it comes and goes, until SIGTERM (exit 0)
+# value as it comes and goes, until SIGTERM (exit 0). Each leader leads until
+# the test has seen what it must (never a fixed sleep: a slow start under
+# TSan or load would outlast it).
 "$DLOCK" --url "$URL" leader --watch chief >"$TMP/watch.out" 2>"$TMP/watch.err" &
 watcher=$!
 BG+=("$watcher")
-sleep 0.5
-dl elect --value "first one" chief -- sleep 1.5 >/dev/null 2>&1 &
-BG+=("$!")
-sleep 0.5
+watch_says() { printf "$1" | cmp -s - "$TMP/watch.out"; }
+wait_until 10 watch_says '\n' || fail "leader --watch, no leader: $(od -c "$TMP/watch.out")"
+# chief_leader VALUE N: leads with VALUE, says so in $TMP/chiefN.up, and
+# leads until $TMP/chiefN.go exists
+chief_leader() {
+    dl elect --value "$1" chief -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
+        "$TMP/chief$2" >/dev/null 2>&1
+}
+chief_leader "first one" 1 &
+ch1=$!
+BG+=("$ch1")
+wait_until 10 test -e "$TMP/chief1.up" || fail "the first leader did not start"
 # a leader, seen by `dlock leader` too
 expect 0 dl leader chief
 [[ $(cat "$TMP/out") == "first one" ]] || fail "leader: $(cat "$TMP/out")"
 expect 0 dl leader --json -- chief
 [[ $(cat "$TMP/out") =~ ^\{\"name\":\"chief\",\"leader\":\"first\ one\",\"token\":[1-9][0-9]*\}$ ]] ||
     fail "leader --json: $(cat "$TMP/out")"
-wait "${BG[-1]}" || fail "elect --value exited $?"
-sleep 0.6 # (the watcher polls every 0.2 s: it sees the gap)
-dl elect --value second chief -- sleep 1 >/dev/null 2>&1 || fail "second elect exited $?"
-sleep 0.5
+wait_until 10 watch_says '\nfirst one\n' || fail "leader --watch, first: $(od -c "$TMP/watch.out")"
+touch "$TMP/chief1.go"
+wait "$ch1" || fail "elect --value exited $?"
+wait_until 10 watch_says '\nfirst one\n\n' || fail "leader --watch, the gap: $(od -c "$TMP/watch.out")"
+chief_leader second 2 &
+ch2=$!
+BG+=("$ch2")
+wait_until 10 watch_says '\nfirst one\n\nsecond\n' || fail "leader --watch, second: $(od -c "$TMP/watch.out")"
+touch "$TMP/chief2.go"
+wait "$ch2" || fail "second elect exited $?"
+wait_until 10 watch_says '\nfirst one\n\nsecond\n\n' || fail "leader --watch, the end: $(od -c "$TMP/watch.out")"
 kill -TERM "$watcher"
 rc=0
 wait "$watcher" || rc=$?
 [[ $rc == 0 ]] || fail "leader --watch ended by SIGTERM exited $rc: $(cat "$TMP/watch.err")"
-printf '\nfirst one\n\nsecond\n\n' | cmp -s - "$TMP/watch.out" ||
-    fail "leader --watch printed: $(od -c "$TMP/watch.out")"
+watch_says '\nfirst one\n\nsecond\n\n' || fail "leader --watch printed: $(od -c "$TMP/watch.out")"
 pass
 
 # --watch: a new leader that publishes the same value is a line too (told
