@@ -296,6 +296,13 @@ int chk_run_once(chk_run *r, const chk_config *cfg, const struct chk_scenario *s
  * (interrupted, harness error). */
 int chk_sleep(chk_run *r, int64_t ns);
 bool chk_time_up(const chk_run *r);
+/* A fault scenario's next fault: until the run's end, and the first one
+ * however late its holder comes (chk_fault_until: the bound of the wait
+ * for it, at least CHK_FIRST_FAULT_NS from now). A slow start, under load
+ * or a sanitizer, must not leave a short run without its fault. */
+#define CHK_FIRST_FAULT_NS 10000000000LL
+bool chk_fault_more(const chk_run *r);
+int64_t chk_fault_until(const chk_run *r);
 /* Arm a fault point; the next worker that reaches it takes it. */
 void chk_arm(chk_run *r, int fault);
 void chk_disarm(chk_run *r);

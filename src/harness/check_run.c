@@ -852,6 +852,17 @@ bool chk_time_up(const chk_run *r)
     return ms_now_ns() >= r->end_ns;
 }
 
+bool chk_fault_more(const chk_run *r)
+{
+    return !chk_time_up(r) || r->faults_injected == 0;
+}
+
+int64_t chk_fault_until(const chk_run *r)
+{
+    int64_t least = ms_now_ns() + CHK_FIRST_FAULT_NS;
+    return r->faults_injected == 0 && least > r->end_ns ? least : r->end_ns;
+}
+
 void chk_arm(chk_run *r, int fault)
 {
     atomic_store(&r->sh->claimed, 0);

@@ -31,12 +31,13 @@ static int inject_none(chk_run *r)
 
 /* SIGKILL of a holder parked between its read and its write, then a fresh
  * worker in its place. The kernel (or the session, or the lease) must free
- * the lock: the others go on taking it. */
+ * the lock: the others go on taking it — after the last kill too, however
+ * late that came (the next holder is awaited). */
 static int inject_kill(chk_run *r)
 {
-    while (!chk_time_up(r)) {
+    while (chk_fault_more(r)) {
         chk_arm(r, CHK_FAULT_PARK);
-        int s = chk_wait_claim(r, r->end_ns);
+        int s = chk_wait_claim(r, chk_fault_until(r));
         if (s < 0)
             break;
         r->faults_injected++;
@@ -51,6 +52,14 @@ static int inject_kill(chk_run *r)
         if (chk_sleep(r, FAULT_INTERVAL_NS))
             return -1;
     }
+    if (r->faults_injected == 0 || r->error[0] || r->interrupted)
+        return 0;
+    int64_t span_ns = chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000
+                                               : 0;
+    chk_arm(r, CHK_FAULT_PARK);
+    int b = chk_wait_claim(r, ms_now_ns() + span_ns + CHK_FIRST_FAULT_NS);
+    if (b >= 0)
+        chk_let_go(r, b);
     return 0;
 }
 
@@ -69,9 +78,9 @@ static int stale_writer(chk_run *r, bool lose)
     /* Past the lease; past a vouched-for session's end on the server too
      * (it outlives the holder's span by half of it). */
     int64_t pause_ns = (chk_server_span_ms(r->cfg, r->ttl_ms) + 500) * 1000000;
-    while (!chk_time_up(r)) {
+    while (chk_fault_more(r)) {
         chk_arm(r, lose ? CHK_FAULT_LOSE : CHK_FAULT_PARK);
-        int a = chk_wait_claim(r, r->end_ns);
+        int a = chk_wait_claim(r, chk_fault_until(r));
         if (a < 0)
             break;
         r->faults_injected++;
@@ -193,9 +202,9 @@ static int inject_restart(chk_run *r)
     int turn = 0;
     if (chk_sleep(r, WARMUP_NS))
         return -1;
-    while (!chk_time_up(r)) {
+    while (chk_fault_more(r)) {
         chk_arm(r, CHK_FAULT_PARK);
-        int a = chk_wait_claim(r, r->end_ns);
+        int a = chk_wait_claim(r, chk_fault_until(r));
         if (a < 0)
             break;
         int idx[CHK_LOCK_SERVERS];
@@ -318,7 +327,7 @@ static int kill_while_held(chk_run *r, int (*pick)(chk_run *r, int *victims), co
     if (chk_sleep(r, WARMUP_NS))
         return -1;
     chk_arm(r, CHK_FAULT_PARK);
-    int a = chk_wait_claim(r, r->end_ns);
+    int a = chk_wait_claim(r, chk_fault_until(r));
     if (a < 0)
         return 0;
     int victims[VICTIMS_MAX];
@@ -832,12 +841,10 @@ static int inject_claims(chk_run *r)
     int64_t span_ns = chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000
                                                : 0;
     int64_t pause_ns = span_ns ? span_ns + MS(500) : MS(300);
-    /* at least one kill however short the run or slow the workers' start */
-    int64_t until = r->end_ns > ms_now_ns() + MS(10000) ? r->end_ns : ms_now_ns() + MS(10000);
     int turn = 0;
-    while (!chk_time_up(r) || r->faults_injected == 0) {
+    while (chk_fault_more(r)) {
         chk_arm(r, CHK_FAULT_PARK);
-        int a = chk_wait_claim(r, until);
+        int a = chk_wait_claim(r, chk_fault_until(r));
         if (a < 0)
             break;
         r->faults_injected++;
