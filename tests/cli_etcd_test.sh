@@ -55,7 +55,7 @@ rc=$?
     bad "a 5 s run on a 2 s lease: exit $rc: $(cat "$TMP/long.err")"
 
 # Conflicts: nothing runs, whatever the exit code asked for.
-"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+"$DLOCK" --url "$U" run held -- sh -c "$(holds_until "$TMP/held.go")" & holder=$!
 wait_held held
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
@@ -78,6 +78,7 @@ rc=$?
 n=$(ctl get --prefix dlock/held/ --keys-only | grep -c .)
 [ "$n" = 1 ] && ok "SIGTERM while waiting: no key left (only the holder's)" ||
     bad "SIGTERM while waiting: $n keys under dlock/held/"
+touch "$TMP/held.go"
 wait $holder
 
 # kill -9 of a holder: the lock is free once its lease runs out.

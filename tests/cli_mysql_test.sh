@@ -49,8 +49,6 @@ wait_waiting() { # N: until N requests wait on the server (3 s at most)
 }
 # A command that notes when it is stopped: "$(stopper FILE)"
 stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }
-# A command that holds until FILE exists: "$(until_file FILE)"
-until_file() { echo "echo \$DLOCK_TOKEN >$1.tok; while [ ! -e $1 ]; do sleep 0.05; done"; }
 
 # ---- dlock backends: mysql, its modes' promises --------------------------------
 "$DLOCK" backends >"$TMP/backends.out" 2>&1
@@ -96,7 +94,7 @@ for m in getlock rowlock lease; do
     fi
 
     # ---- conflicts: nothing runs, whatever the exit code asked for ------------------
-    "$DLOCK" --url "$U" run $m-held -- sh -c "$(until_file "$TMP/$m-held")" 2>"$TMP/$m-held.err" & holder=$!
+    "$DLOCK" --url "$U" run $m-held -- sh -c "$(holds_until "$TMP/$m-held")" 2>"$TMP/$m-held.err" & holder=$!
     wait_held "$U" $m-held || bad "$m-held: the holder never held its lock"
     for e in 0 3 75; do
         out=$("$DLOCK" --url "$U" run -n -E $e $m-held -- echo RAN 2>/dev/null)
@@ -168,7 +166,7 @@ if sys.argv[5] == "lease":
     if [ $m = lease ]; then
         # (it holds until told: the other client's try must fall inside
         # the hold however slow this machine is)
-        "$DLOCK" --url "$U" run -t 1 $m-long -- sh -c "$(until_file "$TMP/$m-long.go")" \
+        "$DLOCK" --url "$U" run -t 1 $m-long -- sh -c "$(holds_until "$TMP/$m-long.go")" \
             2>"$TMP/$m-long.err" & h=$!
         wait_held "$U" $m-long || bad "$m-long: the holder never held its lock"
         sleep 2 # two leases
@@ -244,7 +242,7 @@ if sys.argv[5] == "lease":
         # next renewal and the holder keeps its lease. It holds until told,
         # so the other client's try falls inside its hold however slow the
         # KILLs are under load.
-        "$DLOCK" --url "$U" run -t 1 $m-ended -- sh -c "$(until_file "$TMP/$m-ended.go")" \
+        "$DLOCK" --url "$U" run -t 1 $m-ended -- sh -c "$(holds_until "$TMP/$m-ended.go")" \
             2>"$TMP/$m-ended.err" & h=$!
         wait_held "$U" $m-ended || bad "$m-ended: the holder never held its lock"
         ids=$(sql "SELECT id FROM information_schema.processlist WHERE user = 'dlock'")

@@ -31,7 +31,7 @@ wait_held() { # NAME: until status says held (5 s at most)
 }
 
 # Conflicts: nothing runs, whatever the exit code asked for.
-"$DLOCK" --url "$U" run held -- sleep 4 & holder=$!
+"$DLOCK" --url "$U" run held -- sh -c "$(holds_until "$TMP/held.go")" & holder=$!
 wait_held held || bad "held: the holder never held its lock"
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
@@ -56,6 +56,7 @@ n=$(waiting)
 for _ in $(seq 20); do [ "$n" = 0 ] && break; sleep 0.1; n=$(waiting); done
 [ "$n" = 0 ] && ok "SIGTERM while waiting: nothing left in the server's lock queue" ||
     bad "SIGTERM while waiting: $n requests still waiting on the server"
+touch "$TMP/held.go"
 wait $holder
 
 # kill -9 of a holder: the lock is free as soon as the server sees the

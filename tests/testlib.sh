@@ -193,6 +193,12 @@ start_relay() {
     return 1
 }
 
+# A held lock's command for `dlock run NAME -- sh -c "$(holds_until FILE)"`:
+# writes its token to FILE.tok, then runs until FILE exists. A holder that
+# must still hold at the test's next steps is told when to end, never given
+# a fixed sleep (a slow start under a sanitizer or load outlasts any).
+holds_until() { echo "echo \$DLOCK_TOKEN >$1.tok; while [ ! -e $1 ]; do sleep 0.05; done"; }
+
 finish() {
     echo "$passes passed, $fails failed"
     [ "$fails" -eq 0 ]
