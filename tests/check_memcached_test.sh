@@ -101,10 +101,6 @@ elif what == "evictions":
             print(line.split()[2])
 PY
 mcraw() { python3 "$TMP/mcraw.py" "$sport" "$@"; }
-wait_held() { # URL NAME: until status says held (5 s at most)
-    for _ in $(seq 50); do "$DLOCK" --url "$1" status "$2" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 
 # Big items (100 KB, 30 times the memory) while a lock is held: memcached
 # evicts within a slab class, and the lock's item (131 bytes) is in another:

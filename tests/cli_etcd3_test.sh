@@ -17,10 +17,6 @@ first=$(cat "$DLOCK_TEST_SERVERS/etcd3-1.pid")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-etcd3.XXXXXX")
 trap 'kill -CONT $first 2>/dev/null; rm -rf "$TMP"' EXIT
 now_ms() { date +%s%3N; }
-wait_held() { # NAME: until status says held (10 s at most)
-    for _ in $(seq 100); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 
 # The first member must be a follower: a stalled leader is an election,
 # which is not what is tested here (etcdctl move-leader hands it on).
@@ -40,7 +36,7 @@ fi
 # A holder (ttl=10, talking to the first member) whose member stalls: it
 # keeps its lease through the two others for longer than the lease.
 "$DLOCK" --url "$U" run stalled -- sleep 14 2>"$TMP/holder.err" & holder=$!
-wait_held stalled || bad "the holder did not get the lock"
+wait_held "$U" stalled || bad "the holder did not get the lock"
 kill -STOP "$first"
 stopped_at=$(now_ms)
 
@@ -76,7 +72,7 @@ second=$(cat "$DLOCK_TEST_SERVERS/etcd3-2.pid")
 trap 'kill -CONT $first $second 2>/dev/null; rm -rf "$TMP"' EXIT
 sleep 1 # (the first member catches up)
 "$DLOCK" --url "$U" run transient -- sleep 8 2>"$TMP/holder2.err" & holder=$!
-wait_held transient || bad "the holder did not get the lock"
+wait_held "$U" transient || bad "the holder did not get the lock"
 "$DLOCK" --url "$U" run -w 60 transient -- true 2>"$TMP/waiter2.err" & waiter=$!
 sleep 1
 kill -STOP "$first" "$second"

@@ -21,10 +21,6 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-etcd.XXXXXX")
 relay=
 trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
 now_ms() { date +%s%3N; }
-wait_held() { # NAME: until status says held (5 s at most)
-    for _ in $(seq 50); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 
 # What one run writes, by the server's own count (first, before any lease of
 # this script can expire in the count): the lease's grant, the queueing
@@ -56,7 +52,7 @@ rc=$?
 
 # Conflicts: nothing runs, whatever the exit code asked for.
 "$DLOCK" --url "$U" run held -- sh -c "$(holds_until "$TMP/held.go")" & holder=$!
-wait_held held
+wait_held "$U" held
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
     rc=$?
@@ -83,7 +79,7 @@ wait $holder
 
 # kill -9 of a holder: the lock is free once its lease runs out.
 "$DLOCK" --url "$U" run killed -- sleep 30 & h=$!
-wait_held killed
+wait_held "$U" killed
 killed_at=$(now_ms)
 kill -9 $h
 "$DLOCK" --url "$U" run -w 10 killed -- true 2>/dev/null
@@ -94,7 +90,7 @@ rc=$?
 # The holder's lease revoked from outside: its command is stopped at once.
 "$DLOCK" --url "etcd://127.0.0.1:$port?ttl=30" run revoked -- \
     sh -c "trap 'date +%s%3N >$TMP/revoked; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held revoked
+wait_held "$U" revoked
 lease=$(ctl get --prefix dlock/revoked/ --keys-only | grep . | head -1 | sed -E 's/.*-([0-9a-f]{16})-[0-9a-f]+$/\1/')
 at=$(now_ms)
 ctl lease revoke "$lease" >/dev/null
@@ -110,7 +106,7 @@ fi
 # (the lease has 30 s left), exit 75; the next holder is granted at once.
 "$DLOCK" --url "etcd://127.0.0.1:$port?ttl=30" run deleted -- \
     sh -c "trap 'date +%s%3N >$TMP/deleted; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held deleted
+wait_held "$U" deleted
 sleep 0.3
 key=$(ctl get --prefix dlock/deleted/ --keys-only | grep . | head -1)
 at=$(now_ms)
@@ -129,7 +125,7 @@ rport=$(srv_free_port)
 start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "etcd://127.0.0.1:$rport?ttl=2" run frozen -- \
     sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
-wait_held frozen || bad "frozen holder: never held: $(cat "$TMP/frozen.err")"
+wait_held "$U" frozen || bad "frozen holder: never held: $(cat "$TMP/frozen.err")"
 kill -STOP $relay
 frozen_at=$(now_ms)
 "$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null

@@ -31,10 +31,6 @@ until_file() { # FILE: until it exists (10 s at most)
     for _ in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.1; done
     return 1
 }
-wait_held() { # NAME: until dlock's status says held (10 s at most)
-    for _ in $(seq 100); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 
 # ---- names: a key prefix, '/' and all --------------------------------------------
 "$DLOCK" --url "$U" run jobs/reindex -- true && ok "layout=etcdctl: name jobs/reindex taken" ||
@@ -136,7 +132,7 @@ rc=$?
     bad "k1 after kill -9 of etcdctl: exit $rc: $(cat "$TMP/k1.err")"
 "$DLOCK" --url "$U" run k2 -- sleep 60 & k=$!
 pids+=($k)
-wait_held k2 || bad "dlock run k2 never held"
+wait_held "$U" k2 || bad "dlock run k2 never held"
 at=$(now_ms)
 kill -9 $k
 timeout 30 etcdctl --endpoints "$EP" lock k2 true >/dev/null

@@ -56,14 +56,6 @@ while b"\r\n" not in b:
 print(b.split(b"\r\n")[0].decode())
 PY
 }
-wait_held() { # URL NAME: until status says held (5 s at most)
-    for _ in $(seq 50); do "$DLOCK" --url "$1" status "$2" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
-# A command that notes when it is stopped: "$(stopper FILE)"
-stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }
-# A command that holds until FILE exists: "$(until_file FILE)"
-until_file() { echo "echo \$DLOCK_TOKEN >$1.tok; while [ ! -e $1 ]; do sleep 0.05; done"; }
 
 # ---- dlock backends: memcached, weak fencing, what it cannot promise ------------
 "$DLOCK" backends >"$TMP/backends.out" 2>&1
@@ -105,7 +97,7 @@ fi
     bad "run: the item is still there after the release: $(mc "$port" "mg dlock:env c")"
 
 # ---- prefix=: the item's key; other prefixes are other locks; bad parameters ---------
-"$DLOCK" --url "$U?prefix=app1:" run px -- sh -c "$(until_file "$TMP/px")" 2>"$TMP/px.err" & h=$!
+"$DLOCK" --url "$U?prefix=app1:" run px -- sh -c "$(holds_until "$TMP/px")" 2>"$TMP/px.err" & h=$!
 wait_held "$U?prefix=app1:" px || bad "prefix: the holder never held its lock"
 k=$(mc "$port" "mg app1:px c")
 out=$("$DLOCK" --url "$U?prefix=app2:" run -n px -- echo RAN 2>&1)
@@ -125,7 +117,7 @@ for p in 'prefix=a%20b' "prefix=$(printf 'p%.0s' $(seq 49))" 'foo=1'; do
 done
 
 # ---- conflicts: nothing runs, whatever the exit code asked for ------------------
-"$DLOCK" --url "$U" run held -- sh -c "$(until_file "$TMP/held")" 2>"$TMP/held.err" & holder=$!
+"$DLOCK" --url "$U" run held -- sh -c "$(holds_until "$TMP/held")" 2>"$TMP/held.err" & holder=$!
 wait_held "$U" held || bad "held: the holder never held its lock"
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
@@ -195,7 +187,7 @@ k=$(mc "$port" "mg dlock:held c")
     bad "after the release: status $out, item '$k'"
 
 # ---- a semaphore: two permits --------------------------------------------------
-for i in 1 2; do "$DLOCK" --url "$U" run --permits 2 sem -- sh -c "$(until_file "$TMP/sem")" & ws[$i]=$!; done
+for i in 1 2; do "$DLOCK" --url "$U" run --permits 2 sem -- sh -c "$(holds_until "$TMP/sem")" & ws[$i]=$!; done
 for _ in $(seq 50); do
     [ "$("$DLOCK" --url "$U" status --json sem 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["holders"])' 2>/dev/null)" = 2 ] && break
     sleep 0.1
@@ -217,7 +209,7 @@ wait_bounded ${ws[2]} 60 "semaphore holder 2"; r2=$?
 # The command runs until told (not a fixed sleep: under TSan, status may
 # see the lock held a while after it was taken, and a sleep could end
 # before the second look).
-"$DLOCK" --url "$U" run -t 1.5 long -- sh -c "$(until_file "$TMP/long")" 2>"$TMP/long.err" & h=$!
+"$DLOCK" --url "$U" run -t 1.5 long -- sh -c "$(holds_until "$TMP/long")" 2>"$TMP/long.err" & h=$!
 wait_held "$U" long || bad "long: the holder never held its lock"
 sleep 2 # past the first lease
 out=$("$DLOCK" --url "$U" run -n long -- echo RAN 2>/dev/null)

@@ -39,16 +39,10 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-mysql.XXXXXX")
 relay=
 trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; wait $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
 now_ms() { date +%s%3N; }
-wait_held() { # URL NAME: until status says held (5 s at most)
-    for _ in $(seq 50); do "$DLOCK" --url "$1" status "$2" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 wait_waiting() { # N: until N requests wait on the server (3 s at most)
     for _ in $(seq 30); do [ "$(waiting)" = "$1" ] && return 0; sleep 0.1; done
     return 1
 }
-# A command that notes when it is stopped: "$(stopper FILE)"
-stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }
 
 # ---- dlock backends: mysql, its modes' promises --------------------------------
 "$DLOCK" backends >"$TMP/backends.out" 2>&1

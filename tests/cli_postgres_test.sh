@@ -25,14 +25,10 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-pg.XXXXXX")
 relay=
 trap '[ -n "$relay" ] && { kill -CONT $relay; kill -9 $relay; } 2>/dev/null; rm -rf "$TMP"' EXIT
 now_ms() { date +%s%3N; }
-wait_held() { # NAME: until status says held (5 s at most)
-    for _ in $(seq 50); do "$DLOCK" --url "$U" status "$1" 2>/dev/null | grep -q 'held: *yes' && return 0; sleep 0.1; done
-    return 1
-}
 
 # Conflicts: nothing runs, whatever the exit code asked for.
 "$DLOCK" --url "$U" run held -- sh -c "$(holds_until "$TMP/held.go")" & holder=$!
-wait_held held || bad "held: the holder never held its lock"
+wait_held "$U" held || bad "held: the holder never held its lock"
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
     rc=$?
@@ -62,7 +58,7 @@ wait $holder
 # kill -9 of a holder: the lock is free as soon as the server sees the
 # session closed.
 "$DLOCK" --url "$U" run killed -- sleep 30 & h=$!
-wait_held killed || bad "killed: the holder never held its lock"
+wait_held "$U" killed || bad "killed: the holder never held its lock"
 killed_at=$(now_ms)
 kill -9 $h
 "$DLOCK" --url "$U" run -w 10 killed -- true 2>/dev/null
@@ -73,7 +69,7 @@ rc=$?
 # The holder's session ended from outside: its command is stopped at once.
 "$DLOCK" --url "$U" run ended -- \
     sh -c "trap 'date +%s%3N >$TMP/ended; exit 1' TERM; sleep 20 & wait" 2>/dev/null & h=$!
-wait_held ended || bad "ended: the holder never held its lock"
+wait_held "$U" ended || bad "ended: the holder never held its lock"
 at=$(now_ms)
 sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted" >/dev/null
 wait $h
@@ -90,7 +86,7 @@ rport=$(srv_free_port)
 start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "postgres://dlock:s3cret@127.0.0.1:$rport/dlock" run frozen -- \
     sh -c "date +%s%3N >$TMP/began; while [ ! -e $TMP/thawed ]; do sleep 0.05; done; date +%s%3N >$TMP/finished" 2>"$TMP/frozen.err" & h=$!
-wait_held frozen || bad "frozen: the holder never held its lock"
+wait_held "$U" frozen || bad "frozen: the holder never held its lock"
 kill -STOP $relay
 "$DLOCK" --url "$U" run -w 2 frozen -- echo RAN >"$TMP/other.out" 2>/dev/null
 rc=$?

@@ -193,6 +193,19 @@ start_relay() {
     return 1
 }
 
+# wait_held URL NAME: until `dlock status` says NAME is held (10 s at most).
+wait_held() {
+    for _ in $(seq 100); do
+        "$DLOCK" --url "$1" status "$2" 2>/dev/null | grep -q 'held: *yes' && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# A command that notes when it is stopped (SIGTERM), for `dlock run NAME --
+# sh -c "$(stopper FILE)"`: the time in ms into FILE, then exit 1.
+stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }
+
 # A held lock's command for `dlock run NAME -- sh -c "$(holds_until FILE)"`:
 # writes its token to FILE.tok, then runs until FILE exists. A holder that
 # must still hold at the test's next steps is told when to end, never given
