@@ -521,7 +521,11 @@ __attribute__((noreturn)) static void guardian_main(const guard_args *a)
     /* Its own process group: a kill aimed at dlock's job (kill -9 %1) must
      * not take the guardian along. */
     (void)setpgid(0, 0);
-    (void)prctl(PR_SET_NAME, "dlock-guardian", 0, 0, 0);
+    /* The raw call: forked from a process with threads, the guardian may
+     * only make calls that take no lock, and the sanitizers' prctl wrapper
+     * records a new name under a lock another thread may have held at the
+     * fork (an ASan run hung here). */
+    (void)syscall(SYS_prctl, PR_SET_NAME, "dlock-guardian", 0, 0, 0);
     static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
                                   SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
     static const int dfl[] = {SIGWINCH, SIGCONT, SIGCHLD};
