@@ -673,13 +673,13 @@ watcher=$!
 BG+=("$watcher")
 watch_says() { printf "$1" | cmp -s - "$TMP/watch.out"; }
 wait_until 10 watch_says '\n' || fail "leader --watch, no leader: $(od -c "$TMP/watch.out")"
-# chief_leader VALUE N: leads with VALUE, says so in $TMP/chiefN.up, and
-# leads until $TMP/chiefN.go exists
-chief_leader() {
-    dl elect --value "$1" chief -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
-        "$TMP/chief$2" >/dev/null 2>&1
+# lead_until NAME VALUE F: leads NAME with VALUE, says so in F.up, and leads
+# until F.go exists
+lead_until() {
+    dl elect --value "$2" "$1" -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
+        "$3" >/dev/null 2>>"$TMP/leaders.err"
 }
-chief_leader "first one" 1 &
+lead_until chief "first one" "$TMP/chief1" &
 ch1=$!
 BG+=("$ch1")
 wait_until 10 test -e "$TMP/chief1.up" || fail "the first leader did not start"
@@ -693,7 +693,7 @@ wait_until 10 watch_says '\nfirst one\n' || fail "leader --watch, first: $(od -c
 touch "$TMP/chief1.go"
 wait "$ch1" || fail "elect --value exited $?"
 wait_until 10 watch_says '\nfirst one\n\n' || fail "leader --watch, the gap: $(od -c "$TMP/watch.out")"
-chief_leader second 2 &
+lead_until chief second "$TMP/chief2" &
 ch2=$!
 BG+=("$ch2")
 wait_until 10 watch_says '\nfirst one\n\nsecond\n' || fail "leader --watch, second: $(od -c "$TMP/watch.out")"
@@ -715,19 +715,13 @@ twj=$!
 "$DLOCK" --url "$URL" leader --watch twin >"$TMP/twin.txt" 2>>"$TMP/twin.err" &
 BG+=("$!")
 twt=$!
-# twin_leader N: a leader that says it is up in $TMP/twinN.up and leads until
-# $TMP/twinN.go exists
-twin_leader() {
-    dl elect --value same twin -- sh -c 'touch "$0.up"; until [ -e "$0.go" ]; do sleep 0.05; done' \
-        "$TMP/twin$1" >/dev/null 2>>"$TMP/twin.err"
-}
 sames() { [[ $(grep -c "$1" "$2") -ge $3 ]]; }
-twin_leader 1 &
+lead_until twin same "$TMP/twin1" &
 tw1=$!
 wait_until 10 test -e "$TMP/twin1.up" || fail "the first twin leader did not start"
 wait_until 10 sames '"same"' "$TMP/twin.json" 1 && wait_until 10 sames '^same$' "$TMP/twin.txt" 1 ||
     fail "leader --watch did not see the first leader: $(cat "$TMP/twin.json" "$TMP/twin.txt")"
-twin_leader 2 &
+lead_until twin same "$TMP/twin2" &
 tw2=$!
 touch "$TMP/twin1.go"
 wait "$tw1" || fail "the first twin leader exited $?"

@@ -24,6 +24,13 @@
 #define FAULT_INTERVAL_NS 100000000LL /* let the others run between faults */
 #define TAKEOVER_WAIT_NS 1000000000LL
 
+/* How long a killed or stopped holder's lock lives on the servers (0 where
+ * its end frees it at once). */
+static int64_t lock_span_ns(const chk_run *r)
+{
+    return chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000 : 0;
+}
+
 static int inject_none(chk_run *r)
 {
     return chk_sleep(r, r->end_ns - ms_now_ns());
@@ -54,8 +61,7 @@ static int inject_kill(chk_run *r)
     }
     if (r->faults_injected == 0 || r->error[0] || r->interrupted)
         return 0;
-    int64_t span_ns = chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000
-                                               : 0;
+    int64_t span_ns = lock_span_ns(r);
     chk_arm(r, CHK_FAULT_PARK);
     int b = chk_wait_claim(r, ms_now_ns() + span_ns + CHK_FIRST_FAULT_NS);
     if (b >= 0)
@@ -838,8 +844,7 @@ static const char *partition_member_cannot_run(const chk_config *cfg, char *why,
  */
 static int inject_claims(chk_run *r)
 {
-    int64_t span_ns = chk_has_deadline(r->cfg) ? chk_server_span_ms(r->cfg, r->ttl_ms) * 1000000
-                                               : 0;
+    int64_t span_ns = lock_span_ns(r);
     int64_t pause_ns = span_ns ? span_ns + MS(500) : MS(300);
     int turn = 0;
     while (chk_fault_more(r)) {
