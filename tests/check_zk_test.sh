@@ -36,9 +36,9 @@ fi
 # of seconds once seen here were workers forked from a threaded harness,
 # hung in getaddrinfo: see docs/architecture.md, Processes and fork.)
 # A worker continued after its session expired releases once its client
-# has a new session: under TSan that has taken more than 2 s, so requests
-# get 5 s here.
-check_json zk-one "$DLOCK_TEST_ZK&op_timeout_ms=5000" -P 3 -D 4 --scenario kill --scenario pause
+# has a new session: under TSan that has taken more than 2 s (requests get
+# 5 s in DLOCK_TEST_ZK).
+check_json zk-one "$DLOCK_TEST_ZK" -P 3 -D 4 --scenario kill --scenario pause
 # The ensemble's runs take dlock check's default length (6 s for a server
 # fault). After kill-minority and kill-leader the check waits (up to 30 s)
 # for the first holder with the servers left: an election under load has

@@ -20,7 +20,7 @@
 #                         (a master and two replicas watched by three sentinels)
 #   DLOCK_TEST_CLUSTER    redis+cluster://127.0.0.1:C1,C2,C3  (three masters)
 #                         DLOCK_TEST_CLUSTER_KEY (the same, ?key=lock:{name})
-#   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000     one ZooKeeper server
+#   DLOCK_TEST_ZK         zk://127.0.0.1:P?session=2000&op_timeout_ms=5000  one ZooKeeper server
 #   DLOCK_TEST_ZK_CURATOR the same server with ?layout=curator under /curator (zk)
 #   DLOCK_TEST_ZK3        zk://127.0.0.1:P1,P2,P3?session=2000&op_timeout_ms=5000 (zk3): a
 #                         three-member ensemble (zk3-1..3)
@@ -160,6 +160,14 @@ srv_cleanup() {
       echo "--- last lines of ${log#"$srv_dir"/} ---" >&2
       tail -n 12 "$log" >&2
     done
+    # ZooKeeper's JVMs: their longest stops (GC and other safepoints), to
+    # tell a server that stood still from a client that did
+    for log in "$srv_dir"/*/gc.log; do
+      [ -e "$log" ] || continue
+      echo "--- longest JVM stops of ${log#"$srv_dir"/} ---" >&2
+      sed -n 's/^\[\([0-9.]*s\)\] Safepoint "\([^"]*\)".* Total: \([0-9]*\) ns$/\3 \1 \2/p' "$log" |
+        sort -rn | head -n 3 | awk '{printf "%.1f ms at %s (%s)\n", $1 / 1e6, $2, $3}' >&2
+    done
   fi
   for pidf in "$srv_dir"/*.pid; do
     [ -e "$pidf" ] || continue
@@ -267,7 +275,8 @@ srv_diag_port() {
 }
 
 # srv_zk NAME CLIENTPORT [server.N lines...]: start one ZooKeeper JVM
-# (small heap, serial GC: several share a 2-core machine), not waiting.
+# (small heap, serial GC: several share a 2-core machine; its stops in
+# gc.log, shown when a run fails), not waiting.
 srv_zk() {
   local name=$1 port=$2; shift 2
   local d=$srv_dir/$name
@@ -287,9 +296,9 @@ srv_zk() {
     echo "maxSessionTimeout=60000"
     printf '%s\n' "$@"
   } >"$d/zoo.cfg"
-  local cmd=(java -Xmx128m -Xms32m -XX:+UseSerialGC -Dzookeeper.log.dir="$d"
+  local cmd=(java -Xmx128m -Xms32m -XX:+UseSerialGC -Xlog:gc,safepoint:file="$d/gc.log":uptime -Dzookeeper.log.dir="$d"
              -Dzookeeper.root.logger=INFO,CONSOLE
-             -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar
+             -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar
              org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg")
   printf '%q ' "${cmd[@]}" >"$srv_dir/$name.cmd"
   "${cmd[@]}" </dev/null >"$d/log" 2>&1 &
@@ -302,9 +311,12 @@ srv_start_zk() {
   local p; p=$(srv_free_port)
   srv_zk zk "$p"
   srv_wait_zk "$p" || return 1
-  export DLOCK_TEST_ZK="zk://127.0.0.1:$p?session=2000"
+  # Requests get 5 s, as on the ensemble: under a sanitizer, three tests at
+  # a time on 2 cores, a try's create has gone unanswered for 2 s (the
+  # default op_timeout_ms) once in CI (conformance_zk under TSan).
+  export DLOCK_TEST_ZK="zk://127.0.0.1:$p?session=2000&op_timeout_ms=5000"
   # the same server in Curator's InterProcessMutex layout (zk.md, issue 27)
-  export DLOCK_TEST_ZK_CURATOR="zk://127.0.0.1:$p/curator?session=2000&layout=curator"
+  export DLOCK_TEST_ZK_CURATOR="zk://127.0.0.1:$p/curator?session=2000&op_timeout_ms=5000&layout=curator"
 }
 
 srv_start_zk3() {

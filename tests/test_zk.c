@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_zk.c — the ZooKeeper backend's own behaviour against a real server
- * started by tests/servers.sh (DLOCK_TEST_ZK=zk://127.0.0.1:P?session=2000,
+ * started by tests/servers.sh (DLOCK_TEST_ZK=zk://127.0.0.1:P?session=2000&op_timeout_ms=5000,
  * the server's pid in DLOCK_TEST_SERVERS/zk.pid). The lock contract itself
  * is tests/test_conformance.c's; what is here needs ZooKeeper: sessions
  * that expire, nodes left behind (or not) by waiters that gave up, a
@@ -51,7 +51,7 @@
 #include "dlock.h"
 #include "testutil.h"
 
-static const char *zk_url; /* zk://127.0.0.1:P?session=2000 */
+static const char *zk_url; /* zk://127.0.0.1:P?session=2000&op_timeout_ms=5000 */
 static int zk_port;
 
 /* zk://[CRED@]127.0.0.1:P[PATH]?session=2000 */
