@@ -350,6 +350,58 @@ static void test_acquire_timeout_is_a_timeout(void **state)
     dlock_client_close(c);
 }
 
+/* A try whose connection drops while its session lives (the C client drops
+ * one silent for 2/3 of the session: a server that stood still, a client
+ * that was not run) reconnects within op_timeout_ms and answers, as
+ * Curator's and kazoo's tries do; it used to fail with the connection (CI:
+ * conformance_zk under TSan, "no reply from ZooKeeper in time"). A session
+ * of 10 s: the drop comes after 6.7 s, the server runs again at 7.5 s,
+ * 2.5 s before the session could expire. */
+struct cont_after {
+    pid_t pid;
+    int ms;
+};
+
+static void *cont_after_main(void *arg)
+{
+    struct cont_after *ca = arg;
+    sleep_ms(ca->ms);
+    (void)kill(ca->pid, SIGCONT);
+    return NULL;
+}
+
+static void test_try_outlives_a_dropped_connection(void **state)
+{
+    (void)state;
+    char name[64], url[256];
+    unique(name, sizeof name, "trydrop");
+    snprintf(url, sizeof url, "zk://127.0.0.1:%d?session=10000&op_timeout_ms=15000", zk_port);
+    dlock_client *c = open_url(url);
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0); /* the name's nodes exist: the create below is the only request */
+    assert_int_equal(dlock_release(l), 0);
+    (void)inspect(c, name); /* a fresh reply: the session's clock starts here */
+    server_stop();
+    struct cont_after ca = {stopped_server, 7500};
+    pthread_t t;
+    int64_t t0 = now_ms();
+    assert_int_equal(pthread_create(&t, NULL, cont_after_main, &ca), 0);
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(pthread_join(t, NULL), 0);
+    stopped_server = 0;
+    fprintf(stderr, "# a try with the server stopped 7.5 s: %s after %" PRId64 " ms (%s)\n",
+            dlock_err_name(rc), took, dlock_lock_errmsg(l));
+    assert_int_equal(rc, 0);
+    assert_true(took >= 7000); /* (it was answered after the server ran again) */
+    dlock_info info = inspect(c, name);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.token, dlock_token(l));
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* ---- 2. waiters that give up leave no node ------------------------------------------- */
 
 static void test_gave_up_waiters_leave_no_node(void **state)
@@ -1238,6 +1290,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_session_expiry_of_holder, teardown_processes),
         cmocka_unit_test_teardown(test_acquire_timeout_is_a_timeout, teardown_processes),
+        cmocka_unit_test_teardown(test_try_outlives_a_dropped_connection, teardown_processes),
         cmocka_unit_test(test_gave_up_waiters_leave_no_node),
         cmocka_unit_test_teardown(test_lost_create_reply_leaves_no_orphan, teardown_processes),
         cmocka_unit_test_teardown(test_close_with_requests_in_flight, teardown_processes),

@@ -144,7 +144,10 @@ static void call_unsent(zk_call *k, int rc)
  * one) drops its reference too. True when k is gone. */
 static bool call_reply(zk_call *k, int rc, bool watch_set)
 {
-    k->rc = rc;
+    /* The C client's ZOPERATIONTIMEOUT: it dropped a connection silent for
+     * 2/3 of the session. A connection loss, told as one: ours (zk_result's)
+     * is a request silent for op_timeout_ms, and its message says so. */
+    k->rc = rc == ZOPERATIONTIMEOUT ? ZCONNECTIONLOSS : rc;
     k->done = true;
     flight_end(k->zc);
     poke(k->evfd);

@@ -181,20 +181,30 @@ static bool session_ended(zkclient *zc, int rc)
 /*
  * A request of an acquisition got no reply (rc, see reply_lost): true when
  * it may be sent again — the session is connected again (moved off a member
- * silent for op_timeout_ms, see session_move) before the deadline. A
- * waiter with time left never gives up on a lost reply: the member it went
- * to may be stopped or cut off while the others serve. A try (deadline 0)
- * moves the session but does not wait for it.
+ * silent for op_timeout_ms, see session_move) before retry_until (-1:
+ * never too late). A waiter with time left never gives up on a lost reply:
+ * the member it went to may be stopped or cut off while the others serve.
  */
-static bool acq_retry(zk_op *op, int64_t deadline, int rc, int *lost)
+static bool acq_retry(zk_op *op, int64_t retry_until, int rc, int *lost)
 {
     if (!zk_reply_lost(rc) || ++*lost > ZK_LOST_MAX)
         return false;
     if (rc == ZOPERATIONTIMEOUT)
         zk_session_move(op->zc, op->zh);
-    if (deadline == 0 || (deadline > 0 && dl_now_ns() >= deadline))
+    if (retry_until >= 0 && dl_now_ns() >= retry_until)
         return false;
-    return zk_wait_connected(op->zc, deadline);
+    return zk_wait_connected(op->zc, retry_until);
+}
+
+/* Until when an acquisition sends a request again after its reply was lost
+ * (see acq_retry): a waiter until its deadline; a try, which waits for no
+ * lock but still for the server's answer (as Curator's and kazoo's do), as
+ * long as one request may take (op_timeout_ms from its start). A
+ * connection dropped for a moment (the C client drops one silent for 2/3
+ * of the session; the session lives on) then costs a try nothing. */
+static int64_t acq_retry_until(dlock_lock *l, int64_t deadline)
+{
+    return deadline != 0 ? deadline : zk_req_until(l);
 }
 
 /* Create our node and read the queue (pipelined: a session's requests are
@@ -203,7 +213,7 @@ static bool acq_retry(zk_op *op, int64_t deadline, int rc, int *lost)
  * is not sent again before our node is known not to be there (find_own):
  * one left behind would block the queue — us included — until the session
  * ends (Curator's "protected" mode, with the owner id as its GUID). */
-static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, zk_call **kids,
+static int enqueue(zk_op *op, dlock_lock *l, int64_t retry_until, int64_t *czxid, zk_call **kids,
                    bool *unknown, int64_t *created_sent)
 {
     zkclient *zc = op->zc;
@@ -257,7 +267,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t deadline, int64_t *czxid, z
                 *unknown = true; /* created or not: the reply is lost */
             }
         }
-        if (!acq_retry(op, deadline, rc, &lost))
+        if (!acq_retry(op, retry_until, rc, &lost))
             return rc;
     }
 }
@@ -512,8 +522,8 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
      * zk_renew), not from the start of a wait that may have lasted longer
      * than the validity itself. Reads and watches answered by our member
      * do not count (see zk_confirm). */
-    int64_t asked = 0;
-    rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
+    int64_t asked = 0, retry_until = acq_retry_until(l, deadline);
+    rc = enqueue(&op, l, retry_until, &czxid, &kids, &unknown, &asked);
     if (session_ended(zc, rc)) {
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
@@ -523,7 +533,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
         unknown = false; /* (the old session's nodes went with it) */
-        rc = enqueue(&op, l, deadline, &czxid, &kids, &unknown, &asked);
+        rc = enqueue(&op, l, retry_until, &czxid, &kids, &unknown, &asked);
     }
     if (rc != ZOK) {
         /* The session expired while the create's reply was lost (a stall
