@@ -3244,7 +3244,13 @@ static void statement_limit(const char *how)
         fprintf(stderr, "# %s, max_statement_time 0.3 s (%s): acquire(2000): %s after %" PRId64
                 " ms: %s\n", wcase_name[wc], how, dlock_err_name(rc), took,
                 dlock_lock_errmsg(x.w));
-        if (rc != DLOCK_ETIMEDOUT || took < 1900)
+        /* Not cut short is what this asserts. At the deadline the wait is
+         * KILLed from another connection, and a server too loaded to answer
+         * that within 100 ms makes the wait's end EUNREACHABLE, by design
+         * (my_wait_cut; seen under ASan, three tests at a time on 2 cores). */
+        bool kill_unanswered = rc == DLOCK_EUNREACHABLE &&
+                               strstr(dlock_lock_errmsg(x.w), "nor the KILL of it") != NULL;
+        if ((rc != DLOCK_ETIMEDOUT && !kill_unanswered) || took < 1900)
             fail_msg("%s (%s): acquire(2000) of a held lock: %s after %" PRId64 " ms: %s",
                      wcase_name[wc], how, dlock_err_name(rc), took, dlock_lock_errmsg(x.w));
         /* a wait without bound goes on too, until the release */
