@@ -350,6 +350,19 @@ static void test_acquire_timeout_is_a_timeout(void **state)
     dlock_client_close(c);
 }
 
+/* A lock on name taken and given back (its nodes exist: its next create is
+ * the only request of an acquisition), then a fresh reply (the session's
+ * clock starts there), then the server stopped. */
+static dlock_lock *taken_once_then_server_stopped(dlock_client *c, const char *name)
+{
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    acquire_ok(l, 0);
+    assert_int_equal(dlock_release(l), 0);
+    (void)inspect(c, name);
+    server_stop();
+    return l;
+}
+
 /* A try whose connection drops while its session lives (the C client drops
  * one silent for 2/3 of the session: a server that stood still, a client
  * that was not run) reconnects within op_timeout_ms and answers, as
@@ -377,11 +390,7 @@ static void test_try_outlives_a_dropped_connection(void **state)
     unique(name, sizeof name, "trydrop");
     snprintf(url, sizeof url, "zk://127.0.0.1:%d?session=10000&op_timeout_ms=15000", zk_port);
     dlock_client *c = open_url(url);
-    dlock_lock *l = mk(c, name, NULL, NULL);
-    acquire_ok(l, 0); /* the name's nodes exist: the create below is the only request */
-    assert_int_equal(dlock_release(l), 0);
-    (void)inspect(c, name); /* a fresh reply: the session's clock starts here */
-    server_stop();
+    dlock_lock *l = taken_once_then_server_stopped(c, name);
     struct cont_after ca = {stopped_server, 7500};
     pthread_t t;
     int64_t t0 = now_ms();
@@ -488,11 +497,7 @@ static void lost_create_round(int stop_ms)
     unique(name, sizeof name, "lostcreate");
     parent_path(prefix, sizeof prefix, "", name);
     dlock_client *c1 = open_url(zk_url);
-    dlock_lock *l = mk(c1, name, NULL, NULL);
-    acquire_ok(l, 0); /* the name's node exists: the create below is the only request */
-    assert_int_equal(dlock_release(l), 0);
-    (void)inspect(c1, name); /* a fresh reply: the session's clock starts here */
-    server_stop();
+    dlock_lock *l = taken_once_then_server_stopped(c1, name);
     int64_t t0 = now_ms();
     int rc = dlock_acquire(l, 500);
     int64_t took = now_ms() - t0;
