@@ -303,6 +303,85 @@ static void test_corrupt_token_refused(void **state)
     dlock_client_close(c);
 }
 
+#define MIX_ROUNDS 150
+struct mix_arg {
+    dlock_lock *l;
+    int mode; /* 0 waits, 1 tries, 2 shared */
+    uint64_t *tokens;
+    bool *shared_at;
+    atomic_int *n;
+    int rc;
+};
+
+static void *mix_taker(void *p)
+{
+    struct mix_arg *a = p;
+    for (int i = 0; i < MIX_ROUNDS; i++) {
+        int rc = dlock_acquire(a->l, a->mode == 1 ? 0 : 10000);
+        if (rc == DLOCK_EBUSY && a->mode == 1) {
+            i--;
+            continue;
+        }
+        if (rc) {
+            a->rc = rc;
+            return NULL;
+        }
+        int at = atomic_fetch_add(a->n, 1);
+        a->tokens[at] = dlock_token(a->l);
+        a->shared_at[at] = a->mode == 2;
+        if ((rc = dlock_release(a->l)) != 0) {
+            a->rc = rc;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Fair and unfair waiters, tries and shared takers on one name: every
+ * exclusive grant's token is above every token issued before it, and
+ * no taker finds its ticket taken (a try that found the lock held let META
+ * go before its ticket byte). */
+static void test_tokens_rise_with_mixed_takers(void **state)
+{
+    (void)state;
+    enum { N = 7 };
+    static const int fair[N] = {1, 1, 1, 0, 0, 1, 1};
+    static const int mode[N] = {0, 0, 0, 0, 0, 1, 2};
+    dlock_client *c = open_client();
+    uint64_t *tokens = calloc(N * MIX_ROUNDS, sizeof *tokens);
+    bool *shared_at = calloc(N * MIX_ROUNDS, sizeof *shared_at);
+    assert_non_null(tokens);
+    assert_non_null(shared_at);
+    atomic_int n = 0;
+    struct mix_arg a[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (struct mix_arg){.l = mk_lock(c, "mixed", mode[i] == 2 ? DLOCK_SHARED
+                                                                        : DLOCK_EXCLUSIVE,
+                                             1, 0, fair[i]),
+                                .mode = mode[i], .tokens = tokens, .shared_at = shared_at,
+                                .n = &n};
+        assert_int_equal(pthread_create(&t[i], NULL, mix_taker, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        if (a[i].rc)
+            fail_msg("taker %d: %s: %s", i, dlock_err_name(a[i].rc), dlock_lock_errmsg(a[i].l));
+        dlock_lock_free(a[i].l);
+    }
+    assert_int_equal(atomic_load(&n), N * MIX_ROUNDS);
+    uint64_t top = 0;
+    for (int i = 0; i < N * MIX_ROUNDS; i++) {
+        if (!shared_at[i] && tokens[i] <= top)
+            fail_msg("grant %d: token %" PRIu64 " after %" PRIu64, i, tokens[i], top);
+        if (tokens[i] > top)
+            top = tokens[i];
+    }
+    free(tokens);
+    free(shared_at);
+    dlock_client_close(c);
+}
+
 static void test_errors_table(void **state)
 {
     (void)state;
@@ -811,6 +890,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_handover_wakes_only_next),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_corrupt_token_refused),
+        cmocka_unit_test(test_tokens_rise_with_mixed_takers),
         cmocka_unit_test(test_close_releases_held_locks),
         cmocka_unit_test(test_call_is_only_a_hint),
         cmocka_unit_test(test_null_arguments),

@@ -1234,12 +1234,16 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
             return rc;
         }
     }
-    unlock_range(fd, OFF_META);
-    unlock_range(fd, OFF_TURN);
+    /* A ticket not kept goes back before META: the next taker reads the
+     * same ticket from the header and must find its byte free (a try that
+     * found the lock held let META go first, and a taker behind it failed
+     * with "ticket N is taken; the lock file's header is stale"). */
     if (rc) {
         unlock_range(fd, OFF_MAIN);
         unlock_range(fd, OFF_QUEUE(t));
     }
+    unlock_range(fd, OFF_META);
+    unlock_range(fd, OFF_TURN);
     return rc;
 }
 
