@@ -303,6 +303,58 @@ static void test_corrupt_token_refused(void **state)
     dlock_client_close(c);
 }
 
+/* A lock file's header as bytes, NUL-terminated. */
+static void header_of(const char *name, char *buf, size_t len)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/locks/%s.lock", dir, name);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+}
+
+static void put_header(const char *name, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/locks/%s.lock", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A header written by dlock up to 0.1.0 ("dlock1", with or without the
+ * ticket line) goes on from its token and becomes a "dlock2" one, whose
+ * token an exclusive holder writes without META (see file.c). */
+static void test_old_header_carried_on(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    put_header("oldfair", "dlock1 00000000000000000041\nnext 00000000000000000007\n");
+    put_header("oldany", "dlock1 00000000000000000050\n");
+    dlock_lock *l = new_lock(c, "oldfair", DLOCK_EXCLUSIVE, 1);
+    acquire_ok(l, 0);
+    assert_int_equal(dlock_token(l), 42);
+    char h[64];
+    header_of("oldfair", h, sizeof h);
+    assert_string_equal(h, "dlock2 00000000000000000042\nnext 00000000000000000008\n");
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    l = mk_lock(c, "oldany", DLOCK_EXCLUSIVE, 1, 0, 0); /* not fair: no ticket */
+    acquire_ok(l, 0);
+    assert_int_equal(dlock_token(l), 51);
+    header_of("oldany", h, sizeof h);
+    assert_string_equal(h, "dlock2 00000000000000000051\nnext 00000000000000000000\n");
+    assert_int_equal(dlock_release(l), 0);
+    acquire_ok(l, 0);
+    assert_int_equal(dlock_token(l), 52);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 #define MIX_ROUNDS 150
 struct mix_arg {
     dlock_lock *l;
@@ -340,7 +392,9 @@ static void *mix_taker(void *p)
 /* Fair and unfair waiters, tries and shared takers on one name: every
  * exclusive grant's token is above every token issued before it, and
  * no taker finds its ticket taken (a try that found the lock held let META
- * go before its ticket byte). */
+ * go before its ticket byte). Ticket takers and exclusive holders write
+ * the header's two fields apart (an uncontended fair taker reads the token
+ * again once MAIN is its own). */
 static void test_tokens_rise_with_mixed_takers(void **state)
 {
     (void)state;
@@ -890,6 +944,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_handover_wakes_only_next),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_corrupt_token_refused),
+        cmocka_unit_test(test_old_header_carried_on),
         cmocka_unit_test(test_tokens_rise_with_mixed_takers),
         cmocka_unit_test(test_close_releases_held_locks),
         cmocka_unit_test(test_call_is_only_a_hint),

@@ -87,7 +87,7 @@
 #define OFF_QUEUE(t) (((off_t)1 << 41) + (off_t)(t))
 #define OFF_KIND(k) (((off_t)1 << 42) + (off_t)(k)) /* the last ranges of the file */
 
-#define TOKEN_LEN 28                  /* "dlock1 " + 20 digits + "\n" */
+#define TOKEN_LEN 28                  /* "dlock2 " + 20 digits + "\n" */
 #define HEADER_LEN (TOKEN_LEN + 26)   /* + "next " + 20 digits + "\n" */
 #define RECORD_LEN 1024
 #define RECORD_OFF(i) (64 + (off_t)(i) * RECORD_LEN) /* 0: exclusive holder, 1+i: permit i */
@@ -858,18 +858,44 @@ static bool parse_digits(const char *p, uint64_t *v)
     return true;
 }
 
-/* The header: the last fencing token issued and the next queue ticket. */
-static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next)
+/*
+ * The header: the last fencing token issued and the next queue ticket,
+ * "dlock2 TOKEN\nnext TICKET\n", each number 20 digits. The two fields are
+ * written apart, each by whoever may change it:
+ *
+ *   token  by a holder of MAIN alone: an exclusive holder (nobody else
+ *          holds MAIN), or a shared or semaphore holder under META's write
+ *          side (holders of MAIN's read side share it, so META orders them)
+ *   next   by a taker of a ticket, under META's write side
+ *
+ * So an exclusive holder issues its token without META: before, it took
+ * META's read side and met the ticket taker that had just let go (the last
+ * holder, queueing again) at most hand-overs, yielding until it let META
+ * go, with a helper when that took long. A header that says "dlock1" was
+ * written by dlock up to the 0.1.0 packages, whose ticket takers rewrite
+ * the whole header under META, the token they read included: it is
+ * written the old way, under META, until a writer under META rewrites it
+ * as "dlock2". From then on those versions refuse the file as corrupt
+ * instead of writing a token back.
+ */
+#define MAGIC_OLD "dlock1 "
+#define MAGIC "dlock2 "
+
+/* The header: *split says whether it is a "dlock2" one, whose token an
+ * exclusive holder writes without META (false for an empty file). */
+static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next, bool *split)
 {
     char buf[HEADER_LEN];
     ssize_t n = pread(fd, buf, HEADER_LEN, 0);
     if (n < 0)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": read: %s", l->name, strerror(errno));
     *token = *next = 0;
+    *split = false;
     if (n == 0)
         return 0;
-    bool ok = n >= TOKEN_LEN && memcmp(buf, "dlock1 ", 7) == 0 && buf[TOKEN_LEN - 1] == '\n' &&
-              parse_digits(buf + 7, token);
+    *split = n >= TOKEN_LEN && memcmp(buf, MAGIC, 7) == 0;
+    bool ok = n >= TOKEN_LEN && (*split || memcmp(buf, MAGIC_OLD, 7) == 0) &&
+              buf[TOKEN_LEN - 1] == '\n' && parse_digits(buf + 7, token);
     if (ok && n == HEADER_LEN)
         ok = memcmp(buf + TOKEN_LEN, "next ", 5) == 0 && buf[HEADER_LEN - 1] == '\n' &&
              parse_digits(buf + TOKEN_LEN + 5, next);
@@ -881,39 +907,64 @@ static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next)
     return 0;
 }
 
-static int write_header(dlock_lock *l, int fd, uint64_t token, uint64_t next)
+/* Write the header's fields from `from` (0: both; TOKEN_LEN: next alone)
+ * to `to` (TOKEN_LEN: the token alone; HEADER_LEN: through next). */
+static int write_header_part(dlock_lock *l, int fd, uint64_t token, uint64_t next, off_t from,
+                             off_t to)
 {
     char buf[HEADER_LEN + 1];
-    snprintf(buf, sizeof buf, "dlock1 %020" PRIu64 "\nnext %020" PRIu64 "\n", token, next);
-    if (pwrite(fd, buf, HEADER_LEN, 0) != HEADER_LEN)
+    snprintf(buf, sizeof buf, MAGIC "%020" PRIu64 "\nnext %020" PRIu64 "\n", token, next);
+    size_t len = (size_t)(to - from);
+    if (pwrite(fd, buf + from, len, from) != (ssize_t)len)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write header: %s", l->name,
                            strerror(errno));
     return 0;
 }
 
-/* Issue the next fencing token: META serialises concurrent shared holders,
- * and every holder against the takers of tickets (who rewrite the header).
- * An exclusive holder, the only one issuing a token while it holds MAIN,
- * takes META's read side: a write lock on META beside its write lock on
- * MAIN would merge with it into one lock, and giving META back would then
- * wake every waiter blocked on MAIN (the kernel wakes a lock's waiters
- * when the lock shrinks), for nothing. A read lock still excludes every
- * writer of the header, and no other reader exists while MAIN is ours. */
+static int write_header(dlock_lock *l, int fd, uint64_t token, uint64_t next)
+{
+    return write_header_part(l, fd, token, next, 0, HEADER_LEN);
+}
+
+/* With sync=1 in the URL, the header reaches the disk before the token is
+ * used. */
+static int sync_header(dlock_lock *l, int fd)
+{
+    if (fc_of(l->c)->sync && fdatasync(fd) != 0)
+        return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name,
+                           strerror(errno));
+    return 0;
+}
+
+/* Issue the next fencing token, as a holder of MAIN (see the header). A
+ * "dlock1" header is rewritten under META, the exclusive holder's with
+ * META's read side: a write lock on META beside its write lock on MAIN
+ * would merge with it into one lock, and giving META back would then wake
+ * every waiter blocked on MAIN (the kernel wakes a lock's waiters when the
+ * lock shrinks), for nothing. */
 static int bump_token(dlock_lock *l, int fd, int64_t deadline)
 {
-    short meta = l->opts.kind == DLOCK_EXCLUSIVE ? F_RDLCK : F_WRLCK;
-    int rc = take_meta(l, fd, meta, deadline);
+    bool exclusive = l->opts.kind == DLOCK_EXCLUSIVE;
+    uint64_t token = 0, next = 0;
+    bool split = false;
+    int rc = exclusive ? read_header(l, fd, &token, &next, &split) : 0;
     if (rc)
         return rc;
-    uint64_t token = 0, next = 0;
-    rc = read_header(l, fd, &token, &next);
+    if (split) {
+        rc = write_header_part(l, fd, token + 1, 0, 0, TOKEN_LEN);
+    } else {
+        rc = take_meta(l, fd, exclusive ? F_RDLCK : F_WRLCK, deadline);
+        if (rc)
+            return rc;
+        rc = read_header(l, fd, &token, &next, &split);
+        if (rc == 0)
+            rc = write_header(l, fd, token + 1, next);
+        unlock_range(fd, OFF_META);
+    }
     if (rc == 0)
-        rc = write_header(l, fd, token + 1, next);
-    if (rc == 0 && fc_of(l->c)->sync && fdatasync(fd) != 0)
-        rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name, strerror(errno));
+        rc = sync_header(l, fd);
     if (rc == 0)
         atomic_store(&l->token, token + 1);
-    unlock_range(fd, OFF_META);
     return rc;
 }
 
@@ -1155,7 +1206,8 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
     if (rc)
         return rc;
     uint64_t token, t;
-    rc = read_header(l, fd, &token, &t);
+    bool split;
+    rc = read_header(l, fd, &token, &t, &split);
     if (rc) {
         unlock_range(fd, OFF_META);
         return rc;
@@ -1180,11 +1232,15 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
     if (pred < 0 || turn < 0 || main_ < 0) {
         rc = pred < 0 ? pred : turn < 0 ? turn : main_;
     } else if (main_ == 0) {
-        /* Uncontended: issue the fencing token in the same META session. */
-        rc = write_header(l, fd, token + 1, t + 1);
-        if (rc == 0 && fc_of(l->c)->sync && fdatasync(fd) != 0)
-            rc = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fdatasync: %s", l->name,
-                             strerror(errno));
+        /* Uncontended: issue the fencing token in the same META session,
+         * after reading it again: the last exclusive holder may have
+         * written it (without META) after our read, and let MAIN go since. */
+        uint64_t t_again;
+        rc = read_header(l, fd, &token, &t_again, &split);
+        if (rc == 0)
+            rc = write_header(l, fd, token + 1, t + 1);
+        if (rc == 0)
+            rc = sync_header(l, fd);
         if (rc == 0) {
             atomic_store(&l->token, token + 1);
             *token_issued = true;
@@ -1194,7 +1250,9 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
     } else if (deadline == 0) {
         rc = busy(l);
     } else {
-        rc = write_header(l, fd, token, t + 1);
+        /* the ticket alone, unless the header is an old one (see the
+         * header: nobody writes its token without META) */
+        rc = write_header_part(l, fd, token, t + 1, split ? TOKEN_LEN : 0, HEADER_LEN);
         if (rc == 0) {
             /* Listening before META is let go: only ticket t-1 calls t,
              * and it cannot let go before it sees ticket t taken. */
@@ -1469,7 +1527,8 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
                              fd_strerror(errno, ebuf, sizeof ebuf));
     }
     char hdr[TOKEN_LEN + 1] = {0};
-    if (pread(fd, hdr, TOKEN_LEN, 0) == TOKEN_LEN && memcmp(hdr, "dlock1 ", 7) == 0)
+    if (pread(fd, hdr, TOKEN_LEN, 0) == TOKEN_LEN &&
+        (memcmp(hdr, MAGIC, 7) == 0 || memcmp(hdr, MAGIC_OLD, 7) == 0))
         info->token = strtoull(hdr + 7, NULL, 10);
     short t = probe(fd, OFF_MAIN);
     record r = {0};
