@@ -71,6 +71,19 @@ PEERS = {
     "redis-c": dict(backend="redis", client="dlock's lock script from a bare hiredis loop",
                     token=True, owner_check=True, fair=True,
                     needs="a C compiler and libhiredis-dev"),
+    # bare GET_LOCK / RELEASE_LOCK from the MariaDB connector's blocking
+    # calls, as text (pymysql's protocol) and as prepared statements
+    # (dlock's): the floor of a GET_LOCK hand-over from C, what a token
+    # costs on top of it. Run by name only (not a client anyone would pick,
+    # and no token: matrix.sh -p's table compares with the clients people
+    # pick).
+    "mysql-c": dict(backend="mysql", client="GET_LOCK from a bare libmariadb loop, text",
+                    token=False, owner_check=True, fair=True, by_name=True,
+                    needs="a C compiler and libmariadb-dev"),
+    "mysql-c-prep": dict(backend="mysql",
+                         client="GET_LOCK from a bare libmariadb loop, prepared",
+                         token=False, owner_check=True, fair=True, by_name=True,
+                         needs="a C compiler and libmariadb-dev"),
     "psycopg2": dict(backend="postgres", client="psycopg2 pg_advisory_lock(hashtext(name))",
                      token=False, owner_check=True, fair=True, needs="python3-psycopg2"),
     "pymysql": dict(backend="mysql", client="pymysql GET_LOCK", token=False, owner_check=True,
@@ -110,8 +123,11 @@ def backend_of(url):
             "etcd": "etcd"}.get(scheme)
 
 
-def peers_for(backend):
-    out = [p for p, d in PEERS.items() if d["backend"] == backend]
+def peers_for(backend, by_name=False):
+    """The peers of backend that --list names (with by_name: every one that
+    runs on it)."""
+    out = [p for p, d in PEERS.items()
+           if d["backend"] == backend and (by_name or not d.get("by_name"))]
     if backend in TOOZ:
         out.append("tooz")
     if backend:
@@ -345,6 +361,9 @@ def available(peer):
     if peer == "redis-c":
         ok = shutil.which("cc") and os.path.exists("/usr/include/hiredis/hiredis.h")
         return None if ok else PEERS[peer]["needs"]
+    if peer in ("mysql-c", "mysql-c-prep"):
+        ok = shutil.which("cc") and os.path.exists("/usr/include/mariadb/mysql.h")
+        return None if ok else PEERS[peer]["needs"]
     if peer == "etcdctl":
         return None if shutil.which("etcdctl") else PEERS[peer]["needs"]
     if peer == "dlock-run":
@@ -377,6 +396,12 @@ def worker_cmd(a, tmp, name):
     if a.peer == "redis-c":
         host, port = hostport(urllib.parse.urlsplit(a.url), 6379)
         return [os.path.join(tmp, "redis_min"), host, str(port), name, str(a.H), REDIS_LUA]
+    if a.peer in ("mysql-c", "mysql-c-prep"):
+        u = urllib.parse.urlsplit(a.url)
+        host, port = hostport(u, 3306)
+        return [os.path.join(tmp, "mysql_min"), host, str(port),
+                urllib.parse.unquote(u.username or ""), urllib.parse.unquote(u.password or ""),
+                u.path.strip("/"), name, str(a.H), "prep" if a.peer == "mysql-c-prep" else "text"]
     if a.peer == "redlock":
         return ["node", os.path.join(HERE, "redlock_peer.js"), a.url, name, str(a.H),
                 str(max(1, a.poll_us // 1000))]
@@ -394,6 +419,13 @@ def prepare(a, tmp):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
             die(1, "cc redis_min.c failed:\n" + r.stdout)
+    if a.peer in ("mysql-c", "mysql-c-prep"):
+        r = subprocess.run(["cc", "-O2", "-I/usr/include/mariadb", "-o",
+                            os.path.join(tmp, "mysql_min"), os.path.join(HERE, "mysql_min.c"),
+                            "-lmariadb"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            die(1, "cc mysql_min.c failed:\n" + r.stdout)
     if a.peer in ("curator", "curator-threads"):
         cp = ":".join(j for j in CURATOR_JARS if os.path.exists(j))
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", cp,
@@ -671,7 +703,7 @@ def main():
     if a.peer not in PEERS:
         die(EX_USAGE, "unknown peer %s (one of %s)" % (a.peer, ", ".join(PEERS)))
     backend = backend_of(a.url)
-    if backend is None or a.peer not in peers_for(backend):
+    if backend is None or a.peer not in peers_for(backend, by_name=True):
         die(EX_USAGE, "peer %s does not run on %s" % (a.peer, redact(a.url)))
     if a.P < 1 or a.P > 512 or a.H < 0 or a.D <= 0 or a.warmup < 0 or a.poll_us < 1:
         die(EX_USAGE, "wants -P 1..512, -H >= 0, -D > 0, --warmup >= 0, --poll-us >= 1")
