@@ -20,8 +20,8 @@ esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-fuzz
-# The memcached, ZooKeeper and claim targets need no library: the parsers are ours.
-targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk fuzz_claim)
+# The memcached, ZooKeeper, claim and file targets need no library: the parsers are ours.
+targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk fuzz_claim fuzz_file)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
 # The etcd target needs libcurl and cJSON (as the backend does).
@@ -44,6 +44,7 @@ for t in "${targets[@]}"; do
         case $t in # about 10-15 s each here
         fuzz_url) runs=2000000 ;;
         fuzz_name) runs=5000000 ;;
+        fuzz_file) runs=5000000 ;;
         fuzz_memcached) runs=300000 ;;
         *) runs=300000 ;;
         esac

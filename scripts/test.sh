@@ -70,7 +70,7 @@ if [ -z "${DLOCK_QUICK:-}" ]; then
   step "valgrind memcheck"
   suite build-memcheck "$jobs" "-L memcheck" -DCMAKE_BUILD_TYPE=Debug -DDLOCK_MEMCHECK=ON
 
-  step "fuzzing the parsers (URLs, names, Redis replies, ZooKeeper and etcd replies)"
+  step "fuzzing the parsers (URLs, names, Redis, ZooKeeper, etcd and memcached replies, claims, lock files)"
   # A fixed seed and run count: much the same inputs on every run of the
   # suite (scripts/fuzz.sh alone explores from random seeds).
   FUZZ_SEED=${FUZZ_SEED:-1} scripts/fuzz.sh "${FUZZ_SECONDS:-120}"

@@ -300,6 +300,16 @@ static void test_corrupt_token_refused(void **state)
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
     assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
     dlock_lock_free(l);
+    /* 20 digits above 2^64 - 1: refused, not read modulo 2^64 (a token
+     * that would go back; found by fuzz_file) */
+    snprintf(path, sizeof path, "%s/locks/overflow.lock", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("dlock2 20000000000000000041\nnext 00000000000000000008\n", f);
+    fclose(f);
+    l = new_lock(c, "overflow", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
+    dlock_lock_free(l);
     dlock_client_close(c);
 }
 

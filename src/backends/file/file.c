@@ -87,9 +87,6 @@
 #define OFF_QUEUE(t) (((off_t)1 << 41) + (off_t)(t))
 #define OFF_KIND(k) (((off_t)1 << 42) + (off_t)(k)) /* the last ranges of the file */
 
-#define TOKEN_LEN 28                  /* "dlock2 " + 20 digits + "\n" */
-#define HEADER_LEN (TOKEN_LEN + 26)   /* + "next " + 20 digits + "\n" */
-#define RECORD_LEN 1024
 #define RECORD_OFF(i) (64 + (off_t)(i) * RECORD_LEN) /* 0: exclusive holder, 1+i: permit i */
 #define HELPER_STACK (64 * 1024)
 
@@ -846,18 +843,6 @@ static bool still_linked(dlock_lock *l, int fd, struct stat *st)
     return st->st_dev == b.st_dev && st->st_ino == b.st_ino;
 }
 
-static bool parse_digits(const char *p, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 20; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        x = x * 10 + (uint64_t)(p[i] - '0');
-    }
-    *v = x;
-    return true;
-}
-
 /*
  * The header: the last fencing token issued and the next queue ticket,
  * "dlock2 TOKEN\nnext TICKET\n", each number 20 digits. The two fields are
@@ -878,28 +863,14 @@ static bool parse_digits(const char *p, uint64_t *v)
  * as "dlock2". From then on those versions refuse the file as corrupt
  * instead of writing a token back.
  */
-#define MAGIC_OLD "dlock1 "
-#define MAGIC "dlock2 "
-
-/* The header: *split says whether it is a "dlock2" one, whose token an
- * exclusive holder writes without META (false for an empty file). */
+/* The header (see fh_parse_header). */
 static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next, bool *split)
 {
     char buf[HEADER_LEN];
     ssize_t n = pread(fd, buf, HEADER_LEN, 0);
     if (n < 0)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": read: %s", l->name, strerror(errno));
-    *token = *next = 0;
-    *split = false;
-    if (n == 0)
-        return 0;
-    *split = n >= TOKEN_LEN && memcmp(buf, MAGIC, 7) == 0;
-    bool ok = n >= TOKEN_LEN && (*split || memcmp(buf, MAGIC_OLD, 7) == 0) &&
-              buf[TOKEN_LEN - 1] == '\n' && parse_digits(buf + 7, token);
-    if (ok && n == HEADER_LEN)
-        ok = memcmp(buf + TOKEN_LEN, "next ", 5) == 0 && buf[HEADER_LEN - 1] == '\n' &&
-             parse_digits(buf + TOKEN_LEN + 5, next);
-    if (!ok)
+    if (!fh_parse_header(buf, (size_t)n, token, next, split))
         return dl_lock_err(l, DLOCK_EPROTO,
                            "lock file of \"%s\" has a corrupt header (refusing to reset the "
                            "fencing token; inspect or remove the file)",
@@ -982,44 +953,11 @@ static int write_record(dlock_lock *l, int fd, int idx, const char *value)
     return 0;
 }
 
-typedef struct record {
-    char holder[256];
-    int64_t since;
-    uint64_t token;
-    char value[256];
-    bool present;
-} record;
-
-static void read_record(int fd, int idx, record *r)
+static void read_record(int fd, int idx, fh_record *r)
 {
-    char rec[RECORD_LEN + 1];
-    memset(r, 0, sizeof *r);
+    char rec[RECORD_LEN];
     ssize_t n = pread(fd, rec, RECORD_LEN, RECORD_OFF(idx));
-    if (n <= 0 || rec[0] != 'o')
-        return;
-    rec[n] = '\0';
-    char *p = strstr(rec, "\nholder ");
-    if (p) {
-        p += 8;
-        size_t w = strcspn(p, "\n");
-        if (w >= sizeof r->holder)
-            w = sizeof r->holder - 1;
-        memcpy(r->holder, p, w);
-        r->holder[w] = '\0';
-    }
-    if ((p = strstr(rec, "\nsince ")))
-        r->since = strtoll(p + 7, NULL, 10);
-    if ((p = strstr(rec, "\ntoken ")))
-        r->token = strtoull(p + 7, NULL, 10);
-    if ((p = strstr(rec, "\nvalue "))) {
-        char *end;
-        unsigned long len = strtoul(p + 7, &end, 10);
-        if (*end == ':' && len < sizeof r->value && end + 1 + len <= rec + n) {
-            memcpy(r->value, end + 1, len);
-            r->value[len] = '\0';
-        }
-    }
-    r->present = true;
+    fh_parse_record(rec, n > 0 ? (size_t)n : 0, r);
 }
 
 /* ---- operations -------------------------------------------------------- */
@@ -1526,12 +1464,14 @@ static int file_inspect(dlock_client *c, const char *name, dlock_info *info)
         return dl_client_err(c, DLOCK_EIO, "cannot open %s/%s: %s", fc->dir, path,
                              fd_strerror(errno, ebuf, sizeof ebuf));
     }
-    char hdr[TOKEN_LEN + 1] = {0};
+    char hdr[TOKEN_LEN];
+    uint64_t token, next;
+    bool split;
     if (pread(fd, hdr, TOKEN_LEN, 0) == TOKEN_LEN &&
-        (memcmp(hdr, MAGIC, 7) == 0 || memcmp(hdr, MAGIC_OLD, 7) == 0))
-        info->token = strtoull(hdr + 7, NULL, 10);
+        fh_parse_header(hdr, TOKEN_LEN, &token, &next, &split))
+        info->token = token;
     short t = probe(fd, OFF_MAIN);
-    record r = {0};
+    fh_record r = {0};
     if (t == F_WRLCK) {
         info->held = 1;
         info->holders = 1;
@@ -1645,7 +1585,7 @@ static int file_get_value(dlock_client *c, const char *name, char *buf, size_t l
     }
     if (fd < 0)
         return dl_client_err(c, DLOCK_ENOENT, "no leader for \"%s\"", name);
-    record r;
+    fh_record r;
     rc = DLOCK_ENOENT;
     if (probe(fd, OFF_MAIN) == F_WRLCK) {
         read_record(fd, 0, &r);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * file_int.h — the embedded backend's client, for its files (file.c, the
- * lock; tools.c, the harness's operations).
+ * file_int.h — the embedded backend's client and its lock files' data, for
+ * its files (file.c, the lock; format.c, the data's parsers; tools.c, the
+ * harness's operations).
  */
 #ifndef DLOCK_FILE_INT_H
 #define DLOCK_FILE_INT_H
@@ -9,6 +10,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "internal.h"
@@ -28,5 +31,32 @@ typedef struct file_client {
 } file_client;
 
 file_client *fc_of(dlock_client *c);
+
+/* ---- the lock file's data (format.c) ---- */
+
+/* The header at offset 0 (see file.c, "The header"): the last token and
+ * the next ticket, each 20 digits. */
+#define MAGIC_OLD "dlock1 " /* dlock up to the 0.1.0 packages */
+#define MAGIC "dlock2 "
+#define TOKEN_LEN 28                /* MAGIC + 20 digits + "\n" */
+#define HEADER_LEN (TOKEN_LEN + 26) /* + "next " + 20 digits + "\n" */
+/* One holder's record (who, since when, token, leader value). */
+#define RECORD_LEN 1024
+
+/* The first n bytes of a lock file (n <= HEADER_LEN; 0: an empty file):
+ * false when they are not a header. *split: a "dlock2" one. */
+bool fh_parse_header(const char *buf, size_t n, uint64_t *token, uint64_t *next, bool *split);
+
+typedef struct fh_record {
+    char holder[256];
+    int64_t since;
+    uint64_t token;
+    char value[256];
+    bool present;
+} fh_record;
+
+/* A record's n bytes (n <= RECORD_LEN) into *r; present is false for an
+ * empty (zeroed) or foreign one. */
+void fh_parse_record(const char *rec, size_t n, fh_record *r);
 
 #endif
