@@ -9,9 +9,7 @@
  * them (COM_STMT_EXECUTE, as dlock's mysql backend), so that a gap between
  * dlock and pymysql can be told from the protocol's.
  *
- * Worker protocol (as redis_min.c): print "ready", read "START_NS END_NS",
- * loop acquire / busy-wait HOLD_US / release until END_NS, print "a b c d"
- * per section (CLOCK_MONOTONIC) and "done".
+ * Worker protocol: see worker.h.
  *
  *   mysql_min HOST PORT USER PASSWORD DB LOCK_NAME HOLD_US text|prep
  */
@@ -23,12 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "worker.h"
 
 static void die(const char *what, const char *err)
 {
@@ -85,6 +78,23 @@ static long long call_run(call *c)
     return v;
 }
 
+/* The two statements of a section. */
+typedef struct {
+    call acq, rel;
+} lock_ctx;
+
+static void acquire(void *arg)
+{
+    if (call_run(&((lock_ctx *)arg)->acq) != 1)
+        die("GET_LOCK", "did not grant the lock");
+}
+
+static void release(void *arg)
+{
+    if (call_run(&((lock_ctx *)arg)->rel) != 1)
+        die("RELEASE_LOCK", "the lock was not held");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 9 || (strcmp(argv[8], "text") != 0 && strcmp(argv[8], "prep") != 0)) {
@@ -101,50 +111,14 @@ int main(int argc, char **argv)
     char esc[400], quoted[420];
     mysql_real_escape_string(db, esc, name, (unsigned long)strnlen(name, 190));
     snprintf(quoted, sizeof quoted, "'%s'", esc);
-    call acq, rel;
-    call_init(&acq, db, prep, "SELECT GET_LOCK(%s, 3600)", name, quoted);
-    call_init(&rel, db, prep, "SELECT RELEASE_LOCK(%s)", name, quoted);
-    printf("ready\n");
-    fflush(stdout);
-    long long start, end;
-    if (scanf("%lld %lld", &start, &end) != 2)
-        return 1;
-    while (now_ns() < start) {
-    }
-    size_t cap = 1 << 16, n = 0;
-    int64_t *rec = malloc(cap * sizeof *rec);
-    if (!rec)
-        return 1;
-    for (;;) {
-        int64_t a = now_ns();
-        if (a >= end)
-            break;
-        if (call_run(&acq) != 1)
-            die("GET_LOCK", "did not grant the lock");
-        int64_t b = now_ns();
-        while (hold_ns > 0 && now_ns() < b + hold_ns) {
-        }
-        int64_t c = now_ns();
-        if (call_run(&rel) != 1)
-            die("RELEASE_LOCK", "the lock was not held");
-        int64_t d = now_ns();
-        if (n + 4 > cap) {
-            int64_t *t = realloc(rec, (cap *= 2) * sizeof *rec);
-            if (!t)
-                return 1;
-            rec = t;
-        }
-        rec[n++] = a, rec[n++] = b, rec[n++] = c, rec[n++] = d;
-    }
-    for (size_t i = 0; i < n; i += 4)
-        printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", rec[i], rec[i + 1], rec[i + 2],
-               rec[i + 3]);
-    printf("done\n");
-    free(rec);
-    if (acq.st)
-        mysql_stmt_close(acq.st);
-    if (rel.st)
-        mysql_stmt_close(rel.st);
+    lock_ctx x;
+    call_init(&x.acq, db, prep, "SELECT GET_LOCK(%s, 3600)", name, quoted);
+    call_init(&x.rel, db, prep, "SELECT RELEASE_LOCK(%s)", name, quoted);
+    int rc = peer_run(hold_ns, acquire, release, &x);
+    if (x.acq.st)
+        mysql_stmt_close(x.acq.st);
+    if (x.rel.st)
+        mysql_stmt_close(x.rel.st);
     mysql_close(db);
-    return 0;
+    return rc;
 }

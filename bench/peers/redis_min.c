@@ -10,9 +10,7 @@
  * client: no renewal, loss telling, deadlines, cancel, retries, cluster
  * routing or pools — hiredis's blocking calls on one connection.
  *
- * Worker protocol (as CuratorPeer.java): print "ready", read "START_NS
- * END_NS", loop acquire / busy-wait HOLD_US / release until END_NS, print
- * "a b c d" per section (CLOCK_MONOTONIC) and "done".
+ * Worker protocol (as CuratorPeer.java): see worker.h.
  *
  *   redis_min HOST PORT LOCK_NAME HOLD_US LOCK_LUA
  */
@@ -24,16 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "worker.h"
+
 #define FN "dlock_peer_min"   /* the library's one function */
 #define TTL_MS "30000"        /* as redis-py's Lock(timeout=30) */
 #define WAIT_LEASE_MS "3000"  /* a queued waiter's registration, as dlock's */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void die(const char *what, redisContext *c, redisReply *r)
 {
@@ -71,6 +64,47 @@ static char *library(const char *path)
     return s;
 }
 
+/* What a section needs: the connection and the keys. */
+typedef struct {
+    redisContext *c;
+    const char *key, *wlist, *owner, *holder;
+} lock_ctx;
+
+static void acquire(void *arg)
+{
+    lock_ctx *x = arg;
+    redisReply *r = redisCommand(x->c, "FCALL " FN " 1 %s acq %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS,
+                                 x->key, x->owner, x->holder);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        die("acq", x->c, r);
+    int granted = r->element[0]->integer == 1;
+    freeReplyObject(r);
+    while (!granted) { /* queued: the release hands the lock over on wlist */
+        r = redisCommand(x->c, "BLPOP %s 1", x->wlist);
+        if (!r)
+            die("BLPOP", x->c, r);
+        granted = r->type == REDIS_REPLY_ARRAY;
+        freeReplyObject(r);
+        if (granted)
+            break;
+        r = redisCommand(x->c, "FCALL " FN " 1 %s wait %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS,
+                         x->key, x->owner, x->holder);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+            die("wait", x->c, r);
+        granted = r->element[0]->integer == 1;
+        freeReplyObject(r);
+    }
+}
+
+static void release(void *arg)
+{
+    lock_ctx *x = arg;
+    redisReply *r = redisCommand(x->c, "FCALL " FN " 1 %s rel %s x", x->key, x->owner);
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+        die("rel", x->c, r);
+    freeReplyObject(r);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
@@ -96,64 +130,8 @@ int main(int argc, char **argv)
         die("FUNCTION LOAD", c, r);
     freeReplyObject(r);
     free(lib);
-    printf("ready\n");
-    fflush(stdout);
-    long long start, end;
-    if (scanf("%lld %lld", &start, &end) != 2)
-        return 1;
-    while (now_ns() < start) {
-    }
-    size_t cap = 1 << 16, n = 0;
-    int64_t *rec = malloc(cap * sizeof *rec);
-    if (!rec)
-        return 1;
-    for (;;) {
-        int64_t a = now_ns();
-        if (a >= end)
-            break;
-        r = redisCommand(c, "FCALL " FN " 1 %s acq %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS, key,
-                         owner, holder);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-            die("acq", c, r);
-        int granted = r->element[0]->integer == 1;
-        freeReplyObject(r);
-        while (!granted) { /* queued: the release hands the lock over on wlist */
-            r = redisCommand(c, "BLPOP %s 1", wlist);
-            if (!r)
-                die("BLPOP", c, r);
-            granted = r->type == REDIS_REPLY_ARRAY;
-            freeReplyObject(r);
-            if (granted)
-                break;
-            r = redisCommand(c, "FCALL " FN " 1 %s wait %s x " TTL_MS " 1 1 %s " WAIT_LEASE_MS,
-                             key, owner, holder);
-            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-                die("wait", c, r);
-            granted = r->element[0]->integer == 1;
-            freeReplyObject(r);
-        }
-        int64_t b = now_ns();
-        while (hold_ns > 0 && now_ns() < b + hold_ns) {
-        }
-        int64_t cc = now_ns();
-        r = redisCommand(c, "FCALL " FN " 1 %s rel %s x", key, owner);
-        if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
-            die("rel", c, r);
-        freeReplyObject(r);
-        int64_t d = now_ns();
-        if (n + 4 > cap) {
-            int64_t *t = realloc(rec, (cap *= 2) * sizeof *rec);
-            if (!t)
-                return 1;
-            rec = t;
-        }
-        rec[n++] = a, rec[n++] = b, rec[n++] = cc, rec[n++] = d;
-    }
-    for (size_t i = 0; i < n; i += 4)
-        printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", rec[i], rec[i + 1], rec[i + 2],
-               rec[i + 3]);
-    printf("done\n");
-    free(rec);
+    lock_ctx x = {c, key, wlist, owner, holder};
+    int rc = peer_run(hold_ns, acquire, release, &x);
     redisFree(c);
-    return 0;
+    return rc;
 }
