@@ -286,34 +286,7 @@ static void test_bad_input(void **state)
     assert_null(strstr(dlock_client_errmsg(NULL), "sekrit"));
 }
 
-static void test_corrupt_token_refused(void **state)
-{
-    (void)state;
-    char path[300];
-    snprintf(path, sizeof path, "%s/locks/corrupt.lock", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("garbage that is not a header\n", f);
-    fclose(f);
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "corrupt", DLOCK_EXCLUSIVE, 1);
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
-    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
-    dlock_lock_free(l);
-    /* 20 digits above 2^64 - 1: refused, not read modulo 2^64 (a token
-     * that would go back; found by fuzz_file) */
-    snprintf(path, sizeof path, "%s/locks/overflow.lock", dir);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("dlock2 20000000000000000041\nnext 00000000000000000008\n", f);
-    fclose(f);
-    l = new_lock(c, "overflow", DLOCK_EXCLUSIVE, 1);
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-}
-
-/* A lock file's header as bytes, NUL-terminated. */
+/* A lock file's first bytes, NUL-terminated. */
 static void header_of(const char *name, char *buf, size_t len)
 {
     char path[400];
@@ -325,6 +298,7 @@ static void header_of(const char *name, char *buf, size_t len)
     buf[n > 0 ? n : 0] = '\0';
 }
 
+/* A lock file made of text alone. */
 static void put_header(const char *name, const char *text)
 {
     char path[400];
@@ -333,6 +307,24 @@ static void put_header(const char *name, const char *text)
     assert_non_null(f);
     fputs(text, f);
     assert_int_equal(fclose(f), 0);
+}
+
+static void test_corrupt_token_refused(void **state)
+{
+    (void)state;
+    put_header("corrupt", "garbage that is not a header\n");
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "corrupt", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
+    assert_int_equal(dlock_state(l), DLOCK_STATE_IDLE);
+    dlock_lock_free(l);
+    /* 20 digits above 2^64 - 1: refused, not read modulo 2^64 (a token
+     * that would go back; found by fuzz_file) */
+    put_header("overflow", "dlock2 20000000000000000041\nnext 00000000000000000008\n");
+    l = new_lock(c, "overflow", DLOCK_EXCLUSIVE, 1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTO);
+    dlock_lock_free(l);
+    dlock_client_close(c);
 }
 
 /* A header written by dlock up to 0.1.0 ("dlock1", with or without the

@@ -861,9 +861,8 @@ static bool still_linked(dlock_lock *l, int fd, struct stat *st)
  * the whole header under META, the token they read included: it is
  * written the old way, under META, until a writer under META rewrites it
  * as "dlock2". From then on those versions refuse the file as corrupt
- * instead of writing a token back.
+ * instead of writing a token back. (Its bytes: format.c.)
  */
-/* The header (see fh_parse_header). */
 static int read_header(dlock_lock *l, int fd, uint64_t *token, uint64_t *next, bool *split)
 {
     char buf[HEADER_LEN];
@@ -884,7 +883,7 @@ static int write_header_part(dlock_lock *l, int fd, uint64_t token, uint64_t nex
                              off_t to)
 {
     char buf[HEADER_LEN + 1];
-    snprintf(buf, sizeof buf, MAGIC "%020" PRIu64 "\nnext %020" PRIu64 "\n", token, next);
+    fh_format_header(buf, token, next);
     size_t len = (size_t)(to - from);
     if (pwrite(fd, buf + from, len, from) != (ssize_t)len)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write header: %s", l->name,
@@ -942,11 +941,8 @@ static int bump_token(dlock_lock *l, int fd, int64_t deadline)
 static int write_record(dlock_lock *l, int fd, int idx, const char *value)
 {
     char rec[RECORD_LEN];
-    memset(rec, 0, sizeof rec);
-    snprintf(rec, sizeof rec, "owner %s\nholder %s\nsince %" PRId64 "\ntoken %" PRIu64
-             "\nvalue %zu:%s\n",
-             l->owner, fc_of(l->c)->self, dl_realtime_ms(), atomic_load(&l->token),
-             value ? strlen(value) : 0, value ? value : "");
+    fh_format_record(rec, l->owner, fc_of(l->c)->self, dl_realtime_ms(), atomic_load(&l->token),
+                     value);
     if (pwrite(fd, rec, sizeof rec, RECORD_OFF(idx)) != (ssize_t)sizeof rec)
         return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": cannot write holder record: %s",
                            l->name, strerror(errno));

@@ -46,6 +46,8 @@ file_client *fc_of(dlock_client *c);
 /* The first n bytes of a lock file (n <= HEADER_LEN; 0: an empty file):
  * false when they are not a header. *split: a "dlock2" one. */
 bool fh_parse_header(const char *buf, size_t n, uint64_t *token, uint64_t *next, bool *split);
+/* The header of token and next, as a "dlock2" one, NUL-terminated. */
+void fh_format_header(char buf[HEADER_LEN + 1], uint64_t token, uint64_t next);
 
 typedef struct fh_record {
     char holder[256];
@@ -58,5 +60,8 @@ typedef struct fh_record {
 /* A record's n bytes (n <= RECORD_LEN) into *r; present is false for an
  * empty (zeroed) or foreign one. */
 void fh_parse_record(const char *rec, size_t n, fh_record *r);
+/* A record of these fields (value may be NULL), zero-padded. */
+void fh_format_record(char rec[RECORD_LEN], const char *owner, const char *holder,
+                      int64_t since_ms, uint64_t token, const char *value);
 
 #endif

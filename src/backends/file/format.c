@@ -6,6 +6,8 @@
  */
 #include "file_int.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +47,11 @@ bool fh_parse_header(const char *buf, size_t n, uint64_t *token, uint64_t *next,
     return ok;
 }
 
+void fh_format_header(char buf[HEADER_LEN + 1], uint64_t token, uint64_t next)
+{
+    snprintf(buf, HEADER_LEN + 1, MAGIC "%020" PRIu64 "\nnext %020" PRIu64 "\n", token, next);
+}
+
 void fh_parse_record(const char *data, size_t n, fh_record *r)
 {
     char rec[RECORD_LEN + 1];
@@ -77,4 +84,13 @@ void fh_parse_record(const char *data, size_t n, fh_record *r)
         }
     }
     r->present = true;
+}
+
+void fh_format_record(char rec[RECORD_LEN], const char *owner, const char *holder,
+                      int64_t since_ms, uint64_t token, const char *value)
+{
+    memset(rec, 0, RECORD_LEN);
+    snprintf(rec, RECORD_LEN, "owner %s\nholder %s\nsince %" PRId64 "\ntoken %" PRIu64
+             "\nvalue %zu:%s\n",
+             owner, holder, since_ms, token, value ? strlen(value) : 0, value ? value : "");
 }
