@@ -361,7 +361,7 @@ def available(peer):
     if peer == "redis-c":
         ok = shutil.which("cc") and os.path.exists("/usr/include/hiredis/hiredis.h")
         return None if ok else PEERS[peer]["needs"]
-    if peer in ("mysql-c", "mysql-c-prep"):
+    if peer in MYSQL_C:
         ok = shutil.which("cc") and os.path.exists("/usr/include/mariadb/mysql.h")
         return None if ok else PEERS[peer]["needs"]
     if peer == "etcdctl":
@@ -396,7 +396,7 @@ def worker_cmd(a, tmp, name):
     if a.peer == "redis-c":
         host, port = hostport(urllib.parse.urlsplit(a.url), 6379)
         return [os.path.join(tmp, "redis_min"), host, str(port), name, str(a.H), REDIS_LUA]
-    if a.peer in ("mysql-c", "mysql-c-prep"):
+    if a.peer in MYSQL_C:
         u = urllib.parse.urlsplit(a.url)
         host, port = hostport(u, 3306)
         return [os.path.join(tmp, "mysql_min"), host, str(port),
@@ -412,20 +412,22 @@ def worker_cmd(a, tmp, name):
 REDIS_LUA = os.path.join(HERE, "..", "..", "src", "backends", "redis", "lock.lua")
 
 
+MYSQL_C = ("mysql-c", "mysql-c-prep")
+
+
+def cc_worker(tmp, name, *flags):
+    """Build the C worker NAME.c of this directory into tmp/NAME."""
+    r = subprocess.run(["cc", "-O2", "-o", os.path.join(tmp, name), os.path.join(HERE, name + ".c")]
+                       + list(flags), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        die(1, "cc %s.c failed:\n%s" % (name, r.stdout))
+
+
 def prepare(a, tmp):
     if a.peer == "redis-c":
-        r = subprocess.run(["cc", "-O2", "-o", os.path.join(tmp, "redis_min"),
-                            os.path.join(HERE, "redis_min.c"), "-lhiredis"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if r.returncode != 0:
-            die(1, "cc redis_min.c failed:\n" + r.stdout)
-    if a.peer in ("mysql-c", "mysql-c-prep"):
-        r = subprocess.run(["cc", "-O2", "-I/usr/include/mariadb", "-o",
-                            os.path.join(tmp, "mysql_min"), os.path.join(HERE, "mysql_min.c"),
-                            "-lmariadb"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if r.returncode != 0:
-            die(1, "cc mysql_min.c failed:\n" + r.stdout)
+        cc_worker(tmp, "redis_min", "-lhiredis")
+    if a.peer in MYSQL_C:
+        cc_worker(tmp, "mysql_min", "-I/usr/include/mariadb", "-lmariadb")
     if a.peer in ("curator", "curator-threads"):
         cp = ":".join(j for j in CURATOR_JARS if os.path.exists(j))
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", cp,
