@@ -24,8 +24,8 @@ build=$top/build-fuzz
 targets=(fuzz_url fuzz_name fuzz_memcached fuzz_zk fuzz_claim fuzz_file)
 # The reply target needs hiredis (as the Redis backends do).
 if pkg-config --exists hiredis 2>/dev/null; then targets+=(fuzz_reply); fi
-# The etcd target needs libcurl and cJSON (as the backend does).
-if pkg-config --exists libcurl libcjson 2>/dev/null; then targets+=(fuzz_etcd); fi
+# The etcd targets need libcurl and cJSON (as the backend does).
+if pkg-config --exists libcurl libcjson 2>/dev/null; then targets+=(fuzz_etcd fuzz_http); fi
 
 CC=clang cmake -S "$top" -B "$build" -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -45,6 +45,7 @@ for t in "${targets[@]}"; do
         fuzz_url) runs=2000000 ;;
         fuzz_name) runs=5000000 ;;
         fuzz_file) runs=5000000 ;;
+        fuzz_http) runs=600000 ;;
         fuzz_memcached) runs=300000 ;;
         *) runs=300000 ;;
         esac

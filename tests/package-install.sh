@@ -129,7 +129,7 @@ say "ok - /usr/bin/dlock run on file://: token $out"
 # The client libraries loaded at run time are only Recommends: without one,
 # its backend says which package to install. Hidden here in a mount
 # namespace of our own (/dev/null over the library), which needs root.
-for x in "libcurl.so.4 libcurl4 etcd://127.0.0.1:1" "libpq.so.5 libpq5 postgres://127.0.0.1:1/x" \
+for x in "libcurl.so.4 libcurl4 etcds://127.0.0.1:1" "libpq.so.5 libpq5 postgres://127.0.0.1:1/x" \
          "libmariadb.so.3 libmariadb3 mysql://127.0.0.1:1/x"; do
   set -- $x
   path=$(/sbin/ldconfig -p | awk -v l="$1" '$1 == l {print $NF; exit}')

@@ -228,7 +228,7 @@ static uint64_t served(const char *methods)
 
 /* ---- helper processes ---------------------------------------------------------------- */
 
-#define MAX_KIDS 4
+#define MAX_KIDS 8
 static pid_t kids[MAX_KIDS]; /* SIGKILL'd by the teardown whatever happens */
 
 static int teardown_processes(void **state)
@@ -255,15 +255,26 @@ static const char impostor_py[] =
     "        self.rfile.read(n)\n"
     "        if mode == 'hello':\n"
     "            code, ctype, body = 200, 'text/plain', b'hello'\n"
-    "        elif mode == 'json':\n"
+    "        elif mode in ('json', 'chunked', 'close10'):\n"
     "            code, ctype, body = 200, 'application/json', b'{\"hello\": 1}'\n"
+    "        elif mode == 'garbage':\n"
+    "            self.wfile.write(b'SSH-2.0-OpenSSH_9.2\\r\\n')\n"
+    "            self.close_connection = True\n"
+    "            return\n"
     "        else:\n"
     "            code, ctype = 404, 'text/html'\n"
     "            body = b'<html><head><title>404 Not Found</title></head>'\\\n"
     "                   b'<body><h1>Not Found</h1></body></html>'\n"
+    "        if mode == 'close10':\n"
+    "            self.protocol_version = 'HTTP/1.0'\n"
+    "            self.close_connection = True\n"
     "        self.send_response(code)\n"
     "        self.send_header('Content-Type', ctype)\n"
-    "        self.send_header('Content-Length', str(len(body)))\n"
+    "        if mode == 'chunked':\n"
+    "            self.send_header('Transfer-Encoding', 'chunked')\n"
+    "            body = b'%x\\r\\n%s\\r\\n0\\r\\n\\r\\n' % (len(body), body)\n"
+    "        elif mode != 'close10':\n"
+    "            self.send_header('Content-Length', str(len(body)))\n"
     "        self.end_headers()\n"
     "        self.wfile.write(body)\n"
     "    do_GET = do_POST\n"
@@ -1122,14 +1133,18 @@ static void test_not_etcd(void **state)
 {
     (void)state;
     char url[256];
-    static const char *const modes[] = {"hello", "404", "json"};
-    for (int i = 0; i < 3; i++) {
+    /* (chunked, close10: a reply by chunks, and one that runs to the close
+     * of an HTTP/1.0 connection; garbage: not HTTP at all) */
+    static const char *const modes[] = {"hello", "404", "json", "chunked", "close10", "garbage"};
+    for (int i = 0; i < 6; i++) {
         int port = impostor_start(i, modes[i]);
         char what[64];
         snprintf(what, sizeof what, "an HTTP server answering %s", modes[i]);
         snprintf(url, sizeof url, "etcd://127.0.0.1:%d?ttl=2", port);
-        int rc = expect_open_fails(url, 0, what);
-        assert_true(rc == DLOCK_EPROTO || rc == DLOCK_EUNREACHABLE);
+        bool http = strcmp(modes[i], "garbage") != 0;
+        /* an HTTP reply is read, and found not etcd's */
+        int rc = expect_open_fails(url, http ? DLOCK_EPROTO : DLOCK_EUNREACHABLE, what);
+        assert_non_null(strstr(dlock_client_errmsg(NULL), http ? "not etcd" : "not an HTTP reply"));
         /* the same with a user: the authentication request is refused alike */
         snprintf(url, sizeof url, "etcd://dlock:s3cret@127.0.0.1:%d?ttl=2", port);
         snprintf(what, sizeof what, "an HTTP server answering %s, with a user", modes[i]);

@@ -19,13 +19,6 @@
 
 /* ---- the client -------------------------------------------------------------------- */
 
-/* curl's write callback: into the connection's body. */
-static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg)
-{
-    ec_conn *k = arg;
-    return ec_body_feed(&k->body, data, size * nmemb);
-}
-
 ecclient *ec_of(dlock_client *c)
 {
     return c->bstate;
@@ -41,153 +34,14 @@ void ec_range_end(const char *p, char *out, size_t len)
         out[n - 1] = (char)(out[n - 1] + 1);
 }
 
-void ec_conn_free(ec_conn *k)
+/* Wake the client's thread (its waits poll wake_fd). */
+void ec_wake(ecclient *ec)
 {
-    if (!k)
-        return;
-    if (k->multi)
-        curl_multi_cleanup(k->multi);
-    if (k->easy)
-        curl_easy_cleanup(k->easy);
-    free(k->body.buf);
-    free(k);
-}
-
-ec_conn *ec_conn_get(ecclient *ec)
-{
-    pthread_mutex_lock(&ec->mu);
-    ec_conn *k = ec->idle;
-    if (k)
-        ec->idle = k->next;
-    pthread_mutex_unlock(&ec->mu);
-    if (!k) {
-        k = calloc(1, sizeof *k);
-        if (!k)
-            return NULL;
-        k->easy = curl_easy_init();
-        k->multi = curl_multi_init();
-        if (!k->easy || !k->multi) {
-            ec_conn_free(k);
-            return NULL;
-        }
-    }
-    k->body.len = 0;
-    k->body.toolarge = false;
-    k->body.on_line = NULL;
-    k->body.arg = NULL;
-    return k;
-}
-
-void ec_conn_put(ecclient *ec, ec_conn *k)
-{
-    if (!k)
-        return;
-    pthread_mutex_lock(&ec->mu);
-    k->next = ec->idle;
-    ec->idle = k;
-    pthread_mutex_unlock(&ec->mu);
-}
-
-/* Set up k's easy handle for POST path on the endpoint at base ("http://h:p"). */
-int ec_conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
-                      struct curl_slist *hdrs, int connect_ms)
-{
-    char url[600];
-    snprintf(url, sizeof url, "%s%s", base, path);
-    CURL *h = k->easy;
-    curl_easy_reset(h);
-    bool ok = curl_easy_setopt(h, CURLOPT_URL, url) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_POSTFIELDS, body) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_WRITEDATA, k) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(connect_ms > 0 ? connect_ms : 1)) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 2L) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 1L) == CURLE_OK &&
-              curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http") == CURLE_OK;
-    if (ok && ec->cacert)
-        ok = curl_easy_setopt(h, CURLOPT_CAINFO, ec->cacert) == CURLE_OK;
-    if (ok && ec->cert)
-        ok = curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert) == CURLE_OK;
-    if (ok && ec->key)
-        ok = curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key) == CURLE_OK;
-    return ok ? 0 : DLOCK_ENOMEM;
-}
-
-/* A transfer is started, pumped (perhaps several times: a stream), and
- * stopped. */
-static bool conn_start(ec_conn *k)
-{
-    return curl_multi_add_handle(k->multi, k->easy) == CURLM_OK;
-}
-
-static void conn_stop(ec_conn *k)
-{
-    curl_multi_remove_handle(k->multi, k->easy);
-}
-
-/* Run k's transfer until it ends, until_ns passes, cancel_fd becomes
- * readable or *stop turns true. *res: curl's result when XFER_DONE. */
-static enum xfer conn_pump(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
-                           CURLcode *res)
-{
-    for (;;) {
-        int running = 0;
-        curl_multi_perform(k->multi, &running);
-        CURLMsg *m;
-        int left;
-        bool done = false;
-        while ((m = curl_multi_info_read(k->multi, &left)))
-            if (m->msg == CURLMSG_DONE) {
-                *res = m->data.result;
-                done = true;
-            }
-        if (done || !running) {
-            if (!done)
-                *res = CURLE_RECV_ERROR;
-            return XFER_DONE;
-        }
-        if (stop && *stop)
-            return XFER_STOP;
-        int wait = 1000;
-        if (until_ns >= 0) {
-            int64_t left_ns = until_ns - dl_now_ns();
-            if (left_ns <= 0)
-                return XFER_TIMEOUT;
-            if (left_ns / 1000000 + 1 < wait)
-                wait = (int)(left_ns / 1000000 + 1);
-        }
-        struct curl_waitfd extra = {.fd = cancel_fd, .events = CURL_WAIT_POLLIN};
-        curl_multi_poll(k->multi, cancel_fd >= 0 ? &extra : NULL, cancel_fd >= 0 ? 1 : 0,
-                        wait, NULL);
-        if (cancel_fd >= 0 && (extra.revents & CURL_WAIT_POLLIN))
-            return XFER_CANCELED;
+    uint64_t one = 1;
+    if (ec->wake_fd >= 0 && write(ec->wake_fd, &one, sizeof one) < 0) {
+        /* (a full counter wakes it already) */
     }
 }
-
-enum xfer ec_conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
-                          CURLcode *res)
-{
-    if (!conn_start(k)) {
-        *res = CURLE_OUT_OF_MEMORY;
-        return XFER_DONE;
-    }
-    enum xfer x = conn_pump(k, until_ns, cancel_fd, stop, res);
-    conn_stop(k);
-    return x;
-}
-
-/* Whether a transport failure leaves the request unsent for sure (another
- * endpoint may take it without doubt), merely failed, or not a failure. */
-static bool curl_failed_before_send(CURLcode rc)
-{
-    return rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-           rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION;
-}
-
 
 /* After a request timed out: does that member answer, but know no leader?
  * (A write waits for a quorum; a member's status does not.) Asked within
@@ -278,30 +132,17 @@ int ec_post_to(ecclient *ec, const char *only, const char *path, const char *bod
         /* A stalled member must not take the whole time: this try gets
          * half of it when another endpoint can still be tried. */
         int64_t try_until = several && tries + 1 < max_tries ? now + left / 2 : until_ns;
-        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-        pthread_mutex_lock(&ec->mu);
-        struct curl_slist *h2 = hdrs && ec->auth ? curl_slist_append(hdrs, ec->auth) : hdrs;
-        pthread_mutex_unlock(&ec->mu);
-        if (!h2) {
-            curl_slist_free_all(hdrs);
-            result = DLOCK_ENOMEM;
-            snprintf(err, errlen, "out of memory");
-            break;
-        }
-        hdrs = h2;
         int64_t try_ms = (try_until - now) / 1000000;
         int cms = ec->connect_ms < try_ms ? ec->connect_ms : (int)try_ms;
         const char *base = only ? only : ec->endpoints[e];
-        if (ec_conn_setup(ec, k, base, path, body, hdrs, cms)) {
-            curl_slist_free_all(hdrs);
+        if (ec_conn_setup(ec, k, base, path, body, cms)) {
             result = DLOCK_ENOMEM;
             snprintf(err, errlen, "out of memory");
             break;
         }
         k->body.len = 0;
-        CURLcode res = CURLE_OK;
+        ec_xres res;
         enum xfer x = ec_conn_run(k, try_until, cancel_fd, NULL, &res);
-        curl_slist_free_all(hdrs);
         if (x == XFER_CANCELED) {
             if (sent)
                 *sent = true;
@@ -309,8 +150,8 @@ int ec_post_to(ecclient *ec, const char *only, const char *path, const char *bod
             result = DLOCK_ECANCELED;
             break;
         }
-        if (x == XFER_TIMEOUT || res != CURLE_OK) {
-            if (sent && !(x == XFER_DONE && curl_failed_before_send(res)))
+        if (x == XFER_TIMEOUT || res.failed) {
+            if (sent && !(x == XFER_DONE && res.unsent))
                 *sent = true;
             if (x == XFER_TIMEOUT) {
                 pthread_mutex_lock(&ec->mu);
@@ -330,11 +171,8 @@ int ec_post_to(ecclient *ec, const char *only, const char *path, const char *bod
                 snprintf(err, errlen, "%s sent a reply larger than %u MiB: not etcd?",
                          base, EC_REPLY_MAX >> 20);
             else
-                snprintf(err, errlen, "%s: %s", base, curl_easy_strerror(res));
-            result = res == CURLE_OUT_OF_MEMORY ? DLOCK_ENOMEM
-                     : res == CURLE_SSL_CACERT_BADFILE || res == CURLE_SSL_CERTPROBLEM
-                         ? DLOCK_EURL
-                         : DLOCK_EUNREACHABLE;
+                snprintf(err, errlen, "%s: %s", base, res.why);
+            result = x == XFER_TIMEOUT ? DLOCK_EUNREACHABLE : res.code;
             if (result != DLOCK_EUNREACHABLE)
                 break;
             if (!only)
@@ -343,8 +181,7 @@ int ec_post_to(ecclient *ec, const char *only, const char *path, const char *bod
         }
         if (sent)
             *sent = true;
-        long status = 0;
-        curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
+        long status = ec_conn_status(k);
         cJSON *j = k->body.len ? cJSON_ParseWithLength(k->body.buf, k->body.len) : NULL;
         if (!ec_from_etcd(status, j)) {
             /* Not etcd at all: another endpoint may be. */
@@ -627,8 +464,8 @@ int ec_lease_ensure(ecclient *ec, int64_t until_ns, int64_t *lease, uint64_t *ge
                 ec->thread_started = true;
             else
                 rc = DLOCK_ENOMEM;
-        } else if (ec->bgm) {
-            curl_multi_wakeup(ec->bgm);
+        } else {
+            ec_wake(ec);
         }
     }
     pthread_cond_broadcast(&ec->cv);
@@ -778,8 +615,8 @@ void ec_orphan_add(ecclient *ec, const char *key)
         ec->orphans = o;
         o[ec->norphans++] = k;
         k = NULL;
-        if (ec->bgm && ec_thread_of != ec) /* its thread deletes it now */
-            curl_multi_wakeup(ec->bgm);
+        if (ec_thread_of != ec) /* its thread deletes it now */
+            ec_wake(ec);
     }
     pthread_mutex_unlock(&ec->mu);
     free(k); /* (out of memory: the lease's end deletes it) */
@@ -845,6 +682,7 @@ typedef struct ck_watch {
     int e; /* the endpoint it streams from */
     const char *ckey;
     bool deleted, touched, failed;
+    bool news; /* any of the above, or gone keys: the thread's pump stops */
     int64_t rev; /* the client key's last event */
     /* held keys whose event says they are no longer ours */
     struct ck_gone {
@@ -887,7 +725,7 @@ static void ck_line(void *arg, cJSON *j)
     ck_watch *w = arg;
     const cJSON *r = ec_jobj(j, "result");
     if (!r) {
-        w->failed = true; /* an error line, or not JSON */
+        w->failed = w->news = true; /* an error line, or not JSON */
         return;
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled")))
@@ -912,6 +750,7 @@ static void ck_line(void *arg, cJSON *j)
         else
             w->touched = true; /* PUT: the default type is left out */
     }
+    w->news = w->deleted || w->touched || w->failed || w->ngone > 0;
 }
 
 /* The body of the client thread's watch: the client key from after rev
@@ -995,14 +834,9 @@ static void *client_thread(void *arg)
 {
     ecclient *ec = arg;
     ec_thread_of = ec;
-    CURLM *m = curl_multi_init();
-    pthread_mutex_lock(&ec->mu);
-    ec->bgm = m;
-    pthread_mutex_unlock(&ec->mu);
     ec_conn *wk = NULL; /* the watch's connection */
     ck_watch w = {.ec = ec};
     char ckey[EC_KEY_MAX] = "";
-    struct curl_slist *hdrs = NULL;
     char *body = NULL;
     int64_t retry_watch_ns = 0;
     for (;;) {
@@ -1085,20 +919,16 @@ static void *client_thread(void *arg)
         }
         /* The watch of the current lease. */
         if (wk && (w.gen != gen || !live || rebuild)) {
-            curl_multi_remove_handle(m, wk->easy);
+            ec_conn_stop(wk);
             ec_conn_put(ec, wk);
             wk = NULL;
             if (rebuild)
                 retry_watch_ns = 0;
         }
-        if (!wk && live && have_ckey && m && now >= retry_watch_ns && now >= watch_from_ns) {
+        if (!wk && live && have_ckey && now >= retry_watch_ns && now >= watch_from_ns) {
             wk = ec_conn_get(ec);
             ec_ckey_of(ec, lease, ckey, sizeof ckey);
-            curl_slist_free_all(hdrs);
-            hdrs = curl_slist_append(NULL, "Content-Type: application/json");
             pthread_mutex_lock(&ec->mu);
-            if (hdrs && ec->auth)
-                hdrs = curl_slist_append(hdrs, ec->auth);
             int e = ec->cur;
             free(body);
             body = ck_watch_body(ec, lease, from);
@@ -1109,11 +939,12 @@ static void *client_thread(void *arg)
             w.rev = from;
             w.deleted = w.touched = w.failed = false;
             w.ngone = 0;
-            if (wk && hdrs && body &&
-                ec_conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms) == 0) {
+            ec_xres res;
+            if (wk && body &&
+                ec_conn_setup(ec, wk, ec->endpoints[e], "/v3/watch", body, ec->connect_ms) == 0) {
                 wk->body.on_line = ck_line;
                 wk->body.arg = &w;
-                if (curl_multi_add_handle(m, wk->easy) != CURLM_OK) {
+                if (!ec_conn_start(wk, &res)) {
                     ec_conn_put(ec, wk);
                     wk = NULL;
                 }
@@ -1123,14 +954,34 @@ static void *client_thread(void *arg)
             }
             retry_watch_ns = now + dl_ms_to_ns(200);
         }
-        int running = 0;
-        if (m)
-            curl_multi_perform(m, &running);
-        CURLMsg *msg;
-        int left;
-        while (m && (msg = curl_multi_info_read(m, &left)))
-            if (msg->msg == CURLMSG_DONE && wk && msg->easy_handle == wk->easy)
+        /* Wait for the watch's news, the next due time or a wake-up. */
+        int64_t wait_ns = live ? next_ka - dl_now_ns() : dl_ms_to_ns(1000);
+        if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
+            wait_ns = next_touch - dl_now_ns();
+        if (next_join != INT64_MAX && next_join - dl_now_ns() < wait_ns)
+            wait_ns = next_join - dl_now_ns();
+        if (wait_ns > dl_ms_to_ns(100) && (!wk && live))
+            wait_ns = dl_ms_to_ns(100);
+        if (wait_ns < 0)
+            wait_ns = 0;
+        enum xfer x = XFER_TIMEOUT;
+        if (wk) {
+            ec_xres res;
+            w.news = false;
+            x = ec_conn_pump(wk, dl_now_ns() + wait_ns, ec->wake_fd, &w.news, &res);
+            if (x == XFER_DONE)
                 w.failed = true;
+        } else {
+            struct pollfd p = {.fd = ec->wake_fd, .events = POLLIN};
+            if (poll(&p, 1, (int)(wait_ns / 1000000) + 1) == 1)
+                x = XFER_CANCELED;
+        }
+        if (x == XFER_CANCELED) {
+            uint64_t woken;
+            if (read(ec->wake_fd, &woken, sizeof woken) < 0) {
+                /* (another read took it) */
+            }
+        }
         if (wk && (w.deleted || w.touched || w.failed)) {
             pthread_mutex_lock(&ec->mu);
             if (w.gen == ec->gen && w.rev > ec->ckey_rev)
@@ -1143,7 +994,7 @@ static void *client_thread(void *arg)
                 verify_held(ec);
             w.touched = false;
             if (w.deleted || w.failed) {
-                curl_multi_remove_handle(m, wk->easy);
+                ec_conn_stop(wk);
                 ec_conn_put(ec, wk);
                 wk = NULL;
                 if (w.failed && !w.deleted)
@@ -1155,32 +1006,13 @@ static void *client_thread(void *arg)
         for (size_t i = 0; i < w.ngone; i++)
             lose_key(ec, w.gone[i].key, w.gone[i].rev, EC_KEY_LOST);
         w.ngone = 0;
-        int64_t wait_ns = live ? next_ka - dl_now_ns() : dl_ms_to_ns(1000);
-        if (next_touch != INT64_MAX && next_touch - dl_now_ns() < wait_ns)
-            wait_ns = next_touch - dl_now_ns();
-        if (next_join != INT64_MAX && next_join - dl_now_ns() < wait_ns)
-            wait_ns = next_join - dl_now_ns();
-        if (wait_ns > dl_ms_to_ns(100) && (!wk && live))
-            wait_ns = dl_ms_to_ns(100);
-        if (wait_ns < 0)
-            wait_ns = 0;
-        if (m)
-            curl_multi_poll(m, NULL, 0, (int)(wait_ns / 1000000) + 1, NULL);
-        else
-            usleep(100000);
     }
     if (wk) {
-        curl_multi_remove_handle(m, wk->easy);
+        ec_conn_stop(wk);
         ec_conn_put(ec, wk);
     }
     free(w.gone);
     free(body);
-    curl_slist_free_all(hdrs);
-    pthread_mutex_lock(&ec->mu);
-    ec->bgm = NULL;
-    pthread_mutex_unlock(&ec->mu);
-    if (m)
-        curl_multi_cleanup(m);
     return NULL;
 }
 
@@ -1345,8 +1177,7 @@ int ec_enqueue(ecclient *ec, dlock_lock *l, eclock *el, int64_t lease, bool make
             if (ec->ckey_rev < hrev)
                 ec->ckey_rev = hrev;
         }
-        if (ec->bgm)
-            curl_multi_wakeup(ec->bgm);
+        ec_wake(ec);
         pthread_mutex_unlock(&ec->mu);
     }
     if (foreign[0]) { /* (our key is in: the caller gives up) */
@@ -1417,14 +1248,10 @@ int ec_wait_change(ecclient *ec, const char *pred, int64_t pred_rev, bool range,
              "{\"create_request\":{\"key\":\"%s\",\"filters\":[\"NOPUT\"]}}",
              b64p, rend, puts || chain ? "" : ",\"filters\":[\"NOPUT\"]", b64o);
     ec_conn *k = ec_conn_get(ec);
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&ec->mu);
-    if (hdrs && ec->auth)
-        hdrs = curl_slist_append(hdrs, ec->auth);
     int e = ec->cur;
     pthread_mutex_unlock(&ec->mu);
-    if (!k || !hdrs || ec_conn_setup(ec, k, ec->endpoints[e], "/v3/watch", body, hdrs, ec->connect_ms)) {
-        curl_slist_free_all(hdrs);
+    if (!k || ec_conn_setup(ec, k, ec->endpoints[e], "/v3/watch", body, ec->connect_ms)) {
         ec_conn_put(ec, k);
         snprintf(err, errlen, "out of memory");
         return DLOCK_ENOMEM;
@@ -1432,15 +1259,15 @@ int ec_wait_change(ecclient *ec, const char *pred, int64_t pred_rev, bool range,
     wait_watch w = {.pred = pred, .own = own, .chain = chain, .read_rev = rev};
     k->body.on_line = ec_wait_line;
     k->body.arg = &w;
-    CURLcode res = CURLE_OK;
+    ec_xres res;
     enum xfer x = XFER_DONE;
-    if (conn_start(k)) {
+    if (ec_conn_start(k, &res)) {
         for (;;) {
             /* In slices: a watch on a member that stalled must not hold us
              * once the client moved on from it (its keep-alive found out). */
             int64_t slice = dl_deadline_in(500);
-            x = conn_pump(k, deadline >= 0 && deadline < slice ? deadline : slice, cancel_fd,
-                          &w.stop, &res);
+            x = ec_conn_pump(k, deadline >= 0 && deadline < slice ? deadline : slice, cancel_fd,
+                             &w.stop, &res);
             if (x == XFER_TIMEOUT && (deadline < 0 || dl_now_ns() < deadline)) {
                 pthread_mutex_lock(&ec->mu);
                 bool moved = ec->cur != e;
@@ -1462,9 +1289,8 @@ int ec_wait_change(ecclient *ec, const char *pred, int64_t pred_rev, bool range,
                 break;
             }
         }
-        conn_stop(k);
+        ec_conn_stop(k);
     }
-    curl_slist_free_all(hdrs);
     ec_conn_put(ec, k);
     *out = w;
     if (x == XFER_CANCELED) {

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ec_int.h — the etcd backend's libcurl table, client, connections and
- * requests, for its files (client.c, the transport, the lease and the
- * queue; etcd.c, the lock operations; json.c, what the gateway sends;
- * tools.c, the harness's operations).
+ * requests, for its files (conn.c, the connections; client.c, the
+ * requests, the lease and the queue; etcd.c, the lock operations; json.c
+ * and reply.c, what the gateway sends; tools.c, the harness's operations).
  */
 #ifndef DLOCK_EC_INT_H
 #define DLOCK_EC_INT_H
@@ -59,15 +59,43 @@ extern ec_curl_api ec_curl;
 #define curl_slist_append ec_curl.slist_append
 #define curl_slist_free_all ec_curl.slist_free_all
 
-/* One HTTP connection: an easy handle in a multi handle of its own, so that
- * every transfer can be bounded by a deadline and a cancel descriptor
- * (curl_multi_poll's extra descriptors) and keeps its connection alive. */
+struct addrinfo;
+
+/* How a transfer that ended (XFER_DONE) went. */
+typedef struct ec_xres {
+    bool failed;  /* no reply */
+    bool unsent;  /* ... and the request reached no server for sure */
+    int code;     /* DLOCK_EUNREACHABLE, DLOCK_ENOMEM, DLOCK_EURL */
+    char why[160];
+} ec_xres;
+
+/* One HTTP connection, kept alive between requests: our own socket for
+ * http:// (raw), else a libcurl easy handle in a multi handle of its own,
+ * so that every transfer can be bounded by a deadline and a cancel
+ * descriptor (conn.c). */
 typedef struct ec_conn {
     struct ec_conn *next;
+    bool raw;
+    int connect_ms;
+    /* https:// */
     CURL *easy;
     CURLM *multi;
+    struct curl_slist *hdrs;
+    /* http:// */
+    int fd;            /* -1: not connected */
+    char at[160];      /* the endpoint it is (or is to be) connected to */
+    bool reusable;     /* the last reply ended cleanly and the server keeps it */
+    bool reused, got_reply, retried;
+    int phase;
+    int64_t connect_until_ns;
+    struct addrinfo *ai, *ai_next;
+    char *req;
+    size_t req_len, req_cap, req_off;
+    ec_reply reply;
+    ec_xres xres; /* how the transfer went, once it ended */
     ec_body body; /* reply body (unary) or unparsed rest of a stream */
 } ec_conn;
+
 
 typedef struct eclock eclock;
 
@@ -117,7 +145,7 @@ typedef struct ecclient {
     /* the client's thread: keep-alive, the watch on the client key, orphans */
     pthread_t thread;
     bool thread_started, stopping;
-    CURLM *bgm;
+    int wake_fd; /* written to wake the thread (ec_wake) */
     eclock *held;
     bool verify;        /* a break touched the client key: look at the held keys */
     dl_teller teller;   /* of losses (lease gone, key deleted) */
@@ -133,12 +161,28 @@ typedef struct ecclient {
 enum xfer { XFER_DONE, XFER_TIMEOUT, XFER_CANCELED, XFER_STOP };
 
 ecclient *ec_of(dlock_client *c);
+/* Wake the client's thread (a lease, a held key, an orphan, closing). */
+void ec_wake(ecclient *ec);
+
+/* ---- conn.c: connections ---- */
 ec_conn *ec_conn_get(ecclient *ec);
 void ec_conn_put(ecclient *ec, ec_conn *k);
-/* Set up k's easy handle for POST path on the endpoint at base ("http://h:p"). */
+void ec_conn_free(ec_conn *k);
+/* Set k up to POST body (kept by the caller until the transfer ends) to
+ * path on the endpoint at base ("http://h:p"), with the client's headers. */
 int ec_conn_setup(ecclient *ec, ec_conn *k, const char *base, const char *path, const char *body,
-                  struct curl_slist *hdrs, int connect_ms);
-enum xfer ec_conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop, CURLcode *res);
+                  int connect_ms);
+/* A transfer is started, pumped (perhaps several times: a stream) until it
+ * ends (XFER_DONE, *res says how), until_ns passes, cancel_fd becomes
+ * readable or *stop turns true, and stopped; ec_conn_run does all three. */
+bool ec_conn_start(ec_conn *k, ec_xres *res);
+enum xfer ec_conn_pump(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop,
+                       ec_xres *res);
+void ec_conn_stop(ec_conn *k);
+enum xfer ec_conn_run(ec_conn *k, int64_t until_ns, int cancel_fd, const bool *stop, ec_xres *res);
+/* The reply's HTTP status. */
+long ec_conn_status(ec_conn *k);
+
 /*
  * POST body to path on the cluster: *out the reply (NULL when out is NULL).
  * With several endpoints, a try that fails, or that has not answered
@@ -202,7 +246,6 @@ struct eclock {
  * is defined) ---- */
 
 void ec_range_end(const char *p, char *out, size_t len);
-void ec_conn_free(ec_conn *k);
 int ec_authenticate(ecclient *ec, int64_t until_ns, char *err, size_t errlen);
 void ec_value_format(const ecclient *ec, int64_t since_ms, const char *leader, char *buf,
                      size_t len);

@@ -5,7 +5,7 @@
  * functions of what arrived (no libcurl): the fuzz target links json.c as
  * it is. Written by hand where no library does it: the gateway's base64
  * (neither libcurl nor cJSON exports a codec) and the splitting of a
- * stream into lines of JSON.
+ * stream into lines of JSON, and the reading of HTTP replies (reply.c).
  */
 #ifndef DLOCK_EC_JSON_H
 #define DLOCK_EC_JSON_H
@@ -54,6 +54,33 @@ int64_t ec_header_rev(const cJSON *j);
  * when it got the lock into *since_ms (-1 unknown; since_ms may be NULL),
  * the leader value returned (NULL if none). */
 const char *ec_split_value(char *v, char *holder, size_t len, int64_t *since_ms);
+
+/* ---- HTTP/1.1 replies (reply.c) ---- */
+
+enum { EC_REPLY_MORE, EC_REPLY_DONE, EC_REPLY_BAD, EC_REPLY_SINK };
+
+/* A reply being read: its status, and how the connection ends. */
+typedef struct ec_reply {
+    int state, result; /* result: EC_REPLY_* */
+    int status;
+    bool http10, close, chunked, has_len;
+    uint64_t length; /* Content-Length, when has_len */
+    uint64_t left;   /* body or chunk bytes still to come */
+    size_t line_len;
+    char line[8192];
+    char why[96]; /* EC_REPLY_BAD: what was wrong */
+} ec_reply;
+
+void ec_reply_init(ec_reply *r);
+/* n more bytes of the reply; its body bytes go to sink (false: stop,
+ * EC_REPLY_SINK). *used: the bytes read (fewer than n once it is done or
+ * failed: bytes after a reply are no part of it). EC_REPLY_MORE until the
+ * reply ends (DONE), or it is not HTTP as we read it (BAD, r->why). */
+int ec_reply_feed(ec_reply *r, const char *data, size_t n, size_t *used,
+                  bool (*sink)(void *arg, const char *data, size_t n), void *arg);
+/* The server closed the connection: DONE for a body that runs to the
+ * close, else BAD (or the result already reached). */
+int ec_reply_eof(ec_reply *r);
 
 /* ---- the queue ---- */
 

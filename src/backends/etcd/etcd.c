@@ -30,7 +30,7 @@
  * it) covers every held key: one deleted or overwritten from outside is
  * that lock lost, at once.
  *
- * The transport is etcd's JSON gateway over HTTP/1.1 (libcurl, cJSON):
+ * The transport is etcd's JSON gateway over HTTP/1.1 (conn.c; cJSON):
  * one keep-alive connection per request in flight, taken from a pool (a
  * request moves to the next endpoint when one fails, stalls past half its
  * time, or is not etcd; the client stays with the one that answered); a
@@ -95,10 +95,11 @@ static const dl_scheme etcd_schemes[] = {
 #include <unistd.h>
 
 /*
- * libcurl is loaded when the first etcd client opens, not linked: linked,
- * the thirty-odd libraries it pulls in made every dlock process start 2.5
- * times slower, whatever its backend (`dlock run` on file://: 2.4 ms to 6.1
- * ms per run). The calls below go through this table.
+ * libcurl, for TLS (etcds://) only, is loaded when the first such client
+ * opens, not linked: linked, the thirty-odd libraries it pulls in made
+ * every dlock process start 2.5 times slower, whatever its backend (`dlock
+ * run` on file://: 2.4 ms to 6.1 ms per run); http:// needs none of it
+ * (conn.c). The calls below go through this table.
  */
 #define EC_LIBCURL "libcurl.so.4"
 ec_curl_api ec_curl;
@@ -419,8 +420,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             el->held_ns = dl_now_ns();
             el->watch_from = el->rev + 1;
             el->watched = false;
-            if (ec->bgm) /* (to join the watch in EC_WATCH_HELD_AFTER_MS) */
-                curl_multi_wakeup(ec->bgm);
+            ec_wake(ec); /* (to join the watch in EC_WATCH_HELD_AFTER_MS) */
         }
         pthread_mutex_unlock(&ec->mu);
         if (gone)
@@ -482,8 +482,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             ec->touches = ts;
             ts[ec->ntouches++] = t;
             t = (ec_touch){0};
-            if (ec->bgm)
-                curl_multi_wakeup(ec->bgm);
+            ec_wake(ec);
         }
         pthread_mutex_unlock(&ec->mu);
         free(t.key);
@@ -1164,8 +1163,7 @@ static void ecclient_free(ecclient *ec)
 {
     pthread_mutex_lock(&ec->mu);
     ec->stopping = true;
-    if (ec->bgm)
-        curl_multi_wakeup(ec->bgm);
+    ec_wake(ec);
     bool joined = ec->thread_started;
     pthread_mutex_unlock(&ec->mu);
     uint64_t one = 1;
@@ -1176,6 +1174,8 @@ static void ecclient_free(ecclient *ec)
         pthread_join(ec->thread, NULL);
     if (ec->stop_fd >= 0)
         close(ec->stop_fd);
+    if (ec->wake_fd >= 0)
+        close(ec->wake_fd);
     while (ec->idle) {
         ec_conn *k = ec->idle;
         ec->idle = k->next;
@@ -1234,9 +1234,11 @@ static int file_param(dlock_client *c, const dl_url *u, const char *key, char **
 
 static int etcd_client_open(dlock_client *c, const dl_url *u)
 {
-    pthread_once(&curl_once, lc_load);
-    if (lc_error[0])
-        return dl_client_err(c, DLOCK_ENOTSUP, "%s: %s", u->redacted, lc_error);
+    if (strcmp(u->scheme, "etcds") == 0) { /* (http:// is conn.c's own) */
+        pthread_once(&curl_once, lc_load);
+        if (lc_error[0])
+            return dl_client_err(c, DLOCK_ENOTSUP, "%s: %s", u->redacted, lc_error);
+    }
     const char *t = dl_url_param(u, "ttl");
     long ttl = EC_DEFAULT_TTL_S;
     if (t) {
@@ -1280,7 +1282,8 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     dl_teller_init(&ec->teller);
     pthread_condattr_destroy(&ca);
     ec->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (ec->stop_fd < 0) {
+    ec->wake_fd = ec->stop_fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ec->wake_fd < 0) {
         ecclient_free(ec);
         return dl_client_err(c, DLOCK_ENOMEM, "cannot make an eventfd: %s", strerror(errno));
     }
@@ -1352,8 +1355,7 @@ static void etcd_client_close(dlock_client *c)
     pthread_mutex_lock(&ec->mu);
     int64_t lease = ec->lease_gone ? 0 : ec->lease;
     ec->stopping = true;
-    if (ec->bgm)
-        curl_multi_wakeup(ec->bgm);
+    ec_wake(ec);
     pthread_mutex_unlock(&ec->mu);
     if (lease) {
         /* A cluster that has just left a request unanswered is not waited

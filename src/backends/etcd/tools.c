@@ -38,7 +38,7 @@ static void relay_line(void *arg, cJSON *j)
 static void *relay_main(void *arg)
 {
     relay_watch *w = arg;
-    CURLcode res;
+    ec_xres res;
     enum xfer x = ec_conn_run(w->k, dl_deadline_in(w->ec->op_ms), -1, &w->fired, &res);
     w->rc = w->fired ? 0 : x == XFER_TIMEOUT ? DLOCK_ETIMEDOUT : DLOCK_EUNREACHABLE;
     __atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
@@ -112,18 +112,13 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dh_timi
                  "\",\"filters\":[\"NOPUT\"]}}",
                  b64k, rev + 1);
         relay_watch w = {.ec = ec, .k = ec_conn_get(ec)};
-        struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
         pthread_mutex_lock(&ec->mu);
-        if (hdrs && ec->auth)
-            hdrs = curl_slist_append(hdrs, ec->auth);
         const char *base = ec->endpoints[ec->cur];
         pthread_mutex_unlock(&ec->mu);
         pthread_t t;
-        if (!w.k || !hdrs ||
-            ec_conn_setup(ec, w.k, base, "/v3/watch", watch, hdrs, ec->connect_ms) ||
+        if (!w.k || ec_conn_setup(ec, w.k, base, "/v3/watch", watch, ec->connect_ms) ||
             (w.k->body.on_line = relay_line, w.k->body.arg = &w,
              pthread_create(&t, NULL, relay_main, &w))) {
-            curl_slist_free_all(hdrs);
             ec_conn_put(ec, w.k);
             rc = DLOCK_ENOMEM;
             snprintf(err, sizeof err, "out of memory");
@@ -140,7 +135,6 @@ static int etcd_tool_relay(dlock_client *c, const char *name, int iters, dh_timi
         int64_t t0 = dl_now_ns();
         rc = ec_post(ec, "/v3/kv/deleterange", del, -1, -1, NULL, NULL, err, sizeof err);
         pthread_join(t, NULL);
-        curl_slist_free_all(hdrs);
         ec_conn_put(ec, w.k);
         if (rc == 0 && w.rc) {
             rc = w.rc;
