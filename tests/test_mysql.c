@@ -2131,11 +2131,14 @@ static void test_tokens_getlock_match_table_and_rise(void **state)
 }
 
 /* Issue 24: a waiter's grant and its token's draw come in one round trip,
- * the CALL of the take procedure (dlock_live_take1: GET_LOCK, then the
- * draw, one statement at a time, so that no table is held while it waits).
- * With the procedure dropped while clients run, their waiters take as
- * before (GET_LOCK, then the draw), tokens still rising; a client opened
- * after makes it again. */
+ * the CALL of the take procedure (dlock_live_take2: GET_LOCK, then the
+ * draw, one statement at a time, so that no table is held while it waits),
+ * whose draw reads no dlock_run when the name's row keeps the run's
+ * draw_base. The name's tokens rise whatever happens to the run meanwhile:
+ * a new epoch (round 2), dlock_run emptied by hand (3), the holder's row
+ * evicted (4). With the procedure dropped while clients run (5, 6), their
+ * waiters take as before (GET_LOCK, then the draw), tokens still rising; a
+ * client opened after makes it again. */
 static void test_queued_take_in_one_round_trip(void **state)
 {
     (void)state;
@@ -2149,19 +2152,27 @@ static void test_queued_take_in_one_round_trip(void **state)
         l[i] = mk(c[i], name, NULL, NULL);
     }
     assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
-                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take1'"),
+                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take2'"),
                      1);
     uint64_t last = 0;
-    for (int round = 0; round < 4; round++) {
-        /* rounds 2 and 3: the procedure gone */
-        if (round == 2)
-            root_str(out, sizeof out, "DROP PROCEDURE dlock_live_take1");
+    for (int round = 0; round < 7; round++) {
+        if (round == 2) /* a new epoch, as a renewal puts one in force */
+            root_str(out, sizeof out,
+                     "UPDATE dlock.dlock_epoch SET epoch = epoch + 1 WHERE id = 1; UPDATE "
+                     "dlock.dlock_run SET epoch = (SELECT epoch FROM dlock.dlock_epoch WHERE id "
+                     "= 1), base = UUID_SHORT() WHERE id = 1");
+        if (round == 3)
+            root_str(out, sizeof out, "TRUNCATE dlock.dlock_run");
+        if (round == 5)
+            root_str(out, sizeof out, "DROP PROCEDURE dlock.dlock_live_take2");
         acquire_ok(l[0], 2000);
         assert_true(dlock_token(l[0]) > last);
         last = dlock_token(l[0]);
+        if (round == 4) /* as a full table lets go of rows (not of held ones) */
+            root_str(out, sizeof out, "DELETE FROM dlock.dlock_live WHERE k = %s", lit);
         struct waiter w;
         waiter_start(&w, l[1], 10000, false);
-        const char *how = round < 2 ? "CALL `dlock_live_take1`(%" : "SELECT GET_LOCK(%";
+        const char *how = round < 5 ? "CALL `dlock_live_take2`(%" : "SELECT GET_LOCK(%";
         long long seen = 0;
         if (!wait_num(1, 5000, &seen,
                       "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
@@ -2173,10 +2184,16 @@ static void test_queued_take_in_one_round_trip(void **state)
         if (rc != 0)
             fail_msg("round %d: the waiter: %s: %s", round, dlock_err_name(rc),
                      dlock_lock_errmsg(l[1]));
-        assert_true(w.token > last);
+        if (w.token <= last)
+            fail_msg("round %d: the waiter's token %" PRIu64 " is not above %" PRIu64, round,
+                     w.token, last);
         last = w.token;
         assert_int_equal(table_token(M_GET, name), (long long)w.token);
         assert_int_equal(inspect(c[0], name).token, w.token);
+        if (round < 5) /* the row keeps what its next draw needs */
+            assert_int_equal(root_num("SELECT COUNT(*) FROM dlock.dlock_live WHERE k = %s AND "
+                                      "draw_base IS NOT NULL", lit),
+                             1);
         assert_int_equal(dlock_release(l[1]), 0);
     }
     for (int i = 0; i < 2; i++) {
@@ -2185,7 +2202,7 @@ static void test_queued_take_in_one_round_trip(void **state)
     }
     dlock_client *again = open_url(my_url);
     assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
-                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take1'"),
+                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take2'"),
                      1);
     dlock_client_close(again);
 }

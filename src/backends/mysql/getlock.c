@@ -53,7 +53,8 @@ static int key_take(dlock_lock *l, int64_t deadline_ns, my_conn **kp, my_drawn *
         double wait_s = my_wait_seconds(deadline_ns);
         my_arg a[] = {A_S(ml->key), A_D(wait_s)};
         my_arg ca[] = {A_S(ml->key), A_S(l->name), A_D(wait_s), A_S(mc->holder)};
-        rc = my_q_exec(k, call ? mc->sql_take_call : mc->sql_queue, call ? ca : a, call ? 4 : 2,
+        rc = my_q_exec(k, call ? mc->sql_take_call[atomic_load(&mc->take_which)] : mc->sql_queue,
+                       call ? ca : a, call ? 4 : 2,
                        &r, my_wait_bound(l, deadline_ns), cancel, why, sizeof why);
         granted = rc == 0 && my_cell(&r, 0, 0) && strcmp(my_cell(&r, 0, 0), "1") == 0;
         if (granted && call && my_cell(&r, 0, 1) && my_cell(&r, 0, 2)) {
@@ -292,20 +293,37 @@ int my_getlock_tables(myclient *mc, char **ddl, const char **bare)
 }
 
 /* The take procedure (see build_sql in mysql.c), made if missing: take_on
- * once it is there. A user that may not make it (no CREATE ROUTINE; MySQL,
- * which does not prepare CREATE PROCEDURE) takes without it: GET_LOCK,
- * then the draw. 0, or a code when k broke. */
+ * once one is there. take2, whose column draw_base a TABLE_live made by an
+ * older dlock gets first (ALTER TABLE); a user that may not add it calls
+ * take1. A user that may not make either (no CREATE ROUTINE; MySQL, which
+ * does not prepare CREATE PROCEDURE) takes without one: GET_LOCK, then the
+ * draw. 0, or a code when k broke. */
 static int take_proc_ensure(myclient *mc, my_conn *k, int64_t until, char *why, size_t wlen)
 {
     my_res r = {0};
-    my_arg a[] = {A_S(mc->take_proc_bare)};
-    int rc = my_q_exec(k, mc->sql_proc_exists, a, 1, &r, until, -1, why, wlen);
-    bool there = rc == 0 && r.nrows == 1;
-    my_res_free(&r);
-    if (!rc && !there) {
-        rc = my_q_exec(k, mc->sql_take_proc, NULL, 0, &r, until, -1, why, wlen);
+    int rc = 0;
+    bool there = false;
+    for (int which = 1; which >= 0 && !rc && !there; which--) {
+        my_arg a[] = {A_S(mc->take_proc_bare[which])};
+        rc = my_q_exec(k, mc->sql_proc_exists, a, 1, &r, until, -1, why, wlen);
+        there = rc == 0 && r.nrows == 1;
         my_res_free(&r);
-        there = rc == 0 || (!k->broken && k->last_errno == 1304); /* (a racing maker's) */
+        if (!rc && !there && which == 1) {
+            rc = my_q_exec(k, mc->sql_draw_base_add, NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
+            bool col = rc == 0 || (!k->broken && k->last_errno == 1060); /* (there already) */
+            rc = k->broken ? rc : 0;
+            if (!col)
+                continue;
+        }
+        if (!rc && !there) {
+            rc = my_q_exec(k, mc->sql_take_proc[which], NULL, 0, &r, until, -1, why, wlen);
+            my_res_free(&r);
+            there = rc == 0 || (!k->broken && k->last_errno == 1304); /* (a racing maker's) */
+            rc = k->broken ? rc : 0;
+        }
+        if (there)
+            atomic_store(&mc->take_which, which);
     }
     atomic_store(&mc->take_on, there);
     return k->broken ? rc : 0;

@@ -104,11 +104,15 @@ typedef struct myclient {
     char *sql_draw_unleased; /* getlock: the same, unless dlock_lease has a live row of the name */
     char *sql_draw_fast;     /* getlock, rowlock: one table opened less, the lease mark read */
     char *sql_try_draw;      /* getlock: GET_LOCK(key, 0) and sql_draw_fast in one statement */
-    char *sql_take_proc;     /* getlock: the procedure of GET_LOCK and sql_draw_fast (see build_sql) */
-    char *sql_take_call;     /* getlock: its CALL */
-    char *sql_proc_exists;   /* getlock: whether it is there */
-    char take_proc_bare[MY_IDENT_MAX + 16]; /* its name */
-    atomic_bool take_on;     /* getlock: the procedure there, ours to call */
+    /* getlock: the procedure of GET_LOCK and the draw (see build_sql),
+     * [1] with the row's own draw first (take2), [0] without (take1) */
+    char *sql_take_proc[2];
+    char *sql_take_call[2];  /* their CALLs */
+    char *sql_proc_exists;   /* getlock: whether one is there */
+    char *sql_draw_base_add; /* getlock: the column take2 reads, for a TABLE_live made before it */
+    char take_proc_bare[2][MY_IDENT_MAX + 16]; /* their names */
+    atomic_bool take_on;     /* getlock: a procedure there, ours to call: */
+    atomic_int take_which;   /* ... this one */
     char *sql_mark_live, *sql_mark_evict, *sql_mark_ddl[2], *sql_mark_count; /* my_ensure_marks */
     char *sql_mark_run, *sql_mark_run_get, *sql_mark_col, *sql_mark_col_add;
     atomic_bool

@@ -1570,6 +1570,16 @@ static int build_sql(myclient *mc)
     "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
     "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
+/* (take2's full draw: the same, and the row's draw_base from the run) */
+#define DRAW_FAST_BASED(K, NAME, HOLDER, TOKEN)                                              \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value, draw_base) VALUES (" K ", "   \
+    NAME ", " TOKEN ", CONNECTION_ID(), " HOLDER ", UTC_TIMESTAMP(6), NULL, (SELECT "           \
+    "CAST(m.base AS DECIMAL(21, 0)) - (m.epoch << %d) FROM `dlock_run` AS m WHERE m.id = 1 "    \
+    "AND UUID_SHORT() >= m.base)) " DRAW_HOLDER "draw_base = IFNULL(VALUES(draw_base), "         \
+    "draw_base), "                                                                             \
+    "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
+    "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
+    "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
 #define RUN_TOKEN                                                                            \
     "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
     "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
@@ -1593,23 +1603,58 @@ static int build_sql(myclient *mc)
      * my_draw_token then draws again on its own and tells why). Its
      * caller's rights (INVOKER): no definer that may vanish. Versioned by
      * name: a later dlock with another body makes another. */
-    snprintf(mc->take_proc_bare, sizeof mc->take_proc_bare, "%s_take1", mc->live_bare);
-    mc->sql_take_proc = dl_fmt_alloc(
-        "CREATE PROCEDURE `%s` (IN pk VARBINARY(" MY_KEY_MAX_STR "), IN pname VARBINARY("
-        MY_KEY_MAX_STR "), IN pwait DOUBLE, IN pholder VARBINARY(255)) SQL SECURITY INVOKER "
-        "BEGIN DECLARE g INT DEFAULT NULL; DECLARE n BIGINT DEFAULT NULL; "
-        "SET g = GET_LOCK(pk, pwait); IF g = 1 THEN BEGIN "
-        "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN END; "
-        DRAW_FAST_OF("pk", "pname", "pholder", RUN_TOKEN) "; SET n = ROW_COUNT(); END; END IF; "
-        "SELECT g, n, IF(n IS NULL, NULL, LAST_INSERT_ID()); END",
-        mc->take_proc_bare, lv, MY_EPOCH_SHIFT);
-    mc->sql_take_call = dl_fmt_alloc("CALL `%s`(?, ?, ?, ?)", mc->take_proc_bare);
+    snprintf(mc->take_proc_bare[0], sizeof mc->take_proc_bare[0], "%s_take1", mc->live_bare);
+    snprintf(mc->take_proc_bare[1], sizeof mc->take_proc_bare[1], "%s_take2", mc->live_bare);
+#define TAKE_PROC(DRAW)                                                                      \
+    "CREATE PROCEDURE `%s` (IN pk VARBINARY(" MY_KEY_MAX_STR "), IN pname VARBINARY("          \
+    MY_KEY_MAX_STR "), IN pwait DOUBLE, IN pholder VARBINARY(255)) SQL SECURITY INVOKER "        \
+    "BEGIN DECLARE g INT DEFAULT NULL; DECLARE n BIGINT DEFAULT NULL; "                         \
+    "SET g = GET_LOCK(pk, pwait); IF g = 1 THEN " DRAW " END IF; "                              \
+    "SELECT g, n, IF(n IS NULL, NULL, LAST_INSERT_ID()); END"
+    /* (an error of the draw, a full table say, leaves n NULL: the caller
+     * draws on its own and tells why) */
+#define SAFELY(DRAW)                                                                         \
+    "BEGIN DECLARE EXIT HANDLER FOR SQLEXCEPTION SET n = NULL; " DRAW                           \
+    "; SET n = ROW_COUNT(); END;"
+    mc->sql_take_proc[0] = dl_fmt_alloc(
+        TAKE_PROC(SAFELY(DRAW_FAST_OF("pk", "pname", "pholder", RUN_TOKEN))),
+        mc->take_proc_bare[0], lv, MY_EPOCH_SHIFT);
+    /* take2: a name's row keeps the run's epoch and base it last drew
+     * under as one number, draw_base = base - (epoch << MY_EPOCH_SHIFT), so
+     * that a token drawn at UUID_SHORT() u is u - draw_base: the same
+     * formula as the run's, without reading dlock_run (the table that
+     * cost a hand-over most, see docs/mysql.md). Only a token above the
+     * row's last one is drawn that way (DECIMAL arithmetic: no unsigned
+     * underflow, whatever sql_mode says), and tokens only ever come from
+     * the run's epoch and base at some time of this server run (a row's
+     * draw_base is written only from dlock_run), so a name's tokens still
+     * rise: across a new epoch (the row path's next draw is below it and
+     * goes to the full draw), an eviction of the row (the run's formula at
+     * a later UUID_SHORT(), or a later epoch), a restart (no rows), and
+     * older clients' draws (they write the token, not draw_base: the
+     * check against the token holds). Not drawn there (no row, another
+     * name's, a lease mark, no draw_base, not above), the full draw, which
+     * writes draw_base. */
+    mc->sql_take_proc[1] = dl_fmt_alloc(
+        TAKE_PROC("UPDATE %s SET conn = CONNECTION_ID(), holder = pholder, since = "
+                  "UTC_TIMESTAMP(6), value = NULL, token = LAST_INSERT_ID(UUID_SHORT() - "
+                  "draw_base) WHERE k = pk AND name = pname AND UUID_SHORT() - draw_base > token "
+                  "AND (lease_until IS NULL OR lease_until < UTC_TIMESTAMP(6)); "
+                  "SET n = ROW_COUNT(); IF n = 0 THEN "
+                  SAFELY(DRAW_FAST_BASED("pk", "pname", "pholder", RUN_TOKEN)) " END IF;"),
+        mc->take_proc_bare[1], lv, lv, MY_EPOCH_SHIFT, MY_EPOCH_SHIFT);
+#undef TAKE_PROC
+#undef SAFELY
+    for (int i = 0; i < 2; i++)
+        mc->sql_take_call[i] = dl_fmt_alloc("CALL `%s`(?, ?, ?, ?)", mc->take_proc_bare[i]);
+    mc->sql_draw_base_add = dl_fmt_alloc("ALTER TABLE %s ADD COLUMN draw_base DECIMAL(21, 0)", lv);
     mc->sql_proc_exists = dl_fmt_alloc("SELECT 1 FROM information_schema.ROUTINES WHERE "
                                        "ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND "
                                        "ROUTINE_TYPE = 'PROCEDURE'");
 #undef RUN_TOKEN
 #undef DRAW_FAST
 #undef DRAW_FAST_OF
+#undef DRAW_FAST_BASED
 #undef DRAW_HOLDER
     /* Lease marks (see my_ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
@@ -1682,7 +1727,7 @@ static int build_sql(myclient *mc)
     return mc->sql_draw && mc->sql_draw_unleased && mc->sql_run_get && mc->sql_epoch_bump &&
                    mc->sql_run_set && mc->sql_evict && mc->sql_release && mc->sql_waiters &&
                    mc->sql_name_of && mc->sql_queue && mc->sql_lease_live &&
-                   mc->sql_table_exists && mc->sql_draw_fast && mc->sql_try_draw && mc->sql_take_proc && mc->sql_take_call && mc->sql_proc_exists && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
+                   mc->sql_table_exists && mc->sql_draw_fast && mc->sql_try_draw && mc->sql_take_proc[0] && mc->sql_take_proc[1] && mc->sql_take_call[0] && mc->sql_take_call[1] && mc->sql_draw_base_add && mc->sql_proc_exists && mc->sql_mark_ddl[0] && mc->sql_mark_ddl[1] &&
                    mc->sql_mark_count && mc->sql_mark_live && mc->sql_mark_evict &&
                    mc->sql_mark_run && mc->sql_mark_run_get && mc->sql_mark_col &&
                    mc->sql_mark_col_add
@@ -1714,7 +1759,8 @@ static void mc_free(myclient *mc)
                   &mc->sql_ddl[0], &mc->sql_ddl[1], &mc->sql_ddl[2], &mc->sql_ddl[3],
                   &mc->sql_ddl[4],
                   &mc->sql_table_exists, &mc->sql_draw_fast, &mc->sql_try_draw,
-                  &mc->sql_take_proc, &mc->sql_take_call, &mc->sql_proc_exists,
+                  &mc->sql_take_proc[0], &mc->sql_take_proc[1], &mc->sql_take_call[0],
+                  &mc->sql_take_call[1], &mc->sql_draw_base_add, &mc->sql_proc_exists,
                   &mc->sql_mark_ddl[0], &mc->sql_mark_ddl[1], &mc->sql_mark_count,
                   &mc->sql_mark_live, &mc->sql_mark_evict, &mc->sql_mark_run,
                   &mc->sql_mark_run_get, &mc->sql_mark_col, &mc->sql_mark_col_add};
@@ -1794,7 +1840,8 @@ char *my_live_ddl(myclient *mc)
     return dl_fmt_alloc("CREATE TABLE IF NOT EXISTS %s (k VARBINARY(64) NOT NULL PRIMARY KEY, "
                         "name VARBINARY(200) NOT NULL, token BIGINT UNSIGNED NOT NULL, "
                         "conn BIGINT UNSIGNED, holder VARBINARY(255), since DATETIME(6), "
-                        "value VARBINARY(1000), lease_until DATETIME(6)) ENGINE=MEMORY",
+                        "value VARBINARY(1000), lease_until DATETIME(6), draw_base DECIMAL(21, "
+                        "0)) ENGINE=MEMORY",
                         mc->live);
 }
 
