@@ -2207,6 +2207,56 @@ static void test_queued_take_in_one_round_trip(void **state)
     dlock_client_close(again);
 }
 
+/* A dlock_live made by an older dlock has no draw_base: the first client
+ * that makes take2 adds it (ALTER TABLE), and waiters' tokens rise from
+ * the take1 era's rows on. */
+static void test_take2_upgrades_an_older_table(void **state)
+{
+    (void)state;
+    char name[64], lit[100], out[512];
+    unique(name, sizeof name, "take2-upgrade");
+    sql_lit(lit, sizeof lit, name);
+    root_str(out, sizeof out,
+             "DROP PROCEDURE IF EXISTS dlock.dlock_live_take2; ALTER TABLE dlock.dlock_live "
+             "DROP COLUMN draw_base");
+    dlock_client *c[2];
+    dlock_lock *l[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = open_url(my_url);
+        l[i] = mk(c[i], name, NULL, NULL);
+    }
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
+                              "TABLE_SCHEMA = 'dlock' AND TABLE_NAME = 'dlock_live' AND "
+                              "COLUMN_NAME = 'draw_base'"),
+                     1);
+    assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
+                              "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take2'"),
+                     1);
+    uint64_t last = 0;
+    for (int round = 0; round < 3; round++) {
+        acquire_ok(l[0], 2000);
+        assert_true(dlock_token(l[0]) > last);
+        last = dlock_token(l[0]);
+        struct waiter w;
+        waiter_start(&w, l[1], 10000, false);
+        long long seen = 0;
+        if (!wait_num(1, 5000, &seen,
+                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
+                      "lock' AND INFO LIKE 'CALL `dlock_live_take2`(%%'"))
+            fail_msg("round %d: no waiter queued in take2", round);
+        assert_int_equal(dlock_release(l[0]), 0);
+        assert_int_equal(waiter_join(&w), 0);
+        assert_true(w.token > last);
+        last = w.token;
+        assert_int_equal(table_token(M_GET, name), (long long)w.token);
+        assert_int_equal(dlock_release(l[1]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(l[i]);
+        dlock_client_close(c[i]);
+    }
+}
+
 /* rowlock: the token is drawn into a MEMORY table, which no rollback undoes,
  * so holders killed mid-hold (their transactions rolled back) never make the
  * next holder's token go back. */
@@ -4033,6 +4083,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tls_verification_failures),
         cmocka_unit_test(test_tokens_getlock_match_table_and_rise),
         cmocka_unit_test(test_queued_take_in_one_round_trip),
+        cmocka_unit_test(test_take2_upgrades_an_older_table),
         cmocka_unit_test(test_tokens_rowlock_survive_killed_holders),
         cmocka_unit_test(test_no_log_write_per_grant),
         cmocka_unit_test(test_tokens_rise_when_memory_tables_change_getlock),
