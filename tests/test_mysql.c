@@ -2130,6 +2130,42 @@ static void test_tokens_getlock_match_table_and_rise(void **state)
     }
 }
 
+/* Two clients' handles on one name. */
+static void two_handles(const char *name, dlock_client *c[2], dlock_lock *l[2])
+{
+    for (int i = 0; i < 2; i++) {
+        c[i] = open_url(my_url);
+        l[i] = mk(c[i], name, NULL, NULL);
+    }
+}
+
+/* l[0] holds: l[1] queues in a statement like `how` (PROCESSLIST's INFO),
+ * gets the lock once l[0] lets go, with a token above last that the table
+ * shows, and lets go. Its token. */
+static uint64_t handed_over(dlock_lock *l[2], const char *name, const char *how, int round,
+                            uint64_t last)
+{
+    struct waiter w;
+    waiter_start(&w, l[1], 10000, false);
+    long long seen = 0;
+    if (!wait_num(1, 5000, &seen,
+                  "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
+                  "lock' AND INFO LIKE '%s'",
+                  how))
+        fail_msg("round %d: no waiter queued in %s", round, how);
+    assert_int_equal(dlock_release(l[0]), 0);
+    int rc = waiter_join(&w);
+    if (rc != 0)
+        fail_msg("round %d: the waiter: %s: %s", round, dlock_err_name(rc),
+                 dlock_lock_errmsg(l[1]));
+    if (w.token <= last)
+        fail_msg("round %d: the waiter's token %" PRIu64 " is not above %" PRIu64, round, w.token,
+                 last);
+    assert_int_equal(table_token(M_GET, name), (long long)w.token);
+    assert_int_equal(dlock_release(l[1]), 0);
+    return w.token;
+}
+
 /* Issue 24: a waiter's grant and its token's draw come in one round trip,
  * the CALL of the take procedure (dlock_live_take2: GET_LOCK, then the
  * draw, one statement at a time, so that no table is held while it waits),
@@ -2147,10 +2183,7 @@ static void test_queued_take_in_one_round_trip(void **state)
     sql_lit(lit, sizeof lit, name);
     dlock_client *c[2];
     dlock_lock *l[2];
-    for (int i = 0; i < 2; i++) {
-        c[i] = open_url(my_url);
-        l[i] = mk(c[i], name, NULL, NULL);
-    }
+    two_handles(name, c, l);
     assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE "
                               "ROUTINE_SCHEMA = 'dlock' AND ROUTINE_NAME = 'dlock_live_take2'"),
                      1);
@@ -2170,31 +2203,13 @@ static void test_queued_take_in_one_round_trip(void **state)
         last = dlock_token(l[0]);
         if (round == 4) /* as a full table lets go of rows (not of held ones) */
             root_str(out, sizeof out, "DELETE FROM dlock.dlock_live WHERE k = %s", lit);
-        struct waiter w;
-        waiter_start(&w, l[1], 10000, false);
-        const char *how = round < 5 ? "CALL `dlock_live_take2`(%" : "SELECT GET_LOCK(%";
-        long long seen = 0;
-        if (!wait_num(1, 5000, &seen,
-                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
-                      "lock' AND INFO LIKE '%s'",
-                      how))
-            fail_msg("round %d: no waiter queued in %s", round, how);
-        assert_int_equal(dlock_release(l[0]), 0);
-        int rc = waiter_join(&w);
-        if (rc != 0)
-            fail_msg("round %d: the waiter: %s: %s", round, dlock_err_name(rc),
-                     dlock_lock_errmsg(l[1]));
-        if (w.token <= last)
-            fail_msg("round %d: the waiter's token %" PRIu64 " is not above %" PRIu64, round,
-                     w.token, last);
-        last = w.token;
-        assert_int_equal(table_token(M_GET, name), (long long)w.token);
-        assert_int_equal(inspect(c[0], name).token, w.token);
+        last = handed_over(l, name, round < 5 ? "CALL `dlock_live_take2`(%" : "SELECT GET_LOCK(%",
+                           round, last);
+        assert_int_equal(inspect(c[0], name).token, last);
         if (round < 5) /* the row keeps what its next draw needs */
             assert_int_equal(root_num("SELECT COUNT(*) FROM dlock.dlock_live WHERE k = %s AND "
                                       "draw_base IS NOT NULL", lit),
                              1);
-        assert_int_equal(dlock_release(l[1]), 0);
     }
     for (int i = 0; i < 2; i++) {
         dlock_lock_free(l[i]);
@@ -2213,18 +2228,14 @@ static void test_queued_take_in_one_round_trip(void **state)
 static void test_take2_upgrades_an_older_table(void **state)
 {
     (void)state;
-    char name[64], lit[100], out[512];
+    char name[64], out[512];
     unique(name, sizeof name, "take2-upgrade");
-    sql_lit(lit, sizeof lit, name);
     root_str(out, sizeof out,
              "DROP PROCEDURE IF EXISTS dlock.dlock_live_take2; ALTER TABLE dlock.dlock_live "
              "DROP COLUMN draw_base");
     dlock_client *c[2];
     dlock_lock *l[2];
-    for (int i = 0; i < 2; i++) {
-        c[i] = open_url(my_url);
-        l[i] = mk(c[i], name, NULL, NULL);
-    }
+    two_handles(name, c, l);
     assert_int_equal(root_num("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
                               "TABLE_SCHEMA = 'dlock' AND TABLE_NAME = 'dlock_live' AND "
                               "COLUMN_NAME = 'draw_base'"),
@@ -2236,20 +2247,7 @@ static void test_take2_upgrades_an_older_table(void **state)
     for (int round = 0; round < 3; round++) {
         acquire_ok(l[0], 2000);
         assert_true(dlock_token(l[0]) > last);
-        last = dlock_token(l[0]);
-        struct waiter w;
-        waiter_start(&w, l[1], 10000, false);
-        long long seen = 0;
-        if (!wait_num(1, 5000, &seen,
-                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User "
-                      "lock' AND INFO LIKE 'CALL `dlock_live_take2`(%%'"))
-            fail_msg("round %d: no waiter queued in take2", round);
-        assert_int_equal(dlock_release(l[0]), 0);
-        assert_int_equal(waiter_join(&w), 0);
-        assert_true(w.token > last);
-        last = w.token;
-        assert_int_equal(table_token(M_GET, name), (long long)w.token);
-        assert_int_equal(dlock_release(l[1]), 0);
+        last = handed_over(l, name, "CALL `dlock_live_take2`(%", round, dlock_token(l[0]));
     }
     for (int i = 0; i < 2; i++) {
         dlock_lock_free(l[i]);
