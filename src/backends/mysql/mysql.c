@@ -1564,22 +1564,20 @@ static int build_sql(myclient *mc)
      * (lease_until, see my_ensure_marks) leaves the row as it is and says so
      * with an insert id of 2^64 - 2, and the grant then reads dlock_lease
      * (my_lease_holds). No run in force draws 0; a collision says 2^64 - 1. */
-#define DRAW_FAST_OF(K, NAME, HOLDER, TOKEN)                                                 \
-    "INSERT INTO %s (k, name, token, conn, holder, since, value) VALUES (" K ", " NAME ", "     \
-    TOKEN ", CONNECTION_ID(), " HOLDER ", UTC_TIMESTAMP(6), NULL) " DRAW_HOLDER                \
+#define DRAW_ROW(K, NAME, HOLDER, TOKEN, XCOL, XVAL, XSET)                                  \
+    "INSERT INTO %s (k, name, token, conn, holder, since, value" XCOL ") VALUES (" K ", "      \
+    NAME ", " TOKEN ", CONNECTION_ID(), " HOLDER ", UTC_TIMESTAMP(6), NULL" XVAL ") "           \
+    DRAW_HOLDER XSET                                                                           \
     "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
     "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
     "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
+#define DRAW_FAST_OF(K, NAME, HOLDER, TOKEN) DRAW_ROW(K, NAME, HOLDER, TOKEN, "", "", "")
 /* (take2's full draw: the same, and the row's draw_base from the run) */
 #define DRAW_FAST_BASED(K, NAME, HOLDER, TOKEN)                                              \
-    "INSERT INTO %s (k, name, token, conn, holder, since, value, draw_base) VALUES (" K ", "   \
-    NAME ", " TOKEN ", CONNECTION_ID(), " HOLDER ", UTC_TIMESTAMP(6), NULL, (SELECT "           \
-    "CAST(m.base AS DECIMAL(21, 0)) - (m.epoch << %d) FROM `dlock_run` AS m WHERE m.id = 1 "    \
-    "AND UUID_SHORT() >= m.base)) " DRAW_HOLDER "draw_base = IFNULL(VALUES(draw_base), "         \
-    "draw_base), "                                                                             \
-    "token = IF(name <> VALUES(name), token + 0 * LAST_INSERT_ID(18446744073709551615), "      \
-    "IF(VALUES(token) = 0, token, IF(lease_until >= UTC_TIMESTAMP(6), "                        \
-    "token + 0 * LAST_INSERT_ID(18446744073709551614), LAST_INSERT_ID(VALUES(token)))))"
+    DRAW_ROW(K, NAME, HOLDER, TOKEN, ", draw_base",                                          \
+             ", (SELECT CAST(m.base AS DECIMAL(21, 0)) - (m.epoch << %d) FROM `dlock_run` "    \
+             "AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base)",                                \
+             "draw_base = IFNULL(VALUES(draw_base), draw_base), ")
 #define RUN_TOKEN                                                                            \
     "LAST_INSERT_ID(IFNULL((SELECT (m.epoch << %d) + (UUID_SHORT() - m.base) FROM "          \
     "`dlock_run` AS m WHERE m.id = 1 AND UUID_SHORT() >= m.base), 0))"
@@ -1655,6 +1653,7 @@ static int build_sql(myclient *mc)
 #undef DRAW_FAST
 #undef DRAW_FAST_OF
 #undef DRAW_FAST_BASED
+#undef DRAW_ROW
 #undef DRAW_HOLDER
     /* Lease marks (see my_ensure_marks): a name's row in dlock_live, its
      * lease_until raised to every expiry a take or renewal of the name's
