@@ -233,10 +233,11 @@ static bool raw_resolve(ec_conn *k, ec_xres *res)
     return true;
 }
 
-/* Connect to the next address: false when none is left (res set). */
-static bool raw_connect_next(ec_conn *k, ec_xres *res)
+/* Connect to the next address (the last one failed with err): false when
+ * none is left (res set). */
+static bool raw_connect_next(ec_conn *k, ec_xres *res, int err)
 {
-    int last = ECONNREFUSED;
+    int last = err;
     raw_close(k);
     while (k->ai_next) {
         struct addrinfo *a = k->ai_next;
@@ -265,6 +266,13 @@ static bool raw_connect_next(ec_conn *k, ec_xres *res)
     return false;
 }
 
+/* A new connection to k->at: resolved, then its addresses tried in turn. */
+static void raw_open(ec_conn *k, ec_xres *res)
+{
+    if (raw_resolve(k, res))
+        (void)raw_connect_next(k, res, ECONNREFUSED);
+}
+
 static bool raw_start(ec_conn *k, ec_xres *out)
 {
     ec_xres *res = &k->xres;
@@ -285,9 +293,7 @@ static bool raw_start(ec_conn *k, ec_xres *out)
         }
     }
     raw_close(k);
-    if (!raw_resolve(k, res))
-        return true; /* (failed: the pump says so) */
-    (void)raw_connect_next(k, res);
+    raw_open(k, res); /* (a failure is the pump's to say) */
     return true;
 }
 
@@ -307,9 +313,7 @@ static bool raw_retry(ec_conn *k, ec_xres *res)
     k->reused = false;
     k->req_off = 0;
     ec_reply_init(&k->reply);
-    if (!raw_resolve(k, res))
-        return true;
-    (void)raw_connect_next(k, res);
+    raw_open(k, res);
     return true;
 }
 
@@ -327,10 +331,7 @@ static bool raw_step(ec_conn *k, ec_xres *res)
         if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
             err = errno;
         if (err) {
-            if (!k->ai_next)
-                raw_fail(k, res, true, "cannot connect", strerror(err));
-            else
-                (void)raw_connect_next(k, res);
+            (void)raw_connect_next(k, res, err);
             return true;
         }
         k->phase = PH_SENDING;
@@ -423,13 +424,7 @@ static enum xfer raw_pump(ec_conn *k, int64_t until_ns, int cancel_fd, const boo
         if (end >= 0) {
             if (end <= now) {
                 if (k->phase == PH_CONNECTING && end == k->connect_until_ns) {
-                    if (!k->ai_next) {
-                        char ms[40];
-                        snprintf(ms, sizeof ms, "no connection within %d ms", k->connect_ms);
-                        raw_fail(k, res, true, ms, NULL);
-                    } else {
-                        (void)raw_connect_next(k, res);
-                    }
+                    (void)raw_connect_next(k, res, ETIMEDOUT); /* (connect_timeout_ms) */
                     continue;
                 }
                 return XFER_TIMEOUT;

@@ -83,7 +83,7 @@ typedef struct ec_conn {
     struct curl_slist *hdrs;
     /* http:// */
     int fd;            /* -1: not connected */
-    char at[160];      /* the endpoint it is (or is to be) connected to */
+    char at[400];      /* the endpoint it is (or is to be) connected to ("http://h:p") */
     bool reusable;     /* the last reply ended cleanly and the server keeps it */
     bool reused, got_reply, retried;
     int phase;
