@@ -461,6 +461,9 @@ static int opts_from_url(const dl_backend *be, const dl_url *u, dlock_client_opt
 
 static void client_free(dlock_client *c)
 {
+    for (int i = 0; i < c->ncancel_stock; i++)
+        close(c->cancel_stock[i]);
+    pthread_mutex_destroy(&c->cancel_stock_mu);
     free(c->renew_heap.v);
     free(c->watch_heap.v);
     dl_teller_fini(&c->teller);
@@ -530,6 +533,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
     if (c->opts.op_timeout_ms == 0)
         c->opts.op_timeout_ms = DL_DEFAULT_TIMEOUT_MS;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->cancel_stock_mu, NULL);
     dl_teller_init(&c->teller);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1437,15 +1441,24 @@ static void drain_lost(dlock_lock *l)
 
 /* A backend about to wait gets an eventfd for dlock_cancel; a cancel that
  * came before it existed is carried over (the caller cannot know when
- * waiting starts). Created only when needed — an uncontended acquisition
- * makes no descriptor — and closed when the acquisition returns. */
+ * waiting starts). Only when needed — an uncontended acquisition takes no
+ * descriptor — from the client's stock (made when it has none), and given
+ * back when the acquisition returns (see cancel_fd_put). */
 int dl_cancel_fd(dlock_lock *l)
 {
+    dlock_client *c = l->c;
     pthread_mutex_lock(&l->cancel_mu);
     if (l->cancel_fd < 0) {
-        l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (l->cancel_fd >= 0 && l->cancel_pending)
+        pthread_mutex_lock(&c->cancel_stock_mu);
+        l->cancel_fd = c->ncancel_stock > 0 ? c->cancel_stock[--c->ncancel_stock] : -1;
+        pthread_mutex_unlock(&c->cancel_stock_mu);
+        if (l->cancel_fd < 0)
+            l->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        l->cancel_written = false;
+        if (l->cancel_fd >= 0 && l->cancel_pending) {
             signal_fd(l->cancel_fd);
+            l->cancel_written = true;
+        }
         if (l->cancel_fd >= 0)
             l->cancel_pending = false;
     }
@@ -1454,11 +1467,29 @@ int dl_cancel_fd(dlock_lock *l)
     return fd;
 }
 
+/* The acquisition's cancel eventfd back to the client's stock, or closed
+ * when it was written to (it would stay readable) or the stock is full. */
+static void cancel_fd_put(dlock_lock *l)
+{
+    dlock_client *c = l->c;
+    bool kept = false;
+    if (!l->cancel_written) {
+        pthread_mutex_lock(&c->cancel_stock_mu);
+        if (c->ncancel_stock < DL_CANCEL_STOCK) {
+            c->cancel_stock[c->ncancel_stock++] = l->cancel_fd;
+            kept = true;
+        }
+        pthread_mutex_unlock(&c->cancel_stock_mu);
+    }
+    if (!kept)
+        close(l->cancel_fd);
+}
+
 static void cancel_disarm(dlock_lock *l)
 {
     pthread_mutex_lock(&l->cancel_mu);
     if (l->cancel_fd >= 0)
-        close(l->cancel_fd);
+        cancel_fd_put(l);
     l->cancel_fd = -1;
     l->cancel_pending = false;
     l->acquiring = false;
@@ -1682,10 +1713,12 @@ DLOCK_EXTERN void dlock_cancel(dlock_lock *lock)
     if (!lock)
         return;
     pthread_mutex_lock(&lock->cancel_mu);
-    if (lock->cancel_fd >= 0)
+    if (lock->cancel_fd >= 0) {
         signal_fd(lock->cancel_fd);
-    else if (lock->acquiring)
+        lock->cancel_written = true;
+    } else if (lock->acquiring) {
         lock->cancel_pending = true;
+    }
     /* else no acquisition is in progress: forgotten, as dlock.h says */
     pthread_mutex_unlock(&lock->cancel_mu);
 }

@@ -236,6 +236,8 @@ const char *dl_backends_with(unsigned caps, char *buf, size_t len);
 
 /* ---- handles ---------------------------------------------------------- */
 
+#define DL_CANCEL_STOCK 16 /* spare cancel eventfds a client keeps */
+
 struct dlock_client {
     const dl_backend *be;
     /* The client's operations: be->ops, or the table of the mode its URL
@@ -286,6 +288,14 @@ struct dlock_client {
      * lives on, emptied, until the last of them is freed. */
     dlock_lock *handles;
     bool closed;
+
+    /* Spare eventfds for dl_cancel_fd: an acquisition that waits takes one
+     * and gives it back unless dlock_cancel wrote to it, so a waiter makes
+     * and closes no descriptor (eventfd2 and close were two system calls
+     * on every hand-over's path). */
+    pthread_mutex_t cancel_stock_mu;
+    int cancel_stock[DL_CANCEL_STOCK];
+    int ncancel_stock;
 };
 
 struct dlock_lock {
@@ -303,6 +313,7 @@ struct dlock_lock {
     int cancel_fd;
     pthread_mutex_t cancel_mu;
     bool cancel_pending; /* dlock_cancel came while no cancel_fd existed */
+    bool cancel_written; /* cancel_fd was written to: closed, never stocked */
     bool acquiring;      /* an acquisition is in progress: a cancel counts */
     _Atomic int lost_fd;
     atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */

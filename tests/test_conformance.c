@@ -546,6 +546,16 @@ static void case_cancel(void **state)
         if (inspect_if(c, n, &info) == 0 && info.waiters >= 0)
             assert_int_equal(info.waiters, 0);
     }
+    /* A cancel ends only its own wait: another handle of the client waits
+     * its full timeout, twice (the core keeps the descriptors of waits for
+     * the next ones, never one a cancel wrote to). */
+    for (int i = 0; i < 2; i++) {
+        int64_t t0 = now_ms();
+        assert_int_equal(dlock_acquire(d, 300), DLOCK_ETIMEDOUT);
+        if (now_ms() - t0 < 290)
+            fail_msg("after a canceled wait, another handle's wait ended after %lld ms",
+                     (long long)(now_ms() - t0));
+    }
     /* A cancel that comes when no acquisition is in progress is forgotten:
      * the next contended acquisition waits its full timeout (issue 22,
      * item 4: it returned ECANCELED at once). */
