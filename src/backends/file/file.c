@@ -99,6 +99,7 @@ typedef struct file_lock {
     uint64_t ticket;
     dev_t dev;
     ino_t ino;
+    bool id_known; /* dev and ino are the open file's (a waiter's fstat) */
 } file_lock;
 
 file_client *fc_of(dlock_client *c)
@@ -517,7 +518,9 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
  * CALL_WAIT_MS without a call. So a dead predecessor costs its successor
  * at most that much more, and a long wait (a long queue) is a helper's, as
  * before: the call is for hand-overs in quick succession, where the helper
- * was most of the cost.
+ * was most of the cost. A listener that was called is closed by the
+ * client's next release, after that release's own call (file_client's
+ * answered): not on the hand-over's path.
  */
 #define CALL_WAIT_MS 20
 
@@ -826,21 +829,30 @@ static int open_lock_file(dlock_lock *l, int *out)
 }
 
 /* The file we locked must still be the one the name points to (nobody may
- * have removed or replaced it while we waited). */
-/* Whether fd is still the file the lock's name links to; *st is fd's. */
-static bool still_linked(dlock_lock *l, int fd, struct stat *st)
+ * have removed or replaced it while we waited): whether fd still is, with
+ * fd's identity in the lock's dev and ino (asked of fd unless a wait
+ * already did). */
+static bool still_linked(dlock_lock *l, int fd)
 {
     file_client *fc = fc_of(l->c);
+    file_lock *fl = l->bstate;
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", l->name);
-    struct stat b;
+    struct stat st, b;
     char err[PATH_MAX + 200];
     int dirfd;
+    if (!fl->id_known) {
+        if (fstat(fd, &st) != 0)
+            return false;
+        fl->dev = st.st_dev;
+        fl->ino = st.st_ino;
+        fl->id_known = true;
+    }
     if (dir_get(fc, false, err, sizeof err, &dirfd) != 0)
         return false; /* cannot happen: the lock file was opened in it */
-    if (fstat(fd, st) != 0 || fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
         return false;
-    return st->st_dev == b.st_dev && st->st_ino == b.st_ino;
+    return fl->dev == b.st_dev && fl->ino == b.st_ino;
 }
 
 /*
@@ -998,6 +1010,7 @@ static int file_client_open(dlock_client *c, const dl_url *url)
     }
     dl_self_desc(fc->self, sizeof fc->self);
     atomic_init(&fc->call_sock, -1);
+    atomic_init(&fc->answered, -1);
     c->bstate = fc;
     return 0;
 }
@@ -1010,6 +1023,9 @@ static void file_client_close(dlock_client *c)
     int cs = atomic_load(&fc->call_sock);
     if (cs >= 0)
         close(cs);
+    int ans = atomic_load(&fc->answered);
+    if (ans >= 0)
+        close(ans);
     pthread_mutex_destroy(&fc->mu);
     free(fc->dir);
     free(fc);
@@ -1022,6 +1038,18 @@ static void call_after_letting_go(dlock_lock *l)
     if (fl->ticketed)
         call_next(fc_of(l->c), fl->dev, fl->ino, fl->ticket + 1);
     fl->ticketed = false;
+    int ans = atomic_exchange(&fc_of(l->c)->answered, -1);
+    if (ans >= 0)
+        close(ans);
+}
+
+/* A listener whose call came: kept open until a release has called (see
+ * file_client.answered), closing the one kept before, if any. */
+static void keep_answered(file_client *fc, int listener)
+{
+    int before = atomic_exchange(&fc->answered, listener);
+    if (before >= 0)
+        close(before);
 }
 
 static int file_lock_init(dlock_lock *l)
@@ -1193,6 +1221,11 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
             struct stat st;
             bool named = fstat(fd, &st) == 0;
             int listener = pred == 1 && named ? call_listen(st.st_dev, st.st_ino, t) : -1;
+            if (named) { /* (still_linked's, after the wait) */
+                fl->dev = st.st_dev;
+                fl->ino = st.st_ino;
+                fl->id_known = true;
+            }
             unlock_range(fd, OFF_META);
             bool called = false;
             if (pred == 1) {
@@ -1207,7 +1240,9 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
             } else {
                 rc = wait_steps(l, fd, 1, (short[]){F_WRLCK}, (off_t[]){OFF_MAIN}, deadline);
             }
-            if (listener >= 0)
+            if (called)
+                keep_answered(fc_of(l->c), listener);
+            else if (listener >= 0)
                 close(listener);
             if (!called) { /* (a call took neither) */
                 if (t > 0)
@@ -1343,6 +1378,7 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
     file_lock *fl = l->bstate;
     for (;;) {
         fl->ticketed = false;
+        fl->id_known = false;
         int fd = -1;
         int rc = open_lock_file(l, &fd);
         if (rc)
@@ -1362,11 +1398,8 @@ static int file_acquire(dlock_lock *l, int64_t deadline)
             drop_fd(fd);
             return rc;
         }
-        struct stat st = {0};
-        bool linked = still_linked(l, fd, &st);
-        fl->dev = st.st_dev; /* where a fair holder's successor listens */
-        fl->ino = st.st_ino;
-        if (!linked) {
+        /* (dev and ino: also where a fair holder's successor listens) */
+        if (!still_linked(l, fd)) {
             drop_fd(fd);
             call_after_letting_go(l);
             continue;

@@ -28,6 +28,11 @@ typedef struct file_client {
     bool shared;     /* the directory is writable by all (sticky) */
     char self[300];  /* "pid N on host" */
     atomic_int call_sock; /* unbound datagram socket releases call from; -1 until needed */
+    /* The listener of the last wait a call ended, closed by the next release
+     * once it has called its own successor (see file.c, "the next in line's
+     * call"): closing it was a system call on the hand-over's path. One per
+     * client at most; -1 when none. */
+    atomic_int answered;
 } file_client;
 
 file_client *fc_of(dlock_client *c);
