@@ -71,7 +71,7 @@ for k in $KINDS; do
     memcached) for p in pymemcache tooz; do peer $p "$DLOCK_TEST_MEMCACHED" 3; done ;;
     zk) for p in kazoo curator curator-threads tooz; do peer $p "$DLOCK_TEST_ZK" 2; done ;;
     postgres) for p in psycopg2 tooz; do peer $p "$DLOCK_TEST_POSTGRES" 3; done ;;
-    mariadb) for p in pymysql tooz mysql-c mysql-c-prep; do peer $p "$DLOCK_TEST_MYSQL" 3; done ;;
+    mariadb) for p in pymysql tooz mysql-c mysql-c-prep mysql-c-take; do peer $p "$DLOCK_TEST_MYSQL" 3; done ;;
     etcd) for p in etcdctl dlock-run; do peer $p "$DLOCK_TEST_ETCD" 2; done ;;
     esac
 done

@@ -84,6 +84,14 @@ PEERS = {
                          client="GET_LOCK from a bare libmariadb loop, prepared",
                          token=False, owner_check=True, fair=True, by_name=True,
                          needs="a C compiler and libmariadb-dev"),
+    # a dlock waiter's take (the take procedure: GET_LOCK and the token's
+    # draw in one round trip) from the same bare loop: the server's part of
+    # a dlock hand-over, without dlock's client (the procedure is made by a
+    # dlock client on first use: $DLOCK runs once first)
+    "mysql-c-take": dict(backend="mysql",
+                         client="dlock's take procedure from a bare libmariadb loop",
+                         token=True, owner_check=True, fair=True, by_name=True,
+                         needs="a C compiler, libmariadb-dev and a dlock binary ($DLOCK)"),
     "psycopg2": dict(backend="postgres", client="psycopg2 pg_advisory_lock(hashtext(name))",
                      token=False, owner_check=True, fair=True, needs="python3-psycopg2"),
     "pymysql": dict(backend="mysql", client="pymysql GET_LOCK", token=False, owner_check=True,
@@ -363,6 +371,7 @@ def available(peer):
         return None if ok else PEERS[peer]["needs"]
     if peer in MYSQL_C:
         ok = shutil.which("cc") and os.path.exists("/usr/include/mariadb/mysql.h")
+        ok = ok and (peer != "mysql-c-take" or dlock_bin())
         return None if ok else PEERS[peer]["needs"]
     if peer == "etcdctl":
         return None if shutil.which("etcdctl") else PEERS[peer]["needs"]
@@ -401,7 +410,8 @@ def worker_cmd(a, tmp, name):
         host, port = hostport(u, 3306)
         return [os.path.join(tmp, "mysql_min"), host, str(port),
                 urllib.parse.unquote(u.username or ""), urllib.parse.unquote(u.password or ""),
-                u.path.strip("/"), name, str(a.H), "prep" if a.peer == "mysql-c-prep" else "text"]
+                u.path.strip("/"), name, str(a.H),
+                {"mysql-c-prep": "prep", "mysql-c-take": "take:" + TAKE_PROC}.get(a.peer, "text")]
     if a.peer == "redlock":
         return ["node", os.path.join(HERE, "redlock_peer.js"), a.url, name, str(a.H),
                 str(max(1, a.poll_us // 1000))]
@@ -412,7 +422,8 @@ def worker_cmd(a, tmp, name):
 REDIS_LUA = os.path.join(HERE, "..", "..", "src", "backends", "redis", "lock.lua")
 
 
-MYSQL_C = ("mysql-c", "mysql-c-prep")
+MYSQL_C = ("mysql-c", "mysql-c-prep", "mysql-c-take")
+TAKE_PROC = "dlock_live_take2"  # the default table's (src/backends/mysql/mysql.c, build_sql)
 
 
 def cc_worker(tmp, name, *flags):
@@ -428,6 +439,11 @@ def prepare(a, tmp):
         cc_worker(tmp, "redis_min", "-lhiredis")
     if a.peer in MYSQL_C:
         cc_worker(tmp, "mysql_min", "-I/usr/include/mariadb", "-lmariadb")
+    if a.peer == "mysql-c-take":  # dlock makes its tables and procedures on first use
+        r = subprocess.run([dlock_bin(), "--url", a.url, "run", "peer-bench-setup", "--", "true"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            die(1, "dlock could not make its take procedure: " + r.stdout.strip()[-300:])
     if a.peer in ("curator", "curator-threads"):
         cp = ":".join(j for j in CURATOR_JARS if os.path.exists(j))
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", cp,
