@@ -236,50 +236,17 @@ void dl_self_desc(char *buf, size_t len)
     snprintf(buf, len, "pid %ld on %s", (long)getpid(), host);
 }
 
-/* Owner ids: one per acquisition, unique without a system call each: 128
- * random bits drawn once per process, the low 64 of them counted up from
- * there. A forked child draws its own (it must not repeat its parent's
- * ids). Nothing rides on their being unguessable: a server shows them to
- * every client that may read the lock. */
-static pthread_mutex_t owner_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
-static atomic_bool owner_drawn;
-static uint64_t owner_hi, owner_lo;
-static _Atomic uint64_t owner_count;
-
-static void owner_forked(void)
-{
-    pthread_mutex_init(&owner_mu, NULL); /* (another thread may have held it) */
-    atomic_store(&owner_drawn, false);
-}
-
-static void owner_atfork(void)
-{
-    (void)pthread_atfork(NULL, NULL, owner_forked);
-}
-
 static int new_owner_id(char out[DL_OWNER_HEX + 1])
 {
-    (void)pthread_once(&owner_once, owner_atfork);
-    if (!atomic_load(&owner_drawn)) {
-        pthread_mutex_lock(&owner_mu);
-        uint64_t r[2];
-        int rc = atomic_load(&owner_drawn) ? 0 : dl_random(r, sizeof r);
-        if (!rc && !atomic_load(&owner_drawn)) {
-            owner_hi = r[0];
-            owner_lo = r[1];
-            atomic_store(&owner_count, 0);
-            atomic_store(&owner_drawn, true);
-        }
-        pthread_mutex_unlock(&owner_mu);
-        if (rc)
-            return rc;
-    }
-    uint64_t id[2] = {owner_hi, owner_lo + atomic_fetch_add(&owner_count, 1)};
+    unsigned char raw[DL_OWNER_HEX / 2];
+    int rc = dl_random(raw, sizeof raw);
+    if (rc)
+        return rc;
     static const char hex[] = "0123456789abcdef";
-    for (int w = 0; w < 2; w++)
-        for (int i = 0; i < 16; i++)
-            out[16 * w + i] = hex[(id[w] >> (60 - 4 * i)) & 15];
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
     out[DL_OWNER_HEX] = '\0';
     return 0;
 }

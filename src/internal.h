@@ -302,7 +302,7 @@ struct dlock_lock {
     dlock_client *c;
     char *name;
     dlock_lock_opts opts;
-    char owner[DL_OWNER_HEX + 1]; /* 128-bit id, new per acquisition (new_owner_id) */
+    char owner[DL_OWNER_HEX + 1]; /* 128-bit random id, fresh per acquisition */
     pthread_mutex_t mu;           /* serialises backend calls on this handle */
     _Atomic int state;            /* dlock_state_t */
     _Atomic uint64_t token;

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_owner.c — owner ids (core.c, new_owner_id): the id a server keeps for
- * each acquisition, so that only its holder can renew or release it. They
- * are drawn without a system call each (a random base per process and a
- * count), so what must hold is checked here: every id is 32 lowercase hex
- * digits; no two are the same, from one thread or from many at once; and
- * a forked child never repeats its parent's (it draws its own base).
+ * each acquisition, so that only its holder can renew or release it (SPEC
+ * §2.3: 128 random bits from getrandom, fresh per acquisition). Checked
+ * here: every id is 32 lowercase hex digits; no two are the same, from one
+ * thread or from many at once; and a forked child never repeats its
+ * parent's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -91,7 +91,7 @@ static void forked_child_draws_its_own(void **state)
     (void)state;
     dlock_lock *l = new_lock();
     static char ids[2 * FORKED][DL_OWNER_HEX + 1];
-    draw(l, ids, 1); /* the parent's base is drawn before the fork */
+    draw(l, ids, 1); /* the parent draws before the fork */
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
@@ -114,9 +114,9 @@ static void forked_child_draws_its_own(void **state)
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    /* not only no id in common: not the same base either */
+    /* (ids from a generator the child inherited would share half or more) */
     if (memcmp(ids[0], ids[FORKED], DL_OWNER_HEX / 2) == 0)
-        fail_msg("the child's ids share the parent's base: %s and %s", ids[0], ids[FORKED]);
+        fail_msg("the child's ids share half the parent's: %s and %s", ids[0], ids[FORKED]);
     const char *twice = repeated(ids, 2 * FORKED);
     if (twice)
         fail_msg("owner id %s was drawn by parent and child", twice);
