@@ -828,26 +828,32 @@ static int open_lock_file(dlock_lock *l, int *out)
                        strerror(e));
 }
 
+/* fd's identity (the lock file's) in the lock's dev and ino, asked of fd
+ * once per acquisition: whether it is known. */
+static bool file_id(file_lock *fl, int fd)
+{
+    struct stat st;
+    if (!fl->id_known && fstat(fd, &st) == 0) {
+        fl->dev = st.st_dev;
+        fl->ino = st.st_ino;
+        fl->id_known = true;
+    }
+    return fl->id_known;
+}
+
 /* The file we locked must still be the one the name points to (nobody may
- * have removed or replaced it while we waited): whether fd still is, with
- * fd's identity in the lock's dev and ino (asked of fd unless a wait
- * already did). */
+ * have removed or replaced it while we waited): whether fd still is. */
 static bool still_linked(dlock_lock *l, int fd)
 {
     file_client *fc = fc_of(l->c);
     file_lock *fl = l->bstate;
     char path[DL_NAME_MAX + 8];
     snprintf(path, sizeof path, "%s.lock", l->name);
-    struct stat st, b;
+    struct stat b;
     char err[PATH_MAX + 200];
     int dirfd;
-    if (!fl->id_known) {
-        if (fstat(fd, &st) != 0)
-            return false;
-        fl->dev = st.st_dev;
-        fl->ino = st.st_ino;
-        fl->id_known = true;
-    }
+    if (!file_id(fl, fd))
+        return false;
     if (dir_get(fc, false, err, sizeof err, &dirfd) != 0)
         return false; /* cannot happen: the lock file was opened in it */
     if (fstatat(dirfd, path, &b, AT_SYMLINK_NOFOLLOW) != 0)
@@ -1031,25 +1037,24 @@ static void file_client_close(dlock_client *c)
     free(fc);
 }
 
-/* Once a fair holder's ranges are given back. */
+/* listener (a wait's, whose call came; -1: none) kept in place of the one
+ * kept before, which is closed (see file_client.answered). */
+static void keep_answered(file_client *fc, int listener)
+{
+    int before = atomic_exchange(&fc->answered, listener);
+    if (before >= 0)
+        close(before);
+}
+
+/* Once a fair holder's ranges are given back: its successor called, and
+ * the listener kept from an earlier wait closed. */
 static void call_after_letting_go(dlock_lock *l)
 {
     file_lock *fl = l->bstate;
     if (fl->ticketed)
         call_next(fc_of(l->c), fl->dev, fl->ino, fl->ticket + 1);
     fl->ticketed = false;
-    int ans = atomic_exchange(&fc_of(l->c)->answered, -1);
-    if (ans >= 0)
-        close(ans);
-}
-
-/* A listener whose call came: kept open until a release has called (see
- * file_client.answered), closing the one kept before, if any. */
-static void keep_answered(file_client *fc, int listener)
-{
-    int before = atomic_exchange(&fc->answered, listener);
-    if (before >= 0)
-        close(before);
+    keep_answered(fc_of(l->c), -1);
 }
 
 static int file_lock_init(dlock_lock *l)
@@ -1218,14 +1223,8 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
         if (rc == 0) {
             /* Listening before META is let go: only ticket t-1 calls t,
              * and it cannot let go before it sees ticket t taken. */
-            struct stat st;
-            bool named = fstat(fd, &st) == 0;
-            int listener = pred == 1 && named ? call_listen(st.st_dev, st.st_ino, t) : -1;
-            if (named) { /* (still_linked's, after the wait) */
-                fl->dev = st.st_dev;
-                fl->ino = st.st_ino;
-                fl->id_known = true;
-            }
+            bool named = file_id(fl, fd); /* (still_linked's too, after the wait) */
+            int listener = pred == 1 && named ? call_listen(fl->dev, fl->ino, t) : -1;
             unlock_range(fd, OFF_META);
             bool called = false;
             if (pred == 1) {
@@ -1253,7 +1252,7 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
                 /* let the next in line move up, now */
                 unlock_range(fd, OFF_QUEUE(t));
                 if (named)
-                    call_next(fc_of(l->c), st.st_dev, st.st_ino, t + 1);
+                    call_next(fc_of(l->c), fl->dev, fl->ino, t + 1);
             } else {
                 fl->ticketed = true;
                 fl->ticket = t;
