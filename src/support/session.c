@@ -90,10 +90,12 @@ static void *swatch_main(void *arg)
                 (void)swatch_arm(w, s, EPOLL_CTL_MOD); /* read; watched on */
                 continue;
             }
+            /* No EPOLL_CTL_DEL: EPOLLONESHOT already disarmed it, and gone()
+             * may have closed the socket (libpq does on EOF), so its number
+             * may now be another thread's new descriptor. */
             *pp = s->next;
             s->next = NULL;
             s->lost = true;
-            (void)epoll_ctl(w->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
             dl_session **nl = realloc(lost, (size_t)(nlost + 1) * sizeof *nl);
             if (!nl)
                 continue; /* the lock's next call finds it lost */
