@@ -647,6 +647,7 @@ static int zk_release(dlock_lock *l)
         zk_session_move(zc, op.zh);
     if (zk_reply_lost(rc) && zk_wait_connected(zc, zk_req_until(l))) /* the session resumed */
         rc = zk_do(&op, CALL_VOID, zl->path, NULL, zk_req_until(l), NULL);
+    (void)session_ended(zc, rc); /* (a holder paused past its session hears it here first) */
     pthread_mutex_lock(&zc->mu);
     if (rc != ZOK && zc->expired)
         rc = ZNONODE; /* the session ended: its nodes are gone */
@@ -723,7 +724,7 @@ static int zk_renew(dlock_lock *l)
         l->lease_start_ns = sent;
         return 0;
     }
-    if (rc == ZSESSIONEXPIRED)
+    if (session_ended(zc, rc))
         return dl_lock_err(l, DLOCK_ELOST, "lock \"%s\": the ZooKeeper session expired", l->name);
     return dl_lock_err(l, zk_code(rc), "lock \"%s\" is uncertain: %s", l->name,
                        zk_why(zc, rc, err, sizeof err));
