@@ -461,7 +461,8 @@ static void *waiter_main(void *arg)
 
 /* Says why the lock was not acquired (not with -q); msg gets the line
  * without "dlock: ", for the --json error event, -q or not. */
-static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc, char *msg, size_t len)
+static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int rc,
+                             char *msg, size_t len)
 {
     char shown[CLI_SHOW_MAX], why[320];
     cli_show(cfg->name, shown, sizeof shown);
@@ -477,6 +478,14 @@ static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, int rc, char *
         snprintf(why, sizeof why, "held by %s", cli_clean(info.holder, who, sizeof who));
     } else {
         snprintf(why, sizeof why, "%s", rc == DLOCK_EBUSY ? "held by another owner" : "busy");
+    }
+    /* A wait that ended for another reason than the lock staying held (no
+     * reply from the server before the deadline, a grant too late) says
+     * which: "busy" alone would send the user looking for a holder. */
+    const char *lib = rc == DLOCK_ETIMEDOUT ? dlock_lock_errmsg(lock) : NULL;
+    if (lib && *lib && !strstr(lib, "timed out waiting")) {
+        const char *tail = strstr(lib, "\": ");
+        snprintf(why, sizeof why, "%s", strncmp(lib, "lock \"", 6) == 0 && tail ? tail + 3 : lib);
     }
     if (rc == DLOCK_ETIMEDOUT)
         snprintf(msg, len, "%s: lock %s not acquired within %.3g s: %s", cfg->cmdname, shown,
@@ -584,7 +593,7 @@ static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *reme
     cli_show(cfg->name, shown, sizeof shown);
     if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
         char msg[512];
-        not_acquired_msg(cfg, c, rc, msg, sizeof msg);
+        not_acquired_msg(cfg, c, lock, rc, msg, sizeof msg);
         dropped_msg(cfg, &w);
         cli_ev_error(cfg->name, dlock_err_name(rc), cfg->conflict_code, msg);
         return cfg->conflict_code; /* may be 0: still not TAKEN */
