@@ -352,20 +352,29 @@ static void own_rearm(zk_call *k)
     }
 }
 
+static bool silent_expiry(zkclient *zc, int64_t *check_ns);
+
 /* Wait until *flag (a field of k) or *flag2 or *flag3 (NULL: none) is set,
  * the deadline (monotonic ns; -1 none) passes or the cancel descriptor
- * fires: 0, DLOCK_ETIMEDOUT or DLOCK_ECANCELED (DLOCK_EIO if poll fails). */
+ * fires: 0, DLOCK_ETIMEDOUT or DLOCK_ECANCELED (DLOCK_EIO if poll fails).
+ * While disconnected it also wakes when the session counts as expired
+ * (silent_expiry). */
 int zk_call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool *flag3,
                          int evfd, int64_t until_ns, int cancel_fd)
 {
     zkclient *zc = k->zc;
     for (;;) {
+        int64_t check_ns;
         pthread_mutex_lock(&zc->mu);
+        (void)silent_expiry(zc, &check_ns);
         bool set = *flag || (flag2 && *flag2) || (flag3 && *flag3);
         pthread_mutex_unlock(&zc->mu);
         if (set)
             return 0;
-        int rc = dl_wait_fd(evfd, POLLIN, until_ns, cancel_fd, NULL);
+        bool check_first = check_ns >= 0 && (until_ns < 0 || check_ns < until_ns);
+        int rc = dl_wait_fd(evfd, POLLIN, check_first ? check_ns : until_ns, cancel_fd, NULL);
+        if (rc == DLOCK_ETIMEDOUT && check_first)
+            continue;
         if (rc)
             return rc;
         uint64_t v;
@@ -407,6 +416,41 @@ static void all_lost(zkclient *zc, const char *why)
 }
 
 static void orphans_purge(zkclient *zc, zhandle_t *zh);
+
+/*
+ * The session counts as expired once it has been disconnected for its
+ * whole timeout: the leader, which has heard nothing of it either, has
+ * expired it by then. The C client would learn of that only from a member
+ * that answers its next handshake: never, while it goes round members
+ * that take the connection and say nothing (stopped, cut off), or a list
+ * left with only those (see session_move). A waiter then started a new
+ * session only at its deadline, if at all (a client behind a stopped
+ * follower once waited out its 20 s so). Told as the server's expiry is;
+ * the next operation opens a new session over every member (Curator does
+ * the same). mu held: true when expired; *check_ns gets when to look
+ * again (-1: not while connected, or not yet opened).
+ */
+static bool silent_expiry(zkclient *zc, int64_t *check_ns)
+{
+    *check_ns = -1;
+    if (zc->expired)
+        return true;
+    if (!zc->zh || zc->state == ZOO_CONNECTED_STATE || !zc->disconnected_ns)
+        return false;
+    int timeout_ms = zc->negotiated_ms ? zc->negotiated_ms : zc->session_ms;
+    int64_t at = zc->disconnected_ns + dl_ms_to_ns(timeout_ms);
+    if (dl_now_ns() < at) {
+        *check_ns = at;
+        return false;
+    }
+    zc->expired = true;
+    all_lost(zc, "no ZooKeeper member answered for the session's timeout: the session expired "
+                 "and its nodes are gone");
+    for (zk_call *k = zc->calls; k; k = k->next)
+        poke(k->evfd);
+    pthread_cond_broadcast(&zc->cv);
+    return true;
+}
 
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
@@ -777,8 +821,10 @@ static void session_leave(zkclient *zc)
  * deadline, or its end: true when connected. */
 bool zk_wait_connected(zkclient *zc, int64_t until_ns)
 {
+    int64_t check_ns;
     pthread_mutex_lock(&zc->mu);
-    while (zc->state != ZOO_CONNECTED_STATE && !zc->expired && cv_wait_until(zc, until_ns))
+    while (zc->state != ZOO_CONNECTED_STATE && !silent_expiry(zc, &check_ns) &&
+           cv_wait_until(zc, until_ns))
         ;
     bool up = zc->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zc->mu);

@@ -502,16 +502,22 @@ static int zk_wait_on(void *arg, int b, bool *in)
 }
 
 /* One try; *again when the session expired while it waited (its node went
- * with it) and a new session may try again. */
-static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
+ * with it) and a new session may try again. A waiter that already had a
+ * session (requeue) also tries again when no member answers a new one: it
+ * rides out an outage longer than its session until its deadline, as the
+ * C client's own reconnection did before the session counted as expired
+ * on the client's side too (silent_expiry). */
+static int acquire_once(dlock_lock *l, int64_t deadline, bool requeue, bool *again)
 {
     zkclient *zc = zc_of(l->c);
     zklock *zl = l->bstate;
     zk_op op;
     char err[300];
     int rc = zk_op_begin(zc, true, &op, err, sizeof err);
-    if (rc)
+    if (rc) {
+        *again = requeue && deadline != 0 && rc == DLOCK_EUNREACHABLE;
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
+    }
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
     int64_t czxid = 0;
     bool unknown = false, waited = false;
@@ -614,9 +620,9 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
 
 static int zk_acquire(dlock_lock *l, int64_t deadline)
 {
-    for (;;) {
+    for (bool requeue = false;; requeue = true) {
         bool again = false;
-        int rc = acquire_once(l, deadline, &again);
+        int rc = acquire_once(l, deadline, requeue, &again);
         if (rc == 0 || !again || (deadline > 0 && dl_now_ns() >= deadline))
             return rc;
         /* The session expired while we waited: a new session, a place at
