@@ -425,10 +425,10 @@ static void orphans_purge(zkclient *zc, zhandle_t *zh);
  * that take the connection and say nothing (stopped, cut off), or a list
  * left with only those (see session_move). A waiter then started a new
  * session only at its deadline, if at all (a client behind a stopped
- * follower once waited out its 20 s so). Told as the server's expiry is;
- * the next operation opens a new session over every member (Curator does
- * the same). mu held: true when expired; *check_ns gets when to look
- * again (-1: not while connected, or not yet opened).
+ * follower once waited out its 20 s so). The next operation opens a new
+ * session over every member (Curator does the same). mu held: true when
+ * expired; *check_ns gets when to look again (-1: not while connected, or
+ * not yet opened).
  */
 static bool silent_expiry(zkclient *zc, int64_t *check_ns)
 {
@@ -444,6 +444,9 @@ static bool silent_expiry(zkclient *zc, int64_t *check_ns)
         return false;
     }
     zc->expired = true;
+    /* As the server's word would be (session_watcher): every node of ours
+     * is gone, so must be every claim to one, held or waiting — a renewal
+     * in the next session must not find a holder's lock still valid. */
     all_lost(zc, "no ZooKeeper member answered for the session's timeout: the session expired "
                  "and its nodes are gone");
     for (zk_call *k = zc->calls; k; k = k->next)
