@@ -29,7 +29,7 @@ rc=$?
 # holds until told (a fixed 4 s ran out under TSan at three tests at a
 # time, and the SIGTERM case's waiter then got the lock and ran).
 "$DLOCK" --url "$U" run held -- sh -c 'while [ ! -e "$0" ]; do sleep 0.05; done' "$TMP/held.stop" & holder=$!
-for _ in $(seq 50); do "$DLOCK" --url "$U" status held 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+wait_held "$U" held
 for e in 0 3 75; do
     out=$("$DLOCK" --url "$U" run -n -E $e held -- echo RAN 2>/dev/null)
     rc=$?
@@ -59,9 +59,9 @@ wait $holder
 # on a new session and gets the lock within its -w (it used to give up, 69,
 # "invalid zhandle state").
 "$DLOCK" --url "$U" run expw -- sleep 5 & holder=$!
-for _ in $(seq 50); do "$DLOCK" --url "$U" status expw 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+wait_held "$U" expw
 "$DLOCK" --url "$U" run -w 20 expw -- echo GOT >"$TMP/expw.out" 2>"$TMP/expw.err" & w=$!
-for _ in $(seq 50); do "$DLOCK" --url "$U" status expw 2>/dev/null | grep -q 'waiters: *1' && break; sleep 0.1; done
+wait_waiting "$U" expw
 kill -STOP $w
 sleep 3.5 # past the 2 s session
 kill -CONT $w
@@ -78,7 +78,7 @@ rport=$(srv_free_port)
 start_relay "$rport" "$port" || bad "the relay on port $rport never accepted"
 "$DLOCK" --url "zk://127.0.0.1:$rport?session=2000" run frozen -- \
     sh -c "trap 'date +%s%3N >$TMP/stopped; exit 1' TERM; sleep 20 & wait" 2>"$TMP/frozen.err" & h=$!
-for _ in $(seq 50); do "$DLOCK" --url "$U" status frozen 2>/dev/null | grep -q 'held: *yes' && break; sleep 0.1; done
+wait_held "$U" frozen
 kill -STOP $relay
 frozen_at=$(now_ms)
 "$DLOCK" --url "$U" run -w 10 frozen -- true 2>/dev/null
@@ -120,10 +120,7 @@ for round in 1 2; do
     kill -STOP "$relb"
     "$DLOCK" --url "zk://127.0.0.1:$ra,127.0.0.1:$rb?session=2000" run -w 25 "silent$round" -- \
         echo GOT >"$TMP/silent.out" 2>"$TMP/silent.err" & w=$!
-    for _ in $(seq 100); do
-        "$DLOCK" --url "$U" status "silent$round" 2>/dev/null | grep -q 'waiters: *1' && break
-        sleep 0.1
-    done
+    wait_waiting "$U" "silent$round"
     kill -CONT "$relb"
     kill -STOP "$rela"
     wait $w

@@ -202,6 +202,16 @@ wait_held() {
     return 1
 }
 
+# wait_waiting URL NAME: until `dlock status` says one client waits for
+# NAME (10 s at most).
+wait_waiting() {
+    for _ in $(seq 100); do
+        "$DLOCK" --url "$1" status "$2" 2>/dev/null | grep -q 'waiters: *1' && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # A command that notes when it is stopped (SIGTERM), for `dlock run NAME --
 # sh -c "$(stopper FILE)"`: the time in ms into FILE, then exit 1.
 stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }
