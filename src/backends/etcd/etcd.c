@@ -1325,16 +1325,27 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
     char err[400];
     /* connect_timeout_ms bounds the whole opening (dlock run -w sets it to
      * what the wait allows), logging in and the lease included. */
-    int64_t until = dl_deadline_in(ec->connect_ms);
+    int64_t start = dl_now_ns(), until = start + dl_ms_to_ns(ec->connect_ms);
     if (ec->user)
         rc = ec_authenticate(ec, until, err, sizeof err);
     if (rc == 0) {
         /* The lease now: a wrong URL fails here, not at the first lock, and
-         * the request is one a lock needs anyway. */
+         * the request is one a lock needs anyway. A cluster that answers
+         * but grants nothing (an election after its leader went, quorum
+         * lost for a while) is the right URL at a bad moment: the opening
+         * succeeds, and the first lock grants the lease, riding the
+         * election out within its own wait (retry_transient). A member's
+         * status needs no leader; the last quarter is kept for asking it. */
         int64_t lease;
         uint64_t gen;
         bool make_ckey;
-        rc = ec_lease_ensure(ec, until, &lease, &gen, &make_ckey, err, sizeof err);
+        rc = ec_lease_ensure(ec, start + (until - start) * 3 / 4, &lease, &gen, &make_ckey, err,
+                             sizeof err);
+        char status_err[200];
+        if (rc == DLOCK_EUNREACHABLE &&
+            ec_post(ec, "/v3/maintenance/status", "{}", until, -1, NULL, NULL, status_err,
+                    sizeof status_err) == 0)
+            rc = 0;
     }
     if (rc) {
         c->bstate = NULL;
