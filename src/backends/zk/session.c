@@ -589,9 +589,8 @@ static void hosts_drop(char *hosts, const char *drop)
     }
 }
 
-/* Connect a new session (zc->zh NULL, rw held for writing or not yet
- * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
-int zk_session_open(zkclient *zc, char *err, size_t errlen)
+static int session_connect(zkclient *zc, int64_t until_ns, bool *no_leader, char *err,
+                           size_t errlen)
 {
     pthread_mutex_lock(&zc->mu);
     zc->expired = false;
@@ -612,6 +611,8 @@ int zk_session_open(zkclient *zc, char *err, size_t errlen)
         return DLOCK_ENOMEM;
     }
     int64_t until = dl_deadline_in(zc->connect_ms);
+    if (until_ns >= 0 && until_ns < until)
+        until = until_ns;
     zhandle_t *zh;
     bool up, refused;
     for (;;) {
@@ -655,12 +656,14 @@ int zk_session_open(zkclient *zc, char *err, size_t errlen)
         if (refused)
             snprintf(err, errlen, "the ZooKeeper server at %s ended the session at once",
                      zc->hosts);
-        else if (no_quorum(zc))
+        else if (no_quorum(zc)) {
+            if (no_leader)
+                *no_leader = true;
             snprintf(err, errlen,
                      "ZooKeeper at %s: the servers answer but serve no requests: the ensemble "
                      "has lost its quorum (no leader)",
                      zc->hosts);
-        else
+        } else
             snprintf(err, errlen,
                      "no ZooKeeper server at %s answered within %d ms (is it running, and is "
                      "it ZooKeeper?)",
@@ -690,6 +693,20 @@ int zk_session_open(zkclient *zc, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+int zk_session_open(zkclient *zc, int64_t until_ns, bool *no_leader, char *err, size_t errlen)
+{
+    if (no_leader)
+        *no_leader = false;
+    int rc = session_connect(zc, until_ns, no_leader, err, errlen);
+    /* No handle is kept that never connected (or never logged in): the C
+     * client would go on round the members the tries above narrowed it to,
+     * and an operation would find it "live". The next one opens afresh,
+     * over every member. */
+    if (rc)
+        zk_session_close(zc);
+    return rc;
 }
 
 /* mu held: wait on cv until a change, the deadline (monotonic; -1 none) or
@@ -784,8 +801,9 @@ void zk_session_close(zkclient *zc)
 }
 
 /* Take the client for an operation (rw for reading), with a live session:
- * an expired one is replaced first. 0 or a DLOCK_E* code in err. */
-static int session_enter(zkclient *zc, bool reopen, char *err, size_t errlen)
+ * an expired one (or none yet, see zk_client_open) is replaced first, the
+ * opening cut to until_ns. 0 or a DLOCK_E* code in err. */
+static int session_enter(zkclient *zc, bool reopen, int64_t until_ns, char *err, size_t errlen)
 {
     pthread_rwlock_rdlock(&zc->rw);
     pthread_mutex_lock(&zc->mu);
@@ -806,7 +824,7 @@ static int session_enter(zkclient *zc, bool reopen, char *err, size_t errlen)
     pthread_mutex_unlock(&zc->mu);
     if (expired) {
         zk_session_close(zc);
-        rc = zk_session_open(zc, err, errlen);
+        rc = zk_session_open(zc, until_ns, NULL, err, errlen);
     }
     pthread_rwlock_unlock(&zc->rw);
     if (rc)
@@ -1043,8 +1061,14 @@ int zk_code(int rc)
 
 int zk_op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen)
 {
+    return zk_op_begin_by(zc, reopen, -1, op, err, errlen);
+}
+
+int zk_op_begin_by(zkclient *zc, bool reopen, int64_t until_ns, zk_op *op, char *err,
+                   size_t errlen)
+{
     op->zc = zc;
-    int rc = session_enter(zc, reopen, err, errlen);
+    int rc = session_enter(zc, reopen, until_ns, err, errlen);
     if (rc)
         return rc;
     op->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

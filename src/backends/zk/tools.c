@@ -37,7 +37,7 @@ static zkclient *zkclient_second(zkclient *zc, char *err, size_t errlen)
         zkclient_free(z2);
         return NULL;
     }
-    if (zk_session_open(z2, err, errlen) != 0) {
+    if (zk_session_open(z2, -1, NULL, err, errlen) != 0) {
         zkclient_free(z2);
         return NULL;
     }

@@ -502,20 +502,22 @@ static int zk_wait_on(void *arg, int b, bool *in)
 }
 
 /* One try; *again when the session expired while it waited (its node went
- * with it) and a new session may try again. A waiter that already had a
- * session (requeue) also tries again when no member answers a new one: it
- * rides out an outage longer than its session until its deadline, as the
- * C client's own reconnection did before the session counted as expired
- * on the client's side too (silent_expiry). */
-static int acquire_once(dlock_lock *l, int64_t deadline, bool requeue, bool *again)
+ * with it) and a new session may try again. A waiter also tries again
+ * when no member serves a new session (an election, an outage longer than
+ * the session): it rides that out until its deadline, as the C client's
+ * own reconnection did before the session counted as expired on the
+ * client's side too (silent_expiry). The opening is cut to the
+ * acquisition's own bound. */
+static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
 {
     zkclient *zc = zc_of(l->c);
     zklock *zl = l->bstate;
     zk_op op;
     char err[300];
-    int rc = zk_op_begin(zc, true, &op, err, sizeof err);
+    int64_t open_until = dl_deadline_in(dl_op_timeout_ms(l, zc->connect_ms));
+    int rc = zk_op_begin_by(zc, true, open_until, &op, err, sizeof err);
     if (rc) {
-        *again = requeue && deadline != 0 && rc == DLOCK_EUNREACHABLE;
+        *again = deadline != 0 && rc == DLOCK_EUNREACHABLE;
         return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
     }
     int cancel_fd = deadline != 0 ? dl_cancel_fd(l) : -1;
@@ -534,7 +536,7 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool requeue, bool *aga
         /* The session ended before the client heard of it (a process
          * stopped past its timeout): start a new one and queue there. */
         zk_op_end(&op);
-        rc = zk_op_begin(zc, true, &op, err, sizeof err);
+        rc = zk_op_begin_by(zc, true, open_until, &op, err, sizeof err);
         if (rc)
             return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, err, zc->redacted);
         zl->path[0] = '\0';
@@ -620,9 +622,9 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool requeue, bool *aga
 
 static int zk_acquire(dlock_lock *l, int64_t deadline)
 {
-    for (bool requeue = false;; requeue = true) {
+    for (;;) {
         bool again = false;
-        int rc = acquire_once(l, deadline, requeue, &again);
+        int rc = acquire_once(l, deadline, &again);
         if (rc == 0 || !again || (deadline > 0 && dl_now_ns() >= deadline))
             return rc;
         /* The session expired while we waited: a new session, a place at
@@ -1116,7 +1118,14 @@ static int zk_client_open(dlock_client *c, const dl_url *u)
     c->caps = zk_layout_caps[layout];
     c->bstate = zc;
     char err[400];
-    int rc = zk_session_open(zc, err, sizeof err);
+    /* Members that answer but serve nothing (an election after the leader
+     * went, a quorum lost for a while) are the right URL at a bad moment:
+     * the client opens without a session, and the first operation opens
+     * one; an acquisition rides the election out within its own wait. */
+    bool no_leader;
+    int rc = zk_session_open(zc, -1, &no_leader, err, sizeof err);
+    if (rc == DLOCK_EUNREACHABLE && no_leader)
+        rc = 0;
     if (rc) {
         c->bstate = NULL;
         zkclient_free(zc);

@@ -134,10 +134,15 @@ int zk_call_wait_for(zk_call *k, const bool *flag, const bool *flag2, const bool
 int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *buf, size_t len,
            char *why, size_t whylen);
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
- * shared) and wait until it is up: 0 or a DLOCK_E* code in err. */
-int zk_session_open(zkclient *zc, char *err, size_t errlen);
+ * shared) and wait until it is up, for connect_timeout_ms cut to until_ns
+ * (-1: not cut): 0 or a DLOCK_E* code in err. *no_quorum (may be NULL):
+ * the members answer but serve nothing (an election, or no quorum). */
+int zk_session_open(zkclient *zc, int64_t until_ns, bool *no_quorum, char *err, size_t errlen);
 int zk_code(int rc);
 int zk_op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen);
+/* The same, a new session's opening cut to until_ns (-1: not cut). */
+int zk_op_begin_by(zkclient *zc, bool reopen, int64_t until_ns, zk_op *op, char *err,
+                   size_t errlen);
 void zk_op_end(zk_op *op);
 /* Send one request (data for CREATE and SET; flags and acl for CREATE):
  * the call, done at once if it could not be sent; NULL when out of memory. */
