@@ -44,16 +44,9 @@ jcheck "$j" "zk3p partition-member: the cut-off holder told of the loss, none la
 # to wait there 2/3 of the session timeout and fail with 69 after 2 s, in
 # about one try of three). Default session (10 s): the C client's own move
 # would come after 6.7 s.
-mode() { python3 - "$1" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
-s.sendall(b"srvr")
-print("".join(l for l in s.makefile().read().splitlines() if l.startswith("Mode:")))
-PY
-}
 stopped=
 for i in 1 2 3; do
-    case $(mode "$(cat "$DLOCK_TEST_SERVERS/zk3p-$i.port")") in
+    case $(zk_mode "$(cat "$DLOCK_TEST_SERVERS/zk3p-$i.port")") in
     *follower*) stopped=$(cat "$DLOCK_TEST_SERVERS/zk3p-$i.pid"); break ;;
     esac
 done

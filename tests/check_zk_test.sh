@@ -63,4 +63,21 @@ jcheck "$j" "zk3 kill-leader: pass, and the lock went on working after the elect
     'sc("kill-leader")["verdict"] == "pass" and sc("kill-leader")["fenced"]["sections_after_fault"] > 0'
 jcheck "$j" "zk3 pause-acquire with default options: pass, acquisitions stopped in flight, none accepted late" \
     'sc("pause-acquire")["verdict"] == "pass" and sc("pause-acquire")["acquisitions_stopped"] > 0 and sc("pause-acquire")["fenced"]["stale_writes_accepted"] == sc("pause-acquire")["fenced"]["stale_writes_accepted_unopposed"]'
+
+# Last (it leaves the ensemble a member short): the leader
+# killed, a client opened while the members left serve nothing. (It used
+# to fail at once: "the ensemble has lost its quorum".)
+leader=
+for i in 1 2 3; do
+    case $(zk_mode "$(cat "$DLOCK_TEST_SERVERS/zk3-$i.port")" 2>/dev/null) in
+    *leader*) leader=$i ;;
+    esac
+done
+if [ -n "$leader" ]; then
+    kill -9 "$(cat "$DLOCK_TEST_SERVERS/zk3-$leader.pid")"
+    run_in_election "$DLOCK_TEST_ZK3" "$(cat "$DLOCK_TEST_SERVERS/zk3-$((leader % 3 + 1)).pid")" \
+        "zk3, the leader killed"
+else
+    bad "zk3: no member says it leads"
+fi
 finish
