@@ -135,9 +135,9 @@ int zk_ask(int timeout_ms, const char *host, int port, const char *word, char *b
            char *why, size_t whylen);
 /* Connect a new session (zc->zh NULL, rw held for writing or not yet
  * shared) and wait until it is up, for connect_timeout_ms cut to until_ns
- * (-1: not cut): 0 or a DLOCK_E* code in err. *no_quorum (may be NULL):
+ * (-1: not cut): 0 or a DLOCK_E* code in err. *no_leader (may be NULL):
  * the members answer but serve nothing (an election, or no quorum). */
-int zk_session_open(zkclient *zc, int64_t until_ns, bool *no_quorum, char *err, size_t errlen);
+int zk_session_open(zkclient *zc, int64_t until_ns, bool *no_leader, char *err, size_t errlen);
 int zk_code(int rc);
 int zk_op_begin(zkclient *zc, bool reopen, zk_op *op, char *err, size_t errlen);
 /* The same, a new session's opening cut to until_ns (-1: not cut). */
