@@ -93,6 +93,22 @@ const char *dl_lock_msg(const dlock_lock *l)
     return l->errmsg ? l->errmsg : "";
 }
 
+int dl_wait_timed_out(dlock_lock *l, const char *why)
+{
+    if (!why || !*why)
+        return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+    return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%.300s)", l->name,
+                       why);
+}
+
+int dl_wait_timed_out_after(dlock_lock *l)
+{
+    char why[DL_ERRMSG_MAX];
+    const char *msg = dl_lock_msg(l), *detail = strstr(msg, "\": ");
+    snprintf(why, sizeof why, "%s", detail ? detail + 3 : msg);
+    return dl_wait_timed_out(l, why);
+}
+
 /* A client's last message is kept per thread, as errno is: threads that
  * share a client each read the message of their own failed call, never one
  * another thread is writing. A few slots, so that a thread using several

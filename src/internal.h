@@ -394,6 +394,14 @@ int dl_claim_err(dlock_client *c, int code, const char *what, const char *key, c
  * no holders, and the core answers DLOCK_ENOTHELD in one way for all). */
 bool dl_nothing_to_break(int rc, dlock_info *broken);
 const char *dl_lock_msg(const dlock_lock *l);
+/* A wait that reached its deadline: DLOCK_ETIMEDOUT with the one message
+ * every backend gives, `lock "NAME": timed out waiting`, and why in
+ * parentheses when it ended for another reason than the lock staying held
+ * (NULL or "": it stayed held). dlock run says "busy" for the plain form
+ * only. dl_wait_timed_out_after: why is the request failure already on l
+ * (a request cut short by the deadline's bound), less its lock "NAME": . */
+int dl_wait_timed_out(dlock_lock *l, const char *why);
+int dl_wait_timed_out_after(dlock_lock *l);
 /* A fresh random owner id for l (every acquisition; Redlock every try, so
  * that a late give-back of one try cannot remove the next try's grant);
  * 0, or the error, set on l. */

@@ -481,9 +481,12 @@ static void not_acquired_msg(const run_cfg *cfg, dlock_client *c, dlock_lock *lo
     }
     /* A wait that ended for another reason than the lock staying held (no
      * reply from the server before the deadline, a grant too late) says
-     * which: "busy" alone would send the user looking for a holder. */
+     * which: "busy" alone would send the user looking for a holder. The
+     * library says a plain timeout in one form (dl_wait_timed_out). */
     const char *lib = rc == DLOCK_ETIMEDOUT ? dlock_lock_errmsg(lock) : NULL;
-    if (lib && *lib && !strstr(lib, "timed out waiting")) {
+    char plain[DLOCK_NAME_MAX + 32];
+    snprintf(plain, sizeof plain, "lock \"%s\": timed out waiting", cfg->name);
+    if (lib && *lib && strcmp(lib, plain) != 0) {
         const char *tail = strstr(lib, "\": ");
         snprintf(why, sizeof why, "%s", strncmp(lib, "lock \"", 6) == 0 && tail ? tail + 3 : lib);
     }

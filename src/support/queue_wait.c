@@ -38,7 +38,7 @@ int dl_queue_acquire(dlock_lock *l, int64_t deadline_ns, const dl_queue_waiter *
         if (rc == DLOCK_ECANCELED)
             return dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name);
         if (rc == DLOCK_ETIMEDOUT)
-            return dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
+            return dl_wait_timed_out(l, NULL);
         if (rc || in)
             return rc;
     }

@@ -449,7 +449,7 @@ static int wait_jobs(dlock_lock *l, wait_job *jobs, int njobs, int64_t deadline,
         pfd[n++] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
         int ms = dl_ms_left(deadline);
         if (deadline > 0 && ms == 0) {
-            rc = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            rc = dl_wait_timed_out(l, NULL);
             break;
         }
         int pr = poll(pfd, (nfds_t)n, ms);
@@ -1117,7 +1117,7 @@ static int wait_call(dlock_lock *l, int fd, int listener, uint64_t t, int64_t de
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name);
     if (rc == DLOCK_ETIMEDOUT && until == deadline)
-        return dl_lock_err(l, rc, "lock \"%s\": timed out waiting", l->name);
+        return dl_wait_timed_out(l, NULL);
     if (rc != 0)
         return 1;
     /* Anyone may call: the ticket's being free is what counts (a call

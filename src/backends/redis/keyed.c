@@ -232,7 +232,7 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
         }
         int left = dl_ms_left(deadline);
         if (deadline > 0 && left == 0) {
-            result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            result = dl_wait_timed_out(l, NULL);
             break;
         }
         /* Poll, looking again at the latest when the holder's lease ends,
@@ -289,7 +289,7 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
     /* A request cut short by the acquisition's bound after its deadline
      * passed means the wait ran out, not that the server is gone. */
     if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
-        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+        result = dl_wait_timed_out_after(l);
     return result;
 }
 

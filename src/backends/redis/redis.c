@@ -557,7 +557,7 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
         int left = dl_ms_left(deadline);
         if (deadline > 0 && left == 0) {
             abort_wait(l);
-            result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            result = dl_wait_timed_out(l, NULL);
             break;
         }
         long long slice = value + 2 < refresh ? value + 2 : refresh;
@@ -656,13 +656,8 @@ static int redis_acquire(dlock_lock *l, int64_t deadline)
     /* A request of a timed wait cut short by the deadline bound (after the
      * caller's deadline passed; a server answers BLPOP up to its cron period
      * late) means the wait ran out, not that the server is gone. */
-    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0) {
-        char why[DL_ERRMSG_MAX];
-        const char *detail = strstr(dl_lock_msg(l), "\": ");
-        snprintf(why, sizeof why, "%s", detail ? detail + 3 : dl_lock_msg(l));
-        result = dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting (%.300s)",
-                             l->name, why);
-    }
+    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
+        result = dl_wait_timed_out_after(l);
     return result;
 }
 

@@ -292,10 +292,17 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         /* Each try within the acquisition's bound: a grant we could not
          * learn of in time is given back below all the same. */
         int tmo = bounded_node_timeout(rc, l);
-        if (tmo == 0) /* bound reached (after a try that ended at it) */
-            return dl_lock_err(l, answered_last < rc->quorum ? DLOCK_EUNREACHABLE : DLOCK_ETIMEDOUT,
-                               "lock \"%s\": timed out waiting%s%s", l->name,
-                               why[0] ? "; last failure: " : "", why);
+        if (tmo == 0) { /* bound reached (after a try that ended at it) */
+            char last[sizeof why + 16];
+            snprintf(last, sizeof last, "%s%s", why[0] ? "last failure: " : "", why);
+            if (answered_last >= rc->quorum)
+                return dl_wait_timed_out(l, last);
+            return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                               "lock \"%s\": only %d of %d redlock masters answered the last try "
+                               "(quorum %d)%s%s",
+                               l->name, answered_last, rc->n, rc->quorum, why[0] ? "; " : "",
+                               last);
+        }
         on_all(rc, &c, r, tmo, grant_decided, why, sizeof why);
         note_bad(rc, r, is_pair, "an array of 2 integers from the lock script", why, sizeof why);
         int granted = 0, answered = 0;
@@ -399,7 +406,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                                    "answered (quorum %d)%s%s",
                                    l->name, answered, rc->n, rc->quorum,
                                    why[0] ? "; last failure: " : "", why);
-            return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out waiting", l->name);
+            return dl_wait_timed_out(l, NULL);
         }
         if (backoff(l, deadline, &step_ns))
             return dl_lock_err(l, DLOCK_ECANCELED, "lock \"%s\": acquisition canceled", l->name);
