@@ -32,6 +32,17 @@ int dl_nap_ns(int64_t ns, int cancel_fd);
  * doubles up to max_ns. Start *step_ns at the first pause wanted. */
 int64_t dl_backoff_ns(int64_t *step_ns, int64_t max_ns);
 
+/* A waiter carries on through what passes (an election, a failover, a
+ * member that went): after a try failed with *rc DLOCK_EUNREACHABLE, pause
+ * (the jittered backoff from 50 ms, doubling to 800 ms: the waiters of
+ * many clients cut by one failover do not come back in step) and say to
+ * try again (true), while deadline_ns allows; else sleep out the rest of
+ * the wait and say no (false, *rc unchanged: the caller tells why). A
+ * try-once acquisition (deadline_ns 0) never tries again. *rc becomes
+ * DLOCK_ECANCELED when cancel_fd is readable during the pause. *step_ns
+ * starts at 0. */
+bool dl_retry_transient(int *rc, int64_t deadline_ns, int cancel_fd, int64_t *step_ns);
+
 /* n bytes of s as lowercase hex digits into out (2n+1 bytes). */
 void dl_hex_encode(const void *s, size_t n, char *out);
 /* Hex digits back into bytes: 0 with *out (malloc'd, NUL-terminated) and

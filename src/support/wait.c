@@ -46,6 +46,25 @@ int dl_nap_ns(int64_t ns, int cancel_fd)
     }
 }
 
+#define DL_RETRY_FIRST_MS 50
+#define DL_RETRY_MAX_MS 800
+bool dl_retry_transient(int *rc, int64_t deadline_ns, int cancel_fd, int64_t *step_ns)
+{
+    if (*rc != DLOCK_EUNREACHABLE || deadline_ns == 0)
+        return false;
+    if (*step_ns == 0)
+        *step_ns = dl_ms_to_ns(DL_RETRY_FIRST_MS);
+    int64_t now = dl_now_ns(), pause = dl_backoff_ns(step_ns, dl_ms_to_ns(DL_RETRY_MAX_MS));
+    bool last = deadline_ns > 0 && now + pause >= deadline_ns;
+    if (last)
+        pause = deadline_ns - now > 0 ? deadline_ns - now : 0;
+    if (dl_nap_ns(pause, cancel_fd) == DLOCK_ECANCELED) {
+        *rc = DLOCK_ECANCELED;
+        return false;
+    }
+    return !last;
+}
+
 int64_t dl_backoff_ns(int64_t *step_ns, int64_t max_ns)
 {
     int64_t step = *step_ns > 0 ? *step_ns : 1;

@@ -210,41 +210,12 @@ static int acquire_rc(int rc, int64_t deadline)
     return rc;
 }
 
-/*
- * A waiter carries on through what passes (an election: "leader changed",
- * no leader for a while, a member that went): after a request failed with
- * *rc DLOCK_EUNREACHABLE, pause (the shared jittered backoff from 50 ms,
- * doubling to 800 ms: the waiters of many clients cut by one election do
- * not come back in step) and say to try again, while its deadline allows
- * (else wait it out: false). A try-once acquisition does not. *rc becomes
- * DLOCK_ECANCELED when dlock_cancel comes during the pause. *step_ns
- * starts at 0.
- */
-#define EC_RETRY_FIRST_MS 50
-#define EC_RETRY_MAX_MS 800
-static bool retry_transient(int *rc, int64_t deadline, int cancel_fd, int64_t *step_ns)
-{
-    if (*rc != DLOCK_EUNREACHABLE || deadline == 0)
-        return false;
-    if (*step_ns == 0)
-        *step_ns = dl_ms_to_ns(EC_RETRY_FIRST_MS);
-    int64_t now = dl_now_ns(), pause = dl_backoff_ns(step_ns, dl_ms_to_ns(EC_RETRY_MAX_MS));
-    bool last = deadline > 0 && now + pause >= deadline;
-    if (last) /* the rest of the wait: then it timed out (acquire_rc) */
-        pause = deadline - now > 0 ? deadline - now : 0;
-    if (dl_nap_ns(pause, cancel_fd) == DLOCK_ECANCELED) {
-        *rc = DLOCK_ECANCELED;
-        return false;
-    }
-    return !last;
-}
-
 /* A waiter's state in its queue (dl_queue_acquire's ctx). */
 typedef struct ec_waiting {
     dlock_lock *l;
     int64_t deadline;
     int cancel_fd;
-    int64_t *retry_step_ns; /* retry_transient's, shared with the queueing */
+    int64_t *retry_step_ns; /* dl_retry_transient's, shared with the queueing */
     ec_entry *q;            /* the queue up to our key, ascending; ours last */
     int n;
     int64_t rev;    /* the revision q was read at */
@@ -270,7 +241,7 @@ static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
         do
             rc = ec_read_queue(ec, el, z->ev_rev, req_until(l), &z->q, &z->n, &z->rev, err,
                                sizeof err);
-        while (rc && retry_transient(&rc, z->deadline, z->cancel_fd, z->retry_step_ns));
+        while (rc && dl_retry_transient(&rc, z->deadline, z->cancel_fd, z->retry_step_ns));
         if (rc)
             return dl_lock_err(l, acquire_rc(rc, z->deadline),
                                "lock \"%s\": reading its queue: %s (%s)", l->name, err,
@@ -376,7 +347,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             pthread_mutex_unlock(&ec->mu);
             continue;
         }
-        if (rc == 0 || !retry_transient(&rc, deadline, cancel_fd, &retry_step_ns))
+        if (rc == 0 || !dl_retry_transient(&rc, deadline, cancel_fd, &retry_step_ns))
             break;
     }
     if (rc) {
@@ -432,7 +403,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
              * grant to be worth anything: ask once more. */
             do
                 rc = ec_keepalive(ec, req_until(l), err, sizeof err);
-            while (rc && retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
+            while (rc && dl_retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
             if (rc)
                 result = dl_lock_err(l, acquire_rc(rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
@@ -1334,7 +1305,7 @@ static int etcd_client_open(dlock_client *c, const dl_url *u)
          * but grants nothing (an election after its leader went, quorum
          * lost for a while) is the right URL at a bad moment: the opening
          * succeeds, and the first lock grants the lease, riding the
-         * election out within its own wait (retry_transient). A member's
+         * election out within its own wait (dl_retry_transient). A member's
          * status needs no leader; the last quarter is kept for asking it. */
         int64_t lease;
         uint64_t gen;
