@@ -110,4 +110,23 @@ jcheck "$TMP/redis-fo.json" "one master: failover-cut, kill-minority and kill-le
 jcheck "$TMP/redis-fo.json" "one master: the n/a notes name the topology the faults need" \
     '"replicas with failover" in sc("failover-cut")["note"] and "a quorum of independent servers or a consensus ensemble" in sc("kill-minority")["note"] and "a consensus ensemble" in sc("kill-leader")["note"]'
 
+# Last (it leaves the Sentinel deployment a server short): its master
+# killed, a client opened at once, before the sentinels noticed, must ride
+# the failover out within its -w (it used to fail at once: "cannot open
+# backend: ... Connection refused").
+sport=$(cat "$DLOCK_TEST_SERVERS/sentinel1.port")
+mport=$(redis-cli -p "$sport" sentinel get-master-addr-by-name dlockmaster | sed -n 2p)
+master=
+for f in "$DLOCK_TEST_SERVERS"/smaster.port "$DLOCK_TEST_SERVERS"/sreplica*.port; do
+    [ "$(cat "$f")" = "$mport" ] && master=$(basename "$f" .port)
+done
+if [ -n "$master" ]; then
+    kill -9 "$(cat "$DLOCK_TEST_SERVERS/$master.pid")"
+    "$DLOCK" --url "$DLOCK_TEST_SENTINEL" run -w 20 after-failover -- true 2>"$TMP/fo.err" &&
+        ok "sentinel, its master ($master) killed: a client opened before the failover got the lock after it" ||
+        bad "sentinel, its master ($master) killed: $(cat "$TMP/fo.err")"
+else
+    bad "sentinel: no server of the deployment on the master's port ($mport)"
+fi
+
 finish
