@@ -1244,16 +1244,6 @@ int rd_master_open(dlock_client *cl, const dl_url *u)
                      : NULL;
     if (!first)
         snprintf(err, sizeof err, "no node serves slot of the probe key");
-    if (!c && fail == DLOCK_EUNREACHABLE && rc->mode != MODE_SINGLE) {
-        /* The sentinels or the cluster answered, the master they name did
-         * not: a failover under way (its master killed, not yet replaced)
-         * is the right URL at a bad moment. Open without the probe: the
-         * first call finds the master then (rd_run) and loads the code
-         * there, and an acquisition with time left rides the failover out
-         * (redis_acquire). */
-        cl->bstate = rc;
-        return 0;
-    }
     /* Opening, handshake included, takes at most the connect timeout: a
      * caller that must be done by a deadline (dlock run -w) sets it. */
     int lr = c ? rd_load_script(c, &rc->cf, open_ms_left(open_until, rc->cf.op_timeout_ms), err,
@@ -1268,6 +1258,16 @@ int rd_master_open(dlock_client *cl, const dl_url *u)
                    : strstr(err, "NOPERM") ? DLOCK_EPERM
                                            : DLOCK_EUNREACHABLE;
         rconn_drop(c);
+        if (fail == DLOCK_EUNREACHABLE && rc->mode != MODE_SINGLE) {
+            /* The sentinels or the cluster answered, the master they name
+             * did not (refused, or reset the connection as it died): a
+             * failover under way is the right URL at a bad moment. Open
+             * without the probe: the first call finds the master then
+             * (rd_run) and loads the code there, and an acquisition with
+             * time left rides the failover out (redis_acquire). */
+            cl->bstate = rc;
+            return 0;
+        }
         rclient_free(rc);
         return dl_client_err(cl, fail, "%s: %s", u->redacted, err);
     }
