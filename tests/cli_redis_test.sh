@@ -241,6 +241,33 @@ kill -CONT "$(cat "$srv_dir/stalled.pid")"
 ((took < 1800)) || fail "-w 1 against a stopped server took $took ms"
 pass
 
+# ---- a command that ran keeps its exit status when its release goes ---------
+# unconfirmed (the server stopped by the command itself): a failure status
+# there would have a caller that retries run the command twice. The lock
+# ends with its lease. hold, which runs no command, reports the release's.
+spid=$(cat "$srv_dir/stalled.pid")
+expect 0 "$DLOCK" --url "redis://127.0.0.1:$SPORT" run -n unconfirmed-ok -- kill -STOP "$spid"
+kill -CONT "$spid"
+[[ $(wc -l <"$TMP/err") == 1 ]] && grep -q 'cannot release lock "unconfirmed-ok"' "$TMP/err" ||
+    fail "an unconfirmed release after the command succeeded: $(cat "$TMP/err")"
+expect 3 "$DLOCK" --url "redis://127.0.0.1:$SPORT" run -n unconfirmed-3 -- \
+    sh -c 'kill -STOP "$0"; exit 3' "$spid"
+kill -CONT "$spid"
+grep -q 'cannot release lock "unconfirmed-3"' "$TMP/err" ||
+    fail "an unconfirmed release after the command failed: $(cat "$TMP/err")"
+"$DLOCK" --url "redis://127.0.0.1:$SPORT" hold unconfirmed-hold >"$TMP/hold.out" 2>"$TMP/err" &
+holder=$!
+BG+=("$holder")
+for _ in $(seq 100); do [[ -s $TMP/hold.out ]] && break; sleep 0.05; done
+[[ -s $TMP/hold.out ]] || fail "hold did not print its token"
+kill -STOP "$spid"
+kill -TERM "$holder"
+rc=0
+wait "$holder" || rc=$?
+kill -CONT "$spid"
+[[ $rc == 69 ]] || fail "hold whose release went unanswered exited $rc, expected 69"
+pass
+
 # ---- issue 22, item 5: a dlock under `dlock run` reaches the same backend ----
 # with the same credentials (its DLOCK_URL has no password: the whole URL
 # comes down through DLOCK_URL_FD), two levels deep, and nothing prints the

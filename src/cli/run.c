@@ -1027,7 +1027,12 @@ int cli_run(int argc, char **argv, const cli_global *g)
         const char *why = dlock_lock_errmsg(lock);
         cli_err("%s: cannot release lock %s: %s", cfg.cmdname, shown,
                 why && *why ? why : dlock_strerror(rel));
-        if (rc == 0)
+        /* run and elect exit with the command's status once it ran (SPEC
+         * 6, dlock.1): it ran protected (a loss would have stopped it), and
+         * a failure here would make a caller that retries run it twice.
+         * The lock ends with the client's session or lease. hold has no
+         * command: its status is the release's. */
+        if (rc == 0 && cfg.mode == MODE_HOLD)
             rc = cli_exit_for(rel);
         cli_ev_error(cfg.name, dlock_err_name(rel), rc, NULL);
     } else if (rc != CLI_EXIT_LOST) {
