@@ -81,6 +81,7 @@ typedef struct pgclient {
     char names[2 * PG_IDENT_MAX + 8]; /* dlock_names: the mode and table each name is used in */
     char claims[2 * PG_IDENT_MAX + 8]; /* dlock_claims: claims' records (records.c) */
     atomic_bool claims_ready;          /* the claims table is there */
+    atomic_bool spoke;                 /* a connection was made: it is PostgreSQL */
     const char *mode;                 /* "advisory", "lease" or "rowlock" */
     char *sql_names_get, *sql_names_add, *sql_names_drop;
     const char *redacted;

@@ -498,7 +498,14 @@ int pg_conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, c
             else if (strstr(m, "received invalid response") || strstr(m, "expected authentication") ||
                      strstr(m, "invalid") || strstr(m, "unexpected message") ||
                      strstr(m, "server closed the connection unexpectedly"))
-                rc = strstr(m, "Connection refused") ? DLOCK_EUNREACHABLE : DLOCK_EPROTO;
+                /* A server this client already spoke with that closes a
+                 * new connection is going down or restarting (connections
+                 * queued as it was killed), not another kind of server. */
+                rc = strstr(m, "Connection refused") ||
+                             (atomic_load(&pc->spoke) &&
+                              strstr(m, "server closed the connection unexpectedly"))
+                         ? DLOCK_EUNREACHABLE
+                         : DLOCK_EPROTO;
             snprintf(why, wlen, "%s%s", line,
                      rc == DLOCK_EPROTO ? " (is it a PostgreSQL server?)" : "");
         } else {
@@ -511,6 +518,7 @@ int pg_conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, c
         pg_conn_close(k);
         return rc;
     }
+    atomic_store(&pc->spoke, true);
     pg_lib.setNoticeProcessor(k->pg, pq_quiet, NULL);
     if (pg_lib.setnonblocking(k->pg, 1) != 0 || !pg_lib.enterPipelineMode(k->pg)) {
         snprintf(why, wlen, "cannot make the connection non-blocking and pipelined");
