@@ -8,6 +8,7 @@
  */
 #include "internal.h"
 #include "dlock_debug.h"
+#include "support/support.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -1569,10 +1570,34 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
      * read a reply already on its way), whatever the servers do. */
     l->op_deadline_ns =
         deadline_ns > 0 ? deadline_ns + (int64_t)DL_DEADLINE_MARGIN_MS * 1000000LL : 0;
+    int64_t retry_step_ns = 0;
+    l->outage = false;
     for (;;) {
         started = dl_now_ns();
         l->lease_start_ns = 0;
         rc = l->c->ops->acquire(l, deadline_ns);
+        /* A wait with time left rides out a restart or failover of its
+         * servers, on every backend: a try that found none pauses and tries
+         * again (etcd and ZooKeeper do within their own tries, keeping
+         * their place in the queue).
+         * With a new owner id: whatever the failed try may have left on a
+         * server (a grant whose reply was lost) is never taken for this
+         * one's; it lapses by its lease or session. A try-once acquisition
+         * fails at once. */
+        if (rc == DLOCK_EUNREACHABLE && !l->c->ops->rides_out_outages) {
+            if (dl_retry_transient(&rc, deadline_ns, dl_cancel_fd(l), &retry_step_ns)) {
+                l->outage = true;
+                rc = dl_lock_new_owner(l);
+                if (rc)
+                    break;
+                continue;
+            }
+            /* (Run out with no server answering: DLOCK_EUNREACHABLE, not a
+             * timeout, which would say the lock was taken.) */
+            if (rc == DLOCK_ECANCELED)
+                rc = dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name);
+            break;
+        }
         if (rc == 0 && l->lease_start_ns)
             started = l->lease_start_ns;
         if (rc != 0 || !uses_lease(l) || !granted_too_late(l, started))
@@ -2043,12 +2068,18 @@ DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list
     return client->ops->list(client, prefix ? prefix : "", fn, arg);
 }
 
+bool dl_deadline_cut(const dlock_lock *l, int rc, int64_t deadline_ns)
+{
+    return rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0 &&
+           !l->outage;
+}
+
 int dl_connect_err(dlock_lock *l, int64_t deadline_ns, int rc, const char *why,
                    const char *where)
 {
     if (rc == DLOCK_ECANCELED)
         return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
-    if (rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)
+    if (dl_deadline_cut(l, rc, deadline_ns))
         return dl_lock_err(l, DLOCK_ETIMEDOUT, "lock \"%s\": timed out: %s (%s)", l->name, why,
                            where);
     return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, where);

@@ -113,6 +113,11 @@ typedef struct dl_backend_ops {
      * deadline_ns: 0 = try once, -1 = forever, else CLOCK_MONOTONIC ns.
      * Must watch dl_cancel_fd(l) while waiting. Sets l->token on success. */
     int (*acquire)(dlock_lock *l, int64_t deadline_ns);
+    /* acquire itself carries a wait through an election or an outage, to
+     * its deadline, keeping its place in the queue (etcd, ZooKeeper): its
+     * DLOCK_EUNREACHABLE is final (a waiter's entry deleted, dlock break),
+     * and the core does not try again as it does for the others. */
+    bool rides_out_outages;
     int (*release)(dlock_lock *l);
     /* Lease backends: extend the lease; DLOCK_ELOST when no longer owner.
      * A session backend may fill it in too, to vouch for its session: the
@@ -338,6 +343,9 @@ struct dlock_lock {
      * ours) or Redlock (its start minus the clock drift allowance). The
      * lease then ends at lease_start_ns + ttl. 0: the call's start. */
     int64_t lease_start_ns;
+    /* This acquisition has already found no server (the core tries again
+     * after DLOCK_EUNREACHABLE): see dl_deadline_cut. */
+    bool outage;
 
     /* A hard bound (CLOCK_MONOTONIC ns, 0: none beyond the op timeout) that
      * no request of the backend call in progress may wait past, set by the
@@ -413,6 +421,13 @@ int dl_cancel_fd(dlock_lock *l);
 
 /* Mark a held lock lost (idempotent): state, lost fd, callback. */
 void dl_mark_lost(dlock_lock *l, const char *why);
+
+/* A request of an acquisition that failed DLOCK_EUNREACHABLE (rc) when
+ * the acquisition's deadline had passed was cut short by it, and proves
+ * nothing of the server (it had less than its op timeout): the wait timed
+ * out (true) — unless the acquisition has already found no server on an
+ * earlier try (l->outage): then the outage goes on (false, unreachable). */
+bool dl_deadline_cut(const dlock_lock *l, int rc, int64_t deadline_ns);
 
 /* An acquisition that could not get a connection (code rc, reason why, the
  * server as `where` with no password): a timed one whose time ran out while

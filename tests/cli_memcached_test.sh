@@ -423,4 +423,7 @@ for mode in http silent; do
             bad "a server that never answers: exit $rc in $took ms: $(cat "$TMP/$mode.out" "$TMP/$mode.err")"
     fi
 done
+
+# ---- a wait rides out a restart of the server -----------------------------------------
+ride_out_restart "$U" memcached "memcached"
 finish

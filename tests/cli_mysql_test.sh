@@ -379,6 +379,10 @@ else
     bad "frozen holder ($thawed ms): other client exit $rc ran '$(cat "$TMP/other.out")'; holder exit $hrc: $(cat "$TMP/frozen.err")"
 fi
 
+# ---- a wait rides out a restart of the server (getlock; lease) ------------------------
+ride_out_restart "$G" mariadb "getlock"
+ride_out_restart "$L" mariadb "lease" kept # its row is InnoDB's
+
 # ---- no password anywhere in what dlock printed ----------------------------------------
 leaks=$(grep -rl -e "$(pw_of "$G")" -e "$(pw_of "$DLOCK_TEST_MYSQL_ADMIN")" -e wr0ngpw "$TMP" 2>/dev/null)
 [ -z "$leaks" ] && ok "no password in any output ($(ls "$TMP" | wc -l) files)" ||

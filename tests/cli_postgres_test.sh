@@ -100,4 +100,7 @@ if [ $rc = 1 ] && [ ! -s "$TMP/other.out" ] && [ $hrc = 0 ] && [ -s "$TMP/finish
 else
     bad "frozen holder: other client exit $rc ran '$(cat "$TMP/other.out")'; holder exit $hrc: $(cat "$TMP/frozen.err")"
 fi
+
+# ---- a wait rides out a restart of the server ---------------------------------------
+ride_out_restart "$U" postgres "postgres"
 finish

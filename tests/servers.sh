@@ -213,12 +213,19 @@ srv_redis() {
   echo "$port"
 }
 
-# srv_restart NAME: kill -9 and start again with the same command (data lost
-# for Redis; ZooKeeper keeps its data directory)
+# srv_restart NAME [DOWN_SECS]: kill -9 (with its child processes: a
+# PostgreSQL's backends, all stopped first so that none writes after that
+# moment) and start again with the same command after DOWN_SECS (default
+# 0.05) (data lost for Redis; ZooKeeper keeps its data directory)
 srv_restart() {
-  local name=$1
-  kill -KILL "$(cat "$srv_dir/$name.pid")" 2>/dev/null
-  sleep 0.05
+  local name=$1 pid kids
+  pid=$(cat "$srv_dir/$name.pid")
+  kids=$(ps -o pid= --ppid "$pid" 2>/dev/null)
+  # shellcheck disable=SC2086 # a list of pids
+  kill -STOP "$pid" $kids 2>/dev/null
+  # shellcheck disable=SC2086
+  kill -KILL "$pid" $kids 2>/dev/null
+  sleep "${2:-0.05}"
   eval "$(cat "$srv_dir/$name.cmd") </dev/null >>$srv_dir/$name/out 2>&1 &"
   echo $! >"$srv_dir/$name.pid"
   if [ -e "$srv_dir/$name/zoo.cfg" ]; then

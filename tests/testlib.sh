@@ -240,6 +240,44 @@ run_in_election() {
         bad "$3: a client opened with no leader: $(cat "$TMP/election.err")"
 }
 
+# ride_out_restart URL KIND WHAT [kept]: a holder and a waiter (`dlock run
+# -w 30`) of one lock; the server (tests/servers.sh's KIND) killed with
+# kill -9 and started again 1 s later. The holder is told its lock is lost
+# (exit 75) — or, with "kept" (a lease in a durable table), keeps it and
+# ends when told, after the restart — and the waiter rides the outage out
+# and gets the lock from the server that came back (it once failed at
+# once: "Connection refused", exit 69).
+ride_out_restart() {
+    local url=$1 kind=$2 what=$3 kept=${4:-} holder waiter rc=0 hrc=0 want=75
+    [ -n "$kept" ] && want=0
+    rm -f "$TMP/ride.go"
+    "$DLOCK" --url "$url" run restart-ride -- sh -c "$(holds_until "$TMP/ride.go")" \
+        2>"$TMP/ride.holder" &
+    holder=$!
+    if ! wait_held "$url" restart-ride; then
+        bad "$what: the holder never held its lock: $(cat "$TMP/ride.holder")"
+        kill "$holder" 2>/dev/null
+        return
+    fi
+    "$DLOCK" --url "$url" run -w 30 restart-ride -- true 2>"$TMP/ride.err" &
+    waiter=$!
+    sleep 0.5
+    srv_dir=${srv_dir:-$DLOCK_TEST_SERVERS} srv_restart "$kind" 1 2>"$TMP/ride.restart" ||
+        bad "$what: the server did not come back: $(cat "$TMP/ride.restart")"
+    if [ -n "$kept" ]; then
+        sleep 1 # the waiter back at its wait, the holder renewing on the server that came back
+        kill -0 "$waiter" 2>/dev/null || bad "$what: the waiter ended while the holder kept its lease"
+        touch "$TMP/ride.go"
+    fi
+    wait "$waiter" || rc=$?
+    touch "$TMP/ride.go"
+    wait "$holder" || hrc=$?
+    [ $rc = 0 ] && ok "$what: a waiter rode out a restart of the server (1 s down) and got the lock" ||
+        bad "$what: a waiter across a restart of the server exited $rc: $(cat "$TMP/ride.err")"
+    [ $hrc = "$want" ] && ok "$what: the holder across the restart exited $hrc, as expected" ||
+        bad "$what: the holder across the restart exited $hrc, expected $want: $(cat "$TMP/ride.holder")"
+}
+
 # A command that notes when it is stopped (SIGTERM), for `dlock run NAME --
 # sh -c "$(stopper FILE)"`: the time in ms into FILE, then exit 1.
 stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }

@@ -645,7 +645,7 @@ static int mc_acquire(dlock_lock *l, int64_t deadline_ns)
         }
         /* A request cut short by the caller's deadline proves nothing
          * about the server (it had less than op_timeout_ms): a time-out. */
-        if (rc == DLOCK_EUNREACHABLE && deadline_ns > 0 && dl_now_ns() >= deadline_ns)
+        if (dl_deadline_cut(l, rc, deadline_ns))
             return dl_lock_err(l, DLOCK_ETIMEDOUT,
                                "lock \"%s\" not acquired within the timeout (%s)", l->name, why);
         if (rc == DLOCK_ECONFLICT)

@@ -288,7 +288,7 @@ static int k_acquire(dlock_lock *l, int64_t deadline)
         abort_wait(l);
     /* A request cut short by the acquisition's bound after its deadline
      * passed means the wait ran out, not that the server is gone. */
-    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
+    if (dl_deadline_cut(l, result, deadline))
         result = dl_wait_timed_out_after(l);
     return result;
 }

@@ -482,7 +482,7 @@ static long long wait_lease_ms(int64_t deadline, long long wl)
     return left >= wl ? wl : left > 0 ? left : 1;
 }
 
-static int acquire_once(dlock_lock *l, int64_t deadline)
+static int redis_acquire(dlock_lock *l, int64_t deadline)
 {
     rclient *rc = rc_of(l->c);
     rlock *rl = l->bstate;
@@ -656,34 +656,9 @@ static int acquire_once(dlock_lock *l, int64_t deadline)
     /* A request of a timed wait cut short by the deadline bound (after the
      * caller's deadline passed; a server answers BLPOP up to its cron period
      * late) means the wait ran out, not that the server is gone. */
-    if (result == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
+    if (dl_deadline_cut(l, result, deadline))
         result = dl_wait_timed_out_after(l);
     return result;
-}
-
-/* An acquisition with time left rides out a failover (the master killed,
- * the sentinels or the cluster not yet agreed on another) or a restart, as
- * etcd's and ZooKeeper's ride out an election: a try that found no server
- * pauses and tries again (dl_retry_transient), with a new owner id, so
- * that what the failed try may have left on a server (a grant whose reply
- * was lost) is never taken for this one's; it lapses by its lease. */
-static int redis_acquire(dlock_lock *l, int64_t deadline)
-{
-    int64_t step_ns = 0;
-    for (;;) {
-        int rc = acquire_once(l, deadline);
-        if (rc != DLOCK_EUNREACHABLE || deadline == 0 ||
-            !dl_retry_transient(&rc, deadline, dl_cancel_fd(l), &step_ns)) {
-            if (rc == DLOCK_ECANCELED)
-                return dl_lock_err(l, rc, "lock \"%s\": acquisition canceled", l->name);
-            if (rc == DLOCK_EUNREACHABLE && deadline > 0 && dl_ms_left(deadline) == 0)
-                return dl_wait_timed_out_after(l);
-            return rc;
-        }
-        rc = dl_lock_new_owner(l);
-        if (rc)
-            return rc;
-    }
 }
 
 int rd_release_result(dlock_lock *l, int x, redisReply *r, const char *err)

@@ -1150,6 +1150,7 @@ static const dl_backend_ops zk_ops = {
     .lock_init = zk_lock_init,
     .lock_fini = zk_lock_fini,
     .acquire = zk_acquire,
+    .rides_out_outages = true,
     .release = zk_release,
     .renew = zk_renew,
     .abandon = zk_abandon,
