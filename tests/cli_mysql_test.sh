@@ -381,6 +381,7 @@ fi
 
 # ---- a wait rides out a restart of the server (getlock; lease) ------------------------
 ride_out_restart "$G" mariadb "getlock"
+open_in_restart "$G" mariadb "getlock"
 ride_out_restart "$L" mariadb "lease" kept # its row is InnoDB's
 
 # ---- no password anywhere in what dlock printed ----------------------------------------

@@ -103,4 +103,5 @@ fi
 
 # ---- a wait rides out a restart of the server ---------------------------------------
 ride_out_restart "$U" postgres "postgres"
+open_in_restart "$U" postgres "postgres"
 finish

@@ -278,6 +278,28 @@ ride_out_restart() {
         bad "$what: the holder across the restart exited $hrc, expected $want: $(cat "$TMP/ride.holder")"
 }
 
+# open_in_restart URL KIND WHAT: `dlock run` started while the server is
+# down (killed, started again 2 s later): with -w 30 it waits the restart
+# out and gets the lock (it once failed at once: exit 69); without -w (wait
+# for ever) it fails at once with exit 69, as for a wrong URL.
+open_in_restart() {
+    local url=$1 kind=$2 what=$3 restarter rc=0 t0 took
+    srv_dir=${srv_dir:-$DLOCK_TEST_SERVERS} srv_restart "$kind" 2 2>"$TMP/oir.restart" &
+    restarter=$!
+    sleep 0.5
+    t0=$(date +%s%3N)
+    "$DLOCK" --url "$url" run open-in-restart -- true 2>"$TMP/oir.err" || rc=$?
+    took=$(($(date +%s%3N) - t0))
+    [ $rc = 69 ] && [ $took -lt 1500 ] && ok "$what: no -w, the server down: exit 69 in $took ms" ||
+        bad "$what: no -w, the server down: exit $rc in $took ms: $(cat "$TMP/oir.err")"
+    rc=0
+    "$DLOCK" -v --url "$url" run -w 30 open-in-restart -- true 2>"$TMP/oir.err" || rc=$?
+    wait "$restarter" || bad "$what: the server did not come back: $(cat "$TMP/oir.restart")"
+    [ $rc = 0 ] && grep -q 'cannot open backend yet' "$TMP/oir.err" &&
+        ok "$what: -w 30 started while the server was down got the lock once it was back" ||
+        bad "$what: -w 30 started while the server was down: exit $rc: $(cat "$TMP/oir.err")"
+}
+
 # A command that notes when it is stopped (SIGTERM), for `dlock run NAME --
 # sh -c "$(stopper FILE)"`: the time in ms into FILE, then exit 1.
 stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }

@@ -215,6 +215,11 @@ int cli_open(const char *cmd, const char *url, dlock_client **out);
  * code. */
 int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
                     int *lib_rc);
+/* cli_open_within's try alone, saying nothing: the library's code (its
+ * message in dlock_client_errmsg(NULL)). */
+int cli_open_try(const char *url, int within_ms, dlock_client **out);
+/* cli_open_within's one line for a failed open of code rc; its exit code. */
+int cli_open_failed(const char *cmd, int rc);
 
 /* Call once dlock_lost_fd(lock) polled readable, before dlock_lock_errmsg:
  * reads the event, which orders the library thread's loss message before our

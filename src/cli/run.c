@@ -541,6 +541,53 @@ static int ev_peer_var(const char *var, const char *value, void *arg)
 /* Take the lock (or leadership). Returns TAKEN when held, else the exit
  * code (*stop_sig: the signal that ended the wait); *remembered gets the
  * signals to deliver to the command. */
+/* The client of a run whose wait is bounded (-w SECS > 0): a backend that
+ * no server answers yet (one restarting as the wait starts) is tried again
+ * within the bound (50 ms doubling to 0.8 s), as the library rides out a
+ * server that goes during the wait. Without a bound, and with -n, it fails
+ * at once: a wrong URL must not wait for ever. The failure's line and event
+ * are said here; a terminating signal meanwhile ends it (128 + it, *sig). */
+static int open_for_wait(const run_cfg *cfg, int64_t opening_ms, dlock_client **c, int *sig)
+{
+    int64_t step_ms = 50;
+    bool said = false;
+    for (;;) {
+        int64_t left_ms = cfg->timeout_ms - (cli_now_ms() - opening_ms);
+        int within = cfg->timeout_ms > 0 ? (int)(left_ms > 0 ? left_ms : 0) + 100 : -1;
+        int rc = cli_open_try(cfg->url, within, c);
+        if (rc == 0)
+            return 0;
+        left_ms = cfg->timeout_ms - (cli_now_ms() - opening_ms);
+        if (rc != DLOCK_EUNREACHABLE || cfg->timeout_ms <= 0 || left_ms <= step_ms) {
+            int exit_code = cli_open_failed(cfg->cmdname, rc);
+            cli_ev_error(cfg->name, dlock_err_name(rc), exit_code, NULL);
+            return exit_code;
+        }
+        if (cfg->verbose && !said) {
+            const char *why = dlock_client_errmsg(NULL);
+            cli_err("%s: cannot open backend yet: %s; trying again for up to %.1f s", cfg->cmdname,
+                    why && *why ? why : dlock_strerror(rc), (double)left_ms / 1000);
+            said = true;
+        }
+        struct pollfd p = {.fd = cli_sig_fd(), .events = POLLIN};
+        struct timespec ts = {.tv_sec = step_ms / 1000, .tv_nsec = step_ms % 1000 * 1000000};
+        step_ms = step_ms < 400 ? step_ms * 2 : 800;
+        if (ppoll(&p, 1, &ts, cli_sig_pollmask()) <= 0)
+            continue;
+        int s;
+        while ((s = cli_sig_next()) != 0) {
+            if (!cli_sig_terminates(s))
+                continue; /* (no command yet to pass it on to) */
+            char sname[16], msg[96];
+            snprintf(msg, sizeof msg, "%s: %s received while waiting", cfg->cmdname,
+                     cli_signal_name(s, sname, sizeof sname));
+            cli_ev_error(cfg->name, "INTERRUPTED", 128 + s, msg);
+            *sig = s;
+            return 128 + s;
+        }
+    }
+}
+
 static int take(const run_cfg *cfg, dlock_client *c, dlock_lock *lock, int *remembered,
                 size_t *nremembered, int *stop_sig, dlock_claim **claim)
 {
@@ -906,12 +953,8 @@ int cli_run(int argc, char **argv, const cli_global *g)
     /* -w bounds the whole wait, connecting to the backend included: an
      * unreachable or stalled server must not make it longer. */
     int64_t opening = cli_now_ms();
-    int within = cfg.timeout_ms > 0 ? cfg.timeout_ms + 100 : -1;
-    int lib_rc;
-    if ((rc = cli_open_within(cfg.cmdname, cfg.url, within, &c, &lib_rc)) != 0) {
-        cli_ev_error(cfg.name, dlock_err_name(lib_rc), rc, NULL);
+    if ((rc = open_for_wait(&cfg, opening, &c, &die_sig)) != 0)
         goto out;
-    }
     cfg.acquire_ms = cfg.timeout_ms;
     if (cfg.timeout_ms > 0) {
         int64_t left = cfg.timeout_ms - (cli_now_ms() - opening);

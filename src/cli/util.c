@@ -439,21 +439,31 @@ int cli_open(const char *cmd, const char *url, dlock_client **out)
     return cli_open_within(cmd, url, -1, out, &lib_rc);
 }
 
-int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
-                    int *lib_rc)
+int cli_open_try(const char *url, int within_ms, dlock_client **out)
 {
     dlock_client_opts o;
     dlock_client_opts_init(&o);
     if (within_ms > 0 && within_ms < 2000)
         o.connect_timeout_ms = within_ms; /* else the URL's or the default */
-    int rc = *lib_rc = dlock_client_open(out, url, &o);
-    if (rc == 0)
-        return 0;
+    int rc = dlock_client_open(out, url, &o);
+    if (rc)
+        *out = NULL;
+    return rc;
+}
+
+int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
+                    int *lib_rc)
+{
+    int rc = *lib_rc = cli_open_try(url, within_ms, out);
+    return rc ? cli_open_failed(cmd, rc) : 0;
+}
+
+int cli_open_failed(const char *cmd, int rc)
+{
     const char *why = dlock_client_errmsg(NULL);
     /* The library's message never contains a password; the URL itself
      * might, so it is not printed here. */
     cli_err("%s: cannot open backend: %s", cmd, why && *why ? why : dlock_strerror(rc));
-    *out = NULL;
     return cli_exit_for(rc);
 }
 
