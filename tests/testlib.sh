@@ -283,10 +283,15 @@ ride_out_restart() {
 # out and gets the lock (it once failed at once: exit 69); without -w (wait
 # for ever) it fails at once with exit 69, as for a wrong URL.
 open_in_restart() {
-    local url=$1 kind=$2 what=$3 restarter rc=0 t0 took
+    local url=$1 kind=$2 what=$3 restarter rc=0 t0 took old i
+    old=$(cat "$DLOCK_TEST_SERVERS/$kind.pid")
     srv_dir=${srv_dir:-$DLOCK_TEST_SERVERS} srv_restart "$kind" 2 2>"$TMP/oir.restart" &
     restarter=$!
-    sleep 0.5
+    # until the old server is gone (a zombie counts as gone)
+    for ((i = 0; i < 100; i++)); do
+        [[ $(sed -E 's/.*\) (.).*/\1/' "/proc/$old/stat" 2>/dev/null || echo Z) == Z ]] && break
+        sleep 0.02
+    done
     t0=$(date +%s%3N)
     "$DLOCK" --url "$url" run open-in-restart -- true 2>"$TMP/oir.err" || rc=$?
     took=$(($(date +%s%3N) - t0))

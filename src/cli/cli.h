@@ -210,15 +210,11 @@ const char *cli_url_file(const char *cmd, const char *path);
 /* Open a client for url; on failure prints one line and returns the exit
  * code (64 malformed url, 69 unreachable, 70 other), else 0. */
 int cli_open(const char *cmd, const char *url, dlock_client **out);
-/* The same, done within within_ms (-1: the default connect timeout), for a
- * command whose whole wait is bounded (run -w); *lib_rc gets the library's
- * code. */
-int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
-                    int *lib_rc);
-/* cli_open_within's try alone, saying nothing: the library's code (its
- * message in dlock_client_errmsg(NULL)). */
+/* cli_open's try alone, done within within_ms (-1: the default connect
+ * timeout; run -w bounds its whole wait), saying nothing: the library's
+ * code (its message in dlock_client_errmsg(NULL)). */
 int cli_open_try(const char *url, int within_ms, dlock_client **out);
-/* cli_open_within's one line for a failed open of code rc; its exit code. */
+/* cli_open's one line for a failed open of code rc; its exit code. */
 int cli_open_failed(const char *cmd, int rc);
 
 /* Call once dlock_lost_fd(lock) polled readable, before dlock_lock_errmsg:

@@ -435,8 +435,8 @@ const char *cli_url_file(const char *cmd, const char *path)
 
 int cli_open(const char *cmd, const char *url, dlock_client **out)
 {
-    int lib_rc;
-    return cli_open_within(cmd, url, -1, out, &lib_rc);
+    int rc = cli_open_try(url, -1, out);
+    return rc ? cli_open_failed(cmd, rc) : 0;
 }
 
 int cli_open_try(const char *url, int within_ms, dlock_client **out)
@@ -449,13 +449,6 @@ int cli_open_try(const char *url, int within_ms, dlock_client **out)
     if (rc)
         *out = NULL;
     return rc;
-}
-
-int cli_open_within(const char *cmd, const char *url, int within_ms, dlock_client **out,
-                    int *lib_rc)
-{
-    int rc = *lib_rc = cli_open_try(url, within_ms, out);
-    return rc ? cli_open_failed(cmd, rc) : 0;
 }
 
 int cli_open_failed(const char *cmd, int rc)
