@@ -104,4 +104,16 @@ fi
 # ---- a wait rides out a restart of the server ---------------------------------------
 ride_out_restart "$U" postgres "postgres"
 open_in_restart "$U" postgres "postgres"
+# a signal while the opening is tried again ends it at once, as a wait's
+free=$(srv_free_port)
+"$DLOCK" --url "postgres://dlock:pw@127.0.0.1:$free/dlock" run -w 30 closed -- true \
+    2>"$TMP/closed.err" &
+closed=$!
+sleep 0.5
+kill -TERM "$closed"
+rc=0
+wait_bounded "$closed" 5 "SIGTERM while the opening is retried" || rc=$?
+[ $rc = 143 ] && ! grep -q ':pw@' "$TMP/closed.err" &&
+    ok "SIGTERM while the opening is retried (-w 30, nothing listening): exit 143" ||
+    bad "SIGTERM while the opening is retried: exit $rc: $(cat "$TMP/closed.err")"
 finish
