@@ -601,7 +601,7 @@ static int take_range(dlock_lock *l, int fd, short type, off_t start, int64_t de
  * between tries, for up to META_SPIN_NS before a helper waits in the
  * kernel (a clone and two wake-ups: tens of microseconds, most of a
  * contended hand-over when the new holder's token met a ticket taker).
- * A try (deadline 0) waits for META too, up to a second. */
+ * A try (deadline 0) waits for META too, up to a second, then is busy. */
 #define META_SPIN_NS 100000LL
 static int take_meta(dlock_lock *l, int fd, short type, int64_t deadline)
 {
@@ -616,7 +616,16 @@ static int take_meta(dlock_lock *l, int fd, short type, int64_t deadline)
         (void)sched_yield();
         rc = try_range(l, fd, type, OFF_META);
     }
-    return rc == 1 ? take_range(l, fd, type, OFF_META, meta_deadline) : rc;
+    if (rc != 1)
+        return rc;
+    rc = take_range(l, fd, type, OFF_META, meta_deadline);
+    /* A try promises DLOCK_EBUSY, never a time-out: META held so long
+     * means another taker is at work on the lock (or stopped mid-way). */
+    if (rc == DLOCK_ETIMEDOUT && deadline == 0)
+        rc = dl_lock_err(l, DLOCK_EBUSY,
+                         "lock \"%s\" is busy: another taker kept its header for a second",
+                         l->name);
+    return rc;
 }
 
 /* ---- the lock directory ------------------------------------------------ */
