@@ -40,8 +40,11 @@
 static int ttl_ms = 1500;
 /* Slack for a loaded machine (valgrind, sanitizers, tests beside this one
  * on two cores): the watchdog may wake late; a loss reported only when a
- * renewal request times out (op_timeout_ms=5000 below) would be 5 s late. */
-#define SLACK_MS 1000
+ * renewal request times out (op_timeout_ms=5000 below) would be 5 s late.
+ * 1000 ms, or DLOCK_TEST_MANY_SLACK_MS: under valgrind (2500 there), beside
+ * another valgrind test and a CPU hog, the last of 2000 frozen locks was
+ * told 1.1 s past its deadline (valgrind runs one thread at a time). */
+static int slack_ms = 1000;
 
 typedef struct target {
     const char *label;
@@ -175,7 +178,7 @@ static void broken_lost_at_once(target *t)
     const char *why = dlock_lock_errmsg(hs[victim].l);
     assert_non_null(strstr(why, "lost"));
     assert_null(strstr(why, "no renewal succeeded")); /* the reply, not the clock */
-    assert_true(told <= deadline + SLACK_MS);
+    assert_true(told <= deadline + slack_ms);
     sleep_ms(ttl_ms);
     assert_int_equal(count_held(hs, NLOCKS), NLOCKS - 1);
     assert_int_equal(atomic_load(&loss_notices), 1);
@@ -220,7 +223,7 @@ static void all_lost_when_frozen(target *t)
             t->label, atomic_load(&loss_notices), NLOCKS, late);
     assert_int_equal(atomic_load(&loss_notices), NLOCKS);
     assert_int_equal(count_held(hs, NLOCKS), 0);
-    assert_true(late <= SLACK_MS);
+    assert_true(late <= slack_ms);
     for (int i = 0; i < NLOCKS; i++)
         assert_int_equal(dlock_release(hs[i].l), DLOCK_ELOST);
     free_many(hs, NLOCKS);
@@ -265,6 +268,9 @@ int main(void)
     const char *ttl = getenv("DLOCK_TEST_MANY_TTL_MS");
     if (ttl && atoi(ttl) >= 1500)
         ttl_ms = atoi(ttl);
+    const char *slack = getenv("DLOCK_TEST_MANY_SLACK_MS");
+    if (slack && atoi(slack) >= 1000)
+        slack_ms = atoi(slack);
     if (!single || !cluster || !redlock || !mc || !pg || !getenv("DLOCK_TEST_SERVERS")) {
         fprintf(stderr, "test_many: run inside tests/servers.sh run redis cluster redlock "
                         "memcached postgres -- ...\n");
