@@ -105,8 +105,9 @@ static void test_fifo_order(void **state)
         assert_int_equal(next_ticket("fifo"), base + i + 1);
     }
     assert_int_equal(dlock_release(h), 0);
+    for (int i = 0; i < N; i++) /* (all ended before a verdict: they use a[]) */
+        assert_int_equal(pthread_join(t[i], NULL), 0);
     for (int i = 0; i < N; i++) {
-        pthread_join(t[i], NULL);
         assert_int_equal(a[i].got, i);
         dlock_lock_free(a[i].l);
     }
@@ -734,8 +735,9 @@ static void test_client_errmsg_per_thread(void **state)
         args[i] = (struct msg_arg){.c = c, .kind = i};
         assert_int_equal(pthread_create(&th[i], NULL, msg_thread, &args[i]), 0);
     }
-    for (int i = 0; i < MSG_THREADS; i++) {
+    for (int i = 0; i < MSG_THREADS; i++) /* (all ended before a verdict: they use args[]) */
         assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < MSG_THREADS; i++) {
         if (args[i].wrong)
             fail_msg("thread %d read %d messages that were not its own", i, args[i].wrong);
     }
