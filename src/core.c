@@ -1585,8 +1585,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
          * one's; it lapses by its lease or session. A try-once acquisition
          * fails at once. */
         if (rc == DLOCK_EUNREACHABLE && !l->c->ops->rides_out_outages) {
-            if (dl_retry_transient(&rc, deadline_ns, dl_cancel_fd(l), &retry_step_ns)) {
-                l->outage = true;
+            if (dl_lock_retry_transient(l, &rc, deadline_ns, &retry_step_ns)) {
                 rc = dl_lock_new_owner(l);
                 if (rc)
                     break;
@@ -2066,6 +2065,14 @@ DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list
         return dl_client_err(client, DLOCK_ENOTSUP, "the %s backend cannot list locks",
                              client->be->name);
     return client->ops->list(client, prefix ? prefix : "", fn, arg);
+}
+
+bool dl_lock_retry_transient(dlock_lock *l, int *rc, int64_t deadline_ns, int64_t *step_ns)
+{
+    if (!dl_retry_transient(rc, deadline_ns, dl_cancel_fd(l), step_ns))
+        return false;
+    l->outage = true;
+    return true;
 }
 
 bool dl_deadline_cut(const dlock_lock *l, int rc, int64_t deadline_ns)

@@ -343,8 +343,9 @@ struct dlock_lock {
      * ours) or Redlock (its start minus the clock drift allowance). The
      * lease then ends at lease_start_ns + ttl. 0: the call's start. */
     int64_t lease_start_ns;
-    /* This acquisition has already found no server (the core tries again
-     * after DLOCK_EUNREACHABLE): see dl_deadline_cut. */
+    /* This acquisition has already found no server (it tried again after
+     * DLOCK_EUNREACHABLE: dl_lock_retry_transient; ZooKeeper: waited for a
+     * connection until its deadline): see dl_deadline_cut. */
     bool outage;
 
     /* A hard bound (CLOCK_MONOTONIC ns, 0: none beyond the op timeout) that
@@ -428,6 +429,10 @@ void dl_mark_lost(dlock_lock *l, const char *why);
  * out (true) — unless the acquisition has already found no server on an
  * earlier try (l->outage): then the outage goes on (false, unreachable). */
 bool dl_deadline_cut(const dlock_lock *l, int rc, int64_t deadline_ns);
+/* dl_retry_transient for an acquisition of l (its cancel descriptor): a
+ * try again marks the acquisition's outage (l->outage), so that a request
+ * its deadline cuts short then stays DLOCK_EUNREACHABLE. */
+bool dl_lock_retry_transient(dlock_lock *l, int *rc, int64_t deadline_ns, int64_t *step_ns);
 
 /* An acquisition that could not get a connection (code rc, reason why, the
  * server as `where` with no password): a timed one whose time ran out while

@@ -138,4 +138,7 @@ else
     bad "frozen holder: other client exit $rc at +$(( other_at - frozen_at )) ms; command stopped at $(cat "$TMP/stopped" 2>/dev/null || echo never)"
 fi
 kill -CONT $relay
+
+# ---- an outage that outlasts a wait ends it unreachable (exit 69), not timed out ----
+outage_runs_out "$U" etcd "etcd"
 finish

@@ -134,4 +134,7 @@ for round in 1 2; do
     wait "$rela" "$relb" 2>/dev/null
     relays=()
 done
+
+# ---- an outage that outlasts a wait ends it unreachable (exit 69), not timed out ----
+outage_runs_out "$U" zk "zk"
 finish

@@ -305,6 +305,39 @@ open_in_restart() {
         bad "$what: -w 30 started while the server was down: exit $rc: $(cat "$TMP/oir.err")"
 }
 
+# outage_runs_out URL KIND WHAT: a waiter (`dlock run -w 2`) behind a
+# holder, and the server killed and kept down 5 s, longer than the wait:
+# the waiter ends unreachable (exit 69) with its reason, by its bound plus
+# slack, not timed out (exit 1: that would say the lock was taken) — the
+# same on every backend (etcd and ZooKeeper, which ride outages out in their
+# own loops, once said exit 1). The holder is told to end afterwards.
+outage_runs_out() {
+    local url=$1 kind=$2 what=$3 holder waiter restarter rc=0 t0 took
+    rm -f "$TMP/out.go"
+    "$DLOCK" --url "$url" run outage-out -- sh -c "$(holds_until "$TMP/out.go")" \
+        2>"$TMP/out.holder" &
+    holder=$!
+    if ! wait_held "$url" outage-out; then
+        bad "$what: the holder never held its lock: $(cat "$TMP/out.holder")"
+        kill "$holder" 2>/dev/null
+        return
+    fi
+    t0=$(date +%s%3N)
+    "$DLOCK" --url "$url" run -w 2 outage-out -- true 2>"$TMP/out.err" &
+    waiter=$!
+    sleep 0.3
+    srv_dir=${srv_dir:-$DLOCK_TEST_SERVERS} srv_restart "$kind" 5 2>"$TMP/out.restart" &
+    restarter=$!
+    wait "$waiter" || rc=$?
+    took=$(($(date +%s%3N) - t0))
+    wait "$restarter" || bad "$what: the server did not come back: $(cat "$TMP/out.restart")"
+    touch "$TMP/out.go"
+    wait "$holder"
+    [ $rc = 69 ] && [ "$(wc -l <"$TMP/out.err")" = 1 ] &&
+        ok "$what: a -w 2 wait that the server's outage outlasted: exit 69 after $took ms: $(cat "$TMP/out.err")" ||
+        bad "$what: a -w 2 wait that the server's outage outlasted: exit $rc after $took ms, expected 69: $(cat "$TMP/out.err")"
+}
+
 # A command that notes when it is stopped (SIGTERM), for `dlock run NAME --
 # sh -c "$(stopper FILE)"`: the time in ms into FILE, then exit 1.
 stopper() { echo "trap 'date +%s%3N >$1; exit 1' TERM; sleep 20 & wait"; }

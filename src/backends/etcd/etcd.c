@@ -200,12 +200,14 @@ static void give_up(ecclient *ec, eclock *el, bool unknown)
 
 /* What a failed request of an acquisition returns: a lost lease is the
  * cluster's doing (unreachable); a server that did not answer by the
- * caller's deadline is that deadline passing (timed out). */
-static int acquire_rc(int rc, int64_t deadline)
+ * caller's deadline is that deadline passing (timed out), unless the
+ * acquisition already found no leader or no member before (an outage run
+ * out: unreachable, as on every backend; see dl_deadline_cut). */
+static int acquire_rc(const dlock_lock *l, int rc, int64_t deadline)
 {
     if (rc == DLOCK_ELOST)
         rc = DLOCK_EUNREACHABLE;
-    if (rc == DLOCK_EUNREACHABLE && deadline > 0 && dl_now_ns() >= deadline)
+    if (dl_deadline_cut(l, rc, deadline))
         rc = DLOCK_ETIMEDOUT;
     return rc;
 }
@@ -241,9 +243,9 @@ static int ec_wait_read(void *arg, const void **queue, size_t *stride, int *i)
         do
             rc = ec_read_queue(ec, el, z->ev_rev, req_until(l), &z->q, &z->n, &z->rev, err,
                                sizeof err);
-        while (rc && dl_retry_transient(&rc, z->deadline, z->cancel_fd, z->retry_step_ns));
+        while (rc && dl_lock_retry_transient(l, &rc, z->deadline, z->retry_step_ns));
         if (rc)
-            return dl_lock_err(l, acquire_rc(rc, z->deadline),
+            return dl_lock_err(l, acquire_rc(l, rc, z->deadline),
                                "lock \"%s\": reading its queue: %s (%s)", l->name, err,
                                ec->redacted);
     }
@@ -347,7 +349,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             pthread_mutex_unlock(&ec->mu);
             continue;
         }
-        if (rc == 0 || !dl_retry_transient(&rc, deadline, cancel_fd, &retry_step_ns))
+        if (rc == 0 || !dl_lock_retry_transient(l, &rc, deadline, &retry_step_ns))
             break;
     }
     if (rc) {
@@ -360,7 +362,7 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
             bare_drop(ec, el);
         }
         el->key[0] = '\0';
-        return dl_lock_err(l, acquire_rc(rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
+        return dl_lock_err(l, acquire_rc(l, rc, deadline), "lock \"%s\": %s: %s (%s)", l->name,
                            stage, err, ec->redacted);
     }
     ec_waiting z = {.l = l,
@@ -403,9 +405,9 @@ static int etcd_acquire(dlock_lock *l, int64_t deadline)
              * grant to be worth anything: ask once more. */
             do
                 rc = ec_keepalive(ec, req_until(l), err, sizeof err);
-            while (rc && dl_retry_transient(&rc, deadline, cancel_fd, &retry_step_ns));
+            while (rc && dl_lock_retry_transient(l, &rc, deadline, &retry_step_ns));
             if (rc)
-                result = dl_lock_err(l, acquire_rc(rc, deadline),
+                result = dl_lock_err(l, acquire_rc(l, rc, deadline),
                                      "lock \"%s\": renewing the lease as it was granted: %s (%s)",
                                      l->name, err, ec->redacted);
         }

@@ -184,8 +184,10 @@ static bool session_ended(zkclient *zc, int rc)
  * silent for op_timeout_ms, see session_move) before retry_until (-1:
  * never too late). A waiter with time left never gives up on a lost reply:
  * the member it went to may be stopped or cut off while the others serve.
+ * A wait for the connection that its deadline ends is an outage run out
+ * (l->outage: unreachable, not timed out, as on every backend).
  */
-static bool acq_retry(zk_op *op, int64_t retry_until, int rc, int *lost)
+static bool acq_retry(zk_op *op, dlock_lock *l, int64_t retry_until, int rc, int *lost)
 {
     if (!zk_reply_lost(rc) || ++*lost > ZK_LOST_MAX)
         return false;
@@ -193,7 +195,10 @@ static bool acq_retry(zk_op *op, int64_t retry_until, int rc, int *lost)
         zk_session_move(op->zc, op->zh);
     if (retry_until >= 0 && dl_now_ns() >= retry_until)
         return false;
-    return zk_wait_connected(op->zc, retry_until);
+    if (zk_wait_connected(op->zc, retry_until))
+        return true;
+    l->outage = true;
+    return false;
 }
 
 /* Until when an acquisition sends a request again after its reply was lost
@@ -267,7 +272,7 @@ static int enqueue(zk_op *op, dlock_lock *l, int64_t retry_until, int64_t *czxid
                 *unknown = true; /* created or not: the reply is lost */
             }
         }
-        if (!acq_retry(op, retry_until, rc, &lost))
+        if (!acq_retry(op, l, retry_until, rc, &lost))
             return rc;
     }
 }
@@ -304,12 +309,13 @@ static const char *base_name(const char *path)
 }
 
 /* An acquisition's failure: a request cut short by the caller's deadline is
- * a timeout (DLOCK_ETIMEDOUT), not an unreachable server. */
+ * a timeout (DLOCK_ETIMEDOUT), not an unreachable server, unless the
+ * deadline came while the session waited for a connection (see acq_retry). */
 static int acq_fail(dlock_lock *l, int64_t deadline, int rc, const char *what)
 {
     zkclient *zc = zc_of(l->c);
     char err[300];
-    if (zk_reply_lost(rc) && deadline > 0 && dl_now_ns() >= deadline)
+    if (zk_reply_lost(rc) && dl_deadline_cut(l, DLOCK_EUNREACHABLE, deadline))
         return dl_lock_err(l, DLOCK_ETIMEDOUT,
                            "lock \"%s\": not acquired in time (no reply from ZooKeeper %s "
                            "before the deadline)",
@@ -415,7 +421,7 @@ static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
         int rc = zk_result(z->op, z->kids, zk_req_until(l));
         if (rc == ZOK)
             break;
-        if (!acq_retry(z->op, z->deadline, rc, &z->nlost)) {
+        if (!acq_retry(z->op, l, z->deadline, rc, &z->nlost)) {
             (void)session_ended(zc, rc); /* then *again: queue in a new one */
             return acq_fail(l, z->deadline, rc, "reading its queue");
         }
@@ -443,6 +449,27 @@ static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
     *stride = sizeof *z->q;
     *i = z->i < z->n ? z->i : -1;
     return 0;
+}
+
+/* A wait in the queue that its deadline ended (rc DLOCK_ETIMEDOUT) while
+ * the session had no connection (no member answering: a restart, no
+ * quorum) is an outage run out: unreachable, as on every backend; a time-out
+ * would say the lock was taken. Connected, it is a time-out. */
+static int wait_ended(dlock_lock *l, int rc)
+{
+    zkclient *zc = zc_of(l->c);
+    if (rc != DLOCK_ETIMEDOUT)
+        return rc;
+    pthread_mutex_lock(&zc->mu);
+    int64_t since = zc->state != ZOO_CONNECTED_STATE ? zc->disconnected_ns : 0;
+    pthread_mutex_unlock(&zc->mu);
+    if (!since)
+        return rc;
+    l->outage = true;
+    return dl_lock_err(l, DLOCK_EUNREACHABLE,
+                       "lock \"%s\": not acquired: no ZooKeeper server answered for the last "
+                       "%lld ms of its wait (%s)",
+                       l->name, (long long)((dl_now_ns() - since) / 1000000), zc->redacted);
 }
 
 /* Watch the one node whose going can let us in (b; WATCH_CHILDREN: the
@@ -473,15 +500,16 @@ static int zk_wait_on(void *arg, int b, bool *in)
         rc = wait_pred(z->op, l, w, &z->snap, &z->q, &z->n, &z->i, &b, z->deadline, z->cancel_fd);
         if (rc) {
             zk_call_drop(w);
-            return rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT
-                       ? rc
+            return rc == DLOCK_ECANCELED ? rc
+                   : rc == DLOCK_ETIMEDOUT
+                       ? wait_ended(l, rc)
                        : dl_lock_err(l, rc, "lock \"%s\": waiting in its queue: %s", l->name,
                                      dlock_strerror(rc));
         }
         rc = w->event == ZOO_DELETED_EVENT ? ZNONODE
              : w->event == ZOO_CHANGED_EVENT ? ZNODEEXISTS
                                               : ZOK;
-    } else if (rc != ZOK && rc != ZNONODE && !acq_retry(z->op, z->deadline, rc, &z->nlost)) {
+    } else if (rc != ZOK && rc != ZNONODE && !acq_retry(z->op, l, z->deadline, rc, &z->nlost)) {
         zk_call_drop(w);
         (void)session_ended(zc, rc);
         return acq_fail(l, z->deadline, rc, "watching its queue");
