@@ -240,6 +240,19 @@ run_in_election() {
         bad "$3: a client opened with no leader: $(cat "$TMP/election.err")"
 }
 
+# start_holder URL NAME GO WHAT: `dlock run NAME` in the background
+# ($holder, its stderr in GO.err), holding until the file GO exists; false,
+# and said, when it never held.
+start_holder() {
+    rm -f "$3"
+    "$DLOCK" --url "$1" run "$2" -- sh -c "$(holds_until "$3")" 2>"$3.err" &
+    holder=$!
+    wait_held "$1" "$2" && return 0
+    bad "$4: the holder never held its lock: $(cat "$3.err")"
+    kill "$holder" 2>/dev/null
+    return 1
+}
+
 # ride_out_restart URL KIND WHAT [kept]: a holder and a waiter (`dlock run
 # -w 30`) of one lock; the server (tests/servers.sh's KIND) killed with
 # kill -9 and started again 1 s later. The holder is told its lock is lost
@@ -250,15 +263,7 @@ run_in_election() {
 ride_out_restart() {
     local url=$1 kind=$2 what=$3 kept=${4:-} holder waiter rc=0 hrc=0 want=75
     [ -n "$kept" ] && want=0
-    rm -f "$TMP/ride.go"
-    "$DLOCK" --url "$url" run restart-ride -- sh -c "$(holds_until "$TMP/ride.go")" \
-        2>"$TMP/ride.holder" &
-    holder=$!
-    if ! wait_held "$url" restart-ride; then
-        bad "$what: the holder never held its lock: $(cat "$TMP/ride.holder")"
-        kill "$holder" 2>/dev/null
-        return
-    fi
+    start_holder "$url" restart-ride "$TMP/ride.go" "$what" || return
     "$DLOCK" --url "$url" run -w 30 restart-ride -- true 2>"$TMP/ride.err" &
     waiter=$!
     sleep 0.5
@@ -275,7 +280,7 @@ ride_out_restart() {
     [ $rc = 0 ] && ok "$what: a waiter rode out a restart of the server (1 s down) and got the lock" ||
         bad "$what: a waiter across a restart of the server exited $rc: $(cat "$TMP/ride.err")"
     [ $hrc = "$want" ] && ok "$what: the holder across the restart exited $hrc, as expected" ||
-        bad "$what: the holder across the restart exited $hrc, expected $want: $(cat "$TMP/ride.holder")"
+        bad "$what: the holder across the restart exited $hrc, expected $want: $(cat "$TMP/ride.go.err")"
 }
 
 # open_in_restart URL KIND WHAT: `dlock run` started while the server is
@@ -313,15 +318,7 @@ open_in_restart() {
 # own loops, once said exit 1). The holder is told to end afterwards.
 outage_runs_out() {
     local url=$1 kind=$2 what=$3 holder waiter restarter rc=0 t0 took
-    rm -f "$TMP/out.go"
-    "$DLOCK" --url "$url" run outage-out -- sh -c "$(holds_until "$TMP/out.go")" \
-        2>"$TMP/out.holder" &
-    holder=$!
-    if ! wait_held "$url" outage-out; then
-        bad "$what: the holder never held its lock: $(cat "$TMP/out.holder")"
-        kill "$holder" 2>/dev/null
-        return
-    fi
+    start_holder "$url" outage-out "$TMP/out.go" "$what" || return
     t0=$(date +%s%3N)
     "$DLOCK" --url "$url" run -w 2 outage-out -- true 2>"$TMP/out.err" &
     waiter=$!
