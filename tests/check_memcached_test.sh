@@ -22,8 +22,9 @@ trap 'rm -rf "$TMP"' EXIT
 now_ms() { date +%s%3N; }
 
 # ---- dlock check: kill, pause, pause-lost, restart ------------------------------
-"$DLOCK" --url "$DLOCK_TEST_MEMCACHED" check --json -P 3 -D 2 --scenario kill --scenario pause \
-    --scenario pause-lost --scenario restart >"$TMP/mc.json" 2>"$TMP/mc.err"
+"$DLOCK" --url "$DLOCK_TEST_MEMCACHED" check --json --history "$TMP/mc.hist" -P 3 -D 2 \
+    --scenario kill --scenario pause --scenario pause-lost --scenario restart >"$TMP/mc.json" \
+    2>"$TMP/mc.err"
 rc=$?
 if [ $rc -le 2 ] && [ -s "$TMP/mc.json" ]; then ok "memcached: ran (exit $rc)"; else
     bad "memcached: exit $rc: $(head -3 "$TMP/mc.err")"

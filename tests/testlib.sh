@@ -106,7 +106,44 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
             echo "# $(head -c 4000 "$1")"
         # what the check said on stderr (check_json keeps it beside the JSON)
         if [ -s "${1%.json}.err" ]; then sed -n '1,20s/^/#   stderr: /p' "${1%.json}.err"; fi
+        if [ -s "${1%.json}.hist" ]; then history_excerpt "$1" "${1%.json}.hist"; fi
     fi
+}
+
+# history_excerpt JSON HISTORY: for each failed scenario whose note names a
+# first overlap ("w=A token=T acquired at X while w=B (token=U, since Y)"),
+# the history's events of those two workers (and the harness's pauses) from
+# a second before Y to half a second after X: what a CI log needs to tell a
+# product's overlap from a checker's (the run itself is gone by then).
+history_excerpt() {
+    python3 - "$1" "$2" <<'PYX' 2>/dev/null
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+lines = open(sys.argv[2]).read().splitlines()
+for s in d["scenarios"]:
+    m = re.search(r"w=(\d+) token=\d+ acquired at (\d+) while w=(\d+) \(token=\d+, since (\d+)\)",
+                  s.get("note", ""))
+    if s["verdict"] != "fail" or not m:
+        continue
+    a, x, b, y = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+    print("#   history of %s around its first overlap (w=%s, w=%s):" % (s["name"], a, b))
+    inside, shown = False, 0
+    for ln in lines:
+        if ln.startswith("run "):
+            inside = ("scenario=%s " % s["name"]) in ln and "mode=fenced" in ln
+            continue
+        f = ln.split()
+        if not inside or len(f) < 2 or not f[0].isdigit():
+            continue
+        t = int(f[0])
+        if y - 1000000000 <= t <= x + 500000000 and (
+                "w=%s" % a in f or "w=%s" % b in f or not any(w.startswith("w=") for w in f)):
+            print("#     " + ln)
+            shown += 1
+            if shown >= 150:
+                print("#     ...")
+                break
+PYX
 }
 
 # check_json NAME URL ARGS...: `$DLOCK --url URL check --json ARGS` into
@@ -115,7 +152,8 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
 check_json() {
     local name=$1 url=$2
     shift 2
-    "$DLOCK" --url "$url" check --json "$@" >"$TMP/$name.json" 2>"$TMP/$name.err"
+    "$DLOCK" --url "$url" check --json --history "$TMP/$name.hist" "$@" >"$TMP/$name.json" \
+        2>"$TMP/$name.err"
     local rc=$?
     if [ $rc -le 2 ] && [ -s "$TMP/$name.json" ]; then ok "$name: ran (exit $rc)"; else
         bad "$name: exit $rc: $(head -3 "$TMP/$name.err")"
