@@ -1210,6 +1210,10 @@ static int64_t timed_acquire(dlock_lock *l, int timeout_ms, int *rc)
  * this still tells apart; dlock_acquire(200) took 0.5 s (a no-leader
  * check after the deadline) and said EUNREACHABLE, not ETIMEDOUT. */
 #define BOUND_SLACK_MS 400
+/* ... and for `dlock run` more: a process of its own, started through a
+ * shell (under TSan, beside two other TSan tests, `run -w 0.5` took 1064
+ * ms); still well below the 2.6 s of an opening that ignored the bound. */
+#define CLI_BOUND_SLACK_MS 1000
 
 /* dlock_acquire(timeout) returns by the timeout plus 100 ms whatever the
  * server does: here it is stopped (SIGSTOP: connections stay open, nothing
@@ -1263,7 +1267,7 @@ static void test_bounds_against_stopped_server(void **state)
         fprintf(stderr, "# dlock run -w 0.5, server stopped: exit %d after %" PRId64 " ms: %s",
                 rc, took, out);
         assert_true(rc == 69 || rc == 1);
-        assert_true(took <= 500 + 100 + BOUND_SLACK_MS);
+        assert_true(took <= 500 + 100 + CLI_BOUND_SLACK_MS);
     }
     server_signal("etcd", SIGCONT);
 
