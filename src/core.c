@@ -1033,6 +1033,14 @@ static void *renew_main(void *arg)
             l->renewing = false;
             if (!tracked(l)) {
                 /* released, or declared lost by the watchdog meanwhile */
+            } else if (rcs[i] == 0 && dl_now_ns() >= loss_at(l)) {
+                /* Its loss moment passed before this proof could count (the
+                 * process stopped mid-renewal, the watchdog not yet run):
+                 * dlock_state has said LOST since then, and a lost lock
+                 * stays lost. */
+                if (unlist_lost(c, l, "its lease ran out on this client's clock before its "
+                                      "renewal was answered (was the process stopped?)"))
+                    batch[nlost++] = l;
             } else if (rcs[i] == 0) {
                 c->renewed++;
                 /* A later deadline: the watchdog finds it when it next looks. */
