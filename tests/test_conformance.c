@@ -48,6 +48,7 @@
 #include "dlock.h"
 #include "dlock_debug.h"
 #include "testutil.h"
+#include "harness/tools.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
  * scratch directory. The rows of tests/targets.list, the one list of the
@@ -67,6 +68,7 @@ static struct {
     unsigned caps;
     char scratch[256]; /* a private directory for counter files and logs */
     char prefix[64];   /* lock names of this run: "c<pid>-" */
+    int lease_slack_ms; /* how long past its ttl the servers may keep a lease */
 } T;
 
 static int skip_fd = -1; /* where a child writes why it skipped */
@@ -320,10 +322,14 @@ static pid_t spawn_holder(const char *name, dlock_kind kind, unsigned permits, i
     return pid;
 }
 
-/* How long a dead holder may keep a lock: its lease, or its session. */
+/* How long a dead holder may keep a lock: its lease, or its session. A
+ * server may keep a lease past its ttl (lease_slack_ms: memcached's whole
+ * seconds, padded against a late tick of its clock). */
 static int64_t death_bound_ms(int ttl_ms)
 {
-    return has(DLOCK_CAP_LEASE) ? ttl_ms + 2000 : 5000;
+    if (!has(DLOCK_CAP_LEASE))
+        return 5000;
+    return ttl_ms + (T.lease_slack_ms > 2000 ? T.lease_slack_ms : 2000);
 }
 
 /* ---- the contract ---------------------------------------------------------- */
@@ -2806,12 +2812,17 @@ static void run_target(bool nofork, char **only, int nonly, struct tally *t)
     }
     T.backend = b->name;
     T.caps = b->caps;
+    T.lease_slack_ms = 0;
     /* What this URL's client offers: a mode may offer less than its
      * backend (postgres mode=advisory has no lease). */
     if (b->available) {
         dlock_client *c = NULL;
-        if (dlock_client_open(&c, T.url, NULL) == 0)
+        if (dlock_client_open(&c, T.url, NULL) == 0) {
             T.caps = dlock_client_caps(c);
+            dh_topo topo; /* how long its servers may keep a lease past its ttl */
+            if (dh_topology(c, &topo) == 0)
+                T.lease_slack_ms = topo.lease_slack_ms;
+        }
         dlock_client_close(c);
     }
     char caps[256];

@@ -164,7 +164,7 @@ typedef struct dh_topo {
     char indirect[256];
     /* How much longer than its ttl a lease may live on the servers after
      * the holder's last renewal (memcached counts expiry in whole seconds
-     * on a clock that ticks once a second: up to 3 s more); 0 when the
+     * on a clock that ticks once a second: up to 4 s more); 0 when the
      * servers keep it no longer than the ttl. */
     int lease_slack_ms;
 } dh_topo;

@@ -8,7 +8,7 @@
  * hash where NAME has a space or is too long for a 250-byte key):
  *
  *     KEY        the lock: "OWNER SINCE_MS TOKEN TTL_MS HOLDER" and a line
- *                with the leader's value; its TTL is the lease (whole seconds)
+ *                with the leader's value; its TTL the lease, padded (ttl_seconds)
  *     KEY/N      semaphore slot N < permits, the same
  *     KEY/p      the permits of the semaphore in force (no expiry): every
  *                permit taker rewrites it by compare-and-swap (the CAS it
@@ -42,10 +42,10 @@
  * memcached has no notification and no queue: a waiter polls with jittered
  * exponential backoff (1 ms doubling to 32 ms), bounded by its deadline and
  * dlock_cancel. Liveness is the item's expiry, counted by the server in
- * whole seconds: the item is set to live ceil(ttl) + 1 s, so that rounding
- * can only make it outlive the lease the holder believes in, never end it
- * sooner; the core renews every ttl/3 and declares the loss on the
- * holder's own clock.
+ * whole seconds on a clock that a once-a-second timer advances: the item is
+ * set to live ceil(ttl) + 2 s (see ttl_seconds), so that neither rounding
+ * nor a late tick ends it before the lease the holder believes in; the core
+ * renews every ttl/3 and declares the loss on the holder's own clock.
  *
  * What memcached cannot promise, said plainly (dlock backends, docs): a
  * restart loses every lock and resets the token counters; eviction under
@@ -360,11 +360,19 @@ mc_server *mc_server_of(const mcclient *mc, const char *name)
     return best;
 }
 
-/* Seconds an item lives for a lease of ttl_ms: rounded up, and one more,
- * so that the server's whole-second clock can only keep it longer. */
+/* Seconds an item lives for a lease of ttl_ms: rounded up, and two more.
+ * memcached stamps an item's expiry from its clock of whole seconds, which a
+ * timer sets once a second and re-arms a second after each run. A punctual
+ * tick lags a true second by under one: an item of T seconds lives more
+ * than T - 1. A late tick (a loaded or stalled server) that crosses a
+ * second boundary moves the clock by two: items stamped before it lose
+ * that second too (measured: a 2 s item gone 0.55 s after its write while
+ * the server stalled up to 0.4 s at a time; test_late_tick_keeps_the_lease).
+ * Two more seconds keep the item past the holder's lease unless a tick is
+ * a whole second late. */
 static long ttl_seconds(int64_t ttl_ms)
 {
-    long long s = ((long long)ttl_ms + 999) / 1000 + 1;
+    long long s = ((long long)ttl_ms + 999) / 1000 + 2;
     return s > MC_TTL_MAX_S ? MC_TTL_MAX_S : (long)s;
 }
 
@@ -886,9 +894,10 @@ static int mc_inspect(dlock_client *c, const char *name, dlock_info *info)
         snprintf(info->holder, sizeof info->holder, "%s", v.first.holder);
         long long now = dl_realtime_ms();
         info->held_ms = now >= v.first.since_ms ? now - v.first.since_ms : 0;
-        /* the item lives a second longer than the lease (see ttl_seconds),
-         * and its TTL is whole seconds: never more than the lease itself */
-        long long left = v.ttl >= 0 ? (v.ttl > 1 ? (v.ttl - 1) * 1000 : 0) : -1;
+        /* the item lives two seconds longer than the lease (see
+         * ttl_seconds), and its TTL is whole seconds: never more than the
+         * lease itself */
+        long long left = v.ttl >= 0 ? (v.ttl > 2 ? (v.ttl - 2) * 1000 : 0) : -1;
         if (left > v.first.ttl_ms)
             left = v.first.ttl_ms;
         info->lease_ms = left;

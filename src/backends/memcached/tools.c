@@ -116,9 +116,9 @@ static int mc_tool_topology(dlock_client *c, dh_topo *out)
     out->trait = mcc_of(c)->nservers > 1 ? DH_TOPO_SHARDS : DH_TOPO_ONE_SERVER;
     out->quorum = 1;
     out->direct = 1;
-    /* ttl_seconds: rounded up (< 1 s) and one more, on a clock of whole
+    /* ttl_seconds: rounded up (< 1 s) and two more, on a clock of whole
      * seconds (< 1 s) */
-    out->lease_slack_ms = 3000;
+    out->lease_slack_ms = 4000;
     return 0;
 }
 
