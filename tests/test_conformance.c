@@ -2605,6 +2605,58 @@ static void case_claims(void **state)
     close_client(c2);
 }
 
+/* A waiter cancelled at any moment of its wait — while it connects, tries
+ * first, queues, waits — leaves nothing behind either, even when the holder
+ * lets go right after the cancel returned: rounds of a holder, a waiter in
+ * a client of its own (left open: its session's end cleans nothing up)
+ * cancelled 0 to 4.5 ms after it starts waiting, the holder's release at
+ * once, and a fresh client's try, which must take the name. (PostgreSQL's
+ * lease mode failed this: a cancelled waiter's first take, still on the
+ * wire, ran on the server just after the release, and the name stayed
+ * taken by nobody for the whole lease.) */
+static void case_cancel_at_any_moment(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 10 };
+    int fair = fair_if_can();
+    for (int r = 0; r < ROUNDS; r++) {
+        char n[128], base[64];
+        snprintf(base, sizeof base, "cancel-moment-%d", r);
+        nm(n, sizeof n, base);
+        /* clients of their own each round: sessions new to the server */
+        dlock_client *c = open_client(), *wc = open_client(), *fresh = open_client();
+        dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        dlock_lock *w = mk_lock(wc, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        acquire_ok(h, 0);
+        uint64_t th = dlock_token(h);
+        struct acq_waiter ws;
+        start_waiter(&ws, w, r % 2 ? 120000 : -1);
+        for (int i = 0; i < 50000 && dlock_state(w) != DLOCK_STATE_WAITING; i++)
+            usleep(100);
+        usleep((useconds_t)(r * 500));
+        dlock_cancel(w);
+        int wrc = join_waiter(&ws, 5000);
+        if (wrc != DLOCK_ECANCELED)
+            fail_msg("round %d: a waiter cancelled %d us into its wait: %s: %s", r, r * 500,
+                     dlock_err_name(wrc), dlock_lock_errmsg(w));
+        release_ok(h);
+        int rc = dlock_acquire(f, 0);
+        if (rc != 0)
+            fail_msg("round %d: a waiter cancelled %d us into its wait, the holder's release "
+                     "right after: a fresh client's try: %s: %s",
+                     r, r * 500, dlock_err_name(rc), dlock_lock_errmsg(f));
+        assert_true(dlock_token(f) > th);
+        release_ok(f);
+        dlock_lock_free(f);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        close_client(fresh);
+        close_client(wc);
+        close_client(c);
+    }
+}
+
 static const struct kase {
     const char *name;
     void (*fn)(void **);
@@ -2643,6 +2695,7 @@ static const struct kase {
     {"wrong_credentials", case_wrong_credentials, 0, 60},
     {"release_frees_at_once", case_release_frees_at_once, 0, 90},
     {"cancel_leaves_nothing", case_cancel_leaves_nothing, 0, 60},
+    {"cancel_at_any_moment", case_cancel_at_any_moment, 0, 60},
     {"claims", case_claims, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])

@@ -56,10 +56,13 @@
 int pg_lease_build_sql(pgclient *pc)
 {
     const char *t = pc->table;
+    /* A row of the taker's own owner is free to it: the leftover of a take
+     * of this same acquisition whose reply a broken session lost (the
+     * handle holds nothing while it acquires). */
     pc->sql_take = dl_fmt_alloc(
         "WITH free AS (SELECT s FROM generate_series($6::int, $6::int + $5::int - 1) AS s "
         "WHERE NOT EXISTS (SELECT 1 FROM %s AS o WHERE o.name = $1 AND (o.slot = s OR "
-        PG_LEASE_SLOTS_OF("o") ") AND o.owner IS NOT NULL AND "
+        PG_LEASE_SLOTS_OF("o") ") AND o.owner IS NOT NULL AND o.owner <> $2 AND "
         "o.expires >= clock_timestamp()) AND NOT EXISTS (SELECT 1 FROM %s AS w WHERE "
         "w.name = $1 AND w.owner <> $2 AND " LEASE_WAITER_LIVE("w") " AND w.since < "
         "coalesce((SELECT m.since FROM %s AS m WHERE m.name = $1 AND m.owner = $2), "
@@ -74,7 +77,8 @@ int pg_lease_build_sql(pgclient *pc)
         "ON CONFLICT (name, slot) DO UPDATE SET owner = excluded.owner, "
         "expires = excluded.expires, token = nextval('%s'), holder = excluded.holder, "
         "since = excluded.since, value = NULL "
-        "WHERE t.owner IS NULL OR t.expires < clock_timestamp() RETURNING t.slot, t.token",
+        "WHERE t.owner IS NULL OR t.expires < clock_timestamp() OR t.owner = excluded.owner "
+        "RETURNING t.slot, t.token",
         t, pc->waiters, pc->waiters, t, pc->seq, pc->seq);
     /* When not taken: how long until the first holder's row expires; when
      * taken, the name's rows in the names table (see pg_names_check), one a
@@ -119,6 +123,18 @@ int pg_lease_build_sql(pgclient *pc)
         "owner = $2",
         pc->waiters);
     pc->sql_dequeue = dl_fmt_alloc("DELETE FROM %s WHERE name = $1 AND owner = $2", pc->waiters);
+    /* An acquisition that gave up: the row its take may yet have won (see
+     * lease_give_up) let go, with a NOTIFY to the first live waiter, and
+     * its place in the queue left. */
+    pc->sql_give_up = dl_fmt_alloc(
+        "WITH r AS (UPDATE %s SET owner = NULL, expires = NULL WHERE name = $1 AND owner = $2 "
+        "RETURNING name), "
+        "dq AS (DELETE FROM %s WHERE name = $1 AND owner = $2), "
+        "w AS (SELECT q.owner FROM %s AS q WHERE q.name = $1 AND q.owner <> $2 AND "
+        LEASE_WAITER_LIVE("q") " AND EXISTS (SELECT 1 FROM r) ORDER BY q.since LIMIT 1), "
+        "n AS (SELECT pg_notify('dlock_w_' || owner, $1) FROM w) "
+        "SELECT (SELECT count(*) FROM r) WHERE (SELECT count(*) FROM n) >= 0",
+        t, pc->waiters, pc->waiters);
     pc->sql_setvalue = dl_fmt_alloc(
         "UPDATE %s SET value = $4 WHERE name = $1 AND slot = $2::int AND owner = $3 AND "
         "expires >= clock_timestamp() RETURNING 1",
@@ -138,7 +154,7 @@ int pg_lease_build_sql(pgclient *pc)
         t);
     return pc->sql_take && pc->sql_expiry && pc->sql_free && pc->sql_renew &&
                    pc->sql_renew_many && pc->sql_enqueue &&
-                   pc->sql_refresh && pc->sql_dequeue && pc->sql_setvalue
+                   pc->sql_refresh && pc->sql_dequeue && pc->sql_give_up && pc->sql_setvalue
                ? 0
                : DLOCK_ENOMEM;
 }
@@ -273,20 +289,38 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
     return 0;
 }
 
-/* A waiter that gives up leaves the queue (else it would hold the ones
- * behind it back until its liveness stamp runs out). */
-static void lease_dequeue(dlock_lock *l, bool queued)
+/*
+ * An acquisition that gives up (a cancel, its deadline, an error) on k,
+ * which may still carry statements of its own: the server runs them all
+ * the same, whatever the caller has been told. A take among them may win
+ * the name after the caller heard "not acquired" — measured: a waiter
+ * cancelled during its first try, whose take ran 2 ms after the holder's
+ * release, left the name held by nobody for its whole lease. So the row
+ * such a take may have won is let go and the queue row removed
+ * (sql_give_up), on k itself while it works: a session runs its
+ * statements in order, so this runs after them. Without k, on another
+ * session (k's server session is gone: nothing of it runs later). k is
+ * closed either way.
+ */
+static void lease_give_up(dlock_lock *l, pg_conn *k)
 {
-    if (!queued)
-        return;
     pgclient *pc = pc_of(l->c);
+    /* (within the caller's deadline and its margin: a stopped server
+     * cannot hold the caller past it; what is left then is a queue row that
+     * its stamp ends, and a won row the handle's next take takes back) */
     int64_t until = pg_op_until(pc, l);
-    if (dl_ms_left(until) == 0)
-        return; /* its stamp runs out, and the next taker removes it */
     const char *p[] = {l->name, l->owner};
-    PGresult *r;
     char why[300];
-    (void)pg_pool_run_until(l->c, until, pc->sql_dequeue, 2, p, &r, why, sizeof why);
+    int rc = k && pg_lib.status(k->pg) == CONNECTION_OK ? 0 : DLOCK_EUNREACHABLE;
+    if (!rc)
+        rc = pg_stmt_send_fixed(k, pc->sql_give_up, 2, p, until, -1, why, sizeof why);
+    while (!rc && k->pending > 0)
+        rc = pg_stmt_read(k, until, -1, NULL, why, sizeof why);
+    pg_conn_close(k);
+    if (!rc || dl_ms_left(until) == 0)
+        return;
+    PGresult *r;
+    (void)pg_pool_run_until(l->c, until, pc->sql_give_up, 2, p, &r, why, sizeof why);
     pg_lib.clear(r);
 }
 
@@ -310,7 +344,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
     const char *enqueue[] = {listen, pc->sql_enqueue};
     const char *refresh[] = {pc->sql_refresh};
     static const int enqueue_npar[] = {0, 2}, refresh_npar[] = {2};
-    bool queued = false, tried = false, requeue = false, enqueuing = false;
+    bool queued = false, tried = false, enqueuing = false;
     long expires_in = 0;
     int64_t refreshed = 0; /* when our queue row's liveness stamp was last renewed */
     for (;;) {
@@ -344,15 +378,13 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             rc = pg_conn_get_retry(pc, pg_retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
                                 sizeof why);
             if (!rc) {
-                requeue |= queued; /* its row may be there: dequeued on failure */
                 queued = false;
                 continue;
             }
             k = NULL;
         }
         if (rc < 0) {
-            pg_conn_close(k); /* a statement may be left on it */
-            lease_dequeue(l, queued || requeue);
+            lease_give_up(l, k); /* statements of this round may be left on k */
             if (rc == DLOCK_ECANCELED)
                 return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
             if (rc == DLOCK_ETIMEDOUT && deadline_ns > 0 && dl_ms_left(deadline_ns) == 0)
@@ -427,15 +459,13 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
                 rc = pg_conn_get_retry(pc, pg_retry_until_of(pc, l, deadline_ns), cancel_fd, &k, why,
                                     sizeof why);
                 if (!rc) {
-                    requeue |= queued;
                     queued = false;
                     break;
                 }
                 k = NULL;
             }
             if (rc) {
-                pg_conn_close(k);
-                lease_dequeue(l, queued || requeue);
+                lease_give_up(l, k);
                 if (rc == DLOCK_ECANCELED)
                     return dl_lock_err(l, rc, "lock \"%s\": canceled", l->name);
                 return dl_lock_err(l, rc, "lock \"%s\": the session broke while waiting (%s)",

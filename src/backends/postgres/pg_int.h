@@ -76,6 +76,7 @@ typedef struct pgclient {
     char *sql_take, *sql_expiry, *sql_free, *sql_renew; /* lease */
     char *sql_renew_many;                               /* lease: a batch */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;      /* lease: its waiters */
+    char *sql_give_up; /* lease: what an acquisition that gave up may have left */
     char *sql_setvalue;                                 /* lease: a leader's value */
     char waiters[2 * PG_IDENT_MAX + 8];                 /* lease: TABLE_wait */
     char names[2 * PG_IDENT_MAX + 8]; /* dlock_names: the mode and table each name is used in */

@@ -1416,6 +1416,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_row_unvalue);
     free(pc->sql_refresh);
     free(pc->sql_dequeue);
+    free(pc->sql_give_up);
     free(pc->sql_names_get);
     free(pc->sql_names_add);
     free(pc->sql_names_drop);
