@@ -226,7 +226,9 @@ rc=$?
 
 # ---- kill -9 of a holder: the next waiter gets the lock when its item expires.
 # ttl 2 s: the item lives ceil(2)+2 = 4 s from each renewal (every 0.67 s),
-# on memcached's whole-second clock: it expires 2.3 to 4 s after the kill.
+# on memcached's whole-second clock: it expires 2.3 to 4 s after the kill
+# (the lower bound here is looser: a late tick of a loaded server's clock
+# takes up to a second off, docs/memcached.md).
 k=killed-$RANDOM
 "$DLOCK" --url "$U" run -t 2 $k -- sleep 30 2>/dev/null & h=$!
 disown $h # no "Killed" notice
@@ -244,7 +246,7 @@ if [ -z "$got" ]; then
     bad "kill -9 of a holder: no waiter got the lock (exits $rc1 $rc2): $(cat "$TMP/$k.err"*)"
 else
     dt=$((got - killed_at))
-    [ $dt -ge 2000 ] && [ $dt -lt 5500 ] &&
+    [ $dt -ge 1000 ] && [ $dt -lt 5500 ] &&
         ok "kill -9 of a holder: the next waiter got the lock after $dt ms (its item expired; ttl 2 s)" ||
         bad "kill -9 of a holder: the next waiter got the lock after $dt ms (ttl 2 s: expected 2.3 to 4 s)"
 fi
