@@ -708,9 +708,9 @@ static void test_paused_holder_expires(void **state)
 /* ---- 2. the item's TTL on the server's clock -------------------------------------- */
 
 /* The item lives ceil(ttl) + 2 s (the server counts whole seconds on a clock
- * a timer ticks: it can only outlive the lease); renewals keep it alive past the lease: a 1.5 s
- * lease held 4.5 s is still held, its item there with a new CAS and the
- * token written into its value. */
+ * a timer ticks: it can only outlive the lease); renewals keep it alive past
+ * the lease: a 1.5 s lease held 4.5 s is still held, its item there with a
+ * new CAS and the token written into its value. */
 static void test_item_ttl(void **state)
 {
     (void)state;
@@ -805,7 +805,7 @@ static void sleep_until_ms(int64_t t)
 {
     int64_t left = t - now_ms();
     if (left > 0)
-        sleep_ms((int)left);
+        sleep_ms(left);
 }
 
 /* One staging of a late tick (test_late_tick_keeps_the_lease): whether it
