@@ -168,6 +168,10 @@ srv_cleanup() {
       sed -n 's/^\[\([0-9.]*s\)\] Safepoint "\([^"]*\)".* Total: \([0-9]*\) ns$/\3 \1 \2/p' "$log" |
         sort -rn | head -n 3 | awk '{printf "%.1f ms at %s (%s)\n", $1 / 1e6, $2, $3}' >&2
     done
+    if [ -s "$srv_dir/failed" ]; then
+      echo "--- what failed (said again after the logs) ---" >&2
+      cat "$srv_dir/failed" >&2
+    fi
   fi
   for pidf in "$srv_dir"/*.pid; do
     [ -e "$pidf" ] || continue

@@ -86,7 +86,13 @@ skip() {
 fails=0
 passes=0
 ok() { echo "ok - $*"; passes=$((passes + 1)); }
-bad() { echo "not ok - $*"; fails=$((fails + 1)); }
+# A failure is also kept for tests/servers.sh, which says it again after the
+# servers' logs: CI shows a failed test's first and last lines only.
+bad() {
+    echo "not ok - $*"
+    fails=$((fails + 1))
+    [ -z "${DLOCK_TEST_SERVERS:-}" ] || echo "not ok - $*" >>"$DLOCK_TEST_SERVERS/failed"
+}
 
 # jcheck FILE DESCRIPTION EXPR: EXPR is python over the JSON object d; sc(name)
 # is the scenario of that name in `dlock check --json` output. On failure it
