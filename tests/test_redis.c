@@ -885,6 +885,54 @@ static void test_redlock_slow_master(void **state)
     dlock_client_close(c);
 }
 
+/* Stopped masters (they accept connections and never answer) hold up
+ * neither the client's open nor its first lock: the lock code is loaded on
+ * every master at once, and the open goes on once a quorum answered. The
+ * bounds are a hang's, not a speed: one load at a time took the 2 s op
+ * timeout per stopped master (4 s with two stopped, 10 s with all five). */
+static void test_redlock_open_beside_stopped_masters(void **state)
+{
+    (void)state;
+    if (!redlock_url || !getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "redlock-open");
+    const char *const all[] = {"redlock1", "redlock2", "redlock3", "redlock4", "redlock5"};
+    for (int i = 0; i < 2; i++)
+        kill_server(all[i], SIGSTOP);
+    int64_t t0 = now_ns();
+    dlock_client *c = NULL;
+    int orc = dlock_client_open(&c, redlock_url, NULL);
+    int arc = -1;
+    dlock_lock *a = NULL;
+    if (orc == 0) {
+        a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 5000, -1);
+        arc = dlock_acquire(a, 0);
+    }
+    int64_t took_ms = (now_ns() - t0) / 1000000;
+    for (int i = 0; i < 2; i++)
+        kill_server(all[i], SIGCONT);
+    if (orc != 0 || arc != 0 || took_ms >= 3500)
+        fail_msg("two masters stopped: open %d, acquire %d after %lld ms", orc, arc,
+                 (long long)took_ms);
+    assert_int_equal(dlock_release(a), 0);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+
+    for (int i = 0; i < 5; i++)
+        kill_server(all[i], SIGSTOP);
+    t0 = now_ns();
+    c = NULL;
+    orc = dlock_client_open(&c, redlock_url, NULL);
+    took_ms = (now_ns() - t0) / 1000000;
+    for (int i = 0; i < 5; i++)
+        kill_server(all[i], SIGCONT);
+    if (orc != DLOCK_EUNREACHABLE || took_ms >= 6000)
+        fail_msg("every master stopped: open %d after %lld ms", orc, (long long)took_ms);
+    if (c)
+        dlock_client_close(c);
+}
+
 /* Validity counts from before the request was sent, never from the reply.
  * Single master: a grant that comes back after the whole lease could have
  * run out (the server was stopped while the request sat in its socket) is
@@ -1491,6 +1539,7 @@ int main(void)
         cmocka_unit_test(test_cluster_resharding),
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_slow_master),
+        cmocka_unit_test(test_redlock_open_beside_stopped_masters),
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),
         cmocka_unit_test(test_late_grant_given_back),

@@ -823,40 +823,41 @@ static int load_call(rconn *c, const char *what, const char *code, int64_t until
     return rc;
 }
 
-int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen)
+/* What "FUNCTION LOAD" answered on c (r is freed): RD_OK (the library is
+ * there), RD_NEED_SCRIPT (the server takes no functions: cf->scripts is
+ * set) or RD_EPROTO (not a Redis answer). */
+enum { RD_NEED_SCRIPT = 2 };
+static int function_loaded(const rconn *c, redisReply *r, rconf *cf, char *err, size_t errlen)
 {
-    redisReply *r;
-    int rc;
-    int64_t until = dl_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
-    if (!atomic_load(&cf->scripts)) {
-        rc = load_call(c, "FUNCTION", rd_lock_script_library, until, &r, err, errlen);
-        if (rc != RD_OK)
-            return rc;
-        /* The library's name carries its content's hash: one that exists
-         * already is this very code, loaded by another client (the server
-         * says so before compiling anything, which REPLACE would do). */
-        bool loaded = r->type == REDIS_REPLY_STRING ||
-                      (r->type == REDIS_REPLY_ERROR && r->str && strstr(r->str, "already exists"));
-        if (!loaded && r->type != REDIS_REPLY_ERROR) {
-            /* Not a Redis answer at all (a proxy, another protocol): no
-             * reason to believe it would take scripts either. */
-            char why[256];
-            reply_err("the library's name (a string)", r, why, sizeof why);
-            snprintf(err, errlen, "redis %s:%d: FUNCTION LOAD: %s", c->node->host,
-                     c->node->port, why);
-            freeReplyObject(r);
-            return RD_EPROTO;
-        }
+    /* The library's name carries its content's hash: one that exists
+     * already is this very code, loaded by another client (the server
+     * says so before compiling anything, which REPLACE would do). */
+    bool loaded = r->type == REDIS_REPLY_STRING ||
+                  (r->type == REDIS_REPLY_ERROR && r->str && strstr(r->str, "already exists"));
+    if (!loaded && r->type != REDIS_REPLY_ERROR) {
+        /* Not a Redis answer at all (a proxy, another protocol): no
+         * reason to believe it would take scripts either. */
+        char why[256];
+        reply_err("the library's name (a string)", r, why, sizeof why);
+        snprintf(err, errlen, "redis %s:%d: FUNCTION LOAD: %s", c->node->host, c->node->port,
+                 why);
         freeReplyObject(r);
-        if (loaded)
-            return RD_OK;
-        /* No functions here (Redis < 7, or FUNCTION LOAD not allowed):
-         * the script does the same, only builds its helpers per call. */
-        atomic_store(&cf->scripts, true);
+        return RD_EPROTO;
     }
-    rc = load_call(c, "SCRIPT", rd_lock_script, until, &r, err, errlen);
-    if (rc != RD_OK)
-        return rc;
+    freeReplyObject(r);
+    if (loaded)
+        return RD_OK;
+    /* No functions here (Redis < 7, or FUNCTION LOAD not allowed):
+     * the script does the same, only builds its helpers per call. */
+    atomic_store(&cf->scripts, true);
+    return RD_NEED_SCRIPT;
+}
+
+/* What "SCRIPT LOAD" answered on c (r is freed): RD_OK when it is the lock
+ * script's SHA1, else RD_EIO (an error reply) or RD_EPROTO. */
+static int script_loaded(const rconn *c, redisReply *r, char *err, size_t errlen)
+{
+    int rc = RD_OK;
     if (r->type != REDIS_REPLY_STRING || r->len != 40 ||
         memcmp(r->str, rd_lock_script_sha, 40) != 0) {
         char why[256];
@@ -867,11 +868,93 @@ int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen
         snprintf(err, errlen, "redis %s:%d: SCRIPT LOAD: %s", c->node->host, c->node->port,
                  why);
         rc = r->type == REDIS_REPLY_ERROR ? RD_EIO : RD_EPROTO;
-        freeReplyObject(r);
-        return rc;
     }
     freeReplyObject(r);
-    return RD_OK;
+    return rc;
+}
+
+int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen)
+{
+    redisReply *r;
+    int rc;
+    int64_t until = dl_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
+    if (!atomic_load(&cf->scripts)) {
+        rc = load_call(c, "FUNCTION", rd_lock_script_library, until, &r, err, errlen);
+        if (rc != RD_OK)
+            return rc;
+        rc = function_loaded(c, r, cf, err, errlen);
+        if (rc != RD_NEED_SCRIPT)
+            return rc;
+    }
+    rc = load_call(c, "SCRIPT", rd_lock_script, until, &r, err, errlen);
+    if (rc != RD_OK)
+        return rc;
+    return script_loaded(c, r, err, errlen);
+}
+
+/* "WHAT LOAD code" on every connection of cs at once (need[i] false skips
+ * cs[i]), until enough says the replies suffice: each connection whose
+ * reply is refused, or that gave none in time, is dropped; one still owing
+ * its reply then goes back to its pool. Either way cs[i] becomes NULL. */
+static void load_many(rconn **cs, int n, const bool *need, const char *what, const char *code,
+                      int64_t until_ns, rd_enough_fn *enough, void *arg, rconf *cf, char *err,
+                      size_t errlen)
+{
+    rcmd cmd;
+    rcmd_init(&cmd);
+    rcmd_add(&cmd, what);
+    rcmd_add(&cmd, "LOAD");
+    rcmd_add(&cmd, code);
+    rconn *to[n > 0 ? n : 1];
+    redisReply *out[n > 0 ? n : 1];
+    int st[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++)
+        to[i] = need[i] ? cs[i] : NULL;
+    rconn_call_many(to, n, &cmd, 1, out, st, dl_ms_left(until_ns), enough, arg);
+    for (int i = 0; i < n; i++) {
+        if (!to[i])
+            continue;
+        if (st[i] == RD_OWED) {
+            rconn_put(to[i]); /* (it drops the late reply on its next call) */
+            cs[i] = NULL;
+            continue;
+        }
+        int rc = RD_EIO;
+        if (st[i] != RD_OK || !out[i])
+            snprintf(err, errlen, "redis %s:%d: %s LOAD: no reply in time", to[i]->node->host,
+                     to[i]->node->port, what);
+        else if (*what == 'F')
+            rc = function_loaded(to[i], out[i], cf, err, errlen);
+        else
+            rc = script_loaded(to[i], out[i], err, errlen);
+        if (rc == RD_OK || rc == RD_NEED_SCRIPT)
+            continue;
+        rconn_drop(to[i]);
+        cs[i] = NULL;
+    }
+}
+
+int rd_load_script_many(rconn **cs, int n, rconf *cf, int timeout_ms, rd_enough_fn *enough,
+                        void *arg, char *err, size_t errlen)
+{
+    int64_t until = dl_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
+    bool need[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++)
+        need[i] = cs[i] != NULL;
+    if (!atomic_load(&cf->scripts))
+        load_many(cs, n, need, "FUNCTION", rd_lock_script_library, until, enough, arg, cf, err,
+                  errlen);
+    /* One server without functions turns the client to scripts: every
+     * server then needs the script, those that took the library too. */
+    if (atomic_load(&cf->scripts)) {
+        for (int i = 0; i < n; i++)
+            need[i] = cs[i] != NULL;
+        load_many(cs, n, need, "SCRIPT", rd_lock_script, until, enough, arg, cf, err, errlen);
+    }
+    int loaded = 0;
+    for (int i = 0; i < n; i++)
+        loaded += cs[i] != NULL;
+    return loaded;
 }
 
 bool rd_script_missing(const redisReply *r)

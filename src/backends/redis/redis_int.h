@@ -207,6 +207,14 @@ void rd_name_cmd(rcmd *c, const rconf *cf, const char *name, rd_key key, const c
  * where the server does not take the library (then cf->scripts is set),
  * waiting at most timeout_ms in all. RD_OK, RD_EIO or RD_EPROTO. */
 int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen);
+/* The same on every connection of cs[0..n) at once, within timeout_ms in
+ * all, and no longer once enough (NULL: all answered, as rconn_call_many)
+ * says the replies suffice: a server that does not answer holds up none of
+ * the others. One that fails is dropped, and one still to answer goes back
+ * to its pool (cs[i] NULL; the last reason in err). Returns how many of cs
+ * are left: those that have the code. */
+int rd_load_script_many(rconn **cs, int n, rconf *cf, int timeout_ms, rd_enough_fn *enough,
+                        void *arg, char *err, size_t errlen);
 
 /* What a reply is, for error messages ("expected ..., got status \"OK\""):
  * status "OK", error "ERR ...", integer 5, nil, an array of 3, string "x"

@@ -747,35 +747,20 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rc->cf.db = u->path && *u->path ? atoi(u->path) : 0;
     dl_self_desc(rc->self, sizeof rc->self);
     /* Load the lock code on every master connected once the first one
-     * is (all are connected at once, so one that hangs does not hold the
-     * others up), so that masters of different versions settle on one
-     * form (see rd_load_script) before the first lock call; a master
-     * connected later loads it when it first says it lacks it. */
+     * is, all at once, until a quorum answered (a master that hangs holds
+     * up none of the others, in connecting or in loading), so that masters
+     * of different versions settle on one form (see rd_load_script) before
+     * the first lock call; a master that answers later loads it when it
+     * first says it lacks it. */
     char err[300] = "no master answered";
-    int loaded = 0;
     rconn *cs[rc->n];
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
                    sizeof err);
-    for (int pass = 0; pass < 2; pass++) {
-        bool scripts = atomic_load(&rc->cf.scripts);
-        for (int i = 0; i < rc->n; i++) {
-            if (!cs[i])
-                continue;
-            if (rd_load_script(cs[i], &rc->cf, rc->cf.op_timeout_ms, err, sizeof err) != RD_OK) {
-                rconn_drop(cs[i]);
-                cs[i] = NULL;
-            }
-        }
-        /* A master without functions turned the client to scripts: the
-         * ones before it got only the library. */
-        if (scripts || !atomic_load(&rc->cf.scripts))
-            break;
-    }
+    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, quorum_answered,
+                                     &rc->quorum, err, sizeof err);
     for (int i = 0; i < rc->n; i++)
-        if (cs[i]) {
-            loaded++;
+        if (cs[i])
             rconn_put(cs[i]);
-        }
     if (!loaded) {
         rlclient_free(rc);
         return dl_client_err(cl, strstr(err, "AUTH") ? DLOCK_EPERM : DLOCK_EUNREACHABLE, "%s: %s",
