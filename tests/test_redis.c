@@ -933,6 +933,42 @@ static void test_redlock_open_beside_stopped_masters(void **state)
         dlock_client_close(c);
 }
 
+/* A wait that saw the lock held, whose last tries a majority of masters
+ * left unanswered (stopped here; a loaded machine does the same to the
+ * 100 ms per-node timeout of a 1 s lease), timed out: the lock was taken.
+ * It said "unreachable" once, which is for masters no try could reach
+ * (test_late_grant_given_back's majority down). */
+static void test_redlock_wait_timed_out_beside_stopped_masters(void **state)
+{
+    (void)state;
+    if (!redlock_url || !getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "redlock-wait-stopped");
+    dlock_client *c = open_url(redlock_url), *c2 = open_url(redlock_url);
+    dlock_lock *h = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 5000, -1);
+    dlock_lock *a = mk_lock(c2, name, DLOCK_EXCLUSIVE, 1, 1000, -1);
+    assert_int_equal(dlock_acquire(h, 0), 0);
+    struct waiter w = {.l = a, .timeout = 1500};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    usleep(500 * 1000); /* its tries hear a quorum say the lock is held */
+    const char *const majority[] = {"redlock1", "redlock2", "redlock3"};
+    for (int i = 0; i < 3; i++)
+        kill_server(majority[i], SIGSTOP);
+    pthread_join(t, NULL);
+    for (int i = 0; i < 3; i++)
+        kill_server(majority[i], SIGCONT);
+    if (atomic_load(&w.rc) != DLOCK_ETIMEDOUT)
+        fail_msg("a wait on a held lock, a majority stopped: %d: %s", atomic_load(&w.rc),
+                 dlock_lock_errmsg(a));
+    (void)dlock_release(h); /* (its renewals failed meanwhile: it may be lost) */
+    dlock_lock_free(a);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
 /* Validity counts from before the request was sent, never from the reply.
  * Single master: a grant that comes back after the whole lease could have
  * run out (the server was stopped while the request sat in its socket) is
@@ -1540,6 +1576,7 @@ int main(void)
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_slow_master),
         cmocka_unit_test(test_redlock_open_beside_stopped_masters),
+        cmocka_unit_test(test_redlock_wait_timed_out_beside_stopped_masters),
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),
         cmocka_unit_test(test_late_grant_given_back),

@@ -280,6 +280,11 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
     char nb[24];
     char why[300] = "";
     int answered_last = rc->n;
+    /* Whether a try of this acquisition heard a quorum: then the lock was
+     * seen held, and a last try that a loaded machine or a slow master
+     * left short of answers (the per-node timeout is a tenth of the
+     * lease) ends the wait as timed out, not as unreachable masters. */
+    bool heard_quorum = false;
     int64_t step_ns = dl_ms_to_ns(10); /* (see backoff) */
     for (;;) {
         rcmd c;
@@ -295,7 +300,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
         if (tmo == 0) { /* bound reached (after a try that ended at it) */
             char last[sizeof why + 16];
             snprintf(last, sizeof last, "%s%s", why[0] ? "last failure: " : "", why);
-            if (answered_last >= rc->quorum)
+            if (answered_last >= rc->quorum || heard_quorum)
                 return dl_wait_timed_out(l, last);
             return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                "lock \"%s\": only %d of %d redlock masters answered the last try "
@@ -376,6 +381,7 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
          * try (and every retry) for the whole op timeout. */
         release_all(l, bounded_node_timeout(rc, l));
         answered_last = answered;
+        heard_quorum = heard_quorum || answered >= rc->quorum;
         if (answered < rc->quorum && deadline == 0)
             return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                "lock \"%s\": only %d of %d redlock masters answered (quorum "
@@ -400,12 +406,18 @@ static int rl_acquire(dlock_lock *l, int64_t deadline)
                                "lock \"%s\" is held by another owner (%d of %d masters granted)",
                                l->name, granted, rc->n);
         if (deadline > 0 && dl_ms_left(deadline) == 0) {
-            if (answered < rc->quorum)
+            if (!heard_quorum)
                 return dl_lock_err(l, DLOCK_EUNREACHABLE,
                                    "lock \"%s\": timed out; only %d of %d redlock masters "
                                    "answered (quorum %d)%s%s",
                                    l->name, answered, rc->n, rc->quorum,
                                    why[0] ? "; last failure: " : "", why);
+            if (answered < rc->quorum) {
+                char last[sizeof why + 80];
+                snprintf(last, sizeof last, "the last try heard only %d of %d masters%s%s",
+                         answered, rc->n, why[0] ? ": " : "", why);
+                return dl_wait_timed_out(l, last);
+            }
             return dl_wait_timed_out(l, NULL);
         }
         if (backoff(l, deadline, &step_ns))
