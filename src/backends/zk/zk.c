@@ -415,40 +415,62 @@ static int zk_wait_read(void *arg, const void **queue, size_t *stride, int *i)
     dlock_lock *l = z->l;
     zkclient *zc = zc_of(l->c);
     zklock *zl = l->bstate;
-    for (;;) {
-        if (!z->kids)
-            z->kids = zk_send(z->op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
-        int rc = zk_result(z->op, z->kids, zk_req_until(l));
-        if (rc == ZOK)
-            break;
-        if (!acq_retry(z->op, l, z->deadline, rc, &z->nlost)) {
-            (void)session_ended(zc, rc); /* then *again: queue in a new one */
-            return acq_fail(l, z->deadline, rc, "reading its queue");
+    for (bool swept = false;; swept = true) {
+        for (;;) {
+            if (!z->kids)
+                z->kids = zk_send(z->op, CALL_CHILDREN, zl->parent, NULL, 0, NULL);
+            int rc = zk_result(z->op, z->kids, zk_req_until(l));
+            if (rc == ZOK)
+                break;
+            if (!acq_retry(z->op, l, z->deadline, rc, &z->nlost)) {
+                (void)session_ended(zc, rc); /* then *again: queue in a new one */
+                return acq_fail(l, z->deadline, rc, "reading its queue");
+            }
+            zk_call_drop(z->kids);
+            z->kids = NULL;
         }
-        zk_call_drop(z->kids);
+        free(z->q);
+        z->q = NULL;
+        zk_call_drop(z->snap);
+        z->snap = z->kids;
         z->kids = NULL;
+        int foreign;
+        z->n = zk_queue_of(zc->layout, z->snap->kids, z->snap->nkids, &z->q, &foreign);
+        if (z->n < 0)
+            return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
+        if (foreign >= 0 && zc->layout == ZK_LAYOUT_DLOCK) {
+            char why[600];
+            return dl_lock_err(l, DLOCK_ECONFLICT, "lock \"%s\": %s", l->name,
+                               foreign_why(zl->parent, z->snap->kids[foreign], why, sizeof why));
+        }
+        /* A node of ours that is not ours to keep: a create whose reply
+         * was lost, which the server applied after find_own's read had
+         * said it was not there (the request sat in the dropped
+         * connection, read once the stopped server ran again, beside the
+         * new connection's reads). Ahead of ours it holds the lock
+         * against us; behind, it outlives our release: delete it, read
+         * again. */
+        size_t leaf_len = strlen(zl->leaf);
+        bool dropped = false;
+        for (int k = 0; k < z->n; k++) {
+            char path[ZK_PATH_MAX];
+            if (strcmp(z->q[k].name, z->mine) == 0 ||
+                strncmp(z->q[k].name, zl->leaf, leaf_len) != 0 ||
+                !zk_pjoin(path, sizeof path, zl->parent, z->q[k].name))
+                continue;
+            int rc = zk_do(z->op, CALL_VOID, path, NULL, zk_req_until(l), NULL);
+            dropped = dropped || rc == ZOK || rc == ZNONODE;
+        }
+        if (dropped && !swept)
+            continue;
+        z->i = 0;
+        while (z->i < z->n && strcmp(z->q[z->i].name, z->mine) != 0)
+            z->i++;
+        *queue = z->q;
+        *stride = sizeof *z->q;
+        *i = z->i < z->n ? z->i : -1;
+        return 0;
     }
-    free(z->q);
-    z->q = NULL;
-    zk_call_drop(z->snap);
-    z->snap = z->kids;
-    z->kids = NULL;
-    int foreign;
-    z->n = zk_queue_of(zc->layout, z->snap->kids, z->snap->nkids, &z->q, &foreign);
-    if (z->n < 0)
-        return dl_lock_err(l, DLOCK_ENOMEM, "out of memory");
-    if (foreign >= 0 && zc->layout == ZK_LAYOUT_DLOCK) {
-        char why[600];
-        return dl_lock_err(l, DLOCK_ECONFLICT, "lock \"%s\": %s", l->name,
-                           foreign_why(zl->parent, z->snap->kids[foreign], why, sizeof why));
-    }
-    z->i = 0;
-    while (z->i < z->n && strcmp(z->q[z->i].name, z->mine) != 0)
-        z->i++;
-    *queue = z->q;
-    *stride = sizeof *z->q;
-    *i = z->i < z->n ? z->i : -1;
-    return 0;
 }
 
 /* A wait in the queue that its deadline ended (rc DLOCK_ETIMEDOUT) while
