@@ -738,6 +738,13 @@ static void kill_server(const char *name, int sig)
     assert_int_equal(kill((pid_t)pid, sig), 0);
 }
 
+/* kill_server on each of names[0..n). */
+static void signal_servers(const char *const *names, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        kill_server(names[i], sig);
+}
+
 /* A failover: a lock taken with two replica acknowledgements survives the
  * death of its master. The client follows the sentinels to the promoted
  * replica, where the lock is still held by its owner: renewals go on, a
@@ -898,8 +905,7 @@ static void test_redlock_open_beside_stopped_masters(void **state)
     char name[64];
     unique(name, sizeof name, "redlock-open");
     const char *const all[] = {"redlock1", "redlock2", "redlock3", "redlock4", "redlock5"};
-    for (int i = 0; i < 2; i++)
-        kill_server(all[i], SIGSTOP);
+    signal_servers(all, 2, SIGSTOP);
     int64_t t0 = now_ns();
     dlock_client *c = NULL;
     int orc = dlock_client_open(&c, redlock_url, NULL);
@@ -910,8 +916,7 @@ static void test_redlock_open_beside_stopped_masters(void **state)
         arc = dlock_acquire(a, 0);
     }
     int64_t took_ms = (now_ns() - t0) / 1000000;
-    for (int i = 0; i < 2; i++)
-        kill_server(all[i], SIGCONT);
+    signal_servers(all, 2, SIGCONT);
     if (orc != 0 || arc != 0 || took_ms >= 3500)
         fail_msg("two masters stopped: open %d, acquire %d after %lld ms", orc, arc,
                  (long long)took_ms);
@@ -919,14 +924,12 @@ static void test_redlock_open_beside_stopped_masters(void **state)
     dlock_lock_free(a);
     dlock_client_close(c);
 
-    for (int i = 0; i < 5; i++)
-        kill_server(all[i], SIGSTOP);
+    signal_servers(all, 5, SIGSTOP);
     t0 = now_ns();
     c = NULL;
     orc = dlock_client_open(&c, redlock_url, NULL);
     took_ms = (now_ns() - t0) / 1000000;
-    for (int i = 0; i < 5; i++)
-        kill_server(all[i], SIGCONT);
+    signal_servers(all, 5, SIGCONT);
     if (orc != DLOCK_EUNREACHABLE || took_ms >= 6000)
         fail_msg("every master stopped: open %d after %lld ms", orc, (long long)took_ms);
     if (c)
@@ -954,11 +957,9 @@ static void test_redlock_wait_timed_out_beside_stopped_masters(void **state)
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
     usleep(500 * 1000); /* its tries hear a quorum say the lock is held */
     const char *const majority[] = {"redlock1", "redlock2", "redlock3"};
-    for (int i = 0; i < 3; i++)
-        kill_server(majority[i], SIGSTOP);
+    signal_servers(majority, 3, SIGSTOP);
     pthread_join(t, NULL);
-    for (int i = 0; i < 3; i++)
-        kill_server(majority[i], SIGCONT);
+    signal_servers(majority, 3, SIGCONT);
     if (atomic_load(&w.rc) != DLOCK_ETIMEDOUT)
         fail_msg("a wait on a held lock, a majority stopped: %d: %s", atomic_load(&w.rc),
                  dlock_lock_errmsg(a));

@@ -801,6 +801,15 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
     }
 }
 
+/* "WHAT LOAD code" (FUNCTION or SCRIPT). */
+static void load_cmd(rcmd *cmd, const char *what, const char *code)
+{
+    rcmd_init(cmd);
+    rcmd_add(cmd, what);
+    rcmd_add(cmd, "LOAD");
+    rcmd_add(cmd, code);
+}
+
 /* "WHAT LOAD code" on c (FUNCTION or SCRIPT), waiting until until_ns. */
 static int load_call(rconn *c, const char *what, const char *code, int64_t until_ns,
                      redisReply **r, char *err, size_t errlen)
@@ -811,10 +820,7 @@ static int load_call(rconn *c, const char *what, const char *code, int64_t until
         return RD_EIO;
     }
     rcmd cmd;
-    rcmd_init(&cmd);
-    rcmd_add(&cmd, what);
-    rcmd_add(&cmd, "LOAD");
-    rcmd_add(&cmd, code);
+    load_cmd(&cmd, what, code);
     char why[256];
     int rc = rconn_call(c, &cmd, 1, r, ms, -1, NULL, why, sizeof why);
     if (rc != RD_OK)
@@ -901,10 +907,7 @@ static void load_many(rconn **cs, int n, const bool *need, const char *what, con
                       size_t errlen)
 {
     rcmd cmd;
-    rcmd_init(&cmd);
-    rcmd_add(&cmd, what);
-    rcmd_add(&cmd, "LOAD");
-    rcmd_add(&cmd, code);
+    load_cmd(&cmd, what, code);
     rconn *to[n > 0 ? n : 1];
     redisReply *out[n > 0 ? n : 1];
     int st[n > 0 ? n : 1];
