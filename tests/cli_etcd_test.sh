@@ -59,10 +59,10 @@ for e in 0 3 75; do
     [ $rc = $e ] && [ -z "$out" ] && ok "conflict with -n -E $e: exit $e, nothing ran" ||
         bad "conflict with -n -E $e: exit $rc, output '$out'"
 done
-out=$("$DLOCK" --url "$U" run -w 0.3 -E 0 held -- echo RAN 2>/dev/null)
+out=$("$DLOCK" --url "$U" run -w 2 -E 0 held -- echo RAN 2>"$TMP/w.err")
 rc=$?
-[ $rc = 0 ] && [ -z "$out" ] && ok "conflict with -w 0.3 -E 0: nothing ran" ||
-    bad "conflict with -w 0.3 -E 0: exit $rc, output '$out'"
+[ $rc = 0 ] && [ -z "$out" ] && ok "conflict with -w 2 -E 0: nothing ran" ||
+    bad "conflict with -w 2 -E 0: exit $rc, output '$out', said: $(cat "$TMP/w.err")"
 # SIGTERM while waiting: the waiter goes, and so does its key.
 "$DLOCK" --url "$U" run -w 10 held -- echo RAN >"$TMP/int.out" 2>/dev/null & w=$!
 sleep 0.5

@@ -97,11 +97,11 @@ for m in getlock rowlock lease; do
             bad "$m: conflict with -n -E $e: exit $rc, output '$out'"
     done
     at=$(now_ms)
-    out=$("$DLOCK" --url "$U" run -w 0.3 -E 0 $m-held -- echo RAN 2>/dev/null)
+    out=$("$DLOCK" --url "$U" run -w 2 -E 0 $m-held -- echo RAN 2>"$TMP/w.err")
     rc=$?
     took=$(( $(now_ms) - at ))
-    [ $rc = 0 ] && [ -z "$out" ] && [ $took -lt 2000 ] && ok "$m: conflict with -w 0.3 -E 0: nothing ran, gave up after $took ms" ||
-        bad "$m: conflict with -w 0.3 -E 0: exit $rc after $took ms, output '$out'"
+    [ $rc = 0 ] && [ -z "$out" ] && [ $took -lt 6000 ] && ok "$m: conflict with -w 2 -E 0: nothing ran, gave up after $took ms" ||
+        bad "$m: conflict with -w 2 -E 0: exit $rc after $took ms, output '$out', said: $(cat "$TMP/w.err")"
 
     # ---- status and list while held ---------------------------------------------------
     "$DLOCK" --url "$U" status --json $m-held >"$TMP/$m-status.json" 2>&1
