@@ -175,7 +175,7 @@ BG+=("$holder")
 for _ in $(seq 100); do [[ -s $TMP/busy.tok ]] && break; sleep 0.05; done
 [[ -s $TMP/busy.tok ]] || fail "-E 0: the holder did not start"
 expect 0 dl run -n -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
-expect 0 dl run -w 0.3 -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
+expect 0 dl run -w 2 -E 0 busy -- sh -c 'echo RAN >"$0"' "$TMP/e0.ran"
 [[ ! -e $TMP/e0.ran ]] || fail "run -E 0 ran the command without the lock"
 grep -q 'not acquired' "$TMP/err" && ! grep -q 'cannot release' "$TMP/err" ||
     fail "run -E 0: $(cat "$TMP/err")"
