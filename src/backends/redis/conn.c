@@ -565,6 +565,23 @@ static int send_all(rconn *c, const char *buf, size_t len, int64_t until_ns, cha
     return RD_OK;
 }
 
+/* Write what c has room for of buf[*sent..len), without waiting: false when
+ * the connection failed. */
+static bool send_some(rconn *c, const char *buf, size_t len, size_t *sent)
+{
+    while (*sent < len) {
+        ssize_t n = send(c->ctx->fd, buf + *sent, len - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return true;
+        if (n <= 0)
+            return false;
+        *sent += (size_t)n;
+    }
+    return true;
+}
+
 void rconn_abandon(rconn *c, const rcmd *undo)
 {
     if (!c)
@@ -718,30 +735,45 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {
     /* Formatted once, as one pipelined write, for every connection; one
-     * command (Redlock's acquire and release) is sent as hiredis made it. */
+     * command (Redlock's acquire and release) is sent as hiredis made it.
+     * Many (a batch of renewals) are copied into one buffer sized once:
+     * growing it command by command copied it over and over. */
     char *one = NULL, *wire = NULL;
     size_t wlen = 0;
     bool formatted = true;
-    for (int j = 0; j < ncmd && formatted; j++) {
-        int n = format(&cmds[j], &one);
-        if (n > 0 && ncmd == 1) {
-            wlen = (size_t)n;
-            break;
+    if (ncmd == 1) {
+        int n = format(&cmds[0], &one);
+        formatted = n > 0;
+        wlen = formatted ? (size_t)n : 0;
+    } else {
+        char **each = calloc((size_t)ncmd, sizeof *each);
+        int *len = malloc((size_t)ncmd * sizeof *len);
+        formatted = each && len;
+        for (int j = 0; j < ncmd && formatted; j++) {
+            len[j] = format(&cmds[j], &each[j]);
+            formatted = len[j] > 0;
+            wlen += formatted ? (size_t)len[j] : 0;
         }
-        char *grown = n > 0 ? realloc(wire, wlen + (size_t)n) : NULL;
-        if (grown) {
-            memcpy(grown + wlen, one, (size_t)n);
-            wire = grown;
-            wlen += (size_t)n;
+        wire = formatted ? malloc(wlen) : NULL;
+        formatted = wire != NULL;
+        size_t at = 0;
+        for (int j = 0; each && j < ncmd; j++) {
+            if (formatted) {
+                memcpy(wire + at, each[j], (size_t)len[j]);
+                at += (size_t)len[j];
+            }
+            if (each[j])
+                redisFreeCommand(each[j]);
         }
-        formatted = grown != NULL;
-        if (one)
-            redisFreeCommand(one);
-        one = NULL;
+        free(each);
+        free(len);
     }
     const char *out_wire = one ? one : wire;
-    char err[256];
-    bool pending[nc];
+    /* Written to every connection at once, as each has room: a server
+     * that stopped reading (its socket buffer full) must not hold the
+     * others' requests back until the deadline. */
+    bool pending[nc]; /* replies still awaited */
+    size_t sent[nc];  /* bytes of out_wire written (< wlen: still writing) */
     int got[nc];
     struct pollfd p[nc];
     int64_t deadline = dl_deadline_in(timeout_ms);
@@ -750,12 +782,9 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
             out[i * ncmd + j] = NULL;
         st[i] = RD_EIO;
         got[i] = 0;
-        pending[i] = formatted && out_wire && cs[i] &&
-                     send_all(cs[i], out_wire, wlen, deadline, err, sizeof err) == RD_OK;
+        sent[i] = 0;
+        pending[i] = formatted && out_wire && cs[i] && send_some(cs[i], out_wire, wlen, &sent[i]);
     }
-    if (one)
-        redisFreeCommand(one);
-    free(wire);
     for (;;) {
         int n = 0;
         int idx[nc];
@@ -778,27 +807,38 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
             }
             if (!pending[i])
                 continue;
-            p[n] = (struct pollfd){.fd = cs[i]->ctx->fd, .events = POLLIN};
+            p[n] = (struct pollfd){.fd = cs[i]->ctx->fd,
+                                   .events = POLLIN | (sent[i] < wlen ? POLLOUT : 0)};
             idx[n++] = i;
         }
         if (n > 0 && fresh && enough && enough(out, nc, ncmd, arg)) {
             for (int k = 0; k < n; k++) {
-                cs[idx[k]]->owed += ncmd - got[idx[k]];
-                st[idx[k]] = RD_OWED;
+                int i = idx[k];
+                /* one still writing has half a request on the wire: dropped */
+                if (sent[i] < wlen)
+                    continue;
+                cs[i]->owed += ncmd - got[i];
+                st[i] = RD_OWED;
             }
-            return;
+            break;
         }
         int ms = dl_ms_left(deadline);
         if (n == 0 || ms == 0)
-            return;
+            break;
         int pr = poll(p, (nfds_t)n, ms);
         if (pr < 0 && errno != EINTR)
-            return;
+            break;
         for (int k = 0; k < n && pr > 0; k++) {
-            if (p[k].revents && redisBufferRead(cs[idx[k]]->ctx) != REDIS_OK)
-                pending[idx[k]] = false;
+            int i = idx[k];
+            if ((p[k].revents & POLLOUT) && !send_some(cs[i], out_wire, wlen, &sent[i]))
+                pending[i] = false;
+            else if ((p[k].revents & (short)~POLLOUT) && redisBufferRead(cs[i]->ctx) != REDIS_OK)
+                pending[i] = false;
         }
     }
+    if (one)
+        redisFreeCommand(one);
+    free(wire);
 }
 
 /* "WHAT LOAD code" (FUNCTION or SCRIPT). */
