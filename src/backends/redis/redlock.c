@@ -525,8 +525,15 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
             min_ttl = ls[j]->opts.ttl_ms;
     }
     int64_t t0 = dl_now_ns();
-    int tmo = rd_ms(ls[0], node_timeout(rc, min_ttl)); /* the batch shares one bound */
-    if (tmo == 0) {
+    /* The batch shares one bound (the core's: the earliest moment one of
+     * its leases would be declared lost). Connecting waits at most the
+     * per-node timeout, as an acquisition's does; the replies have until
+     * the bound: a quorum's replies to hundreds of renewals take longer
+     * than a tenth of a lease on a loaded machine, and a renewal confirmed
+     * late is still worth its lease from t0 (validity below). */
+    int tmo = rd_ms(ls[0], rc->cf.op_timeout_ms);
+    int connect_ms = rd_ms(ls[0], node_timeout(rc, min_ttl));
+    if (tmo == 0 || connect_ms == 0) {
         for (int j = 0; j < m; j++)
             rcs[j] = dl_lock_err(ls[j], DLOCK_EUNREACHABLE,
                                  "lock \"%s\": no time left to renew before the lease ends",
@@ -535,7 +542,7 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
     }
     int64_t until = t0 + (int64_t)tmo * 1000000LL;
     char why[300] = "";
-    rconn_get_many(rc->nodes, nc, &rc->cf, cs, nc, tmo, why, sizeof why);
+    rconn_get_many(rc->nodes, nc, &rc->cf, cs, nc, connect_ms, why, sizeof why);
     rconn_call_many(cs, nc, cmds, m, out, st, dl_ms_left(until), all_renewals_decided,
                     &rc->quorum);
     for (int i = 0; i < nc; i++) {
