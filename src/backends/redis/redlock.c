@@ -140,16 +140,18 @@ static bool all_renewals_decided(redisReply *const *out, int n, int ncmd, void *
  * second try. Everything (connects, loads, the second try) ends within
  * timeout_ms; with 0 the request is only written on the connections there
  * are (a give-back that need not be waited for). why (may be NULL) gets the
- * last reason a node failed, for messages.
+ * last reason a node failed, for messages. on_all_within: connecting waits
+ * at most connect_ms of timeout_ms.
  */
-static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms,
-                   rd_enough_fn *enough, char *why, size_t whylen)
+static void on_all_within(rlclient *rc, const rcmd *cmd, redisReply **out, int connect_ms,
+                          int timeout_ms, rd_enough_fn *enough, char *why, size_t whylen)
 {
     rconn *cs[rc->n];
     int st[rc->n];
     char err[256] = "";
     int64_t until = dl_deadline_in(timeout_ms);
-    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n, timeout_ms, err, sizeof err);
+    rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, rc->n,
+                   connect_ms < timeout_ms ? connect_ms : timeout_ms, err, sizeof err);
     if (why && err[0])
         snprintf(why, whylen, "%s", err);
     rconn_call_many(cs, rc->n, cmd, 1, out, st, dl_ms_left(until), enough, &rc->quorum);
@@ -200,6 +202,12 @@ static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_
             }
         }
     }
+}
+
+static void on_all(rlclient *rc, const rcmd *cmd, redisReply **out, int timeout_ms,
+                   rd_enough_fn *enough, char *why, size_t whylen)
+{
+    on_all_within(rc, cmd, out, timeout_ms, timeout_ms, enough, why, whylen);
 }
 
 /* Describe, into why, the first reply in r that is not what ok accepts. */
@@ -455,13 +463,16 @@ static int rl_renew_for(dlock_lock *l, int64_t ttl_ms, bool handing)
     int64_t t0 = dl_now_ns();
     /* Within the moment the lease will be declared lost (the core's bound):
      * nothing is sent once it has passed, and running out of time is a
-     * transient failure, not a loss (the core decides that). */
-    int tmo = bounded_node_timeout(rc, l);
-    if (tmo == 0)
+     * transient failure, not a loss (the core decides that). Connecting
+     * waits the per-node timeout; a renewal's replies (not a release's) may
+     * take until the bound, as a batch's do (see rl_renew_batch). */
+    int connect_ms = bounded_node_timeout(rc, l);
+    int tmo = handing ? connect_ms : rd_ms(l, rc->cf.op_timeout_ms);
+    if (tmo == 0 || connect_ms == 0)
         return dl_lock_err(l, DLOCK_EUNREACHABLE,
                            "lock \"%s\": no time left to renew before the lease ends", l->name);
     char why[300] = "";
-    on_all(rc, &c, r, tmo, yes_decided, why, sizeof why);
+    on_all_within(rc, &c, r, connect_ms, tmo, yes_decided, why, sizeof why);
     note_bad(rc, r, is_int01, "an integer from the lock script", why, sizeof why);
     int yes = 0, no = 0;
     for (int i = 0; i < rc->n; i++) {
