@@ -538,35 +538,8 @@ static int format(const rcmd *cmd, char **wire)
  * socket buffer no later than until_ns (-1: SEND_WAIT_MS from now), so that
  * a server that stopped reading cannot hold the caller past its deadline.
  */
-static int send_all(rconn *c, const char *buf, size_t len, int64_t until_ns, char *err,
-                    size_t errlen)
-{
-    if (until_ns < 0)
-        until_ns = dl_deadline_in(SEND_WAIT_MS);
-    while (len > 0) {
-        ssize_t n = send(c->ctx->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
-            int ms = dl_ms_left(until_ns);
-            int pr = ms > 0 ? poll(&p, 1, ms) : 0;
-            if (pr > 0 || (pr < 0 && errno == EINTR))
-                continue;
-            errno = ETIMEDOUT;
-        }
-        if (n <= 0) {
-            snprintf(err, errlen, "write: %s", n < 0 ? strerror(errno) : "nothing written");
-            return RD_EIO;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
-    return RD_OK;
-}
-
 /* Write what c has room for of buf[*sent..len), without waiting: false when
- * the connection failed. */
+ * the connection failed (errno says why). */
 static bool send_some(rconn *c, const char *buf, size_t len, size_t *sent)
 {
     while (*sent < len) {
@@ -575,11 +548,35 @@ static bool send_some(rconn *c, const char *buf, size_t len, size_t *sent)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return true;
-        if (n <= 0)
+        if (n <= 0) {
+            if (n == 0)
+                errno = EPIPE; /* (nothing written) */
             return false;
+        }
         *sent += (size_t)n;
     }
     return true;
+}
+
+static int send_all(rconn *c, const char *buf, size_t len, int64_t until_ns, char *err,
+                    size_t errlen)
+{
+    if (until_ns < 0)
+        until_ns = dl_deadline_in(SEND_WAIT_MS);
+    size_t sent = 0;
+    while (send_some(c, buf, len, &sent)) {
+        if (sent == len)
+            return RD_OK;
+        struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
+        int ms = dl_ms_left(until_ns);
+        int pr = ms > 0 ? poll(&p, 1, ms) : 0;
+        if (pr > 0 || (pr < 0 && errno == EINTR))
+            continue;
+        errno = ETIMEDOUT;
+        break;
+    }
+    snprintf(err, errlen, "write: %s", strerror(errno));
+    return RD_EIO;
 }
 
 void rconn_abandon(rconn *c, const rcmd *undo)

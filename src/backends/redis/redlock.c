@@ -65,6 +65,19 @@ static int bounded_node_timeout(const rlclient *rc, const dlock_lock *l)
     return rd_ms(l, node_timeout(rc, l->opts.ttl_ms));
 }
 
+/* The bounds of a renewal of leases of ttl_ms (l carries the core's bound:
+ * the moment the lease, or the earliest of a batch's, would be declared
+ * lost). Connecting waits at most the per-node timeout, as an acquisition's
+ * does, into *connect_ms; the replies, returned, may take until the bound:
+ * a renewal confirmed late is still worth its lease counted from before it
+ * left, and a quorum's replies to hundreds of renewals take longer than a
+ * tenth of a lease on a loaded machine. */
+static int renewal_timeout(const rlclient *rc, const dlock_lock *l, int ttl_ms, int *connect_ms)
+{
+    *connect_ms = rd_ms(l, node_timeout(rc, ttl_ms));
+    return rd_ms(l, rc->cf.op_timeout_ms);
+}
+
 /*
  * Whether the replies so far decide a quorum operation (arg: the quorum):
  * out[i*stride] is node i's reply. Error replies (a node that forgot the
@@ -463,11 +476,12 @@ static int rl_renew_for(dlock_lock *l, int64_t ttl_ms, bool handing)
     int64_t t0 = dl_now_ns();
     /* Within the moment the lease will be declared lost (the core's bound):
      * nothing is sent once it has passed, and running out of time is a
-     * transient failure, not a loss (the core decides that). Connecting
-     * waits the per-node timeout; a renewal's replies (not a release's) may
-     * take until the bound, as a batch's do (see rl_renew_batch). */
-    int connect_ms = bounded_node_timeout(rc, l);
-    int tmo = handing ? connect_ms : rd_ms(l, rc->cf.op_timeout_ms);
+     * transient failure, not a loss (the core decides that). A release
+     * (handing) waits no longer than the per-node timeout. */
+    int connect_ms;
+    int tmo = renewal_timeout(rc, l, l->opts.ttl_ms, &connect_ms);
+    if (handing)
+        tmo = connect_ms;
     if (tmo == 0 || connect_ms == 0)
         return dl_lock_err(l, DLOCK_EUNREACHABLE,
                            "lock \"%s\": no time left to renew before the lease ends", l->name);
@@ -536,14 +550,8 @@ static void rl_renew_batch(dlock_client *cl, dlock_lock *const *ls, int *rcs, si
             min_ttl = ls[j]->opts.ttl_ms;
     }
     int64_t t0 = dl_now_ns();
-    /* The batch shares one bound (the core's: the earliest moment one of
-     * its leases would be declared lost). Connecting waits at most the
-     * per-node timeout, as an acquisition's does; the replies have until
-     * the bound: a quorum's replies to hundreds of renewals take longer
-     * than a tenth of a lease on a loaded machine, and a renewal confirmed
-     * late is still worth its lease from t0 (validity below). */
-    int tmo = rd_ms(ls[0], rc->cf.op_timeout_ms);
-    int connect_ms = rd_ms(ls[0], node_timeout(rc, min_ttl));
+    int connect_ms; /* the batch shares one bound (ls[0]'s is the core's for all) */
+    int tmo = renewal_timeout(rc, ls[0], min_ttl, &connect_ms);
     if (tmo == 0 || connect_ms == 0) {
         for (int j = 0; j < m; j++)
             rcs[j] = dl_lock_err(ls[j], DLOCK_EUNREACHABLE,
