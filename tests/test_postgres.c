@@ -1753,6 +1753,82 @@ static void test_one_name_across_modes(void **state)
     }
 }
 
+/* An advisory handle stops reading the names table after each grant once
+ * it has seen only its own row there, for as long as the table's change
+ * counter (dlock_names_changes, advanced by a trigger whoever writes) stays:
+ * a client of another mode that takes the name while the handle does not
+ * hold it moves the counter, and the handle's next grant sees it and gives
+ * the name up (it would hold beside it if the counter were not read). */
+static void test_names_read_until_changed(void **state)
+{
+    (void)state;
+    char out[512];
+    const char *counter = "SELECT pg_sequence_last_value('dlock_names_changes')";
+    for (int b = 1; b < 3; b++) {
+        char ub[512], name[64], lit[128];
+        url_with(ub, sizeof ub, pg_url, mode_query[b]);
+        unique(name, sizeof name, "changes");
+        sql_lit(lit, sizeof lit, name);
+        dlock_client *ca = open_url(pg_url), *cb = open_url(ub);
+        assert_int_equal(psql_num("SELECT count(*) FROM pg_trigger WHERE tgname = "
+                                  "'dlock_names_announce' AND tgrelid = 'dlock_names'::regclass"),
+                         1);
+        dlock_lock *la = mk(ca, name, NULL, NULL), *lb = mk(cb, name, NULL, NULL);
+        for (int i = 0; i < 4; i++) { /* its row; then a read that finds it alone; then none */
+            acquire_ok(la, i % 2 ? 1000 : 0);
+            assert_int_equal(dlock_release(la), 0);
+        }
+        long long before = psql_num("%s", counter);
+        acquire_ok(lb, 2000); /* the advisory row goes (not held), this mode's comes */
+        assert_true(psql_num("%s", counter) > before);
+        assert_int_equal(psql_num("SELECT count(*) FROM dlock_names WHERE name = %s AND mode = "
+                                  "'advisory'", lit),
+                         0);
+        static const int waits[] = {0, 1000};
+        for (int i = 0; i < 2; i++) {
+            int rc = dlock_acquire(la, waits[i]);
+            fprintf(stderr, "# held in %s, a counting advisory handle's acquire(%d): %s: %s\n",
+                    mode_query[b], waits[i], dlock_err_name(rc), dlock_lock_errmsg(la));
+            if (rc == 0)
+                fail_msg("advisory granted a name held in %s", mode_query[b]);
+            assert_int_equal(rc, DLOCK_ECONFLICT);
+        }
+        assert_int_equal(dlock_release(lb), 0);
+        for (int i = 0; i < 3; i++) { /* the advisory handle counts again */
+            acquire_ok(la, 1000);
+            assert_int_equal(dlock_release(la), 0);
+        }
+        /* A writer with rights on the table only (as a client of an older
+         * version, which knows nothing of the counter) moves it too. */
+        before = psql_num("%s", counter);
+        assert_int_equal(psql(out, sizeof out, "GRANT INSERT ON dlock_names TO dlock_ro"), 0);
+        int rc = psql(out, sizeof out,
+                      "SET ROLE dlock_ro; INSERT INTO dlock_names VALUES (%s, 'lease', "
+                      "'\"dlock_lease\"') ON CONFLICT DO NOTHING",
+                      lit);
+        if (rc != 0)
+            fail_msg("an insert by a role with INSERT only: %s", out);
+        assert_int_equal(psql(out, sizeof out, "REVOKE INSERT ON dlock_names FROM dlock_ro"), 0);
+        assert_true(psql_num("%s", counter) > before);
+        acquire_ok(la, 0); /* read again: the lease row goes, the name not held there */
+        assert_int_equal(psql_num("SELECT count(*) FROM dlock_names WHERE name = %s AND mode = "
+                                  "'lease'", lit),
+                         0);
+        assert_int_equal(dlock_release(la), 0);
+        dlock_lock_free(lb);
+        dlock_lock_free(la);
+        dlock_client_close(cb);
+        dlock_client_close(ca);
+    }
+    /* A trigger dropped (or never made) is made again by the table's owner. */
+    assert_int_equal(psql(out, sizeof out, "DROP TRIGGER dlock_names_announce ON dlock_names"), 0);
+    dlock_client *c = open_url(pg_url);
+    assert_int_equal(psql_num("SELECT count(*) FROM pg_trigger WHERE tgname = "
+                              "'dlock_names_announce'"),
+                     1);
+    dlock_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
     pg_url = getenv("DLOCK_TEST_POSTGRES");
@@ -1797,6 +1873,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_transaction_pooler),
         cmocka_unit_test(test_no_overtaking),
         cmocka_unit_test(test_one_name_across_modes),
+        cmocka_unit_test(test_names_read_until_changed),
         cmocka_unit_test(test_no_flush_per_grant),
         cmocka_unit_test(test_later_grants_write_nothing),
         cmocka_unit_test(test_tokens_across_crash), /* last: every pool's sessions die */

@@ -140,34 +140,85 @@ static int advisory_send(dlock_lock *l, pg_try *t)
      * the name. Later grants leave it out (see TOKEN_LOCK). */
     bool bare = pl->rowed;
     const char *p[4] = {t->key, l->name, bare ? "" : pg_try_holder(l, t), t->timeout};
+    const char *pb[3] = {t->key, pc->names_changes_param}; /* (bare) */
     if (t->deadline_ns == 0) {
         sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
-        np = bare ? 1 : 3;
+        np = bare ? 2 : 3;
     } else {
         sql = bare ? pc->sql_bare[1][shared] : shared ? pc->sql_wait_r : pc->sql_wait_x;
-        np = bare ? 2 : 4;
+        np = bare ? 3 : 4;
+        pb[1] = t->timeout;
+        pb[2] = pc->names_changes_param;
     }
-    const char *pb[] = {t->key, t->timeout}; /* (bare) */
     /* The name's rows in the names table, read once it is ours (our own
      * row added first unless it was there last time): see pg_names_check. */
     const char *seq[] = {sql, pc->sql_names_add, pc->sql_names_get};
     int ns[] = {np, 3, 1};
     const char *const *vals[] = {bare ? pb : p, mine, mine};
     PGresult **outs[] = {&t->r, NULL, &t->names};
+    if (bare && pl->named && pl->names_seen) /* no read unless the names changed: took */
+        return pg_run_fixed_joint(t->k, 1, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
+                                  sizeof t->why);
     if (pl->named) {
         /* The read alone after the grant: one segment, so one transaction
          * and one reply of the server's, one send of ours. (Read committed,
          * see pg_conn_open: the read's snapshot is still taken after the
-         * grant.) The row's add is committed in its own. */
-        seq[1] = seq[2];
-        ns[1] = ns[2];
-        vals[1] = vals[2];
-        outs[1] = outs[2];
-        return pg_run_fixed_joint(t->k, 2, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
-                                  sizeof t->why);
+         * grant.) The row's add is committed in its own. Where the names'
+         * changes are counted, after a try of the writers' lock, so that
+         * the handle may read no more while they do not change. */
+        const char *names[] = {pc->names};
+        bool counted = bare && pc->names_changes_param;
+        seq[1] = counted ? pc->sql_names_quiet : seq[2];
+        ns[1] = counted ? 1 : ns[2];
+        vals[1] = counted ? names : vals[2];
+        outs[1] = counted ? &t->quiet : outs[2];
+        return pg_run_fixed_joint(t->k, counted ? 3 : 2, seq, ns, vals, t->until, t->cancel_fd,
+                                  outs, t->why, sizeof t->why);
     }
     return pg_run_fixed_seq(t->k, 3, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
                             sizeof t->why);
+}
+
+/* The name's rows read after the grant, and looked at (pg_names_check).
+ * Read here if the grant's statements did not (the handle had seen them
+ * unchanged): on k, after a try of the names writers' lock. A read made
+ * after that try succeeded, that found only our row, lets the handle skip
+ * the next reads while the counter (changes, epoch, read before it) stays
+ * (see names_announce). */
+static int names_read_check(dlock_lock *l, pg_try *t, bool counted, int64_t changes,
+                            uint64_t epoch)
+{
+    pgclient *pc = pc_of(l->c);
+    pglock *pl = l->bstate;
+    int rc = 0;
+    if (pl->names_seen) {
+        const char *sqls[] = {pc->sql_names_quiet, pc->sql_names_get};
+        const int ns[] = {1, 1};
+        const char *names[] = {pc->names}, *mine[] = {l->name};
+        const char *const *vals[] = {names, mine};
+        PGresult **outs[] = {&t->quiet, &t->names};
+        rc = pg_run_fixed_joint(t->k, 2, sqls, ns, vals, t->until, -1, outs, t->why,
+                                sizeof t->why);
+        pl->names_seen = false;
+    }
+    bool quiet = !rc && t->quiet && pg_lib.resultStatus(t->quiet) == PGRES_TUPLES_OK &&
+                 pg_lib.ntuples(t->quiet) == 1 && strcmp(pg_lib.getvalue(t->quiet, 0, 0), "t") == 0;
+    if (t->names && pg_lib.resultStatus(t->names) != PGRES_TUPLES_OK) {
+        pg_lib.clear(t->names); /* (a statement before it failed: read again) */
+        t->names = NULL;
+    }
+    bool alone = false;
+    if (!rc)
+        rc = pg_names_check(l, t->names, 0, &alone, t->why, sizeof t->why);
+    if (!rc && quiet && alone && counted && t->names) {
+        pl->names_seen = true;
+        pl->names_changes = changes;
+        pl->names_epoch = epoch;
+    }
+    pg_lib.clear(t->quiet);
+    pg_lib.clear(t->names);
+    t->quiet = t->names = NULL;
+    return rc;
 }
 
 /* The grant's result (column ok: whether it was one; the token, or none
@@ -181,15 +232,22 @@ static int advisory_took(dlock_lock *l, pg_try *t)
     if (pg_lib.ntuples(r) != 1 || strcmp(pg_lib.getvalue(r, 0, 0), "t") != 0) {
         pg_lib.clear(r); /* try: someone holds it */
         pg_lib.clear(t->names);
+        pg_lib.clear(t->quiet);
         pg_conn_put(pc, k);
         return dl_lock_err(l, DLOCK_EBUSY, "lock \"%s\" is held by another owner", l->name);
     }
     bool drawn = !pg_lib.getisnull(r, 0, 1);
     if (drawn)
         atomic_store(&l->token, strtoull(pg_lib.getvalue(r, 0, 1), NULL, 10));
+    /* the names table's change counter once the lock was ours (bare), and
+     * the token's epoch: see names_announce */
+    bool counted = drawn && pl->rowed && !pg_lib.getisnull(r, 0, 2);
+    int64_t changes = counted ? strtoll(pg_lib.getvalue(r, 0, 2), NULL, 10) : 0;
+    uint64_t epoch = atomic_load(&l->token) >> PG_EPOCH_SHIFT;
     pg_lib.clear(r);
-    int rc = pg_names_check(l, t->names, 0, t->why, sizeof t->why);
-    pg_lib.clear(t->names);
+    int rc = 0;
+    if (!(pl->names_seen && counted && changes == pl->names_changes && epoch == pl->names_epoch))
+        rc = names_read_check(l, t, counted, changes, epoch);
     if (!rc && !drawn) { /* the lock is ours, and no epoch was in force */
         const char *p[] = {t->key, l->name, pg_try_holder(l, t)};
         struct advisory_draw a = {k, p};
@@ -350,13 +408,17 @@ int pg_advisory_build_sql(pgclient *pc)
     "since = excluded.since, value = NULL RETURNING t.token), "                              \
     "f AS (SELECT " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d) "                    \
     "SELECT l.ok, (SELECT u.token FROM u), (SELECT count(*) FROM f) FROM l"
-    /* the same without the holder's row (see advisory_send) */
+    /* the same without the holder's row (see advisory_send), and with the
+     * names table's change counter, once the lock is ours (parameter $N:
+     * the sequence's name, or NULL; see names_announce) */
 #define BARE_TAIL                                                                            \
-    "%s, f AS (SELECT d.v, " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d, c) "        \
-    "SELECT l.ok, (SELECT f.v FROM f) FROM l"
+    "%s, f AS (SELECT d.v, " TOKEN_LOCK("pg_try_advisory_lock", "d.v") " FROM d, c), "       \
+    "v AS (SELECT pg_sequence_last_value(to_regclass($%d)) AS nv FROM l WHERE l.ok) "        \
+    "SELECT l.ok, (SELECT f.v FROM f), (SELECT v.nv FROM v) FROM l"
     char *tok = pg_token_ctes(pc, "l", "l.ok");
     char *tail = tok ? dl_fmt_alloc(GRANT_TAIL, tok, pc->table) : NULL;
-    char *bare = tok ? dl_fmt_alloc(BARE_TAIL, tok) : NULL;
+    char *bare_try = tok ? dl_fmt_alloc(BARE_TAIL, tok, 2) : NULL;
+    char *bare_wait = tok ? dl_fmt_alloc(BARE_TAIL, tok, 3) : NULL;
 #undef GRANT_TAIL
 #undef BARE_TAIL
     free(tok);
@@ -370,20 +432,21 @@ int pg_advisory_build_sql(pgclient *pc)
     static const char wait_r[] =
         "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
         "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s";
-    if (tail && bare) {
+    if (tail && bare_try && bare_wait) {
         pc->sql_try_x = dl_fmt_alloc(try_x, tail);
         pc->sql_try_r = dl_fmt_alloc(try_r, tail);
         pc->sql_wait_x = dl_fmt_alloc(wait_x, 4, tail);
         pc->sql_wait_r = dl_fmt_alloc(wait_r, 4, tail);
-        pc->sql_bare[0][0] = dl_fmt_alloc(try_x, bare);
-        pc->sql_bare[0][1] = dl_fmt_alloc(try_r, bare);
-        pc->sql_bare[1][0] = dl_fmt_alloc(wait_x, 2, bare);
-        pc->sql_bare[1][1] = dl_fmt_alloc(wait_r, 2, bare);
+        pc->sql_bare[0][0] = dl_fmt_alloc(try_x, bare_try);
+        pc->sql_bare[0][1] = dl_fmt_alloc(try_r, bare_try);
+        pc->sql_bare[1][0] = dl_fmt_alloc(wait_x, 2, bare_wait);
+        pc->sql_bare[1][1] = dl_fmt_alloc(wait_r, 2, bare_wait);
         /* the draw alone, on the session holding the lock (after run_ensure) */
         pc->sql_redraw = dl_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
     free(tail);
-    free(bare);
+    free(bare_try);
+    free(bare_wait);
     bool bare_ok = true;
     for (int i = 0; i < 4; i++)
         bare_ok = bare_ok && pc->sql_bare[i / 2][i % 2];

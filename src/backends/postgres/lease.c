@@ -416,7 +416,7 @@ static int lease_acquire(dlock_lock *l, int64_t deadline_ns)
             drop_notices(k);
             pg_conn_put(pc, k);
             if (rc == 1) {
-                rc = pg_names_check(l, names, 1, why, sizeof why);
+                rc = pg_names_check(l, names, 1, NULL, why, sizeof why);
                 pg_lib.clear(names);
                 if (rc) {
                     int touched; /* given back: the other mode's holder keeps the name */

@@ -85,6 +85,12 @@ typedef struct pgclient {
     atomic_bool spoke;                 /* a connection was made: it is PostgreSQL */
     const char *mode;                 /* "advisory", "lease" or "rowlock" */
     char *sql_names_get, *sql_names_add, *sql_names_drop;
+    /* advisory: the names table's change counter (see names_announce,
+     * postgres.c): its sequence's name, a parameter of the grant; NULL when
+     * this role has none to read (then every grant reads the names) */
+    char names_changes[2 * PG_IDENT_MAX + 8];
+    const char *names_changes_param;
+    char *sql_names_quiet;
     const char *redacted;
     int op_timeout_ms, connect_timeout_ms;
 
@@ -98,8 +104,19 @@ typedef struct pglock {
     int slot;      /* lease: the row held */
     bool named;    /* its row in the names table was there at its last grant */
     bool rowed;    /* advisory: a grant of this handle wrote its row in the table */
+    /* advisory: the names read that found only its own row, and the names
+     * table's change counter and the token epoch before it (see
+     * names_announce, postgres.c) */
+    bool names_seen;
+    int64_t names_changes;
+    uint64_t names_epoch;
 } pglock;
 
+#define PG_EPOCH_SHIFT 44 /* tokens: (epoch << 44) + offset in the run (see pg_token_ctes) */
+/* The names table's (oid rel) two-key transaction lock, shared by its
+ * writers until they commit (see names_announce, postgres.c); the first
+ * key positive ("dlkn"), apart from TOKEN_LOCK's. */
+#define NAMES_QUIET_KEY(rel) "1684826990, ((" rel ")::oid::bigint - 2147483648)::int"
 /* lease: a row held now */
 #define LEASE_HELD "owner IS NOT NULL AND expires >= clock_timestamp()"
 /* pg_locks names an int8 advisory key by its halves and objsubid 1. */
@@ -250,6 +267,7 @@ typedef struct pg_try {
     int cancel_fd;
     PGresult *r;             /* the grant statement's result */
     PGresult *names;         /* the name's rows in the names table (see pg_names_check) */
+    PGresult *quiet;         /* advisory: no names write in flight (see names_announce) */
     char key[24];            /* the name's advisory key */
     char holder[300];        /* "OWNER pid N on HOST" (pg_try_holder), "" until used */
     char timeout[24];        /* ms, for lock_timeout (a wait) */
@@ -286,7 +304,8 @@ int pg_run_build_sql(pgclient *pc);
 
 /* After l was granted: whether it may keep it (0) or the name is held in
  * another mode (DLOCK_ECONFLICT), see postgres.c's "one name, one mode". */
-int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen);
+int pg_names_check(dlock_lock *l, PGresult *got, int col, bool *alone, char *why,
+                   size_t wlen);
 
 /* The leader's value of name: sql's first column with (name, key) as its
  * first n parameters. */

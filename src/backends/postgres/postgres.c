@@ -92,7 +92,6 @@ static void pq_load(void)
                           pq_error, sizeof pq_error);
 }
 
-#define PG_EPOCH_SHIFT 44    /* tokens: (epoch << 44) + offset in the run (see pg_token_ctes) */
 #define PG_POOL_IDLE_MAX 8   /* idle connections a client keeps */
 #define PG_CHECK_INTERVAL "1000" /* client_connection_check_interval, ms (server 14+) */
 
@@ -971,7 +970,7 @@ int pg_session_acquire(dlock_lock *l, int64_t deadline_ns, const pg_grant *g)
     int64_t retry_until = 0; /* set when a waiter's session ended: see pg_conn_get_retry */
     int rc;
 again:
-    t.r = t.names = NULL;
+    t.r = t.names = t.quiet = NULL;
     if (retry_until)
         rc = pg_conn_get_retry(pc, retry_until, t.cancel_fd, &t.k, t.why, sizeof t.why);
     else
@@ -997,7 +996,8 @@ again:
     /* (only a grant needs the names: the mode's took reads them) */
     if (rc || *pg_sqlstate(r)) {
         pg_lib.clear(t.names);
-        t.names = NULL;
+        pg_lib.clear(t.quiet);
+        t.names = t.quiet = NULL;
     }
     if (rc == DLOCK_EUNREACHABLE && t.reused) {
         pg_conn_close(k); /* a pooled session that died idle: again on another */
@@ -1164,6 +1164,70 @@ static const pg_mode *mode_named(const char *name)
  * up; never both hold).
  */
 
+/*
+ * The names table's change counter. The read of a name's rows after each
+ * grant is a statement on the hand-over path (a tenth of an advisory
+ * hand-over, measured against a bare pg_advisory_lock): an advisory handle
+ * leaves it out when no row can have changed since its last read.
+ * - dlock_names_changes, a sequence, counts every write of the names table:
+ *   a statement trigger (dlock_names_announce, on INSERT, DELETE and
+ *   TRUNCATE, whoever writes, clients of older versions too) advances it,
+ *   having taken NAMES_QUIET_KEY shared, a lock its transaction holds until
+ *   the write commits.
+ * - Each advisory grant reads the counter once the lock is its
+ *   (pg_sequence_last_value: the live value, not a snapshot's).
+ * - A handle's full read is made after the grant's counter and after a try
+ *   of NAMES_QUIET_KEY exclusive: when the try succeeds, every write counted
+ *   before has committed, and the read sees it. If that read found only
+ *   the handle's own row, the handle keeps the counter it had (with the
+ *   token's epoch: a crash may take the sequence back, and starts a new
+ *   epoch). A later grant that finds the same counter in the same epoch
+ *   reads nothing.
+ * Safe: a client of another mode that holds the name while such a grant
+ * does looked for holders before that grant (it would have seen it: both
+ * sides hold or write first and look after), so its row was written before
+ * too. It was not in the full read (that found only ours), so its write was
+ * counted after that read's counter, before the grant: the counter moved.
+ * The objects are made with the names table, or later by a role that owns
+ * it; where they are missing, every grant reads the names, as before.
+ */
+static void names_announce(dlock_client *c)
+{
+    pgclient *pc = pc_of(c);
+    char schema[PG_IDENT_MAX + 4] = ""; /* "s". or nothing, as pc->names has it */
+    snprintf(schema, sizeof schema, "%.*s", (int)(strlen(pc->names) - strlen("\"dlock_names\"")),
+             pc->names);
+    char ddl[2000], why[300];
+    /* (the trigger's function names the sequence by oid: it runs with
+     * search_path pg_catalog only, being SECURITY DEFINER so that roles
+     * granted only the tables can still write them) */
+    snprintf(ddl, sizeof ddl,
+             "DO $dlock$ BEGIN "
+             "PERFORM pg_advisory_xact_lock(" NAMES_QUIET_KEY("'%s'::regclass") "); "
+             "IF to_regclass('%s') IS NULL THEN "
+             "CREATE SEQUENCE %s; GRANT SELECT ON SEQUENCE %s TO PUBLIC; PERFORM nextval('%s'); "
+             "END IF; "
+             "IF to_regprocedure('%sdlock_names_announce()') IS NULL THEN "
+             "EXECUTE format('CREATE FUNCTION %sdlock_names_announce() RETURNS trigger "
+             "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS "
+             "$fn$ BEGIN PERFORM pg_advisory_xact_lock_shared(" NAMES_QUIET_KEY("TG_RELID") "); "
+             "PERFORM nextval(%%s::regclass); RETURN NULL; END $fn$', "
+             "to_regclass('%s')::oid); "
+             "END IF; "
+             "IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '%s'::regclass AND "
+             "tgname = 'dlock_names_announce') THEN "
+             "CREATE TRIGGER dlock_names_announce AFTER INSERT OR DELETE OR TRUNCATE ON %s "
+             "FOR EACH STATEMENT EXECUTE PROCEDURE %sdlock_names_announce(); "
+             "END IF; END $dlock$",
+             pc->names, pc->names_changes, pc->names_changes, pc->names_changes,
+             pc->names_changes, schema, schema, pc->names_changes, pc->names, pc->names, schema);
+    PGresult *r;
+    /* (not made: a role that may not; the names are read at every grant) */
+    if (pg_pool_run(c, ddl, 0, NULL, &r, why, sizeof why) == 0)
+        pc->names_changes_param = pc->names_changes;
+    pg_lib.clear(r);
+}
+
 static int names_build_sql(pgclient *pc)
 {
     pc->sql_names_get = dl_fmt_alloc("SELECT mode, tbl FROM %s WHERE name = $1", pc->names);
@@ -1172,7 +1236,11 @@ static int names_build_sql(pgclient *pc)
         pc->names);
     pc->sql_names_drop =
         dl_fmt_alloc("DELETE FROM %s WHERE name = $1 AND mode = $2 AND tbl = $3", pc->names);
-    return pc->sql_names_get && pc->sql_names_add && pc->sql_names_drop ? 0 : DLOCK_ENOMEM;
+    pc->sql_names_quiet =
+        strdup("SELECT pg_try_advisory_xact_lock(" NAMES_QUIET_KEY("to_regclass($1)") ")");
+    return pc->sql_names_get && pc->sql_names_add && pc->sql_names_drop && pc->sql_names_quiet
+               ? 0
+               : DLOCK_ENOMEM;
 }
 
 /* A table as dlock writes it: "t" or "s"."t", lowercase identifiers (the
@@ -1237,8 +1305,9 @@ static int held_in(dlock_lock *l, const char *mode, const char *tbl, char *why, 
 /* After l was granted: whether it may keep it (0), or DLOCK_ECONFLICT when the
  * name is held in another mode (why says which), or an error. got: the
  * name's rows in the names table, read after the grant, its mode and table
- * in columns col and col + 1 (rows with no mode skipped); NULL: read here. */
-int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen)
+ * in columns col and col + 1 (rows with no mode skipped); NULL: read here.
+ * *alone (if not NULL): got had our row and no other mode's. */
+int pg_names_check(dlock_lock *l, PGresult *got, int col, bool *alone, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(l->c);
     pglock *pl = l->bstate;
@@ -1247,6 +1316,8 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
     PGresult *r = got, *w;
     int rc;
     pl->named = false;
+    if (alone)
+        *alone = false;
     if (!r) {
         if ((rc = pg_pool_run_until(l->c, until, pc->sql_names_get, 1, mine, &r, why, wlen)))
             return rc;
@@ -1275,6 +1346,8 @@ int pg_names_check(dlock_lock *l, PGresult *got, int col, char *why, size_t wlen
     }
     if (!others) {
         pl->named = true;
+        if (alone)
+            *alone = got != NULL;
         return 0;
     }
     /* Our row is in: now the other modes' rows, as they are now. */
@@ -1420,6 +1493,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_names_get);
     free(pc->sql_names_add);
     free(pc->sql_names_drop);
+    free(pc->sql_names_quiet);
     dl_pool_fini(&pc->pool);
     free(pc);
 }
@@ -1490,15 +1564,24 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
     PGresult *r;
-    const char *np[] = {pc->names, pc->runs, pc->epochs};
+    const char *np[] = {pc->names, pc->runs, pc->epochs, pc->names_changes};
+    /* the tables; the names' change counter, readable, and its trigger;
+     * whether this role owns the names table (see names_announce) */
     int nrc = pg_pool_run(c,
                        "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND "
-                       "to_regclass($3) IS NOT NULL",
-                       3, np, &r, why, wlen);
+                       "to_regclass($3) IS NOT NULL, coalesce(has_sequence_privilege("
+                       "to_regclass($4)::oid, 'SELECT') AND EXISTS (SELECT 1 FROM pg_trigger "
+                       "WHERE tgrelid = to_regclass($1) AND tgname = 'dlock_names_announce' AND "
+                       "tgenabled <> 'D'), false), coalesce((SELECT pg_has_role(relowner, "
+                       "'USAGE') FROM pg_class WHERE oid = to_regclass($1)), false)",
+                       4, np, &r, why, wlen);
     if (nrc)
         return nrc;
     bool names = strcmp(pg_lib.getvalue(r, 0, 0), "t") == 0;
+    bool counted = strcmp(pg_lib.getvalue(r, 0, 1), "t") == 0;
+    bool owner = strcmp(pg_lib.getvalue(r, 0, 2), "t") == 0;
     pg_lib.clear(r);
+    pc->names_changes_param = counted ? pc->names_changes : NULL;
     if (!names) {
         char ddl[300];
         snprintf(ddl, sizeof ddl,
@@ -1535,7 +1618,10 @@ static int ensure_table_once(dlock_client *c, char *why, size_t wlen)
         }
         if (nrc)
             return nrc;
+        owner = true;
     }
+    if (!counted && owner)
+        names_announce(c);
     return pc->m->tables(c, why, wlen);
 }
 
@@ -1634,6 +1720,8 @@ int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s\".\"%s_wait\"", schema, table);
         snprintf(pc->values, sizeof pc->values, "\"%s\".\"%s_holder\"", schema, table);
         snprintf(pc->names, sizeof pc->names, "\"%s\".\"dlock_names\"", schema);
+        snprintf(pc->names_changes, sizeof pc->names_changes, "\"%s\".\"dlock_names_changes\"",
+                 schema);
         snprintf(pc->claims, sizeof pc->claims, "\"%s\".\"dlock_claims\"", schema);
         snprintf(pc->runs, sizeof pc->runs, "\"%s\".\"dlock_token_run\"", schema);
         snprintf(pc->epochs, sizeof pc->epochs, "\"%s\".\"dlock_token_epoch\"", schema);
@@ -1643,6 +1731,7 @@ int pg_client_open(dlock_client *c, const dl_url *u)
         snprintf(pc->waiters, sizeof pc->waiters, "\"%s_wait\"", table);
         snprintf(pc->values, sizeof pc->values, "\"%s_holder\"", table);
         snprintf(pc->names, sizeof pc->names, "\"dlock_names\"");
+        snprintf(pc->names_changes, sizeof pc->names_changes, "\"dlock_names_changes\"");
         snprintf(pc->claims, sizeof pc->claims, "\"dlock_claims\"");
         snprintf(pc->runs, sizeof pc->runs, "\"dlock_token_run\"");
         snprintf(pc->epochs, sizeof pc->epochs, "\"dlock_token_epoch\"");

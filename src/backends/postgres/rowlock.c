@@ -220,7 +220,7 @@ static int rowlock_took(dlock_lock *l, pg_try *t)
                            pc->table);
     }
     pg_lib.clear(t->r);
-    int rc = pg_names_check(l, t->names, 0, t->why, sizeof t->why);
+    int rc = pg_names_check(l, t->names, 0, NULL, t->why, sizeof t->why);
     pg_lib.clear(t->names);
     if (rc) {
         pg_conn_close(k); /* the session's end lets go */
