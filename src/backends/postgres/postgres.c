@@ -1197,35 +1197,36 @@ static void names_announce(dlock_client *c)
     char schema[PG_IDENT_MAX + 4] = ""; /* "s". or nothing, as pc->names has it */
     snprintf(schema, sizeof schema, "%.*s", (int)(strlen(pc->names) - strlen("\"dlock_names\"")),
              pc->names);
-    char ddl[2000], why[300];
+    char why[300];
     /* (the trigger's function names the sequence by oid: it runs with
      * search_path pg_catalog only, being SECURITY DEFINER so that roles
      * granted only the tables can still write them) */
-    snprintf(ddl, sizeof ddl,
-             "DO $dlock$ BEGIN "
-             "PERFORM pg_advisory_xact_lock(" NAMES_QUIET_KEY("'%s'::regclass") "); "
-             "IF to_regclass('%s') IS NULL THEN "
-             "CREATE SEQUENCE %s; GRANT SELECT ON SEQUENCE %s TO PUBLIC; PERFORM nextval('%s'); "
-             "END IF; "
-             "IF to_regprocedure('%sdlock_names_announce()') IS NULL THEN "
-             "EXECUTE format('CREATE FUNCTION %sdlock_names_announce() RETURNS trigger "
-             "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS "
-             "$fn$ BEGIN PERFORM pg_advisory_xact_lock_shared(" NAMES_QUIET_KEY("TG_RELID") "); "
-             "PERFORM nextval(%%s::regclass); RETURN NULL; END $fn$', "
-             "to_regclass('%s')::oid); "
-             "END IF; "
-             "IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '%s'::regclass AND "
-             "tgname = 'dlock_names_announce') THEN "
-             "CREATE TRIGGER dlock_names_announce AFTER INSERT OR DELETE OR TRUNCATE ON %s "
-             "FOR EACH STATEMENT EXECUTE PROCEDURE %sdlock_names_announce(); "
-             "END IF; END $dlock$",
-             pc->names, pc->names_changes, pc->names_changes, pc->names_changes,
-             pc->names_changes, schema, schema, pc->names_changes, pc->names, pc->names, schema);
-    PGresult *r;
+    char *ddl = dl_fmt_alloc(
+        "DO $dlock$ BEGIN "
+        "PERFORM pg_advisory_xact_lock(" NAMES_QUIET_KEY("'%s'::regclass") "); "
+        "IF to_regclass('%s') IS NULL THEN "
+        "CREATE SEQUENCE %s; GRANT SELECT ON SEQUENCE %s TO PUBLIC; PERFORM nextval('%s'); "
+        "END IF; "
+        "IF to_regprocedure('%sdlock_names_announce()') IS NULL THEN "
+        "EXECUTE format('CREATE FUNCTION %sdlock_names_announce() RETURNS trigger "
+        "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS "
+        "$fn$ BEGIN PERFORM pg_advisory_xact_lock_shared(" NAMES_QUIET_KEY("TG_RELID") "); "
+        "PERFORM nextval(%%s::regclass); RETURN NULL; END $fn$', "
+        "to_regclass('%s')::oid); "
+        "END IF; "
+        "IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '%s'::regclass AND "
+        "tgname = 'dlock_names_announce') THEN "
+        "CREATE TRIGGER dlock_names_announce AFTER INSERT OR DELETE OR TRUNCATE ON %s "
+        "FOR EACH STATEMENT EXECUTE PROCEDURE %sdlock_names_announce(); "
+        "END IF; END $dlock$",
+        pc->names, pc->names_changes, pc->names_changes, pc->names_changes,
+        pc->names_changes, schema, schema, pc->names_changes, pc->names, pc->names, schema);
+    PGresult *r = NULL;
     /* (not made: a role that may not; the names are read at every grant) */
-    if (pg_pool_run(c, ddl, 0, NULL, &r, why, sizeof why) == 0)
+    if (ddl && pg_pool_run(c, ddl, 0, NULL, &r, why, sizeof why) == 0)
         pc->names_changes_param = pc->names_changes;
     pg_lib.clear(r);
+    free(ddl);
 }
 
 static int names_build_sql(pgclient *pc)
