@@ -1218,9 +1218,15 @@ static void names_announce(dlock_client *c)
         "tgname = 'dlock_names_announce') THEN "
         "CREATE TRIGGER dlock_names_announce AFTER INSERT OR DELETE OR TRUNCATE ON %s "
         "FOR EACH STATEMENT EXECUTE PROCEDURE %sdlock_names_announce(); "
+        "END IF; "
+        /* (made by someone else: usable only if readable and enabled) */
+        "IF NOT has_sequence_privilege('%s', 'SELECT') OR NOT EXISTS (SELECT 1 FROM "
+        "pg_trigger WHERE tgrelid = '%s'::regclass AND tgname = 'dlock_names_announce' AND "
+        "tgenabled <> 'D') THEN RAISE EXCEPTION 'the names change counter is not usable'; "
         "END IF; END $dlock$",
         pc->names, pc->names_changes, pc->names_changes, pc->names_changes,
-        pc->names_changes, schema, schema, pc->names_changes, pc->names, pc->names, schema);
+        pc->names_changes, schema, schema, pc->names_changes, pc->names, pc->names, schema,
+        pc->names_changes, pc->names);
     PGresult *r = NULL;
     /* (not made: a role that may not; the names are read at every grant) */
     if (ddl && pg_pool_run(c, ddl, 0, NULL, &r, why, sizeof why) == 0)
