@@ -119,24 +119,38 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
 # history_excerpt JSON HISTORY: for each failed scenario whose note names a
 # first overlap ("w=A token=T acquired at X while w=B (token=U, since Y)"),
 # the history's events of those two workers (and the harness's pauses) from
-# a second before Y to half a second after X: what a CI log needs to tell a
-# product's overlap from a checker's (the run itself is gone by then).
+# a second before Y to half a second after X; for one whose note names a
+# holder told it still held a lock ("w=A was told it still held the lock
+# (token T) at X"), that worker's events (and the harness's) from 4 s
+# before X, in the run that issued T: what a CI log needs to tell a
+# product's fault from a checker's (the run itself is gone by then).
 history_excerpt() {
     python3 - "$1" "$2" <<'PYX' 2>/dev/null
 import json, re, sys
 d = json.load(open(sys.argv[1]))
 lines = open(sys.argv[2]).read().splitlines()
 for s in d["scenarios"]:
+    note = s.get("note", "")
     m = re.search(r"w=(\d+) token=\d+ acquired at (\d+) while w=(\d+) \(token=\d+, since (\d+)\)",
-                  s.get("note", ""))
-    if s["verdict"] != "fail" or not m:
+                  note)
+    told = re.search(r"w=(\d+) was told it still held the lock \(token (\d+)\) at (\d+)", note)
+    if s["verdict"] != "fail" or not (m or told):
         continue
-    a, x, b, y = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
-    print("#   history of %s around its first overlap (w=%s, w=%s):" % (s["name"], a, b))
-    inside, shown = False, 0
+    if m:
+        a, x, b, y = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+        mode = "mode=fenced"
+        print("#   history of %s around its first overlap (w=%s, w=%s):" % (s["name"], a, b))
+    else:
+        a, x = told.group(1), int(told.group(3))
+        b, y, mode = a, x - 3000000000, ""
+        print("#   history of %s before w=%s was told it still held token %s:"
+              % (s["name"], a, told.group(2)))
+    inside, picked = False, []
     for ln in lines:
         if ln.startswith("run "):
-            inside = ("scenario=%s " % s["name"]) in ln and "mode=fenced" in ln
+            inside = ("scenario=%s " % s["name"]) in ln and mode in ln
+            if inside:
+                picked.append(ln)
             continue
         f = ln.split()
         if not inside or len(f) < 2 or not f[0].isdigit():
@@ -144,11 +158,13 @@ for s in d["scenarios"]:
         t = int(f[0])
         if y - 1000000000 <= t <= x + 500000000 and (
                 "w=%s" % a in f or "w=%s" % b in f or not any(w.startswith("w=") for w in f)):
-            print("#     " + ln)
-            shown += 1
-            if shown >= 150:
-                print("#     ...")
-                break
+            picked.append(ln)
+    # an overlap's first lines; a look's last ones (up to it)
+    shown = picked[:150] if m else picked[-150:]
+    for ln in shown:
+        print("#     " + ln)
+    if len(picked) > len(shown):
+        print("#     ... (%d lines in all)" % len(picked))
 PYX
 }
 
