@@ -140,15 +140,16 @@ static int advisory_send(dlock_lock *l, pg_try *t)
      * the name. Later grants leave it out (see TOKEN_LOCK). */
     bool bare = pl->rowed;
     const char *p[4] = {t->key, l->name, bare ? "" : pg_try_holder(l, t), t->timeout};
-    const char *pb[3] = {t->key, pc->names_changes_param}; /* (bare) */
+    /* (bare: the key, the wait's timeout, the names' change counter) */
+    const char *pb_try[] = {t->key, pc->names_changes_param};
+    const char *pb_wait[] = {t->key, t->timeout, pc->names_changes_param};
+    const char *const *pb = t->deadline_ns == 0 ? pb_try : pb_wait;
     if (t->deadline_ns == 0) {
         sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
         np = bare ? 2 : 3;
     } else {
         sql = bare ? pc->sql_bare[1][shared] : shared ? pc->sql_wait_r : pc->sql_wait_x;
         np = bare ? 3 : 4;
-        pb[1] = t->timeout;
-        pb[2] = pc->names_changes_param;
     }
     /* The name's rows in the names table, read once it is ours (our own
      * row added first unless it was there last time): see pg_names_check. */
@@ -156,7 +157,7 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     int ns[] = {np, 3, 1};
     const char *const *vals[] = {bare ? pb : p, mine, mine};
     PGresult **outs[] = {&t->r, NULL, &t->names};
-    if (bare && pl->named && pl->names_seen) /* no read unless the names changed: took */
+    if (pl->names_seen) /* (a bare grant's, named) no read unless the names changed: took */
         return pg_run_fixed_joint(t->k, 1, seq, ns, vals, t->until, t->cancel_fd, outs, t->why,
                                   sizeof t->why);
     if (pl->named) {
