@@ -489,6 +489,42 @@ static void test_exclusive_busy_timeout(void **state)
     dlock_client_close(c1);
 }
 
+/* A wait for ever on a session whose last wait was timed: the session's
+ * lock_timeout is set again (advisory_send leaves it alone only where it
+ * is already the wait's), or the wait would end after the old bound. */
+static void test_wait_forever_after_timed_wait(void **state)
+{
+    (void)state;
+    char name[64];
+    unique(name, sizeof name, "forever");
+    dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    /* granted within a 300 ms bound: c2's one session keeps lock_timeout
+     * at about 300 ms (twice: the second grant is a bare one) */
+    for (int i = 0; i < 2; i++) {
+        acquire_ok(w, 300);
+        assert_int_equal(dlock_release(w), 0);
+    }
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, -1, true);
+    wait_waiters(c1, name, 1, 5000);
+    usleep(900 * 1000); /* three of the old bounds */
+    assert_int_equal(atomic_load(&ws.done), 0);
+    assert_int_equal(dlock_release(h), 0);
+    assert_int_equal(waiter_join(&ws), 0);
+    /* and a timed wait after it is bounded again */
+    acquire_ok(h, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(w, 300), DLOCK_ETIMEDOUT);
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(dlock_release(h), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
 /* ---- 4. shared locks ------------------------------------------------------------ */
 
 static void test_shared_readers_block_writer(void **state)
@@ -1853,6 +1889,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sql_injection_names),
         cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_exclusive_busy_timeout),
+        cmocka_unit_test(test_wait_forever_after_timed_wait),
         cmocka_unit_test(test_shared_readers_block_writer),
         cmocka_unit_test(test_session_terminated),
         cmocka_unit_test(test_cancel_leaves_no_waiter),

@@ -143,13 +143,20 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     /* (bare: the key, the wait's timeout, the names' change counter) */
     const char *pb_try[] = {t->key, pc->names_changes_param};
     const char *pb_wait[] = {t->key, t->timeout, pc->names_changes_param};
-    const char *const *pb = t->deadline_ns == 0 ? pb_try : pb_wait;
+    /* A bare wait leaves lock_timeout as it is where the session has it
+     * already (a wait for ever: "0", as every session starts). */
+    bool timeout_set = strcmp(t->k->lock_timeout_ms, t->timeout) == 0;
+    const char *const *pb = t->deadline_ns == 0 || timeout_set ? pb_try : pb_wait;
     if (t->deadline_ns == 0) {
         sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
         np = bare ? 2 : 3;
     } else {
-        sql = bare ? pc->sql_bare[1][shared] : shared ? pc->sql_wait_r : pc->sql_wait_x;
-        np = bare ? 3 : 4;
+        sql = bare ? pc->sql_bare[timeout_set ? 2 : 1][shared] : shared ? pc->sql_wait_r
+                                                                        : pc->sql_wait_x;
+        np = bare ? (timeout_set ? 2 : 3) : 4;
+        /* (a statement that fails closes its session: see pg_session_acquire) */
+        if (!t->k->unnamed)
+            snprintf(t->k->lock_timeout_ms, sizeof t->k->lock_timeout_ms, "%s", t->timeout);
     }
     /* The name's rows in the names table, read once it is ours (our own
      * row added first unless it was there last time): see pg_names_check. */
@@ -433,6 +440,11 @@ int pg_advisory_build_sql(pgclient *pc)
     static const char wait_r[] =
         "WITH s AS (SELECT set_config('lock_timeout', $%d, false) AS v), "
         "l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok FROM s), %s";
+    /* (the session's lock_timeout already the wait's: see advisory_send) */
+    static const char wait_kept_x[] =
+        "WITH l AS (SELECT pg_advisory_lock($1::bigint), true AS ok), %s";
+    static const char wait_kept_r[] =
+        "WITH l AS (SELECT pg_advisory_lock_shared($1::bigint), true AS ok), %s";
     if (tail && bare_try && bare_wait) {
         pc->sql_try_x = dl_fmt_alloc(try_x, tail);
         pc->sql_try_r = dl_fmt_alloc(try_r, tail);
@@ -442,6 +454,8 @@ int pg_advisory_build_sql(pgclient *pc)
         pc->sql_bare[0][1] = dl_fmt_alloc(try_r, bare_try);
         pc->sql_bare[1][0] = dl_fmt_alloc(wait_x, 2, bare_wait);
         pc->sql_bare[1][1] = dl_fmt_alloc(wait_r, 2, bare_wait);
+        pc->sql_bare[2][0] = dl_fmt_alloc(wait_kept_x, bare_try);
+        pc->sql_bare[2][1] = dl_fmt_alloc(wait_kept_r, bare_try);
         /* the draw alone, on the session holding the lock (after run_ensure) */
         pc->sql_redraw = dl_fmt_alloc("WITH l AS (SELECT true AS ok), %s", tail);
     }
@@ -449,7 +463,7 @@ int pg_advisory_build_sql(pgclient *pc)
     free(bare_try);
     free(bare_wait);
     bool bare_ok = true;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         bare_ok = bare_ok && pc->sql_bare[i / 2][i % 2];
     return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r && bare_ok &&
                    pc->sql_redraw && pg_run_build_sql(pc) == 0

@@ -51,6 +51,10 @@ typedef struct pg_conn {
     bool reused;      /* taken from the pool: it may have died idle (one retry) */
     bool failed;      /* a statement failed on it: not pooled again (see pg_stmt_send_fixed) */
     bool unnamed;     /* behind a transaction pooler: no prepared statements (pg_stmt_send_fixed) */
+    /* the session's lock_timeout in ms as last set ("0" by pg_conn_open), ""
+     * unknown (behind a transaction pooler): an advisory wait sets it only
+     * when it differs (see advisory_send) */
+    char lock_timeout_ms[24];
     const char *prepared[PG_PREPARED_MAX]; /* fixed statements prepared on it, by address */
     int nprepared;
     dl_session sess;
@@ -72,7 +76,9 @@ typedef struct pgclient {
     char values[2 * PG_IDENT_MAX + 8]; /* rowlock: TABLE_holder, who took each row last */
     char appname[128];                 /* "dlock pid N on HOST": holders in pg_stat_activity */
     char *sql_try_x, *sql_try_r, *sql_wait_x, *sql_wait_r, *sql_redraw; /* advisory */
-    char *sql_bare[2][2]; /* advisory, [wait][shared]: the grant without the holder's row */
+    /* advisory, [how][shared]: the grant without the holder's row; how: 0 a
+     * try, 1 a wait that sets lock_timeout, 2 one whose session has it set */
+    char *sql_bare[3][2];
     char *sql_take, *sql_expiry, *sql_free, *sql_renew; /* lease */
     char *sql_renew_many;                               /* lease: a batch */
     char *sql_enqueue, *sql_refresh, *sql_dequeue;      /* lease: its waiters */

@@ -571,6 +571,7 @@ int pg_conn_open(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, c
         pg_conn_close(k);
         return rc;
     }
+    snprintf(k->lock_timeout_ms, sizeof k->lock_timeout_ms, "0");
     *out = k;
     return 0;
 }
@@ -1476,7 +1477,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_wait_x);
     free(pc->sql_wait_r);
     free(pc->sql_redraw);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         free(pc->sql_bare[i / 2][i % 2]);
     free(pc->sql_run_get);
     free(pc->sql_epoch_bump);
