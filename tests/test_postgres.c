@@ -499,17 +499,20 @@ static void test_wait_forever_after_timed_wait(void **state)
     unique(name, sizeof name, "forever");
     dlock_client *c1 = open_url(pg_url), *c2 = open_url(pg_url);
     dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
-    /* granted within a 300 ms bound: c2's one session keeps lock_timeout
-     * at about 300 ms (twice: the second grant is a bare one) */
+    /* c2's one session opened (and the handle's first grant, which writes
+     * its row, made), then granted within a 1 s bound: the session keeps
+     * lock_timeout at about 1 s (twice: the second grant is a bare one) */
+    acquire_ok(w, -1);
+    assert_int_equal(dlock_release(w), 0);
     for (int i = 0; i < 2; i++) {
-        acquire_ok(w, 300);
+        acquire_ok(w, 1000);
         assert_int_equal(dlock_release(w), 0);
     }
     acquire_ok(h, 0);
     struct waiter ws;
     waiter_start(&ws, w, -1, true);
     wait_waiters(c1, name, 1, 5000);
-    usleep(900 * 1000); /* three of the old bounds */
+    usleep(2500 * 1000); /* past the old bound, twice over */
     assert_int_equal(atomic_load(&ws.done), 0);
     assert_int_equal(dlock_release(h), 0);
     assert_int_equal(waiter_join(&ws), 0);
