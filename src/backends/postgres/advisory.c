@@ -143,19 +143,19 @@ static int advisory_send(dlock_lock *l, pg_try *t)
     /* (bare: the key, the wait's timeout, the names' change counter) */
     const char *pb_try[] = {t->key, pc->names_changes_param};
     const char *pb_wait[] = {t->key, t->timeout, pc->names_changes_param};
-    /* A bare wait leaves lock_timeout as it is where the session has it
-     * already (a wait for ever: "0", as every session starts). */
-    bool timeout_set = strcmp(t->k->lock_timeout_ms, t->timeout) == 0;
-    const char *const *pb = t->deadline_ns == 0 || timeout_set ? pb_try : pb_wait;
+    /* A bare wait sets lock_timeout only where its session's differs (a
+     * wait for ever: "0", as every session starts). */
+    bool sets = t->deadline_ns != 0 && strcmp(t->k->lock_timeout_ms, t->timeout) != 0;
+    const char *const *pb = sets ? pb_wait : pb_try;
     if (t->deadline_ns == 0) {
         sql = bare ? pc->sql_bare[0][shared] : shared ? pc->sql_try_r : pc->sql_try_x;
         np = bare ? 2 : 3;
     } else {
-        sql = bare ? pc->sql_bare[timeout_set ? 2 : 1][shared] : shared ? pc->sql_wait_r
-                                                                        : pc->sql_wait_x;
-        np = bare ? (timeout_set ? 2 : 3) : 4;
+        sql = bare ? pc->sql_bare[sets ? 1 : 2][shared] : shared ? pc->sql_wait_r
+                                                                 : pc->sql_wait_x;
+        np = bare ? (sets ? 3 : 2) : 4;
         /* (a statement that fails closes its session: see pg_session_acquire) */
-        if (!t->k->unnamed)
+        if (sets && !t->k->unnamed)
             snprintf(t->k->lock_timeout_ms, sizeof t->k->lock_timeout_ms, "%s", t->timeout);
     }
     /* The name's rows in the names table, read once it is ours (our own
@@ -463,7 +463,7 @@ int pg_advisory_build_sql(pgclient *pc)
     free(bare_try);
     free(bare_wait);
     bool bare_ok = true;
-    for (int i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof pc->sql_bare / sizeof pc->sql_bare[0][0]; i++)
         bare_ok = bare_ok && pc->sql_bare[i / 2][i % 2];
     return pc->sql_try_x && pc->sql_try_r && pc->sql_wait_x && pc->sql_wait_r && bare_ok &&
                    pc->sql_redraw && pg_run_build_sql(pc) == 0

@@ -1477,7 +1477,7 @@ static void pc_free(pgclient *pc)
     free(pc->sql_wait_x);
     free(pc->sql_wait_r);
     free(pc->sql_redraw);
-    for (int i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof pc->sql_bare / sizeof pc->sql_bare[0][0]; i++)
         free(pc->sql_bare[i / 2][i % 2]);
     free(pc->sql_run_get);
     free(pc->sql_epoch_bump);
