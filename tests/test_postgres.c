@@ -1509,6 +1509,53 @@ static void test_role_limits(void **state)
     }
 }
 
+/* A hostile role setting: lock_timeout 300 ms for the role, and in the
+ * server's configuration, reloaded while dlock's sessions are open. A wait
+ * for ever still waits: each session sets its own lock_timeout to 0 when it
+ * opens, and a setting of the session outlives a reload (advisory_send
+ * leaves a session's 0 alone for such a wait). */
+static void test_wait_forever_despite_lock_timeout_settings(void **state)
+{
+    (void)state;
+    char url[512], name[64], out[512];
+    limited_role_url(url, sizeof url, "mode=advisory");
+    unique(name, sizeof name, "hostile-lt");
+    int rc = psql(out, sizeof out, "ALTER ROLE dlock_limited SET lock_timeout = '300ms'");
+    if (rc != 0)
+        fail_msg("ALTER ROLE: exit %d: %s", rc, out);
+    dlock_client *c1 = open_url(url), *c2 = open_url(url);
+    dlock_lock *h = mk(c1, name, NULL, NULL), *w = mk(c2, name, NULL, NULL);
+    /* c2's session opened and the handle's row made by a try, which sets
+     * no lock_timeout: the wait below is a bare one on a session that has
+     * only the one it set itself when it opened */
+    acquire_ok(w, 0);
+    assert_int_equal(dlock_release(w), 0);
+    rc = psql(out, sizeof out, "ALTER SYSTEM SET lock_timeout = '300ms'");
+    if (rc == 0) /* (ALTER SYSTEM: a statement of its own, outside a transaction) */
+        rc = psql(out, sizeof out, "SELECT pg_reload_conf()");
+    if (rc != 0)
+        fail_msg("ALTER SYSTEM: exit %d: %s", rc, out);
+    acquire_ok(h, 0);
+    struct waiter ws;
+    waiter_start(&ws, w, -1, true);
+    wait_waiters(c1, name, 1, 5000);
+    sleep_ms(1500);
+    int done = atomic_load(&ws.done);
+    assert_int_equal(dlock_release(h), 0);
+    rc = waiter_join(&ws);
+    (void)psql(out, sizeof out, "ALTER SYSTEM RESET lock_timeout");
+    (void)psql(out, sizeof out, "SELECT pg_reload_conf()");
+    (void)psql(out, sizeof out, "ALTER ROLE dlock_limited RESET lock_timeout");
+    fprintf(stderr, "# lock_timeout 300 ms for the role and the server: a wait for ever: %s\n",
+            dlock_err_name(rc));
+    assert_int_equal(done, 0);
+    assert_int_equal(rc, 0);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c1);
+}
+
 /* A timed acquisition that has to connect (its client's pooled sessions
  * were ended), to a server that accepts and does not answer: its time runs
  * out while connecting, and it times out, DLOCK_ETIMEDOUT, by its deadline
@@ -1906,6 +1953,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tables_created_at_once),
         cmocka_unit_test(test_pool_after_sessions_ended),
         cmocka_unit_test(test_role_limits),
+        cmocka_unit_test(test_wait_forever_despite_lock_timeout_settings),
         cmocka_unit_test(test_waiter_session_ended),
         cmocka_unit_test(test_stopped_server_bounds_wait),
         cmocka_unit_test(test_timed_acquire_connecting_times_out),
