@@ -674,7 +674,7 @@ DLOCK_EXTERN void dlock_client_close(dlock_client *client)
 
 /* ---- lease renewal ----------------------------------------------------- */
 
-static bool lost_publish(dlock_lock *l, const char *why);
+static bool lost_publish(dlock_lock *l, const char *why, int64_t at_ns);
 static void lost_notify(dlock_lock *l);
 static bool uses_lease(const dlock_lock *l);
 
@@ -825,9 +825,11 @@ static bool tracked(const dlock_lock *l)
  * whether to notify (outside the mutex: callbacks may take time). */
 static bool unlist_lost(dlock_client *c, dlock_lock *l, const char *why)
 {
+    /* dlock_state has said LOST since its loss moment, if that has passed */
+    int64_t now = dl_now_ns(), at = loss_at(l) < now ? loss_at(l) : now;
     heap_remove(c, BY_RENEWAL, l);
     heap_remove(c, BY_LOSS, l);
-    return lost_publish(l, why);
+    return lost_publish(l, why, at);
 }
 
 /* The renewal thread's random numbers (xorshift64*: spreading renewals
@@ -1240,10 +1242,11 @@ static void signal_fd(int fd)
 
 /* Claim the loss and publish it (message first, then the state): true if
  * this call turned the lock from HELD to LOST. */
-static bool lost_publish(dlock_lock *l, const char *why)
+static bool lost_publish(dlock_lock *l, const char *why, int64_t at_ns)
 {
     if (atomic_exchange(&l->lost_claimed, true))
         return false;
+    atomic_store(&l->lost_at_ns, at_ns);
     /* Backends' messages often start with the lock's name: say it once. */
     char prefix[DL_NAME_MAX + 16];
     snprintf(prefix, sizeof prefix, "lock \"%s\": ", l->name);
@@ -1269,7 +1272,7 @@ static void lost_notify(dlock_lock *l)
 
 void dl_mark_lost(dlock_lock *l, const char *why)
 {
-    if (lost_publish(l, why))
+    if (lost_publish(l, why, dl_now_ns()))
         lost_notify(l);
 }
 
@@ -1370,6 +1373,7 @@ DLOCK_EXTERN int dlock_lock_new(dlock_lock **out, dlock_client *client, const ch
     atomic_init(&l->state, DLOCK_STATE_IDLE);
     atomic_init(&l->token, 0);
     atomic_init(&l->lost_claimed, false);
+    atomic_init(&l->lost_at_ns, 0);
     atomic_init(&l->lost_fd, -1);
     if (client->ops->lock_init) {
         rc = client->ops->lock_init(l);
@@ -1570,6 +1574,7 @@ static int acquire_until(dlock_lock *l, int64_t deadline_ns)
     cancel_arm(l);
     drain_lost(l);
     atomic_store(&l->lost_claimed, false);
+    atomic_store(&l->lost_at_ns, 0);
     l->cap_released = false;
     atomic_store(&l->state, DLOCK_STATE_WAITING);
     int64_t started;
@@ -1872,7 +1877,7 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
     /* Told from another thread, as a real loss is (the renewal thread, the
      * session watcher): a test of loss handling must see what production
      * does. Joined, so that the hook returns once the loss is told. */
-    if (lost_publish(lock, "forced loss (test hook)")) {
+    if (lost_publish(lock, "forced loss (test hook)", dl_now_ns())) {
         pthread_t th;
         if (pthread_create(&th, NULL, notify_main, lock) == 0)
             pthread_join(th, NULL);
@@ -1880,6 +1885,13 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
             lost_notify(lock); /* no thread to be had: tell it here */
     }
     return 0;
+}
+
+DLOCK_EXTERN int64_t dlock_debug_lost_at_ns(const dlock_lock *lock)
+{
+    if (!lock || atomic_load(&lock->state) != DLOCK_STATE_LOST)
+        return 0;
+    return atomic_load(&lock->lost_at_ns);
 }
 
 /* ---- multi-lock -------------------------------------------------------- */

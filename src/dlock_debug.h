@@ -7,6 +7,8 @@
 #ifndef DLOCK_DEBUG_H
 #define DLOCK_DEBUG_H
 
+#include <stdint.h>
+
 #include "dlock.h"
 
 #ifdef __cplusplus
@@ -21,6 +23,16 @@ extern "C" {
  * Intended for tests of loss handling; never needed in production.
  */
 DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
+
+/*
+ * When the held lock's state turned LOST, on CLOCK_MONOTONIC (ns); 0 when it
+ * is not lost. A lease declared lost by the clock was lost from its loss
+ * moment on (dlock_state said so), however late the thread that runs
+ * on_lost and fills the lost descriptor was scheduled; any other loss from
+ * when the library learnt of it. dlock check tells the library's decision
+ * from the operating system's delay in acting on it with this.
+ */
+DLOCK_EXTERN int64_t dlock_debug_lost_at_ns(const dlock_lock *lock);
 
 #ifdef __cplusplus
 }

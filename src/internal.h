@@ -322,6 +322,10 @@ struct dlock_lock {
     bool acquiring;      /* an acquisition is in progress: a cancel counts */
     _Atomic int lost_fd;
     atomic_bool lost_claimed; /* the first dl_mark_lost wins; reset on acquire */
+    /* When the state turned LOST (monotonic ns; 0 before): a lease declared
+     * lost by the clock was lost from its loss moment on, however late the
+     * thread that tells it ran (dlock_debug_lost_at_ns). */
+    _Atomic int64_t lost_at_ns;
     /* Messages, allocated with the first one (a handle that never fails
      * carries none): errmsg (DL_ERRMSG_MAX bytes, kept once made, so that a
      * pointer dlock_lock_errmsg returned stays valid) written by the owner's

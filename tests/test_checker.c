@@ -356,6 +356,58 @@ static void test_partition_told_in_time(void **state)
     hist_runs_free(runs, n);
 }
 
+/* The library declared the loss in time (value: 3.0 s, 100 ms before the
+ * lease ran out on the servers) but its callback ran 120 ms later, as on
+ * a loaded machine: not late, the delay reported. Run later still, after
+ * w=2 took the lock, the holder overlaps it: that counts from the
+ * callback, since a holder stops when told. */
+static void test_partition_declared_in_time_callback_late(void **state)
+{
+    (void)state;
+    size_t n;
+    char *hist = strdup(cut_told);
+    char *p = strstr(hist, "3068000000 lost_notified w=1 token=1\n");
+    assert_non_null(p);
+    char *text = malloc(strlen(hist) + 32);
+    assert_non_null(text);
+    snprintf(text, strlen(hist) + 32, "%.*s3120000000 lost_notified w=1 token=1 value=3000000000\n%s",
+             (int)(p - hist), hist, p + strlen("3068000000 lost_notified w=1 token=1\n"));
+    hist_run *runs = read_str(text, &n);
+    hist_result r;
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.loss_told, 1);
+    assert_int_equal(r.loss_late, 0);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.told_before_min_ns, 100000000);
+    assert_int_equal(r.told_callback_delay_max_ns, 120000000);
+    char why[600];
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "pass");
+    hist_runs_free(runs, n);
+    /* the callback after w=2's grant (3.15 s) */
+    char *q = strstr(text, "3120000000 lost_notified");
+    assert_non_null(q);
+    memcpy(q, "3150150000", 10);
+    runs = read_str(text, &n);
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.loss_late, 0);
+    assert_int_equal(r.overlaps, 1);
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "fail");
+    hist_runs_free(runs, n);
+    /* declared after the lease ran out there: late, however soon told */
+    q = strstr(text, "value=3000000000");
+    assert_non_null(q);
+    memcpy(q, "value=3100000001", 16);
+    memcpy(strstr(text, "3150150000 lost_notified"), "3100000002", 10);
+    runs = read_str(text, &n);
+    assert_int_equal(hist_check(&runs[0], &r), 0);
+    assert_int_equal(r.loss_late, 1);
+    assert_int_equal(r.told_before_min_ns, -1);
+    assert_string_equal(hist_verdict(&r, &runs[0].meta, why, sizeof why), "fail");
+    hist_runs_free(runs, n);
+    free(text);
+    free(hist);
+}
+
 static void test_partition_told_late_or_never(void **state)
 {
     (void)state;
@@ -458,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_renewed_promise_extends_window),
         cmocka_unit_test(test_partition_told_in_time),
         cmocka_unit_test(test_partition_told_late_or_never),
+        cmocka_unit_test(test_partition_declared_in_time_callback_late),
         cmocka_unit_test(test_write_read_round_trip),
         cmocka_unit_test(test_malformed),
     };

@@ -241,13 +241,15 @@ static void partition_summary(char *buf, size_t len, const sc_out *o)
                      cuts, told);
     if (f->loss_told > 0 && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n,
-                      ", %.1f ms (min) / %.1f ms (median) before the lease ran out on the "
-                      "servers (fenced run)",
-                      (double)f->told_before_min_ns / 1e6, (double)f->told_before_median_ns / 1e6);
+                      ", declared lost %.1f ms (min) / %.1f ms (median) before the lease ran out "
+                      "on the servers, their callback run at most %.1f ms after that (fenced "
+                      "run)",
+                      (double)f->told_before_min_ns / 1e6, (double)f->told_before_median_ns / 1e6,
+                      (double)f->told_callback_delay_max_ns / 1e6);
     if (late > 0 && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n,
-                      "; %" PRIu64 " told only after it ran out there, or never (%" PRIu64
-                      " never)",
+                      "; %" PRIu64 " declared lost only after it ran out there, or never "
+                      "told (%" PRIu64 " never)",
                       late, untold);
     if (f->state_looks > 0 && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n,
@@ -460,10 +462,14 @@ static void judge(sc_out *o, const chk_run *r, const hist_meta *fm, const hist_m
 static void json_told(FILE *f, const hist_result *h)
 {
     if (h->loss_told > 0)
-        fprintf(f, ",\"told_before_expiry_min_ms\":%.3f,\"told_before_expiry_median_ms\":%.3f",
-                (double)h->told_before_min_ns / 1e6, (double)h->told_before_median_ns / 1e6);
+        fprintf(f,
+                ",\"told_before_expiry_min_ms\":%.3f,\"told_before_expiry_median_ms\":%.3f"
+                ",\"told_callback_delay_max_ms\":%.3f",
+                (double)h->told_before_min_ns / 1e6, (double)h->told_before_median_ns / 1e6,
+                (double)h->told_callback_delay_max_ns / 1e6);
     else
-        fprintf(f, ",\"told_before_expiry_min_ms\":null,\"told_before_expiry_median_ms\":null");
+        fprintf(f, ",\"told_before_expiry_min_ms\":null,\"told_before_expiry_median_ms\":null"
+                   ",\"told_callback_delay_max_ms\":null");
 }
 
 static void json_counts(FILE *f, const hist_result *h)

@@ -139,11 +139,13 @@ typedef struct hist_result {
     uint64_t stale_accepted_unopposed;
     /* Holders cut off from the servers while holding (partitioned): how
      * many were told of the loss (on_lost) and how long before the lease
-     * ran out on the servers (min and median over those told, ns; negative:
-     * after), and how many were told only after it ran out, or not at all
-     * before their holding ended (loss_late counts both). */
+     * ran out on the servers the library declared it (dlock_state said
+     * LOST; min and median over those told, ns; negative: after), and how
+     * many were declared lost only after it ran out, or not told at all
+     * before their holding ended (loss_late counts both); the longest
+     * delay of a callback after its loss was declared (the scheduler's). */
     uint64_t partitions, loss_told, loss_late, loss_untold;
-    int64_t told_before_min_ns, told_before_median_ns;
+    int64_t told_before_min_ns, told_before_median_ns, told_callback_delay_max_ns;
     char first_overlap[256], first_stale[256], first_token[256], first_late[256];
     char first_loss_late[256];
     /* Claims (H_CLAIM_*), per key: runs, re-runs (attempt > 1), replays;

@@ -943,10 +943,10 @@ const chk_scenario chk_scenarios[] = {
      inject_kill_minority, false, NULL, false, false},
     {"partition",
      "the holder cut off from the servers inside its section (its TCP relay frozen) for ttl "
-     "+ max(ttl/4, 0.25 s) up to 2 s more: it must be told of the loss before its lease runs "
-     "out on the servers, and so before another worker takes the lock; then it makes its "
-     "stale write (where clients connect straight to the URL's servers, e.g. redis:// and "
-     "redlock://)",
+     "+ max(ttl/4, 0.25 s) up to 2 s more: its lock must be declared lost before its lease "
+     "runs out on the servers, and its callback run before another worker takes the lock; "
+     "then it makes its stale write (where clients connect straight to the URL's servers, "
+     "e.g. redis:// and redlock://)",
      DLOCK_CAP_LEASE,
      "this backend's locks do not expire while the holder lives, so a holder cut off from "
      "the servers keeps the lock",
@@ -960,9 +960,9 @@ const chk_scenario chk_scenarios[] = {
     {"partition-member",
      "a member of a consensus ensemble cut off from the other members (its links to them "
      "frozen), with worker 0 on it alone and the others on the rest: worker 0 takes the "
-     "lock, the cut falls inside its section; it must be told of the loss within its span "
-     "from the cut, before the majority's side grants the lock to another worker; then it "
-     "makes its stale write",
+     "lock, the cut falls inside its section; its lock must be declared lost within its "
+     "span from the cut, and its callback run before the majority's side grants the lock to "
+     "another worker; then it makes its stale write",
      0, NULL, 1, CHK_TOPO_CONSENSUS, CHK_VALID_PARTITION, true, 0, inject_partition_member,
      false, partition_member_cannot_run, true, false},
     {"claims",
