@@ -1887,6 +1887,11 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock)
     return 0;
 }
 
+DLOCK_EXTERN int dlock_debug_span_ms(const dlock_lock *lock)
+{
+    return lock && uses_lease(lock) ? lock->opts.ttl_ms : 0;
+}
+
 DLOCK_EXTERN int64_t dlock_debug_lost_at_ns(const dlock_lock *lock)
 {
     if (!lock || atomic_load(&lock->state) != DLOCK_STATE_LOST)

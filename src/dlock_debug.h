@@ -34,6 +34,16 @@ DLOCK_EXTERN int dlock_debug_force_loss(dlock_lock *lock);
  */
 DLOCK_EXTERN int64_t dlock_debug_lost_at_ns(const dlock_lock *lock);
 
+/*
+ * The span a held lock's deadline is counted with on this client's clock
+ * (ms): its lease; on ZooKeeper 2/3 of the session timeout, on etcd the
+ * client's lease, whatever ttl_ms asked for. 0 where liveness has no
+ * deadline on our clock. dlock check counts its windows with it: reading
+ * it back from dlock_valid_ms also counted the loss allowances and the
+ * time since the lease began (a slow acquisition made it 30 % short).
+ */
+DLOCK_EXTERN int dlock_debug_span_ms(const dlock_lock *lock);
+
 #ifdef __cplusplus
 }
 #endif

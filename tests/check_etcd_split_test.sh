@@ -74,10 +74,11 @@ done
 # One cut per run (the scenario keeps trying until one took effect), in the
 # fenced run and the canary run. A 5 s lease: the holder's deadline is its
 # last keep-alive's sending plus the lease less the allowances, while the
-# run counts the lease from the cut. (When it took the callback's time for
-# the declaration, this loaded machine ran callbacks 48 and 356 ms past the
-# cut's span with a 2 s lease, in 2 of 24 cuts; no overlap. It now takes
-# the moment the library's state said LOST.)
+# run counts the lease from the cut. (With a 2 s lease, notices 48 and 356
+# ms past the cut's span were seen in 2 of 24 cuts, no overlap, when the
+# check read the span back from dlock_valid_ms, short by the allowances and
+# the acquisition's time, and took the callback's time for the loss: it
+# now asks the library for both.)
 # An "invalid" verdict measured nothing (seen in 2 of 14 runs: in the
 # canary run no worker on the other members took the lock within 12 s of
 # the cut, not understood yet): the check runs once more then, and what

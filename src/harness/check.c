@@ -10,6 +10,7 @@
  */
 #include "check.h"
 #include "cli/cli.h"
+#include "dlock_debug.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -138,17 +139,15 @@ static void probe_run(const char *url, int ttl_ms, probe_res *out)
     dh_timeouts(c, &out->connect_timeout_ms, &out->op_timeout_ms);
     /* A session backend may still give held locks a deadline (ZooKeeper),
      * and a lease backend may keep a span of its own whatever ttl a lock
-     * asks for (etcd: the client's lease): a probe lock says how long; the
-     * span is ttl less the drift allowance (ttl/100 + 2 ms), rounded up
-     * here so that windows end no earlier. */
+     * asks for (etcd: the client's lease): a probe lock, once held, says
+     * how long. */
     dlock_lock *pl = NULL;
     dlock_lock_opts po;
     dlock_lock_opts_init(&po);
     po.ttl_ms = ttl_ms;
     if (dlock_lock_new(&pl, c, "dlock-check-probe", &po) == 0) {
         if (dlock_acquire(pl, 2000) == 0) {
-            long long v = dlock_valid_ms(pl);
-            int span = v > 0 ? (int)(((v + 3) * 100 + 98) / 99) : 0;
+            int span = dlock_debug_span_ms(pl);
             if (!(out->caps & DLOCK_CAP_LEASE) || span > ttl_ms + ttl_ms / 10)
                 out->session_ttl_ms = span;
             (void)dlock_release(pl);

@@ -288,7 +288,7 @@ static void on_lost(dlock_lock *l, void *arg)
 {
     (void)arg;
     /* with the moment the library declared it: a busy machine may run this
-     * thread much later (over 120 ms was seen) */
+     * thread later */
     chk_log(lost_arg.sh, H_LOST_NOTIFIED, atomic_load(&lost_arg.id), atomic_load(&lost_arg.token),
             dlock_debug_lost_at_ns(l), 0);
 }
