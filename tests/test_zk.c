@@ -49,6 +49,7 @@
 #endif
 
 #include "dlock.h"
+#include "dlock_debug.h"
 #include "testutil.h"
 
 static const char *zk_url; /* zk://127.0.0.1:P?session=2000&op_timeout_ms=5000 */
@@ -144,6 +145,7 @@ static pid_t server_pid(void)
 }
 
 static pid_t stopped_server; /* SIGCONT'd by the teardown whatever happens */
+static pid_t stopped_second; /* the same, a second member of an ensemble */
 
 /* SIGSTOP pid and wait until every thread of it is stopped: kill returns
  * before that, and a loaded machine has been seen to let a stopped JVM
@@ -188,7 +190,9 @@ static void server_cont(void)
 {
     if (stopped_server > 0)
         (void)kill(stopped_server, SIGCONT);
-    stopped_server = 0;
+    if (stopped_second > 0)
+        (void)kill(stopped_second, SIGCONT);
+    stopped_server = stopped_second = 0;
 }
 
 static pid_t forked_kid; /* SIGKILL'd by the teardown if the test failed midway */
@@ -762,6 +766,56 @@ static void test_member_stops_answering(void **state)
     dlock_client_close(other);
 }
 
+/*
+ * A client opened while its members serve nothing (two of three stopped:
+ * no quorum, as in an election) has no session yet, so a lock made then can
+ * only take its span from the session timeout asked for (90 s). The
+ * servers grant at most their maxSessionTimeout (60 s, tests/servers.sh):
+ * once held, the lock must count 2/3 of what was granted, 40 s. With 60 s
+ * it would be declared lost up to 20 s after the leader could expire its
+ * session and let another client in.
+ */
+static void test_span_of_a_lock_made_before_its_session(void **state)
+{
+    (void)state;
+    if (!ensemble_name())
+        skip(); /* run by check_zk_test.sh, with the ensemble */
+    struct member m[3];
+    ensemble(m);
+    int keep = m[0].leader ? 1 : 0;
+    int a = keep == 0 ? 1 : 0, b = 3 - keep - a;
+    stop_process(m[a].pid);
+    stopped_second = stopped_server;
+    stop_process(m[b].pid);
+    /* the member left notices the quorum is gone (syncLimit: 5 s) */
+    for (int64_t end = now_ms() + 30000;; sleep_ms(200)) {
+        char *st = zk_ask_port(m[keep].port, "srvr");
+        bool serving = strstr(st, "Mode: ") != NULL;
+        free(st);
+        if (!serving)
+            break;
+        if (now_ms() > end)
+            fail_msg("the member left still serves 30 s after the two others stopped");
+    }
+    char url[256], name[64];
+    snprintf(url, sizeof url, "zk://127.0.0.1:%d?session=90000&op_timeout_ms=5000",
+             m[keep].port);
+    dlock_client *c = open_url(url); /* opens: the servers answer, no session */
+    unique(name, sizeof name, "span");
+    dlock_lock *l = mk(c, name, NULL, NULL);
+    assert_int_equal(dlock_debug_span_ms(l), 60000); /* all it can know yet */
+    server_cont();
+    acquire_ok(l, 30000);
+    assert_int_equal(dlock_debug_span_ms(l), 40000);
+    long long valid = dlock_valid_ms(l);
+    fprintf(stderr, "# held with a session of 60 s granted for 90 s asked: valid for %lld ms\n",
+            valid);
+    assert_true(valid > 0 && valid <= 40000);
+    assert_int_equal(dlock_release(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* ---- 4. no herd --------------------------------------------------------------------- */
 
 #define HERD 50
@@ -1300,6 +1354,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_lost_create_reply_leaves_no_orphan, teardown_processes),
         cmocka_unit_test_teardown(test_close_with_requests_in_flight, teardown_processes),
         cmocka_unit_test_teardown(test_member_stops_answering, teardown_processes),
+        cmocka_unit_test_teardown(test_span_of_a_lock_made_before_its_session,
+                                  teardown_processes),
         cmocka_unit_test(test_no_herd_and_fifo),
         cmocka_unit_test(test_writes_per_section),
         cmocka_unit_test(test_long_wait_keeps_its_place),

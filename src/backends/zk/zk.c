@@ -551,6 +551,18 @@ static int zk_wait_on(void *arg, int b, bool *in)
     return 0;
 }
 
+/* The session is the lease: a lock is valid for 2/3 of its timeout past
+ * the last reply asked for (see the top of this file) — the timeout the
+ * servers granted, or while none was (a client opened during an election
+ * has no session yet) the one asked for. */
+static int span_ms(zkclient *zc)
+{
+    pthread_mutex_lock(&zc->mu);
+    int t = zc->negotiated_ms ? zc->negotiated_ms : zc->session_ms;
+    pthread_mutex_unlock(&zc->mu);
+    return t * 2 / 3 < 30 ? 30 : t * 2 / 3;
+}
+
 /* One try; *again when the session expired while it waited (its node went
  * with it) and a new session may try again. A waiter also tries again
  * when no member serves a new session (an election, an outage longer than
@@ -662,6 +674,12 @@ static int acquire_once(dlock_lock *l, int64_t deadline, bool *again)
     if (zc->confirmed_ns > asked)
         asked = zc->confirmed_ns;
     pthread_mutex_unlock(&zc->mu);
+    /* Made before its client had a session, the lock took the span of the
+     * timeout asked for; the servers may have granted less (their
+     * maxSessionTimeout), and a longer span would be declared lost after
+     * the leader could expire the session. (Not held yet: only this thread
+     * reads it.) */
+    l->opts.ttl_ms = span_ms(zc);
     if (dl_now_ns() - asked > dl_ms_to_ns(l->opts.ttl_ms) / 3)
         (void)zk_confirm(&op, zk_req_until(l), &asked);
     l->lease_start_ns = asked;
@@ -1053,12 +1071,7 @@ static int zk_lock_init(dlock_lock *l)
                            "URL a chroot)");
     }
     dl_qkind_format(l, zl->kind, sizeof zl->kind);
-    /* The session is the lease: a lock is valid for 2/3 of its timeout
-     * past the last reply asked for (see the top of this file). */
-    pthread_mutex_lock(&zc->mu);
-    int t = zc->negotiated_ms ? zc->negotiated_ms : zc->session_ms;
-    pthread_mutex_unlock(&zc->mu);
-    l->opts.ttl_ms = t * 2 / 3 < 30 ? 30 : t * 2 / 3;
+    l->opts.ttl_ms = span_ms(zc);
     l->bstate = zl;
     return 0;
 }
