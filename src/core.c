@@ -826,10 +826,10 @@ static bool tracked(const dlock_lock *l)
 static bool unlist_lost(dlock_client *c, dlock_lock *l, const char *why)
 {
     /* dlock_state has said LOST since its loss moment, if that has passed */
-    int64_t now = dl_now_ns(), at = loss_at(l) < now ? loss_at(l) : now;
+    int64_t now = dl_now_ns(), at = loss_at(l);
     heap_remove(c, BY_RENEWAL, l);
     heap_remove(c, BY_LOSS, l);
-    return lost_publish(l, why, at);
+    return lost_publish(l, why, at < now ? at : now);
 }
 
 /* The renewal thread's random numbers (xorshift64*: spreading renewals
