@@ -5,7 +5,8 @@
  * §2.3: 128 random bits from getrandom, fresh per acquisition). Checked
  * here: every id is 32 lowercase hex digits; no two are the same, from one
  * thread or from many at once; and a forked child never repeats its
- * parent's.
+ * parent's (the ids are read from the kernel in batches, into a page a
+ * child finds zeroed: without MADV_WIPEONFORK the fork case fails).
  */
 #include <setjmp.h>
 #include <stdarg.h>
