@@ -49,6 +49,7 @@ bool dl_pool_put(dl_pool *p, dl_pooled *it)
     pthread_mutex_lock(&p->mu);
     bool pooled = p->nidle < p->max_idle && !p->stopping;
     if (pooled) {
+        it->idle_since_ns = dl_now_ns();
         it->next = p->idle;
         p->idle = it;
         p->nidle++;
@@ -87,8 +88,10 @@ void dl_pool_fini(dl_pool *p)
     pthread_mutex_destroy(&p->mu);
 }
 
-bool dl_idle_socket_ended(int fd)
+bool dl_pool_idle_ended(const dl_pooled *it, int fd)
 {
+    if (fd >= 0 && dl_now_ns() - it->idle_since_ns < (int64_t)DL_POOL_TRUSTED_MS * 1000000)
+        return false;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     return fd < 0 || poll(&p, 1, 0) > 0;
 }

@@ -72,6 +72,7 @@ int dl_sql_claim_read(dlock_client *c, const char *key, const char *hex, const c
  * does, before take returns it to a caller and when put refuses it. */
 typedef struct dl_pooled {
     struct dl_pooled *next;
+    int64_t idle_since_ns; /* when put */
 } dl_pooled;
 
 typedef struct dl_pool {
@@ -108,9 +109,17 @@ static inline bool dl_pool_again(int rc, bool reused)
 /* After dl_pool_stop, with no caller left. */
 void dl_pool_fini(dl_pool *p);
 
-/* Whether an idle connection's socket is readable, or fd < 0: with nothing
- * due on it, that is the server ending it (its goodbye, or the close). */
-bool dl_idle_socket_ended(int fd);
+/* Whether an idle connection just taken (it, its socket fd) was ended by
+ * its server while it idled: its socket is readable, or fd < 0 (with
+ * nothing due on it, that is the server's goodbye or the close). Asked
+ * only of one idle DL_POOL_TRUSTED_MS or more: the question is a system
+ * call on every cycle of a lock (1 to 2.6 us here, a few percent of a
+ * PostgreSQL or memcached cycle), and a connection ended since its last
+ * use is caught as one ended just after the question is: its call fails
+ * unreachable and goes again on the next (dl_pool_again). Servers end
+ * idle sessions after seconds (idle limits) or all at once (a restart). */
+#define DL_POOL_TRUSTED_MS 50
+bool dl_pool_idle_ended(const dl_pooled *it, int fd);
 
 /* TCP keepalive on a connection's socket: a peer gone without a word (a
  * host down, a cut) is found within about 5 s of silence (2 s idle, then

@@ -199,7 +199,7 @@ int mc_get_conn(mcclient *mc, mc_server *s, int64_t until_ns, int cancel_fd,
 {
     for (dl_pooled *it; (it = dl_pool_take(&s->idle, NULL, NULL)) != NULL;) {
         mc_conn *k = dl_container_of(it, mc_conn, pooled);
-        if (dl_idle_socket_ended(k->fd)) {
+        if (dl_pool_idle_ended(it, k->fd)) {
             mc_conn_close(k);
             continue;
         }

@@ -611,7 +611,7 @@ int my_conn_get(myclient *mc, bool txn, int64_t until_ns, int cancel_fd, my_conn
         my_conn *k = dl_container_of(it, my_conn, pooled);
         /* Nothing is due on an idle connection: a readable socket is the
          * server ending it (an error packet, or the close itself). */
-        if (dl_idle_socket_ended((int)my_lib.get_socket(k->m))) {
+        if (dl_pool_idle_ended(it, (int)my_lib.get_socket(k->m))) {
             k->failed = true;
             my_conn_close(k);
             continue;

@@ -263,18 +263,29 @@ static int lease_row(dlock_lock *l, const char *sql, const char *extra, int *tou
     const char *p[] = {l->name, slot, l->owner, extra};
     int64_t until = dl_deadline_in(dl_op_timeout_ms(l, pc->op_timeout_ms));
     pg_conn *k;
-    int rc = pg_conn_get(pc, until, -1, &k, why, sizeof why);
-    if (rc)
-        return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
     PGresult *r;
-    rc = pg_run_fixed(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
-    if (rc) {
-        pg_conn_close(k);
-        return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
-                           "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
-    }
     char st[8]; /* the result is cleared before the code is looked at */
-    snprintf(st, sizeof st, "%s", pg_sqlstate(r));
+    for (;;) {
+        int rc = pg_conn_get(pc, until, -1, &k, why, sizeof why);
+        if (rc)
+            return dl_lock_err(l, rc, "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        bool reused = k->reused;
+        rc = pg_run_fixed(k, sql, extra ? 4 : 3, p, until, -1, &r, why, sizeof why);
+        snprintf(st, sizeof st, "%s", rc ? "" : pg_sqlstate(r));
+        /* (a pooled session that died idle, its goodbye read as the
+         * answer or none: again on another, see dl_pool_again) */
+        if (reused && (rc == DLOCK_EUNREACHABLE || pg_state_session_ended(st))) {
+            pg_lib.clear(r);
+            pg_conn_close(k);
+            continue;
+        }
+        if (rc) {
+            pg_conn_close(k);
+            return dl_lock_err(l, rc == DLOCK_ETIMEDOUT ? DLOCK_EUNREACHABLE : rc,
+                               "lock \"%s\": %s (%s)", l->name, why, pc->redacted);
+        }
+        break;
+    }
     if (*st) {
         pg_one_line(pg_lib.resultErrorMessage(r), line, sizeof line);
         pg_lib.clear(r);

@@ -240,6 +240,8 @@ int pg_run_fixed_joint(pg_conn *k, int count, const char *const *sqls, const int
 int64_t pg_retry_until_of(const pgclient *pc, const dlock_lock *l, int64_t deadline_ns);
 int pg_conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_conn **out,
                       char *why, size_t wlen);
+/* Whether a SQLSTATE says the server ended the session (57P, 08). */
+bool pg_state_session_ended(const char *sqlstate);
 /* Whether a wait ended with deadline_ns may go on: time is left. */
 bool pg_time_left(int64_t deadline_ns);
 /* A statement that may still wait on the server: cancelled, then k closed. */

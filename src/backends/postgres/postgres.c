@@ -441,7 +441,7 @@ int pg_code_of_state(const char *st)
         return DLOCK_EPERM;
     if (strcmp(st, "55P03") == 0)
         return DLOCK_ETIMEDOUT;
-    if (strncmp(st, "57P", 3) == 0 || strncmp(st, "08", 2) == 0)
+    if (pg_state_session_ended(st))
         return DLOCK_EUNREACHABLE;
     return DLOCK_EPROTO;
 }
@@ -589,7 +589,7 @@ int pg_conn_get(pgclient *pc, int64_t until_ns, int cancel_fd, pg_conn **out, ch
          * readable socket with nothing due on it: a server about to end a
          * session says why first. Such a session is dropped. (Replies may
          * be due: a rowlock release's value update, sent unwaited.) */
-        if (dl_idle_socket_ended(pg_lib.socket(k->pg)) &&
+        if (dl_pool_idle_ended(it, pg_lib.socket(k->pg)) &&
             (!pg_lib.consumeInput(k->pg) || pg_lib.status(k->pg) != CONNECTION_OK || k->pending == 0)) {
             pg_conn_close(k);
             continue;
@@ -631,6 +631,13 @@ int pg_conn_get_retry(pgclient *pc, int64_t retry_until, int cancel_fd, pg_conn 
             return DLOCK_ECANCELED;
         }
     }
+}
+
+/* Whether a statement's SQLSTATE says the server ended its session
+ * (57P: shut down, terminated, an idle limit; 08: the connection). */
+bool pg_state_session_ended(const char *sqlstate)
+{
+    return strncmp(sqlstate, "57P", 3) == 0 || strncmp(sqlstate, "08", 2) == 0;
 }
 
 /* Whether a wait ended with deadline_ns may go on: time is left. */
@@ -1000,13 +1007,15 @@ again:
         pg_lib.clear(t.quiet);
         t.names = t.quiet = NULL;
     }
-    if (rc == DLOCK_EUNREACHABLE && t.reused) {
-        pg_conn_close(k); /* a pooled session that died idle: again on another */
+    bool ended = rc == DLOCK_EUNREACHABLE || (!rc && pg_state_session_ended(pg_sqlstate(r)));
+    /* A pooled session that died idle (the server's goodbye read as the
+     * answer, or none): again on another. */
+    if (t.reused && (rc == DLOCK_EUNREACHABLE || (ended && deadline_ns == 0))) {
+        pg_lib.clear(r);
+        pg_conn_close(k);
         goto again;
     }
     /* The session ended under a waiter: it waits on, on a new one. */
-    bool ended = rc == DLOCK_EUNREACHABLE ||
-                 (!rc && (strncmp(pg_sqlstate(r), "57P", 3) == 0 || strncmp(pg_sqlstate(r), "08", 2) == 0));
     if (ended && deadline_ns != 0 && pg_time_left(deadline_ns)) {
         pg_lib.clear(r);
         pg_conn_close(k);
