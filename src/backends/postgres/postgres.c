@@ -654,36 +654,74 @@ void pg_conn_put(pgclient *pc, pg_conn *k)
         pg_conn_close(k);
 }
 
+/* Until the backend pid has left pg_stat_activity (its session's end has
+ * let its locks go by then: the exit releases them before it unlists the
+ * backend), asked on o, by until_ns. o closed (NULL) if it fails. */
+static void await_backend_ended(pg_conn **o, const char *pid, int64_t until_ns)
+{
+    const char *p[] = {pid};
+    char why[128];
+    while (*o && dl_ms_left(until_ns) > 0) {
+        PGresult *r;
+        if (pg_run(*o, "SELECT 1 FROM pg_stat_activity WHERE pid = $1::int", 1, p, until_ns, -1,
+                   &r, why, sizeof why) != 0) {
+            pg_conn_close(*o);
+            *o = NULL;
+            return;
+        }
+        bool listed = pg_lib.ntuples(r) > 0;
+        pg_lib.clear(r);
+        if (!listed)
+            return;
+        (void)dl_nap_ns(dl_ms_to_ns(1), -1);
+    }
+}
+
 /* A statement that may still wait on the server (a lock wait we gave up
  * on): cancel it from another session, read what k still has to say (the
  * cancelled statement's error: its backend has left the lock queue by
  * then, so an inspect right after sees no waiter), then close k — all by
  * until_ns (the caller's deadline: a stopped server must not hold the
- * caller past it). Without time left, or when the cancel cannot be
- * delivered, closing k alone ends the server's wait when its backend next
- * looks at the socket (client_connection_check_interval, 14+). */
+ * caller past it). A reply that is not the wait's end (the grant crossed
+ * the cancel) means k's session holds the lock: the server lets it go only
+ * once it sees the session end, so that is waited for too, or a try right
+ * after our caller returns could find the name taken by nobody. Without
+ * time left, or when the cancel cannot be delivered, closing k alone ends
+ * the server's wait when its backend next looks at the socket
+ * (client_connection_check_interval, 14+). */
 void pg_conn_abandon(pgclient *pc, pg_conn *k, int64_t until_ns)
 {
     if (!k)
         return;
     char pid[24], why[128];
     snprintf(pid, sizeof pid, "%d", pg_lib.backendPID(k->pg));
-    pg_conn *o;
+    pg_conn *o = NULL;
+    bool maybe_held = false;
     if (dl_ms_left(until_ns) > 0 && pg_conn_get(pc, until_ns, -1, &o, why, sizeof why) == 0) {
         const char *p[] = {pid};
         PGresult *r;
         int rc = pg_run(o, "SELECT pg_cancel_backend($1::int)", 1, p, until_ns, -1, &r, why,
-                     sizeof why);
+                        sizeof why);
         pg_lib.clear(r);
-        if (rc)
+        if (rc) {
             pg_conn_close(o);
-        else
-            pg_conn_put(pc, o);
-        while (!rc && k->pending > 0 &&
-               pg_stmt_read(k, until_ns, -1, NULL, why, sizeof why) == 0) {
+            o = NULL;
+        }
+        while (!rc && k->pending > 0) {
+            PGresult *got;
+            if (pg_stmt_read(k, until_ns, -1, &got, why, sizeof why) != 0)
+                break;
+            const char *st = pg_sqlstate(got);
+            /* (57014: cancelled; 55P03: lock_timeout) */
+            maybe_held = maybe_held || (strcmp(st, "57014") != 0 && strcmp(st, "55P03") != 0);
+            pg_lib.clear(got);
         }
     }
     pg_conn_close(k);
+    if (maybe_held)
+        await_backend_ended(&o, pid, until_ns);
+    if (o)
+        pg_conn_put(pc, o);
 }
 
 /* The bound of a call made while acquiring l: its op_deadline_ns when it
