@@ -222,8 +222,9 @@ static void start_waiter(struct acq_waiter *w, dlock_lock *l, int timeout)
 /* Join a waiter that must be done within ms; its rc. */
 static int join_waiter(struct acq_waiter *w, int ms)
 {
-    for (int i = 0; i < ms && !atomic_load(&w->done); i++)
-        usleep(1000);
+    /* (in steps of 100 us: what comes right after the return, comes soon) */
+    for (int i = 0; i < ms * 10 && !atomic_load(&w->done); i++)
+        usleep(100);
     if (!atomic_load(&w->done))
         fail_msg("an acquisition of \"%s\" still waits after %d ms", dlock_lock_name(w->l), ms);
     pthread_join(w->t, NULL);
@@ -2657,6 +2658,90 @@ static void case_cancel_at_any_moment(void **state)
     }
 }
 
+/* A cancel that crosses the grant: the holder lets go and its waiter (a
+ * client of its own, queued on the server) is cancelled from a third
+ * thread 0 to 1.1 ms after the release began, while the grant is on its
+ * way. The acquisition either returns the lock (the grant came first: it
+ * is held, with a newer token) or says canceled; then nothing of it may be
+ * left: a fresh client's try, right after, takes the name. (A waiter
+ * granted just before its cancel that closed its session and returned
+ * leaves the name taken until the server sees the session end.) */
+struct later_cancel {
+    dlock_lock *l;
+    int after_us;
+    pthread_t t;
+};
+
+static void *later_cancel_main(void *p)
+{
+    struct later_cancel *lc = p;
+    usleep((useconds_t)lc->after_us);
+    dlock_cancel(lc->l);
+    return NULL;
+}
+
+static void case_cancel_racing_grant(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 12 };
+    int fair = fair_if_can(), granted = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        char n[128], base[64];
+        snprintf(base, sizeof base, "cancel-grant-%d", r);
+        nm(n, sizeof n, base);
+        dlock_client *c = open_client(), *wc = open_client(), *fresh = open_client();
+        dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        dlock_lock *w = mk_lock(wc, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        /* (the fresh client connected already: its try must come at once) */
+        acquire_ok(f, 0);
+        release_ok(f);
+        acquire_ok(h, 0);
+        uint64_t th = dlock_token(h);
+        struct acq_waiter ws;
+        start_waiter(&ws, w, r % 2 ? 120000 : -1);
+        /* (where waiters cannot be counted, a moment to reach the queue:
+         * wait_queued's second would make the case long, and a waiter not
+         * queued yet must leave nothing behind either) */
+        dlock_info info;
+        if (inspect_if(c, n, &info) == 0 && info.waiters >= 0) {
+            wait_queued(c, n, w, 1);
+        } else {
+            wait_state(w, DLOCK_STATE_WAITING, 5000);
+            usleep(20 * 1000);
+        }
+        struct later_cancel lc = {.l = w, .after_us = r * 100};
+        assert_int_equal(pthread_create(&lc.t, NULL, later_cancel_main, &lc), 0);
+        release_ok(h);
+        pthread_join(lc.t, NULL);
+        int wrc = join_waiter(&ws, 5000);
+        if (wrc == 0) { /* granted before the cancel */
+            assert_true(dlock_token(w) > th);
+            release_ok(w);
+            granted++;
+        } else if (wrc == DLOCK_ECANCELED) {
+            int rc = dlock_acquire(f, 0);
+            if (rc != 0)
+                fail_msg("round %d: a waiter cancelled %d us into the holder's release: a "
+                         "fresh client's try right after: %s: %s",
+                         r, r * 100, dlock_err_name(rc), dlock_lock_errmsg(f));
+            assert_true(dlock_token(f) > th);
+            release_ok(f);
+        } else {
+            fail_msg("round %d: a waiter cancelled %d us into the holder's release: %s: %s", r,
+                     r * 100, dlock_err_name(wrc), dlock_lock_errmsg(w));
+        }
+        dlock_lock_free(f);
+        dlock_lock_free(w);
+        dlock_lock_free(h);
+        close_client(fresh);
+        close_client(wc);
+        close_client(c);
+    }
+    print_message("cancel_racing_grant: %d of %d waiters granted before their cancel\n", granted,
+                  (int)ROUNDS);
+}
+
 static const struct kase {
     const char *name;
     void (*fn)(void **);
@@ -2696,6 +2781,7 @@ static const struct kase {
     {"release_frees_at_once", case_release_frees_at_once, 0, 90},
     {"cancel_leaves_nothing", case_cancel_leaves_nothing, 0, 60},
     {"cancel_at_any_moment", case_cancel_at_any_moment, 0, 60},
+    {"cancel_racing_grant", case_cancel_racing_grant, 0, 60},
     {"claims", case_claims, 0, 60},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
