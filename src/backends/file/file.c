@@ -591,6 +591,17 @@ static int try_range(dlock_lock *l, int fd, short type, off_t start)
     return dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fcntl: %s", l->name, strerror(errno));
 }
 
+/* Whether ticket t's byte is held (by its taker, waiting or holding):
+ * asked of the kernel, nothing taken. 1 held, 0 free, -1 an error (errno). */
+static int ticket_held(int fd, uint64_t t)
+{
+    struct flock q = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = OFF_QUEUE(t),
+                      .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &q) != 0)
+        return -1;
+    return q.l_type != F_UNLCK;
+}
+
 /* Take one range, waiting until deadline (0 = try once). */
 static int take_range(dlock_lock *l, int fd, short type, off_t start, int64_t deadline)
 {
@@ -1140,9 +1151,7 @@ static int wait_call(dlock_lock *l, int fd, int listener, uint64_t t, int64_t de
         return 1;
     /* Anyone may call: the ticket's being free is what counts (a call
      * while the predecessor still waits would otherwise let us pass it). */
-    struct flock pred = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = OFF_QUEUE(t - 1),
-                         .l_len = 1};
-    if (fcntl(fd, F_OFD_GETLK, &pred) != 0 || pred.l_type != F_UNLCK)
+    if (ticket_held(fd, t - 1) != 0)
         return 1;
     return try_range(l, fd, F_WRLCK, OFF_MAIN) == 0 ? 0 : 1;
 }
@@ -1204,13 +1213,13 @@ static int take_in_order(dlock_lock *l, int fd, int64_t deadline, bool *token_is
                                          " is taken; the lock file's header is stale", l->name, t);
     }
     /* Who is ahead of us: the previous ticket, if still held (waiting or
-     * holding), else whoever holds TURN or MAIN. Its byte is taken with a
-     * read lock: a write lock would merge with ours on Q+t (the next byte)
-     * into one lock, and giving Q+(t-1) back would then wake the waiter
-     * behind us, who sleeps on Q+t, for nothing — at every hand-over. */
-    int pred = t == 0 ? 0 : try_range(l, fd, F_RDLCK, OFF_QUEUE(t - 1));
-    if (pred == 0 && t > 0)
-        unlock_range(fd, OFF_QUEUE(t - 1));
+     * holding), else whoever holds TURN or MAIN. (Its byte is only asked
+     * about: one system call, where a try and a give-back were two. A
+     * waiter takes it with a read lock, see wait_steps below: a write lock
+     * would merge with ours on Q+t, the next byte, into one lock.) */
+    int pred = t == 0 ? 0 : ticket_held(fd, t - 1);
+    if (pred < 0)
+        pred = dl_lock_err(l, DLOCK_EIO, "lock \"%s\": fcntl: %s", l->name, strerror(errno));
     int turn = pred == 0 ? try_range(l, fd, F_WRLCK, OFF_TURN) : 1;
     int main_ = turn == 0 ? try_range(l, fd, F_WRLCK, OFF_MAIN) : 1;
     file_lock *fl = l->bstate;
