@@ -2606,6 +2606,49 @@ static void case_claims(void **state)
     close_client(c2);
 }
 
+/* A round of the cancel cases: a holder, a waiter and a fresh client on
+ * one name, each a client of its own (sessions new to the server). */
+struct trio {
+    char n[128];
+    dlock_client *c, *wc, *fresh;
+    dlock_lock *h, *w, *f;
+};
+
+static void trio_open(struct trio *t, const char *what, int r, int fair)
+{
+    char base[64];
+    snprintf(base, sizeof base, "%s-%d", what, r);
+    nm(t->n, sizeof t->n, base);
+    t->c = open_client();
+    t->wc = open_client();
+    t->fresh = open_client();
+    t->h = mk_lock(t->c, t->n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    t->w = mk_lock(t->wc, t->n, DLOCK_EXCLUSIVE, 1, 0, fair);
+    t->f = mk_lock(t->fresh, t->n, DLOCK_EXCLUSIVE, 1, 0, fair);
+}
+
+/* The fresh client's try, right after what `when` says: it must take the
+ * name, with a token above the holder's th. */
+static void trio_fresh_takes(struct trio *t, uint64_t th, const char *when)
+{
+    int rc = dlock_acquire(t->f, 0);
+    if (rc != 0)
+        fail_msg("%s: a fresh client's try right after: %s: %s", when, dlock_err_name(rc),
+                 dlock_lock_errmsg(t->f));
+    assert_true(dlock_token(t->f) > th);
+    release_ok(t->f);
+}
+
+static void trio_close(struct trio *t)
+{
+    dlock_lock_free(t->f);
+    dlock_lock_free(t->w);
+    dlock_lock_free(t->h);
+    close_client(t->fresh);
+    close_client(t->wc);
+    close_client(t->c);
+}
+
 /* A waiter cancelled at any moment of its wait — while it connects, tries
  * first, queues, waits — leaves nothing behind either, even when the holder
  * lets go right after the cancel returned: rounds of a holder, a waiter in
@@ -2621,14 +2664,9 @@ static void case_cancel_at_any_moment(void **state)
     enum { ROUNDS = 10 };
     int fair = fair_if_can();
     for (int r = 0; r < ROUNDS; r++) {
-        char n[128], base[64];
-        snprintf(base, sizeof base, "cancel-moment-%d", r);
-        nm(n, sizeof n, base);
-        /* clients of their own each round: sessions new to the server */
-        dlock_client *c = open_client(), *wc = open_client(), *fresh = open_client();
-        dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-        dlock_lock *w = mk_lock(wc, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-        dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        struct trio t;
+        trio_open(&t, "cancel-moment", r, fair);
+        dlock_lock *h = t.h, *w = t.w;
         acquire_ok(h, 0);
         uint64_t th = dlock_token(h);
         struct acq_waiter ws;
@@ -2642,19 +2680,12 @@ static void case_cancel_at_any_moment(void **state)
             fail_msg("round %d: a waiter cancelled %d us into its wait: %s: %s", r, r * 500,
                      dlock_err_name(wrc), dlock_lock_errmsg(w));
         release_ok(h);
-        int rc = dlock_acquire(f, 0);
-        if (rc != 0)
-            fail_msg("round %d: a waiter cancelled %d us into its wait, the holder's release "
-                     "right after: a fresh client's try: %s: %s",
-                     r, r * 500, dlock_err_name(rc), dlock_lock_errmsg(f));
-        assert_true(dlock_token(f) > th);
-        release_ok(f);
-        dlock_lock_free(f);
-        dlock_lock_free(w);
-        dlock_lock_free(h);
-        close_client(fresh);
-        close_client(wc);
-        close_client(c);
+        char when[128];
+        snprintf(when, sizeof when,
+                 "round %d: a waiter cancelled %d us into its wait, the holder's release", r,
+                 r * 500);
+        trio_fresh_takes(&t, th, when);
+        trio_close(&t);
     }
 }
 
@@ -2686,13 +2717,9 @@ static void case_cancel_racing_grant(void **state)
     enum { ROUNDS = 12 };
     int fair = fair_if_can(), granted = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        char n[128], base[64];
-        snprintf(base, sizeof base, "cancel-grant-%d", r);
-        nm(n, sizeof n, base);
-        dlock_client *c = open_client(), *wc = open_client(), *fresh = open_client();
-        dlock_lock *h = mk_lock(c, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-        dlock_lock *w = mk_lock(wc, n, DLOCK_EXCLUSIVE, 1, 0, fair);
-        dlock_lock *f = mk_lock(fresh, n, DLOCK_EXCLUSIVE, 1, 0, fair);
+        struct trio t;
+        trio_open(&t, "cancel-grant", r, fair);
+        dlock_lock *h = t.h, *w = t.w, *f = t.f;
         /* (the fresh client connected already: its try must come at once) */
         acquire_ok(f, 0);
         release_ok(f);
@@ -2704,8 +2731,8 @@ static void case_cancel_racing_grant(void **state)
          * wait_queued's second would make the case long, and a waiter not
          * queued yet must leave nothing behind either) */
         dlock_info info;
-        if (inspect_if(c, n, &info) == 0 && info.waiters >= 0) {
-            wait_queued(c, n, w, 1);
+        if (inspect_if(t.c, t.n, &info) == 0 && info.waiters >= 0) {
+            wait_queued(t.c, t.n, w, 1);
         } else {
             wait_state(w, DLOCK_STATE_WAITING, 5000);
             usleep(20 * 1000);
@@ -2720,23 +2747,15 @@ static void case_cancel_racing_grant(void **state)
             release_ok(w);
             granted++;
         } else if (wrc == DLOCK_ECANCELED) {
-            int rc = dlock_acquire(f, 0);
-            if (rc != 0)
-                fail_msg("round %d: a waiter cancelled %d us into the holder's release: a "
-                         "fresh client's try right after: %s: %s",
-                         r, r * 100, dlock_err_name(rc), dlock_lock_errmsg(f));
-            assert_true(dlock_token(f) > th);
-            release_ok(f);
+            char when[128];
+            snprintf(when, sizeof when,
+                     "round %d: a waiter cancelled %d us into the holder's release", r, r * 100);
+            trio_fresh_takes(&t, th, when);
         } else {
             fail_msg("round %d: a waiter cancelled %d us into the holder's release: %s: %s", r,
                      r * 100, dlock_err_name(wrc), dlock_lock_errmsg(w));
         }
-        dlock_lock_free(f);
-        dlock_lock_free(w);
-        dlock_lock_free(h);
-        close_client(fresh);
-        close_client(wc);
-        close_client(c);
+        trio_close(&t);
     }
     print_message("cancel_racing_grant: %d of %d waiters granted before their cancel\n", granted,
                   (int)ROUNDS);
