@@ -232,8 +232,8 @@ static int join_waiter(struct acq_waiter *w, int ms)
 }
 
 /* Until l waits, and — where inspect counts waiters — until the server has
- * n of them queued; elsewhere a pause lets it get in line. */
-static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
+ * n of them queued; elsewhere a pause of pause_ms lets it get in line. */
+static void wait_queued_or(dlock_client *c, const char *name, dlock_lock *l, int n, int pause_ms)
 {
     wait_state(l, DLOCK_STATE_WAITING, 5000);
     dlock_info info;
@@ -246,11 +246,16 @@ static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
     } else {
         /* The backend cannot count its waiters (mysql mode=rowlock: InnoDB's
          * lock waits need the PROCESS privilege): give the waiter time to
-         * reach the server's queue. 200 ms was not always enough under ASan
-         * beside another suite (the waiter connects and sets its session
-         * first); the case has 90 s. */
-        usleep(1000 * 1000);
+         * reach the server's queue (wait_queued gives it a second: 200 ms
+         * was not always enough under ASan beside another suite, as the
+         * waiter connects and sets its session first). */
+        usleep((useconds_t)pause_ms * 1000);
     }
+}
+
+static void wait_queued(dlock_client *c, const char *name, dlock_lock *l, int n)
+{
+    wait_queued_or(c, name, l, n, 1000);
 }
 
 /* The holder child's own program (test_conformance --holder ...): takes
@@ -2727,16 +2732,10 @@ static void case_cancel_racing_grant(void **state)
         uint64_t th = dlock_token(h);
         struct acq_waiter ws;
         start_waiter(&ws, w, r % 2 ? 120000 : -1);
-        /* (where waiters cannot be counted, a moment to reach the queue:
-         * wait_queued's second would make the case long, and a waiter not
-         * queued yet must leave nothing behind either) */
-        dlock_info info;
-        if (inspect_if(t.c, t.n, &info) == 0 && info.waiters >= 0) {
-            wait_queued(t.c, t.n, w, 1);
-        } else {
-            wait_state(w, DLOCK_STATE_WAITING, 5000);
-            usleep(20 * 1000);
-        }
+        /* (where waiters cannot be counted, 20 ms to reach the queue: a
+         * second a round would make the case long, and a waiter not queued
+         * yet must leave nothing behind either) */
+        wait_queued_or(t.c, t.n, w, 1, 20);
         struct later_cancel lc = {.l = w, .after_us = r * 100};
         assert_int_equal(pthread_create(&lc.t, NULL, later_cancel_main, &lc), 0);
         release_ok(h);
