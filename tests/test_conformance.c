@@ -49,6 +49,7 @@
 #include "dlock_debug.h"
 #include "testutil.h"
 #include "harness/tools.h"
+#include "internal.h"
 
 /* (label, environment variable with the URL); NULL: the file backend in a
  * scratch directory. The rows of tests/targets.list, the one list of the
@@ -64,6 +65,7 @@ static const struct target_def {
 static struct {
     const char *label;
     char url[1024];
+    char shown[1024]; /* url fit to print (show_url) */
     const char *backend;
     unsigned caps;
     char scratch[256]; /* a private directory for counter files and logs */
@@ -133,18 +135,33 @@ static int close_leftover_clients(void **state)
     return 0;
 }
 
+/* T.shown: T.url with its password and secret values as "***" (the
+ * library's own redaction), or its scheme alone when it does not parse:
+ * a failing case's line must not print a password (SPEC: never print one). */
+static void show_url(void)
+{
+    dl_url *u = NULL;
+    char err[256];
+    if (dl_url_parse(T.url, &u, err, sizeof err) == 0)
+        snprintf(T.shown, sizeof T.shown, "%s", u->redacted);
+    else
+        snprintf(T.shown, sizeof T.shown, "%.*s://(a URL that does not parse)",
+                 (int)strcspn(T.url, ":"), T.url);
+    dl_url_free(u);
+}
+
 static dlock_client *open_client(void)
 {
     dlock_client *c = NULL;
     if (dlock_client_open(&c, T.url, NULL) != 0)
-        fail_msg("open %s: %s", T.url, dlock_client_errmsg(NULL));
+        fail_msg("open: %s", dlock_client_errmsg(NULL)); /* (it names the URL) */
     for (size_t i = 0; i < sizeof open_clients / sizeof open_clients[0]; i++)
         if (!open_clients[i]) {
             open_clients[i] = c;
             break;
         }
     if (strcmp(dlock_client_backend(c), T.backend) != 0)
-        fail_msg("%s: backend %s, expected %s", T.url, dlock_client_backend(c), T.backend);
+        fail_msg("%s: backend %s, expected %s", T.shown, dlock_client_backend(c), T.backend);
     return c;
 }
 
@@ -2204,7 +2221,7 @@ static void case_not_a_server(void **state)
         struct fake f;
         char url[1024];
         if (!fake_start(&f, fakes[i].mode, url, sizeof url))
-            skip_because("the URL names no server (%.200s)", T.url);
+            skip_because("the URL names no server (%.200s)", T.shown);
         /* 1 s: zk takes its connect timeout on a reply it cannot read */
         open_fails_at_fake(&f, url, fakes[i].what, DLOCK_EPROTO, DLOCK_EUNREACHABLE,
                            1000 + slack_ms(4000));
@@ -2222,7 +2239,7 @@ static void case_silent_server(void **state)
     struct fake f;
     char url[1024];
     if (!fake_start(&f, FAKE_SILENT, url, sizeof url))
-        skip_because("the URL names no server (%.200s)", T.url);
+        skip_because("the URL names no server (%.200s)", T.shown);
     int64_t took = open_fails_at_fake(&f, url, "a listener that never answers",
                                       DLOCK_EUNREACHABLE, 0, 1000LL * f.n + slack_ms(2000));
     if (took < 800)
@@ -2240,7 +2257,7 @@ static void case_wrong_credentials(void **state)
     char pw[256], wrong[64], url[1024];
     url_password(pw, sizeof pw);
     if (!pw[0])
-        skip_because("the URL carries no password (%.200s)", T.url);
+        skip_because("the URL carries no password (%.200s)", T.shown);
     snprintf(wrong, sizeof wrong, "wrong-pw-%ld", (long)getpid());
     const char *p = strstr(T.url, "://") + 3, *at = p + strcspn(p, "/?");
     while (at > p && *at != '@')
@@ -2925,7 +2942,7 @@ static void run_forked(const struct kase *k, struct tally *t)
     close(sp[0]);
     why[n > 0 ? n : 0] = '\0';
     if (timed_out) {
-        printf("[ FAIL ] %-24s %s (%s): hung, killed after %lld ms\n", k->name, T.label, T.url,
+        printf("[ FAIL ] %-24s %s (%s): hung, killed after %lld ms\n", k->name, T.label, T.shown,
                (long long)took);
         t->fail++;
         note_failed(t, k->name);
@@ -2937,10 +2954,10 @@ static void run_forked(const struct kase *k, struct tally *t)
         t->pass++;
     } else {
         if (WIFSIGNALED(status))
-            printf("[ FAIL ] %-24s %s (%s): killed by signal %d\n", k->name, T.label, T.url,
+            printf("[ FAIL ] %-24s %s (%s): killed by signal %d\n", k->name, T.label, T.shown,
                    WTERMSIG(status));
         else
-            printf("[ FAIL ] %-24s %s (%s): failed\n", k->name, T.label, T.url);
+            printf("[ FAIL ] %-24s %s (%s): failed\n", k->name, T.label, T.shown);
         t->fail++;
         note_failed(t, k->name);
     }
@@ -2960,9 +2977,10 @@ static bool wanted(const char *name, char **only, int nonly)
 /* Runs every applicable case against the current target. */
 static void run_target(bool nofork, char **only, int nonly, struct tally *t)
 {
+    show_url();
     const dlock_backend_info *b = backend_of(T.url);
     if (!b) {
-        printf("[ FAIL ] %s: no backend for %s\n", T.label, T.url);
+        printf("[ FAIL ] %s: no backend for %s\n", T.label, T.shown);
         t->fail++;
         note_failed(t, "(url)");
         return;
@@ -2985,7 +3003,7 @@ static void run_target(bool nofork, char **only, int nonly, struct tally *t)
     char caps[256];
     caps_str(T.caps, caps, sizeof caps);
     snprintf(T.prefix, sizeof T.prefix, "c%ld-", (long)getpid());
-    printf("=== %s: %s (backend %s; %s)\n", T.label, T.url, b->name, caps);
+    printf("=== %s: %s (backend %s; %s)\n", T.label, T.shown, b->name, caps);
     if (!b->available) {
         printf("[ SKIP ] every case              %s: %s\n", T.label, b->missing);
         t->skip++;
@@ -3094,6 +3112,7 @@ int main(int argc, char **argv)
         T.label = "file";
         snprintf(T.url, sizeof T.url, "file://%s/locks", dir);
         T.backend = "file";
+        show_url();
         snprintf(T.prefix, sizeof T.prefix, "c%ld-", (long)getpid());
         status = selftest();
         goto out;

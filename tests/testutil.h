@@ -129,8 +129,8 @@ static inline void unique(char *buf, size_t len, const char *base)
 static inline dlock_client *open_url(const char *url)
 {
     dlock_client *c = NULL;
-    if (dlock_client_open(&c, url, NULL))
-        fail_msg("open %s: %s", url, dlock_client_errmsg(NULL));
+    if (dlock_client_open(&c, url, NULL)) /* (the message names the URL, password hidden) */
+        fail_msg("open: %s", dlock_client_errmsg(NULL));
     return c;
 }
 
