@@ -489,6 +489,19 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The relay's acquisition is now cur (its signals cancel cur's wait);
+ * returns whether a signal fired for the one before. */
+static int relay_set(dlock_lock *cur)
+{
+    pthread_mutex_lock(&relay_mu);
+    int fired = relay_fired;
+    relay_current = cur;
+    relay_seq++; /* (ends the relay's cancelling of the one before) */
+    relay_fired = 0;
+    pthread_mutex_unlock(&relay_mu);
+    return fired;
+}
+
 /* dlock_acquire from the main thread, with the GIL; signals handled as
  * above. Returns the library's code, or 1 with a Python exception set
  * (nothing held). */
@@ -496,28 +509,29 @@ static int acquire_main(dlock_lock *l, int tmo)
 {
     if (relay_start() < 0)
         return 1;
+    /* A handler run below, before the wait, may itself wait on a lock: when
+     * that inner call returns, the relay is the outer's again (its signals
+     * cancel the outer wait, its bytes go on where the outer's went). */
+    pthread_mutex_lock(&relay_mu);
+    dlock_lock *outer = relay_current;
+    pthread_mutex_unlock(&relay_mu);
+    int outer_forward = atomic_load(&relay_forward);
     int64_t until = tmo > 0 ? mono_ms() + tmo : 0;
     for (;;) {
-        pthread_mutex_lock(&relay_mu);
-        relay_current = l;
-        relay_seq++;
-        relay_fired = 0;
-        pthread_mutex_unlock(&relay_mu);
+        (void)relay_set(l);
         int old = set_wakeup(relay_wr);
+        if (old != -2) /* (an inner call finds the relay's own descriptor) */
+            atomic_store(&relay_forward, old == relay_wr ? outer_forward : old);
         int rc = 1;
         /* A signal before the descriptor was ours has not reached the
          * relay: its handlers run now, before the wait. */
         if (old != -2 && PyErr_CheckSignals() == 0) {
-            atomic_store(&relay_forward, old);
             Py_BEGIN_ALLOW_THREADS
             rc = dlock_acquire(l, tmo);
             Py_END_ALLOW_THREADS
         }
-        pthread_mutex_lock(&relay_mu);
-        relay_current = NULL;
-        int fired = relay_fired;
-        pthread_mutex_unlock(&relay_mu);
-        atomic_store(&relay_forward, -1);
+        int fired = relay_set(outer);
+        atomic_store(&relay_forward, outer_forward);
         if (old == -2)
             return 1;
         if (rc == 1) { /* a handler raised before the wait */
