@@ -936,6 +936,60 @@ static void test_redlock_open_beside_stopped_masters(void **state)
         dlock_client_close(c);
 }
 
+/* Status beside a stopped minority, from a client opened after the stop
+ * (as `dlock status` is): what a quorum of masters says is the answer, so
+ * neither the open (loading the lock code, which the masters have already:
+ * an error reply, "already exists") nor inspect waits out its op timeout
+ * (20 s here) for the two masters that will not answer. Inspect names the
+ * holder and the token a quorum shows, then, released, the lock free. The
+ * bound is a hang's, not a speed: before, the open and each inspect took
+ * the whole 20 s. */
+static void test_redlock_status_beside_stopped_minority(void **state)
+{
+    (void)state;
+    if (!redlock_url || !getenv("DLOCK_TEST_SERVERS"))
+        skip();
+    char name[64];
+    unique(name, sizeof name, "redlock-inspect");
+    dlock_client_opts co;
+    dlock_client_opts_init(&co);
+    co.op_timeout_ms = 20000;
+    dlock_client *c = NULL, *c2 = NULL;
+    if (dlock_client_open(&c, redlock_url, &co))
+        fail_msg("open: %s", dlock_client_errmsg(NULL));
+    dlock_lock *a = mk_lock(c, name, DLOCK_EXCLUSIVE, 1, 30000, -1);
+    assert_int_equal(dlock_acquire(a, 5000), 0);
+    uint64_t token = dlock_token(a);
+    const char *const minority[] = {"redlock4", "redlock5"};
+    signal_servers(minority, 2, SIGSTOP);
+    dlock_info held, freed;
+    int hrc = -1, rrc = -1, frc = -1;
+    int64_t t0 = now_ns();
+    int orc = dlock_client_open(&c2, redlock_url, &co);
+    if (orc == 0)
+        hrc = dlock_inspect(c2, name, &held);
+    int64_t held_ms = (now_ns() - t0) / 1000000;
+    if (orc == 0)
+        rrc = dlock_release(a);
+    t0 = now_ns();
+    if (orc == 0)
+        frc = dlock_inspect(c2, name, &freed);
+    int64_t freed_ms = (now_ns() - t0) / 1000000;
+    signal_servers(minority, 2, SIGCONT);
+    if (orc != 0 || hrc != 0 || held_ms >= 10000 || rrc != 0 || frc != 0 || freed_ms >= 10000)
+        fail_msg("two masters stopped: open %d, inspect %d after %lld ms, release %d, inspect "
+                 "%d after %lld ms: %s",
+                 orc, hrc, (long long)held_ms, rrc, frc, (long long)freed_ms,
+                 orc ? dlock_client_errmsg(NULL) : dlock_client_errmsg(c2));
+    assert_true(held.held);
+    assert_int_equal(held.token, token);
+    assert_false(freed.held);
+    assert_true(freed.token >= token);
+    dlock_lock_free(a);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
 /* A wait that saw the lock held, whose last tries a majority of masters
  * left unanswered (stopped here; a loaded machine does the same to the
  * 100 ms per-node timeout of a 1 s lease), timed out: the lock was taken.
@@ -1577,6 +1631,7 @@ int main(void)
         cmocka_unit_test(test_redlock),
         cmocka_unit_test(test_redlock_slow_master),
         cmocka_unit_test(test_redlock_open_beside_stopped_masters),
+        cmocka_unit_test(test_redlock_status_beside_stopped_minority),
         cmocka_unit_test(test_redlock_wait_timed_out_beside_stopped_masters),
         cmocka_unit_test(test_redlock_blackholed_master),
         cmocka_unit_test(test_break),

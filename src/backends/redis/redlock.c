@@ -134,6 +134,18 @@ static bool quorum_answered(redisReply *const *out, int n, int ncmd, void *quoru
     return decided_by(out, n, 1, *(int *)quorum, is_reply);
 }
 
+/* A quorum answered a load of the lock code, whatever they said: an error
+ * too ("already exists", the usual answer once the code is there, or a
+ * server without functions, which turns the client to scripts). */
+static bool load_answered(redisReply *const *out, int n, int ncmd, void *quorum)
+{
+    (void)ncmd;
+    int answered = 0;
+    for (int i = 0; i < n; i++)
+        answered += out[i] != NULL;
+    return answered >= *(int *)quorum;
+}
+
 /* A batch of renewals (ncmd of them) is decided when each one is. */
 static bool all_renewals_decided(redisReply *const *out, int n, int ncmd, void *quorum)
 {
@@ -632,13 +644,40 @@ static void rl_abandon(dlock_lock *l)
     (void)release_all(l, bounded_node_timeout(rl_of(l->c), l));
 }
 
-/* A script operation on a name (not a held lock), on every master. */
-static void on_all_name(rlclient *rc, const char *name, const char *op, redisReply **r)
+/* A script operation on a name (not a held lock), on every master, until
+ * enough (NULL: every master answered or timed out). */
+static void on_all_name(rlclient *rc, const char *name, const char *op, redisReply **r,
+                        rd_enough_fn *enough)
 {
     rd_key key;
     rcmd c;
     rd_name_cmd(&c, &rc->cf, name, key, op);
-    on_all(rc, &c, r, rc->cf.op_timeout_ms, NULL, NULL, 0);
+    on_all(rc, &c, r, rc->cf.op_timeout_ms, enough, NULL, 0);
+}
+
+/* Whether the info replies so far decide what inspect says: a quorum of
+ * them names one holder, or so few are left to come that no holder can
+ * gather a quorum (a quorum answered: it holds the last token issued, any
+ * two quorums meet). A stopped minority then costs no wait. */
+static bool info_decided(redisReply *const *out, int n, int ncmd, void *quorum)
+{
+    (void)ncmd;
+    int q = *(int *)quorum, answered = 0, best_votes = 0;
+    rd_info f[n];
+    const char *who[n];
+    for (int i = 0; i < n; i++) {
+        who[i] = out[i] && rd_info_reply(out[i], &f[i]) == 0 ? f[i].owner : NULL;
+        answered += who[i] != NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!who[i] || !who[i][0])
+            continue;
+        int votes = 0;
+        for (int j = 0; j < n; j++)
+            votes += who[j] && strcmp(who[j], who[i]) == 0;
+        best_votes = votes > best_votes ? votes : best_votes;
+    }
+    return answered >= q && (best_votes >= q || best_votes + (n - answered) < q);
 }
 
 /*
@@ -685,7 +724,7 @@ static int rl_inspect(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
     redisReply *r[rc->n];
-    on_all_name(rc, name, "info", r);
+    on_all_name(rc, name, "info", r, info_decided);
     int answered = 0;
     rd_info f[rc->n];
     const char *owner[rc->n];
@@ -730,7 +769,7 @@ static int rl_break(dlock_client *cl, const char *name, dlock_info *info)
 {
     rlclient *rc = rl_of(cl);
     redisReply *r[rc->n];
-    on_all_name(rc, name, "brk", r);
+    on_all_name(rc, name, "brk", r, NULL);
     int answered = 0;
     dlock_info each[rc->n];
     const char *holder[rc->n];
@@ -794,7 +833,7 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rconn *cs[rc->n];
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
                    sizeof err);
-    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, quorum_answered,
+    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, load_answered,
                                      &rc->quorum, err, sizeof err);
     for (int i = 0; i < rc->n; i++)
         if (cs[i])
