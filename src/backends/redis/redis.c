@@ -52,60 +52,86 @@ static bool lock_within(pthread_mutex_t *mu, int ms)
     return pthread_mutex_timedlock(mu, &ts) == 0;
 }
 
+/* Whether a sentinel's reply so far names a master. */
+static bool master_named(redisReply *const *out, int n, int ncmd, void *arg)
+{
+    (void)ncmd;
+    (void)arg;
+    char host[256];
+    int port;
+    for (int i = 0; i < n; i++)
+        if (out[i] && rd_addr_reply(out[i], host, sizeof host, &port) == 0)
+            return true;
+    return false;
+}
+
 /* Ask the sentinels where the master is now, and point `master` there;
- * every wait within rd_ms(l, ...) (l may be NULL). */
+ * every wait within rd_ms(l, ...) (l may be NULL). All of them at once,
+ * the first to name a master deciding (the first in the URL's order among
+ * those that answered by then): a sentinel that is stopped or slow costs
+ * nothing while another answers. */
 static int sentinel_resolve(rclient *rc, const dlock_lock *l, char *err, size_t errlen)
 {
     if (!lock_within(&rc->resolve_mu, rd_ms(l, -1))) {
         snprintf(err, errlen, "no time left to ask the sentinels (another thread is asking)");
         return RD_EIO;
     }
-    int rc_out = RD_EIO;
-    char why[768] = "no sentinel answered";
-    for (size_t i = 0; i < rc->nsentinels && rc_out != RD_OK; i++) {
-        int ms = rd_ms(l, rc->cf.op_timeout_ms);
-        if (ms == 0) {
-            snprintf(why, sizeof why, "no time left to ask the sentinels");
-            break;
-        }
-        rconf scf = rc->cf;
-        scf.user = scf.password = NULL; /* sentinels have their own auth */
-        scf.db = 0;
-        char e[256];
-        rconn *c = rconn_get(&rc->sentinels[i], &scf, rd_ms(l, rc->cf.connect_timeout_ms), NULL,
-                             e, sizeof e);
-        if (!c) {
-            snprintf(why, sizeof why, "%s", e);
+    int rc_out = RD_EIO, n = (int)rc->nsentinels;
+    char why[768] = "no sentinel answered", e[256] = "";
+    int ms = rd_ms(l, rc->cf.op_timeout_ms);
+    if (ms == 0) {
+        pthread_mutex_unlock(&rc->resolve_mu);
+        snprintf(err, errlen, "no time left to ask the sentinels");
+        return RD_EIO;
+    }
+    int64_t until = dl_deadline_in(ms);
+    rconf scf = rc->cf;
+    scf.user = scf.password = NULL; /* sentinels have their own auth */
+    scf.db = 0;
+    rconn *cs[n];
+    redisReply *out[n];
+    int st[n];
+    rconn_get_many(rc->sentinels, n, &scf, cs, n, rd_ms(l, rc->cf.connect_timeout_ms), e,
+                   sizeof e);
+    if (e[0])
+        snprintf(why, sizeof why, "%s", e);
+    rcmd cmd;
+    rcmd_init(&cmd);
+    rcmd_add(&cmd, "SENTINEL");
+    rcmd_add(&cmd, "get-master-addr-by-name");
+    rcmd_add(&cmd, rc->master_name);
+    rconn_call_many(cs, n, &cmd, 1, out, st, dl_ms_left(until), master_named, NULL);
+    for (int i = 0; i < n; i++) {
+        const rnode *s = &rc->sentinels[i];
+        if (cs[i] && st[i] == RD_OWED)
+            rconn_put(cs[i]); /* (it drops the late reply on its next call) */
+        else if (cs[i] && st[i] != RD_OK)
+            rconn_drop(cs[i]);
+        else if (cs[i])
+            rconn_put(cs[i]);
+        redisReply *r = out[i];
+        if (!r) {
+            if (cs[i] && st[i] != RD_OWED)
+                snprintf(why, sizeof why, "sentinel %s:%d: no reply within %d ms", s->host,
+                         s->port, ms);
             continue;
         }
-        rcmd cmd;
-        rcmd_init(&cmd);
-        rcmd_add(&cmd, "SENTINEL");
-        rcmd_add(&cmd, "get-master-addr-by-name");
-        rcmd_add(&cmd, rc->master_name);
-        redisReply *r;
-        if (rconn_call(c, &cmd, 1, &r, rd_ms(l, rc->cf.op_timeout_ms), -1, NULL, e, sizeof e) !=
-            RD_OK) {
-            snprintf(why, sizeof why, "sentinel %s:%d: %s", rc->sentinels[i].host,
-                     rc->sentinels[i].port, e);
-            rconn_drop(c);
-            continue;
-        }
-        rconn_put(c);
         char host[256];
         int port;
-        if (rd_addr_reply(r, host, sizeof host, &port) == 0) {
+        if (rc_out == RD_OK) {
+            /* (a master named already, by a sentinel before this one) */
+        } else if (rd_addr_reply(r, host, sizeof host, &port) == 0) {
             if (strcmp(rc->master.host, host) != 0 || rc->master.port != port)
                 rnode_reset(&rc->master, host, port);
             rc_out = RD_OK;
         } else if (r->type == REDIS_REPLY_NIL) {
-            snprintf(why, sizeof why, "sentinel %s:%d does not know master \"%s\"",
-                     rc->sentinels[i].host, rc->sentinels[i].port, rc->master_name);
+            snprintf(why, sizeof why, "sentinel %s:%d does not know master \"%s\"", s->host,
+                     s->port, rc->master_name);
         } else {
             rd_reply_desc(r, e, sizeof e);
             snprintf(why, sizeof why,
                      "sentinel %s:%d: master \"%s\": expected an array of {host, port}, got %s",
-                     rc->sentinels[i].host, rc->sentinels[i].port, rc->master_name, e);
+                     s->host, s->port, rc->master_name, e);
         }
         freeReplyObject(r);
     }

@@ -134,18 +134,6 @@ static bool quorum_answered(redisReply *const *out, int n, int ncmd, void *quoru
     return decided_by(out, n, 1, *(int *)quorum, is_reply);
 }
 
-/* A quorum answered a load of the lock code, whatever they said: an error
- * too ("already exists", the usual answer once the code is there, or a
- * server without functions, which turns the client to scripts). */
-static bool load_answered(redisReply *const *out, int n, int ncmd, void *quorum)
-{
-    (void)ncmd;
-    int answered = 0;
-    for (int i = 0; i < n; i++)
-        answered += out[i] != NULL;
-    return answered >= *(int *)quorum;
-}
-
 /* A batch of renewals (ncmd of them) is decided when each one is. */
 static bool all_renewals_decided(redisReply *const *out, int n, int ncmd, void *quorum)
 {
@@ -833,7 +821,7 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rconn *cs[rc->n];
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
                    sizeof err);
-    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, load_answered,
+    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, quorum_answered,
                                      &rc->quorum, err, sizeof err);
     for (int i = 0; i < rc->n; i++)
         if (cs[i])
