@@ -1281,9 +1281,9 @@ static void test_tokens_across_crash(void **state)
     for (int round = 0; round < 2; round++)
         for (int m = 0; m < 2; m++) {
             crash_tokens t = tokens_across_crash(urls[m], restart_server);
-            fprintf(stderr, "# %s: %d grants; highest token before the crash %" PRIu64
+            fprintf(stderr, "# mode=%s: %d grants; highest token before the crash %" PRIu64
                     ", lowest after %" PRIu64 "\n",
-                    urls[m][0], t.grants, t.max_before, t.min_after);
+                    m ? "rowlock" : "advisory", t.grants, t.max_before, t.min_after);
         }
 }
 
