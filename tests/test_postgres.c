@@ -1263,10 +1263,62 @@ static void test_later_grants_write_nothing(void **state)
     dlock_client_close(c);
 }
 
+/* The tokens' sequences of advisory and rowlock tables are UNLOGGED
+ * (servers from 15 on), so that a grant writes no WAL; one an older
+ * version left logged is made so at the next open by its owner, keeping
+ * its value (tokens rise on); a lease table's stays logged (its tokens are
+ * the sequence's own values). */
+static void test_token_sequence_unlogged(void **state)
+{
+    (void)state;
+    if (psql_num("SELECT current_setting('server_version_num')::int") < 150000) {
+        skip();
+        return;
+    }
+    static const char *const modes[] = {"advisory", "rowlock", "lease"};
+    for (int m = 0; m < 3; m++) {
+        char q[160], url[600], name[64];
+        snprintf(q, sizeof q, "mode=%s&table=unlog_%s_%ld", modes[m], modes[m], (long)getpid());
+        url_with(url, sizeof url, pg_url, q);
+        unique(name, sizeof name, "unlog");
+        char persistence[16];
+        static const char seq_of[] =
+            "SELECT relpersistence FROM pg_class WHERE relname = 'unlog_%s_%ld_token'";
+        dlock_client *c = open_url(url);
+        dlock_lock *l = mk(c, name, NULL, NULL);
+        acquire_ok(l, 0);
+        uint64_t before = dlock_token(l);
+        assert_int_equal(dlock_release(l), 0);
+        assert_int_equal(psql(persistence, sizeof persistence, seq_of, modes[m], (long)getpid()), 0);
+        assert_string_equal(persistence, m < 2 ? "u" : "p");
+        if (m < 2) { /* as an older version left it */
+            char out[200];
+            assert_int_equal(psql(out, sizeof out, "ALTER SEQUENCE unlog_%s_%ld_token SET LOGGED",
+                                  modes[m], (long)getpid()),
+                             0);
+        }
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        c = open_url(url);
+        l = mk(c, name, NULL, NULL);
+        for (int i = 0; i < 3; i++) {
+            acquire_ok(l, 0);
+            assert_true(dlock_token(l) > before);
+            before = dlock_token(l);
+            assert_int_equal(dlock_release(l), 0);
+        }
+        assert_int_equal(psql(persistence, sizeof persistence, seq_of, modes[m], (long)getpid()), 0);
+        assert_string_equal(persistence, m < 2 ? "u" : "p");
+        dlock_lock_free(l);
+        dlock_client_close(c);
+    }
+}
+
 /* Tokens across a crash: workers on names of their own take and release
  * as fast as they can (their draws from the table's one sequence
- * interleave, which is where a value could be handed out before its
- * batch's WAL record is flushed) until the server crashes under them and
+ * interleave: a logged sequence could hand out a value again whose
+ * batch's WAL record was not flushed, an unlogged one starts again from
+ * its first value) until the server crashes under them and
  * after it is back: every token granted after the crash must be above
  * every token granted before it. */
 static void test_tokens_across_crash(void **state)
@@ -1969,6 +2021,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_names_read_until_changed),
         cmocka_unit_test(test_no_flush_per_grant),
         cmocka_unit_test(test_later_grants_write_nothing),
+        cmocka_unit_test(test_token_sequence_unlogged),
         cmocka_unit_test(test_tokens_across_crash), /* last: every pool's sessions die */
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_pool_after_restart),

@@ -281,8 +281,9 @@ static int rowlock_break(dlock_client *c, const char *name, dlock_info *broken)
     return pg_break_by(c, name, broken, sql, name);
 }
 
-/* The table of names, its sequence, and TABLE_holder (who took each row
- * last, with its token and the leader's value). */
+/* The table of names, its sequence (UNLOGGED where it may be: see
+ * pg_token_seq_unlog), and TABLE_holder (who took each row last, with its
+ * token and the leader's value). */
 int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
@@ -295,11 +296,17 @@ int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
              "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, owner text NOT NULL, "
              "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
              pc->values);
-    const char *ddl[] = {table, seq, values};
-    return pg_tables_ensure(c, "lock", pc->table,
-                            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
-                            "NULL AND to_regclass($3) IS NOT NULL",
-                            3, p, ddl, 3, why, wlen);
+    char *unlog = pg_token_seq_unlog(pc);
+    if (!unlog)
+        return DLOCK_ENOMEM;
+    const char *ddl[] = {table, seq, values, unlog};
+    int rc = pg_tables_ensure(c, "lock", pc->table,
+                              "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
+                              "NULL AND to_regclass($3) IS NOT NULL AND NOT "
+                              PG_TOKEN_SEQ_LOGGED("$2", "$1"),
+                              3, p, ddl, 4, why, wlen);
+    free(unlog);
+    return rc;
 }
 
 const dl_backend_ops pg_rowlock_ops = {
