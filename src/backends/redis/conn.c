@@ -731,6 +731,13 @@ int rconn_read(rconn *c, redisReply **out, int timeout_ms, int cancel_fd, char *
 void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out, int *st,
                      int timeout_ms, rd_enough_fn *enough, void *arg)
 {
+    rconn_call_many_settle(cs, nc, cmds, ncmd, out, st, timeout_ms, enough, arg, 0);
+}
+
+void rconn_call_many_settle(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply **out,
+                            int *st, int timeout_ms, rd_enough_fn *enough, void *arg,
+                            int settle_ms)
+{
     /* Formatted once, as one pipelined write, for every connection; one
      * command (Redlock's acquire and release) is sent as hiredis made it.
      * Many (a batch of renewals) are copied into one buffer sized once:
@@ -782,6 +789,7 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
         sent[i] = 0;
         pending[i] = formatted && out_wire && cs[i] && send_some(cs[i], out_wire, wlen, &sent[i]);
     }
+    bool settling = false; /* enough said so: the rest have settle_ms left */
     for (;;) {
         int n = 0;
         int idx[nc];
@@ -808,7 +816,14 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
                                    .events = POLLIN | (sent[i] < wlen ? POLLOUT : 0)};
             idx[n++] = i;
         }
-        if (n > 0 && fresh && enough && enough(out, nc, ncmd, arg)) {
+        if (n > 0 && fresh && enough && !settling && enough(out, nc, ncmd, arg)) {
+            settling = true;
+            int64_t settled = dl_deadline_in(settle_ms);
+            if (settled < deadline)
+                deadline = settled;
+        }
+        int ms = dl_ms_left(deadline);
+        if (n > 0 && settling && ms == 0) {
             for (int k = 0; k < n; k++) {
                 int i = idx[k];
                 /* one still writing has half a request on the wire: dropped */
@@ -819,7 +834,6 @@ void rconn_call_many(rconn **cs, int nc, const rcmd *cmds, int ncmd, redisReply 
             }
             break;
         }
-        int ms = dl_ms_left(deadline);
         if (n == 0 || ms == 0)
             break;
         int pr = poll(p, (nfds_t)n, ms);
@@ -940,8 +954,8 @@ int rd_load_script(rconn *c, rconf *cf, int timeout_ms, char *err, size_t errlen
  * reply is refused, or that gave none in time, is dropped; one still owing
  * its reply then goes back to its pool. Either way cs[i] becomes NULL. */
 static void load_many(rconn **cs, int n, const bool *need, const char *what, const char *code,
-                      int64_t until_ns, rd_enough_fn *enough, void *arg, rconf *cf, char *err,
-                      size_t errlen)
+                      int64_t until_ns, rd_enough_fn *enough, void *arg, int settle_ms,
+                      rconf *cf, char *err, size_t errlen)
 {
     rcmd cmd;
     load_cmd(&cmd, what, code);
@@ -950,7 +964,8 @@ static void load_many(rconn **cs, int n, const bool *need, const char *what, con
     int st[n > 0 ? n : 1];
     for (int i = 0; i < n; i++)
         to[i] = need[i] ? cs[i] : NULL;
-    rconn_call_many(to, n, &cmd, 1, out, st, dl_ms_left(until_ns), enough, arg);
+    rconn_call_many_settle(to, n, &cmd, 1, out, st, dl_ms_left(until_ns), enough, arg,
+                           settle_ms);
     for (int i = 0; i < n; i++) {
         if (!to[i])
             continue;
@@ -975,21 +990,22 @@ static void load_many(rconn **cs, int n, const bool *need, const char *what, con
 }
 
 int rd_load_script_many(rconn **cs, int n, rconf *cf, int timeout_ms, rd_enough_fn *enough,
-                        void *arg, char *err, size_t errlen)
+                        void *arg, int settle_ms, char *err, size_t errlen)
 {
     int64_t until = dl_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
     bool need[n > 0 ? n : 1];
     for (int i = 0; i < n; i++)
         need[i] = cs[i] != NULL;
     if (!atomic_load(&cf->scripts))
-        load_many(cs, n, need, "FUNCTION", rd_lock_script_library, until, enough, arg, cf, err,
-                  errlen);
+        load_many(cs, n, need, "FUNCTION", rd_lock_script_library, until, enough, arg,
+                  settle_ms, cf, err, errlen);
     /* One server without functions turns the client to scripts: every
      * server then needs the script, those that took the library too. */
     if (atomic_load(&cf->scripts)) {
         for (int i = 0; i < n; i++)
             need[i] = cs[i] != NULL;
-        load_many(cs, n, need, "SCRIPT", rd_lock_script, until, enough, arg, cf, err, errlen);
+        load_many(cs, n, need, "SCRIPT", rd_lock_script, until, enough, arg, settle_ms, cf, err,
+                  errlen);
     }
     int loaded = 0;
     for (int i = 0; i < n; i++)

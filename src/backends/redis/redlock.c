@@ -36,6 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How much longer an open waits for the masters' answers to the lock
+ * code's load once a quorum answered (see rl_client_open). */
+#define RL_LOAD_SETTLE_MS 100
+
 typedef struct rlclient {
     rconf cf;
     rnode *nodes;
@@ -132,6 +136,19 @@ static bool quorum_answered(redisReply *const *out, int n, int ncmd, void *quoru
 {
     (void)ncmd;
     return decided_by(out, n, 1, *(int *)quorum, is_reply);
+}
+
+/* A quorum answered a load of the lock code, whatever they said: an error
+ * too ("already exists", the usual answer once the code is there, or a
+ * server without functions). The others then get RL_LOAD_SETTLE_MS more
+ * (see rl_client_open). */
+static bool load_answered(redisReply *const *out, int n, int ncmd, void *quorum)
+{
+    (void)ncmd;
+    int answered = 0;
+    for (int i = 0; i < n; i++)
+        answered += out[i] != NULL;
+    return answered >= *(int *)quorum;
 }
 
 /* A batch of renewals (ncmd of them) is decided when each one is. */
@@ -812,17 +829,19 @@ static int rl_client_open(dlock_client *cl, const dl_url *u)
     rc->cf.db = u->path && *u->path ? atoi(u->path) : 0;
     dl_self_desc(rc->self, sizeof rc->self);
     /* Load the lock code on every master connected once the first one
-     * is, all at once, until a quorum answered (a master that hangs holds
-     * up none of the others, in connecting or in loading), so that masters
-     * of different versions settle on one form (see rd_load_script) before
-     * the first lock call; a master that answers later loads it when it
-     * first says it lacks it. */
+     * is, all at once, until a quorum answered and the others had
+     * RL_LOAD_SETTLE_MS more: masters of different versions (one without
+     * functions answers as fast as the others) settle on one form (see
+     * rd_load_script) before the first lock call, and a master that hangs
+     * holds up no open by more than that (it was the op timeout, 2 s by
+     * default, for every dlock command). One that answers later loads the
+     * code when it first says it lacks it. */
     char err[300] = "no master answered";
     rconn *cs[rc->n];
     rconn_get_many(rc->nodes, rc->n, &rc->cf, cs, 1, rc->cf.connect_timeout_ms, err,
                    sizeof err);
-    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, quorum_answered,
-                                     &rc->quorum, err, sizeof err);
+    int loaded = rd_load_script_many(cs, rc->n, &rc->cf, rc->cf.op_timeout_ms, load_answered,
+                                     &rc->quorum, RL_LOAD_SETTLE_MS, err, sizeof err);
     for (int i = 0; i < rc->n; i++)
         if (cs[i])
             rconn_put(cs[i]);
