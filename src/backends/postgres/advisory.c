@@ -472,7 +472,7 @@ int pg_advisory_build_sql(pgclient *pc)
 }
 
 /* The table (name, key UNIQUE, token, holder, since, value) and its
- * tokens' sequence, UNLOGGED where it may be (see pg_token_seq_unlog). */
+ * tokens' sequence, UNLOGGED where it may be (see pg_token_tables_ensure). */
 int pg_advisory_tables(dlock_client *c, char *why, size_t wlen)
 {
     pgclient *pc = pc_of(c);
@@ -491,16 +491,11 @@ int pg_advisory_tables(dlock_client *c, char *why, size_t wlen)
              "PERFORM setval('%s', (SELECT coalesce(max(token), 0) + 1 FROM %s), false); "
              "END IF; END$$",
              pc->seq, pc->seq, pc->seq, pc->table);
-    char *unlog = pg_token_seq_unlog(pc);
-    if (!unlog)
-        return DLOCK_ENOMEM;
-    const char *ddl[] = {table, seq, unlog};
-    int rc = pg_tables_ensure(c, "lock", pc->table,
-                              "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
-                              "NULL AND NOT " PG_TOKEN_SEQ_LOGGED("$2", "$1"),
-                              2, p, ddl, 3, why, wlen);
-    free(unlog);
-    return rc;
+    const char *ddl[] = {table, seq};
+    return pg_token_tables_ensure(c,
+                                  "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
+                                  "NOT NULL",
+                                  2, p, ddl, 2, why, wlen);
 }
 
 const dl_backend_ops pg_advisory_ops = {

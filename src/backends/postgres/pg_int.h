@@ -309,14 +309,11 @@ typedef int (*pg_draw_fn)(dlock_lock *l, void *arg, char *why, size_t wlen);
 int pg_draw_under_epoch(dlock_lock *l, pg_draw_fn draw, void *arg, char *why, size_t wlen);
 char *pg_token_ctes(pgclient *pc, const char *rel, const char *cond);
 int pg_run_build_sql(pgclient *pc);
-/* The tokens' sequence made UNLOGGED: see pg_token_seq_unlog. */
-#define PG_TOKEN_SEQ_LOGGED(seq, table)                                                      \
-    "coalesce(current_setting('server_version_num')::int >= 150000 AND (SELECT "             \
-    "s.relpersistence = 'p' AND pg_has_role(s.relowner, 'USAGE') FROM pg_class s WHERE "     \
-    "s.oid = to_regclass(" seq ")) AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE "      \
-    "a.attrelid = to_regclass(" table ") AND a.attname = 'expires' AND NOT "                 \
-    "a.attisdropped), false)"
-char *pg_token_seq_unlog(pgclient *pc);
+/* A mode's tables with tokens (advisory, rowlock): pg_tables_ensure with
+ * check (parameters $1 the table, $2 its sequence) and ddl, the sequence
+ * also made UNLOGGED where it may be (see postgres.c). */
+int pg_token_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
+                           const char *const *ddl, size_t nddl, char *why, size_t wlen);
 
 /* After l was granted: whether it may keep it (0) or the name is held in
  * another mode (DLOCK_ECONFLICT), see postgres.c's "one name, one mode". */

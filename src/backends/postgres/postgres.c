@@ -943,19 +943,39 @@ int pg_run_build_sql(pgclient *pc)
  * new epoch; a clean shutdown keeps both. A lease table's sequence is
  * never made so: lease tokens are the sequence's own values.
  *
- * PG_TOKEN_SEQ_LOGGED(seq, table): whether seq should be made so and this
- * role may (it owns it). pg_token_seq_unlog: the DO block that does it,
- * at most 1 s waiting for the sequence's lock; a failure leaves it logged
- * (it works as before) and is not the open's.
+ * SEQ_LOGGED(seq, table): whether seq should be made so and this role may
+ * (it owns it). The DO block that does it waits at most 1 s for the
+ * sequence's lock; a failure leaves it logged (it works as before) and is
+ * not the open's.
  */
-char *pg_token_seq_unlog(pgclient *pc)
+#define SEQ_LOGGED(seq, table)                                                               \
+    "coalesce(current_setting('server_version_num')::int >= 150000 AND (SELECT "             \
+    "s.relpersistence = 'p' AND pg_has_role(s.relowner, 'USAGE') FROM pg_class s WHERE "     \
+    "s.oid = to_regclass(" seq ")) AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE "      \
+    "a.attrelid = to_regclass(" table ") AND a.attname = 'expires' AND NOT "                 \
+    "a.attisdropped), false)"
+int pg_token_tables_ensure(dlock_client *c, const char *check, int n, const char *const *p,
+                           const char *const *ddl, size_t nddl, char *why, size_t wlen)
 {
-    return dl_fmt_alloc("DO $dlock$ BEGIN PERFORM set_config('lock_timeout', '1000', true); "
-                        "IF " PG_TOKEN_SEQ_LOGGED("'%s'", "'%s'") " THEN "
-                        "EXECUTE 'ALTER SEQUENCE %s SET UNLOGGED'; END IF; "
-                        "EXCEPTION WHEN OTHERS THEN NULL; END $dlock$",
-                        pc->seq, pc->table, pc->seq);
+    pgclient *pc = pc_of(c);
+    char *full = dl_fmt_alloc("%s AND NOT " SEQ_LOGGED("$2", "$1"), check);
+    char *unlog = dl_fmt_alloc("DO $dlock$ BEGIN PERFORM set_config('lock_timeout', '1000', true); "
+                               "IF " SEQ_LOGGED("'%s'", "'%s'") " THEN "
+                               "EXECUTE 'ALTER SEQUENCE %s SET UNLOGGED'; END IF; "
+                               "EXCEPTION WHEN OTHERS THEN NULL; END $dlock$",
+                               pc->seq, pc->table, pc->seq);
+    const char *all[nddl + 1];
+    for (size_t i = 0; i < nddl; i++)
+        all[i] = ddl[i];
+    all[nddl] = unlog;
+    int rc = full && unlog ? pg_tables_ensure(c, "lock", pc->table, full, n, p, all, nddl + 1,
+                                              why, wlen)
+                           : DLOCK_ENOMEM;
+    free(full);
+    free(unlog);
+    return rc;
 }
+#undef SEQ_LOGGED
 
 /* An epoch in force for the table's sequence in this server run (see
  * pg_token_ctes): 0, or a code (why says it). */

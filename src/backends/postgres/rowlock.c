@@ -282,7 +282,7 @@ static int rowlock_break(dlock_client *c, const char *name, dlock_info *broken)
 }
 
 /* The table of names, its sequence (UNLOGGED where it may be: see
- * pg_token_seq_unlog), and TABLE_holder (who took each row last, with its
+ * pg_token_tables_ensure), and TABLE_holder (who took each row last, with its
  * token and the leader's value). */
 int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
 {
@@ -296,17 +296,11 @@ int pg_rowlock_tables(dlock_client *c, char *why, size_t wlen)
              "CREATE TABLE IF NOT EXISTS %s (name text PRIMARY KEY, owner text NOT NULL, "
              "token bigint NOT NULL, holder text NOT NULL, since timestamptz, value text)",
              pc->values);
-    char *unlog = pg_token_seq_unlog(pc);
-    if (!unlog)
-        return DLOCK_ENOMEM;
-    const char *ddl[] = {table, seq, values, unlog};
-    int rc = pg_tables_ensure(c, "lock", pc->table,
-                              "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT "
-                              "NULL AND to_regclass($3) IS NOT NULL AND NOT "
-                              PG_TOKEN_SEQ_LOGGED("$2", "$1"),
-                              3, p, ddl, 4, why, wlen);
-    free(unlog);
-    return rc;
+    const char *ddl[] = {table, seq, values};
+    return pg_token_tables_ensure(c,
+                                  "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS "
+                                  "NOT NULL AND to_regclass($3) IS NOT NULL",
+                                  3, p, ddl, 3, why, wlen);
 }
 
 const dl_backend_ops pg_rowlock_ops = {
